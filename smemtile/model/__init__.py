@@ -1,0 +1,1 @@
+"""Pure model layer: numpy and the standard library only. No CUDA import, no printing."""
