@@ -1,0 +1,342 @@
+// smemtile kernel family: sgemm (fp32, FFMA; no tensor cores, so TF32 is never involved).
+//
+//     C = alpha * A * B + beta * C      A: M x K, B: K x N, C: M x N, all row-major with leading dimensions
+//
+// Any M, N, K: edge tiles are masked (zero-filled on load, guarded on store). beta == 0 never reads C.
+//
+// Block tile BM x BN, K step BK. Warps tile the block as (BM / WM) x (BN / WN) with WM = 4 * TM, WN = 8 * TN:
+// the 32 lanes of a warp form a 4 (m) x 8 (n) grid and each lane owns TM x TN accumulators, split into
+// (TM / 4) x (TN / 4) sub-tiles of 4 x 4 spaced 16 rows and 32 columns apart. For every k the lane reads its
+// A column part and B row part as float4s:
+//
+//     As[k][wm + lm*4 + i*16 .. +3]   i < TM/4      lanes with the same lm read the same float4 (broadcast)
+//     Bs[k][wn + ln*4 + j*32 .. +3]   j < TN/4      8 distinct float4 per instruction: 128 contiguous bytes
+//
+// so the inner loop is conflict-free for any layout whose rows keep float4s whole (PAD % 4 == 0, swizzle M >= 2).
+// A is stored transposed (k-major, As[BK][BM]) exactly so that those A reads are float4s along m.
+//
+// Global -> shared, per K step (one "stage"):
+//   A: element e = tid + i * THREADS, kk = e % 8, r = e / 8, m = r % BM, k = (r / BM) * 8 + kk.
+//      Each lane copies 4 bytes A[m][k] -> As[k][m]: 8 consecutive k of 4 rows per warp instruction
+//      (four fully used 32-byte sectors); the shared side is the access the layout has to fix
+//      (k-major with stride BM: 8-way bank conflict when PAD = 0 and no swizzle).
+//   B: chunk c = tid + i * THREADS, k = c / (BN/4), n = (c % (BN/4)) * 4: 16-byte copies when B is 16-byte
+//      aligned and ldb % 4 == 0 (checked at run time, uniform per launch), 4-byte copies otherwise.
+//
+// Pipeline, sm_80+ (CP_ASYNC): STAGES-deep ring of shared buffers filled by cp.async.
+//     prologue: tiles 0 .. STAGES-2 issued, one commit_group per tile (empty groups keep the count uniform)
+//     loop t:   cp.async.wait_group(STAGES-2)    -> this thread's copies of tile t have landed
+//               __syncthreads()                 -> everyone's have; everyone finished computing tile t-1
+//               issue tile t+STAGES-1 into slot (t-1) % STAGES, commit_group
+//               compute from slot t % STAGES
+// sm_70/75 (no CP_ASYNC): register double-buffering over two shared slots: the next tile's global loads go to
+// registers before the current tile's math and are stored to the other slot after it; one barrier per step.
+//
+// Blocks are ordered in groups of GROUP_M block-rows (as in Triton's matmul tutorial) so that consecutive
+// blocks share A and B panels in L2.
+//
+// Shared memory (bytes) = STAGES * (BK * (BM + PAD_A) + BK * (BN + PAD_B)) * 4. Up to 48 KiB it is declared
+// statically (ptxas reports it); above, it is dynamic and the host must call cudaFuncSetAttribute(
+// MaxDynamicSharedMemorySize) before launching. Launch: grid = ceil(M/BM) * ceil(N/BN) blocks (1-D),
+// block = (BM/WM) * (BN/WN) * 32 threads.
+#include "smem_layout.cuh"
+
+namespace smemtile {
+
+template <int BM, int BN, int BK, int TM, int TN, int STAGES, int PAD_A, int PAD_B>
+struct SgemmShape {
+    static constexpr int kWM = 4 * TM;  // warp tile rows: 4 lanes along m
+    static constexpr int kWN = 8 * TN;  // warp tile columns: 8 lanes along n
+    static constexpr int kThreads = (BM / kWM) * (BN / kWN) * 32;
+    static constexpr int kStageFloats = BK * (BM + PAD_A) + BK * (BN + PAD_B);
+    static constexpr int kSmemBytes = STAGES * kStageFloats * 4;
+    static constexpr bool kStaticSmem = kSmemBytes <= 48 * 1024;
+};
+
+__device__ __forceinline__ unsigned smem_u32(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+// cp.async with a source size: bytes past src_bytes are zero-filled, so masked edges need no branch.
+// (Only reachable from the CP_ASYNC branch; the guard keeps sm_70/75 builds free of sm_80 PTX.)
+__device__ __forceinline__ void cp_async_4(float* dst, const float* src, int src_bytes) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(src_bytes));
+#endif
+}
+__device__ __forceinline__ void cp_async_16(float* dst, const float* src, int src_bytes) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(src_bytes));
+#endif
+}
+__device__ __forceinline__ void cp_async_commit() {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
+}
+
+}  // namespace smemtile
+
+template <int BM = 128, int BN = 128, int BK = 8, int TM = 8, int TN = 8, int STAGES = 4, bool CP_ASYNC = true,
+          int PAD_A = 4, int SWZ_A_B = 0, int SWZ_A_M = 0, int SWZ_A_S = 0,
+          int PAD_B = 0, int SWZ_B_B = 0, int SWZ_B_M = 0, int SWZ_B_S = 0, int GROUP_M = 8, int MIN_BLOCKS = 2>
+__global__ void __launch_bounds__(smemtile::SgemmShape<BM, BN, BK, TM, TN, STAGES, PAD_A, PAD_B>::kThreads, MIN_BLOCKS)
+sgemm(int M, int N, int K, float alpha, const float* __restrict__ A, int lda, const float* __restrict__ B, int ldb,
+      float beta, float* __restrict__ C, int ldc) {
+    using Shape = smemtile::SgemmShape<BM, BN, BK, TM, TN, STAGES, PAD_A, PAD_B>;
+    using LA = smemtile::SmemTile<BK, BM, PAD_A, SWZ_A_B, SWZ_A_M, SWZ_A_S>;  // As[k][m], k-major
+    using LB = smemtile::SmemTile<BK, BN, PAD_B, SWZ_B_B, SWZ_B_M, SWZ_B_S>;  // Bs[k][n]
+    constexpr int THREADS = Shape::kThreads;
+    constexpr int WM = Shape::kWM, WN = Shape::kWN;
+
+    static_assert(TM % 4 == 0 && TN % 4 == 0, "TM and TN must be multiples of 4: the inner loop reads float4s");
+    static_assert(BM % WM == 0, "BM must be a multiple of the warp tile height WM = 4*TM (4 lanes along m)");
+    static_assert(BN % WN == 0, "BN must be a multiple of the warp tile width WN = 8*TN (8 lanes along n)");
+    static_assert(BM * BN == THREADS * TM * TN, "the threads' TM x TN register tiles must cover the BM x BN tile");
+    static_assert(THREADS >= 32 && THREADS <= 1024, "a block needs 1 to 32 warps");
+    static_assert(BK % 8 == 0, "BK must be a multiple of 8: A is copied in runs of 8 consecutive k");
+    static_assert((BM * BK) % THREADS == 0, "every thread must copy the same number of A elements: BM*BK % threads == 0");
+    static_assert((BK * BN / 4) % THREADS == 0, "every thread must copy the same number of B float4s: BK*BN/4 % threads == 0");
+    static_assert(PAD_A % 4 == 0 && PAD_B % 4 == 0, "padding must be a multiple of 4 floats to keep float4 reads aligned");
+    static_assert((SWZ_A_B == 0 || SWZ_A_M >= 2) && (SWZ_B_B == 0 || SWZ_B_M >= 2),
+                  "a swizzle must move whole float4s (M >= 2) because the inner loop reads float4s");
+    static_assert(STAGES >= 2, "the pipeline needs at least 2 shared-memory stages");
+    static_assert(CP_ASYNC || STAGES == 2, "without cp.async the kernel double-buffers: STAGES must be 2");
+    static_assert(GROUP_M >= 1, "GROUP_M (block rows per L2 group) must be at least 1");
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+    static_assert(!CP_ASYNC, "cp.async needs sm_80 or newer");
+#endif
+
+    constexpr int A_PER_THREAD = BM * BK / THREADS;
+    constexpr int B_VEC_PER_THREAD = BK * BN / 4 / THREADS;
+    constexpr int B_PER_THREAD = BK * BN / THREADS;
+
+    // Shared memory: static up to 48 KiB, dynamic above (the host raises the limit).
+    float* smem;
+    if constexpr (Shape::kStaticSmem) {
+        __shared__ __align__(16) float smem_static[Shape::kSmemBytes / 4];
+        smem = smem_static;
+    } else {
+        extern __shared__ float4 smem_dynamic[];
+        smem = reinterpret_cast<float*>(smem_dynamic);
+    }
+    auto As = [&](int slot) { return smem + slot * Shape::kStageFloats; };
+    auto Bs = [&](int slot) { return smem + slot * Shape::kStageFloats + LA::kElems; };
+
+    const int tid = threadIdx.x;
+    const int lane = tid & 31, warp = tid >> 5;
+
+    // Grouped block order (GROUP_M block rows share the B panels in L2).
+    const int grid_m = (M + BM - 1) / BM, grid_n = (N + BN - 1) / BN;
+    const int pid = blockIdx.x;
+    const int per_group = GROUP_M * grid_n;
+    const int first_m = (pid / per_group) * GROUP_M;
+    const int group_rows = min(grid_m - first_m, GROUP_M);
+    const int block_m = first_m + (pid % per_group) % group_rows;
+    const int block_n = (pid % per_group) / group_rows;
+    const int m0 = block_m * BM, n0 = block_n * BN;
+
+    const int warp_m = (warp / (BN / WN)) * WM, warp_n = (warp % (BN / WN)) * WN;
+    const int lm = lane / 8, ln = lane % 8;
+    const int a_col = warp_m + lm * 4;  // + i * 16
+    const int b_col = warp_n + ln * 4;  // + j * 32
+
+    const bool b_vec = (ldb % 4 == 0) && ((reinterpret_cast<unsigned long long>(B) & 15) == 0);
+    const int k_tiles = (K + BK - 1) / BK;
+
+    float acc[TM][TN];
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) acc[i][j] = 0.f;
+
+    auto compute = [&](const float* as, const float* bs) {
+#pragma unroll
+        for (int k = 0; k < BK; ++k) {
+            float a[TM], b[TN];
+#pragma unroll
+            for (int i = 0; i < TM / 4; ++i) {
+                const float4 v = *reinterpret_cast<const float4*>(as + LA::offset(k, a_col + i * 16));
+                a[4 * i] = v.x, a[4 * i + 1] = v.y, a[4 * i + 2] = v.z, a[4 * i + 3] = v.w;
+            }
+#pragma unroll
+            for (int j = 0; j < TN / 4; ++j) {
+                const float4 v = *reinterpret_cast<const float4*>(bs + LB::offset(k, b_col + j * 32));
+                b[4 * j] = v.x, b[4 * j + 1] = v.y, b[4 * j + 2] = v.z, b[4 * j + 3] = v.w;
+            }
+#pragma unroll
+            for (int i = 0; i < TM; ++i)
+#pragma unroll
+                for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+        }
+    };
+
+    // Element coordinates of this thread's copies (same for every K step).
+    auto a_coord = [&](int i, int& m, int& k) {
+        const int e = tid + i * THREADS;
+        const int r = e / 8;
+        m = r % BM;
+        k = (r / BM) * 8 + e % 8;
+    };
+
+    if constexpr (CP_ASYNC) {
+        auto issue = [&](int kt, int slot) {
+            const int k0 = kt * BK;
+            float* as = As(slot);
+            float* bs = Bs(slot);
+#pragma unroll
+            for (int i = 0; i < A_PER_THREAD; ++i) {
+                int m, k;
+                a_coord(i, m, k);
+                const bool ok = (m0 + m < M) && (k0 + k < K);
+                const float* src = ok ? A + (long long)(m0 + m) * lda + (k0 + k) : A;
+                smemtile::cp_async_4(as + LA::offset(k, m), src, ok ? 4 : 0);
+            }
+            if (b_vec) {
+#pragma unroll
+                for (int i = 0; i < B_VEC_PER_THREAD; ++i) {
+                    const int c = tid + i * THREADS;
+                    const int k = c / (BN / 4), n = (c % (BN / 4)) * 4;
+                    const int left = (k0 + k < K) ? N - (n0 + n) : 0;
+                    const int bytes = left >= 4 ? 16 : (left > 0 ? left * 4 : 0);
+                    const float* src = bytes ? B + (long long)(k0 + k) * ldb + (n0 + n) : B;
+                    smemtile::cp_async_16(bs + LB::offset(k, n), src, bytes);
+                }
+            } else {
+#pragma unroll
+                for (int i = 0; i < B_PER_THREAD; ++i) {
+                    const int e = tid + i * THREADS;
+                    const int k = e / BN, n = e % BN;
+                    const bool ok = (k0 + k < K) && (n0 + n < N);
+                    const float* src = ok ? B + (long long)(k0 + k) * ldb + (n0 + n) : B;
+                    smemtile::cp_async_4(bs + LB::offset(k, n), src, ok ? 4 : 0);
+                }
+            }
+        };
+
+        // Prologue: STAGES-1 tiles in flight, one group each.
+#pragma unroll
+        for (int s = 0; s < STAGES - 1; ++s) {
+            if (s < k_tiles) issue(s, s);
+            smemtile::cp_async_commit();
+        }
+        int read_slot = 0, write_slot = STAGES - 1;
+        for (int kt = 0; kt < k_tiles; ++kt) {
+            smemtile::cp_async_wait<STAGES - 2>();  // tile kt (this thread's copies) has landed
+            __syncthreads();                        // all copies landed; slot write_slot no longer read
+            if (kt + STAGES - 1 < k_tiles) issue(kt + STAGES - 1, write_slot);
+            smemtile::cp_async_commit();
+            compute(As(read_slot), Bs(read_slot));
+            read_slot = (read_slot + 1 == STAGES) ? 0 : read_slot + 1;
+            write_slot = (write_slot + 1 == STAGES) ? 0 : write_slot + 1;
+        }
+        smemtile::cp_async_wait<0>();
+    } else {
+        float ra[A_PER_THREAD];
+        float4 rb[B_VEC_PER_THREAD];
+        float rbs[B_PER_THREAD];
+        auto load = [&](int kt) {
+            const int k0 = kt * BK;
+#pragma unroll
+            for (int i = 0; i < A_PER_THREAD; ++i) {
+                int m, k;
+                a_coord(i, m, k);
+                ra[i] = (m0 + m < M && k0 + k < K) ? A[(long long)(m0 + m) * lda + (k0 + k)] : 0.f;
+            }
+            if (b_vec) {
+#pragma unroll
+                for (int i = 0; i < B_VEC_PER_THREAD; ++i) {
+                    const int c = tid + i * THREADS;
+                    const int k = c / (BN / 4), n = (c % (BN / 4)) * 4;
+                    const float* src = B + (long long)(k0 + k) * ldb + (n0 + n);
+                    const int left = (k0 + k < K) ? N - (n0 + n) : 0;
+                    if (left >= 4) {
+                        rb[i] = *reinterpret_cast<const float4*>(src);
+                    } else {
+                        rb[i] = make_float4(left > 0 ? src[0] : 0.f, left > 1 ? src[1] : 0.f, left > 2 ? src[2] : 0.f, 0.f);
+                    }
+                }
+            } else {
+#pragma unroll
+                for (int i = 0; i < B_PER_THREAD; ++i) {
+                    const int e = tid + i * THREADS;
+                    const int k = e / BN, n = e % BN;
+                    rbs[i] = (k0 + k < K && n0 + n < N) ? B[(long long)(k0 + k) * ldb + (n0 + n)] : 0.f;
+                }
+            }
+        };
+        auto store = [&](int slot) {
+            float* as = As(slot);
+            float* bs = Bs(slot);
+#pragma unroll
+            for (int i = 0; i < A_PER_THREAD; ++i) {
+                int m, k;
+                a_coord(i, m, k);
+                as[LA::offset(k, m)] = ra[i];
+            }
+            if (b_vec) {
+#pragma unroll
+                for (int i = 0; i < B_VEC_PER_THREAD; ++i) {
+                    const int c = tid + i * THREADS;
+                    const int k = c / (BN / 4), n = (c % (BN / 4)) * 4;
+                    *reinterpret_cast<float4*>(bs + LB::offset(k, n)) = rb[i];
+                }
+            } else {
+#pragma unroll
+                for (int i = 0; i < B_PER_THREAD; ++i) {
+                    const int e = tid + i * THREADS;
+                    bs[LB::offset(e / BN, e % BN)] = rbs[i];
+                }
+            }
+        };
+
+        if (k_tiles > 0) {
+            load(0);
+            store(0);
+        }
+        __syncthreads();
+        int slot = 0;
+        for (int kt = 0; kt < k_tiles; ++kt) {
+            if (kt + 1 < k_tiles) load(kt + 1);  // global loads in flight during the math
+            compute(As(slot), Bs(slot));
+            slot ^= 1;
+            if (kt + 1 < k_tiles) store(slot);  // the other slot: last read before the previous barrier
+            __syncthreads();
+        }
+    }
+
+    // Epilogue: C = alpha * acc + beta * C, float4 where the row is aligned and whole.
+    const bool c_vec = (ldc % 4 == 0) && ((reinterpret_cast<unsigned long long>(C) & 15) == 0);
+#pragma unroll
+    for (int i = 0; i < TM; ++i) {
+        const int m = m0 + a_col + (i / 4) * 16 + (i % 4);
+        if (m >= M) continue;
+        float* crow = C + (long long)m * ldc;
+#pragma unroll
+        for (int j4 = 0; j4 < TN / 4; ++j4) {
+            const int n = n0 + b_col + j4 * 32;
+            float v[4];
+#pragma unroll
+            for (int jj = 0; jj < 4; ++jj) v[jj] = alpha * acc[i][4 * j4 + jj];
+            if (c_vec && n + 3 < N) {
+                float4* p = reinterpret_cast<float4*>(crow + n);
+                if (beta != 0.f) {
+                    const float4 old = *p;
+                    v[0] += beta * old.x, v[1] += beta * old.y, v[2] += beta * old.z, v[3] += beta * old.w;
+                }
+                *p = make_float4(v[0], v[1], v[2], v[3]);
+            } else {
+#pragma unroll
+                for (int jj = 0; jj < 4; ++jj) {
+                    if (n + jj < N) crow[n + jj] = beta != 0.f ? v[jj] + beta * crow[n + jj] : v[jj];
+                }
+            }
+        }
+    }
+}
