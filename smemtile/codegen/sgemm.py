@@ -1,0 +1,183 @@
+"""Contract of ``kernels/sgemm.cu``: C = alpha * A @ B + beta * C in fp32 (FFMA, no TF32), row-major.
+
+Spec mapping (YAML)::
+
+    threads: 256                       # must equal (BM / (4*TM)) * (BN / (8*TN)) * 32
+    tile: {BM: 128, BN: 128, BK: 8}    # also TM, TN (default 8), GROUP_M (8), MIN_BLOCKS (2)
+    stages: 4                          # shared-memory ring depth (2 without cp.async)
+    buffers:
+      - {name: As, dtype: f32, shape: [BK, BM], layout: {pad: 4}}    # A tile stored transposed: As[k][m]
+      - {name: Bs, dtype: f32, shape: [BK, BN], layout: {pad: 0}}    # Bs[k][n]
+    kernel: {family: sgemm, M: 4096, N: 4096, K: 4096}               # alpha (1.0), beta (0.0) optional
+
+Shared memory per block = STAGES * (BK * (BM + pad_As) + BK * (BN + pad_Bs)) * 4 bytes.
+Launch: grid = ceil(M/BM) * ceil(N/BN) blocks (1-D, grouped by GROUP_M), block = threads,
+dynamic shared memory = 0 when the total fits 48 KiB (declared statically) else the total.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from smemtile.codegen.contract import Access, Buffer, Family, KernelConfig, Launch, Param, cdiv
+
+LANES_M, LANES_N = 4, 8  # a warp's lanes as a 4 (m) x 8 (n) grid
+
+
+class Sgemm(Family):
+    name = "sgemm"
+    file = "sgemm.cu"
+    kernel = "sgemm"
+    signature = ("int M", "int N", "int K", "float alpha", "const float* A", "int lda", "const float* B", "int ldb",
+                 "float beta", "float* C", "int ldc")
+    params = (
+        Param("BM", 128, None, "block tile rows (multiple of 4*TM)"),
+        Param("BN", 128, None, "block tile columns (multiple of 8*TN)"),
+        Param("BK", 8, (8, 16, 32), "K step per stage (multiple of 8)"),
+        Param("TM", 8, (4, 8), "register tile rows per thread (multiple of 4)"),
+        Param("TN", 8, (4, 8), "register tile columns per thread (multiple of 4)"),
+        Param("STAGES", 4, None, "shared-memory stages (2..8); exactly 2 without cp.async"),
+        Param("CP_ASYNC", 1, (0, 1), "cp.async pipeline (sm_80+); 0 = register double-buffering (sm_75)"),
+        Param("GROUP_M", 8, None, "block rows per L2 group in the block order"),
+        Param("MIN_BLOCKS", 2, (1, 2, 3, 4), "__launch_bounds__ min blocks per SM (caps registers)"),
+    )
+    problem_keys = {"M": 4096, "N": 4096, "K": 4096, "alpha": 1.0, "beta": 0.0}
+    test_sizes = (
+        {"M": 128, "N": 128, "K": 64},
+        {"M": 257, "N": 131, "K": 77, "beta": 0.5},
+        {"M": 1000, "N": 1001, "K": 333, "alpha": 0.75, "beta": -1.25},
+        {"M": 33, "N": 4, "K": 1},
+        {"M": 512, "N": 384, "K": 1024, "beta": 1.0},
+    )
+    bench_sizes = ({"M": 4096, "N": 4096, "K": 4096}, {"M": 8192, "N": 8192, "K": 8192})
+    tolerance = 1e-4  # fp32 accumulation over K terms against float64, relative to max |C|
+
+    def buffers(self, cfg: KernelConfig) -> list[Buffer]:
+        p = cfg.params
+        return [
+            Buffer("As", "f32", p["BK"], p["BM"], "A tile transposed (k-major): As[k][m] = A[m0+m][k0+k]"),
+            Buffer("Bs", "f32", p["BK"], p["BN"], "B tile: Bs[k][n] = B[k0+k][n0+n]"),
+        ]
+
+    def stages(self, p: dict[str, int]) -> int:
+        return p["STAGES"]
+
+    def threads(self, p: dict[str, int]) -> int:
+        wm, wn = LANES_M * p["TM"], LANES_N * p["TN"]
+        if wm <= 0 or wn <= 0 or p["BM"] % wm or p["BN"] % wn:
+            return p["BM"] * p["BN"] // max(1, p["TM"] * p["TN"])
+        return (p["BM"] // wm) * (p["BN"] // wn) * 32
+
+    def violations(self, cfg: KernelConfig) -> list[str]:
+        p, out = cfg.params, []
+        bm, bn, bk, tm, tn = p["BM"], p["BN"], p["BK"], p["TM"], p["TN"]
+        if tm % 4 or tn % 4 or tm <= 0 or tn <= 0:
+            out.append(f"TM and TN must be positive multiples of 4 (the inner loop reads float4s), got TM={tm} TN={tn}")
+            return out
+        if bm % (LANES_M * tm):
+            out.append(f"BM={bm} must be a multiple of the warp tile height 4*TM={LANES_M * tm}")
+        if bn % (LANES_N * tn):
+            out.append(f"BN={bn} must be a multiple of the warp tile width 8*TN={LANES_N * tn}")
+        threads = self.threads(p)
+        if not 32 <= threads <= 1024:
+            out.append(f"BM*BN/(TM*TN) = {threads} threads; a block needs 32..1024")
+        if bk % 8 or bk <= 0:
+            out.append(f"BK={bk} must be a positive multiple of 8 (A is copied in runs of 8 consecutive k)")
+        elif threads and (bm * bk) % threads:
+            out.append(f"BM*BK={bm * bk} A elements do not split evenly over {threads} threads")
+        elif threads and (bk * bn // 4) % threads:
+            out.append(f"BK*BN/4={bk * bn // 4} B float4s do not split evenly over {threads} threads")
+        for b in ("As", "Bs"):
+            lay = cfg.layouts.get(b)
+            if lay is not None and lay.pad % 4:
+                out.append(f"{b}: padding {lay.pad} must be a multiple of 4 floats to keep the float4 reads aligned")
+            if lay is not None and lay.swizzled and lay.swz_m < 2:
+                out.append(f"{b}: swizzle M={lay.swz_m} splits float4s; the inner loop needs M >= 2")
+        stages, cp = p["STAGES"], bool(p["CP_ASYNC"])
+        if cp and not cfg.arch.has_cp_async:
+            out.append(f"cp.async needs sm_80 or newer; {cfg.arch.name} must use CP_ASYNC=0 (register double-buffering)")
+        if cp and stages < 2:
+            out.append(f"a cp.async pipeline needs at least 2 stages, got STAGES={stages}")
+        if not cp and stages != 2:
+            out.append(f"without cp.async the kernel double-buffers through registers: STAGES must be 2, got {stages}")
+        if stages > 8:
+            out.append(f"STAGES={stages}: at most 8")
+        if p["GROUP_M"] < 1:
+            out.append("GROUP_M must be at least 1")
+        return out + self.common_violations(cfg)
+
+    def smem_hint(self, cfg: KernelConfig) -> str:
+        return "; reduce BK or STAGES"
+
+    def template_args(self, cfg: KernelConfig) -> list[str]:
+        p, a, b = cfg.params, cfg.layouts["As"], cfg.layouts["Bs"]
+        vals = [p["BM"], p["BN"], p["BK"], p["TM"], p["TN"], p["STAGES"], "true" if p["CP_ASYNC"] else "false"]
+        vals += [a.pad, a.swz_b, a.swz_m, a.swz_s, b.pad, b.swz_b, b.swz_m, b.swz_s, p["GROUP_M"], p["MIN_BLOCKS"]]
+        return [str(v) for v in vals]
+
+    def launch(self, cfg: KernelConfig) -> Launch:
+        p, q = cfg.params, cfg.problem
+        smem = self.smem_bytes(cfg)
+        blocks = cdiv(q["M"], p["BM"]) * cdiv(q["N"], p["BN"])
+        static = smem <= 48 * 1024
+        return Launch((blocks, 1, 1), (self.threads(p), 1, 1), 0 if static else smem, smem if static else 0)
+
+    def accesses(self, cfg: KernelConfig) -> list[Access]:
+        p = cfg.params
+        bm, bn, bk, tm, tn = p["BM"], p["BN"], p["BK"], p["TM"], p["TN"]
+        t = self.threads(p)
+        warps = t // 32
+        tid = np.arange(t).reshape(warps, 32)
+        lane, warp = tid % 32, tid // 32
+        # A copies: e = tid + i*T; k = (e//8 // BM)*8 + e%8, m = (e//8) % BM  -> As[k][m]
+        i = np.arange(bm * bk // t)[:, None, None]
+        e = tid[None] + i * t
+        a_row, a_col = (e // 8 // bm) * 8 + e % 8, (e // 8) % bm
+        # B copies (16-byte path): c = tid + i*T; k = c // (BN/4), n = (c % (BN/4))*4
+        j = np.arange(bk * bn // 4 // t)[:, None, None]
+        c = tid[None] + j * t
+        b_row, b_col = c // (bn // 4), (c % (bn // 4)) * 4
+        # Inner loop, per k: As[k][warp_m + lm*4 + 16*i], Bs[k][warp_n + ln*4 + 32*j]
+        wm, wn = LANES_M * tm, LANES_N * tn
+        warp_m, warp_n = (warp // (bn // wn)) * wm, (warp % (bn // wn)) * wn
+        lm, ln = lane // LANES_N, lane % LANES_N
+        ks = np.arange(bk)
+        ia = np.arange(tm // 4)
+        la_row = np.broadcast_to(ks[:, None, None, None], (bk, tm // 4, warps, 32)).reshape(-1, warps, 32)
+        la_col = np.broadcast_to((warp_m + lm * 4)[None, None] + 16 * ia[None, :, None, None], (bk, tm // 4, warps, 32))
+        jb = np.arange(tn // 4)
+        lb_row = np.broadcast_to(ks[:, None, None, None], (bk, tn // 4, warps, 32)).reshape(-1, warps, 32)
+        lb_col = np.broadcast_to((warp_n + ln * 4)[None, None] + 32 * jb[None, :, None, None], (bk, tn // 4, warps, 32))
+        copy_op = "cp.async" if p["CP_ASYNC"] else "store"
+        tid_e = "(warp*32+lane)"
+        return [
+            Access("As_copy", "As", copy_op, 4, a_row, a_col, False, {
+                "row": f"(({tid_e} + i*THREADS)//8//BM)*8 + lane%8", "col": f"(({tid_e} + i*THREADS)//8) % BM",
+                "over": {"i": [0, "BM*BK//THREADS"]}}),
+            Access("Bs_copy", "Bs", copy_op, 16, b_row, b_col, False, {
+                "row": f"({tid_e} + j*THREADS)//(BN//4)", "col": f"(({tid_e} + j*THREADS) % (BN//4))*4",
+                "over": {"j": [0, "BK*BN//4//THREADS"]}}),
+            Access("As_read", "As", "load", 16, la_row, la_col.reshape(-1, warps, 32), True, {
+                "row": "k", "col": "(warp//(BN//(8*TN)))*4*TM + (lane//8)*4 + 16*i",
+                "over": {"k": [0, "BK"], "i": [0, "TM//4"]}}),
+            Access("Bs_read", "Bs", "load", 16, lb_row, lb_col.reshape(-1, warps, 32), True, {
+                "row": "k", "col": "(warp%(BN//(8*TN)))*8*TN + (lane%8)*4 + 32*j",
+                "over": {"k": [0, "BK"], "j": [0, "TN//4"]}}),
+        ]
+
+    def make_inputs(self, problem: dict, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        m, n, k = problem["M"], problem["N"], problem["K"]
+        return {
+            "A": rng.standard_normal((m, k), dtype=np.float32),
+            "B": rng.standard_normal((k, n), dtype=np.float32),
+            "C": rng.standard_normal((m, n), dtype=np.float32),
+        }
+
+    def reference(self, problem: dict, inputs: dict[str, np.ndarray]) -> np.ndarray:
+        a, b, c = (inputs[x].astype(np.float64) for x in ("A", "B", "C"))
+        alpha, beta = float(problem.get("alpha", 1.0)), float(problem.get("beta", 0.0))
+        out = alpha * (a @ b)
+        return out + beta * c if beta != 0.0 else out
+
+    def flops_or_bytes(self, problem: dict) -> tuple[str, float]:
+        return "tflops", 2.0 * problem["M"] * problem["N"] * problem["K"]
