@@ -21,14 +21,24 @@ from smemtile.model.arch import Arch, get_arch
 
 FAMILIES: dict[str, Family] = {f.name: f for f in (Sgemm(), Transpose(), Stencil2d())}
 
-__all__ = ["FAMILIES", "ContractViolation", "KernelConfig", "TileLayout", "configure", "from_spec", "get_family"]
+__all__ = [
+    "FAMILIES",
+    "ContractViolation",
+    "KernelConfig",
+    "TileLayout",
+    "configure",
+    "from_spec",
+    "get_family",
+]
 
 
 def get_family(name: str) -> Family:
     try:
         return FAMILIES[str(name).lower()]
     except KeyError:
-        raise ContractViolation(f"unknown kernel family {name!r}; known: {', '.join(FAMILIES)}", key="kernel.family") from None
+        raise ContractViolation(
+            f"unknown kernel family {name!r}; known: {', '.join(FAMILIES)}", key="kernel.family"
+        ) from None
 
 
 def configure(
@@ -98,8 +108,10 @@ def from_spec(spec: Any, variant: str = "fixed", *, check: bool = True) -> Kerne
     layouts the fix search recommends (``fixed``)."""
     kernel = getattr(spec, "kernel", None)
     if kernel is None:
-        raise ContractViolation("the spec has no kernel: section (e.g. kernel: {family: sgemm, M: 4096, N: 4096, K: 4096})",
-                                key="kernel")
+        raise ContractViolation(
+            "the spec has no kernel: section (e.g. kernel: {family: sgemm, M: 4096, N: 4096, K: 4096})",
+            key="kernel",
+        )
     fam = get_family(kernel.family)
     params: dict[str, Any] = {}
     names = {p.name for p in fam.params}
@@ -110,7 +122,9 @@ def from_spec(spec: Any, variant: str = "fixed", *, check: bool = True) -> Kerne
     if stages is not None and "STAGES" in names:
         params["STAGES"] = stages
     params.update({k: v for k, v in dict(kernel.params or {}).items() if k != "family"})
-    layouts = {b.name: b.layout for b in getattr(spec, "buffers", ()) if getattr(b, "layout", None) is not None}
+    layouts = {
+        b.name: b.layout for b in getattr(spec, "buffers", ()) if getattr(b, "layout", None) is not None
+    }
     if variant == "fixed":
         layouts.update(_recommended_layouts(spec))
     elif variant != "baseline":
@@ -119,7 +133,9 @@ def from_spec(spec: Any, variant: str = "fixed", *, check: bool = True) -> Kerne
         tile = next((b for b in getattr(spec, "buffers", ()) if b.name == "tile"), None)
         if tile is not None:
             params["dtype"] = str(tile.dtype)
-    return configure(fam.name, params, layouts, spec.arch, threads=getattr(spec, "threads", None), check=check)
+    return configure(
+        fam.name, params, layouts, spec.arch, threads=getattr(spec, "threads", None), check=check
+    )
 
 
 def _recommended_layouts(spec: Any) -> dict[str, Any]:

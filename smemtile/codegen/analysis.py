@@ -43,7 +43,7 @@ def _wavefronts_classic(addr: np.ndarray, width: int) -> tuple[int, int]:
     waves = ideal = 0
     words_per_lane = max(1, width // WORD)
     for start in range(0, 32, per_phase):
-        a = addr[start:start + per_phase]
+        a = addr[start : start + per_phase]
         a = a[a >= 0]
         if a.size == 0:
             continue
@@ -84,6 +84,17 @@ def bank_table(fam: Family, cfg: KernelConfig) -> list[AccessBanks]:
                 worst, worst_ideal = w, i
         if worst == 0:
             worst = worst_ideal
-        out.append(AccessBanks(acc.name, acc.buffer, acc.op, acc.width, acc.inner_loop, addr.shape[0], worst,
-                               worst_ideal, round(worst / worst_ideal, 3)))
+        out.append(
+            AccessBanks(
+                acc.name,
+                acc.buffer,
+                acc.op,
+                acc.width,
+                acc.inner_loop,
+                addr.shape[0],
+                worst,
+                worst_ideal,
+                round(worst / worst_ideal, 3),
+            )
+        )
     return out

@@ -235,7 +235,9 @@ class Family:
                 out.append(f"{bname}: padding cannot be negative ({lay.pad})")
             if lay.swizzled:
                 if lay.swz_s < lay.swz_b:
-                    out.append(f"{bname}: Swizzle<{lay.swz_b},{lay.swz_m},{lay.swz_s}> needs S >= B (source and target bits overlap)")
+                    out.append(
+                        f"{bname}: Swizzle<{lay.swz_b},{lay.swz_m},{lay.swz_s}> needs S >= B (source and target bits overlap)"
+                    )
                 group = 1 << (lay.swz_m + lay.swz_b)
                 if (b.rows * (b.cols + lay.pad)) % group:
                     out.append(

@@ -33,15 +33,25 @@ def kernel_source(family: str) -> tuple[str, dict[str, str]]:
 
 def inline_headers(text: str) -> str:
     body = kernel_text(HEADER_FILE).replace("#pragma once\n", "")
-    return _INCLUDE.sub(lambda _: f"// ---- {HEADER_FILE} (inlined) ----\n{body.strip()}\n// ---- end {HEADER_FILE} ----", text)
+    return _INCLUDE.sub(
+        lambda _: f"// ---- {HEADER_FILE} (inlined) ----\n{body.strip()}\n// ---- end {HEADER_FILE} ----",
+        text,
+    )
 
 
 # Host-side arguments of the launch helper, per family: (C++ parameter list, kernel call arguments).
 _HOST = {
-    "sgemm": ("int M, int N, int K, float alpha, const float* A, const float* B, float beta, float* C",
-              "M, N, K, alpha, A, K, B, N, beta, C, N", "M, N"),
+    "sgemm": (
+        "int M, int N, int K, float alpha, const float* A, const float* B, float beta, float* C",
+        "M, N, K, alpha, A, K, B, N, beta, C, N",
+        "M, N",
+    ),
     "transpose": ("const {T}* in, {T}* out, int rows, int cols", "in, out, rows, cols", "rows, cols"),
-    "stencil2d": ("const float* in, float* out, int ny, int nx, const float* coeffs", "in, out, ny, nx, coeffs", "ny, nx"),
+    "stencil2d": (
+        "const float* in, float* out, int ny, int nx, const float* coeffs",
+        "in, out, ny, nx, coeffs",
+        "ny, nx",
+    ),
 }
 
 
@@ -74,7 +84,9 @@ class GeneratedKernel:
             "layouts": {k: v.to_dict() for k, v in self.config.layouts.items()},
             "arch": self.config.arch.name,
             "banks": [b.to_dict() for b in self.banks],
-            "banks_baseline": None if self.banks_baseline is None else [b.to_dict() for b in self.banks_baseline],
+            "banks_baseline": None
+            if self.banks_baseline is None
+            else [b.to_dict() for b in self.banks_baseline],
             **self.extra,
         }
 
@@ -119,7 +131,9 @@ def _instantiation(cfg: KernelConfig, expr: str) -> str:
     return f"template __global__ void {expr}({sig});"
 
 
-def _header(cfg: KernelConfig, expr: str, gk_banks, base_banks, launch: Launch, smem: int, extra: dict, origin: str) -> str:
+def _header(
+    cfg: KernelConfig, expr: str, gk_banks, base_banks, launch: Launch, smem: int, extra: dict, origin: str
+) -> str:
     from smemtile import __version__
 
     fam = FAMILIES[cfg.family]
@@ -130,14 +144,18 @@ def _header(cfg: KernelConfig, expr: str, gk_banks, base_banks, launch: Launch, 
         "// Shared-memory layouts:",
     ]
     for b in fam.buffers(cfg):
-        out.append(f"//   {b.name} [{b.rows} x {b.cols}] {b.dtype}: {cfg.layouts[b.name].describe()}  ({b.doc})")
+        out.append(
+            f"//   {b.name} [{b.rows} x {b.cols}] {b.dtype}: {cfg.layouts[b.name].describe()}  ({b.doc})"
+        )
     out.append("// Bank conflicts (worst instruction; wavefronts / ideal):")
     base = {b.name: b for b in (base_banks or [])}
     for b in gk_banks:
         before = base.get(b.name)
         was = f"{before.degree:g}x ({before.wavefronts}/{before.ideal}) -> " if before else ""
         loop = "inner loop" if b.inner_loop else "tile copy"
-        out.append(f"//   {b.name:<15} {b.op:<8} {b.width:>2} B  {loop:<10}  {was}{b.degree:g}x ({b.wavefronts}/{b.ideal})")
+        out.append(
+            f"//   {b.name:<15} {b.op:<8} {b.width:>2} B  {loop:<10}  {was}{b.degree:g}x ({b.wavefronts}/{b.ideal})"
+        )
     stages = fam.stages(cfg.params)
     out.append(
         f"// Shared memory per block: {smem} bytes ({stages} stage{'s' if stages > 1 else ''}, padding included; "
@@ -156,13 +174,16 @@ def _header(cfg: KernelConfig, expr: str, gk_banks, base_banks, launch: Launch, 
             f"// Occupancy: {o['active_blocks']} blocks/SM, {o['active_warps']} warps ({o['occupancy']:.0%}), "
             f"limited by {o['limiter']}."
         )
-    out.append(f"// Launch: grid {tuple(launch.grid)}, block {tuple(launch.block)}, dynamic shared memory "
-               f"{launch.dynamic_smem_bytes} bytes.")
+    out.append(
+        f"// Launch: grid {tuple(launch.grid)}, block {tuple(launch.block)}, dynamic shared memory "
+        f"{launch.dynamic_smem_bytes} bytes."
+    )
     return "\n".join(out)
 
 
-def render(cfg: KernelConfig, *, baseline: KernelConfig | None = None, extra: dict | None = None,
-           origin: str = "") -> GeneratedKernel:
+def render(
+    cfg: KernelConfig, *, baseline: KernelConfig | None = None, extra: dict | None = None, origin: str = ""
+) -> GeneratedKernel:
     """The standalone source and launch description of ``cfg`` (``baseline``: the unfixed variant to compare)."""
     fam = FAMILIES[cfg.family]
     expr = fam.name_expression(cfg)
@@ -173,17 +194,19 @@ def render(cfg: KernelConfig, *, baseline: KernelConfig | None = None, extra: di
     extra = dict(extra or {})
     helper = _launch_helper(cfg, expr, launch)
     body = inline_headers(kernel_text(fam.file))
-    source = "\n".join([
-        _header(cfg, expr, banks, base_banks, launch, smem, extra, origin),
-        "",
-        body.rstrip(),
-        "",
-        "// ---- instantiation ----",
-        _instantiation(cfg, expr),
-        "",
-        "#if !defined(__CUDACC_RTC__)  // host launch helper: nvcc only",
-        helper,
-        "#endif",
-        "",
-    ])
+    source = "\n".join(
+        [
+            _header(cfg, expr, banks, base_banks, launch, smem, extra, origin),
+            "",
+            body.rstrip(),
+            "",
+            "// ---- instantiation ----",
+            _instantiation(cfg, expr),
+            "",
+            "#if !defined(__CUDACC_RTC__)  // host launch helper: nvcc only",
+            helper,
+            "#endif",
+            "",
+        ]
+    )
     return GeneratedKernel(cfg, expr, launch, smem, source, helper, banks, base_banks, extra)

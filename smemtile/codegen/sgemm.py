@@ -28,8 +28,19 @@ class Sgemm(Family):
     name = "sgemm"
     file = "sgemm.cu"
     kernel = "sgemm"
-    signature = ("int M", "int N", "int K", "float alpha", "const float* A", "int lda", "const float* B", "int ldb",
-                 "float beta", "float* C", "int ldc")
+    signature = (
+        "int M",
+        "int N",
+        "int K",
+        "float alpha",
+        "const float* A",
+        "int lda",
+        "const float* B",
+        "int ldb",
+        "float beta",
+        "float* C",
+        "int ldc",
+    )
     params = (
         Param("BM", 128, None, "block tile rows (multiple of 4*TM)"),
         Param("BN", 128, None, "block tile columns (multiple of 8*TN)"),
@@ -72,7 +83,9 @@ class Sgemm(Family):
         p, out = cfg.params, []
         bm, bn, bk, tm, tn = p["BM"], p["BN"], p["BK"], p["TM"], p["TN"]
         if tm % 4 or tn % 4 or tm <= 0 or tn <= 0:
-            out.append(f"TM and TN must be positive multiples of 4 (the inner loop reads float4s), got TM={tm} TN={tn}")
+            out.append(
+                f"TM and TN must be positive multiples of 4 (the inner loop reads float4s), got TM={tm} TN={tn}"
+            )
             return out
         if bm % (LANES_M * tm):
             out.append(f"BM={bm} must be a multiple of the warp tile height 4*TM={LANES_M * tm}")
@@ -90,16 +103,22 @@ class Sgemm(Family):
         for b in ("As", "Bs"):
             lay = cfg.layouts.get(b)
             if lay is not None and lay.pad % 4:
-                out.append(f"{b}: padding {lay.pad} must be a multiple of 4 floats to keep the float4 reads aligned")
+                out.append(
+                    f"{b}: padding {lay.pad} must be a multiple of 4 floats to keep the float4 reads aligned"
+                )
             if lay is not None and lay.swizzled and lay.swz_m < 2:
                 out.append(f"{b}: swizzle M={lay.swz_m} splits float4s; the inner loop needs M >= 2")
         stages, cp = p["STAGES"], bool(p["CP_ASYNC"])
         if cp and not cfg.arch.has_cp_async:
-            out.append(f"cp.async needs sm_80 or newer; {cfg.arch.name} must use CP_ASYNC=0 (register double-buffering)")
+            out.append(
+                f"cp.async needs sm_80 or newer; {cfg.arch.name} must use CP_ASYNC=0 (register double-buffering)"
+            )
         if cp and stages < 2:
             out.append(f"a cp.async pipeline needs at least 2 stages, got STAGES={stages}")
         if not cp and stages != 2:
-            out.append(f"without cp.async the kernel double-buffers through registers: STAGES must be 2, got {stages}")
+            out.append(
+                f"without cp.async the kernel double-buffers through registers: STAGES must be 2, got {stages}"
+            )
         if stages > 8:
             out.append(f"STAGES={stages}: at most 8")
         if p["GROUP_M"] < 1:
@@ -111,8 +130,27 @@ class Sgemm(Family):
 
     def template_args(self, cfg: KernelConfig) -> list[str]:
         p, a, b = cfg.params, cfg.layouts["As"], cfg.layouts["Bs"]
-        vals = [p["BM"], p["BN"], p["BK"], p["TM"], p["TN"], p["STAGES"], "true" if p["CP_ASYNC"] else "false"]
-        vals += [a.pad, a.swz_b, a.swz_m, a.swz_s, b.pad, b.swz_b, b.swz_m, b.swz_s, p["GROUP_M"], p["MIN_BLOCKS"]]
+        vals = [
+            p["BM"],
+            p["BN"],
+            p["BK"],
+            p["TM"],
+            p["TN"],
+            p["STAGES"],
+            "true" if p["CP_ASYNC"] else "false",
+        ]
+        vals += [
+            a.pad,
+            a.swz_b,
+            a.swz_m,
+            a.swz_s,
+            b.pad,
+            b.swz_b,
+            b.swz_m,
+            b.swz_s,
+            p["GROUP_M"],
+            p["MIN_BLOCKS"],
+        ]
         return [str(v) for v in vals]
 
     def launch(self, cfg: KernelConfig) -> Launch:
@@ -144,25 +182,73 @@ class Sgemm(Family):
         ks = np.arange(bk)
         ia = np.arange(tm // 4)
         la_row = np.broadcast_to(ks[:, None, None, None], (bk, tm // 4, warps, 32)).reshape(-1, warps, 32)
-        la_col = np.broadcast_to((warp_m + lm * 4)[None, None] + 16 * ia[None, :, None, None], (bk, tm // 4, warps, 32))
+        la_col = np.broadcast_to(
+            (warp_m + lm * 4)[None, None] + 16 * ia[None, :, None, None], (bk, tm // 4, warps, 32)
+        )
         jb = np.arange(tn // 4)
         lb_row = np.broadcast_to(ks[:, None, None, None], (bk, tn // 4, warps, 32)).reshape(-1, warps, 32)
-        lb_col = np.broadcast_to((warp_n + ln * 4)[None, None] + 32 * jb[None, :, None, None], (bk, tn // 4, warps, 32))
+        lb_col = np.broadcast_to(
+            (warp_n + ln * 4)[None, None] + 32 * jb[None, :, None, None], (bk, tn // 4, warps, 32)
+        )
         copy_op = "cp.async" if p["CP_ASYNC"] else "store"
         tid_e = "(warp*32+lane)"
         return [
-            Access("As_copy", "As", copy_op, 4, a_row, a_col, False, {
-                "row": f"(({tid_e} + i*THREADS)//8//BM)*8 + lane%8", "col": f"(({tid_e} + i*THREADS)//8) % BM",
-                "over": {"i": [0, "BM*BK//THREADS"]}}),
-            Access("Bs_copy", "Bs", copy_op, 16, b_row, b_col, False, {
-                "row": f"({tid_e} + j*THREADS)//(BN//4)", "col": f"(({tid_e} + j*THREADS) % (BN//4))*4",
-                "over": {"j": [0, "BK*BN//4//THREADS"]}}),
-            Access("As_read", "As", "load", 16, la_row, la_col.reshape(-1, warps, 32), True, {
-                "row": "k", "col": "(warp//(BN//(8*TN)))*4*TM + (lane//8)*4 + 16*i",
-                "over": {"k": [0, "BK"], "i": [0, "TM//4"]}}),
-            Access("Bs_read", "Bs", "load", 16, lb_row, lb_col.reshape(-1, warps, 32), True, {
-                "row": "k", "col": "(warp%(BN//(8*TN)))*8*TN + (lane%8)*4 + 32*j",
-                "over": {"k": [0, "BK"], "j": [0, "TN//4"]}}),
+            Access(
+                "As_copy",
+                "As",
+                copy_op,
+                4,
+                a_row,
+                a_col,
+                False,
+                {
+                    "row": f"(({tid_e} + i*THREADS)//8//BM)*8 + lane%8",
+                    "col": f"(({tid_e} + i*THREADS)//8) % BM",
+                    "over": {"i": [0, "BM*BK//THREADS"]},
+                },
+            ),
+            Access(
+                "Bs_copy",
+                "Bs",
+                copy_op,
+                16,
+                b_row,
+                b_col,
+                False,
+                {
+                    "row": f"({tid_e} + j*THREADS)//(BN//4)",
+                    "col": f"(({tid_e} + j*THREADS) % (BN//4))*4",
+                    "over": {"j": [0, "BK*BN//4//THREADS"]},
+                },
+            ),
+            Access(
+                "As_read",
+                "As",
+                "load",
+                16,
+                la_row,
+                la_col.reshape(-1, warps, 32),
+                True,
+                {
+                    "row": "k",
+                    "col": "(warp//(BN//(8*TN)))*4*TM + (lane//8)*4 + 16*i",
+                    "over": {"k": [0, "BK"], "i": [0, "TM//4"]},
+                },
+            ),
+            Access(
+                "Bs_read",
+                "Bs",
+                "load",
+                16,
+                lb_row,
+                lb_col.reshape(-1, warps, 32),
+                True,
+                {
+                    "row": "k",
+                    "col": "(warp%(BN//(8*TN)))*8*TN + (lane%8)*4 + 32*j",
+                    "over": {"k": [0, "BK"], "j": [0, "TN//4"]},
+                },
+            ),
         ]
 
     def make_inputs(self, problem: dict, rng: np.random.Generator) -> dict[str, np.ndarray]:

@@ -39,7 +39,15 @@ class Stencil2d(Family):
     def buffers(self, cfg: KernelConfig) -> list[Buffer]:
         p = cfg.params
         r = p["R"]
-        return [Buffer("tile", "f32", p["BY"] + 2 * r, p["BX"] + 2 * r, "input tile with an R-wide halo on every side")]
+        return [
+            Buffer(
+                "tile",
+                "f32",
+                p["BY"] + 2 * r,
+                p["BX"] + 2 * r,
+                "input tile with an R-wide halo on every side",
+            )
+        ]
 
     def threads(self, p: dict[str, int]) -> int:
         return p["BX"] * p["BY"]
@@ -66,7 +74,12 @@ class Stencil2d(Family):
 
     def launch(self, cfg: KernelConfig) -> Launch:
         p, q = cfg.params, cfg.problem
-        return Launch((cdiv(q["nx"], p["BX"]), cdiv(q["ny"], p["BY"]), 1), (p["BX"], p["BY"], 1), 0, self.smem_bytes(cfg))
+        return Launch(
+            (cdiv(q["nx"], p["BX"]), cdiv(q["ny"], p["BY"]), 1),
+            (p["BX"], p["BY"], 1),
+            0,
+            self.smem_bytes(cfg),
+        )
 
     def accesses(self, cfg: KernelConfig) -> list[Access]:
         p = cfg.params
@@ -85,11 +98,34 @@ class Stencil2d(Family):
         rd_col = np.stack([tx + r + dx for _, dx in offs])
         tid_e = "(warp*32+lane)"
         return [
-            Access("halo_fill", "tile", "store", 4, fill_row, fill_col, False,
-                   {"row": f"({tid_e} + i*THREADS)//(BX+2*R)", "col": f"({tid_e} + i*THREADS)%(BX+2*R)",
-                    "over": {"i": [0, "ceil((BY+2*R)*(BX+2*R)/THREADS)"]}}),
-            Access("neighbour_read", "tile", "load", 4, rd_row, rd_col, True,
-                   {"row": f"{tid_e}//BX + R + dy", "col": f"{tid_e}%BX + R + dx", "over": {"(dy,dx)": "the 4R+1 star points"}}),
+            Access(
+                "halo_fill",
+                "tile",
+                "store",
+                4,
+                fill_row,
+                fill_col,
+                False,
+                {
+                    "row": f"({tid_e} + i*THREADS)//(BX+2*R)",
+                    "col": f"({tid_e} + i*THREADS)%(BX+2*R)",
+                    "over": {"i": [0, "ceil((BY+2*R)*(BX+2*R)/THREADS)"]},
+                },
+            ),
+            Access(
+                "neighbour_read",
+                "tile",
+                "load",
+                4,
+                rd_row,
+                rd_col,
+                True,
+                {
+                    "row": f"{tid_e}//BX + R + dy",
+                    "col": f"{tid_e}%BX + R + dx",
+                    "over": {"(dy,dx)": "the 4R+1 star points"},
+                },
+            ),
         ]
 
     def coefficients(self, r: int) -> np.ndarray:
@@ -107,8 +143,12 @@ class Stencil2d(Family):
         xp = np.pad(x, r)
         out = c[0] * x
         for d in range(1, r + 1):
-            s = (xp[r:r + ny, r - d:r - d + nx] + xp[r:r + ny, r + d:r + d + nx]
-                 + xp[r - d:r - d + ny, r:r + nx] + xp[r + d:r + d + ny, r:r + nx])
+            s = (
+                xp[r : r + ny, r - d : r - d + nx]
+                + xp[r : r + ny, r + d : r + d + nx]
+                + xp[r - d : r - d + ny, r : r + nx]
+                + xp[r + d : r + d + ny, r : r + nx]
+            )
             out = out + c[d] * s
         return out
 

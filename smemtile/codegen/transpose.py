@@ -48,8 +48,15 @@ class Transpose(Family):
 
     def buffers(self, cfg: KernelConfig) -> list[Buffer]:
         dt, p = self.dtype(cfg), cfg.params
-        return [Buffer("tile", dt if dt in CTYPES else "f32", p["TILE"], p["TILE"],
-                       "tile[r][c] = in[y0+r][x0+c]; written by rows, read by columns")]
+        return [
+            Buffer(
+                "tile",
+                dt if dt in CTYPES else "f32",
+                p["TILE"],
+                p["TILE"],
+                "tile[r][c] = in[y0+r][x0+c]; written by rows, read by columns",
+            )
+        ]
 
     def threads(self, p: dict[str, int]) -> int:
         return p["TILE"] * p["BLOCK_ROWS"]
@@ -72,12 +79,19 @@ class Transpose(Family):
 
     def template_args(self, cfg: KernelConfig) -> list[str]:
         p, t = cfg.params, cfg.layouts["tile"]
-        return [CTYPES.get(self.dtype(cfg), "float"), *(str(v) for v in (p["TILE"], p["BLOCK_ROWS"], t.pad, t.swz_b, t.swz_m, t.swz_s))]
+        return [
+            CTYPES.get(self.dtype(cfg), "float"),
+            *(str(v) for v in (p["TILE"], p["BLOCK_ROWS"], t.pad, t.swz_b, t.swz_m, t.swz_s)),
+        ]
 
     def launch(self, cfg: KernelConfig) -> Launch:
         p, q = cfg.params, cfg.problem
-        return Launch((cdiv(q["cols"], p["TILE"]), cdiv(q["rows"], p["TILE"]), 1), (p["TILE"], p["BLOCK_ROWS"], 1),
-                      0, self.smem_bytes(cfg))
+        return Launch(
+            (cdiv(q["cols"], p["TILE"]), cdiv(q["rows"], p["TILE"]), 1),
+            (p["TILE"], p["BLOCK_ROWS"], 1),
+            0,
+            self.smem_bytes(cfg),
+        )
 
     def accesses(self, cfg: KernelConfig) -> list[Access]:
         p = cfg.params
@@ -87,10 +101,34 @@ class Transpose(Family):
         tx, ty = tid % tile, tid // tile
         j = np.arange(0, tile, brows)[:, None, None]
         return [
-            Access("tile_write", "tile", "store", width, ty[None] + j, np.broadcast_to(tx, (len(j), *tx.shape)), True,
-                   {"row": "(warp*32+lane)//TILE + j", "col": "(warp*32+lane)%TILE", "over": {"j": [0, "TILE", "BLOCK_ROWS"]}}),
-            Access("tile_read", "tile", "load", width, np.broadcast_to(tx, (len(j), *tx.shape)), ty[None] + j, True,
-                   {"row": "(warp*32+lane)%TILE", "col": "(warp*32+lane)//TILE + j", "over": {"j": [0, "TILE", "BLOCK_ROWS"]}}),
+            Access(
+                "tile_write",
+                "tile",
+                "store",
+                width,
+                ty[None] + j,
+                np.broadcast_to(tx, (len(j), *tx.shape)),
+                True,
+                {
+                    "row": "(warp*32+lane)//TILE + j",
+                    "col": "(warp*32+lane)%TILE",
+                    "over": {"j": [0, "TILE", "BLOCK_ROWS"]},
+                },
+            ),
+            Access(
+                "tile_read",
+                "tile",
+                "load",
+                width,
+                np.broadcast_to(tx, (len(j), *tx.shape)),
+                ty[None] + j,
+                True,
+                {
+                    "row": "(warp*32+lane)%TILE",
+                    "col": "(warp*32+lane)//TILE + j",
+                    "over": {"j": [0, "TILE", "BLOCK_ROWS"]},
+                },
+            ),
         ]
 
     def make_inputs(self, problem: dict, rng: np.random.Generator) -> dict[str, np.ndarray]:

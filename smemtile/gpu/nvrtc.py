@@ -128,7 +128,9 @@ def compile_cubin(
     nvrtc = _nvrtc()
     hdr_names = [n.encode() for n in (headers or {})]
     hdr_srcs = [s.encode() for s in (headers or {}).values()]
-    err, prog = nvrtc.nvrtcCreateProgram(source.encode(), filename.encode(), len(hdr_names), hdr_srcs, hdr_names)
+    err, prog = nvrtc.nvrtcCreateProgram(
+        source.encode(), filename.encode(), len(hdr_names), hdr_srcs, hdr_names
+    )
     _check(nvrtc, err, "create program")
     try:
         for expr in name_expressions:
@@ -143,7 +145,9 @@ def compile_cubin(
         (err,) = nvrtc.nvrtcGetProgramLog(prog, buf)
         log = buf.rstrip(b"\x00 ").decode(errors="replace")
         if int(status) != 0:
-            first = next((ln for ln in log.splitlines() if "error" in ln), log.strip().splitlines()[0] if log else "")
+            first = next(
+                (ln for ln in log.splitlines() if "error" in ln), log.strip().splitlines()[0] if log else ""
+            )
             raise CompileError(f"{filename} for {arch_flag}: {first.strip()}\n{log}")
         lowered: dict[str, str] = {}
         for expr in name_expressions:
@@ -160,5 +164,10 @@ def compile_cubin(
     by_mangled = parse_ptxas_log(log)
     resources = {expr: by_mangled[name] for expr, name in lowered.items() if name in by_mangled}
     return CompileResult(
-        cubin=cubin, arch=arch_flag, lowered=lowered, log=log, resources=resources, nvrtc_version=nvrtc_version()
+        cubin=cubin,
+        arch=arch_flag,
+        lowered=lowered,
+        log=log,
+        resources=resources,
+        nvrtc_version=nvrtc_version(),
     )
