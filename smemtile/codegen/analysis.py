@@ -2,7 +2,7 @@
 
 Each :class:`~smemtile.codegen.contract.Access` gives logical (row, col) per lane; the buffer's layout maps them
 to byte addresses exactly as the kernel does (``SmemTile::offset``). Conflicts are counted with the model of
-``smemtile.model.banks`` when it offers ``wavefronts(addresses, width)``; otherwise with the classic one below:
+``smemtile.model.banks.analyze_addresses`` (phases fitted to Nsight Compute); without it, the classic one:
 
     lanes are served in phases of 128 bytes (32 lanes for <= 4-byte accesses, 16 for 8-byte, 8 for 16-byte);
     a phase costs as many wavefronts as the most distinct 4-byte words any one of the 32 banks must deliver.
@@ -54,13 +54,17 @@ def _wavefronts_classic(addr: np.ndarray, width: int) -> tuple[int, int]:
     return waves, ideal
 
 
-def _wavefront_fn():
-    try:  # the project's bank model, when it exposes a per-instruction wavefront count
-        from smemtile.model.banks import wavefronts  # type: ignore[attr-defined]
-
-        return wavefronts
+def _wavefronts(addr: np.ndarray, op: str, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per instruction (rows of ``addr``): (wavefronts, ideal). Idle lanes (-1) repeat an active lane's address."""
+    first = np.where(addr >= 0, addr, np.iinfo(np.int64).max).min(axis=1, keepdims=True)
+    addr = np.where(addr >= 0, addr, first)
+    try:  # the project's bank model (phases fitted to Nsight Compute)
+        from smemtile.model.banks import analyze_addresses
     except ImportError:
-        return _wavefronts_classic
+        pairs = [_wavefronts_classic(row, width) for row in addr]
+        return np.array([w for w, _ in pairs]), np.array([i for _, i in pairs])
+    res = analyze_addresses(addr, op, width)
+    return np.asarray(res.wavefronts), np.asarray(res.ideal_wavefronts)
 
 
 def byte_addresses(fam: Family, cfg: KernelConfig, acc: Access) -> np.ndarray:
@@ -73,17 +77,12 @@ def byte_addresses(fam: Family, cfg: KernelConfig, acc: Access) -> np.ndarray:
 
 def bank_table(fam: Family, cfg: KernelConfig) -> list[AccessBanks]:
     """Worst wavefronts per access over all its instructions and warps."""
-    fn = _wavefront_fn()
     out = []
     for acc in fam.accesses(cfg):
-        addr = byte_addresses(fam, cfg, acc).reshape(-1, 32)
-        worst, worst_ideal = 0, 1
-        for row in np.unique(addr, axis=0):
-            w, i = fn(row, acc.width)
-            if i and w / i > worst / worst_ideal:
-                worst, worst_ideal = w, i
-        if worst == 0:
-            worst = worst_ideal
+        addr = np.unique(byte_addresses(fam, cfg, acc).reshape(-1, 32), axis=0)
+        addr = addr[(addr >= 0).any(axis=1)]
+        waves, ideal = _wavefronts(addr, acc.op, acc.width)
+        k = int(np.argmax(waves / ideal))
         out.append(
             AccessBanks(
                 acc.name,
@@ -91,10 +90,10 @@ def bank_table(fam: Family, cfg: KernelConfig) -> list[AccessBanks]:
                 acc.op,
                 acc.width,
                 acc.inner_loop,
-                addr.shape[0],
-                worst,
-                worst_ideal,
-                round(worst / worst_ideal, 3),
+                int(np.asarray(acc.rows).reshape(-1, 32).shape[0]),
+                int(waves[k]),
+                int(ideal[k]),
+                round(float(waves[k] / ideal[k]), 3),
             )
         )
     return out

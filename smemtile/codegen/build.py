@@ -1,0 +1,78 @@
+"""Configuration -> compiled, analysed kernel: the one path generate, verify, tune and the benchmarks share.
+
+``build(cfg)`` renders the source, compiles the family's template through NVRTC for ``cfg.arch`` (when NVRTC
+is importable), checks ptxas' static shared memory against the contract's formula, computes occupancy from
+the real register count, and evaluates the review checklist.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from smemtile.codegen import FAMILIES
+from smemtile.codegen.checklist import Item, evaluate
+from smemtile.codegen.contract import KernelConfig
+from smemtile.codegen.render import GeneratedKernel, kernel_source, render
+from smemtile.errors import CompileError, NoDevice
+
+
+@dataclass(frozen=True)
+class Built:
+    kernel: GeneratedKernel
+    checklist: list[Item]
+    compiled: object | None  # smemtile.gpu.nvrtc.CompileResult
+    compile_note: str  # why it was not compiled, or ""
+
+
+def compile_config(cfg: KernelConfig):
+    """NVRTC-compile the family's template for ``cfg`` (kernel file + header, one name expression)."""
+    from smemtile.gpu.nvrtc import compile_cubin
+
+    fam = FAMILIES[cfg.family]
+    src, headers = kernel_source(cfg.family)
+    return compile_cubin(src, [fam.name_expression(cfg)], cfg.arch.name, headers=headers, filename=fam.file)
+
+
+def build(
+    cfg: KernelConfig, *, baseline: KernelConfig | None = None, compile: bool = True, origin: str = ""
+) -> Built:
+    fam = FAMILIES[cfg.family]
+    extra: dict = {}
+    compiled, note = None, ""
+    if compile:
+        try:
+            compiled = compile_config(cfg)
+        except NoDevice as e:
+            note = f"not compiled: {e}"
+        except CompileError as e:
+            if "invalid value for --gpu-architecture" in str(e):
+                note = f"not compiled: this NVRTC cannot target {cfg.arch.name}"
+            else:
+                raise
+    else:
+        note = "not compiled (--no-compile)"
+    launch = fam.launch(cfg)
+    if compiled is not None:
+        res = compiled.resources.get(fam.name_expression(cfg))
+        if res is not None and res.registers is not None:
+            extra["ptxas"] = res.to_dict()
+            if res.static_smem_bytes != launch.static_smem_bytes:
+                raise CompileError(
+                    f"ptxas reports {res.static_smem_bytes} bytes of static shared memory but the {fam.name} contract "
+                    f"says {launch.static_smem_bytes}: the kernel and its formula disagree"
+                )
+            from smemtile.model.occupancy import occupancy
+
+            occ = occupancy(
+                cfg.arch,
+                fam.threads(cfg.params),
+                res.registers,
+                res.static_smem_bytes,
+                launch.dynamic_smem_bytes,
+            )
+            extra["occupancy"] = occ.to_dict()
+        extra["nvrtc_version"] = compiled.nvrtc_version
+    if note:
+        extra["compile_note"] = note
+    gk = render(cfg, baseline=baseline, extra=extra, origin=origin)
+    return Built(gk, evaluate(gk), compiled, note)
