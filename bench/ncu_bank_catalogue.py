@@ -52,6 +52,7 @@ KINDS = {
     "cpa4": ("cp.async", 4, None),
     "cpa8": ("cp.async", 8, None),
     "cpa16": ("cp.async", 16, None),
+    "cpa16ca": ("cp.async", 16, None),
 }
 
 
@@ -188,6 +189,41 @@ def patterns() -> list[dict]:
     P.append(_p("cpa16_stride144", "cpa16", [144 * i for i in LANES], "padded rows"))
     P.append(_p("cpa16_transposed_quarters", "cpa16", [16 * ((i % 4) * 8 + i // 4) for i in LANES], ""))
     P.append(_p("cpa16_swizzle", "cpa16", [128 * (i // 8) + 16 * ((i % 8) ^ (i // 8)) for i in LANES], ""))
+    # ---- second round: partial lane-pair sharing, pair-shared random addresses, stores, cp.async.ca 16
+    def paired(vals):
+        return [vals[i // 2] for i in LANES]
+    P.append(_p("ld8_pairs_half0_only", "ld8", [8 * (i // 2) if i < 16 else 8 * i + 256 for i in LANES],
+                "pairs share in lanes 0-15 only"))
+    P.append(_p("ld8_pairs_all_but_one", "ld8", [8 * (i // 2) if i != 31 else 8 * 40 for i in LANES],
+                "every pair shares except (30, 31)"))
+    P.append(_p("ld8_pairs_conflict", "ld8", paired([256 * k for k in range(16)]), "pairs share, 16 words of bank 0"))
+    for k in range(2):
+        P.append(_p(f"ld8_pairs_random{k}", "ld8", paired([8 * rng.randrange(256) for _ in range(16)]),
+                    "random addresses shared by lane pairs"))
+    P.append(_p("ld16_pairs_conflict", "ld16", paired([128 * k for k in range(16)]), "pairs share, banks 0-3"))
+    P.append(_p("ld16_pairs_half0_only", "ld16", [16 * (i // 2) if i < 16 else 16 * i + 512 for i in LANES],
+                "pairs share in lanes 0-15 only"))
+    P.append(_p("ld16_pairs_quarter0_only", "ld16", [16 * (i // 2) if i < 8 else 16 * i for i in LANES],
+                "pairs share in lanes 0-7 only"))
+    for k in range(3):
+        P.append(_p(f"ld16_pairs_random{k}", "ld16", paired([16 * rng.randrange(128) for _ in range(16)]),
+                    "random addresses shared by lane pairs"))
+    P.append(_p("ld16_even_odd_pairs", "ld16", [16 * (i % 2) for i in LANES], "two addresses: even and odd lanes"))
+    P.append(_p("ld4_random3", "ld4", [4 * rng.randrange(256) for _ in LANES], "random words in 1 KB"))
+    P.append(_p("ld2_random1", "ld2", [2 * rng.randrange(256) for _ in LANES], "random halves in 512 B"))
+    P.append(_p("st16_uniform", "st16", [0] * 32, "every lane the same 16 bytes"))
+    P.append(_p("st16_pairs", "st16", paired([16 * k for k in range(16)]), "lane pairs write the same 16 bytes"))
+    P.append(_p("st8_pairs", "st8", paired([8 * k for k in range(16)]), "lane pairs write the same 8 bytes"))
+    P.append(_p("st8_random0", "st8", [8 * rng.randrange(512) for _ in LANES], "random"))
+    P.append(_p("st16_random0", "st16", [16 * rng.randrange(256) for _ in LANES], "random"))
+    P.append(_p("cpa4_random0", "cpa4", [4 * rng.randrange(512) for _ in LANES], "random words"))
+    P.append(_p("cpa8_stride16", "cpa8", [16 * i for i in LANES], ""))
+    P.append(_p("cpa16ca_consecutive", "cpa16ca", [16 * i for i in LANES], "cp.async.ca, 16 bytes"))
+    P.append(_p("cpa16ca_stride128", "cpa16ca", [128 * i for i in LANES], "cp.async.ca, banks 0-3"))
+    P.append(_p("cpa16ca_stride144", "cpa16ca", [144 * i for i in LANES], "cp.async.ca, padded rows"))
+    P.append(_p("cpa16ca_transposed_quarters", "cpa16ca", [16 * ((i % 4) * 8 + i // 4) for i in LANES], ""))
+    P.append(_p("cpa16ca_swizzle", "cpa16ca", [128 * (i // 8) + 16 * ((i % 8) ^ (i // 8)) for i in LANES], ""))
+    P.append(_p("cpa16ca_random0", "cpa16ca", [16 * rng.randrange(256) for _ in LANES], "random"))
     names = [p["name"] for p in P]
     assert len(names) == len(set(names))
     return P
@@ -218,7 +254,7 @@ def _body(kind: str) -> str:
         outs = ", ".join(f'"=r"(v{j})' for j in range(x))
         return f'asm volatile("ldmatrix.sync.aligned.m8n8.x{x}{t}.shared.b16 {{{regs}}}, [%{x}];" : {outs} : "r"(a));'
     if kind.startswith("cpa"):
-        cache = "cg" if width == 16 else "ca"
+        cache = "cg" if kind == "cpa16" else "ca"
         return (f'asm volatile("cp.async.{cache}.shared.global [%0], [%1], {width};" :: "r"(a), "l"(g));\n'
                 '      asm volatile("cp.async.commit_group;");\n'
                 '      asm volatile("cp.async.wait_group 4;" ::: "memory");')
@@ -355,6 +391,13 @@ def run(out_dir: Path) -> None:
         inst = meas.get(inst_key)
         wf_key = ("l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum" if op == "store"
                   else "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum")
+        if op == "cp.async":
+            # ncu has no per-op wavefront counter for LDGSTS: all shared wavefronts minus the misc ones
+            # (the wait_group instructions); the .cg (bypass) 16-byte path is not counted at all.
+            tot, misc = (meas.get("l1tex__data_pipe_lsu_wavefronts_mem_shared.sum"),
+                         meas.get("l1tex__data_pipe_lsu_wavefronts_mem_shared_op_misc.sum", 0.0))
+            meas["ldgsts_wavefronts"] = tot - misc if tot is not None else None
+            wf_key = "ldgsts_wavefronts"
         p["measured"] = {
             "instructions": inst,
             "wavefronts_total": meas.get(wf_key),

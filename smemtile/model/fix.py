@@ -1,0 +1,213 @@
+"""Fix search: the cheapest layout change that makes every access of a buffer conflict-free.
+
+Two families, both checked by re-running the bank model on every instruction:
+
+* padding: ``pad`` extra elements per row. Rows must keep the alignment the buffer's accesses need
+  (a 16-byte vector load, cp.async 16 or an ldmatrix row needs 16-byte-aligned rows), so only multiples of
+  ``align / element size`` are tried. Costs ``rows * pad`` elements per stage.
+* swizzle: ``Swizzle<B, M, S>`` on the element offset (see layout.py). ``2**M`` elements must cover the
+  widest vector (so vectors stay contiguous), and the swizzle's period must divide the buffer. Costs no
+  memory; every index computation goes through one XOR.
+
+The recommendation: the padding when it is conflict-free and costs at most ``PAD_BUDGET`` of the buffer
+(one extra word per row of a large tile is the easiest change to review); otherwise the swizzle when it is
+conflict-free; otherwise whichever comes closest (fewest total wavefronts).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from smemtile.model.analysis import AccessResult, analyze_spec
+from smemtile.model.banks import analyze_addresses
+from smemtile.model.layout import Layout, Swizzle
+from smemtile.model.spec import Buffer, KernelSpec
+
+PAD_BUDGET = 1 / 16
+MAX_PAD_BYTES = 128
+
+
+@dataclass(frozen=True)
+class Candidate:
+    layout: Layout
+    kind: str  # "baseline" | "pad" | "swizzle"
+    wavefronts: int  # total over all instructions of the buffer's accesses
+    ideal: int
+    conflict_free: bool
+    extra_bytes: int  # shared memory on top of the unpadded buffer, all stages
+    per_access: dict  # access name -> (worst wavefronts, ideal, degree)
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "layout": self.layout.to_dict(), "describe": self.layout.describe(),
+                "total_wavefronts": self.wavefronts, "total_ideal_wavefronts": self.ideal,
+                "conflict_free": self.conflict_free, "extra_bytes": self.extra_bytes,
+                "accesses": {k: {"wavefronts": v[0], "ideal_wavefronts": v[1], "conflict_degree": v[2]}
+                             for k, v in self.per_access.items()}}
+
+
+@dataclass(frozen=True)
+class BufferFix:
+    buffer: Buffer
+    baseline: Candidate
+    padding: Candidate | None  # best padding (conflict-free smallest, else closest)
+    swizzle: Candidate | None
+    recommended: Candidate
+    reason: str
+    align_bytes: int
+    tried: int = 0
+
+    @property
+    def needed(self) -> bool:
+        return not self.baseline.conflict_free
+
+    def to_dict(self) -> dict:
+        return {"buffer": self.buffer.name, "needed": self.needed, "align_bytes": self.align_bytes,
+                "baseline": self.baseline.to_dict(),
+                "padding": self.padding.to_dict() if self.padding else None,
+                "swizzle": self.swizzle.to_dict() if self.swizzle else None,
+                "recommended": self.recommended.to_dict(), "reason": self.reason, "candidates_tried": self.tried}
+
+
+@dataclass(frozen=True)
+class FixReport:
+    buffers: tuple[BufferFix, ...]
+    results: tuple[AccessResult, ...] = field(repr=False)  # baseline analysis
+
+    @property
+    def layouts(self) -> dict[str, Layout]:
+        """Buffer name -> the recommended layout (the 'fixed' variant)."""
+        return {f.buffer.name: f.recommended.layout for f in self.buffers}
+
+    def to_dict(self) -> list:
+        return [f.to_dict() for f in self.buffers]
+
+
+def _relayout(ar: AccessResult, lay: Layout) -> np.ndarray:
+    """Wavefronts per instruction of ``ar`` under another layout (coordinates reused, not re-evaluated)."""
+    buf = ar.buffer
+    if ar.rows is not None:
+        off = lay.offset(ar.rows, ar.cols, buf.cols)
+    else:
+        off = lay.swizzle(ar.cols) if lay.swizzle is not None else ar.cols
+    r = analyze_addresses(off * buf.elem_bytes, ar.access.op, ar.access.width, ar.access.matrices)
+    return r.wavefronts, r.ideal_wavefronts
+
+
+def _candidate(results: list[AccessResult], buf: Buffer, lay: Layout, kind: str) -> Candidate:
+    tot = ideal = 0
+    per = {}
+    for ar in results:
+        w, i = _relayout(ar, lay)
+        tot += int(w.sum())
+        ideal += int(i.sum())
+        worst = int(np.argmax(w))
+        per[ar.access.name] = (int(w[worst]), int(i[worst]), round(float((w / i).max()), 4))
+    extra = buf.bytes(lay) - buf.bytes(Layout())
+    return Candidate(lay, kind, tot, ideal, tot == ideal, extra, per)
+
+
+def required_alignment(results: list[AccessResult]) -> int:
+    """Bytes every row start must stay aligned to: the widest vector access, 16 for ldmatrix rows."""
+    align = 4
+    for ar in results:
+        align = max(align, 16 if ar.access.op == "ldmatrix" else ar.access.width)
+    return align
+
+
+def _swizzles(buf: Buffer, results: list[AccessResult]) -> list[Swizzle]:
+    """Candidate swizzles in cost order (fewest XOR bits first)."""
+    eb = buf.elem_bytes
+    vec = max((16 if ar.access.op == "ldmatrix" else ar.access.width) for ar in results) // eb
+    m_min = max(0, int(np.ceil(np.log2(max(vec, 1)))))
+    m_min = max(m_min, int(np.log2(max(1, 4 // eb))))  # never split a 4-byte word
+    line = 128 // eb  # elements per 128-byte bank line
+    total = buf.layout.storage_elements(buf.shape) if len(buf.shape) == 1 else buf.shape[0] * buf.cols
+    out = []
+    for B in range(1, 6):
+        for M in range(m_min, m_min + 3):
+            if (1 << (M + B)) > line:
+                continue
+            for S in range(B, 11):
+                sw = Swizzle(B, M, S)
+                if total % sw.period == 0:
+                    out.append(sw)
+    return out
+
+
+def fix_buffer(spec: KernelSpec, buf: Buffer, results: list[AccessResult]) -> BufferFix | None:
+    """Search padding and swizzles for one buffer; None when its accesses are raw byte addresses."""
+    results = [r for r in results if not r.access.raw]
+    if not results:
+        return None
+    base_layout = buf.layout
+    baseline = _candidate(results, buf, base_layout, "baseline")
+    align = required_alignment(results)
+    eb = buf.elem_bytes
+    tried = 1
+    padding = swizzle = None
+    if len(buf.shape) == 2:
+        step = max(1, align // eb)
+        best = None
+        for pad in range(step, MAX_PAD_BYTES // eb + 1, step):
+            c = _candidate(results, buf, Layout(pad=pad), "pad")
+            tried += 1
+            if best is None or c.wavefronts < best.wavefronts:
+                best = c
+            if c.conflict_free:
+                best = c
+                break
+        padding = best
+    best = None
+    for sw in _swizzles(buf, results):
+        c = _candidate(results, buf, Layout(pad=0, swizzle=sw), "swizzle")
+        tried += 1
+        if best is None or c.wavefronts < best.wavefronts:
+            best = c
+        if c.conflict_free:
+            best = c
+            break
+    swizzle = best
+    rec, reason = _recommend(buf, baseline, padding, swizzle, align)
+    return BufferFix(buf, baseline, padding, swizzle, rec, reason, align, tried)
+
+
+def _recommend(buf: Buffer, base: Candidate, pad: Candidate | None, swz: Candidate | None, align: int):
+    if base.conflict_free:
+        return base, "already conflict-free: keep the layout"
+    size = buf.bytes(Layout())
+    if pad and pad.conflict_free and pad.extra_bytes <= PAD_BUDGET * size:
+        return pad, (f"padding by {pad.layout.pad} element(s) per row removes every conflict for "
+                     f"{pad.extra_bytes} extra bytes ({100 * pad.extra_bytes / size:.1f}% of the buffer), keeps "
+                     f"{align}-byte row alignment, and changes only the row stride")
+    if swz and swz.conflict_free:
+        why = ("no padding that keeps the rows "
+               f"{align}-byte aligned is conflict-free" if not (pad and pad.conflict_free) else
+               f"padding would cost {pad.extra_bytes} bytes ({100 * pad.extra_bytes / size:.1f}%)")
+        return swz, f"{swz.layout.swizzle} is conflict-free with no extra memory; {why}"
+    if pad and pad.conflict_free:
+        return pad, (f"padding by {pad.layout.pad} element(s) is the only conflict-free option found "
+                     f"({pad.extra_bytes} extra bytes)")
+    options = [c for c in (pad, swz) if c is not None and c.wavefronts < base.wavefronts]
+    if not options:
+        return base, "no padding or swizzle tried reduces the wavefronts; keep the layout"
+    best = min(options, key=lambda c: (c.wavefronts, c.extra_bytes))
+    return best, (f"no option is conflict-free; {best.layout.describe()} comes closest: "
+                  f"{best.wavefronts} wavefronts against an ideal {best.ideal} (baseline {base.wavefronts})")
+
+
+def fix_spec(spec: KernelSpec, results: tuple[AccessResult, ...] | None = None) -> FixReport:
+    """Fixes for every buffer the spec's accesses touch through logical coordinates."""
+    results = results if results is not None else analyze_spec(spec)
+    fixes = []
+    for buf in spec.buffers:
+        f = fix_buffer(spec, buf, [r for r in results if r.access.buffer == buf.name])
+        if f is not None:
+            fixes.append(f)
+    return FixReport(tuple(fixes), results)
+
+
+def recommend(spec: KernelSpec) -> FixReport:
+    """Alias used by codegen: ``recommend(spec).layouts`` is the fixed variant's layouts."""
+    return fix_spec(spec)

@@ -1,0 +1,381 @@
+"""The spec: a YAML description of shared-memory buffers and the accesses of a kernel's inner loop.
+
+Validated once into frozen dataclasses; every error names the file, the key and the allowed values.
+See shared/DESIGN.md ("Contract: the spec") and samples/ for examples.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from smemtile.errors import SpecError
+from smemtile.model.arch import Arch, get_arch
+from smemtile.model.banks import WIDTHS, check_access
+from smemtile.model.expr import Expr, evaluate, parse_expr
+from smemtile.model.layout import Layout, Swizzle
+
+DTYPES = {
+    "f64": 8, "f32": 4, "tf32": 4, "f16": 2, "bf16": 2, "f8e4m3": 1, "f8e5m2": 1,
+    "i64": 8, "i32": 4, "i16": 2, "i8": 1, "u64": 8, "u32": 4, "u16": 2, "u8": 1,
+}
+TOP_KEYS = ("name", "description", "arch", "threads", "tile", "constants", "stages", "kernel", "buffers",
+            "accesses", "regs")
+BUFFER_KEYS = ("name", "dtype", "shape", "layout", "stages", "note")
+LAYOUT_KEYS = ("pad", "swizzle")
+ACCESS_KEYS = ("name", "buffer", "op", "width", "row", "col", "index", "address", "addresses", "over",
+               "matrices", "trans", "warps", "note")
+BUILTIN_VARS = ("lane", "warp", "tid")
+MAX_INSTRUCTIONS = 1 << 16
+
+
+@dataclass(frozen=True)
+class Buffer:
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    layout: Layout = Layout()
+    stages: int = 1
+
+    @property
+    def elem_bytes(self) -> int:
+        return DTYPES[self.dtype]
+
+    @property
+    def cols(self) -> int:
+        return self.shape[-1]
+
+    def bytes(self, layout: Layout | None = None) -> int:
+        """Bytes of all stages with ``layout`` (default: the buffer's own)."""
+        lay = layout or self.layout
+        return lay.storage_elements(self.shape) * self.elem_bytes * self.stages
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape), "layout": self.layout.to_dict(),
+                "stages": self.stages, "bytes": self.bytes()}
+
+
+@dataclass(frozen=True)
+class Access:
+    name: str
+    buffer: str
+    op: str
+    width: int
+    row: Expr | None = None
+    col: Expr | None = None
+    index: Expr | None = None  # 1-D buffers: element index
+    address: Expr | None = None  # raw: byte offset expression
+    addresses: tuple[int, ...] | None = None  # raw: 32 byte offsets
+    over: tuple[tuple[str, tuple[int, ...]], ...] = ()  # loop variable -> its values
+    matrices: int = 4
+    trans: bool = False
+    warps: tuple[int, ...] | None = None
+
+    @property
+    def raw(self) -> bool:
+        return self.addresses is not None or self.address is not None
+
+    def to_dict(self) -> dict:
+        d: dict[str, Any] = {"name": self.name, "buffer": self.buffer, "op": self.op, "width": self.width}
+        for k in ("row", "col", "index", "address"):
+            v = getattr(self, k)
+            if v is not None:
+                d[k] = v.text
+        if self.addresses is not None:
+            d["addresses"] = list(self.addresses)
+        if self.over:
+            d["over"] = {k: [v[0], v[-1] + 1] if len(v) > 1 else list(v) for k, v in self.over}
+        if self.op == "ldmatrix":
+            d.update(matrices=self.matrices, trans=self.trans)
+        return d
+
+
+@dataclass(frozen=True)
+class KernelInfo:
+    family: str
+    params: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    source: str
+    arch: Arch
+    buffers: tuple[Buffer, ...]
+    accesses: tuple[Access, ...]
+    threads: int | None = None
+    constants: dict = field(default_factory=dict)
+    stages: int = 1
+    kernel: KernelInfo | None = None
+    regs: int | None = None
+    name: str = ""
+    description: str = ""
+
+    @property
+    def warps(self) -> int:
+        return (self.threads + 31) // 32 if self.threads else 1
+
+    def buffer(self, name: str) -> Buffer:
+        return next(b for b in self.buffers if b.name == name)
+
+    def smem_bytes(self, layouts: dict[str, Layout] | None = None) -> int:
+        """Static shared memory of all buffers (stages and padding included) with optional layout overrides."""
+        layouts = layouts or {}
+        return sum(b.bytes(layouts.get(b.name)) for b in self.buffers)
+
+    def to_dict(self) -> dict:
+        return {
+            "source": self.source, "name": self.name, "arch": self.arch.name, "threads": self.threads,
+            "constants": dict(self.constants), "stages": self.stages,
+            "kernel": {"family": self.kernel.family, **self.kernel.params} if self.kernel else None,
+            "buffers": [b.to_dict() for b in self.buffers], "accesses": [a.to_dict() for a in self.accesses],
+        }
+
+
+def _unknown(keys, allowed, where: str, source: str) -> None:
+    for k in keys:
+        if k not in allowed:
+            close = difflib.get_close_matches(str(k), allowed, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise SpecError(f"unknown key {k!r}{hint} allowed: {', '.join(allowed)}", key=where or None, source=source)
+
+
+def _int(value, env: dict, key: str, source: str, lo: int | None = None, hi: int | None = None) -> int:
+    v = evaluate(value, env, key=key, source=source)
+    if lo is not None and v < lo or hi is not None and v > hi:
+        rng = f"{lo}..{hi}" if hi is not None else f">= {lo}"
+        raise SpecError(f"{v} is out of range ({rng})", key=key, source=source)
+    return v
+
+
+def load_spec(path: str | Path) -> KernelSpec:
+    """Read and validate a YAML spec file."""
+    p = Path(path)
+    if not p.is_file():
+        raise SpecError("no such spec file" if not p.exists() else "not a file", source=str(path))
+    try:
+        text = p.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise SpecError(f"cannot read: {e}", source=str(path)) from None
+    return parse_spec(text, source=str(path))
+
+
+def parse_spec(text: str, source: str = "<spec>") -> KernelSpec:
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or "invalid YAML"
+        raise SpecError(f"malformed YAML{where}: {problem}", source=source) from None
+    if not isinstance(doc, dict):
+        raise SpecError("the spec must be a YAML mapping with arch, buffers and accesses", source=source)
+    return spec_from_dict(doc, source)
+
+
+def spec_from_dict(doc: dict, source: str = "<spec>") -> KernelSpec:
+    _unknown(doc, TOP_KEYS, "", source)
+    if "arch" not in doc:
+        raise SpecError("missing key 'arch' (e.g. arch: sm_90)", source=source)
+    arch = get_arch(doc["arch"], source=source)
+    env: dict[str, int] = {}
+    for section in ("tile", "constants"):
+        sec = doc.get(section) or {}
+        if not isinstance(sec, dict):
+            raise SpecError("must be a mapping of NAME: integer", key=section, source=source)
+        for k, v in sec.items():
+            if not str(k).isidentifier() or k in BUILTIN_VARS:
+                raise SpecError(f"invalid constant name {k!r}", key=f"{section}.{k}", source=source)
+            env[str(k)] = _int(v, env, f"{section}.{k}", source)
+    threads = None
+    if doc.get("threads") is not None:
+        threads = _int(doc["threads"], env, "threads", source, 1, arch.max_threads_per_block)
+        if threads % 32:
+            raise SpecError(f"{threads} is not a multiple of 32 (whole warps are analysed)", key="threads",
+                            source=source)
+        env.setdefault("THREADS", threads)
+    stages = _int(doc.get("stages", 1), env, "stages", source, 1, 16)
+    env.setdefault("STAGES", stages)
+    regs = _int(doc["regs"], env, "regs", source, 1, 255) if doc.get("regs") is not None else None
+
+    kernel = None
+    if doc.get("kernel") is not None:
+        k = doc["kernel"]
+        if not isinstance(k, dict) or "family" not in k:
+            raise SpecError("must be a mapping with 'family' (e.g. {family: sgemm, M: 4096, N: 4096, K: 4096})",
+                            key="kernel", source=source)
+        params: dict[str, Any] = {}
+        for kk, vv in k.items():
+            if kk == "family":
+                continue
+            if isinstance(vv, str) and vv not in env and not any(c in vv for c in "0123456789+-*/()"):
+                params[str(kk)] = vv  # a word such as a dtype name
+            elif isinstance(vv, str) and vv[:1].isalpha() and vv not in env and vv.isalnum():
+                params[str(kk)] = vv  # e.g. f16
+            else:
+                params[str(kk)] = vv if isinstance(vv, bool) else _int(vv, env, f"kernel.{kk}", source)
+        kernel = KernelInfo(str(k["family"]), params)
+
+    raw_bufs = doc.get("buffers")
+    if not isinstance(raw_bufs, list) or not raw_bufs:
+        raise SpecError("must be a non-empty list of buffers", key="buffers", source=source)
+    buffers = []
+    for i, b in enumerate(raw_bufs):
+        buffers.append(_buffer(b, i, env, source))
+    names = [b.name for b in buffers]
+    if len(set(names)) != len(names):
+        raise SpecError(f"duplicate buffer names in {names}", key="buffers", source=source)
+
+    raw_acc = doc.get("accesses")
+    if not isinstance(raw_acc, list) or not raw_acc:
+        raise SpecError("must be a non-empty list of accesses", key="accesses", source=source)
+    accesses = [_access(a, i, env, {b.name: b for b in buffers}, threads, source) for i, a in enumerate(raw_acc)]
+    anames = [a.name for a in accesses]
+    if len(set(anames)) != len(anames):
+        raise SpecError(f"duplicate access names in {anames}", key="accesses", source=source)
+    return KernelSpec(source=source, arch=arch, buffers=tuple(buffers), accesses=tuple(accesses), threads=threads,
+                      constants=env, stages=stages, kernel=kernel, regs=regs, name=str(doc.get("name", "")),
+                      description=str(doc.get("description", "")))
+
+
+def _buffer(b: Any, i: int, env: dict, source: str) -> Buffer:
+    where = f"buffers[{i}]"
+    if not isinstance(b, dict):
+        raise SpecError("must be a mapping with name, dtype, shape", key=where, source=source)
+    _unknown(b, BUFFER_KEYS, where, source)
+    for req in ("name", "dtype", "shape"):
+        if req not in b:
+            raise SpecError(f"missing key {req!r}", key=where, source=source)
+    name = str(b["name"])
+    where = f"buffers.{name}"
+    dtype = str(b["dtype"])
+    if dtype not in DTYPES:
+        close = difflib.get_close_matches(dtype, DTYPES, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise SpecError(f"unknown dtype {dtype!r}{hint}; allowed: {', '.join(DTYPES)}", key=f"{where}.dtype",
+                        source=source)
+    shape_raw = b["shape"] if isinstance(b["shape"], list) else [b["shape"]]
+    if not 1 <= len(shape_raw) <= 2:
+        raise SpecError("shape must have 1 or 2 dimensions ([rows, cols] or [elements])", key=f"{where}.shape",
+                        source=source)
+    shape = tuple(_int(s, env, f"{where}.shape", source, 1, 1 << 24) for s in shape_raw)
+    lay = b.get("layout") or {}
+    if not isinstance(lay, dict):
+        raise SpecError("must be a mapping: {pad: N} or {swizzle: [B, M, S]}", key=f"{where}.layout", source=source)
+    _unknown(lay, LAYOUT_KEYS, f"{where}.layout", source)
+    pad = _int(lay.get("pad", 0), env, f"{where}.layout.pad", source, 0, 1024)
+    swz = None
+    if lay.get("swizzle") is not None:
+        s = lay["swizzle"]
+        if not (isinstance(s, list) and len(s) == 3):
+            raise SpecError("must be [B, M, S] as in CuTe's Swizzle<B,M,S>", key=f"{where}.layout.swizzle",
+                            source=source)
+        vals = [_int(x, env, f"{where}.layout.swizzle", source, 0, 12) for x in s]
+        try:
+            swz = Swizzle(*vals)
+        except ValueError as e:
+            raise SpecError(str(e), key=f"{where}.layout.swizzle", source=source) from None
+    stages = _int(b.get("stages", 1), env, f"{where}.stages", source, 1, 16)
+    buf = Buffer(name, dtype, shape, Layout(pad, swz), stages)
+    if swz is not None and buf.layout.storage_elements(shape) % swz.period:
+        raise SpecError(f"{swz} permutes blocks of {swz.period} elements; the buffer holds "
+                        f"{buf.layout.storage_elements(shape)}, not a multiple", key=f"{where}.layout.swizzle",
+                        source=source)
+    return buf
+
+
+def _over(raw: Any, env: dict, where: str, source: str) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, dict):
+        raise SpecError("must map loop variables to [start, stop] or [start, stop, step] or a count",
+                        key=where, source=source)
+    out = []
+    for var, rng in raw.items():
+        if not str(var).isidentifier() or var in BUILTIN_VARS or var in env:
+            raise SpecError(f"invalid loop variable name {var!r} (must not shadow lane/warp/tid or a constant)",
+                            key=where, source=source)
+        parts = rng if isinstance(rng, list) else [0, rng]
+        if not 1 <= len(parts) <= 3:
+            raise SpecError("expected [start, stop] or [start, stop, step]", key=f"{where}.{var}", source=source)
+        if len(parts) == 1:
+            parts = [0, parts[0]]
+        vals = [_int(x, env, f"{where}.{var}", source) for x in parts]
+        step = vals[2] if len(vals) == 3 else 1
+        if step == 0:
+            raise SpecError("step must not be 0", key=f"{where}.{var}", source=source)
+        values = tuple(range(vals[0], vals[1], step))
+        if not values:
+            raise SpecError(f"range {vals} is empty", key=f"{where}.{var}", source=source)
+        out.append((str(var), values))
+    return tuple(out)
+
+
+def _access(a: Any, i: int, env: dict, buffers: dict, threads: int | None, source: str) -> Access:
+    where = f"accesses[{i}]"
+    if not isinstance(a, dict):
+        raise SpecError("must be a mapping with name, buffer, op and row/col or addresses", key=where, source=source)
+    _unknown(a, ACCESS_KEYS, where, source)
+    name = str(a.get("name", f"access{i}"))
+    where = f"accesses.{name}"
+    if "buffer" not in a:
+        raise SpecError("missing key 'buffer'", key=where, source=source)
+    buf = buffers.get(str(a["buffer"]))
+    if buf is None:
+        raise SpecError(f"unknown buffer {a['buffer']!r}; buffers: {', '.join(buffers)}", key=f"{where}.buffer",
+                        source=source)
+    op = str(a.get("op", "load"))
+    try:
+        width = 16 if op == "ldmatrix" else _int(a.get("width", buf.elem_bytes), env, f"{where}.width", source)
+        matrices = _int(a.get("matrices", 4), env, f"{where}.matrices", source)
+        check_access(op, width, matrices)
+    except SpecError as e:
+        msg = str(e).split(": ", 1)[-1]
+        raise SpecError(msg, key=f"{where}.{e.key or 'op'}", source=source) from None
+    if op != "ldmatrix" and width < buf.elem_bytes:
+        raise SpecError(f"width {width} is smaller than one {buf.dtype} element ({buf.elem_bytes} bytes); "
+                        f"allowed: {', '.join(str(w) for w in WIDTHS[op] if w >= buf.elem_bytes)}",
+                        key=f"{where}.width", source=source)
+    over = _over(a.get("over"), env, f"{where}.over", source)
+    names = set(env) | set(BUILTIN_VARS) | {v for v, _ in over}
+    exprs = {}
+    for k in ("row", "col", "index", "address"):
+        if a.get(k) is not None:
+            exprs[k] = parse_expr(a[k], allowed=names, key=f"{where}.{k}", source=source)
+    addresses = None
+    if a.get("addresses") is not None:
+        raw = a["addresses"]
+        if not isinstance(raw, list) or len(raw) != 32 or not all(isinstance(x, int) and not isinstance(x, bool)
+                                                                  for x in raw):
+            n = len(raw) if isinstance(raw, list) else 0
+            raise SpecError(f"must be a list of 32 integer byte offsets, one per lane (got {n})",
+                            key=f"{where}.addresses", source=source)
+        addresses = tuple(raw)
+    modes = [m for m in (("row" in exprs or "col" in exprs), "index" in exprs, "address" in exprs,
+                         addresses is not None) if m]
+    if len(modes) != 1:
+        raise SpecError("give exactly one of: row + col (2-D buffer), index (1-D buffer), address (byte "
+                        "expression) or addresses (32 byte offsets)", key=where, source=source)
+    if ("row" in exprs) != ("col" in exprs):
+        raise SpecError("row and col go together", key=where, source=source)
+    if "row" in exprs and len(buf.shape) != 2:
+        raise SpecError(f"buffer {buf.name} is 1-D: use index instead of row/col", key=where, source=source)
+    if "index" in exprs and len(buf.shape) != 1:
+        raise SpecError(f"buffer {buf.name} is 2-D: use row and col", key=where, source=source)
+    warps = None
+    if a.get("warps") is not None:
+        w = a["warps"] if isinstance(a["warps"], list) else [a["warps"]]
+        nw = (threads // 32) if threads else 1
+        warps = tuple(_int(x, env, f"{where}.warps", source, 0, nw - 1) for x in w)
+    n_inst = (len(warps) if warps else ((threads or 32) // 32))
+    for _, vals in over:
+        n_inst *= len(vals)
+    if n_inst > MAX_INSTRUCTIONS:
+        raise SpecError(f"{n_inst} instructions to analyse; at most {MAX_INSTRUCTIONS} (narrow 'over' or 'warps')",
+                        key=where, source=source)
+    return Access(name=name, buffer=buf.name, op=op, width=width, row=exprs.get("row"), col=exprs.get("col"),
+                  index=exprs.get("index"), address=exprs.get("address"), addresses=addresses, over=over,
+                  matrices=matrices, trans=bool(a.get("trans", False)), warps=warps)

@@ -1,0 +1,150 @@
+"""Bank-model results as JSON documents and rich tables."""
+
+from __future__ import annotations
+
+import numpy as np
+from rich.table import Table
+from rich.text import Text
+
+from smemtile.model.analysis import AccessResult
+from smemtile.model.banks import BANKS
+
+
+def _lanes_text(lanes) -> str:
+    """[0,1,2,3,8,9] -> '0-3,8-9'."""
+    lanes = sorted(lanes)
+    out, start, prev = [], None, None
+    for x in lanes:
+        if start is None:
+            start = prev = x
+        elif x == prev + 1:
+            prev = x
+        else:
+            out.append(f"{start}-{prev}" if prev != start else f"{start}")
+            start = prev = x
+    if start is not None:
+        out.append(f"{start}-{prev}" if prev != start else f"{start}")
+    return ",".join(out)
+
+
+def lane_rows(ar: AccessResult, i: int) -> list[dict]:
+    """Per lane of instruction ``i``: address, logical coordinates, banks, phase and wavefront(s)."""
+    b = ar.bank
+    words = b.words()[i]
+    phases = b.detail(i)
+    wf_of_lane: dict[int, list[int]] = {}
+    for ph in phases:
+        for w, lanes in enumerate(ph.lanes_by_wavefront):
+            for lane in lanes:
+                wf_of_lane.setdefault(lane, []).append(w)
+    rows = []
+    for lane in range(32):
+        d = {"lane": lane, "address": int(b.addresses[i, lane]), "active": bool(b.active[i, lane]),
+             "phase": int(b.phase_of_lane[i, lane]),
+             "banks": sorted({int(w) % BANKS for w in words[lane]}),
+             "words": [int(w) for w in words[lane]],
+             "wavefronts": wf_of_lane.get(lane, [])}
+        if ar.rows is not None:
+            d["row"], d["col"] = int(ar.rows[i, lane]), int(ar.cols[i, lane])
+        elif ar.cols is not None:
+            d["index"] = int(ar.cols[i, lane])
+        rows.append(d)
+    return rows
+
+
+def access_to_dict(ar: AccessResult, *, all_details: bool = False) -> dict:
+    b = ar.bank
+    a = ar.access
+    n = len(b.wavefronts)
+    per = [{"warp": int(ar.warp[i]), "loop": ar.loop_values[i], "wavefronts": int(b.wavefronts[i]),
+            "ideal_wavefronts": int(b.ideal_wavefronts[i])} for i in range(n)]
+
+    def inst(i: int) -> dict:
+        return {"warp": int(ar.warp[i]), "loop": ar.loop_values[i], "wavefronts": int(b.wavefronts[i]),
+                "ideal_wavefronts": int(b.ideal_wavefronts[i]),
+                "phases": [p.to_dict() for p in b.detail(i)], "lanes": lane_rows(ar, i)}
+
+    d = {
+        "name": a.name, "buffer": a.buffer, "op": a.op, "width": a.width, "layout": ar.layout.to_dict(),
+        "instructions": n,
+        "wavefronts": ar.wavefronts, "ideal_wavefronts": ar.ideal, "conflict_degree": round(ar.degree, 4),
+        "ncu_bank_conflicts": int(b.wavefronts[ar.worst] - b.ncu_ideal[ar.worst]),
+        "total_wavefronts": int(b.wavefronts.sum()), "total_ideal_wavefronts": int(b.ideal_wavefronts.sum()),
+        "conflict_free": ar.conflict_free,
+        "per_instruction": per,
+        "worst": inst(ar.worst),
+    }
+    if a.op == "ldmatrix":
+        d.update(matrices=a.matrices, trans=a.trans)
+    if all_details:
+        d["details"] = [inst(i) for i in range(n)]
+    return d
+
+
+def degree_text(ar: AccessResult) -> Text:
+    if ar.conflict_free:
+        return Text("conflict-free", style="bold green")
+    deg = ar.degree
+    s = f"{deg:g}-way" if float(deg).is_integer() else f"{deg:.2f}x"
+    return Text(f"{s} conflict", style="bold red" if deg >= 4 else "bold yellow")
+
+
+def summary_line(ar: AccessResult) -> Text:
+    a = ar.access
+    b = ar.bank
+    t = Text()
+    t.append(f"{a.name}", style="bold")
+    kind = f"{a.op} x{a.matrices}{'.trans' if a.trans else ''}" if a.op == "ldmatrix" else f"{a.op} {a.width} B"
+    t.append(f"  {kind} of {a.buffer} ({ar.layout.describe()}): ")
+    n = len(b.wavefronts)
+    t.append(f"{n} instruction{'s' if n != 1 else ''}, worst {ar.wavefronts} wavefronts (ideal {ar.ideal}) at "
+             f"{ar.label(ar.worst)}; ")
+    t.append_text(degree_text(ar))
+    vals, counts = np.unique(b.wavefronts, return_counts=True)
+    if len(vals) > 1:
+        t.append("  distribution: " + ", ".join(f"{c}x{v}" for v, c in zip(vals, counts, strict=True)))
+    return t
+
+
+def lane_table(ar: AccessResult, i: int | None = None) -> Table:
+    """The explicit lane -> address -> bank table of one instruction (the worst by default)."""
+    i = ar.worst if i is None else i
+    rows = lane_rows(ar, i)
+    coord = "row, col" if ar.rows is not None else ("index" if ar.cols is not None else None)
+    t = Table(title=f"{ar.access.name} @ {ar.label(i)}: {int(ar.bank.wavefronts[i])} wavefronts "
+                    f"(ideal {int(ar.bank.ideal_wavefronts[i])})", title_justify="left", box=None, pad_edge=False)
+    t.add_column("lane", justify="right")
+    if coord:
+        t.add_column(coord, justify="right")
+    t.add_column("byte addr", justify="right")
+    t.add_column("bank(s)", justify="right")
+    t.add_column("phase", justify="right")
+    t.add_column("wavefront", justify="right")
+    for r in rows:
+        if not r["active"]:
+            continue
+        cells = [str(r["lane"])]
+        if coord == "row, col":
+            cells.append(f"{r['row']}, {r['col']}")
+        elif coord:
+            cells.append(str(r["index"]))
+        banks = r["banks"]
+        cells += [str(r["address"]), f"{banks[0]}" if len(banks) == 1 else f"{banks[0]}-{banks[-1]}",
+                  str(r["phase"]), ",".join(str(w) for w in r["wavefronts"])]
+        t.add_row(*cells)
+    return t
+
+
+def phase_lines(ar: AccessResult, i: int | None = None) -> list[Text]:
+    """One line per phase: lanes served together and the busiest bank (the calculation, in words)."""
+    i = ar.worst if i is None else i
+    out = []
+    for ph in ar.bank.detail(i):
+        per_bank = np.asarray(ph.words_per_bank)
+        hot = int(per_bank.argmax())
+        busy = ", ".join(f"b{k}:{int(per_bank[k])}" for k in np.flatnonzero(per_bank == per_bank.max())[:6])
+        t = Text(f"  phase {ph.phase}: lanes {_lanes_text(ph.lanes)} -> {int(per_bank.sum())} distinct words; "
+                 f"busiest bank {hot} holds {int(per_bank[hot])} of them ({busy}) -> {ph.wavefronts} wavefront"
+                 f"{'s' if ph.wavefronts != 1 else ''}")
+        out.append(t)
+    return out
