@@ -136,6 +136,13 @@ def _swizzles(buf: Buffer, results: list[AccessResult]) -> list[Swizzle]:
     return out
 
 
+def _column_read(ar: AccessResult) -> bool:
+    """Lanes of one instruction differ in row and share a column (reading down a column)."""
+    if ar.rows is None:
+        return False
+    return bool(((ar.cols == ar.cols[:, :1]).all(axis=1) & (ar.rows != ar.rows[:, :1]).any(axis=1)).any())
+
+
 def fix_buffer(spec: KernelSpec, buf: Buffer, results: list[AccessResult]) -> BufferFix | None:
     """Search padding and swizzles for one buffer; None when its accesses are raw byte addresses."""
     results = [r for r in results if not r.access.raw]
@@ -170,6 +177,9 @@ def fix_buffer(spec: KernelSpec, buf: Buffer, results: list[AccessResult]) -> Bu
             break
     swizzle = best
     rec, reason = _recommend(buf, baseline, padding, swizzle, align)
+    if not rec.conflict_free and any(_column_read(r) for r in results) and align > buf.elem_bytes:
+        reason += (f"; a column read cannot be conflict-free while rows keep {align}-byte vectors: store the tile "
+                   "transposed so that the inner loop reads along rows (what the sgemm kernel does with A)")
     return BufferFix(buf, baseline, padding, swizzle, rec, reason, align, tried)
 
 

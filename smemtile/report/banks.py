@@ -143,8 +143,11 @@ def phase_lines(ar: AccessResult, i: int | None = None) -> list[Text]:
         per_bank = np.asarray(ph.words_per_bank)
         hot = int(per_bank.argmax())
         busy = ", ".join(f"b{k}:{int(per_bank[k])}" for k in np.flatnonzero(per_bank == per_bank.max())[:6])
-        t = Text(f"  phase {ph.phase}: lanes {_lanes_text(ph.lanes)} -> {int(per_bank.sum())} distinct words; "
-                 f"busiest bank {hot} holds {int(per_bank[hot])} of them ({busy}) -> {ph.wavefronts} wavefront"
-                 f"{'s' if ph.wavefronts != 1 else ''}")
+        head = f"  phase {ph.phase}: lanes {_lanes_text(ph.lanes)} -> {int(per_bank.sum())} distinct words; "
+        if per_bank.max() <= 1:
+            t = Text(head + "no bank delivers more than one word -> 1 wavefront")
+        else:
+            t = Text(head + f"busiest bank {hot} delivers {int(per_bank[hot])} distinct words ({busy}) -> "
+                     f"{ph.wavefronts} wavefronts")
         out.append(t)
     return out
