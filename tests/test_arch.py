@@ -1,0 +1,91 @@
+"""The architecture table: every row against cuda_occupancy.h and the HARDWARE.md table."""
+
+from __future__ import annotations
+
+import pytest
+from occupancy_shim import ask, shim
+
+from smemtile.errors import SpecError
+from smemtile.model.arch import ARCHS, FIELD_SOURCES, KB, arch_for_cc, get_arch
+
+needs_header = pytest.mark.skipif(shim() is None, reason="cuda_occupancy.h or g++ not available")
+
+# shared/HARDWARE.md, "Architecture constants": threads/SM, blocks/SM, smem/SM KB, opt-in KB, reserved B, unit B.
+HARDWARE_MD = {
+    "sm_70": (2048, 32, 96, 96, 0, 256),
+    "sm_75": (1024, 16, 64, 64, 0, 256),
+    "sm_80": (2048, 32, 164, 163, 1024, 128),
+    "sm_86": (1536, 16, 100, 99, 1024, 128),
+    "sm_87": (1536, 16, 164, 163, 1024, 128),
+    "sm_89": (1536, 24, 100, 99, 1024, 128),
+    "sm_90": (2048, 32, 228, 227, 1024, 128),
+    "sm_100": (2048, 32, 228, 227, 1024, 128),
+    "sm_103": (2048, 32, 228, 227, 1024, 128),
+    "sm_120": (1536, 24, 100, 99, 1024, 128),
+    "sm_121": (1536, 24, 100, 99, 1024, 128),
+}
+
+
+def test_every_design_arch_is_in_the_table():
+    assert list(ARCHS) == list(HARDWARE_MD)
+
+
+@pytest.mark.parametrize("name", list(ARCHS))
+def test_row_matches_hardware_md(name):
+    a = ARCHS[name]
+    threads, blocks, smem_kb, optin_kb, reserved, unit = HARDWARE_MD[name]
+    assert (a.max_threads_per_sm, a.max_blocks_per_sm) == (threads, blocks)
+    assert (a.smem_per_sm, a.smem_optin_per_block) == (smem_kb * KB, optin_kb * KB)
+    assert (a.smem_reserved_per_block, a.smem_alloc_unit) == (reserved, unit)
+    assert a.regs_per_sm == a.regs_per_block == 65536 and a.max_regs_per_thread == 255
+    assert a.carveouts[-1] == a.smem_per_sm, "the largest carveout is the SM's shared memory"
+    assert a.smem_optin_per_block + a.smem_reserved_per_block <= a.smem_per_sm
+
+
+@needs_header
+@pytest.mark.parametrize("name", list(ARCHS))
+def test_row_matches_cuda_occupancy_h(name):
+    a = ARCHS[name]
+    status, blocks, smem_unit, reg_unit, reg_max, subp, bars, *aligned = ask([f"arch {a.cc[0]} {a.cc[1]}"])[0]
+    assert status == 0, f"cuda_occupancy.h does not know {name}"
+    assert blocks == a.max_blocks_per_sm
+    assert smem_unit == a.smem_alloc_unit
+    assert reg_unit == a.reg_alloc_unit
+    assert reg_max >= a.max_regs_per_thread  # the header checks 256; ptxas never allocates more than 255
+    assert subp == a.sub_partitions
+    if a.cc >= (9, 0):  # the header applies the barrier limit from CC 9.0 only
+        assert bars == a.barrier_factor
+    else:
+        assert a.barrier_factor == 0
+    assert sorted({v for v in aligned if v >= 0}) == list(a.carveouts), "carveout sizes"
+    # A preference above the largest carveout is rejected: the table's maximum is the header's.
+    assert aligned[a.smem_per_sm // KB + 1] == -1
+
+
+def test_every_field_has_a_source():
+    for a in ARCHS.values():
+        d = a.to_dict()
+        assert set(FIELD_SOURCES) <= set(d["sources"])
+        assert all(d["sources"].values())
+    assert "H200" in ARCHS["sm_90"].source_of("smem_per_sm")
+
+
+@pytest.mark.parametrize("text", ["sm_90", "90", "9.0", "sm90", "SM_90a", " sm_90 "])
+def test_get_arch_spellings(text):
+    assert get_arch(text).name == "sm_90"
+
+
+def test_unknown_arch_lists_known_ones():
+    with pytest.raises(SpecError) as e:
+        get_arch("sm_61")
+    assert "sm_70" in str(e.value) and "sm_121" in str(e.value) and e.value.exit_code == 2
+
+
+def test_arch_for_cc():
+    assert arch_for_cc(8, 6).name == "sm_86"
+    assert arch_for_cc(6, 1) is None
+
+
+def test_device_limits_override_and_say_so():
+    a = ARCHS["sm_90"].with_device_limits(max_threads_per_sm=1024)
+    assert a.max_threads_per_sm == 1024 and "device" in a.source_of("max_threads_per_sm")
