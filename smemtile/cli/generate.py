@@ -1,0 +1,167 @@
+"""``smemtile generate``: the CUDA source for a spec's kernel family, how to launch it, and the review checklist."""
+
+from __future__ import annotations
+
+import difflib
+import os
+import tempfile
+from pathlib import Path
+
+import click
+
+from smemtile.cli.common import console, emit_json, json_option
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file in the same folder and an atomic rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@click.command(
+    "generate",
+    epilog="""\b
+Examples:
+  smemtile generate samples/sgemm_float4.yaml -o sgemm.cu
+  smemtile generate samples/transpose_32x32.yaml --variant baseline
+  smemtile generate samples/transpose_32x32.yaml --diff
+  smemtile generate samples/sgemm_float4.yaml --json
+""",
+)
+@click.argument("spec", type=click.Path(exists=True, dir_okay=False))
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False),
+    help="Write the .cu here (atomically) instead of stdout.",
+)
+@click.option(
+    "--variant",
+    type=click.Choice(["fixed", "baseline"]),
+    default="fixed",
+    show_default=True,
+    help="fixed: the layouts the fix search recommends; baseline: the spec's own layouts.",
+)
+@click.option(
+    "--diff", is_flag=True, help="Show baseline and fixed side by side with the changed lines highlighted."
+)
+@click.option("--no-compile", is_flag=True, help="Skip the NVRTC compile (no ptxas numbers, no occupancy).")
+@json_option
+def command(spec, output, variant, diff, no_compile, as_json):
+    """Generate a standalone CUDA kernel for SPEC's `kernel:` family (sgemm, transpose, stencil2d).
+
+    The .cu holds an analysis header (bank conflicts per access before/after, shared memory per block, ptxas
+    registers/spills, occupancy), the kernel template with the chosen shared-memory layout, its explicit
+    instantiation (also the NVRTC name expression) and a host launch helper that calls cudaFuncSetAttribute
+    when the dynamic shared memory exceeds 48 KB. It compiles on its own: nvcc -arch=sm_90 -c out.cu.
+
+    The kernel is compiled with NVRTC for the spec's arch first: ptxas' static shared memory must equal the
+    contract's formula. A configuration that breaks the family's contract (e.g. BM*BN != threads*TM*TN,
+    cp.async before sm_80, too much shared memory) is refused with one line and exit code 2.
+    The command ends with the review checklist (pass / fail / n/a, each with its reason).
+
+    --json prints the launch description: kernel, file, name_expression, grid, block, dynamic_smem_bytes,
+    params (and layouts, banks, ptxas, occupancy, checklist).
+    """
+    from smemtile.codegen import from_spec
+    from smemtile.codegen.build import build
+    from smemtile.model.spec import load_spec
+
+    s = load_spec(spec)
+    cfg = from_spec(s, variant)
+    base = from_spec(s, "baseline")
+    other = from_spec(s, "fixed") if variant == "baseline" else base
+    built = build(cfg, baseline=base, compile=not no_compile, origin=Path(spec).name)
+    gk = built.kernel
+    if output:
+        _write_atomic(Path(output), gk.source)
+    if as_json:
+        doc = gk.to_dict(file=str(Path(output).resolve()) if output else None)
+        doc["variant"] = variant
+        doc["checklist"] = [i.to_dict() for i in built.checklist]
+        if diff:
+            doc["diff"] = _unified(build(other, compile=False).kernel.source, gk.source, variant)
+        emit_json(doc)
+        return
+    con = console()
+    if diff:
+        fixed_src = gk.source if variant == "fixed" else build(other, compile=False).kernel.source
+        base_src = build(base, compile=False).kernel.source
+        _side_by_side(con, base_src, fixed_src)
+    elif not output:
+        click.echo(gk.source, nl=False)
+    _summary(con, gk, built, output, variant)
+
+
+def _unified(a: str, b: str, variant: str) -> str:
+    other = "baseline" if variant == "fixed" else "fixed"
+    return "".join(difflib.unified_diff(a.splitlines(True), b.splitlines(True), other, variant))
+
+
+def _side_by_side(con, base: str, fixed: str) -> None:
+    """Changed lines only (with 2 lines of context), baseline left, fixed right, changes in colour."""
+    from rich.table import Table
+    from rich.text import Text
+
+    a, b = base.splitlines(), fixed.splitlines()
+    table = Table(title="baseline vs fixed (changed lines)", show_lines=False, expand=True)
+    table.add_column("baseline", overflow="fold", ratio=1)
+    table.add_column("fixed", overflow="fold", ratio=1)
+    for group in difflib.SequenceMatcher(None, a, b).get_grouped_opcodes(2):
+        for tag, i1, i2, j1, j2 in group:
+            left, right = a[i1:i2], b[j1:j2]
+            n = max(len(left), len(right))
+            for k in range(n):
+                lt = left[k] if k < len(left) else ""
+                rt = right[k] if k < len(right) else ""
+                style = None if tag == "equal" else ("red", "green")
+                table.add_row(
+                    Text(lt, style=style[0] if style else "dim"), Text(rt, style=style[1] if style else "dim")
+                )
+        table.add_row(Text("…", style="dim"), Text("…", style="dim"))
+    con.print(table)
+
+
+def _summary(con, gk, built, output, variant) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    # the source went to stdout: keep it clean (pipeable) and put the summary on stderr
+    err = Console(stderr=True, highlight=False) if not output else con
+    d = gk.to_dict(file=output)
+    lines = [
+        f"[bold]{d['family']}[/bold] ({variant}) for {d['arch']}: {gk.name_expression}",
+        f"grid {tuple(d['grid'])}, block {tuple(d['block'])}, dynamic shared memory {d['dynamic_smem_bytes']} B "
+        f"(total {d['smem_bytes']} B per block)",
+    ]
+    if "ptxas" in gk.extra:
+        p = gk.extra["ptxas"]
+        lines.append(
+            f"ptxas: {p['registers']} registers, {p['spills']} B spilled, {p['static_smem_bytes']} B static smem"
+        )
+    if "occupancy" in gk.extra:
+        o = gk.extra["occupancy"]
+        lines.append(
+            f"occupancy: {o['active_blocks']} blocks/SM, {o['occupancy']:.0%}, limited by {o['limiter']}"
+        )
+    if built.compile_note:
+        lines.append(built.compile_note)
+    if output:
+        lines.append(f"wrote {output}")
+    for ln in lines:
+        err.print(ln)
+    t = Table(title="review checklist", expand=True)
+    t.add_column("", no_wrap=True)
+    t.add_column("item", ratio=2)
+    t.add_column("reason", ratio=3)
+    colour = {"pass": "green", "fail": "red", "n/a": "dim"}
+    for i in built.checklist:
+        t.add_row(f"[{colour[i.status]}]{i.status}[/]", i.text, i.reason)
+    err.print(t)
