@@ -108,7 +108,8 @@ def _limits(
     )
 
     # Shared memory. The kernel's MaxDynamicSharedMemorySize attribute is the opt-in maximum minus its static
-    # shared memory when it opted in, else what the 48 KB default leaves.
+    # shared memory when it opted in, else what the 48 KB default leaves (the driver's value for a fresh
+    # function: 49152 - static, read on the H200, bench/results/occupancy_driver_h200.json).
     smem_alloc = _roundup(smem_static + cols.smem_reserved_per_block + smem_dynamic, cols.smem_alloc_unit)
     per_block_cap = np.where(opt_in, cols.smem_optin_per_block, cols.smem_default_per_block)
     max_dynamic = np.maximum(per_block_cap - smem_static, 0)
