@@ -61,12 +61,13 @@ Exit codes: 0 fits; 1 not even one block fits (the report says why); 2 bad input
 A batch exits 0 whatever its rows report: a row with 0 blocks is data, with its reason.""",
 )
 @arch_option()
-@click.option("--threads", help="Threads per block (1..1024).")
-@click.option("--regs", help="Registers per thread (0..255), e.g. from `ptxas -v` or cuFuncGetAttribute(NUM_REGS).")
-@click.option("--smem-static", default="0", show_default=True, help="Static shared memory per block (49152, 48K).")
-@click.option("--smem-dynamic", default="0", show_default=True, help="Dynamic shared memory per block at launch.")
+@click.option("--threads", metavar="N", help="Threads per block (1..1024).")
+@click.option("--regs", metavar="N", help="Registers per thread (0..255), e.g. from `ptxas -v` or cuFuncGetAttribute(NUM_REGS).")
+@click.option("--smem-static", metavar="SIZE", default="0", show_default=True, help="Static shared memory per block (49152, 48K).")
+@click.option("--smem-dynamic", metavar="SIZE", default="0", show_default=True, help="Dynamic shared memory per block at launch.")
 @click.option(
     "--carveout",
+    metavar="PCT",
     help="Preferred shared-memory carveout, percent of the SM's maximum (cudaFuncAttributePreferredSharedMemory"
     "Carveout); the driver rounds it up to a size the SM supports. Default: the maximum.",
 )
