@@ -1,0 +1,353 @@
+"""Run a generated kernel on the GPU: detect the device, load the cubin, read the driver's numbers, launch,
+check against the family's float64 reference and time it. ``cuda.bindings.driver`` is imported lazily.
+
+Only the driver API is used (no torch / cupy): memory with cuMemAlloc, copies with cuMemcpyHtoD/DtoH, timing
+with CUDA events on the null stream. Registers, static shared memory and local memory come from the loaded
+function's attributes (HARDWARE.md: NVRTC may return an empty ptxas log on a cached compile).
+
+    dev = open_device(0)                     # NoDevice (exit 3) without a GPU
+    k = LoadedKernel(cfg, dev)               # cfg built for dev.arch
+    res = k.check(problem_inputs)            # CheckResult: correct, max_rel_error, first mismatch
+    t = k.time()                             # Timing: median ms of enough runs after a warm-up
+"""
+
+from __future__ import annotations
+
+import ctypes
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from smemtile.errors import CompileError, NoDevice
+
+
+def _driver():
+    try:
+        from cuda.bindings import driver
+    except Exception as e:  # not installed or a broken install
+        raise NoDevice(f"no CUDA GPU: CUDA Python bindings unavailable ({e.__class__.__name__}: {e})") from None
+    return driver
+
+
+def _err_name(driver, err) -> str:
+    try:
+        name = driver.cuGetErrorName(err)[1]
+        return name.decode() if isinstance(name, bytes) else str(name)
+    except Exception:  # pragma: no cover - defensive
+        return str(err)
+
+
+def _ok(res, what: str, exc=RuntimeError):
+    """Unpack a cuda.bindings result tuple, raising ``exc`` with the error name on failure."""
+    driver = _driver()
+    err, *values = res if isinstance(res, tuple) else (res,)
+    if int(err) != 0:
+        raise exc(f"{what} failed: {_err_name(driver, err)}")
+    if not values:
+        return None
+    return values[0] if len(values) == 1 else tuple(values)
+
+
+@dataclass(frozen=True)
+class Device:
+    index: int
+    name: str
+    cc: tuple[int, int]
+    arch_name: str  # sm_XY
+    sm_count: int
+    context: Any = field(repr=False, compare=False)
+
+    def to_dict(self) -> dict:
+        return {"index": self.index, "name": self.name, "cc": f"{self.cc[0]}.{self.cc[1]}",
+                "arch": self.arch_name, "sm_count": self.sm_count}  # fmt: skip
+
+
+def device_count() -> int:
+    """Number of CUDA devices; raises NoDevice("no CUDA GPU: ...") when there is none or no driver."""
+    driver = _driver()
+    try:
+        res = driver.cuInit(0)
+    except Exception as e:  # the bindings raise when libcuda cannot be loaded
+        raise NoDevice(f"no CUDA GPU: no CUDA driver ({e.__class__.__name__}: {e})") from None
+    err = res[0] if isinstance(res, tuple) else res
+    if int(err) != 0:
+        raise NoDevice(f"no CUDA GPU: cuInit failed ({_err_name(driver, err)})")
+    count = _ok(driver.cuDeviceGetCount(), "cuDeviceGetCount", NoDevice)
+    if not count:
+        raise NoDevice("no CUDA GPU: the driver reports 0 devices")
+    return int(count)
+
+
+def open_device(index: int = 0) -> Device:
+    """Make device ``index``'s primary context current and describe the device."""
+    driver = _driver()
+    count = device_count()
+    if not 0 <= index < count:
+        raise NoDevice(f"no CUDA GPU: device {index} requested but {count} found")
+    dev = _ok(driver.cuDeviceGet(index), "cuDeviceGet", NoDevice)
+    ctx = _ok(driver.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain", NoDevice)
+    _ok(driver.cuCtxSetCurrent(ctx), "cuCtxSetCurrent", NoDevice)
+    attr = driver.CUdevice_attribute
+
+    def get(name: str) -> int:
+        return int(_ok(driver.cuDeviceGetAttribute(getattr(attr, f"CU_DEVICE_ATTRIBUTE_{name}"), dev), name))
+
+    major, minor = get("COMPUTE_CAPABILITY_MAJOR"), get("COMPUTE_CAPABILITY_MINOR")
+    raw = _ok(driver.cuDeviceGetName(256, dev), "cuDeviceGetName")
+    name = raw.split(b"\x00")[0].decode(errors="replace") if isinstance(raw, bytes) else str(raw)
+    return Device(index, name, (major, minor), f"sm_{major}{minor}", get("MULTIPROCESSOR_COUNT"), ctx)
+
+
+class DeviceBuffer:
+    """cuMemAlloc'd memory that frees itself."""
+
+    def __init__(self, nbytes: int):
+        self.nbytes = int(max(nbytes, 1))
+        self.ptr = _ok(_driver().cuMemAlloc(self.nbytes), f"cuMemAlloc({self.nbytes})")
+
+    @classmethod
+    def from_array(cls, a: np.ndarray) -> DeviceBuffer:
+        a = np.ascontiguousarray(a)
+        buf = cls(a.nbytes)
+        _ok(_driver().cuMemcpyHtoD(buf.ptr, a.ctypes.data, a.nbytes), "cuMemcpyHtoD")
+        return buf
+
+    def poison(self) -> None:
+        """Fill with 0xFF bytes: NaN in f32, f16 and bf16, so an element never written shows up."""
+        _ok(_driver().cuMemsetD8(self.ptr, 0xFF, self.nbytes), "cuMemsetD8")
+
+    def to_array(self, shape, dtype) -> np.ndarray:
+        out = np.empty(shape, dtype=dtype)
+        _ok(_driver().cuMemcpyDtoH(out.ctypes.data, self.ptr, out.nbytes), "cuMemcpyDtoH")
+        return out
+
+    @property
+    def addr(self) -> int:
+        return int(self.ptr)
+
+    def free(self) -> None:
+        if self.ptr is not None:
+            try:
+                _driver().cuMemFree(self.ptr)
+            finally:
+                self.ptr = None
+
+    def __del__(self):  # pragma: no cover - best effort
+        try:
+            self.free()
+        except Exception:
+            pass
+
+
+@dataclass
+class Mismatch:
+    index: tuple[int, ...]
+    expected: float
+    got: float
+    count: int
+
+    def to_dict(self) -> dict:
+        return {"index": list(self.index), "expected": self.expected, "got": self.got, "count": self.count}
+
+    def describe(self) -> str:
+        return f"first bad index {tuple(self.index)}: expected {self.expected!r}, got {self.got!r} ({self.count} bad elements)"
+
+
+@dataclass
+class CheckResult:
+    correct: bool
+    max_rel_error: float
+    tolerance: float
+    mismatch: Mismatch | None = None
+
+    def to_dict(self) -> dict:
+        return {"correct": self.correct, "max_rel_error": self.max_rel_error, "tolerance": self.tolerance,
+                "first_mismatch": self.mismatch.to_dict() if self.mismatch else None}  # fmt: skip
+
+
+@dataclass
+class Timing:
+    median_ms: float
+    min_ms: float
+    max_ms: float
+    runs: int
+    warmup_runs: int
+
+    def to_dict(self) -> dict:
+        return {"median_ms": self.median_ms, "min_ms": self.min_ms, "max_ms": self.max_ms, "runs": self.runs,
+                "warmup_runs": self.warmup_runs}  # fmt: skip
+
+
+def compare(ref: np.ndarray, got: np.ndarray, tolerance: float, *, exact: bool = False) -> CheckResult:
+    """Max error relative to max |ref|; exact (bitwise) for copies such as transpose."""
+    if got.shape != ref.shape:
+        raise ValueError(f"shape {got.shape} != reference {ref.shape}")
+    if exact:
+        a = np.ascontiguousarray(got).view(np.uint8).reshape(*got.shape, -1)
+        b = np.ascontiguousarray(ref.astype(got.dtype, copy=False)).view(np.uint8).reshape(*ref.shape, -1)
+        bad = (a != b).any(axis=-1)
+        err = 0.0 if not bad.any() else float("inf")
+    else:
+        g = got.astype(np.float64)
+        scale = max(float(np.abs(ref).max()) if ref.size else 0.0, 1e-30)
+        with np.errstate(invalid="ignore"):
+            rel = np.abs(g - ref) / scale
+        finite = np.isfinite(g)
+        bad = ~finite | (rel > tolerance)
+        err = float(rel[finite].max()) if finite.all() and rel.size else (float("inf") if rel.size else 0.0)
+    if not bad.any():
+        return CheckResult(True, err, tolerance)
+    idx = tuple(int(i) for i in np.argwhere(bad)[0])
+    exp, val = ref[idx], got[idx]
+    to_py = (lambda x: float(x)) if got.dtype.kind == "f" else (lambda x: int(x))  # noqa: E731
+    return CheckResult(False, err, tolerance, Mismatch(idx, to_py(exp), to_py(val), int(bad.sum())))
+
+
+class LoadedKernel:
+    """A family configuration compiled for the current device, loaded, with its driver-side numbers."""
+
+    def __init__(self, cfg, device: Device):
+        from smemtile.codegen import FAMILIES
+        from smemtile.codegen.build import compile_config
+
+        d = _driver()
+        self.cfg, self.device = cfg, device
+        self.fam = FAMILIES[cfg.family]
+        self.expr = self.fam.name_expression(cfg)
+        self.compiled = compile_config(cfg)
+        self.module = _ok(d.cuModuleLoadData(self.compiled.cubin), "cuModuleLoadData", CompileError)
+        lowered = self.compiled.lowered[self.expr]
+        self.func = _ok(d.cuModuleGetFunction(self.module, lowered.encode()), "cuModuleGetFunction", CompileError)
+        self.shape = self.fam.launch(cfg)
+        a = d.CUfunction_attribute
+        self.registers = int(_ok(d.cuFuncGetAttribute(a.CU_FUNC_ATTRIBUTE_NUM_REGS, self.func), "NUM_REGS"))
+        self.static_smem = int(_ok(d.cuFuncGetAttribute(a.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, self.func), "SHARED"))
+        self.local_bytes = int(_ok(d.cuFuncGetAttribute(a.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, self.func), "LOCAL"))
+        self.threads = self.shape.block[0] * self.shape.block[1] * self.shape.block[2]
+        dyn = self.shape.dynamic_smem_bytes
+        if dyn > 48 * 1024:
+            attr = a.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+            _ok(d.cuFuncSetAttribute(self.func, attr, dyn), "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)")
+        self.driver_blocks = int(
+            _ok(d.cuOccupancyMaxActiveBlocksPerMultiprocessor(self.func, self.threads, dyn), "cuOccupancy")
+        )
+        self._buffers: dict[str, DeviceBuffer] = {}
+        self._args: list[tuple[Any, Any]] | None = None
+        self._out: tuple[str, tuple, np.dtype] | None = None
+
+    # ---- ptxas (compile-time) numbers, for cross-checking -------------------------------------------------
+    @property
+    def ptxas(self):
+        return self.compiled.resources.get(self.expr)
+
+    def model_occupancy(self):
+        from smemtile.model.occupancy import occupancy
+
+        return occupancy(self.cfg.arch, self.threads, self.registers, self.static_smem, self.shape.dynamic_smem_bytes)
+
+    # ---- inputs and launch -------------------------------------------------------------------------------
+    def prepare(self, inputs: dict[str, np.ndarray]) -> None:
+        """Upload ``inputs`` (from the family's make_inputs), allocate and poison the output, build the args."""
+        for b in self._buffers.values():
+            b.free()
+        bufs: dict[str, DeviceBuffer] = {}
+        q = self.cfg.problem
+        P, INT, F = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
+        fam = self.cfg.family
+        if fam == "sgemm":
+            m, n, k = int(q["M"]), int(q["N"]), int(q["K"])
+            bufs["A"] = DeviceBuffer.from_array(inputs["A"])
+            bufs["B"] = DeviceBuffer.from_array(inputs["B"])
+            beta = float(q.get("beta", 0.0))
+            # beta = 0 must not read C: leave it poisoned so a stray read shows up as NaN.
+            bufs["C"] = DeviceBuffer.from_array(inputs["C"]) if beta != 0.0 else DeviceBuffer(m * n * 4)
+            args = [(m, INT), (n, INT), (k, INT), (float(q.get("alpha", 1.0)), F), (bufs["A"].addr, P), (k, INT),
+                    (bufs["B"].addr, P), (n, INT), (beta, F), (bufs["C"].addr, P), (n, INT)]  # fmt: skip
+            out = ("C", (m, n), np.dtype(np.float32))
+        elif fam == "transpose":
+            x = np.ascontiguousarray(inputs["in"])
+            bufs["in"] = DeviceBuffer.from_array(x)
+            bufs["out"] = DeviceBuffer(x.nbytes)
+            args = [(bufs["in"].addr, P), (bufs["out"].addr, P), (int(q["rows"]), INT), (int(q["cols"]), INT)]
+            out = ("out", (int(q["cols"]), int(q["rows"])), x.dtype)
+        elif fam == "stencil2d":
+            x = np.ascontiguousarray(inputs["in"], dtype=np.float32)
+            inputs.setdefault("coeffs", self.fam.coefficients(self.cfg.params["R"]))
+            bufs["in"] = DeviceBuffer.from_array(x)
+            bufs["coeffs"] = DeviceBuffer.from_array(inputs["coeffs"])
+            bufs["out"] = DeviceBuffer(x.nbytes)
+            args = [(bufs["in"].addr, P), (bufs["out"].addr, P), (int(q["ny"]), INT), (int(q["nx"]), INT),
+                    (bufs["coeffs"].addr, P)]  # fmt: skip
+            out = ("out", x.shape, np.dtype(np.float32))
+        else:  # pragma: no cover - a new family needs its argument list here
+            raise NotImplementedError(f"no launcher for kernel family {fam!r}")
+        self._buffers, self._args, self._out = bufs, args, out
+        if not (fam == "sgemm" and float(q.get("beta", 0.0)) != 0.0):
+            bufs[out[0]].poison()
+
+    def launch(self, stream=0) -> None:
+        d = _driver()
+        assert self._args is not None, "prepare() first"
+        vals = tuple(v for v, _ in self._args)
+        types = tuple(t for _, t in self._args)
+        s = self.shape
+        res = d.cuLaunchKernel(self.func, *s.grid, *s.block, s.dynamic_smem_bytes, d.CUstream(stream),
+                               (vals, types), 0)  # fmt: skip
+        _ok((res[0],) if isinstance(res, tuple) else (res,), "cuLaunchKernel")
+
+    def synchronize(self) -> None:
+        _ok(_driver().cuCtxSynchronize(), "cuCtxSynchronize (the kernel faulted?)")
+
+    def output(self) -> np.ndarray:
+        name, shape, dtype = self._out
+        return self._buffers[name].to_array(shape, dtype)
+
+    def check(self, inputs: dict[str, np.ndarray], reference: np.ndarray) -> CheckResult:
+        """One launch on ``inputs`` with a poisoned output, compared with ``reference``."""
+        self.prepare(inputs)
+        self.launch()
+        self.synchronize()
+        got = self.output()
+        exact = self.cfg.family == "transpose"
+        return compare(reference, got, self.fam.tolerance, exact=exact)
+
+    def time(self, *, warmup_s: float = 0.2, target_s: float = 1.0, min_runs: int = 20, max_runs: int = 500) -> Timing:
+        """CUDA events around each launch (null stream) after a warm-up; median of enough runs."""
+        d = _driver()
+        start = _ok(d.cuEventCreate(0), "cuEventCreate")
+        end = _ok(d.cuEventCreate(0), "cuEventCreate")
+        try:
+            warm = 0
+            t0 = time.perf_counter()
+            while warm < 3 or time.perf_counter() - t0 < warmup_s:
+                self.launch()
+                warm += 1
+                if warm % 8 == 0:
+                    self.synchronize()
+            self.synchronize()
+            est_s = max((time.perf_counter() - t0) / warm, 1e-6)
+            runs = int(min(max(min_runs, target_s / est_s), max_runs))
+            ts = []
+            for _ in range(runs):
+                _ok(d.cuEventRecord(start, d.CUstream(0)), "cuEventRecord")
+                self.launch()
+                _ok(d.cuEventRecord(end, d.CUstream(0)), "cuEventRecord")
+                _ok(d.cuEventSynchronize(end), "cuEventSynchronize")
+                ts.append(float(_ok(d.cuEventElapsedTime(start, end), "cuEventElapsedTime")))
+        finally:
+            d.cuEventDestroy(start)
+            d.cuEventDestroy(end)
+        return Timing(statistics.median(ts), min(ts), max(ts), len(ts), warm)
+
+    def close(self) -> None:
+        for b in self._buffers.values():
+            b.free()
+        self._buffers = {}
+        if self.module is not None:
+            try:
+                _driver().cuModuleUnload(self.module)
+            finally:
+                self.module = None
