@@ -1,0 +1,162 @@
+"""Family contracts: parameters, constraints (refused with one line), shared-memory formula, launch, references."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from smemtile.codegen import FAMILIES, ContractViolation, configure
+from smemtile.codegen.analysis import bank_table
+from smemtile.codegen.contract import TileLayout
+
+
+def test_families_registered():
+    assert set(FAMILIES) == {"sgemm", "transpose", "stencil2d"}
+    for fam in FAMILIES.values():
+        assert fam.test_sizes and fam.bench_sizes and fam.params
+
+
+@pytest.mark.parametrize(
+    ("family", "params", "layouts", "arch", "needle"),
+    [
+        ("sgemm", {"BM": 100}, {}, "sm_90", "BM=100 must be"),  # warp tile does not fit
+        ("sgemm", {"TM": 4}, {}, "sm_90", "do not split evenly over 512 threads"),
+        ("sgemm", {"CP_ASYNC": 1}, {}, "sm_75", "cp.async needs sm_80"),
+        ("sgemm", {"STAGES": 1}, {}, "sm_90", "at least 2 stages"),
+        ("sgemm", {"BK": 32, "STAGES": 8}, {"As": {"pad": 4}}, "sm_86", "exceeds the sm_86 opt-in limit"),
+        ("sgemm", {}, {"As": {"pad": 1}}, "sm_90", "multiple of 4 floats"),
+        ("sgemm", {}, {"As": {"swizzle": [3, 0, 5]}}, "sm_90", "splits float4s"),
+        ("sgemm", {"BK": 12}, {}, "sm_90", "multiple of 8"),
+        ("transpose", {"TILE": 48}, {}, "sm_90", "must be 32 or 64"),
+        ("transpose", {"BLOCK_ROWS": 5}, {}, "sm_90", "must divide TILE"),
+        ("stencil2d", {"R": 5}, {}, "sm_90", "radius must be 1..4"),
+        ("stencil2d", {"BX": 12}, {}, "sm_90", "BX=12"),
+        ("sgemm", {"XX": 1}, {}, "sm_90", "no parameter 'XX'"),
+        ("nosuch", {}, {}, "sm_90", "unknown kernel family"),
+    ],
+)
+def test_contract_violations_refused(family, params, layouts, arch, needle):
+    with pytest.raises(ContractViolation) as e:
+        configure(family, params, layouts, arch)
+    msg = str(e.value)
+    assert needle in msg
+    assert "\n" not in msg
+    assert e.value.exit_code == 2
+
+
+def test_threads_must_cover_tile():
+    with pytest.raises(ContractViolation, match=r"BM\*BN = 16384 but threads\*TM\*TN = 8192"):
+        configure("sgemm", {}, {}, "sm_90", threads=128)
+    configure("sgemm", {}, {}, "sm_90", threads=256)
+
+
+def test_sm75_defaults_to_register_double_buffering():
+    cfg = configure("sgemm", {}, {"As": {"pad": 4}}, "sm_75")
+    assert cfg.params["CP_ASYNC"] == 0 and cfg.params["STAGES"] == 2
+
+
+@pytest.mark.parametrize(
+    ("params", "pad_a", "expected"),
+    [
+        ({}, 4, 4 * (8 * 132 + 8 * 128) * 4),
+        ({"BK": 16, "STAGES": 3}, 0, 3 * (16 * 128 + 16 * 128) * 4),
+        ({"BK": 16, "STAGES": 4}, 4, 4 * (16 * 132 + 16 * 128) * 4),
+    ],
+)
+def test_sgemm_smem_formula_and_launch(params, pad_a, expected):
+    cfg = configure("sgemm", {**params, "M": 1000, "N": 1001, "K": 7}, {"As": {"pad": pad_a}}, "sm_90")
+    fam = FAMILIES["sgemm"]
+    assert fam.smem_bytes(cfg) == expected
+    launch = fam.launch(cfg)
+    assert launch.grid == (8 * 8, 1, 1) and launch.block == (256, 1, 1)
+    if expected <= 48 * 1024:
+        assert (launch.static_smem_bytes, launch.dynamic_smem_bytes) == (expected, 0)
+    else:
+        assert (launch.static_smem_bytes, launch.dynamic_smem_bytes) == (0, expected)
+
+
+def test_transpose_and_stencil_launch():
+    t = configure("transpose", {"rows": 100, "cols": 33, "dtype": "f16"}, {"tile": {"pad": 2}}, "sm_80")
+    lt = FAMILIES["transpose"].launch(t)
+    assert lt.grid == (2, 4, 1) and lt.block == (32, 8, 1) and lt.static_smem_bytes == 32 * 34 * 2
+    s = configure("stencil2d", {"R": 3, "ny": 17, "nx": 65}, {}, "sm_80")
+    ls = FAMILIES["stencil2d"].launch(s)
+    assert ls.grid == (3, 3, 1) and ls.static_smem_bytes == (8 + 6) * (32 + 6) * 4
+
+
+def test_bank_table_baseline_vs_fixed():
+    def degree(family, params, layouts, name):
+        cfg = configure(family, params, layouts, "sm_90")
+        return {b.name: b.degree for b in bank_table(FAMILIES[family], cfg)}[name]
+
+    assert degree("transpose", {}, {}, "tile_read") == 32
+    assert degree("transpose", {}, {"tile": {"pad": 1}}, "tile_read") == 1
+    assert degree("transpose", {}, {"tile": {"swizzle": [5, 0, 5]}}, "tile_read") == 1
+    assert degree("sgemm", {}, {}, "As_copy") == 8
+    assert degree("sgemm", {}, {"As": {"pad": 4}}, "As_copy") == 1
+    assert degree("sgemm", {}, {"As": {"swizzle": [3, 2, 5]}}, "As_copy") == 1
+    for lay in ({}, {"As": {"pad": 4}}):
+        assert degree("sgemm", {}, lay, "As_read") == 1
+        assert degree("sgemm", {}, lay, "Bs_read") == 1
+
+
+def test_tile_layout_from_model_layout():
+    from smemtile.model.layout import Layout, Swizzle
+
+    assert TileLayout.of(Layout(pad=4)) == TileLayout(pad=4)
+    assert TileLayout.of(Layout(swizzle=Swizzle(3, 2, 5))) == TileLayout(0, 3, 2, 5)
+    assert TileLayout.of({"swizzle": [5, 0, 5]}) == TileLayout(0, 5, 0, 5)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    rows=st.integers(1, 64),
+    cols=st.sampled_from([8, 32, 64, 128]),
+    pad=st.integers(0, 8),
+    b=st.integers(0, 3),
+    m=st.integers(0, 3),
+    extra=st.integers(0, 3),
+)
+def test_tile_layout_matches_model_and_is_a_bijection(rows, cols, pad, b, m, extra):
+    from smemtile.model.layout import Layout, Swizzle
+
+    s = b + extra
+    tl = TileLayout(pad, b, m, s)
+    if (rows * (cols + pad)) % (1 << (m + b)):
+        return  # the contract refuses such a swizzle
+    r, c = np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij")
+    ours = tl.offsets(r, c, cols)
+    model = Layout(pad=pad, swizzle=Swizzle(b, m, s) if b else None).offset(r, c, cols)
+    assert np.array_equal(ours, np.asarray(model))
+    assert len(np.unique(ours)) == rows * cols
+    assert ours.max() < rows * (cols + pad)
+
+
+def test_references_small():
+    rng = np.random.default_rng(0)
+    sg = FAMILIES["sgemm"]
+    q = {"M": 5, "N": 3, "K": 4, "alpha": 2.0, "beta": 0.5}
+    x = sg.make_inputs(q, rng)
+    assert np.allclose(sg.reference(q, x), 2.0 * x["A"].astype(float) @ x["B"] + 0.5 * x["C"])
+    st2 = FAMILIES["stencil2d"]
+    q2 = {"ny": 3, "nx": 4}
+    inp = {"in": np.ones((3, 4), np.float32), "coeffs": np.array([1.0, 1.0], np.float32)}
+    out = st2.reference(q2, inp)
+    assert out[1, 1] == 5 and out[0, 0] == 3  # zero boundary: corner has 2 neighbours
+    tr = FAMILIES["transpose"]
+    a = tr.make_inputs({"rows": 3, "cols": 5, "dtype": "f16"}, rng)["in"]
+    assert tr.reference({}, {"in": a}).shape == (5, 3)
+
+
+def test_no_cuda_import_in_codegen():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, smemtile.codegen, smemtile.codegen.render, smemtile.codegen.checklist\n"
+        "bad = [m for m in sys.modules if m.startswith('cuda')]\n"
+        "raise SystemExit(1 if bad else 0)\n"
+    )
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
