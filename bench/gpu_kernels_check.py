@@ -36,6 +36,7 @@ CONFIGS = [
     ("sgemm", {"BK": 8, "STAGES": 3}, {"As": {"pad": 4}}, "pad4 BK8 S3"),
     ("sgemm", {"BK": 16, "STAGES": 4, "MIN_BLOCKS": 1}, {"As": {"pad": 4}}, "pad4 BK16 S4 dyn MB1"),
     ("sgemm", {"BK": 8, "STAGES": 4}, {}, "baseline BK8 S4"),
+    ("sgemm", {"BN": 256, "BK": 8, "STAGES": 4, "MIN_BLOCKS": 1}, {"As": {"pad": 4}}, "128x256 pad4 BK8 S4"),
     ("sgemm", {"BK": 8, "STAGES": 4, "MIN_BLOCKS": 1}, {"As": {"swizzle": [3, 2, 5]}}, "swizzle BK8 S4 MB1"),
     ("sgemm", {"BK": 16, "STAGES": 3, "MIN_BLOCKS": 1}, {"As": {"pad": 4}}, "pad4 BK16 S3 dyn MB1"),
     (

@@ -96,6 +96,10 @@ class Sgemm(Family):
             out.append(f"BM*BN/(TM*TN) = {threads} threads; a block needs 32..1024")
         if bk % 8 or bk <= 0:
             out.append(f"BK={bk} must be a positive multiple of 8 (A is copied in runs of 8 consecutive k)")
+        elif threads and bm % (threads // 8):
+            out.append(
+                f"BM={bm} must be a multiple of threads/8 = {threads // 8} (rows one pass of A copies covers)"
+            )
         elif threads and (bm * bk) % threads:
             out.append(f"BM*BK={bm * bk} A elements do not split evenly over {threads} threads")
         elif threads and (bk * bn // 4) % threads:

@@ -177,13 +177,19 @@ sgemm(int M, int N, int K, float alpha, const float* __restrict__ A, int lda, co
         }
     };
 
-    // Element coordinates of this thread's copies (same for every K step).
+    // Element coordinates of this thread's copies (same for every K step). e = tid + i * THREADS, so
+    // e % 8 = tid % 8 and e / 8 = tid / 8 + i * (THREADS / 8): with BM a multiple of THREADS / 8 the copy i is
+    // row tid/8 + (i % A_PASSES) * (THREADS/8) of k-run i / A_PASSES -- compile-time offsets from one base.
+    constexpr int A_ROWS_PER_PASS = THREADS / 8;
+    constexpr int A_PASSES = BM / A_ROWS_PER_PASS;
+    static_assert(BM % A_ROWS_PER_PASS == 0, "BM must be a multiple of threads / 8 (rows covered by one A copy pass)");
+    const int a_m = tid / 8, a_k = tid % 8;
     auto a_coord = [&](int i, int& m, int& k) {
-        const int e = tid + i * THREADS;
-        const int r = e / 8;
-        m = r % BM;
-        k = (r / BM) * 8 + e % 8;
+        m = a_m + (i % A_PASSES) * A_ROWS_PER_PASS;
+        k = (i / A_PASSES) * 8 + a_k;
     };
+    const float* a_base = A + (long long)(m0 + a_m) * lda + a_k;  // + k0, + row/col offsets of copy i
+    const long long a_pass_stride = (long long)A_ROWS_PER_PASS * lda;
 
     if constexpr (CP_ASYNC) {
         auto issue = [&](int kt, int slot) {
@@ -195,8 +201,8 @@ sgemm(int M, int N, int K, float alpha, const float* __restrict__ A, int lda, co
                 int m, k;
                 a_coord(i, m, k);
                 const bool ok = (m0 + m < M) && (k0 + k < K);
-                const float* src = ok ? A + (long long)(m0 + m) * lda + (k0 + k) : A;
-                smemtile::cp_async_4(as + LA::offset(k, m), src, ok ? 4 : 0);
+                const float* src = a_base + (i % A_PASSES) * a_pass_stride + (k0 + (i / A_PASSES) * 8);
+                smemtile::cp_async_4(as + LA::offset(k, m), ok ? src : A, ok ? 4 : 0);
             }
             if (b_vec) {
 #pragma unroll
@@ -247,7 +253,7 @@ sgemm(int M, int N, int K, float alpha, const float* __restrict__ A, int lda, co
             for (int i = 0; i < A_PER_THREAD; ++i) {
                 int m, k;
                 a_coord(i, m, k);
-                ra[i] = (m0 + m < M && k0 + k < K) ? A[(long long)(m0 + m) * lda + (k0 + k)] : 0.f;
+                ra[i] = (m0 + m < M && k0 + k < K) ? a_base[(i % A_PASSES) * a_pass_stride + k0 + (i / A_PASSES) * 8] : 0.f;
             }
             if (b_vec) {
 #pragma unroll
