@@ -36,7 +36,15 @@ def test_compile_only_json(sample):
     doc = json.loads(p.stdout)
     assert doc["compile_only"] is True and doc["device"] is None
     assert [r["variant"] for r in doc["variants"]] == ["baseline", "fixed"]
-    for key in ("registers", "static_smem_bytes", "spills", "occupancy", "correct", "max_rel_error", "time_ms"):
+    for key in (
+        "registers",
+        "static_smem_bytes",
+        "spills",
+        "occupancy",
+        "correct",
+        "max_rel_error",
+        "time_ms",
+    ):
         assert key in doc
     for r in doc["variants"]:
         assert isinstance(r["registers"], int) and 0 < r["registers"] <= 255

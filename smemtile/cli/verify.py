@@ -16,13 +16,26 @@ VARIANTS = ("baseline", "fixed")
 @click.command("verify")
 @click.argument("spec", type=click.Path(dir_okay=False, path_type=Path))
 @json_option
-@click.option("--compile-only", is_flag=True, help="No GPU: compile for the spec's arch and report ptxas numbers "
-              "(registers, spills, static shared memory) and the model's occupancy with them.")
-@click.option("--device", "device", type=click.IntRange(0), default=0, show_default=True, help="CUDA device index.")
+@click.option(
+    "--compile-only",
+    is_flag=True,
+    help="No GPU: compile for the spec's arch and report ptxas numbers "
+    "(registers, spills, static shared memory) and the model's occupancy with them.",
+)
+@click.option(
+    "--device", "device", type=click.IntRange(0), default=0, show_default=True, help="CUDA device index."
+)
 @click.option("--seed", type=int, default=1234, show_default=True, help="Seed of the random inputs.")
-@click.option("--variant", "variants", type=click.Choice(VARIANTS), multiple=True,
-              help="Only this variant (repeatable; default both).")
-def command(spec: Path, as_json: bool, compile_only: bool, device: int, seed: int, variants: tuple[str, ...]) -> None:
+@click.option(
+    "--variant",
+    "variants",
+    type=click.Choice(VARIANTS),
+    multiple=True,
+    help="Only this variant (repeatable; default both).",
+)
+def command(
+    spec: Path, as_json: bool, compile_only: bool, device: int, seed: int, variants: tuple[str, ...]
+) -> None:
     """Compile SPEC's kernel (baseline layout and the recommended fix), run it, check it, time it.
 
     On a GPU each variant is compiled for the device's own architecture, loaded, and its registers, static
@@ -63,7 +76,9 @@ def command(spec: Path, as_json: bool, compile_only: bool, device: int, seed: in
     bad = [r for r in doc["variants"] if r.get("correct") is False]
     if bad:
         r = bad[0]
-        raise VerificationFailed(f"{r['variant']} variant ({r['name_expression']}) is wrong: {r['mismatch_text']}")
+        raise VerificationFailed(
+            f"{r['variant']} variant ({r['name_expression']}) is wrong: {r['mismatch_text']}"
+        )
 
 
 # ---- compile only -------------------------------------------------------------------------------------------
@@ -98,7 +113,8 @@ def _compile_only(spec: Path, cfgs: dict) -> dict:
             "correct": None,
             "max_rel_error": None,
             "time_ms": None,
-            "compile_note": built.compile_note or (None if ptx else "ptxas reported no resources (cached result?)"),
+            "compile_note": built.compile_note
+            or (None if ptx else "ptxas reported no resources (cached result?)"),
             "checklist": [_item(i) for i in built.checklist],
         }
         rows.append(row)
@@ -123,7 +139,8 @@ def _on_gpu(spec: Path, cfgs: dict, device: int, seed: int) -> dict:
     dev = open_device(device)  # NoDevice -> exit 3, one line
     arch = get_arch(dev.arch_name)
     dcfgs = {
-        v: configure(c.family, {**c.params, **c.problem}, c.layouts, arch, check=True) for v, c in cfgs.items()
+        v: configure(c.family, {**c.params, **c.problem}, c.layouts, arch, check=True)
+        for v, c in cfgs.items()
     }
     first = next(iter(dcfgs.values()))
     fam = FAMILIES[first.family]
@@ -158,7 +175,12 @@ def _on_gpu(spec: Path, cfgs: dict, device: int, seed: int) -> dict:
                 "registers": k.registers,
                 "static_smem_bytes": k.static_smem,
                 "local_bytes": k.local_bytes,
-                "spills": ptx.get("spills", None) if ptx else (k.local_bytes if k.local_bytes else 0),
+                # NVRTC may return a cached result with an empty ptxas log (HARDWARE.md): then the driver's
+                # local memory per thread is the best bound on spilled bytes.
+                "spills": ptx.get("spills") if ptx.get("spills") is not None else k.local_bytes,
+                "spills_source": "ptxas"
+                if ptx.get("spills") is not None
+                else "driver LOCAL_SIZE_BYTES (ptxas log empty)",
                 "source": "driver (CU_FUNC_ATTRIBUTE_*)",
                 "ptxas": ptx or None,
                 "occupancy": {
@@ -210,7 +232,15 @@ def _document(spec: Path, cfg, rows: list[dict], *, compile_only: bool, device: 
         "device": device,
     }
     # Top-level keys of the contract: the headline (fixed) variant's numbers.
-    for key in ("registers", "static_smem_bytes", "spills", "occupancy", "correct", "max_rel_error", "time_ms"):
+    for key in (
+        "registers",
+        "static_smem_bytes",
+        "spills",
+        "occupancy",
+        "correct",
+        "max_rel_error",
+        "time_ms",
+    ):
         doc[key] = head.get(key)
     for unit in ("tflops", "gbps"):
         if unit in head:
@@ -218,7 +248,9 @@ def _document(spec: Path, cfg, rows: list[dict], *, compile_only: bool, device: 
     doc["correct"] = None if compile_only else all(r["correct"] for r in rows)
     doc["occupancy_agree"] = None if compile_only else all(r["occupancy"]["agree"] for r in rows)
     b, f = by.get("baseline"), by.get("fixed")
-    doc["speedup"] = (b["time_ms"] / f["time_ms"]) if b and f and b.get("time_ms") and f.get("time_ms") else None
+    doc["speedup"] = (
+        (b["time_ms"] / f["time_ms"]) if b and f and b.get("time_ms") and f.get("time_ms") else None
+    )
     doc["variants"] = rows
     return doc
 
@@ -291,5 +323,7 @@ def _render(doc: dict) -> None:
             f"median of {f['timing']['runs']} runs)"
         )
     elif doc["compile_only"]:
-        con.print("compile only: registers, spills and static shared memory are ptxas' numbers for "
-                  f"{doc['arch']}; run without --compile-only on a GPU to check and time.")
+        con.print(
+            "compile only: registers, spills and static shared memory are ptxas' numbers for "
+            f"{doc['arch']}; run without --compile-only on a GPU to check and time."
+        )

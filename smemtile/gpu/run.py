@@ -28,7 +28,9 @@ def _driver():
     try:
         from cuda.bindings import driver
     except Exception as e:  # not installed or a broken install
-        raise NoDevice(f"no CUDA GPU: CUDA Python bindings unavailable ({e.__class__.__name__}: {e})") from None
+        raise NoDevice(
+            f"no CUDA GPU: CUDA Python bindings unavailable ({e.__class__.__name__}: {e})"
+        ) from None
     return driver
 
 
@@ -220,17 +222,26 @@ class LoadedKernel:
         self.compiled = compile_config(cfg)
         self.module = _ok(d.cuModuleLoadData(self.compiled.cubin), "cuModuleLoadData", CompileError)
         lowered = self.compiled.lowered[self.expr]
-        self.func = _ok(d.cuModuleGetFunction(self.module, lowered.encode()), "cuModuleGetFunction", CompileError)
+        self.func = _ok(
+            d.cuModuleGetFunction(self.module, lowered.encode()), "cuModuleGetFunction", CompileError
+        )
         self.shape = self.fam.launch(cfg)
         a = d.CUfunction_attribute
         self.registers = int(_ok(d.cuFuncGetAttribute(a.CU_FUNC_ATTRIBUTE_NUM_REGS, self.func), "NUM_REGS"))
-        self.static_smem = int(_ok(d.cuFuncGetAttribute(a.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, self.func), "SHARED"))
-        self.local_bytes = int(_ok(d.cuFuncGetAttribute(a.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, self.func), "LOCAL"))
+        self.static_smem = int(
+            _ok(d.cuFuncGetAttribute(a.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, self.func), "SHARED")
+        )
+        self.local_bytes = int(
+            _ok(d.cuFuncGetAttribute(a.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, self.func), "LOCAL")
+        )
         self.threads = self.shape.block[0] * self.shape.block[1] * self.shape.block[2]
         dyn = self.shape.dynamic_smem_bytes
         if dyn > 48 * 1024:
             attr = a.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-            _ok(d.cuFuncSetAttribute(self.func, attr, dyn), "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)")
+            _ok(
+                d.cuFuncSetAttribute(self.func, attr, dyn),
+                "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)",
+            )
         self.driver_blocks = int(
             _ok(d.cuOccupancyMaxActiveBlocksPerMultiprocessor(self.func, self.threads, dyn), "cuOccupancy")
         )
@@ -246,7 +257,9 @@ class LoadedKernel:
     def model_occupancy(self):
         from smemtile.model.occupancy import occupancy
 
-        return occupancy(self.cfg.arch, self.threads, self.registers, self.static_smem, self.shape.dynamic_smem_bytes)
+        return occupancy(
+            self.cfg.arch, self.threads, self.registers, self.static_smem, self.shape.dynamic_smem_bytes
+        )
 
     # ---- inputs and launch -------------------------------------------------------------------------------
     def prepare(self, inputs: dict[str, np.ndarray]) -> None:
@@ -314,7 +327,9 @@ class LoadedKernel:
         exact = self.cfg.family == "transpose"
         return compare(reference, got, self.fam.tolerance, exact=exact)
 
-    def time(self, *, warmup_s: float = 0.2, target_s: float = 1.0, min_runs: int = 20, max_runs: int = 500) -> Timing:
+    def time(
+        self, *, warmup_s: float = 0.2, target_s: float = 1.0, min_runs: int = 20, max_runs: int = 500
+    ) -> Timing:
         """CUDA events around each launch (null stream) after a warm-up; median of enough runs."""
         d = _driver()
         start = _ok(d.cuEventCreate(0), "cuEventCreate")
