@@ -138,3 +138,22 @@ def test_verify_on_gpu(sample):
         assert r["occupancy"]["driver"]["active_blocks"] >= 1
         assert ("tflops" in r) != ("gbps" in r)
     assert doc["speedup"] > 0
+
+
+def test_mismatch_exits_1(monkeypatch):
+    import smemtile.cli.verify as verify
+
+    def fake(spec, cfgs, device, seed):
+        row = {
+            "variant": "fixed",
+            "name_expression": "transpose_kernel<...>",
+            "correct": False,
+            "mismatch_text": "first bad index (3, 5): expected 1.5, got nan (7 bad elements)",
+        }
+        return {"variants": [row]}
+
+    monkeypatch.setattr(verify, "_on_gpu", fake)
+    monkeypatch.setattr(verify, "emit_json", lambda doc: None)
+    res = CliRunner().invoke(main, ["verify", str(ROOT / "samples/transpose_32x32.yaml"), "--json"])
+    assert res.exit_code == 1
+    assert "first bad index (3, 5): expected 1.5, got nan" in res.output
