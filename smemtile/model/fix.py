@@ -136,6 +136,19 @@ def _swizzles(buf: Buffer, results: list[AccessResult]) -> list[Swizzle]:
     return out
 
 
+def _first_conflict_free(results, buf: Buffer, layouts, kind: str) -> tuple[Candidate | None, int]:
+    """Try ``layouts`` in cost order; the first conflict-free one, else the one with the fewest wavefronts."""
+    best, n = None, 0
+    for lay in layouts:
+        c = _candidate(results, buf, lay, kind)
+        n += 1
+        if c.conflict_free:
+            return c, n
+        if best is None or c.wavefronts < best.wavefronts:
+            best = c
+    return best, n
+
+
 def _column_read(ar: AccessResult) -> bool:
     """Lanes of one instruction differ in row and share a column (reading down a column)."""
     if ar.rows is None:
@@ -152,30 +165,15 @@ def fix_buffer(spec: KernelSpec, buf: Buffer, results: list[AccessResult]) -> Bu
     baseline = _candidate(results, buf, base_layout, "baseline")
     align = required_alignment(results)
     eb = buf.elem_bytes
-    tried = 1
     padding = swizzle = None
+    n_pad = n_swz = 0
     if len(buf.shape) == 2:
         step = max(1, align // eb)
-        best = None
-        for pad in range(step, MAX_PAD_BYTES // eb + 1, step):
-            c = _candidate(results, buf, Layout(pad=pad), "pad")
-            tried += 1
-            if best is None or c.wavefronts < best.wavefronts:
-                best = c
-            if c.conflict_free:
-                best = c
-                break
-        padding = best
-    best = None
-    for sw in _swizzles(buf, results):
-        c = _candidate(results, buf, Layout(pad=0, swizzle=sw), "swizzle")
-        tried += 1
-        if best is None or c.wavefronts < best.wavefronts:
-            best = c
-        if c.conflict_free:
-            best = c
-            break
-    swizzle = best
+        pads = (Layout(pad=p) for p in range(step, MAX_PAD_BYTES // eb + 1, step))
+        padding, n_pad = _first_conflict_free(results, buf, pads, "pad")
+    swizzles = (Layout(pad=0, swizzle=sw) for sw in _swizzles(buf, results))
+    swizzle, n_swz = _first_conflict_free(results, buf, swizzles, "swizzle")
+    tried = 1 + n_pad + n_swz
     rec, reason = _recommend(buf, baseline, padding, swizzle, align)
     if not rec.conflict_free and any(_column_read(r) for r in results) and align > buf.elem_bytes:
         reason += (f"; a column read cannot be conflict-free while rows keep {align}-byte vectors: store the tile "
