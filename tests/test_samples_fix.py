@@ -51,6 +51,11 @@ def test_sample_analysis_and_fix(path):
             f.recommended.wavefronts
     if all_free is not None:
         assert all(f.recommended.conflict_free for f in fixes.buffers) == all_free
+    for f in fixes.buffers:  # the recommended layout keeps every logical element distinct and in bounds
+        buf, lay = f.buffer, f.recommended.layout
+        r, c = np.meshgrid(np.arange(buf.shape[0]), np.arange(buf.cols), indexing="ij")
+        off = lay.offset(r, c, buf.cols)
+        assert len(np.unique(off)) == off.size and off.max() < lay.storage_elements(buf.shape)
 
 
 @pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.name)
