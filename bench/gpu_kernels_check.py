@@ -50,6 +50,10 @@ CONFIGS = [
     ("transpose", {}, {}, "baseline"),
     ("transpose", {}, {"tile": {"swizzle": [5, 0, 5]}}, "swizzle 5,0,5"),
     ("transpose", {"TILE": 64, "BLOCK_ROWS": 8}, {"tile": {"pad": 1}}, "T64 pad1"),
+    ("transpose", {"TILE": 64, "BLOCK_ROWS": 16}, {"tile": {"pad": 1}}, "T64 BR16 pad1"),
+    ("transpose", {"TILE": 64, "BLOCK_ROWS": 4}, {"tile": {"pad": 1}}, "T64 BR4 pad1"),
+    ("transpose", {"TILE": 32, "BLOCK_ROWS": 4}, {"tile": {"pad": 1}}, "T32 BR4 pad1"),
+    ("transpose", {"TILE": 64, "BLOCK_ROWS": 8}, {"tile": {"swizzle": [5, 0, 6]}}, "T64 swizzle 5,0,6"),
     ("transpose", {"dtype": "f16"}, {"tile": {"pad": 2}}, "f16 pad2"),
     ("stencil2d", {"R": 1}, {}, "R1 32x8"),
     ("stencil2d", {"R": 4}, {}, "R4 32x8"),
@@ -74,11 +78,11 @@ def _ok(res):
 class Loaded:
     """A cubin loaded into the current (torch's primary) context."""
 
-    def __init__(self, cfg):
+    def __init__(self, cfg, source: str | None = None):
         d = _drv()
         fam = FAMILIES[cfg.family]
         self.cfg, self.fam = cfg, fam
-        self.compiled = compile_config(cfg)
+        self.compiled = compile_config(cfg, source)
         expr = fam.name_expression(cfg)
         self.module = _ok(d.cuModuleLoadData(self.compiled.cubin))
         self.func = _ok(d.cuModuleGetFunction(self.module, self.compiled.lowered[expr].encode()))
@@ -301,6 +305,9 @@ def main() -> int:
     ap.add_argument("--small", action="store_true", help="small sizes, no timing (for compute-sanitizer)")
     ap.add_argument("--json", type=Path, help="write results here")
     ap.add_argument("--only", help="comma-separated families")
+    ap.add_argument(
+        "--sgemm-source", type=Path, help="A/B experiment: compile this .cu instead of kernels/sgemm.cu"
+    )
     args = ap.parse_args()
     import torch
 
@@ -324,7 +331,7 @@ def main() -> int:
         if only and family not in only:
             continue
         cfg = configure(family, params, layouts, arch)
-        ld = Loaded(cfg)
+        ld = Loaded(cfg, args.sgemm_source.read_text() if args.sgemm_source and family == "sgemm" else None)
         loaded[f"{family} {label}" if family != "sgemm" else label] = ld
         fam = FAMILIES[family]
         res = ld.compiled.resources.get(fam.name_expression(cfg))

@@ -24,12 +24,15 @@ class Built:
     compile_note: str  # why it was not compiled, or ""
 
 
-def compile_config(cfg: KernelConfig):
-    """NVRTC-compile the family's template for ``cfg`` (kernel file + header, one name expression)."""
+def compile_config(cfg: KernelConfig, source: str | None = None):
+    """NVRTC-compile the family's template for ``cfg`` (kernel file + header, one name expression).
+
+    ``source`` replaces the family's .cu text (A/B experiments on a modified kernel)."""
     from smemtile.gpu.nvrtc import compile_cubin
 
     fam = FAMILIES[cfg.family]
     src, headers = kernel_source(cfg.family)
+    src = source if source is not None else src
     return compile_cubin(src, [fam.name_expression(cfg)], cfg.arch.name, headers=headers, filename=fam.file)
 
 

@@ -24,6 +24,14 @@ from smemtile.codegen.contract import Access, Buffer, Family, KernelConfig, Laun
 LANES_M, LANES_N = 4, 8  # a warp's lanes as a 4 (m) x 8 (n) grid
 
 
+def lane_grid(lane: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(lm, ln) of each lane, interleaved as in sgemm.cu: lane bits 1,3 -> lm, bits 0,2,4 -> ln, so every lane
+    quad covers 2 m x 2 n and reads at most 2 distinct float4 of each tile (served in half-warps)."""
+    lm = ((lane >> 1) & 1) | ((lane >> 2) & 2)
+    ln = (lane & 1) | ((lane >> 1) & 2) | ((lane >> 2) & 4)
+    return lm, ln
+
+
 class Sgemm(Family):
     name = "sgemm"
     file = "sgemm.cu"
@@ -182,7 +190,7 @@ class Sgemm(Family):
         # Inner loop, per k: As[k][warp_m + lm*4 + 16*i], Bs[k][warp_n + ln*4 + 32*j]
         wm, wn = LANES_M * tm, LANES_N * tn
         warp_m, warp_n = (warp // (bn // wn)) * wm, (warp % (bn // wn)) * wn
-        lm, ln = lane // LANES_N, lane % LANES_N
+        lm, ln = lane_grid(lane)
         ks = np.arange(bk)
         ia = np.arange(tm // 4)
         la_row = np.broadcast_to(ks[:, None, None, None], (bk, tm // 4, warps, 32)).reshape(-1, warps, 32)
@@ -235,7 +243,7 @@ class Sgemm(Family):
                 True,
                 {
                     "row": "k",
-                    "col": "(warp//(BN//(8*TN)))*4*TM + (lane//8)*4 + 16*i",
+                    "col": "(warp//(BN//(8*TN)))*4*TM + (((lane>>1)&1) | ((lane>>2)&2))*4 + 16*i",
                     "over": {"k": [0, "BK"], "i": [0, "TM//4"]},
                 },
             ),
@@ -249,7 +257,7 @@ class Sgemm(Family):
                 True,
                 {
                     "row": "k",
-                    "col": "(warp%(BN//(8*TN)))*8*TN + (lane%8)*4 + 32*j",
+                    "col": "(warp%(BN//(8*TN)))*8*TN + ((lane&1) | ((lane>>1)&2) | ((lane>>2)&4))*4 + 32*j",
                     "over": {"k": [0, "BK"], "j": [0, "TN//4"]},
                 },
             ),

@@ -9,10 +9,12 @@
 // (TM / 4) x (TN / 4) sub-tiles of 4 x 4 spaced 16 rows and 32 columns apart. For every k the lane reads its
 // A column part and B row part as float4s:
 //
-//     As[k][wm + lm*4 + i*16 .. +3]   i < TM/4      lanes with the same lm read the same float4 (broadcast)
+//     As[k][wm + lm*4 + i*16 .. +3]   i < TM/4      4 distinct float4 per instruction, each a 8-lane broadcast
 //     Bs[k][wn + ln*4 + j*32 .. +3]   j < TN/4      8 distinct float4 per instruction: 128 contiguous bytes
 //
-// so the inner loop is conflict-free for any layout whose rows keep float4s whole (PAD % 4 == 0, swizzle M >= 2).
+// The lane grid is interleaved (lane bits 1,3 -> lm; bits 0,2,4 -> ln) so that every lane quad reads at most two
+// distinct float4s: the hardware then serves the warp in halves (2 wavefronts per read instead of 4).
+// The inner loop is conflict-free for any layout whose rows keep float4s whole (PAD % 4 == 0, swizzle M >= 2).
 // A is stored transposed (k-major, As[BK][BM]) exactly so that those A reads are float4s along m.
 //
 // Global -> shared, per K step (one "stage"):
@@ -143,7 +145,11 @@ sgemm(int M, int N, int K, float alpha, const float* __restrict__ A, int lda, co
     const int m0 = block_m * BM, n0 = block_n * BN;
 
     const int warp_m = (warp / (BN / WN)) * WM, warp_n = (warp % (BN / WN)) * WN;
-    const int lm = lane / 8, ln = lane % 8;
+    // Lanes as a 4 (m) x 8 (n) grid, interleaved so that every lane quad holds 2 m x 2 n: each quad then reads
+    // at most 2 distinct float4 of As and of Bs, the hardware serves the warp in halves, and each read costs
+    // 2 wavefronts instead of 4 (lane bits 0,2,4 -> ln; bits 1,3 -> lm).
+    const int ln = (lane & 1) | ((lane >> 1) & 2) | ((lane >> 2) & 4);
+    const int lm = ((lane >> 1) & 1) | ((lane >> 2) & 2);
     const int a_col = warp_m + lm * 4;  // + i * 16
     const int b_col = warp_n + ln * 4;  // + j * 32
 
