@@ -211,12 +211,10 @@ def spec_from_dict(doc: dict, source: str = "<spec>") -> KernelSpec:
         for kk, vv in k.items():
             if kk == "family":
                 continue
-            if isinstance(vv, str) and vv not in env and not any(c in vv for c in "0123456789+-*/()"):
-                params[str(kk)] = vv  # a word such as a dtype name
-            elif isinstance(vv, str) and vv[:1].isalpha() and vv not in env and vv.isalnum():
-                params[str(kk)] = vv  # e.g. f16
+            if isinstance(vv, (bool, float)) or (isinstance(vv, str) and vv.isidentifier() and vv not in env):
+                params[str(kk)] = vv  # a flag, a scalar such as alpha, or a word such as a dtype name
             else:
-                params[str(kk)] = vv if isinstance(vv, bool) else _int(vv, env, f"kernel.{kk}", source)
+                params[str(kk)] = _int(vv, env, f"kernel.{kk}", source)
         kernel = KernelInfo(str(k["family"]), params)
 
     raw_bufs = doc.get("buffers")
