@@ -1,0 +1,128 @@
+"""Exports of a tile ranking: ``triton.Config`` lists, YAML specs (for generate / verify / tune / analyze) and
+plain dictionaries for JSON. Pure text, no printing."""
+
+from __future__ import annotations
+
+import yaml
+
+from smemtile.errors import SpecError
+from smemtile.model.tiling import Problem, Scored, TileReport
+
+# The sgemm kernel's shared-memory accesses in the spec language (as samples/sgemm_float4.yaml writes them).
+SGEMM_ACCESSES = [
+    {"name": "As_copy", "buffer": "As", "op": "cp.async", "width": 4,
+     "row": "((tid + i * THREADS) // 8 // BM) * 8 + lane % 8", "col": "((tid + i * THREADS) // 8) % BM",
+     "over": {"i": [0, "BM * BK // THREADS"]}},
+    {"name": "Bs_copy", "buffer": "Bs", "op": "cp.async", "width": 16,
+     "row": "(tid + j * THREADS) // (BN // 4)", "col": "((tid + j * THREADS) % (BN // 4)) * 4",
+     "over": {"j": [0, "BK * BN // 4 // THREADS"]}},
+    {"name": "As_read", "buffer": "As", "op": "load", "width": 16, "row": "k",
+     "col": "(warp // (BN // (8 * TN))) * 4 * TM + (lane // 8) * 4 + 16 * i", "over": {"k": [0, "BK"], "i": [0, "TM // 4"]}},
+    {"name": "Bs_read", "buffer": "Bs", "op": "load", "width": 16, "row": "k",
+     "col": "(warp % (BN // (8 * TN))) * 8 * TN + (lane % 8) * 4 + 32 * j", "over": {"k": [0, "BK"], "j": [0, "TN // 4"]}},
+]  # fmt: skip
+
+
+def command_line(p: Problem) -> str:
+    vendor = " --vendor amd" if p.vendor == "amd" else ""
+    return f"smemtile tiles {p.m} {p.n} {p.k} --dtype {p.dtype} --arch {p.arch}{vendor}"
+
+
+def triton_configs(report: TileReport, top: int) -> str:
+    """A Python list of ``triton.Config`` for ``@triton.autotune(configs=...)``, best first."""
+    p = report.problem
+    lines = [f"# {command_line(p)} ({p.gpu.name}, {p.gpu.sms} {'CUs' if p.vendor == 'amd' else 'SMs'}): "
+             f"top {min(top, len(report.ranked))} of {len(report.ranked)} by the smemtile tile model"]  # fmt: skip
+    if p.simt:
+        lines.append("# fp32: ranked for SIMT FFMA (the sgemm family); tl.dot needs BLOCK_SIZE_K >= 16 and uses "
+                     "TF32 unless input_precision='ieee'")  # fmt: skip
+    lines += ["import triton", "", "configs = ["]
+    for s in report.ranked[:top]:
+        c = s.cfg
+        kw = {
+            "BLOCK_SIZE_M": c.bm,
+            "BLOCK_SIZE_N": c.bn,
+            "BLOCK_SIZE_K": max(c.bk, 16),
+            "GROUP_SIZE_M": c.group_m,
+        }
+        if p.vendor == "amd":
+            kw["waves_per_eu"] = c.waves_per_eu
+        args = ", ".join(f'"{k}": {v}' for k, v in kw.items())
+        lines.append(f"    triton.Config({{{args}}}, num_warps={c.warps}, num_stages={c.stages}),"
+                     f"  # #{s.rank} {s.tflops:.1f} TFLOP/s predicted: {s.reason}")  # fmt: skip
+    lines.append("]")
+    return "\n".join(lines) + "\n"
+
+
+def spec_doc(p: Problem, s: Scored, total: int) -> dict:
+    """A spec (YAML contract of DESIGN.md) for one candidate. fp32 on NVIDIA carries ``kernel: {family: sgemm}``
+    so generate / verify / tune run it; the tensor-core tiles carry their ldmatrix reads for ``analyze``."""
+    from smemtile.model.arch import get_arch
+
+    if p.vendor != "nvidia":
+        raise SpecError("YAML specs describe NVIDIA kernels (the spec's arch table); use --format triton or json "
+                        "for AMD", key="--format")  # fmt: skip
+    c = s.cfg
+    doc: dict = {"name": f"{p.dtype} GEMM {c.bm}x{c.bn}x{c.bk} tile, smemtile tiles #{s.rank} of {total} "
+                 f"({s.tflops:.1f} TFLOP/s predicted on {p.gpu.name})"}  # fmt: skip
+    doc["arch"] = p.arch
+    doc["threads"] = s.threads
+    doc["regs"] = s.regs  # the model's estimate; `smemtile verify --compile-only` reads the real count
+    if p.simt:
+        cp = get_arch(p.arch).has_cp_async
+        doc["tile"] = {"BM": c.bm, "BN": c.bn, "BK": c.bk, "TM": c.tm, "TN": c.tn}
+        doc["stages"] = c.stages
+        doc["buffers"] = [{"name": "As", "dtype": "f32", "shape": ["BK", "BM"], "stages": c.stages},
+                          {"name": "Bs", "dtype": "f32", "shape": ["BK", "BN"], "stages": c.stages}]  # fmt: skip
+        doc["kernel"] = {"family": "sgemm", "M": p.m, "N": p.n, "K": p.k, "GROUP_M": c.group_m,
+                         "MIN_BLOCKS": c.min_blocks}  # fmt: skip
+        doc["accesses"] = [dict(a, op=a["op"] if cp else "store") for a in SGEMM_ACCESSES]
+        return doc
+    wm = _warps_m(s)
+    wtm, wtn = c.bm // wm, c.bn // (c.warps // wm)
+    doc["tile"] = {"BM": c.bm, "BN": c.bn, "BK": c.bk}
+    doc["constants"] = {"WARPS_M": wm, "WM": wtm, "WN": wtn}
+    doc["stages"] = c.stages
+    dt = "f16" if p.dtype == "f16" else ("bf16" if p.dtype == "bf16" else "f32")
+    doc["buffers"] = [{"name": "As", "dtype": dt, "shape": ["BM", "BK"], "stages": c.stages},
+                      {"name": "Bs", "dtype": dt, "shape": ["BK", "BN"], "stages": c.stages}]  # fmt: skip
+    if p.elem == 2:
+        doc["accesses"] = [
+            {"name": "a_frag", "buffer": "As", "op": "ldmatrix", "matrices": 4,
+             "row": "(warp % WARPS_M) * WM + 16 * i + lane % 16", "col": "kk * 16 + (lane // 16) * 8",
+             "over": {"i": [0, "WM // 16"], "kk": [0, "BK // 16"]}},
+            {"name": "b_frag", "buffer": "Bs", "op": "ldmatrix", "matrices": 2, "trans": True,
+             "row": "kk * 16 + lane % 16", "col": "(warp // WARPS_M) * WN + 8 * j",
+             "over": {"j": [0, "WN // 8"], "kk": [0, "BK // 16"]}},
+        ]  # fmt: skip
+    else:  # tf32: 4-byte fragments read with 32-bit loads (one row per lane group)
+        doc["accesses"] = [
+            {"name": "a_frag", "buffer": "As", "op": "load", "width": 4,
+             "row": "(warp % WARPS_M) * WM + 16 * i + lane // 4", "col": "kk * 8 + lane % 4",
+             "over": {"i": [0, "WM // 16"], "kk": [0, "BK // 8"]}},
+        ]  # fmt: skip
+    return doc
+
+
+def _warps_m(s: Scored) -> int:
+    c = s.cfg
+    ok = [wm for wm in (1, 2, 4, 8) if c.warps % wm == 0 and c.bm % wm == 0 and (c.bm // wm) % 16 == 0
+          and c.bn % (c.warps // wm) == 0 and (c.bn // (c.warps // wm)) % 8 == 0]  # fmt: skip
+    return min(ok, key=lambda wm: (c.bm // wm + c.bn // (c.warps // wm), -(c.bm // wm)))
+
+
+def yaml_specs(report: TileReport, top: int) -> str:
+    """A multi-document YAML stream, one spec per candidate, best first (``--top 1``: a single spec file)."""
+    p = report.problem
+    docs = []
+    for s in report.ranked[:top]:
+        body = yaml.safe_dump(spec_doc(p, s, len(report.ranked)), sort_keys=False, default_flow_style=None,
+                              width=120)  # fmt: skip
+        docs.append(f"# {command_line(p)}: #{s.rank}: {s.reason}\n{body}")
+    return "---\n".join(docs)
+
+
+def json_doc(report: TileReport, top: int, rejected: int) -> dict:
+    d = report.to_dict(top=top, rejected=rejected)
+    d["command"] = command_line(report.problem)
+    return d

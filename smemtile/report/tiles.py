@@ -1,0 +1,82 @@
+"""Rich rendering of a tile ranking (``smemtile tiles``). No calculation happens here."""
+
+from __future__ import annotations
+
+from rich import box
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from smemtile.model.tiling import TileReport
+
+
+def _kib(n: int) -> str:
+    return f"{n / 1024:.1f}K" if n % 1024 else f"{n // 1024}K"
+
+
+def render_tiles(report: TileReport, top: int, rejected: int, width: int = 200) -> Group:
+    """Header (problem, GPU, counts), the ranked table with a reason per rank, the first rejected ones."""
+    p, g = report.problem, report.problem.gpu
+    amd = p.vendor == "amd"
+    unit = "CU" if amd else "SM"
+    head = Text()
+    head.append(f"smemtile tiles {p.m} x {p.n} x {p.k} {p.dtype}", style="bold")
+    head.append(f" on {p.arch} ({g.name}: {g.sms} {unit}s, {g.peak(p.dtype):g} TFLOP/s {p.dtype}, "
+                f"{g.dram_gbps:g} GB/s, L2 {g.l2_bytes >> 20} MiB; {g.source})\n")  # fmt: skip
+    kind = (
+        "SIMT FFMA, the sgemm family (generate / verify / tune can build these)"
+        if p.simt
+        else (
+            "MFMA (wavefront 64), model only"
+            if amd
+            else "tensor-core mma tiles, model only (no codegen family)"
+        )
+    )
+    c = report.counts
+    rej = ", ".join(f"{v} {k.removeprefix('rejected_').replace('_', ' ')}" for k, v in c.items()
+                    if k.startswith("rejected_"))  # fmt: skip
+    head.append(f"{kind}. {c['generated']} configurations: {c['ranked']} tile shapes ranked, "
+                f"{c['rejected']} rejected ({rej}).")  # fmt: skip
+    wide = width >= 160  # the reasons go in a column, else in a numbered list under the table
+    t = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    shape = "tile (TMxTN)" if p.simt else "tile"
+    cols = ["#", shape, "warps" if wide else "w", "stages" if wide else "st", "group" if wide else "g", "smem",
+            "regs~", f"blk/{unit}" if wide else "blk", "occ", "waves", "TFLOP/s"]  # fmt: skip
+    if amd:
+        cols.insert(8, "w/EU" if wide else "wEU")
+    if wide:
+        cols += ["% peak", "why this rank"]
+    for col in cols:
+        t.add_column(col, justify="left" if col in (shape, "why this rank") else "right",
+                     overflow="fold", max_width=80 if col == "why this rank" else None,
+                     no_wrap=col != "why this rank")  # fmt: skip
+    for s in report.ranked[:top]:
+        cf = s.cfg
+        tile = f"{cf.bm}x{cf.bn}x{cf.bk}" + (f" ({cf.tm}x{cf.tn})" if p.simt else "")
+        row = [str(s.rank), tile, str(cf.warps), str(cf.stages), str(cf.group_m), _kib(s.smem_bytes), str(s.regs),
+               str(s.blocks_per_sm), f"{s.occupancy:.0%}", f"{s.waves:.2f}", f"{s.tflops:.1f}"]  # fmt: skip
+        if amd:
+            row.insert(8, str(cf.waves_per_eu))
+        if wide:
+            row += [f"{s.roofline_frac:.0%}", s.reason]
+        t.add_row(*row, style="bold" if s.rank == 1 else None)
+    parts = [head, t]
+    if not wide:
+        parts.append(Text("\n".join(f"{s.rank:>3}. {s.reason}" for s in report.ranked[:top])))
+    if report.ranked:
+        best = report.ranked[0]
+        parts.append(Text(
+            f"#1 in numbers: {best.tiles} tiles, wave efficiency {best.wave_eff:.0%}, inner loop {best.inner_eff:.0%}, "
+            f"latency hiding {best.latency_eff:.0%}, padding waste {1 - best.pad_eff:.1%}, DRAM "
+            f"{best.dram_bytes / 1e9:.2f} GB (raster order {best.dram_bytes_ungrouped / 1e9:.2f} GB), intensity "
+            f"{best.intensity:.0f} FLOP/B vs ridge {best.ridge:.0f}: {best.bound}-bound."))  # fmt: skip
+    if rejected and report.rejected:
+        shown = report.rejected[:rejected]
+        lines = [f"first {len(shown)} of {len(report.rejected)} rejected shapes:"]
+        for x in shown:
+            more = f" (+{x.alike - 1} alike)" if x.alike > 1 else ""
+            lines.append(f"  {x.cfg.label}{more} [{x.kind.replace('_', ' ')}]: {x.reason}")
+        parts.append(Text("\n".join(lines)))
+    parts.append(Text("Model: predicted time = max(compute incl. waves x occupancy, DRAM, L2) per "
+                      "smemtile/model/tiling.py; `--format json` has every factor.", style="dim"))  # fmt: skip
+    return Group(*parts)
