@@ -78,7 +78,12 @@ def test_sgemm_smem_formula_and_launch(params, pad_a, expected):
 
 
 def test_transpose_and_stencil_launch():
-    t = configure("transpose", {"rows": 100, "cols": 33, "dtype": "f16"}, {"tile": {"pad": 2}}, "sm_80")
+    t = configure(
+        "transpose",
+        {"TILE": 32, "BLOCK_ROWS": 8, "rows": 100, "cols": 33, "dtype": "f16"},
+        {"tile": {"pad": 2}},
+        "sm_80",
+    )
     lt = FAMILIES["transpose"].launch(t)
     assert lt.grid == (2, 4, 1) and lt.block == (32, 8, 1) and lt.static_smem_bytes == 32 * 34 * 2
     s = configure("stencil2d", {"R": 3, "ny": 17, "nx": 65}, {}, "sm_80")
@@ -91,9 +96,13 @@ def test_bank_table_baseline_vs_fixed():
         cfg = configure(family, params, layouts, "sm_90")
         return {b.name: b.degree for b in bank_table(FAMILIES[family], cfg)}[name]
 
-    assert degree("transpose", {}, {}, "tile_read") == 32
+    t32 = {"TILE": 32, "BLOCK_ROWS": 8}
+    assert degree("transpose", t32, {}, "tile_read") == 32
+    assert degree("transpose", t32, {"tile": {"pad": 1}}, "tile_read") == 1
+    assert degree("transpose", t32, {"tile": {"swizzle": [5, 0, 5]}}, "tile_read") == 1
+    assert degree("transpose", {}, {}, "tile_read") == 32  # default 64 x 4
     assert degree("transpose", {}, {"tile": {"pad": 1}}, "tile_read") == 1
-    assert degree("transpose", {}, {"tile": {"swizzle": [5, 0, 5]}}, "tile_read") == 1
+    assert degree("transpose", {}, {"tile": {"swizzle": [5, 0, 6]}}, "tile_read") == 1
     assert degree("sgemm", {}, {}, "As_copy") == 8
     assert degree("sgemm", {}, {"As": {"pad": 4}}, "As_copy") == 1
     assert degree("sgemm", {}, {"As": {"swizzle": [3, 2, 5]}}, "As_copy") == 1

@@ -32,7 +32,8 @@ CONFIGS = [
     ("sgemm", {"CP_ASYNC": 0, "STAGES": 2, "MIN_BLOCKS": 1}, {"As": {"pad": 4}}),
     ("sgemm", {"BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4, "STAGES": 3}, {"As": {"pad": 4}}),
     ("transpose", {}, {"tile": {"pad": 1}}),
-    ("transpose", {}, {"tile": {"swizzle": [5, 0, 5]}}),
+    ("transpose", {"TILE": 32}, {"tile": {"swizzle": [5, 0, 5]}}),
+    ("transpose", {}, {"tile": {"swizzle": [5, 0, 6]}}),
     ("transpose", {"TILE": 64}, {"tile": {"pad": 1}}),
     ("transpose", {"dtype": "f16"}, {"tile": {"pad": 2}}),
     ("stencil2d", {"R": 1}, {}),
@@ -102,7 +103,7 @@ def _nvcc() -> str | None:
 
 @pytest.mark.skipif(_nvcc() is None, reason="nvcc not installed")
 @pytest.mark.parametrize(
-    ("family", "params", "layouts"), [CONFIGS[0], CONFIGS[3], CONFIGS[7], CONFIGS[10], CONFIGS[12]]
+    ("family", "params", "layouts"), [CONFIGS[0], CONFIGS[3], CONFIGS[7], CONFIGS[11], CONFIGS[13]]
 )
 def test_generated_file_compiles_with_nvcc(tmp_path: Path, family, params, layouts):
     """The standalone .cu (header inlined, explicit instantiation, host launch helper) builds with nvcc."""

@@ -54,7 +54,7 @@ def _sgemm_pipeline(src: str, stages: int, cp_async: bool) -> list[Item]:
             )
         )
         return items
-    issue_then_commit = re.search(r"issue\([^;]*\);\s*smemtile::cp_async_commit\(\);", loop) is not None
+    issue_then_commit = re.search(r"issue(?:_tile)?\([^;]*\);\s*smemtile::cp_async_commit\(\);", loop) is not None
     items.append(
         Item(
             "commit_group",

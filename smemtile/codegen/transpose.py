@@ -28,8 +28,9 @@ class Transpose(Family):
     kernel = "transpose"
     signature = ("const T* in", "T* out", "int rows", "int cols")
     params = (
-        Param("TILE", 32, (32, 64), "square tile edge (a warp spans whole tile rows)"),
-        Param("BLOCK_ROWS", 8, None, "thread rows; each thread moves TILE/BLOCK_ROWS elements"),
+        # 64 x 4: 16 elements in flight per thread, the fastest measured on the H200 (0.93x device copy)
+        Param("TILE", 64, (32, 64), "square tile edge (a warp spans whole tile rows)"),
+        Param("BLOCK_ROWS", 4, None, "thread rows; each thread moves TILE/BLOCK_ROWS elements"),
     )
     problem_keys = {"rows": 8192, "cols": 8192, "dtype": "f32"}
     test_sizes = (

@@ -17,7 +17,7 @@
 // Launch: grid = (ceil(cols / TILE), ceil(rows / TILE)), block = (TILE, BLOCK_ROWS).
 #include "smem_layout.cuh"
 
-template <typename T = float, int TILE = 32, int BLOCK_ROWS = 8, int PAD = 1, int SWZ_B = 0, int SWZ_M = 0,
+template <typename T = float, int TILE = 64, int BLOCK_ROWS = 4, int PAD = 1, int SWZ_B = 0, int SWZ_M = 0,
           int SWZ_S = 0>
 __global__ void __launch_bounds__(TILE * BLOCK_ROWS)
 transpose(const T* __restrict__ in, T* __restrict__ out, int rows, int cols) {
