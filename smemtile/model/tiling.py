@@ -15,7 +15,7 @@ Model (one number per candidate: predicted time, hence TFLOP/s; every factor is 
             tiles takes r * t_tile / eff(r); t_tile = 2*BM*BN*Kpad / (peak_per_SM * inner). This is wave
             quantisation and occupancy in one formula.
     inner   fraction of issue / shared-memory cycles that are FMA (SIMT) or mma (tensor core): per k step,
-            SIMT: TM*TN FFMA vs (TM+TN)/4 LDS.128 (2 and 4 wavefronts each, from the bank model) + copies;
+            SIMT: TM*TN FFMA vs (TM+TN)/4 LDS.128 (2 wavefronts each, from the bank model) + copies;
             tensor core: mma cycles vs ldmatrix + cp.async bytes at 128 B/clk/SM.
     eff(r)  latency hiding: min(1, warps / W_SAT) ** X (SIMT: W_SAT 32, X 0.4, fitted to the measured
             128x128x8 sgemm at 2 blocks/SM on the H200; tensor / matrix core: 8 warps, 0.5), capped by

@@ -8,19 +8,14 @@ import yaml
 from smemtile.errors import SpecError
 from smemtile.model.tiling import Problem, Scored, TileReport
 
-# The sgemm kernel's shared-memory accesses in the spec language (as samples/sgemm_float4.yaml writes them).
-SGEMM_ACCESSES = [
-    {"name": "As_copy", "buffer": "As", "op": "cp.async", "width": 4,
-     "row": "((tid + i * THREADS) // 8 // BM) * 8 + lane % 8", "col": "((tid + i * THREADS) // 8) % BM",
-     "over": {"i": [0, "BM * BK // THREADS"]}},
-    {"name": "Bs_copy", "buffer": "Bs", "op": "cp.async", "width": 16,
-     "row": "(tid + j * THREADS) // (BN // 4)", "col": "((tid + j * THREADS) % (BN // 4)) * 4",
-     "over": {"j": [0, "BK * BN // 4 // THREADS"]}},
-    {"name": "As_read", "buffer": "As", "op": "load", "width": 16, "row": "k",
-     "col": "(warp // (BN // (8 * TN))) * 4 * TM + (lane // 8) * 4 + 16 * i", "over": {"k": [0, "BK"], "i": [0, "TM // 4"]}},
-    {"name": "Bs_read", "buffer": "Bs", "op": "load", "width": 16, "row": "k",
-     "col": "(warp % (BN // (8 * TN))) * 8 * TN + (lane % 8) * 4 + 32 * j", "over": {"k": [0, "BK"], "j": [0, "TN // 4"]}},
-]  # fmt: skip
+
+def _sgemm_accesses(p: Problem, s: Scored) -> list[dict]:
+    """The sgemm family's own shared-memory accesses in the spec language (they follow the kernel's lane grid)."""
+    from smemtile.codegen import configure, get_family
+
+    cfg = configure("sgemm", {**s.cfg.sgemm_params(), "M": p.m, "N": p.n, "K": p.k}, {}, p.arch, check=False)
+    return [{"name": a.name, "buffer": a.buffer, "op": a.op, "width": a.width, **a.expr}
+            for a in get_family("sgemm").accesses(cfg)]  # fmt: skip
 
 
 def command_line(p: Problem) -> str:
@@ -57,8 +52,6 @@ def triton_configs(report: TileReport, top: int) -> str:
 def spec_doc(p: Problem, s: Scored, total: int) -> dict:
     """A spec (YAML contract of DESIGN.md) for one candidate. fp32 on NVIDIA carries ``kernel: {family: sgemm}``
     so generate / verify / tune run it; the tensor-core tiles carry their ldmatrix reads for ``analyze``."""
-    from smemtile.model.arch import get_arch
-
     if p.vendor != "nvidia":
         raise SpecError("YAML specs describe NVIDIA kernels (the spec's arch table); use --format triton or json "
                         "for AMD", key="--format")  # fmt: skip
@@ -69,14 +62,13 @@ def spec_doc(p: Problem, s: Scored, total: int) -> dict:
     doc["threads"] = s.threads
     doc["regs"] = s.regs  # the model's estimate; `smemtile verify --compile-only` reads the real count
     if p.simt:
-        cp = get_arch(p.arch).has_cp_async
         doc["tile"] = {"BM": c.bm, "BN": c.bn, "BK": c.bk, "TM": c.tm, "TN": c.tn}
         doc["stages"] = c.stages
         doc["buffers"] = [{"name": "As", "dtype": "f32", "shape": ["BK", "BM"], "stages": c.stages},
                           {"name": "Bs", "dtype": "f32", "shape": ["BK", "BN"], "stages": c.stages}]  # fmt: skip
         doc["kernel"] = {"family": "sgemm", "M": p.m, "N": p.n, "K": p.k, "GROUP_M": c.group_m,
                          "MIN_BLOCKS": c.min_blocks}  # fmt: skip
-        doc["accesses"] = [dict(a, op=a["op"] if cp else "store") for a in SGEMM_ACCESSES]
+        doc["accesses"] = _sgemm_accesses(p, s)
         return doc
     wm = _warps_m(s)
     wtm, wtn = c.bm // wm, c.bn // (c.warps // wm)

@@ -80,3 +80,60 @@ def render_tiles(report: TileReport, top: int, rejected: int, width: int = 200) 
     parts.append(Text("Model: predicted time = max(compute incl. waves x occupancy, DRAM, L2) per "
                       "smemtile/model/tiling.py; `--format json` has every factor.", style="dim"))  # fmt: skip
     return Group(*parts)
+
+
+def render_tune(doc: dict) -> Group:
+    """The measured ranking next to the model's, the skipped configurations, and the verdict."""
+    dev = doc["device"]
+    prob = ", ".join(f"{k}={v}" for k, v in doc["problem"].items())
+    head = Text()
+    head.append(f"smemtile tune {doc['spec']}", style="bold")
+    head.append(f": {doc['family']} {prob} on {dev['name']} ({dev['arch']}, {dev['sm_count']} SMs)")
+    rows = doc["rows"]
+    ok = sorted((r for r in rows if r.get("status") == "ok"), key=lambda r: r["time_ms"])
+    unit = "TFLOP/s" if ok and ok[0].get("unit") == "tflops" else "GB/s"
+    t = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    for col in (
+        "meas",
+        "model",
+        "configuration",
+        "from",
+        "predicted",
+        unit,
+        "ms",
+        "regs",
+        "spill",
+        "blk",
+        "cache",
+    ):
+        t.add_column(col, justify="left" if col in ("configuration", "from") else "right", no_wrap=True)
+    for r in ok:
+        pred = f"{r['predicted']:.1f}" if r.get("predicted") is not None else "-"
+        mr = f"#{r['model_rank']}" if r.get("model_rank") is not None else "-"
+        t.add_row(f"#{r['measured_rank']}", mr, r["label"], r["source"], pred, f"{r['value']:.1f}",
+                  f"{r['time_ms']:.3f}", str(r.get("registers", "-")), str(r.get("spill_bytes", "-")),
+                  str(r.get("blocks_per_sm", "-")), "hit" if r.get("cached") else "",
+                  style="bold" if r is ok[0] else None)  # fmt: skip
+    parts = [head, t]
+    skipped = [r for r in rows if r.get("status") != "ok"]
+    if skipped:
+        parts.append(Text("skipped:\n" + "\n".join(f"  {r['label']}: {r.get('reason')}" for r in skipped)))
+    s = doc["summary"]
+    lines = []
+    if s["best"]:
+        b = s["best"]
+        lines.append(
+            f"best: {b['label']} ({b['name_expression']}) {b['time_ms']:.4f} ms, {b['value']:.1f} {unit}"
+        )
+    if s.get("rank_correlation") is not None:
+        lines.append(f"model vs measured: Spearman rank correlation {s['rank_correlation']:+.2f} over "
+                     f"{s['rank_correlation_n']} configurations")  # fmt: skip
+    t1 = s.get("model_top1")
+    if t1:
+        verdict = "within 10%" if t1["within_10pct"] else "more than 10% off"
+        lines.append(f"model's top-1 ({t1['label']}, model #{t1['model_rank']}) measured #{t1['measured_rank']}: "
+                     f"{t1['slower_than_best']:+.1%} vs the best ({verdict})")  # fmt: skip
+    if doc.get("winner_spec"):
+        lines.append(f"winner written to {doc['winner_spec']}; cache {doc['cache']}")
+    parts.append(Text("\n".join(lines), style="bold"))
+    return Group(*parts)
