@@ -11,6 +11,7 @@ and :func:`from_spec` builds the same thing from a YAML spec's ``kernel:`` secti
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from smemtile.codegen.contract import ContractViolation, Family, KernelConfig, TileLayout
@@ -125,16 +126,45 @@ def from_spec(spec: Any, variant: str = "fixed", *, check: bool = True) -> Kerne
     layouts = {
         b.name: b.layout for b in getattr(spec, "buffers", ()) if getattr(b, "layout", None) is not None
     }
-    if variant == "fixed":
-        layouts.update(_recommended_layouts(spec))
-    elif variant != "baseline":
+    if variant not in ("baseline", "fixed"):
         raise ContractViolation(f"variant must be baseline or fixed, got {variant!r}", key="--variant")
     if fam.name == "transpose" and "dtype" not in params:
         tile = next((b for b in getattr(spec, "buffers", ()) if b.name == "tile"), None)
         if tile is not None:
             params["dtype"] = str(tile.dtype)
-    return configure(
-        fam.name, params, layouts, spec.arch, threads=getattr(spec, "threads", None), check=check
+    threads = getattr(spec, "threads", None)
+    notes: list[str] = []
+    if variant == "fixed":
+        base = configure(fam.name, params, layouts, spec.arch, check=False)
+        for name, lay in _recommended_layouts(spec).items():
+            trial = configure(fam.name, params, {**layouts, name: lay}, spec.arch, check=False)
+            verdict = _verify_fix(fam, base, trial, name)
+            if verdict is None:
+                layouts[name] = lay
+            else:
+                notes.append(verdict)
+    cfg = configure(fam.name, params, layouts, spec.arch, threads=threads, check=check)
+    return replace(cfg, notes=tuple(notes)) if notes else cfg
+
+
+def _verify_fix(fam: Family, base: KernelConfig, trial: KernelConfig, buffer: str) -> str | None:
+    """None when the recommended layout of ``buffer`` costs no more wavefronts on the kernel's own accesses
+    (the family contract's access table, i.e. what the .cu really does); otherwise why it was not taken."""
+    from smemtile.codegen.analysis import bank_table
+
+    if buffer not in trial.layouts or trial.layouts[buffer] == base.layouts.get(buffer):
+        return None
+
+    def cost(cfg: KernelConfig) -> int:
+        return sum(b.wavefronts * b.instructions for b in bank_table(fam, cfg) if b.buffer == buffer)
+
+    before, after = cost(base), cost(trial)
+    if after <= before:
+        return None
+    return (
+        f"{buffer}: the recommended {trial.layouts[buffer].describe()} was not applied: on the accesses "
+        f"{fam.file} really makes it costs {after} wavefronts instead of {before} (the spec's accesses differ "
+        "from the kernel's)"
     )
 
 

@@ -54,7 +54,9 @@ def _sgemm_pipeline(src: str, stages: int, cp_async: bool) -> list[Item]:
             )
         )
         return items
-    issue_then_commit = re.search(r"issue(?:_tile)?\([^;]*\);\s*smemtile::cp_async_commit\(\);", loop) is not None
+    issue_then_commit = (
+        re.search(r"issue(?:_tile)?\([^;]*\);\s*smemtile::cp_async_commit\(\);", loop) is not None
+    )
     items.append(
         Item(
             "commit_group",
@@ -136,7 +138,9 @@ def evaluate(gk: GeneratedKernel, *, ncu: dict | None = None) -> list[Item]:
             else:
                 reasons.append(
                     f"{name}: pad {lay.pad} on the row stride, the dimension the conflicting lanes differ in "
-                    + ", ".join(f"{w.name} {w.degree:g}x -> {b.degree:g}x" for w, b in zip(was, fixed, strict=True))
+                    + ", ".join(
+                        f"{w.name} {w.degree:g}x -> {b.degree:g}x" for w, b in zip(was, fixed, strict=True)
+                    )
                 )
         items.append(
             Item(

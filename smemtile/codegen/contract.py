@@ -146,9 +146,11 @@ class KernelConfig:
     layouts: dict[str, TileLayout]
     arch: Arch
     problem: dict[str, Any]
+    notes: tuple[str, ...] = ()  # how the layouts were chosen (e.g. a recommendation that was not taken)
 
     def to_dict(self) -> dict:
         return {
+            "notes": list(self.notes),
             "family": self.family,
             "params": dict(self.params),
             "layouts": {k: v.to_dict() for k, v in self.layouts.items()},

@@ -83,6 +83,7 @@ class GeneratedKernel:
             "params": {**self.config.params, **self.config.problem},
             "layouts": {k: v.to_dict() for k, v in self.config.layouts.items()},
             "arch": self.config.arch.name,
+            "notes": list(self.config.notes),
             "banks": [b.to_dict() for b in self.banks],
             "banks_baseline": None
             if self.banks_baseline is None
@@ -147,6 +148,8 @@ def _header(
         out.append(
             f"//   {b.name} [{b.rows} x {b.cols}] {b.dtype}: {cfg.layouts[b.name].describe()}  ({b.doc})"
         )
+    for note in cfg.notes:
+        out.append(f"// Note: {note}")
     out.append("// Bank conflicts (worst instruction; wavefronts / ideal):")
     base = {b.name: b for b in (base_banks or [])}
     for b in gk_banks:
