@@ -6,6 +6,10 @@ judged on more than the model's favourites) are compiled, checked against the fl
 (CUDA events, median). torch.matmul (TF32 off) is timed in the same process as a reference for SGEMM.
 
     PYTHONPATH=. python bench/tune_h200.py --out /tmp/out [--top 6] [--quick]
+    python bench/tune_h200.py --refit bench/results/tune_h200_run1.json --out bench/results   # CPU only
+
+``--refit`` re-ranks the measured configurations of a run under other model constants (in-sample: it says
+how the constants should move, not how well the moved model predicts; only a new run can say that).
 
 Writes OUT/tune_h200.json (per problem: rows, summary with Spearman and the model's top-1 gap) and
 OUT/tune_cache.jsonl (the sweep cache, so a rerun resumes).
@@ -16,6 +20,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import math
 import statistics
 import sys
 import time
@@ -106,13 +111,84 @@ def run_one(name: str, doc: dict, runner, cache, top: int, extra: list[dict]) ->
     return out
 
 
+def _rank_stats(pred: list[float], meas: list[float]) -> dict:
+    from smemtile.model.tiling_model import spearman
+
+    i = max(range(len(pred)), key=pred.__getitem__)
+    err = statistics.mean(abs(math.log(a / b)) for a, b in zip(pred, meas, strict=True))
+    return {"spearman": spearman(pred, meas), "top1_slower_than_best": max(meas) / meas[i] - 1,
+            "mean_abs_log_error": err}  # fmt: skip
+
+
+def refit(run: dict) -> dict:
+    """Spearman, top-1 gap and error of the model on a run's measured configurations, as run and refitted."""
+    import smemtile.model.tiling_model as tm
+    from smemtile.codegen import get_family
+    from smemtile.model.tiling import TileConfig, make_problem, recommend
+
+    fam = get_family("sgemm")
+    out: dict = {"sgemm": [], "transpose": []}
+    for x, lds in [(tm.SIMT_X, tm.LDS_CYCLES)] + [
+        (x, c) for x in (0.1, 0.15, 0.2, 0.3) for c in (2.0, 3.0, 4.0)
+    ]:
+        old = tm.SIMT_X, tm.LDS_CYCLES
+        tm.SIMT_X, tm.LDS_CYCLES = x, lds
+        per = {}
+        for name, p in run["problems"].items():
+            if not name.startswith("sgemm") or "rows" not in p:
+                continue
+            q = p["problem"]
+            prob = make_problem(q["M"], q["N"], q["K"], "f32", "sm_90")
+            rows = [r for r in p["rows"] if r["status"] == "ok"]
+            cfgs = []
+            for r in rows:
+                f = {**fam.defaults(), **r["params"]}
+                cfgs.append(TileConfig(f["BM"], f["BN"], f["BK"], fam.threads(f) // 32, f["STAGES"], f["GROUP_M"],
+                                       f["TM"], f["TN"]))  # fmt: skip
+            scored, _ = tm.evaluate(prob, cfgs)
+            stats = _rank_stats([s.tflops for s in scored], [r["value"] for r in rows])
+            top = recommend(q["M"], q["N"], q["K"], "f32", "sm_90").ranked[0].cfg
+            stats["global_top1"] = top.label
+            stats["global_top1_measured"] = any(c.shape_key() == top.shape_key() for c in cfgs)
+            per[name] = stats
+        tm.SIMT_X, tm.LDS_CYCLES = old
+        out["sgemm"].append({"SIMT_X": x, "LDS_CYCLES": lds, "problems": per})
+    for form, lat in (("min", 1e-6), ("exp", 0.4e-6), ("exp", 1e-6)):
+        per = {}
+        for name, p in run["problems"].items():
+            if not name.startswith("transpose") or "rows" not in p:
+                continue
+            e = 2 if p["problem"].get("dtype") != "f32" else 4
+            rows = [r for r in p["rows"] if r["status"] == "ok"]
+            pred = []
+            for r in rows:  # in flight from the measured blocks per SM (the registers ptxas really used)
+                f = {"TILE": 64, "BLOCK_ROWS": 4, **r["params"]}
+                x = r["blocks_per_sm"] * r["threads"] * (f["TILE"] // f["BLOCK_ROWS"]) * e
+                need = 4131e9 / 132 * lat
+                pred.append(4131 * (min(1.0, x / need) if form == "min" else 1 - math.exp(-x / need)))
+            per[name] = _rank_stats(pred, [r["value"] for r in rows])
+        out["transpose"].append({"form": form, "latency_s": lat, "problems": per})
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--top", type=int, default=6)
     ap.add_argument("--quick", action="store_true", help="one small SGEMM only (smoke test)")
+    ap.add_argument(
+        "--refit", type=Path, help="re-rank a run's measurements under other model constants (CPU)"
+    )
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.refit:
+        doc = {
+            "what": f"in-sample refit of the tile model on {args.refit}",
+            "refit": refit(json.loads(args.refit.read_text())),
+        }
+        (args.out / "tune_h200_refit.json").write_text(json.dumps(doc, indent=1))
+        print("wrote", args.out / "tune_h200_refit.json")
+        return
     runner = GpuRunner(0, 1234)
     cache = ResultCache(args.out / "tune_cache.jsonl")
     result = {"what": "smemtile tune machinery on the H200: model top-K + spec + extra shapes per problem",

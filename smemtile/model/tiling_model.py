@@ -24,6 +24,10 @@ from smemtile.model.tiling import (
 )
 from smemtile.model.tiling_gpus import AMD_ARCHS
 
+LDS_CYCLES = (
+    2.0  # per warp-wide LDS.128 of the inner loop: the bank model's wavefronts (A and B reads: 2 each)
+)
+
 MODEL_TEXT = {
     "predicts": f"time = max(t_sm, t_dram, t_l2) + {OVERLAP} x (the other two) + 3 us; score = useful TFLOP/s",
     "t_sm": "busiest SM runs ceil(tiles/SMs) tiles, b at a time: sum of rounds r * t_tile / eff(r)",
@@ -203,7 +207,7 @@ def _inner_eff(p: Problem, c: TileConfig, r: dict) -> float:
         instr = c.tm * c.tn + (c.tm + c.tn) / 4 + (c.bm + c.bn / 4) / t + 8 / c.bk
         issue = c.warps * instr / 4  # 4 schedulers, one warp instruction each per clock
         ffma = c.bm * c.bn / 128  # 128 FP32 lanes per SM
-        lds = c.warps * (c.tm + c.tn) / 4 * 2 + (c.bm + c.bn) / 32  # wavefronts: A and B reads 2 each, copies
+        lds = c.warps * (c.tm + c.tn) / 4 * LDS_CYCLES + (c.bm + c.bn) / 32  # A and B reads + the copies
         return ffma / max(issue, lds, ffma)
     e, kstep = p.elem, c.bk
     flops_per_clk = p.gpu.peak(p.dtype) * 1e12 / (p.gpu.sms * p.gpu.clock_ghz * 1e9)

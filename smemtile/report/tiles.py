@@ -93,24 +93,16 @@ def render_tune(doc: dict) -> Group:
     ok = sorted((r for r in rows if r.get("status") == "ok"), key=lambda r: r["time_ms"])
     unit = "TFLOP/s" if ok and ok[0].get("unit") == "tflops" else "GB/s"
     t = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
-    for col in (
-        "meas",
-        "model",
-        "configuration",
-        "from",
-        "predicted",
-        unit,
-        "ms",
-        "regs",
-        "spill",
-        "blk",
-        "cache",
-    ):
-        t.add_column(col, justify="left" if col in ("configuration", "from") else "right", no_wrap=True)
+    cols = ("#", "model", "configuration", "from", "pred.", unit, "ms", "regs", "spill", "blk", "cache")
+    for col in cols:
+        left = col in ("configuration", "from")
+        t.add_column(
+            col, justify="left" if left else "right", no_wrap=col != "configuration", overflow="fold"
+        )
     for r in ok:
         pred = f"{r['predicted']:.1f}" if r.get("predicted") is not None else "-"
         mr = f"#{r['model_rank']}" if r.get("model_rank") is not None else "-"
-        t.add_row(f"#{r['measured_rank']}", mr, r["label"], r["source"], pred, f"{r['value']:.1f}",
+        t.add_row(str(r["measured_rank"]), mr, r["label"], r["source"], pred, f"{r['value']:.1f}",
                   f"{r['time_ms']:.3f}", str(r.get("registers", "-")), str(r.get("spill_bytes", "-")),
                   str(r.get("blocks_per_sm", "-")), "hit" if r.get("cached") else "",
                   style="bold" if r is ok[0] else None)  # fmt: skip
