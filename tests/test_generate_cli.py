@@ -85,3 +85,21 @@ def test_contract_violation_is_one_line_exit_2(tmp_path: Path, edit, needle):
 def test_help_has_examples():
     r = run_cli("generate", "--help")
     assert r.returncode == 0 and "Examples:" in r.stdout and "--variant" in r.stdout and "--diff" in r.stdout
+
+
+def test_spec_without_kernel_is_refused(tmp_path: Path):
+    p = tmp_path / "nokernel.yaml"
+    text = Path(TRANSPOSE).read_text()
+    p.write_text("\n".join(ln for ln in text.splitlines() if not ln.startswith("kernel:")) + "\n")
+    r = run_cli("generate", str(p))
+    assert r.returncode == 2 and "no kernel: section" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_recommendation_checked_against_the_kernels_own_accesses():
+    """The stencil sample's accesses suggest pad 1; the kernel's real fill is linear, where pad 1 would add a
+    conflict: generate keeps the dense layout and says why."""
+    r = run_cli("generate", str(ROOT / "samples" / "stencil_halo.yaml"), "--json", "--no-compile")
+    doc = json.loads(r.stdout)
+    if doc["notes"]:
+        assert doc["layouts"]["tile"]["pad"] == 0 and "was not applied" in doc["notes"][0]
+    assert all(i["status"] != "fail" for i in doc["checklist"])
