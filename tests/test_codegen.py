@@ -169,3 +169,57 @@ def test_no_cuda_import_in_codegen():
         "raise SystemExit(1 if bad else 0)\n"
     )
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def _checklist(src_edit=None, **cfg_kw):
+    from dataclasses import replace
+
+    from smemtile.codegen.checklist import evaluate
+    from smemtile.codegen.render import render
+
+    gk = render(
+        configure("sgemm", {}, {"As": {"pad": 4}}, "sm_90"), baseline=configure("sgemm", {}, {}, "sm_90")
+    )
+    if src_edit:
+        gk = replace(gk, source=src_edit(gk.source))
+    return {i.id: i for i in evaluate(gk)}
+
+
+def test_checklist_passes_for_the_shipped_pipeline():
+    items = _checklist()
+    for key in (
+        "bank_index",
+        "pad_dimension",
+        "padded_stride",
+        "commit_group",
+        "wait_group",
+        "barrier_after_wait",
+    ):
+        assert items[key].status == "pass", items[key]
+    assert items["ring_index"].status == "pass"
+    assert items["ncu"].status == "n/a"
+    assert "wait_group(2) with 4 stages" in items["wait_group"].reason
+
+
+@pytest.mark.parametrize(
+    ("edit", "item"),
+    [
+        (
+            lambda s: s.replace(
+                "cp_async_wait<STAGES - 2>();  // tile kt", "cp_async_wait<STAGES - 1>();  // tile kt"
+            ),
+            "wait_group",
+        ),
+        (
+            lambda s: s.replace("has landed\n            __syncthreads();", "has landed\n"),
+            "barrier_after_wait",
+        ),
+        (
+            lambda s: s.replace("            write_slot = (write_slot + 1 == STAGES)", "            // "),
+            "ring_index",
+        ),
+    ],
+)
+def test_checklist_catches_a_broken_pipeline(edit, item):
+    """The pipeline items read the kernel text: breaking the code fails the item."""
+    assert _checklist(edit)[item].status == "fail"

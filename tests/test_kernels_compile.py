@@ -138,3 +138,21 @@ def test_kernel_files_compile_on_their_own(name):
         timeout=300,
     )
     assert out.returncode == 0, out.stderr
+
+
+def test_sm75_register_double_buffering_builds_without_spills():
+    """sm_75 has no cp.async: the register-staged path; if 128 registers spill, build() relaxes MIN_BLOCKS."""
+    built = build(configure("sgemm", {}, {"As": {"pad": 4}}, "sm_75"))
+    assert built.kernel.config.params["CP_ASYNC"] == 0
+    assert built.kernel.extra["ptxas"]["spills"] == 0
+    assert not [i for i in built.checklist if i.status == "fail"]
+
+
+def test_explicit_min_blocks_is_respected():
+    cfg = configure("sgemm", {"MIN_BLOCKS": 2}, {"As": {"pad": 4}}, "sm_90")
+    assert build(cfg).kernel.config.params["MIN_BLOCKS"] == 2
+
+
+def test_sm70_is_reported_not_compiled():
+    built = build(configure("sgemm", {}, {"As": {"pad": 4}}, "sm_70"))
+    assert built.compiled is None and "sm_70" in built.compile_note

@@ -79,7 +79,8 @@ def configure(
     probe = KernelConfig(fam.name, tparams, cfg_layouts, arch, problem)
     for b in fam.buffers(probe):
         cfg_layouts.setdefault(b.name, TileLayout())
-    cfg = KernelConfig(fam.name, tparams, cfg_layouts, arch, problem)
+    defaulted = tuple(k for k in tparams if k not in params)
+    cfg = KernelConfig(fam.name, tparams, cfg_layouts, arch, problem, defaulted=defaulted)
     if check:
         problems = fam.violations(cfg)
         implied = fam.threads(tparams)

@@ -147,6 +147,7 @@ class KernelConfig:
     arch: Arch
     problem: dict[str, Any]
     notes: tuple[str, ...] = ()  # how the layouts were chosen (e.g. a recommendation that was not taken)
+    defaulted: tuple[str, ...] = ()  # template parameters that took the contract's default (not user-set)
 
     def to_dict(self) -> dict:
         return {
