@@ -33,8 +33,29 @@ VARIANTS = ("baseline", "fixed")
     multiple=True,
     help="Only this variant (repeatable; default both).",
 )
+@click.option(
+    "--ncu",
+    "use_ncu",
+    is_flag=True,
+    help="Also run each variant once under Nsight Compute (--clock-control none, a small problem of whole "
+    "tiles) and put the measured shared-memory wavefronts and bank conflicts per SASS instruction beside the "
+    "model's. Without ncu on PATH it says so in one line and carries on.",
+)
+@click.option(
+    "--ncu-save",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="With --ncu: keep each variant's ncu report and its source/raw CSV pages in this folder.",
+)
 def command(
-    spec: Path, as_json: bool, compile_only: bool, device: int, seed: int, variants: tuple[str, ...]
+    spec: Path,
+    as_json: bool,
+    compile_only: bool,
+    device: int,
+    seed: int,
+    variants: tuple[str, ...],
+    use_ncu: bool = False,
+    ncu_save: Path | None = None,
 ) -> None:
     """Compile SPEC's kernel (baseline layout and the recommended fix), run it, check it, time it.
 
@@ -44,12 +65,20 @@ def command(
     numpy reference, and times it with CUDA events (median after a warm-up). The headline is the speed-up
     of the fixed layout over the baseline.
 
+    With --ncu each variant is also profiled by Nsight Compute at a small problem size: every shared-memory
+    SASS instruction (LDS, STS, LDSM, LDGSTS) is matched to the kernel contract's access of the same op and
+    width, and its measured wavefronts per executed instruction are compared with the bank model; where
+    several accesses share an op and width the sums over them are compared. Kernel-level load and store
+    wavefronts per instruction (hardware counters) are compared too. The JSON gets an `ncu` key.
+
     \b
     Exit codes: 0 correct; 1 a variant computed a wrong result; 2 bad spec; 3 no CUDA GPU.
+    (--ncu never changes the exit code; a model/measurement mismatch shows as `ncu.match: false`.)
 
     \b
     Examples:
       smemtile verify samples/transpose_32x32.yaml
+      smemtile verify samples/transpose_32x32.yaml --ncu
       smemtile verify samples/sgemm_float4.yaml --compile-only --json
     """
     from smemtile.model.spec import load_spec
@@ -67,8 +96,12 @@ def command(
     cfgs = {v: from_spec(sp, v) for v in chosen}
     if compile_only:
         doc = _compile_only(spec, cfgs)
+        if use_ncu:
+            click.echo("smemtile: --ncu needs a GPU run; ignored with --compile-only", err=True)
     else:
         doc = _on_gpu(spec, cfgs, device, seed)
+        if use_ncu:
+            doc["ncu"] = _ncu(spec, cfgs, doc, device, ncu_save)
     if as_json:
         emit_json(doc)
     else:
@@ -207,6 +240,44 @@ def _on_gpu(spec: Path, cfgs: dict, device: int, seed: int) -> dict:
     return _document(spec, first, rows, compile_only=False, device=dev.to_dict())
 
 
+# ---- Nsight Compute -----------------------------------------------------------------------------------------
+
+
+def _ncu(spec: Path, cfgs: dict, doc: dict, device: int, save: Path | None) -> dict:
+    """Each variant once under ncu at a small problem; measured vs model per SASS instruction."""
+    from smemtile.codegen import configure
+    from smemtile.gpu import ncu as N
+    from smemtile.model.arch import get_arch
+
+    exe = N.find_ncu()
+    if exe is None:
+        click.echo("smemtile: ncu (Nsight Compute) not found on PATH: --ncu skipped", err=True)
+        return {"available": False, "error": "ncu not found on PATH", "match": None}
+    arch = get_arch(doc["device"]["arch"]) if doc.get("device") else next(iter(cfgs.values())).arch
+    out: dict[str, Any] = {"available": True, "version": N.ncu_version(exe), "clock_control": "none",
+                           "variants": {}}  # fmt: skip
+    for variant, c in cfgs.items():
+        full = configure(c.family, {**c.params, **c.problem}, c.layouts, arch)
+        small = configure(c.family, {**c.params, **c.problem, **N.small_problem(full)}, c.layouts, arch)
+        try:
+            res = N.profile(spec, variant, small, device=device, ncu=exe, save_dir=save)
+        except (N.NcuError, ValueError, OSError) as e:
+            click.echo(f"smemtile: ncu failed for the {variant} variant: {e}", err=True)
+            res = {"error": str(e), "match": None}
+        res["layout_text"] = _layout_text(small)
+        out["variants"][variant] = res
+    results = [r.get("match") for r in out["variants"].values()]
+    out["match"] = None if any(m is None for m in results) else all(results)
+    b, f = out["variants"].get("baseline"), out["variants"].get("fixed")
+    if b and f and "wavefronts_per_block" in b and "wavefronts_per_block" in f:
+        wb, wf = b["wavefronts_per_block"], f["wavefronts_per_block"]
+        out["fixed_vs_baseline"] = {
+            "wavefronts_per_block": {"baseline": wb, "fixed": wf},
+            "fixed_costs_more": wf["measured"] > wb["measured"],
+        }
+    return out
+
+
 # ---- the document and its rendering -------------------------------------------------------------------------
 
 
@@ -327,3 +398,135 @@ def _render(doc: dict) -> None:
             "compile only: registers, spills and static shared memory are ptxas' numbers for "
             f"{doc['arch']}; run without --compile-only on a GPU to check and time."
         )
+    if doc.get("ncu") and doc["ncu"].get("available"):
+        _render_ncu(con, doc["ncu"])
+
+
+def _n(x, digits: int = 3) -> str:
+    """A count or ratio: integers without decimals, others with up to ``digits`` decimals."""
+    if x is None:
+        return "-"
+    if abs(x - round(x)) < 1e-9:
+        return str(int(round(x)))
+    return f"{x:.{digits}f}".rstrip("0")
+
+
+def _mark(m) -> str:
+    return "n/a" if m is None else ("[green]yes[/]" if m else "[red]NO[/]")
+
+
+def _render_ncu(con, n: dict) -> None:
+    from rich.table import Table
+
+    con.print(
+        f"[bold]ncu[/] ({n.get('version') or 'Nsight Compute'}, --clock-control none): shared-memory wavefronts "
+        "and bank conflicts per warp instruction, measured vs the bank model"
+    )
+    for variant, r in n["variants"].items():
+        if r.get("error"):
+            con.print(f"  [red]{variant}: ncu failed: {r['error']}[/]")
+            continue
+        prob = ", ".join(f"{k}={v}" for k, v in r["problem"].items() if k not in ("alpha", "beta", "dtype"))
+        reps = f" x {r['repeats_per_block']} K steps" if r["repeats_per_block"] > 1 else ""
+        t = Table(
+            title=f"{variant} ({r['layout_text']}): {prob}, {r['blocks']} blocks{reps}",
+            title_justify="left",
+        )
+        for col in ("SASS", "access", "executed", "wf/inst ncu", "wf/inst model", "confl/inst ncu",
+                    "confl/inst model", "match"):  # fmt: skip
+            t.add_column(col, justify="left" if col in ("SASS", "access") else "right")
+        for label, row, count in _collapse(r["instructions"]):
+            t.add_row(
+                label if count == 1 else f"{count} x {label}",
+                row["access"] or "-",
+                _n(row["executed"]),
+                _n(row["wavefronts_per_instruction"]),
+                _n(row["model_wavefronts_per_instruction"])
+                if row["model_wavefronts_per_instruction"] is not None
+                else ("sum below" if row.get("model_values") else "-"),
+                _n(row["conflicts_per_instruction"]),
+                _n(row["model_conflicts_per_instruction"]),
+                _mark(row["match"]) if row["access"] and row["match"] is not None else "-",
+            )
+        t.add_section()
+        for g in r["groups"]:
+            if not g["sass_instructions"] and not g["accesses"]:
+                continue
+            t.add_row(
+                f"all {'/'.join(g['opcodes']) or g['op']} ({g['op']} {g['width']} B)",
+                ", ".join(g["accesses"]) or "-",
+                f"{_n(g['executed']['measured'])} / {_n(g['executed']['model'])}",
+                _n(g["wavefronts_per_instruction"]["measured"]),
+                _n(g["wavefronts_per_instruction"]["model"]),
+                _n(g["conflicts_per_instruction"]["measured"]),
+                _n(g["conflicts_per_instruction"]["model"]),
+                _mark(g["match"]),
+            )
+        t.add_section()
+        for name, k in r["totals"].items():
+            t.add_row(
+                f"kernel {name} (hardware counters)",
+                "",
+                f"{_n(k['instructions']['measured'])} / {_n(k['instructions']['model'])}",
+                _n(k["wavefronts_per_instruction"]["measured"]),
+                _n(k["wavefronts_per_instruction"]["model"]),
+                _n(k["conflicts_per_instruction"]["measured"]),
+                _n(k["conflicts_per_instruction"]["model"]),
+                _mark(k["match"]),
+            )
+        con.print(t)
+        for g in r["groups"]:
+            if g.get("note") and (g["sass_instructions"] or g["accesses"]):
+                con.print(f"  {variant}, {g['op']} {g['width']} B: {g['note']}")
+        for name, k in r["totals"].items():
+            if k.get("placeholders_left_out"):
+                con.print(
+                    f"  {variant}, kernel {name}: {_n(k['placeholders_left_out'])} issued instructions with no "
+                    "thread predicated on (ptxas' `@!PT LDS RZ, [RZ]` next to LDGSTS) left out of the count"
+                )
+            if k.get("note"):
+                con.print(f"  {variant}, kernel {name}: {k['note']}")
+        if r.get("target") and r["target"].get("correct") is False:
+            con.print(f"  [red]{variant}: the profiled launch computed a wrong result[/]")
+        if r["match"]:
+            con.print(
+                f"  {variant}: ncu and the model [green]agree[/] on every comparable shared-memory instruction"
+            )
+        else:
+            bad = sorted({i["opcode"] + (f" ({i['access']})" if i["access"] else "")
+                          for i in r["instructions"] if i["match"] is False})  # fmt: skip
+            bad += [f"kernel {k}" for k, t in r["totals"].items() if t["match"] is False]
+            bad += [f"all {g['op']} {g['width']} B" for g in r["groups"] if g["match"] is False and not bad]
+            con.print(f"  [red]{variant}: ncu and the model DISAGREE on {', '.join(bad)}[/]")
+    cmp = n.get("fixed_vs_baseline")
+    if cmp:
+        wb, wf = cmp["wavefronts_per_block"]["baseline"], cmp["wavefronts_per_block"]["fixed"]
+        con.print(
+            f"shared-memory wavefronts per block: baseline {_n(wb['measured'])} -> fixed {_n(wf['measured'])} "
+            f"measured (model {_n(wb['model'])} -> {_n(wf['model'])})"
+        )
+        if cmp["fixed_costs_more"]:
+            con.print(
+                "  [yellow]the fixed layout costs this kernel more shared-memory wavefronts than the baseline: "
+                "the spec's accesses do not describe the kernel's own (see the contract's accesses)[/]"
+            )
+
+
+def _collapse(rows: list[dict]):
+    """Consecutive instructions with the same opcode, access and numbers as one line (address range)."""
+
+    def key(r):
+        return (r["opcode"], r["access"], r["executed"], r["wavefronts_per_instruction"],
+                r["model_wavefronts_per_instruction"], r["conflicts_per_instruction"], r["match"])  # fmt: skip
+
+    i = 0
+    while i < len(rows):
+        j = i
+        while j + 1 < len(rows) and key(rows[j + 1]) == key(rows[i]):
+            j += 1
+        first = rows[i].get("offset") or rows[i]["address"]
+        last = rows[j].get("offset") or rows[j]["address"]
+        where = first if i == j else f"{first}..{last}"
+        label = f"{where} {rows[i]['opcode']}" if where else rows[i]["opcode"]
+        yield label, rows[i], j - i + 1
+        i = j + 1

@@ -1,0 +1,267 @@
+"""`verify --ncu`: the ncu page parsers and the SASS -> contract mapping on CSVs saved from the H200
+(tests/data/ncu, produced by bench/verify_ncu_h200.sh), the missing-ncu path, and (marked gpu) a real run."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from click.testing import CliRunner
+
+from smemtile.cli import main
+from smemtile.codegen import configure, from_spec
+from smemtile.gpu import ncu as N
+from smemtile.model.arch import get_arch
+from smemtile.model.spec import load_spec
+from tests.conftest import ROOT, run_cli
+
+DATA = ROOT / "tests" / "data" / "ncu"
+
+
+def small_cfg(sample: str, variant: str, layouts: dict | None = None):
+    """The configuration `verify --ncu` profiles; ``layouts`` pins the layout a fixture was measured with."""
+    c = from_spec(load_spec(ROOT / "samples" / f"{sample}.yaml"), variant)
+    arch = get_arch("sm_90")
+    lay = {**c.layouts, **(layouts or {})}
+    full = configure(c.family, {**c.params, **c.problem}, lay, arch)
+    return configure(c.family, {**c.params, **c.problem, **N.small_problem(full)}, lay, arch)
+
+
+def load(stem: str):
+    rows, info = N.parse_source_csv((DATA / f"{stem}_source.csv").read_text())
+    metrics = N.parse_raw_csv((DATA / f"{stem}_raw.csv").read_text())
+    return rows, info, metrics
+
+
+# ---- parsing ------------------------------------------------------------------------------------------------
+
+
+def test_source_page_columns_and_rows():
+    rows, info, _ = load("transpose_32x32_baseline")
+    assert info["executed"] == "Instructions Executed"
+    assert info["wavefronts"] == "L1 Wavefronts Shared"
+    assert info["ideal"] == "L1 Wavefronts Shared Ideal"
+    lds = [r for r in rows if r.source.startswith("LDS")]
+    sts = [r for r in rows if "STS" in r.source]
+    assert len(lds) == 4 and len(sts) == 4
+    # 128 x 128 transpose: 16 blocks x 8 warps execute each of the four unrolled loads once
+    assert all(r.executed == 128 and r.wavefronts == 4096 and r.ideal == 128 for r in lds)
+    assert all(r.n_way == 32 and r.access_size_bits == 32 and r.address_space == "Shared" for r in lds)
+    assert rows[0].offset == "+0x0000" and all(r.offset.startswith("+0x") for r in rows)
+
+
+def test_raw_page_metrics():
+    _, _, met = load("transpose_32x32_baseline")
+    assert met["smsp__inst_executed_op_shared_ld.sum"] == 512
+    assert met["l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum"] == 512 * 32
+    assert met["smsp__inst_executed_op_shared_st.sum"] == 512
+    assert met["l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum"] == 512
+
+
+def test_parsers_refuse_other_text():
+    with pytest.raises(ValueError):
+        N.parse_source_csv("==PROF== nothing here\n")
+    with pytest.raises(ValueError):
+        N.parse_raw_csv("no header\n")
+
+
+@pytest.mark.parametrize(
+    "sass, op, width, bypass",
+    [
+        ("LDS R11, [R2]", "load", 4, False),
+        ("@!P1  STS [R7], R2", "store", 4, False),
+        ("LDS.128 R8, [R5+0x10]", "load", 16, False),
+        ("LDS.64 R8, [R5]", "load", 8, False),
+        ("LDS.U16 R8, [R5]", "load", 2, False),
+        ("STS.U8 [R5], R2", "store", 1, False),
+        ("STS.128 [R5], R8", "store", 16, False),
+        ("LDSM.16.MT88.4 R4, [R2]", "ldmatrix", 16, False),
+        ("@P0 LDGSTS.E.LTC128B [R5], desc[UR6][R2.64]", "cp.async", 4, False),
+        ("LDGSTS.E.BYPASS.LTC128B.128.ZFILL [R5+0x200], desc[UR6][R2.64], P1", "cp.async", 16, True),
+        ("LDGSTS.E.64 [R5], desc[UR6][R2.64]", "cp.async", 8, False),
+    ],
+)
+def test_classify(sass, op, width, bypass):
+    c = N.classify(sass)
+    assert (c.op, c.width, c.bypass) == (op, width, bypass)
+
+
+def test_classify_ignores_other_instructions():
+    for sass in ("LDG.E R2, desc[UR4][R2.64]", "BAR.SYNC.DEFER_BLOCKING 0x0", "FFMA R1, R2, R3, R4", "EXIT"):
+        assert N.classify(sass) is None
+
+
+# ---- mapping and comparison ---------------------------------------------------------------------------------
+
+
+def test_transpose_baseline_matches_model():
+    rows, _, met = load("transpose_32x32_baseline")
+    d = N.compare(small_cfg("transpose_32x32", "baseline"), rows, met)
+    assert d["match"] is True
+    reads = [i for i in d["instructions"] if i["access"] == "tile_read"]
+    writes = [i for i in d["instructions"] if i["access"] == "tile_write"]
+    assert len(reads) == 4 and len(writes) == 4
+    for i in reads:
+        assert i["wavefronts_per_instruction"] == 32 and i["model_wavefronts_per_instruction"] == 32
+        assert i["conflicts_per_instruction"] == 31 and i["model_conflicts_per_instruction"] == 31
+    assert {g["mapping"] for g in d["groups"]} == {"exact"}
+    assert d["totals"]["load"]["wavefronts_per_instruction"] == {"measured": 32.0, "model": 32.0}
+    assert d["totals"]["store"]["match"] and "cp.async" not in d["totals"]
+    assert [i["offset"] for i in d["instructions"]] == sorted(i["offset"] for i in d["instructions"])
+
+
+def test_measurement_of_another_layout_is_a_mismatch():
+    rows, _, met = load("transpose_32x32_baseline")  # the dense tile, compared with the padded model
+    d = N.compare(small_cfg("transpose_32x32", "baseline", {"tile": {"pad": 1}}), rows, met)
+    assert d["match"] is False
+    bad = [i for i in d["instructions"] if i["match"] is False]
+    assert len(bad) == 4 and all(i["access"] == "tile_read" for i in bad)
+    assert d["totals"]["load"]["match"] is False and d["totals"]["store"]["match"] is True
+
+
+def test_stencil_padded_fill_costs_1_6_wavefronts():
+    # measured with pad 1, the layout the fix search proposed from the spec's accesses before a36e335 (now the
+    # codegen keeps the dense tile because pad 1 costs the kernel's own fill more wavefronts -- as measured here)
+    rows, _, met = load("stencil_halo_fixed")
+    d = N.compare(small_cfg("stencil_halo", "baseline", {"tile": {"pad": 1}}), rows, met)
+    assert d["match"] is True
+    (fill,) = [i for i in d["instructions"] if i["access"] == "halo_fill"]
+    assert fill["wavefronts_per_instruction"] == pytest.approx(1.6)
+    assert fill["model_wavefronts_per_instruction"] == pytest.approx(1.6)
+    assert fill["executed"] == 320  # the fill loop is not unrolled: 2.5 warp instructions per warp
+    assert len([i for i in d["instructions"] if i["access"] == "neighbour_read"]) == 17
+    assert d["totals"]["store"]["wavefronts_per_instruction"]["measured"] == pytest.approx(1.6)
+
+
+def _row(offset: int, sass: str, executed: float, wf: float, ideal: float) -> N.SassRow:
+    return N.SassRow(f"0x{0x1000 + offset:x}", sass, executed, wf, ideal, offset=f"+0x{offset:04x}")
+
+
+def test_ambiguous_group_compares_sums_and_bypass_is_not_comparable():
+    cfg = small_cfg("sgemm_float4", "baseline", {"As": {"pad": 4}})
+    model = {m.name: m for m in N.model_accesses(cfg)}
+    reps = N.repeats_per_block(cfg) * 4  # 2 x 2 blocks
+    a, b, cp4, cp16 = model["As_read"], model["Bs_read"], model["As_copy"], model["Bs_copy"]
+    per_sass = a.instructions * reps // 16  # 16 unrolled LDS.128 per access
+    rows = [
+        _row(0x10 * k, f"LDS.128 R8, [R5+0x{k:x}0]", per_sass, per_sass * a.mean, per_sass * 2)
+        for k in range(16)
+    ]
+    rows += [
+        _row(0x200 + 0x10 * k, "LDS.128 R8, [R6]", per_sass, per_sass * b.mean, per_sass * 2)
+        for k in range(16)
+    ]
+    n4 = cp4.instructions * reps // 4
+    rows += [
+        _row(0x400 + 0x10 * k, "LDGSTS.E.LTC128B [R9], desc[UR4][R2.64]", n4, n4 * cp4.mean, n4)
+        for k in range(4)
+    ]
+    rows += [
+        _row(0x500, "LDGSTS.E.BYPASS.LTC128B.128 [R3], desc[UR4][R4.64]", cp16.instructions * reps, 0, 0)
+    ]
+    rows += [_row(0x600, "LDGSTS.E.LTC128B [R9], desc[UR4][R2.64]", 0, 0, 0)]  # the 4-byte B path, not taken
+    d = N.compare(cfg, rows, {})
+    groups = {(g["op"], g["width"]): g for g in d["groups"]}
+    lds = groups[("load", 16)]
+    assert lds["mapping"] == "ambiguous" and lds["match"] is True and "sums" in lds["note"]
+    # both accesses predict 2 wavefronts per instruction, so each LDS.128 is checked against that
+    assert all(i["match"] is True for i in d["instructions"] if i["op"] == "load")
+    assert groups[("cp.async", 16)]["comparable"] is False and groups[("cp.async", 16)]["match"] is None
+    assert groups[("cp.async", 4)]["match"] is True
+    assert (
+        len([i for i in d["instructions"] if i["op"] == "cp.async" and i["width"] == 4]) == 4
+    )  # not-taken one dropped
+    assert d["match"] is True
+    # one wrong LDS.128 count breaks the group's sum
+    rows[3] = _row(0x30, "LDS.128 R8, [R5+0x30]", per_sass, per_sass * (a.mean + 1), per_sass * 2)
+    bad = N.compare(cfg, rows, {})
+    assert bad["match"] is False
+    assert [i["offset"] for i in bad["instructions"] if i["match"] is False] == ["+0x0030"]
+    assert {(g["op"], g["width"]) for g in bad["groups"] if g["match"] is False} == {("load", 16)}
+
+
+# ---- the command --------------------------------------------------------------------------------------------
+
+
+def _fake_gpu_doc(spec, cfgs, device, seed):
+    rows = [{"variant": v, "correct": True, "occupancy": {"agree": True}} for v in cfgs]
+    dev = {"index": 0, "name": "fake", "cc": "9.0", "arch": "sm_90", "sm_count": 132}
+    return {"spec": str(spec), "device": dev, "variants": rows, "correct": True}
+
+
+def test_ncu_missing_is_one_line_and_exit_unchanged(monkeypatch):
+    import smemtile.cli.verify as verify
+
+    monkeypatch.setattr(verify, "_on_gpu", _fake_gpu_doc)
+    monkeypatch.setattr(N, "find_ncu", lambda: None)
+    res = CliRunner().invoke(main, ["verify", str(ROOT / "samples/transpose_32x32.yaml"), "--ncu", "--json"])
+    assert res.exit_code == 0, res.output
+    assert res.stderr.strip().splitlines() == [
+        "smemtile: ncu (Nsight Compute) not found on PATH: --ncu skipped"
+    ]
+    doc = json.loads(res.stdout)
+    assert doc["ncu"] == {"available": False, "error": "ncu not found on PATH", "match": None}
+
+
+def test_ncu_ignored_with_compile_only(monkeypatch):
+    import smemtile.cli.verify as verify
+
+    monkeypatch.setattr(verify, "_compile_only", lambda spec, cfgs: {"variants": [], "compile_only": True})
+    monkeypatch.setattr(verify, "emit_json", lambda doc: None)
+    res = CliRunner().invoke(
+        main, ["verify", str(ROOT / "samples/transpose_32x32.yaml"), "--compile-only", "--ncu", "--json"]
+    )
+    assert res.exit_code == 0 and "ignored with --compile-only" in res.stderr
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(shutil.which("ncu") is None, reason="ncu not on PATH")
+def test_verify_ncu_on_gpu():
+    p = run_cli("verify", "samples/transpose_32x32.yaml", "--ncu", "--json")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    n = doc["ncu"]
+    assert n["available"] and n["match"] is True
+    base, fixed = n["variants"]["baseline"], n["variants"]["fixed"]
+    assert {i["wavefronts_per_instruction"] for i in base["instructions"] if i["access"] == "tile_read"} == {
+        32
+    }
+    assert {i["wavefronts_per_instruction"] for i in fixed["instructions"] if i["access"] == "tile_read"} == {
+        1
+    }
+    assert base["target"]["correct"] and fixed["target"]["correct"]
+
+
+def test_sgemm_fixed_matches_and_placeholders_are_left_out():
+    rows, _, met = load("sgemm_float4_fixed")
+    d = N.compare(small_cfg("sgemm_float4", "baseline", {"As": {"pad": 4}}), rows, met)
+    assert d["match"] is True
+    # ptxas' `@!PT LDS RZ, [RZ]` next to each LDGSTS: issued, no thread on, no wavefront
+    assert d["placeholders"] == {"load": 1536.0}
+    assert d["totals"]["load"]["instructions"] == {"measured": 8192.0, "model": 8192}
+    assert d["totals"]["load"]["placeholders_left_out"] == 1536.0
+    groups = {(g["op"], g["width"]): g for g in d["groups"]}
+    assert set(groups) == {("cp.async", 4), ("cp.async", 16), ("load", 16)}
+    assert groups[("load", 16)]["mapping"] == "ambiguous" and groups[("load", 16)]["match"] is True
+    # As_read and Bs_read both predict 2 wavefronts, so every LDS.128 is still checked on its own
+    lds = [i for i in d["instructions"] if i["opcode"] == "LDS.128"]
+    assert len(lds) == 32 and all(i["match"] and i["wavefronts_per_instruction"] == 2 for i in lds)
+    assert groups[("cp.async", 4)]["wavefronts_per_instruction"] == {"measured": 4.0, "model": 4.0}
+    assert groups[("cp.async", 16)]["comparable"] is False
+    assert d["totals"]["cp.async"]["match"] is None  # derived by subtraction: informational
+
+
+def test_sgemm_baseline_a_copy_is_where_model_and_ncu_differ():
+    """The recorded H200 measurement: 4-byte cp.async of the dense As tile (8 k rows of one bank per quarter)
+    costs 11 wavefronts per instruction in ncu and about 11.6 in the hardware counters, not the 32 the
+    quarter-phase model predicts. This test pins the finding; change it when the model learns it."""
+    rows, _, met = load("sgemm_float4_baseline")
+    d = N.compare(small_cfg("sgemm_float4", "baseline"), rows, met)
+    assert d["match"] is False
+    bad = {i["access"] for i in d["instructions"] if i["match"] is False}
+    assert bad == {"As_copy"}
+    a = next(i for i in d["instructions"] if i["access"] == "As_copy")
+    assert a["wavefronts_per_instruction"] == 11 and a["model_wavefronts_per_instruction"] == 32
+    assert d["totals"]["cp.async"]["wavefronts_per_instruction"]["measured"] == pytest.approx(11.6, abs=0.1)
+    assert d["totals"]["load"]["match"] is True
