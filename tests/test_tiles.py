@@ -189,3 +189,11 @@ def test_cli_bad_input_exits_2_with_one_line(args):
     r = run_cli("tiles", *args)
     assert r.returncode == 2, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("smemtile: error:")
+
+
+def test_sizes_accept_k_suffix_and_auto_needs_a_gpu():
+    from conftest import gpu_available, run_cli
+
+    assert make_problem("4K", "8K", "1K").m == 4096
+    r = run_cli("tiles", "4K", "4K", "4K", "--arch", "auto", "--top", "1")
+    assert r.returncode == (0 if gpu_available() else 3), r.stderr

@@ -36,7 +36,9 @@ Examples:
     "--dtype", default="f32", show_default=True, help="f32 (SIMT sgemm), tf32, f16 or bf16 (tensor cores)."
 )
 @click.option(
-    "--arch", default=None, help="sm_XX (default sm_90) or, with --vendor amd, gfx90a/gfx942/gfx950."
+    "--arch",
+    default=None,
+    help="sm_XX (default sm_90), auto (this GPU), or with --vendor amd gfx90a/gfx942/gfx950.",
 )
 @click.option("--vendor", default=None, help="nvidia or amd (default: from --arch).")
 @click.option(
@@ -70,8 +72,16 @@ def command(m, n, k, dtype, arch, vendor, gpu, sms, top, n_rejected, fmt, as_jso
         raise SpecError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}", key="--format")
     top_n = _count(top, "--top", 1)
     rej_n = _count(n_rejected, "--rejected", 0)
-    report = recommend(m, n, k, dtype, arch, vendor=vendor, gpu=gpu,
-                       sms=None if sms is None else _count(sms, "--sms", 1))  # fmt: skip
+    n_sms = None if sms is None else _count(sms, "--sms", 1)
+    if (
+        str(arch).lower() == "auto"
+    ):  # this machine's GPU: its arch and SM count (NoDevice, exit 3, without one)
+        from smemtile.gpu.device import device_attributes
+
+        attrs = device_attributes(0)
+        arch = f"sm_{attrs['cc_major']}{attrs['cc_minor']}"
+        n_sms = n_sms or attrs["sm_count"]
+    report = recommend(m, n, k, dtype, arch, vendor=vendor, gpu=gpu, sms=n_sms)
     if not report.ranked:
         raise OutOfResources(f"no configuration fits {report.problem.arch}: {report.rejected[0].reason}"
                         if report.rejected else "no candidates")  # fmt: skip

@@ -33,6 +33,7 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 
 from smemtile.errors import SpecError
+from smemtile.model.sizes import parse_size
 from smemtile.model.tiling_gpus import AMD_ARCHS, GpuPeak, get_gpu, vendor_of
 
 DTYPE_BYTES = {"f32": 4, "tf32": 4, "f16": 2, "bf16": 2}
@@ -182,10 +183,11 @@ def make_problem(m, n, k, dtype: str = "f32", arch: str | None = None, vendor: s
     """Validate the inputs (SpecError, exit 2, one line each) and pick the GPU row."""
     dims = []
     for key, v in (("M", m), ("N", n), ("K", k)):
-        try:
-            iv = int(str(v).strip())
-        except ValueError:
-            raise SpecError(f"expected a positive integer, got {v!r}", key=key) from None
+        text = str(v).strip()
+        try:  # 4096, or 4K / 1M (powers of 1024, as sizes are written elsewhere in smemtile)
+            iv = int(text) if text.lstrip("-").isdigit() else parse_size(text, key=key)
+        except (ValueError, SpecError):
+            raise SpecError(f"expected a positive integer such as 4096 or 4K, got {v!r}", key=key) from None
         if not 1 <= iv <= 2**31 - 1:
             raise SpecError(f"must be between 1 and 2^31-1, got {iv}", key=key)
         dims.append(iv)
