@@ -103,3 +103,14 @@ def test_recommendation_checked_against_the_kernels_own_accesses():
     if doc["notes"]:
         assert doc["layouts"]["tile"]["pad"] == 0 and "was not applied" in doc["notes"][0]
     assert all(i["status"] != "fail" for i in doc["checklist"])
+
+
+def test_arch_override_to_sm75_uses_register_double_buffering(tmp_path: Path):
+    out = tmp_path / "turing.cu"
+    r = run_cli("generate", SGEMM, "--arch", "sm_75", "-o", str(out), "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["arch"] == "sm_75" and doc["params"]["CP_ASYNC"] == 0 and doc["params"]["STAGES"] == 2
+    assert doc["ptxas"]["spills"] == 0
+    assert any("no cp.async" in n for n in doc["notes"])
+    assert "cp_async" not in doc["name_expression"] and ", false," in doc["name_expression"]

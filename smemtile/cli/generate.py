@@ -33,6 +33,7 @@ Examples:
   smemtile generate samples/transpose_32x32.yaml --variant baseline
   smemtile generate samples/transpose_32x32.yaml --diff
   smemtile generate samples/sgemm_float4.yaml --json
+  smemtile generate samples/sgemm_float4.yaml --arch sm_75 -o sgemm_turing.cu
 """,
 )
 @click.argument("spec", type=click.Path(exists=True, dir_okay=False))
@@ -52,9 +53,15 @@ Examples:
 @click.option(
     "--diff", is_flag=True, help="Show baseline and fixed side by side with the changed lines highlighted."
 )
+@click.option(
+    "--arch",
+    default=None,
+    help="Generate for this architecture instead of the spec's (e.g. sm_80; sm_75 selects the register-staged "
+    "pipeline).",
+)
 @click.option("--no-compile", is_flag=True, help="Skip the NVRTC compile (no ptxas numbers, no occupancy).")
 @json_option
-def command(spec, output, variant, diff, no_compile, as_json):
+def command(spec, output, variant, diff, arch, no_compile, as_json):
     """Generate a standalone CUDA kernel for SPEC's `kernel:` family (sgemm, transpose, stencil2d).
 
     The .cu holds an analysis header (bank conflicts per access before/after, shared memory per block, ptxas
@@ -75,9 +82,14 @@ def command(spec, output, variant, diff, no_compile, as_json):
     from smemtile.model.spec import load_spec
 
     s = load_spec(spec)
-    cfg = from_spec(s, variant)
-    base = from_spec(s, "baseline")
-    other = from_spec(s, "fixed") if variant == "baseline" else base
+    target = None
+    if arch:
+        from smemtile.model.arch import get_arch
+
+        target = get_arch(arch, key="--arch")
+    cfg = from_spec(s, variant, arch=target)
+    base = from_spec(s, "baseline", arch=target)
+    other = from_spec(s, "fixed", arch=target) if variant == "baseline" else base
     built = build(cfg, baseline=base, compile=not no_compile, origin=Path(spec).name)
     gk = built.kernel
     if output:
@@ -149,7 +161,7 @@ def _summary(con, gk, built, output, variant) -> None:
     if "occupancy" in gk.extra:
         o = gk.extra["occupancy"]
         lines.append(
-            f"occupancy: {o['active_blocks']} blocks/SM, {o['occupancy']:.0%}, limited by {o['limiter']}"
+            f"occupancy: {o['active_blocks']} block{'s' if o['active_blocks'] != 1 else ''}/SM, {o['occupancy']:.0%}, limited by {o['limiter']}"
         )
     if built.compile_note:
         lines.append(built.compile_note)

@@ -105,9 +105,11 @@ def _thread_formula(name: str) -> str:
     return {"transpose": "TILE * BLOCK_ROWS", "stencil2d": "BX * BY"}.get(name, "")
 
 
-def from_spec(spec: Any, variant: str = "fixed", *, check: bool = True) -> KernelConfig:
+def from_spec(
+    spec: Any, variant: str = "fixed", *, check: bool = True, arch: Arch | str | None = None
+) -> KernelConfig:
     """The configuration a spec's ``kernel:`` section describes, with its own layouts (``baseline``) or the
-    layouts the fix search recommends (``fixed``)."""
+    layouts the fix search recommends (``fixed``). ``arch`` overrides the spec's architecture."""
     kernel = getattr(spec, "kernel", None)
     if kernel is None:
         raise ContractViolation(
@@ -134,17 +136,26 @@ def from_spec(spec: Any, variant: str = "fixed", *, check: bool = True) -> Kerne
         if tile is not None:
             params["dtype"] = str(tile.dtype)
     threads = getattr(spec, "threads", None)
+    target = arch if arch is not None else spec.arch
     notes: list[str] = []
+    if arch is not None and fam.name == "sgemm" and "CP_ASYNC" not in params:
+        target_arch = target if isinstance(target, Arch) else get_arch(target)
+        if not target_arch.has_cp_async and params.get("STAGES", 2) != 2:
+            notes.append(
+                f"{target_arch.name} has no cp.async: register double-buffering with 2 stages "
+                f"(the spec asks for {params['STAGES']})"
+            )
+            params["STAGES"] = 2
     if variant == "fixed":
-        base = configure(fam.name, params, layouts, spec.arch, check=False)
+        base = configure(fam.name, params, layouts, target, check=False)
         for name, lay in _recommended_layouts(spec).items():
-            trial = configure(fam.name, params, {**layouts, name: lay}, spec.arch, check=False)
+            trial = configure(fam.name, params, {**layouts, name: lay}, target, check=False)
             verdict = _verify_fix(fam, base, trial, name)
             if verdict is None:
                 layouts[name] = lay
             else:
                 notes.append(verdict)
-    cfg = configure(fam.name, params, layouts, spec.arch, threads=threads, check=check)
+    cfg = configure(fam.name, params, layouts, target, threads=threads, check=check)
     return replace(cfg, notes=tuple(notes)) if notes else cfg
 
 

@@ -174,7 +174,7 @@ def _header(
     if "occupancy" in extra and extra["occupancy"]:
         o = extra["occupancy"]
         out.append(
-            f"// Occupancy: {o['active_blocks']} blocks/SM, {o['active_warps']} warps ({o['occupancy']:.0%}), "
+            f"// Occupancy: {o['active_blocks']} block{'s' if o['active_blocks'] != 1 else ''}/SM, {o['active_warps']} warps ({o['occupancy']:.0%}), "
             f"limited by {o['limiter']}."
         )
     out.append(
