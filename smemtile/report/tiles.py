@@ -77,7 +77,7 @@ def render_tiles(report: TileReport, top: int, rejected: int, width: int = 200) 
             more = f" (+{x.alike - 1} alike)" if x.alike > 1 else ""
             lines.append(f"  {x.cfg.label}{more} [{x.kind.replace('_', ' ')}]: {x.reason}")
         parts.append(Text("\n".join(lines)))
-    parts.append(Text("Model: predicted time = max(compute incl. waves x occupancy, DRAM, L2) per "
+    parts.append(Text("Model: predicted time = max(compute incl. waves x occupancy, DRAM, L2) + 15% of the other two, per "
                       "smemtile/model/tiling.py; `--format json` has every factor.", style="dim"))  # fmt: skip
     return Group(*parts)
 
