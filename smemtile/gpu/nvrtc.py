@@ -9,6 +9,7 @@ then the numbers are ``None`` and a loaded module's function attributes are the 
 from __future__ import annotations
 
 import re
+import uuid
 from dataclasses import asdict, dataclass, field
 
 from smemtile.errors import CompileError, NoDevice
@@ -124,7 +125,31 @@ def compile_cubin(
 
     ``headers`` maps include names to their text (NVRTC has no file system search path of its own).
     Raises :class:`CompileError` with the compiler log when NVRTC or ptxas rejects the code.
+    NVRTC can answer from its cache with a log that lacks the ptxas report; then it compiles once more with
+    a unique macro defined (a cache miss) so that registers, spills and shared memory are known.
     """
+    res = _compile(source, name_expressions, arch, headers=headers, options=options, filename=filename)
+    complete = all(
+        r is not None and r.registers is not None and r.spills is not None
+        for r in (res.resources.get(e) for e in name_expressions)
+    )
+    if not complete and name_expressions:
+        nonce = f"-DSMEMTILE_NVRTC_NONCE={uuid.uuid4().hex[:16]}"
+        res = _compile(
+            source, name_expressions, arch, headers=headers, options=(*options, nonce), filename=filename
+        )
+    return res
+
+
+def _compile(
+    source: str,
+    name_expressions: list[str] | tuple[str, ...],
+    arch: str,
+    *,
+    headers: dict[str, str] | None = None,
+    options: tuple[str, ...] = (),
+    filename: str = "kernel.cu",
+) -> CompileResult:
     nvrtc = _nvrtc()
     hdr_names = [n.encode() for n in (headers or {})]
     hdr_srcs = [s.encode() for s in (headers or {}).values()]
