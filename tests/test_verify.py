@@ -53,9 +53,10 @@ def test_compile_only_json(sample):
         model = r["occupancy"]["model"]
         assert model["regs"] == r["registers"] and model["active_blocks"] >= 1
         assert r["occupancy"]["driver"] is None
-    # the fix changes the layout, so the fixed variant's static shared memory differs from the baseline's
+    # where the analysis recommends a fix (transpose: pad 1, sgemm: As pad 4) the fixed variant's layout differs;
+    # the stencil's accesses are already conflict-free, so both variants keep the dense tile
     b, f = doc["variants"]
-    assert b["layouts"] != f["layouts"]
+    assert (b["layouts"] != f["layouts"]) == (sample != "stencil_halo.yaml")
 
 
 @needs_nvrtc

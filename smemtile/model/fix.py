@@ -165,6 +165,8 @@ def fix_buffer(spec: KernelSpec, buf: Buffer, results: list[AccessResult]) -> Bu
     baseline = _candidate(results, buf, base_layout, "baseline")
     align = required_alignment(results)
     eb = buf.elem_bytes
+    if baseline.conflict_free:
+        return BufferFix(buf, baseline, None, None, baseline, "already conflict-free: keep the layout", align, 1)
     padding = swizzle = None
     n_pad = n_swz = 0
     if len(buf.shape) == 2:
