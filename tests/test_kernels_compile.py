@@ -156,3 +156,38 @@ def test_explicit_min_blocks_is_respected():
 def test_sm70_is_reported_not_compiled():
     built = build(configure("sgemm", {}, {"As": {"pad": 4}}, "sm_70"))
     assert built.compiled is None and "sm_70" in built.compile_note
+
+
+@pytest.mark.skipif(_nvcc() is None, reason="nvcc not installed")
+@pytest.mark.parametrize("sample", KERNEL_SAMPLES, ids=lambda p: p.stem)
+def test_sample_output_compiles_with_nvcc(tmp_path: Path, sample):
+    """What `smemtile generate SAMPLE -o FILE` writes builds with nvcc: 0 spills, ptxas smem == the model's."""
+    from conftest import run_cli
+
+    out = tmp_path / "gen.cu"
+    r = run_cli("generate", str(sample), "-o", str(out), "--json")
+    assert r.returncode == 0, r.stderr
+    doc = __import__("json").loads(r.stdout)
+    arch = doc["arch"]
+    res = subprocess.run(
+        [
+            _nvcc(),
+            "-std=c++17",
+            f"-arch={arch}",
+            "-Xptxas",
+            "-v",
+            "-c",
+            str(out),
+            "-o",
+            str(tmp_path / "gen.o"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert res.returncode == 0, res.stderr
+    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", res.stderr)
+    assert spills and all(int(a) + int(b) == 0 for a, b in spills), res.stderr
+    used = re.search(r"Used \d+ registers.*", res.stderr).group(0)
+    smem = re.search(r"(\d+) bytes smem", used)
+    assert (int(smem.group(1)) if smem else 0) == doc["static_smem_bytes"]
