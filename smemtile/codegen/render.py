@@ -85,6 +85,11 @@ class GeneratedKernel:
             "arch": self.config.arch.name,
             "notes": list(self.config.notes),
             "banks": [b.to_dict() for b in self.banks],
+            # the kernel's own shared-memory accesses in the spec's expression language (paste into a spec)
+            "kernel_accesses": [
+                {"name": a.name, "buffer": a.buffer, "op": a.op, "width": a.width, **a.expr}
+                for a in fam.accesses(self.config)
+            ],
             "banks_baseline": None
             if self.banks_baseline is None
             else [b.to_dict() for b in self.banks_baseline],

@@ -10,6 +10,13 @@ Spec mapping (YAML)::
       - {name: Bs, dtype: f32, shape: [BK, BN], layout: {pad: 0}}    # Bs[k][n]
     kernel: {family: sgemm, M: 4096, N: 4096, K: 4096}               # alpha (1.0), beta (0.0) optional
 
+The kernel's own accesses (As_copy, Bs_copy, As_read, Bs_read) are in :meth:`Sgemm.accesses`, also as spec
+expressions (``generate --json`` lists them under ``kernel_accesses``). The lanes of a warp form an interleaved
+4 (m) x 8 (n) grid: lm = ((lane>>1)&1) | ((lane>>2)&2), ln = (lane&1) | ((lane>>1)&2) | ((lane>>2)&4).
+
+MIN_BLOCKS defaults to 2 (at most 128 registers with 256 threads); when that spills (the register-staged sm_75
+path, XOR-swizzled A reads) ``codegen.build`` recompiles with 1 and says so, unless the spec sets it.
+
 Shared memory per block = STAGES * (BK * (BM + pad_As) + BK * (BN + pad_Bs)) * 4 bytes.
 Launch: grid = ceil(M/BM) * ceil(N/BN) blocks (1-D, grouped by GROUP_M), block = threads,
 dynamic shared memory = 0 when the total fits 48 KiB (declared statically) else the total.
