@@ -223,3 +223,71 @@ def test_checklist_passes_for_the_shipped_pipeline():
 def test_checklist_catches_a_broken_pipeline(edit, item):
     """The pipeline items read the kernel text: breaking the code fails the item."""
     assert _checklist(edit)[item].status == "fail"
+
+
+@pytest.mark.parametrize("lay", [{}, {"As": {"pad": 4}}, {"As": {"swizzle": [3, 2, 5]}}])
+def test_sgemm_kernel_accesses_as_spec_agree_with_contract(lay):
+    """The spec expressions the contract publishes describe the same accesses as its numpy arrays: the
+    project's spec analysis and the contract's bank table give the same worst wavefronts."""
+    import yaml as _yaml
+
+    from smemtile.model.analysis import analyze_spec
+    from smemtile.model.spec import spec_from_dict
+
+    cfg = configure("sgemm", {}, lay, "sm_90")
+    fam = FAMILIES["sgemm"]
+    accesses = []
+    for a in fam.accesses(cfg):
+        d = {"name": a.name, "buffer": a.buffer, "op": a.op, "width": a.width, **a.expr}
+        d["row"] = d["row"].replace("(warp*32+lane)", "tid")
+        d["col"] = d["col"].replace("(warp*32+lane)", "tid")
+        accesses.append(d)
+    layout = {"pad": cfg.layouts["As"].pad}
+    if cfg.layouts["As"].swizzled:
+        layout = {"swizzle": [cfg.layouts["As"].swz_b, cfg.layouts["As"].swz_m, cfg.layouts["As"].swz_s]}
+    doc = {
+        "arch": "sm_90",
+        "threads": 256,
+        "tile": {"BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8},
+        "buffers": [
+            {"name": "As", "dtype": "f32", "shape": ["BK", "BM"], "layout": layout},
+            {"name": "Bs", "dtype": "f32", "shape": ["BK", "BN"]},
+        ],
+        "accesses": accesses,
+    }
+    spec = spec_from_dict(_yaml.safe_load(_yaml.safe_dump(doc)))
+    theirs = {r.access.name: (r.wavefronts, r.ideal) for r in analyze_spec(spec)}
+    ours = {b.name: (b.wavefronts, b.ideal) for b in bank_table(fam, cfg)}
+    assert theirs == ours
+
+
+@pytest.mark.parametrize("params", [{"TILE": 32, "BLOCK_ROWS": 8}, {"TILE": 64, "BLOCK_ROWS": 4}])
+@pytest.mark.parametrize("lay", [{}, {"tile": {"pad": 1}}])
+def test_transpose_kernel_accesses_as_spec_agree_with_contract(params, lay):
+    from smemtile.model.analysis import analyze_spec
+    from smemtile.model.spec import spec_from_dict
+
+    cfg = configure("transpose", params, lay, "sm_90")
+    fam = FAMILIES["transpose"]
+    accesses = [
+        {"name": a.name, "buffer": a.buffer, "op": a.op, "width": a.width, **a.expr}
+        for a in fam.accesses(cfg)
+    ]
+    for d in accesses:
+        d["row"], d["col"] = (d[k].replace("(warp*32+lane)", "tid") for k in ("row", "col"))
+    doc = {
+        "arch": "sm_90",
+        "threads": params["TILE"] * params["BLOCK_ROWS"],
+        "tile": params,
+        "buffers": [
+            {
+                "name": "tile",
+                "dtype": "f32",
+                "shape": ["TILE", "TILE"],
+                "layout": {"pad": cfg.layouts["tile"].pad},
+            }
+        ],
+        "accesses": accesses,
+    }
+    theirs = {r.access.name: (r.wavefronts, r.ideal) for r in analyze_spec(spec_from_dict(doc))}
+    assert theirs == {b.name: (b.wavefronts, b.ideal) for b in bank_table(fam, cfg)}
