@@ -22,7 +22,7 @@ EXPECTED = {  # sample -> {access: worst wavefronts before}, {buffer: recommende
     "gemm_a_column_cpasync.yaml": ({"a_col": 32, "a_fill": 4}, {"As": "Swizzle<3,2,3>"}, False),
     "transpose_32x32.yaml": ({"tile_read": 32, "tile_write": 1}, {"tile": "pad 1"}, True),
     "ldmatrix_f16.yaml": ({"a_frag": 32, "a_fill": 4}, {"As": "Swizzle<3,3,3>"}, True),
-    "sgemm_float4.yaml": ({"As_copy": 32, "Bs_copy": 4, "As_read": 2, "Bs_read": 4},
+    "sgemm_float4.yaml": ({"As_copy": 32, "Bs_copy": 4, "As_read": 2, "Bs_read": 2},
                           {"As": "pad 4", "Bs": "row-major, no padding"}, True),
     "stencil_halo.yaml": ({"halo_fill": 1, "halo_fill_tail": 1, "vertical_taps": 1}, {"tile": "row-major, no padding"},
                           True),
