@@ -2,12 +2,9 @@
 
 Each :class:`~smemtile.codegen.contract.Access` gives logical (row, col) per lane; the buffer's layout maps them
 to byte addresses exactly as the kernel does (``SmemTile::offset``). Conflicts are counted with the model of
-``smemtile.model.banks.analyze_addresses`` (phases fitted to Nsight Compute); without it, the classic one:
+``smemtile.model.banks.analyze_addresses`` (phases fitted to Nsight Compute).
 
-    lanes are served in phases of 128 bytes (32 lanes for <= 4-byte accesses, 16 for 8-byte, 8 for 16-byte);
-    a phase costs as many wavefronts as the most distinct 4-byte words any one of the 32 banks must deliver.
-
-``ideal`` is the phase count (1 wavefront per 128 bytes requested); ``degree = worst wavefronts / ideal``.
+``ideal`` is the phase count (what the instruction costs without conflicts); ``degree = worst wavefronts / ideal``.
 """
 
 from __future__ import annotations
@@ -17,8 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from smemtile.codegen.contract import Access, Family, KernelConfig
-
-BANKS, WORD = 32, 4
+from smemtile.model.banks import analyze_addresses
 
 
 @dataclass(frozen=True)
@@ -37,32 +33,10 @@ class AccessBanks:
         return dict(self.__dict__)
 
 
-def _wavefronts_classic(addr: np.ndarray, width: int) -> tuple[int, int]:
-    """(wavefronts, ideal) of one warp instruction; ``addr`` has 32 byte addresses, -1 for an idle lane."""
-    per_phase = max(1, 128 // max(width, WORD)) if width > WORD else 32
-    waves = ideal = 0
-    words_per_lane = max(1, width // WORD)
-    for start in range(0, 32, per_phase):
-        a = addr[start : start + per_phase]
-        a = a[a >= 0]
-        if a.size == 0:
-            continue
-        words = np.unique((a[:, None] // WORD + np.arange(words_per_lane)[None]).ravel())
-        banks = words % BANKS
-        waves += int(np.bincount(banks, minlength=BANKS).max())
-        ideal += 1
-    return waves, ideal
-
-
 def _wavefronts(addr: np.ndarray, op: str, width: int) -> tuple[np.ndarray, np.ndarray]:
     """Per instruction (rows of ``addr``): (wavefronts, ideal). Idle lanes (-1) repeat an active lane's address."""
     first = np.where(addr >= 0, addr, np.iinfo(np.int64).max).min(axis=1, keepdims=True)
     addr = np.where(addr >= 0, addr, first)
-    try:  # the project's bank model (phases fitted to Nsight Compute)
-        from smemtile.model.banks import analyze_addresses
-    except ImportError:
-        pairs = [_wavefronts_classic(row, width) for row in addr]
-        return np.array([w for w, _ in pairs]), np.array([i for _, i in pairs])
     res = analyze_addresses(addr, op, width)
     return np.asarray(res.wavefronts), np.asarray(res.ideal_wavefronts)
 
