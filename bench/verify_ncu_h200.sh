@@ -23,7 +23,7 @@ for s in transpose_32x32 sgemm_float4 stencil_halo; do
     > "$OUT/$s.json" 2> "$OUT/raw/$s.err"
   echo "== $s: exit $? in $(( $(date +%s) - t0 )) s" >> "$OUT/log.txt"
   cat "$OUT/raw/$s.err" >> "$OUT/log.txt"
-  COLUMNS=170 python3 -c "import json, sys; from smemtile.cli.verify import _render; _render(json.load(open(sys.argv[1])))" \
+  COLUMNS=170 python3 -c "import json, sys; from smemtile.report.verify import render; render(json.load(open(sys.argv[1])))" \
     "$OUT/$s.json" > "$OUT/$s.txt" 2>> "$OUT/log.txt"
 done
 tar czf "$OUT/raw.tgz" -C "$OUT" raw && rm -rf "$OUT/raw"

@@ -191,9 +191,9 @@ def _fake_gpu_doc(spec, cfgs, device, seed):
 
 
 def test_ncu_missing_is_one_line_and_exit_unchanged(monkeypatch):
-    import smemtile.cli.verify as verify
+    import smemtile.gpu.verify as pipeline
 
-    monkeypatch.setattr(verify, "_on_gpu", _fake_gpu_doc)
+    monkeypatch.setattr(pipeline, "on_gpu", _fake_gpu_doc)
     monkeypatch.setattr(N, "find_ncu", lambda: None)
     res = CliRunner().invoke(main, ["verify", str(ROOT / "samples/transpose_32x32.yaml"), "--ncu", "--json"])
     assert res.exit_code == 0, res.output
@@ -206,8 +206,9 @@ def test_ncu_missing_is_one_line_and_exit_unchanged(monkeypatch):
 
 def test_ncu_ignored_with_compile_only(monkeypatch):
     import smemtile.cli.verify as verify
+    import smemtile.gpu.verify as pipeline
 
-    monkeypatch.setattr(verify, "_compile_only", lambda spec, cfgs: {"variants": [], "compile_only": True})
+    monkeypatch.setattr(pipeline, "compile_only", lambda spec, cfgs: {"variants": [], "compile_only": True})
     monkeypatch.setattr(verify, "emit_json", lambda doc: None)
     res = CliRunner().invoke(
         main, ["verify", str(ROOT / "samples/transpose_32x32.yaml"), "--compile-only", "--ncu", "--json"]

@@ -143,6 +143,7 @@ def test_verify_on_gpu(sample):
 
 def test_mismatch_exits_1(monkeypatch):
     import smemtile.cli.verify as verify
+    import smemtile.gpu.verify as pipeline
 
     def fake(spec, cfgs, device, seed):
         row = {
@@ -153,7 +154,7 @@ def test_mismatch_exits_1(monkeypatch):
         }
         return {"variants": [row]}
 
-    monkeypatch.setattr(verify, "_on_gpu", fake)
+    monkeypatch.setattr(pipeline, "on_gpu", fake)
     monkeypatch.setattr(verify, "emit_json", lambda doc: None)
     res = CliRunner().invoke(main, ["verify", str(ROOT / "samples/transpose_32x32.yaml"), "--json"])
     assert res.exit_code == 1

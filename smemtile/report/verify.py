@@ -1,0 +1,259 @@
+"""The `verify` document (JSON) and its rich rendering."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+# ---- the document and its rendering -------------------------------------------------------------------------
+
+
+def layout_text(cfg) -> str:
+    def short(lay) -> str:
+        parts = [f"pad {lay.pad}"] if lay.pad else []
+        if lay.swizzled:
+            parts.append(f"Swizzle<{lay.swz_b},{lay.swz_m},{lay.swz_s}>")
+        return " + ".join(parts) or "dense"
+
+    return "; ".join(f"{n}: {short(lay)}" for n, lay in cfg.layouts.items())
+
+
+def document(spec: Path, cfg, rows: list[dict], *, compile_only: bool, device: dict | None) -> dict:
+    by = {r["variant"]: r for r in rows}
+    head = by.get("fixed") or rows[0]
+    doc: dict[str, Any] = {
+        "spec": str(spec),
+        "family": cfg.family,
+        "arch": cfg.arch.name,
+        "problem": dict(cfg.problem),
+        "compile_only": compile_only,
+        "device": device,
+    }
+    # Top-level keys of the contract: the headline (fixed) variant's numbers.
+    for key in (
+        "registers",
+        "static_smem_bytes",
+        "spills",
+        "occupancy",
+        "correct",
+        "max_rel_error",
+        "time_ms",
+    ):
+        doc[key] = head.get(key)
+    for unit in ("tflops", "gbps"):
+        if unit in head:
+            doc[unit] = head[unit]
+    doc["correct"] = None if compile_only else all(r["correct"] for r in rows)
+    doc["occupancy_agree"] = None if compile_only else all(r["occupancy"]["agree"] for r in rows)
+    b, f = by.get("baseline"), by.get("fixed")
+    doc["speedup"] = (
+        (b["time_ms"] / f["time_ms"]) if b and f and b.get("time_ms") and f.get("time_ms") else None
+    )
+    doc["variants"] = rows
+    return doc
+
+
+def _fmt(x, spec: str = "", none: str = "-") -> str:
+    if x is None:
+        return none
+    return format(x, spec) if spec else str(x)
+
+
+def render(doc: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console(highlight=False)
+    where = (
+        f"{doc['device']['name']} ({doc['device']['arch']}, device {doc['device']['index']})"
+        if doc["device"]
+        else f"{doc['arch']} (compile only, no GPU used)"
+    )
+    prob = ", ".join(f"{k}={v}" for k, v in doc["problem"].items())
+    con.print(f"[bold]smemtile verify[/] {doc['spec']}: {doc['family']} {prob} on {where}")
+    unit = "tflops" if "tflops" in doc["variants"][0] else "gbps"
+    t = Table(show_lines=False)
+    for col in ("variant", "layout", "regs", "spills", "static smem", "occ. model", "occ. driver"):
+        t.add_column(col, justify="left" if col in ("variant", "layout") else "right")
+    if not doc["compile_only"]:
+        for col in ("correct", "max rel err", "median ms", "TFLOP/s" if unit == "tflops" else "GB/s"):
+            t.add_column(col, justify="right")
+    for r in doc["variants"]:
+        model = r["occupancy"]["model"] or {}
+        drv = r["occupancy"]["driver"]
+        occ_m = f"{model['active_blocks']} blk {model['occupancy']:.0%}" if model else "-"
+        cells = [
+            r["variant"],
+            r["layout_text"],
+            _fmt(r["registers"]),
+            _fmt(r["spills"]) + (f" ({r['local_bytes']} B local)" if r.get("local_bytes") else ""),
+            _fmt(r["static_smem_bytes"], "", "-") + " B",
+            occ_m,
+        ]
+        if drv:
+            mark = "" if r["occupancy"]["agree"] else " [red]!= model[/]"
+            cells.append(f"{drv['active_blocks']} blk{mark}")
+        else:
+            cells.append("-")
+        if not doc["compile_only"]:
+            ok = "[green]yes[/]" if r["correct"] else "[red]NO[/]"
+            cells += [ok, f"{r['max_rel_error']:.2e}", f"{r['time_ms']:.4f}", f"{r.get(unit, 0):.1f}"]
+        t.add_row(*cells)
+    con.print(t)
+    for r in doc["variants"]:
+        if r.get("compile_note"):
+            con.print(f"  {r['variant']}: {r['compile_note']}")
+        if r.get("static_smem_note"):
+            con.print(f"  [yellow]{r['variant']}: {r['static_smem_note']}[/]")
+        if r.get("occupancy") and r["occupancy"].get("driver") and not r["occupancy"]["agree"]:
+            m = r["occupancy"]["model"]
+            con.print(
+                f"  [red]{r['variant']}: occupancy model says {m['active_blocks']} blocks/SM, "
+                f"the driver {r['occupancy']['driver']['active_blocks']}[/]"
+            )
+        if r.get("mismatch_text"):
+            con.print(f"  [red]{r['variant']}: {r['mismatch_text']}[/]")
+    if doc.get("speedup"):
+        b = next(r for r in doc["variants"] if r["variant"] == "baseline")
+        f = next(r for r in doc["variants"] if r["variant"] == "fixed")
+        con.print(
+            f"[bold]fixed vs baseline: {doc['speedup']:.2f}x[/] ({b['time_ms']:.4f} ms -> {f['time_ms']:.4f} ms, "
+            f"median of {f['timing']['runs']} runs)"
+        )
+    elif doc["compile_only"]:
+        con.print(
+            "compile only: registers, spills and static shared memory are ptxas' numbers for "
+            f"{doc['arch']}; run without --compile-only on a GPU to check and time."
+        )
+    if doc.get("ncu") and doc["ncu"].get("available"):
+        _render_ncu(con, doc["ncu"])
+
+
+def _n(x, digits: int = 3) -> str:
+    """A count or ratio: integers without decimals, others with up to ``digits`` decimals."""
+    if x is None:
+        return "-"
+    if abs(x - round(x)) < 1e-9:
+        return str(int(round(x)))
+    return f"{x:.{digits}f}".rstrip("0")
+
+
+def _mark(m) -> str:
+    return "n/a" if m is None else ("[green]yes[/]" if m else "[red]NO[/]")
+
+
+def _render_ncu(con, n: dict) -> None:
+    from rich.table import Table
+
+    con.print(
+        f"[bold]ncu[/] ({n.get('version') or 'Nsight Compute'}, --clock-control none): shared-memory wavefronts "
+        "and bank conflicts per warp instruction, measured vs the bank model"
+    )
+    for variant, r in n["variants"].items():
+        if r.get("error"):
+            con.print(f"  [red]{variant}: ncu failed: {r['error']}[/]")
+            continue
+        prob = ", ".join(f"{k}={v}" for k, v in r["problem"].items() if k not in ("alpha", "beta", "dtype"))
+        reps = f" x {r['repeats_per_block']} K steps" if r["repeats_per_block"] > 1 else ""
+        t = Table(
+            title=f"{variant} ({r['layout_text']}): {prob}, {r['blocks']} blocks{reps}",
+            title_justify="left",
+        )
+        for col in ("SASS", "access", "executed", "wf/inst ncu", "wf/inst model", "confl/inst ncu",
+                    "confl/inst model", "match"):  # fmt: skip
+            t.add_column(col, justify="left" if col in ("SASS", "access") else "right")
+        for label, row, count in _collapse(r["instructions"]):
+            t.add_row(
+                label if count == 1 else f"{count} x {label}",
+                row["access"] or "-",
+                _n(row["executed"]),
+                _n(row["wavefronts_per_instruction"]),
+                _n(row["model_wavefronts_per_instruction"])
+                if row["model_wavefronts_per_instruction"] is not None
+                else ("sum below" if row.get("model_values") else "-"),
+                _n(row["conflicts_per_instruction"]),
+                _n(row["model_conflicts_per_instruction"]),
+                _mark(row["match"]) if row["access"] and row["match"] is not None else "-",
+            )
+        t.add_section()
+        for g in r["groups"]:
+            if not g["sass_instructions"] and not g["accesses"]:
+                continue
+            t.add_row(
+                f"all {'/'.join(g['opcodes']) or g['op']} ({g['op']} {g['width']} B)",
+                ", ".join(g["accesses"]) or "-",
+                f"{_n(g['executed']['measured'])} / {_n(g['executed']['model'])}",
+                _n(g["wavefronts_per_instruction"]["measured"]),
+                _n(g["wavefronts_per_instruction"]["model"]),
+                _n(g["conflicts_per_instruction"]["measured"]),
+                _n(g["conflicts_per_instruction"]["model"]),
+                _mark(g["match"]),
+            )
+        t.add_section()
+        for name, k in r["totals"].items():
+            t.add_row(
+                f"kernel {name} (hardware counters)",
+                "",
+                f"{_n(k['instructions']['measured'])} / {_n(k['instructions']['model'])}",
+                _n(k["wavefronts_per_instruction"]["measured"]),
+                _n(k["wavefronts_per_instruction"]["model"]),
+                _n(k["conflicts_per_instruction"]["measured"]),
+                _n(k["conflicts_per_instruction"]["model"]),
+                _mark(k["match"]),
+            )
+        con.print(t)
+        for g in r["groups"]:
+            if g.get("note") and (g["sass_instructions"] or g["accesses"]):
+                con.print(f"  {variant}, {g['op']} {g['width']} B: {g['note']}")
+        for name, k in r["totals"].items():
+            if k.get("placeholders_left_out"):
+                con.print(
+                    f"  {variant}, kernel {name}: {_n(k['placeholders_left_out'])} issued instructions with no "
+                    "thread predicated on (ptxas' `@!PT LDS RZ, [RZ]` next to LDGSTS) left out of the count"
+                )
+            if k.get("note"):
+                con.print(f"  {variant}, kernel {name}: {k['note']}")
+        if r.get("target") and r["target"].get("correct") is False:
+            con.print(f"  [red]{variant}: the profiled launch computed a wrong result[/]")
+        if r["match"]:
+            con.print(
+                f"  {variant}: ncu and the model [green]agree[/] on every comparable shared-memory instruction"
+            )
+        else:
+            bad = sorted({i["opcode"] + (f" ({i['access']})" if i["access"] else "")
+                          for i in r["instructions"] if i["match"] is False})  # fmt: skip
+            bad += [f"kernel {k}" for k, t in r["totals"].items() if t["match"] is False]
+            bad += [f"all {g['op']} {g['width']} B" for g in r["groups"] if g["match"] is False and not bad]
+            con.print(f"  [red]{variant}: ncu and the model DISAGREE on {', '.join(bad)}[/]")
+    cmp = n.get("fixed_vs_baseline")
+    if cmp:
+        wb, wf = cmp["wavefronts_per_block"]["baseline"], cmp["wavefronts_per_block"]["fixed"]
+        con.print(
+            f"shared-memory wavefronts per block: baseline {_n(wb['measured'])} -> fixed {_n(wf['measured'])} "
+            f"measured (model {_n(wb['model'])} -> {_n(wf['model'])})"
+        )
+        if cmp["fixed_costs_more"]:
+            con.print(
+                "  [yellow]the fixed layout costs this kernel more shared-memory wavefronts than the baseline: "
+                "the spec's accesses do not describe the kernel's own (see the contract's accesses)[/]"
+            )
+
+
+def _collapse(rows: list[dict]):
+    """Consecutive instructions with the same opcode, access and numbers as one line (address range)."""
+
+    def key(r):
+        return (r["opcode"], r["access"], r["executed"], r["wavefronts_per_instruction"],
+                r["model_wavefronts_per_instruction"], r["conflicts_per_instruction"], r["match"])  # fmt: skip
+
+    i = 0
+    while i < len(rows):
+        j = i
+        while j + 1 < len(rows) and key(rows[j + 1]) == key(rows[i]):
+            j += 1
+        first = rows[i].get("offset") or rows[i]["address"]
+        last = rows[j].get("offset") or rows[j]["address"]
+        where = first if i == j else f"{first}..{last}"
+        label = f"{where} {rows[i]['opcode']}" if where else rows[i]["opcode"]
+        yield label, rows[i], j - i + 1
+        i = j + 1
