@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Callable
 from typing import Any
 
 import click
 
-from smemtile.errors import SmemtileError
+from smemtile.errors import SmemtileError, SpecError
 
 
 def json_option(f: Callable) -> Callable:
@@ -27,6 +28,19 @@ def arch_option(default: str | None = "sm_90") -> Callable:
         )(f)
 
     return deco
+
+
+_INT = re.compile(r"^\s*-?\d+\s*$")
+
+
+def parse_int(text: object, key: str, lo: int | None = None) -> int:
+    """A whole number given on the command line or in a CSV cell; SpecError naming ``key`` otherwise."""
+    if not _INT.match(str(text)):
+        raise SpecError(f"expected an integer, got {text!r}", key=key)
+    n = int(str(text))
+    if lo is not None and n < lo:
+        raise SpecError(f"must be at least {lo}, got {n}", key=key)
+    return n
 
 
 def emit_json(doc: Any) -> None:

@@ -5,26 +5,16 @@ from __future__ import annotations
 import contextlib
 import csv
 import json
-import re
 import sys
 
 import click
 import numpy as np
 
-from smemtile.cli.common import arch_option, console, emit_json, json_option
+from smemtile.cli.common import arch_option, console, emit_json, json_option, parse_int
 from smemtile.errors import OutOfResources, SpecError
 from smemtile.model.sizes import parse_size
 
 COLUMNS = ("arch", "threads", "regs", "static_smem", "dynamic_smem", "carveout", "opt_in")
-_INT = re.compile(r"^\s*-?\d+\s*$")
-
-
-def _int(text: str, key: str) -> int:
-    if not _INT.match(str(text)):
-        raise SpecError(f"expected an integer, got {text!r}", key=key)
-    return int(text)
-
-
 def _size(text: str, key: str) -> int:
     if str(text).strip().startswith("-"):
         raise SpecError(f"must not be negative, got {text.strip()}", key=key)
@@ -34,7 +24,7 @@ def _size(text: str, key: str) -> int:
 def _carveout(text: str | None, key: str = "--carveout") -> int | None:
     if text is None or not str(text).strip() or str(text).strip().lower() == "default":
         return None
-    c = _int(str(text).strip().rstrip("%"), key)
+    c = parse_int(str(text).strip().rstrip("%"), key)
     if not 0 <= c <= 100:
         raise SpecError(f"must be a percent 0..100 (or empty for the default), got {text}", key=key)
     return c
@@ -99,8 +89,8 @@ def command(arch, threads, regs, smem_static, smem_dynamic, carveout, opt_in, ba
     a = resolve_arch(arch)
     r = occupancy(
         a,
-        _int(threads, "--threads"),
-        _int(regs, "--regs"),
+        parse_int(threads, "--threads"),
+        parse_int(regs, "--regs"),
         _size(smem_static, "--smem-static"),
         _size(smem_dynamic, "--smem-dynamic"),
         _carveout(carveout),
@@ -201,7 +191,7 @@ def _ints(texts: list[str], key: str, name: str, lines: list[int], parse=None) -
     try:  # fast path: plain integers, the common case for 100,000-line files
         return np.array(texts, dtype=np.int64)
     except (ValueError, OverflowError):
-        return _column(texts, key, name, lines, parse or _int)
+        return _column(texts, key, name, lines, parse or parse_int)
 
 
 def _carveout_cell(text: str, key: str) -> int:

@@ -4,20 +4,10 @@ from __future__ import annotations
 
 import click
 
-from smemtile.cli.common import console, emit_json, json_option
+from smemtile.cli.common import console, emit_json, json_option, parse_int
 from smemtile.errors import OutOfResources, SpecError
 
 FORMATS = ("table", "json", "yaml", "triton")
-
-
-def _count(value: str, key: str, lo: int = 0) -> int:
-    try:
-        n = int(str(value).strip())
-    except ValueError:
-        raise SpecError(f"expected an integer, got {value!r}", key=key) from None
-    if n < lo:
-        raise SpecError(f"must be at least {lo}, got {n}", key=key)
-    return n
 
 
 @click.command(
@@ -70,9 +60,9 @@ def command(m, n, k, dtype, arch, vendor, gpu, sms, top, n_rejected, fmt, as_jso
     fmt = "json" if as_json else str(fmt).lower()
     if fmt not in FORMATS:
         raise SpecError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}", key="--format")
-    top_n = _count(top, "--top", 1)
-    rej_n = _count(n_rejected, "--rejected", 0)
-    n_sms = None if sms is None else _count(sms, "--sms", 1)
+    top_n = parse_int(top, "--top", 1)
+    rej_n = parse_int(n_rejected, "--rejected", 0)
+    n_sms = None if sms is None else parse_int(sms, "--sms", 1)
     if (
         str(arch).lower() == "auto"
     ):  # this machine's GPU: its arch and SM count (NoDevice, exit 3, without one)

@@ -181,10 +181,7 @@ def _verify_fix(fam: Family, base: KernelConfig, trial: KernelConfig, buffer: st
 
 
 def _recommended_layouts(spec: Any) -> dict[str, Any]:
-    """Layouts from the fix search (smemtile.model.fix.recommend); the spec's own when there is no fix module."""
-    try:
-        from smemtile.model.fix import recommend
-    except ImportError:
-        return {}
-    rec = recommend(spec)
-    return dict(getattr(rec, "layouts", {}) or {})
+    """Layouts from the fix search (smemtile.model.fix.recommend)."""
+    from smemtile.model.fix import recommend
+
+    return dict(recommend(spec).layouts)

@@ -82,9 +82,8 @@ def analyze_access(spec: KernelSpec, access: Access, layout: Layout | None = Non
     n = warp.shape[0]
     where = f"accesses.{access.name}"
     rows = cols = None
-    elems = 1 if access.op == "ldmatrix" else access.width // buf.elem_bytes
-    if access.op == "ldmatrix":
-        elems = 16 // buf.elem_bytes  # each lane's row address covers 16 bytes
+    # elements one lane's access covers (an ldmatrix lane supplies a 16-byte row address)
+    elems = (16 if access.op == "ldmatrix" else access.width) // buf.elem_bytes
     if access.addresses is not None:
         addr = _full(np.asarray(access.addresses), n)
     elif access.address is not None:
@@ -94,9 +93,7 @@ def analyze_access(spec: KernelSpec, access: Access, layout: Layout | None = Non
             cols = _full(access.index(env), n)
             limit = buf.shape[0]
             _bounds(cols, 0, limit - elems + 1, "index", where, buf, warp, loops, spec.source)
-            off = cols + 0
-            if lay.swizzle is not None:
-                off = lay.swizzle(off)
+            off = lay.swizzle(cols) if lay.swizzle is not None else cols
         else:
             rows = _full(access.row(env), n)
             cols = _full(access.col(env), n)

@@ -12,6 +12,7 @@ from rich.text import Text
 
 from smemtile.model.analysis import AccessResult, analyze_spec
 from smemtile.model.fix import FixReport, fix_spec
+from smemtile.model.occupancy import occupancy
 from smemtile.model.spec import KernelSpec
 from smemtile.report.banks import access_to_dict, lane_table, phase_lines, summary_line
 from smemtile.report.layout import declaration, diagram, layout_diff
@@ -49,10 +50,6 @@ class AnalyzeReport:
 def _occupancy(spec: KernelSpec, fixes: FixReport, regs: int | None) -> dict | None:
     """Blocks per SM for the baseline and fixed shared memory, or None without ``threads``."""
     if not spec.threads:
-        return None
-    try:
-        from smemtile.model.occupancy import occupancy
-    except ImportError:  # pragma: no cover - occupancy model not installed
         return None
     r = regs or spec.regs
     source = "given" if r else ("assumed: set regs: in the spec or --regs, or read the real value with "
