@@ -64,9 +64,12 @@ def _p(name, kind, addrs, note="", glob=None):
     addrs = [int(a) for a in addrs]
     assert len(addrs) == 32 and all(0 <= a < 49152 for a in addrs), name
     d = {"name": name, "kind": kind, "op": op, "width": width, "addresses": addrs, "note": note}
-    if glob is not None:  # cp.async source offsets per lane (default 16 * lane: one 128-byte line per quarter)
-        assert op == "cp.async" and len(glob) == 32 and all(0 <= g < GLOBAL_BYTES and g % width == 0 for g in glob)
+    if op == "cp.async":  # global source offsets per lane (default 16 * lane: one 128-byte line per quarter)
+        glob = [16 * i for i in LANES] if glob is None else glob
+        assert len(glob) == 32 and all(0 <= g < GLOBAL_BYTES and g % width == 0 for g in glob)
         d["global"] = [int(g) for g in glob]
+    else:
+        assert glob is None
     if kind.startswith("ldsm"):
         d["matrices"] = int(kind[4])
         d["trans"] = kind.endswith("t")
@@ -256,6 +259,63 @@ def patterns() -> list[dict]:
                 "each quarter: 8 banks of its own, 4 words each"))
     P.append(_p("r3_cpa8_consecutive_contig_global", "cpa8", [8 * i for i in LANES], "global 8*lane",
                 [8 * i for i in LANES]))
+    # quarter-overlap probes for the 4- and 8-byte write side: quarter q writes `depth` words into one bank of
+    # its own (or a shared bank), the rest conflict-free; global source one line per quarter (the default)
+    def quarter_banks(depth_of):
+        # quarter q owns banks 8q..8q+7: lanes j < depth stack words in bank 8q, the rest one word each in 8q+1...
+        return [4 * (8 * q) + 128 * j if j < depth_of(q) else 4 * (8 * q + j - max(depth_of(q) - 1, 0)) + 128 * 16
+                for q in range(4) for j in range(8)]
+    for depth in (2, 4):
+        P.append(_p(f"r3_cpa4_quarter_bank_depth{depth}", "cpa4", quarter_banks(lambda q, d=depth: d),
+                    f"quarter q: {depth} words in bank 8q"))
+    P.append(_p("r3_cpa4_quarter_bank_depth8_same", "cpa4", [128 * (8 * q + j) for q in range(4) for j in range(8)],
+                "every quarter: 8 words of bank 0"))
+    P.append(_p("r3_cpa4_quarter_bank_depth8_pairs", "cpa4",
+                [4 * (q // 2) + 128 * (8 * (q % 2) + j) for q in range(4) for j in range(8)],
+                "quarters 0,1: bank 0; quarters 2,3: bank 1; 8 words each"))
+    P.append(_p("r3_cpa4_q0_only_8way", "cpa4", quarter_banks(lambda q: 8 if q == 0 else 0),
+                "quarter 0: 8 words of bank 0; the others conflict-free"))
+    P.append(_p("r3_cpa4_q3_only_8way", "cpa4", quarter_banks(lambda q: 8 if q == 3 else 0),
+                "quarter 3: 8 words of bank 24; the others conflict-free"))
+    P.append(_p("r3_cpa4_q01_8way", "cpa4", quarter_banks(lambda q: 8 if q < 2 else 0),
+                "quarters 0 and 1: 8 words of banks 0, 8; the others conflict-free"))
+    P.append(_p("r3_cpa4_quarter_bank_depth8_contig_global", "cpa4", quarter_banks(lambda q: 8),
+                "quarter q: 8 words in bank 8q, global 4*lane", [4 * i for i in LANES]))
+    P.append(_p("r3_cpa8_quarter_bank_depth8", "cpa8",
+                [32 * (i // 8) + 128 * (i % 8) for i in LANES], "quarter q: 8 doublewords in banks 8q, 8q+1"))
+    P.append(_p("r3_cpa8_quarter_pairs_4way", "cpa8", [32 * (i // 8) + 8 * (i % 2) + 128 * ((i % 8) // 2) for i in LANES],
+                "quarter q: banks 8q..8q+3, 4 doublewords each"))
+    P.append(_p("r3_cpa16ca_quarter_bank_depth8", "cpa16ca", [16 * q + 128 * j for q in range(4) for j in range(8)],
+                "quarter q: 8 x 16 bytes in banks 4q..4q+3"))
+    # ---- fourth round: out-of-sample check of the cp.async schedule model (smemtile/model/banks.py), whose
+    # predictions were recorded in bench/results/cp_async_round4_predictions.json before this round ran
+    r4 = random.Random(4)
+    for k in range(4):
+        P.append(_p(f"r4_cpa4_random_lines{k}", "cpa4", [4 * r4.randrange(1024) for _ in LANES],
+                    "random words, sources in random lines", [4 * r4.randrange(4096) for _ in LANES]))
+    for k in range(3):
+        P.append(_p(f"r4_cpa4_random_two_lines{k}", "cpa4", [4 * r4.randrange(1024) for _ in LANES],
+                    "random words, lanes split at random between two lines",
+                    [128 * r4.randrange(2) + 4 * r4.randrange(32) for _ in LANES]))
+    for k in range(3):
+        P.append(_p(f"r4_cpa4_sector_rows{k}", "cpa4", [4 * ((j % 8) * (32 + 4 * k) + q) for q in range(4) for j in range(8)],
+                    f"transposing copy, row pitch {32 + 4 * k} words, each quarter its own line",
+                    [q * 4096 + 4 * j for q in range(4) for j in range(8)]))
+    P.append(_p("r4_cpa4_interleaved_lines", "cpa4", [128 * (i % 8) + 4 * (i // 8) for i in LANES],
+                "even and odd lanes from two lines", [128 * (i % 2) + 4 * (i // 2) for i in LANES]))
+    P.append(_p("r4_cpa4_pairs_of_quarters", "cpa4", [(k * 128 + q) * 4 for q in range(4) for k in range(8)],
+                "sgemm A copy shared side, quarters 0-1 and 2-3 each share a line",
+                [(q // 2) * 16384 + 32 * (q % 2) + 4 * k for q in range(4) for k in range(8)]))
+    for k in range(3):
+        P.append(_p(f"r4_cpa8_random_lines{k}", "cpa8", [8 * r4.randrange(512) for _ in LANES],
+                    "random doublewords, random lines", [8 * r4.randrange(2048) for _ in LANES]))
+    P.append(_p("r4_cpa8_contig_conflict", "cpa8", [256 * (i % 16) + 8 * (i // 16) for i in LANES],
+                "two 128-byte lines of sources, shared side 16-deep in banks 0-3", [8 * i for i in LANES]))
+    for k in range(3):
+        P.append(_p(f"r4_cpa16ca_random_lines{k}", "cpa16ca", [16 * r4.randrange(256) for _ in LANES],
+                    "random 16-byte chunks, random lines", [16 * r4.randrange(1024) for _ in LANES]))
+    P.append(_p("r4_cpa16ca_half_lines", "cpa16ca", [16 * ((i % 4) * 8 + i // 4) for i in LANES],
+                "transposed quarters, each line feeds 4 lanes", [64 * (i // 4) * 2 + 16 * (i % 4) for i in LANES]))
     names = [p["name"] for p in P]
     assert len(names) == len(set(names))
     return P
@@ -324,7 +384,7 @@ __global__ void __launch_bounds__(32) k_{k}(const unsigned* addrs, unsigned zero
     out.append("struct Pat { int kind; unsigned addr[32]; unsigned gaddr[32]; };")
     out.append("static const Pat PATS[] = {")
     for p in pats:
-        glob = p.get("global", [16 * i for i in LANES])
+        glob = p.get("global", [16 * i for i in LANES])  # loads, stores, ldmatrix: unused
         out.append(f"  {{{kinds.index(p['kind'])}, {{{', '.join(map(str, p['addresses']))}}}, "
                    f"{{{', '.join(map(str, glob))}}}}}, // {p['name']}")
     out.append("};")

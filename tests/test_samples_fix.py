@@ -8,21 +8,23 @@ import sys
 
 import numpy as np
 import pytest
+import yaml
 from conftest import ROOT, SAMPLES, run_cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from smemtile.errors import SpecError
 from smemtile.model.analysis import analyze_spec
 from smemtile.model.fix import fix_spec
 from smemtile.model.layout import Layout, Swizzle
-from smemtile.model.spec import load_spec
+from smemtile.model.spec import load_spec, parse_spec
 
 EXPECTED = {  # sample -> {access: worst wavefronts before}, {buffer: recommended layout}, all conflict-free after
     "gemm_a_column.yaml": ({"a_col": 32, "a_fill": 1}, {"As": "pad 1"}, True),
     "gemm_a_column_cpasync.yaml": ({"a_col": 32, "a_fill": 4}, {"As": "Swizzle<3,2,3>"}, False),
     "transpose_32x32.yaml": ({"tile_read": 32, "tile_write": 1}, {"tile": "pad 1"}, True),
     "ldmatrix_f16.yaml": ({"a_frag": 32, "a_fill": 4}, {"As": "Swizzle<3,3,3>"}, True),
-    "sgemm_float4.yaml": ({"As_copy": 32, "Bs_copy": 4, "As_read": 2, "Bs_read": 2},
+    "sgemm_float4.yaml": ({"As_copy": 11, "Bs_copy": 4, "As_read": 2, "Bs_read": 2},
                           {"As": "pad 4", "Bs": "row-major, no padding"}, True),
     "stencil_halo.yaml": ({"halo_fill": 1, "halo_fill_tail": 1, "vertical_taps": 1}, {"tile": "row-major, no padding"},
                           True),
@@ -68,8 +70,12 @@ def test_sample_cli_json(path):
         for key in ("name", "buffer", "op", "width", "wavefronts", "ideal_wavefronts", "conflict_degree"):
             assert key in a
         phases = a["worst"]["phases"]
-        assert sum(p["wavefronts"] for p in phases) == a["wavefronts"]
         assert all(max(p["words_per_bank"]) == p["wavefronts"] for p in phases)
+        if a["op"] == "cp.async":  # groups of one source line; their rounds overlap in wavefront slots
+            slots = [s for p in phases for s in p["slots"]]
+            assert max(slots) + 1 == a["wavefronts"] and all(len(p["slots"]) == p["wavefronts"] for p in phases)
+        else:
+            assert sum(p["wavefronts"] for p in phases) == a["wavefronts"]
     assert isinstance(doc["fixes"], list)
 
 
@@ -117,3 +123,17 @@ def test_layouts_never_change_which_element_a_coordinate_reaches(rows, cols, pad
     s = sw(o)
     assert sorted(s.tolist()) == o.tolist()  # a bijection on whole periods
     assert (sw(s) == o).all()  # and its own inverse
+
+
+def test_cp_async_source_key_changes_the_write_side():
+    """Without `source` the model assumes the coalesced copy (one 128-byte line for the warp's 4-byte copies)."""
+    doc = yaml.safe_load((ROOT / "samples" / "sgemm_float4.yaml").read_text())
+    with_source = {a.access.name: a for a in analyze_spec(parse_spec(yaml.safe_dump(doc), "sgemm_float4.yaml"))}
+    assert (with_source["As_copy"].wavefronts, with_source["As_copy"].ideal) == (11, 4)
+    for a in doc["accesses"]:
+        a.pop("source", None)
+    without = {a.access.name: a for a in analyze_spec(parse_spec(yaml.safe_dump(doc), "sgemm_float4.yaml"))}
+    assert (without["As_copy"].wavefronts, without["As_copy"].ideal) == (8, 1)
+    doc["accesses"][2]["source"] = "lane"  # As_read is a load
+    with pytest.raises(SpecError, match="only applies to op cp.async"):
+        parse_spec(yaml.safe_dump(doc), "sgemm_float4.yaml")

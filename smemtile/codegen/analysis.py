@@ -33,12 +33,17 @@ class AccessBanks:
         return dict(self.__dict__)
 
 
-def _wavefronts(addr: np.ndarray, op: str, width: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per instruction (rows of ``addr``): (wavefronts, ideal). Idle lanes (-1) repeat an active lane's address."""
-    first = np.where(addr >= 0, addr, np.iinfo(np.int64).max).min(axis=1, keepdims=True)
-    addr = np.where(addr >= 0, addr, first)
-    res = analyze_addresses(addr, op, width)
+def _wavefronts(
+    addr: np.ndarray, op: str, width: int, sources: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per instruction (rows of ``addr``): (wavefronts, ideal). Idle lanes (-1) take no part."""
+    res = analyze_addresses(addr, op, width, sources=sources, active=addr >= 0)
     return np.asarray(res.wavefronts), np.asarray(res.ideal_wavefronts)
+
+
+def source_bytes(acc: Access) -> np.ndarray | None:
+    """[..., 32] global byte offsets of a cp.async access (None: the model's coalesced default)."""
+    return None if acc.sources is None else np.asarray(acc.sources)
 
 
 def byte_addresses(fam: Family, cfg: KernelConfig, acc: Access) -> np.ndarray:
@@ -53,9 +58,12 @@ def bank_table(fam: Family, cfg: KernelConfig) -> list[AccessBanks]:
     """Worst wavefronts per access over all its instructions and warps."""
     out = []
     for acc in fam.accesses(cfg):
-        addr = np.unique(byte_addresses(fam, cfg, acc).reshape(-1, 32), axis=0)
-        addr = addr[(addr >= 0).any(axis=1)]
-        waves, ideal = _wavefronts(addr, acc.op, acc.width)
+        addr = byte_addresses(fam, cfg, acc).reshape(-1, 32)
+        src = source_bytes(acc)
+        both = addr if src is None else np.concatenate([addr, src.reshape(-1, 32)], axis=1)
+        both = np.unique(both[(addr >= 0).any(axis=1)], axis=0)
+        addr, src = both[:, :32], (None if src is None else both[:, 32:])
+        waves, ideal = _wavefronts(addr, acc.op, acc.width, src)
         k = int(np.argmax(waves / ideal))
         out.append(
             AccessBanks(

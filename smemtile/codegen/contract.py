@@ -109,6 +109,8 @@ class Access:
 
     ``rows`` and ``cols`` are shaped [instructions, warps, 32 lanes]; ``inner_loop`` marks accesses of the hot loop.
     ``expr`` holds the same access in the spec's expression language (lane, warp, loop variables, constants).
+    ``sources`` (cp.async only, same shape) are the global byte offsets each lane copies from at the contract's
+    problem size (the write side of cp.async depends on which lanes share a 128-byte line); None = coalesced.
     """
 
     name: str
@@ -119,6 +121,7 @@ class Access:
     cols: np.ndarray
     inner_loop: bool
     expr: dict = field(default_factory=dict)
+    sources: np.ndarray | None = None
 
 
 @dataclass(frozen=True)

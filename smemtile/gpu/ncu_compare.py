@@ -48,7 +48,7 @@ class ModelAccess:
 
 def model_accesses(cfg) -> list[ModelAccess]:
     from smemtile.codegen import FAMILIES
-    from smemtile.codegen.analysis import _wavefronts, byte_addresses
+    from smemtile.codegen.analysis import _wavefronts, byte_addresses, source_bytes
 
     fam = FAMILIES[cfg.family]
     out = []
@@ -59,8 +59,11 @@ def model_accesses(cfg) -> list[ModelAccess]:
         active = (a >= 0).any(axis=1)
         w = np.zeros(a.shape[0], dtype=np.int64)
         ideal = np.zeros_like(w)
+        src = source_bytes(acc)
         if active.any():
-            w[active], ideal[active] = _wavefronts(a[active], acc.op, acc.width)
+            w[active], ideal[active] = _wavefronts(
+                a[active], acc.op, acc.width, None if src is None else src.reshape(-1, 32)[active]
+            )
         if acc.op == "cp.async":
             lanes = (a >= 0).sum(axis=1)
             ncu_ideal = np.where(active, np.maximum(1, -(-lanes * acc.width // 128)), 0)

@@ -111,8 +111,11 @@ def analyze_access(spec: KernelSpec, access: Access, layout: Layout | None = Non
         i, lane = (int(x) for x in np.argwhere(addr >= total)[0])
         raise SpecError(f"byte offset {int(addr[i, lane])} at lane {lane} is past the end of {buf.name} "
                         f"({total} bytes)", key=where, source=spec.source)
+    src = None
+    if access.source is not None:
+        src = _full(access.source(env), n) * buf.elem_bytes
     try:
-        bank = analyze_addresses(addr, access.op, access.width, access.matrices)
+        bank = analyze_addresses(addr, access.op, access.width, access.matrices, sources=src)
     except SpecError as e:
         raise SpecError(str(e).split(": ", 1)[-1], key=where, source=spec.source) from None
     return AccessResult(access, buf, lay, bank, warp, loops, rows, cols)

@@ -4,7 +4,7 @@ Shared memory has 32 banks of 4-byte words; one wavefront serves at most one dis
 lanes that read the same word share it (broadcast). The hardware first splits the warp into **phases**
 (groups of lanes that are processed together); each phase takes as many wavefronts as its most-loaded bank
 has distinct words, and the instruction takes the sum over its phases. The phases below were fitted to,
-and are checked against, Nsight Compute on an H200 (tests/data/bank_catalogue.json, 139 patterns):
+and are checked against, Nsight Compute on an H200 (tests/data/bank_catalogue.json):
 
     op / width               phases (lanes)                         measured example
     load, store  1, 2, 4 B   one phase: lanes 0-31                  stride-32 words: 32 wavefronts
@@ -13,14 +13,33 @@ and are checked against, Nsight Compute on an H200 (tests/data/bank_catalogue.js
     load, store 16 B         quarters: 0-7, 8-15, 16-23, 24-31      consecutive: 4
     load 16 B, merged        halves, if every lane quad (4k..4k+3) reads at most 2 addresses  uniform: 2
     ldmatrix .xN             matrix m: lanes 8m..8m+7 (their 16-byte row addresses); other lanes ignored
-    cp.async 4, 8, 16 B      quarters (the shared-memory write side; 4-byte copies take 4 wavefronts)
+    cp.async 4, 8, 16 B      see below
 
 Stores never merge (a uniform 16-byte store takes 4 wavefronts). ``ideal_wavefronts`` is the number of
 phases: what the same instruction costs without any bank conflict. ``ncu_ideal`` is the value Nsight
 Compute subtracts in its ``bank_conflicts`` counter (it differs for cp.async, where ncu assumes one
 wavefront per 128 bytes).
 
-Everything is vectorised over ``[instructions, lanes, words]``.
+**cp.async (the shared-memory write side) depends on where the data comes from.** Fitted to 32 measured
+patterns (bench/ncu_bank_catalogue.py rounds 1-3, every one reproduced):
+
+1. *groups*: lanes whose global sources lie in the same 128-byte line are written together (groups in order
+   of their first lane);
+2. *beats*: consecutive groups are packed into beats of at most 128 bytes of data (4-byte copies: up to four
+   32-byte groups share a beat; 16-byte copies: one group per beat); beats run one after another;
+3. inside a beat a group needs one *round* per word stacked in its busiest bank (no broadcast: two lanes that
+   write the same word take two rounds); each round occupies one wavefront slot, and a slot serves each bank
+   at most once across all groups of the beat; a group starts at least one slot after the previous group
+   started and finishes at least one slot after it finished (a pipeline with in-order completion).
+
+The instruction's wavefronts are the slots of its beats. So a 4-byte copy whose four quarter-warps each write
+8 words of one bank (banks 0-3) from four different lines takes 8 + 3 = 11 wavefronts (the sgemm A copy),
+32 if all four stacked the same bank, and 8 if the 32 sources sat in one line. ``ideal_wavefronts`` is the
+same schedule with every group one round deep. Without source addresses the model assumes the coalesced
+copy (lane ``l`` reads bytes ``l * width`` onward of a 128-byte-aligned source).
+
+Loads, stores and ldmatrix are vectorised over ``[instructions, lanes, words]``; the cp.async schedule runs once
+per distinct (addresses, sources) instruction.
 """
 
 from __future__ import annotations
@@ -48,15 +67,23 @@ class PhaseDetail:
     words_per_bank: tuple[int, ...]  # 32 entries: distinct words requested from each bank
     # wavefront index -> lanes that receive data in it (a lane of an 8/16-byte access can span two)
     lanes_by_wavefront: tuple[tuple[int, ...], ...]
+    # cp.async only: the phase is a group of lanes with sources in one 128-byte line; its rounds run in these
+    # wavefront slots of the instruction (see the module docstring), inside this beat
+    slots: tuple[int, ...] = ()
+    source_line: int | None = None
+    beat: int | None = None
 
     def to_dict(self) -> dict:
-        return {
+        d = {
             "phase": self.phase,
             "lanes": list(self.lanes),
             "wavefronts": self.wavefronts,
             "words_per_bank": list(self.words_per_bank),
             "lanes_by_wavefront": [list(x) for x in self.lanes_by_wavefront],
         }
+        if self.source_line is not None:
+            d.update(slots=list(self.slots), source_line=self.source_line, beat=self.beat)
+        return d
 
 
 @dataclass(frozen=True)
@@ -72,6 +99,7 @@ class BankResult:
     wavefronts: np.ndarray  # [I]
     ideal_wavefronts: np.ndarray  # [I]
     merged: np.ndarray = field(repr=False)  # [I] bool: the load used the merged (wider) phases
+    sources: np.ndarray | None = field(default=None, repr=False)  # cp.async: [I, 32] global byte offsets
 
     @property
     def conflict_degree(self) -> np.ndarray:
@@ -96,6 +124,8 @@ class BankResult:
     def detail(self, i: int) -> tuple[PhaseDetail, ...]:
         """The explicit calculation for instruction ``i``: phases, per-bank word counts, lanes per wavefront."""
         words = self.words()[i]  # [32, nw]
+        if self.op == "cp.async":
+            return _cp_async_detail(words, self.sources[i], self.active[i])
         out = []
         for ph in np.unique(self.phase_of_lane[i][self.active[i]]):
             lanes = np.flatnonzero((self.phase_of_lane[i] == ph) & self.active[i])
@@ -136,6 +166,152 @@ def _unique_per_group(values: np.ndarray) -> np.ndarray:
     return 1 + (np.diff(s, axis=-1) != 0).sum(axis=-1)
 
 
+LINE_BYTES = 128  # global line: the unit in which cp.async data arrives and is written
+BEAT_BYTES = 128  # data written to shared memory per beat
+
+
+@dataclass(frozen=True)
+class _CpGroup:
+    lanes: tuple[int, ...]
+    line: int
+    beat: int
+    per_bank: tuple[int, ...]  # words written to each bank (no broadcast)
+    slots: tuple[int, ...]  # slot of each round
+
+
+def _cp_async_schedule(words: np.ndarray, sources: np.ndarray,
+                       active: np.ndarray | None = None) -> tuple[int, int, list[_CpGroup]]:
+    """One instruction: words [32, nw], sources [32] -> (wavefronts, ideal wavefronts, groups with their slots)."""
+    lines = (sources // LINE_BYTES).tolist()
+    on = [True] * LANES if active is None else active.tolist()
+    order: list[int] = []
+    members: dict[int, list[int]] = {}
+    for lane, line in enumerate(lines):
+        if not on[lane]:
+            continue
+        if line not in members:
+            members[line] = []
+            order.append(line)
+        members[line].append(lane)
+    nw = words.shape[1]
+    beats: list[list[int]] = []
+    size = BEAT_BYTES + 1
+    for line in order:
+        b = len(members[line]) * nw * BANK_BYTES
+        if size + b > BEAT_BYTES:
+            beats.append([])
+            size = 0
+        beats[-1].append(line)
+        size += b
+    bank_of = (words % BANKS).tolist()
+    groups: list[_CpGroup] = []
+    total = ideal = 0
+    for bi, beat in enumerate(beats):
+        busy: dict[int, int] = {}  # slot -> bank mask
+        prev_first = prev_last = -1
+        end = 0
+        for line in beat:
+            per_bank = [0] * BANKS
+            for lane in members[line]:
+                for b in bank_of[lane]:
+                    per_bank[b] += 1
+            depth = max(per_bank)
+            slots = []
+            t = prev_first  # rounds: a round k holds the banks with more than k words
+            for k in range(depth):
+                mask = sum(1 << b for b in range(BANKS) if per_bank[b] > k)
+                s = t + 1
+                if k == depth - 1:
+                    s = max(s, prev_last + 1)
+                while busy.get(s, 0) & mask:
+                    s += 1
+                busy[s] = busy.get(s, 0) | mask
+                slots.append(s)
+                t = s
+            prev_first, prev_last = slots[0], slots[-1]
+            end = max(end, prev_last + 1)
+            groups.append(_CpGroup(tuple(members[line]), line, bi, tuple(per_bank), tuple(total + x for x in slots)))
+        total += end
+        ideal += len(beat)
+    return total, ideal, groups
+
+
+def _cp_async_detail(words: np.ndarray, sources: np.ndarray, active: np.ndarray) -> tuple[PhaseDetail, ...]:
+    _, _, groups = _cp_async_schedule(words, sources, active)
+    out = []
+    for gi, g in enumerate(groups):
+        # round k of the group: the k-th word of each bank, in lane order
+        seen = [0] * BANKS
+        by_round: list[set[int]] = [set() for _ in g.slots]
+        for lane in g.lanes:
+            for w in words[lane]:
+                b = int(w) % BANKS
+                by_round[seen[b]].add(lane)
+                seen[b] += 1
+        out.append(
+            PhaseDetail(
+                phase=gi,
+                lanes=g.lanes,
+                wavefronts=len(g.slots),
+                words_per_bank=g.per_bank,
+                lanes_by_wavefront=tuple(tuple(sorted(x)) for x in by_round),
+                slots=g.slots,
+                source_line=g.line,
+                beat=g.beat,
+            )
+        )
+    return tuple(out)
+
+
+def _cp_async(a: np.ndarray, width: int, sources: np.ndarray,
+              active: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """[I, 32] addresses, sources and active lanes -> (wavefronts [I], ideal [I], group per lane [I, 32], -1 idle)."""
+    words = _words(a, width)
+    n = a.shape[0]
+    wf = np.zeros(n, dtype=np.int64)
+    ideal = np.zeros(n, dtype=np.int64)
+    phase = np.zeros_like(a)
+    cache: dict[bytes, tuple[int, int, np.ndarray]] = {}
+    # only the bank of each word and which lanes share a source line matter: instructions equal in those
+    # (each lane labelled by the first lane of its line) share a result
+    lines = np.where(active, sources // LINE_BYTES, -1)
+    first_of_line = np.where(active, (lines[:, :, None] == lines[:, None, :]).argmax(axis=2), -1)
+    key_arr = np.concatenate([words.reshape(n, -1) % BANKS, first_of_line], axis=1)
+    for i in range(n):
+        key = key_arr[i].tobytes()
+        if key not in cache:
+            total, best, groups = _cp_async_schedule(words[i], sources[i], active[i])
+            ph = np.full(LANES, -1, dtype=np.int64)
+            for gi, g in enumerate(groups):
+                ph[list(g.lanes)] = gi
+            cache[key] = (total, best, ph)
+        wf[i], ideal[i], phase[i] = cache[key]
+    return wf, ideal, phase
+
+
+def _check_sources(sources, n: int, width: int, active: np.ndarray) -> np.ndarray:
+    if sources is None:
+        return np.broadcast_to(np.arange(LANES, dtype=np.int64) * width, (n, LANES)).copy()
+    src = np.asarray(sources, dtype=np.int64)
+    if src.ndim == 1:
+        src = src[None, :]
+    if src.ndim != 2 or src.shape[1] != LANES or src.shape[0] not in (1, n):
+        raise SpecError(f"expected 32 source addresses per instruction, got shape {src.shape}", key="source")
+    src = np.broadcast_to(src, (n, LANES)).copy()
+    if ((src < 0) & active).any():
+        lane = int(np.argwhere((src < 0) & active)[0][1])
+        raise SpecError(f"negative global source address for lane {lane}", key="source")
+    src = np.where(active, src, 0)
+    bad = src % width != 0
+    if bad.any():
+        i, lane = (int(x) for x in np.argwhere(bad)[0])
+        raise SpecError(
+            f"lane {lane} source {int(src[i, lane])} is not aligned to {width} bytes (cp.async needs aligned sources)",
+            key="source",
+        )
+    return src
+
+
 def check_access(op: str, width: int, matrices: int = 4) -> None:
     """Raise SpecError unless (op, width, matrices) is an instruction the hardware has."""
     if op not in OPS:
@@ -148,9 +324,12 @@ def check_access(op: str, width: int, matrices: int = 4) -> None:
         raise SpecError(f"ldmatrix matrices must be 1, 2 or 4, got {matrices}", key="matrices")
 
 
-def analyze_addresses(addresses, op: str, width: int, matrices: int = 4) -> BankResult:
+def analyze_addresses(addresses, op: str, width: int, matrices: int = 4, sources=None, active=None) -> BankResult:
     """Wavefronts for each instruction of ``addresses`` ([I, 32] or [32] byte offsets from a 128-byte-aligned base).
 
+    ``sources`` (cp.async only; [I, 32] or [32]) are the global byte offsets each lane copies from, relative to
+    a 128-byte-aligned base; None means the coalesced copy ``lane * width``. ``active`` ([I, 32] or [32] bool)
+    marks the lanes that take part (predicated-off lanes neither read nor write); None means all of them.
     Misaligned addresses (not a multiple of ``width``; 16 for ldmatrix rows) raise SpecError: the hardware
     faults on them.
     """
@@ -160,16 +339,21 @@ def analyze_addresses(addresses, op: str, width: int, matrices: int = 4) -> Bank
         a = a[None, :]
     if a.ndim != 2 or a.shape[1] != LANES:
         raise SpecError(f"expected 32 addresses per instruction, got shape {a.shape}", key="addresses")
-    if (a < 0).any():
-        lane = int(np.argwhere(a < 0)[0][1])
-        raise SpecError(f"negative shared-memory address for lane {lane}", key="addresses")
-    align = 16 if op == "ldmatrix" else width
-    bad = a % align != 0
     lane_ids = np.arange(LANES)
-    active = np.ones_like(a, dtype=bool)
+    if active is None:
+        active = np.ones_like(a, dtype=bool)
+    else:
+        active = np.broadcast_to(np.asarray(active, dtype=bool), a.shape).copy()
+        if not active.any(axis=1).all():
+            raise SpecError("every instruction needs at least one active lane", key="addresses")
     if op == "ldmatrix":
-        active = np.broadcast_to(lane_ids < 8 * matrices, a.shape).copy()
-        bad &= active
+        active &= lane_ids < 8 * matrices
+    if ((a < 0) & active).any():
+        lane = int(np.argwhere((a < 0) & active)[0][1])
+        raise SpecError(f"negative shared-memory address for lane {lane}", key="addresses")
+    a = np.where(active, a, np.where(a < 0, 0, a))  # idle lanes' addresses are never used
+    align = 16 if op == "ldmatrix" else width
+    bad = (a % align != 0) & active
     if bad.any():
         i, lane = (int(x) for x in np.argwhere(bad)[0])
         raise SpecError(
@@ -179,16 +363,26 @@ def analyze_addresses(addresses, op: str, width: int, matrices: int = 4) -> Bank
 
     n = a.shape[0]
     merged = np.zeros(n, dtype=bool)
-    if op == "ldmatrix" or op == "cp.async" or (op in ("load", "store") and width == 16):
+    if op == "cp.async":
+        src = _check_sources(sources, n, width, active)
+        wavefronts, ideal, phase = _cp_async(a, width, src, active)
+        return BankResult(op=op, width=width, matrices=matrices, addresses=a, active=active, phase_of_lane=phase,
+                          wavefronts=wavefronts, ideal_wavefronts=ideal, merged=merged, sources=src)
+    if sources is not None:
+        raise SpecError(f"source addresses only apply to cp.async, not {op}", key="source")
+    if op == "ldmatrix" or (op in ("load", "store") and width == 16):
         phase = np.broadcast_to(lane_ids // 8, a.shape).copy()
         if op == "load" and width == 16:
             # halves when every lane quad needs at most two 16-byte chunks (measured: uniform, broadcast pairs)
-            merged = (_unique_per_group(a.reshape(n, 8, 4)) <= 2).all(axis=1)
+            # (an idle lane counts as a copy of its quad's active lanes: it asks for nothing)
+            quads = np.where(active, a, -1).reshape(n, 8, 4)
+            quads = np.where(quads < 0, quads.max(axis=2, keepdims=True), quads)
+            merged = (_unique_per_group(quads) <= 2).all(axis=1)
             phase[merged] = lane_ids // 16
     elif width == 8:
         phase = np.broadcast_to(lane_ids // 16, a.shape).copy()
         if op == "load":
-            merged = (a[:, 0::2] == a[:, 1::2]).all(axis=1)
+            merged = ((a[:, 0::2] == a[:, 1::2]) | ~active[:, 0::2] | ~active[:, 1::2]).all(axis=1)
             phase[merged] = 0
     else:
         phase = np.zeros_like(a)

@@ -91,7 +91,8 @@ def _relayout(ar: AccessResult, lay: Layout) -> np.ndarray:
         off = lay.offset(ar.rows, ar.cols, buf.cols)
     else:
         off = lay.swizzle(ar.cols) if lay.swizzle is not None else ar.cols
-    r = analyze_addresses(off * buf.elem_bytes, ar.access.op, ar.access.width, ar.access.matrices)
+    r = analyze_addresses(off * buf.elem_bytes, ar.access.op, ar.access.width, ar.access.matrices,
+                          sources=ar.bank.sources if ar.access.op == "cp.async" else None)
     return r.wavefronts, r.ideal_wavefronts
 
 

@@ -27,7 +27,7 @@ TOP_KEYS = ("name", "description", "arch", "threads", "tile", "constants", "stag
             "accesses", "regs")
 BUFFER_KEYS = ("name", "dtype", "shape", "layout", "stages", "note")
 LAYOUT_KEYS = ("pad", "swizzle")
-ACCESS_KEYS = ("name", "buffer", "op", "width", "row", "col", "index", "address", "addresses", "over",
+ACCESS_KEYS = ("name", "buffer", "op", "width", "row", "col", "index", "address", "addresses", "source", "over",
                "matrices", "trans", "warps", "note")
 BUILTIN_VARS = ("lane", "warp", "tid")
 MAX_INSTRUCTIONS = 1 << 16
@@ -74,6 +74,9 @@ class Access:
     matrices: int = 4
     trans: bool = False
     warps: tuple[int, ...] | None = None
+    # cp.async: global element index each lane copies from (relative to a 128-byte-aligned array); None means
+    # the coalesced copy (lane l reads the l-th `width`-byte chunk)
+    source: Expr | None = None
 
     @property
     def raw(self) -> bool:
@@ -81,7 +84,7 @@ class Access:
 
     def to_dict(self) -> dict:
         d: dict[str, Any] = {"name": self.name, "buffer": self.buffer, "op": self.op, "width": self.width}
-        for k in ("row", "col", "index", "address"):
+        for k in ("row", "col", "index", "address", "source"):
             v = getattr(self, k)
             if v is not None:
                 d[k] = v.text
@@ -340,9 +343,12 @@ def _access(a: Any, i: int, env: dict, buffers: dict, threads: int | None, sourc
     over = _over(a.get("over"), env, f"{where}.over", source)
     names = set(env) | set(BUILTIN_VARS) | {v for v, _ in over}
     exprs = {}
-    for k in ("row", "col", "index", "address"):
+    for k in ("row", "col", "index", "address", "source"):
         if a.get(k) is not None:
             exprs[k] = parse_expr(a[k], allowed=names, key=f"{where}.{k}", source=source)
+    if "source" in exprs and op != "cp.async":
+        raise SpecError(f"'source' (the global element each lane copies) only applies to op cp.async, not {op}",
+                        key=f"{where}.source", source=source)
     addresses = None
     if a.get("addresses") is not None:
         raw = a["addresses"]
@@ -376,4 +382,4 @@ def _access(a: Any, i: int, env: dict, buffers: dict, threads: int | None, sourc
                         key=where, source=source)
     return Access(name=name, buffer=buf.name, op=op, width=width, row=exprs.get("row"), col=exprs.get("col"),
                   index=exprs.get("index"), address=exprs.get("address"), addresses=addresses, over=over,
-                  matrices=matrices, trans=bool(a.get("trans", False)), warps=warps)
+                  matrices=matrices, trans=bool(a.get("trans", False)), warps=warps, source=exprs.get("source"))

@@ -36,7 +36,8 @@ def lane_rows(ar: AccessResult, i: int) -> list[dict]:
     for ph in phases:
         for w, lanes in enumerate(ph.lanes_by_wavefront):
             for lane in lanes:
-                wf_of_lane.setdefault(lane, []).append(w)
+                # cp.async: a group's round w runs in wavefront slot ph.slots[w] of the instruction
+                wf_of_lane.setdefault(lane, []).append(ph.slots[w] if ph.slots else w)
     rows = []
     for lane in range(32):
         d = {"lane": lane, "address": int(b.addresses[i, lane]), "active": bool(b.active[i, lane]),
@@ -48,6 +49,8 @@ def lane_rows(ar: AccessResult, i: int) -> list[dict]:
             d["row"], d["col"] = int(ar.rows[i, lane]), int(ar.cols[i, lane])
         elif ar.cols is not None:
             d["index"] = int(ar.cols[i, lane])
+        if b.sources is not None:
+            d["source"] = int(b.sources[i, lane])
         rows.append(d)
     return rows
 
@@ -116,9 +119,12 @@ def lane_table(ar: AccessResult, i: int | None = None) -> Table:
     t.add_column("lane", justify="right")
     if coord:
         t.add_column(coord, justify="right")
+    cp = ar.bank.sources is not None
+    if cp:
+        t.add_column("source byte", justify="right")
     t.add_column("byte addr", justify="right")
     t.add_column("bank(s)", justify="right")
-    t.add_column("phase", justify="right")
+    t.add_column("group" if cp else "phase", justify="right")
     t.add_column("wavefront", justify="right")
     for r in rows:
         if not r["active"]:
@@ -129,6 +135,8 @@ def lane_table(ar: AccessResult, i: int | None = None) -> Table:
         elif coord:
             cells.append(str(r["index"]))
         banks = r["banks"]
+        if cp:
+            cells.append(str(r["source"]))
         cells += [str(r["address"]), f"{banks[0]}" if len(banks) == 1 else f"{banks[0]}-{banks[-1]}",
                   str(r["phase"]), ",".join(str(w) for w in r["wavefronts"])]
         t.add_row(*cells)
@@ -138,6 +146,8 @@ def lane_table(ar: AccessResult, i: int | None = None) -> Table:
 def phase_lines(ar: AccessResult, i: int | None = None) -> list[Text]:
     """One line per phase: lanes served together and the busiest bank (the calculation, in words)."""
     i = ar.worst if i is None else i
+    if ar.bank.sources is not None:
+        return _cp_async_lines(ar, i)
     out = []
     for ph in ar.bank.detail(i):
         per_bank = np.asarray(ph.words_per_bank)
@@ -150,4 +160,23 @@ def phase_lines(ar: AccessResult, i: int | None = None) -> list[Text]:
             t = Text(head + f"busiest bank {hot} delivers {int(per_bank[hot])} distinct words ({busy}) -> "
                      f"{ph.wavefronts} wavefronts")
         out.append(t)
+    return out
+
+
+def _cp_async_lines(ar: AccessResult, i: int) -> list[Text]:
+    """cp.async: one line per group of lanes with sources in one 128-byte line, with its wavefront slots."""
+    groups = ar.bank.detail(i)
+    out = []
+    for g in groups:
+        per_bank = np.asarray(g.words_per_bank)
+        hot = int(per_bank.argmax())
+        slots = f"slot {g.slots[0]}" if len(g.slots) == 1 else f"slots {_lanes_text(g.slots)}"
+        out.append(Text(f"  group {g.phase}: lanes {_lanes_text(g.lanes)} copy from global bytes {g.source_line * 128}-{g.source_line * 128 + 127} "
+                        f"(beat {g.beat}) -> {int(per_bank.sum())} words, busiest bank {hot} takes "
+                        f"{int(per_bank[hot])} -> {g.wavefronts} round{'s' if g.wavefronts != 1 else ''} in {slots}"))
+    beats = len({g.beat for g in groups})
+    out.append(Text(f"  {len(groups)} group{'s' if len(groups) != 1 else ''} in {beats} beat{'s' if beats != 1 else ''} "
+                    "(<= 128 data bytes each, one after another); in a beat each group starts one slot after the one "
+                    "before, finishes after it, and a slot serves a bank once -> "
+                    f"{int(ar.bank.wavefronts[i])} wavefronts"))
     return out
