@@ -71,7 +71,7 @@ def test_sample_cli_json(path):
             assert key in a
         phases = a["worst"]["phases"]
         assert all(max(p["words_per_bank"]) == p["wavefronts"] for p in phases)
-        if a["op"] == "cp.async":  # groups of one source line; their rounds overlap in wavefront slots
+        if a["op"] == "cp.async":  # groups read together; their rounds overlap in wavefront slots
             slots = [s for p in phases for s in p["slots"]]
             assert max(slots) + 1 == a["wavefronts"] and all(len(p["slots"]) == p["wavefronts"] for p in phases)
         else:

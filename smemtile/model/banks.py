@@ -20,23 +20,27 @@ phases: what the same instruction costs without any bank conflict. ``ncu_ideal``
 Compute subtracts in its ``bank_conflicts`` counter (it differs for cp.async, where ncu assumes one
 wavefront per 128 bytes).
 
-**cp.async (the shared-memory write side) depends on where the data comes from.** Fitted to 32 measured
-patterns (bench/ncu_bank_catalogue.py rounds 1-3, every one reproduced):
+**cp.async (the shared-memory write side) depends on where the data comes from.** L1 and shared memory are
+the same 32 banks, and the copy first reads its source words from L1. Fitted to the 52 measurable cp.async
+patterns of bench/ncu_bank_catalogue.py (rounds 1-4; 44 exact, the 8 others have random sources, see below):
 
-1. *groups*: lanes whose global sources lie in the same 128-byte line are written together (groups in order
-   of their first lane);
-2. *beats*: consecutive groups are packed into beats of at most 128 bytes of data (4-byte copies: up to four
-   32-byte groups share a beat; 16-byte copies: one group per beat); beats run one after another;
+1. *read groups*: the lanes' source words are read from L1 in wavefronts, greedily in lane order, a lane whole or
+   not at all; a source byte ``s`` sits in bank ``s // 4 % 32`` and lanes that need different words of one bank
+   go to different read wavefronts. Each read wavefront is a *group* (e.g. four quarter-warps from four rows of
+   A, all at the same offset in their lines: four groups; 32 lanes from one 128-byte line: one group);
+2. *beats*: consecutive groups are packed into beats of at most 128 bytes of data (4-byte copies: four 32-byte
+   groups share a beat; 16-byte copies: one full group per beat); beats run one after another;
 3. inside a beat a group needs one *round* per word stacked in its busiest bank (no broadcast: two lanes that
    write the same word take two rounds); each round occupies one wavefront slot, and a slot serves each bank
    at most once across all groups of the beat; a group starts at least one slot after the previous group
    started and finishes at least one slot after it finished (a pipeline with in-order completion).
 
 The instruction's wavefronts are the slots of its beats. So a 4-byte copy whose four quarter-warps each write
-8 words of one bank (banks 0-3) from four different lines takes 8 + 3 = 11 wavefronts (the sgemm A copy),
-32 if all four stacked the same bank, and 8 if the 32 sources sat in one line. ``ideal_wavefronts`` is the
-same schedule with every group one round deep. Without source addresses the model assumes the coalesced
-copy (lane ``l`` reads bytes ``l * width`` onward of a 128-byte-aligned source).
+8 words of one bank (banks 0-3) from four rows takes 8 + 3 = 11 wavefronts (the sgemm A copy), 32 if all four
+stacked the same bank, and 8 if the 32 sources sat in one line. ``ideal_wavefronts`` is the same schedule with
+every group one round deep. Without source addresses the model assumes the coalesced copy (lane ``l`` reads
+bytes ``l * width`` onward of a 128-byte-aligned source). Where most lanes read different random lines the
+model is off by 1-3 wavefronts, mostly short (where lines sit in L1's banks is not visible to it).
 
 Loads, stores and ldmatrix are vectorised over ``[instructions, lanes, words]``; the cp.async schedule runs once
 per distinct (addresses, sources) instruction.
@@ -67,10 +71,10 @@ class PhaseDetail:
     words_per_bank: tuple[int, ...]  # 32 entries: distinct words requested from each bank
     # wavefront index -> lanes that receive data in it (a lane of an 8/16-byte access can span two)
     lanes_by_wavefront: tuple[tuple[int, ...], ...]
-    # cp.async only: the phase is a group of lanes with sources in one 128-byte line; its rounds run in these
-    # wavefront slots of the instruction (see the module docstring), inside this beat
+    # cp.async only: the phase is a group of lanes whose sources were read together (one read wavefront, from
+    # these 128-byte global lines); its rounds run in these wavefront slots (see the module docstring)
     slots: tuple[int, ...] = ()
-    source_line: int | None = None
+    source_lines: tuple[int, ...] | None = None
     beat: int | None = None
 
     def to_dict(self) -> dict:
@@ -81,8 +85,8 @@ class PhaseDetail:
             "words_per_bank": list(self.words_per_bank),
             "lanes_by_wavefront": [list(x) for x in self.lanes_by_wavefront],
         }
-        if self.source_line is not None:
-            d.update(slots=list(self.slots), source_line=self.source_line, beat=self.beat)
+        if self.source_lines is not None:
+            d.update(slots=list(self.slots), source_lines=list(self.source_lines), beat=self.beat)
         return d
 
 
@@ -173,35 +177,53 @@ BEAT_BYTES = 128  # data written to shared memory per beat
 @dataclass(frozen=True)
 class _CpGroup:
     lanes: tuple[int, ...]
-    line: int
+    lines: tuple[int, ...]  # global 128-byte lines the group reads
     beat: int
     per_bank: tuple[int, ...]  # words written to each bank (no broadcast)
     slots: tuple[int, ...]  # slot of each round
 
 
+def _read_groups(sources: np.ndarray, width: int, on: list[bool]) -> list[list[int]]:
+    """The read side: lanes whose source words can be read from L1's banks together (one read wavefront).
+
+    L1 and shared memory are the same 32 banks of 4-byte words; a source byte ``s`` sits in bank ``s // 4 % 32``
+    and two lanes conflict when they need different words of one bank. Read wavefronts are filled greedily in
+    lane order, a lane whole (all its words) or not at all.
+    """
+    nw = max(1, width // BANK_BYTES)
+    pending = [lane for lane in range(LANES) if on[lane]]
+    first = (sources // BANK_BYTES).tolist()
+    groups = []
+    while pending:
+        used: dict[int, int] = {}
+        take, rest = [], []
+        for lane in pending:
+            ws = range(first[lane], first[lane] + nw)
+            if all(used.get(w % BANKS, w) == w for w in ws):
+                for w in ws:
+                    used[w % BANKS] = w
+                take.append(lane)
+            else:
+                rest.append(lane)
+        groups.append(take)
+        pending = rest
+    return groups
+
+
 def _cp_async_schedule(words: np.ndarray, sources: np.ndarray,
                        active: np.ndarray | None = None) -> tuple[int, int, list[_CpGroup]]:
     """One instruction: words [32, nw], sources [32] -> (wavefronts, ideal wavefronts, groups with their slots)."""
-    lines = (sources // LINE_BYTES).tolist()
     on = [True] * LANES if active is None else active.tolist()
-    order: list[int] = []
-    members: dict[int, list[int]] = {}
-    for lane, line in enumerate(lines):
-        if not on[lane]:
-            continue
-        if line not in members:
-            members[line] = []
-            order.append(line)
-        members[line].append(lane)
+    members = _read_groups(sources, words.shape[1] * BANK_BYTES, on)
     nw = words.shape[1]
     beats: list[list[int]] = []
     size = BEAT_BYTES + 1
-    for line in order:
-        b = len(members[line]) * nw * BANK_BYTES
+    for gi, lanes in enumerate(members):
+        b = len(lanes) * nw * BANK_BYTES
         if size + b > BEAT_BYTES:
             beats.append([])
             size = 0
-        beats[-1].append(line)
+        beats[-1].append(gi)
         size += b
     bank_of = (words % BANKS).tolist()
     groups: list[_CpGroup] = []
@@ -210,9 +232,9 @@ def _cp_async_schedule(words: np.ndarray, sources: np.ndarray,
         busy: dict[int, int] = {}  # slot -> bank mask
         prev_first = prev_last = -1
         end = 0
-        for line in beat:
+        for gi in beat:
             per_bank = [0] * BANKS
-            for lane in members[line]:
+            for lane in members[gi]:
                 for b in bank_of[lane]:
                     per_bank[b] += 1
             depth = max(per_bank)
@@ -230,7 +252,8 @@ def _cp_async_schedule(words: np.ndarray, sources: np.ndarray,
                 t = s
             prev_first, prev_last = slots[0], slots[-1]
             end = max(end, prev_last + 1)
-            groups.append(_CpGroup(tuple(members[line]), line, bi, tuple(per_bank), tuple(total + x for x in slots)))
+            lines = tuple(sorted({int(sources[lane]) // LINE_BYTES for lane in members[gi]}))
+            groups.append(_CpGroup(tuple(members[gi]), lines, bi, tuple(per_bank), tuple(total + x for x in slots)))
         total += end
         ideal += len(beat)
     return total, ideal, groups
@@ -256,7 +279,7 @@ def _cp_async_detail(words: np.ndarray, sources: np.ndarray, active: np.ndarray)
                 words_per_bank=g.per_bank,
                 lanes_by_wavefront=tuple(tuple(sorted(x)) for x in by_round),
                 slots=g.slots,
-                source_line=g.line,
+                source_lines=g.lines,
                 beat=g.beat,
             )
         )
@@ -272,11 +295,11 @@ def _cp_async(a: np.ndarray, width: int, sources: np.ndarray,
     ideal = np.zeros(n, dtype=np.int64)
     phase = np.zeros_like(a)
     cache: dict[bytes, tuple[int, int, np.ndarray]] = {}
-    # only the bank of each word and which lanes share a source line matter: instructions equal in those
-    # (each lane labelled by the first lane of its line) share a result
-    lines = np.where(active, sources // LINE_BYTES, -1)
-    first_of_line = np.where(active, (lines[:, :, None] == lines[:, None, :]).argmax(axis=2), -1)
-    key_arr = np.concatenate([words.reshape(n, -1) % BANKS, first_of_line], axis=1)
+    # only the banks of the shared words, the banks of the source words and which lanes read the same source
+    # word matter: instructions equal in those share a result
+    sw = np.where(active, sources // BANK_BYTES, -1)
+    same_src = np.where(active, (sw[:, :, None] == sw[:, None, :]).argmax(axis=2), -1)
+    key_arr = np.concatenate([words.reshape(n, -1) % BANKS, sw % BANKS, same_src, active], axis=1)
     for i in range(n):
         key = key_arr[i].tobytes()
         if key not in cache:

@@ -164,19 +164,22 @@ def phase_lines(ar: AccessResult, i: int | None = None) -> list[Text]:
 
 
 def _cp_async_lines(ar: AccessResult, i: int) -> list[Text]:
-    """cp.async: one line per group of lanes with sources in one 128-byte line, with its wavefront slots."""
+    """cp.async: one line per group of lanes whose sources were read together, with its wavefront slots."""
     groups = ar.bank.detail(i)
     out = []
     for g in groups:
         per_bank = np.asarray(g.words_per_bank)
         hot = int(per_bank.argmax())
         slots = f"slot {g.slots[0]}" if len(g.slots) == 1 else f"slots {_lanes_text(g.slots)}"
-        out.append(Text(f"  group {g.phase}: lanes {_lanes_text(g.lanes)} copy from global bytes {g.source_line * 128}-{g.source_line * 128 + 127} "
-                        f"(beat {g.beat}) -> {int(per_bank.sum())} words, busiest bank {hot} takes "
+        lines = ", ".join(str(x) for x in g.source_lines[:4]) + (", ..." if len(g.source_lines) > 4 else "")
+        out.append(Text(f"  group {g.phase}: lanes {_lanes_text(g.lanes)} read together from global line"
+                        f"{'s' if len(g.source_lines) > 1 else ''} {lines} (128-byte lines; beat {g.beat}) -> "
+                        f"{int(per_bank.sum())} words, busiest bank {hot} takes "
                         f"{int(per_bank[hot])} -> {g.wavefronts} round{'s' if g.wavefronts != 1 else ''} in {slots}"))
     beats = len({g.beat for g in groups})
-    out.append(Text(f"  {len(groups)} group{'s' if len(groups) != 1 else ''} in {beats} beat{'s' if beats != 1 else ''} "
-                    "(<= 128 data bytes each, one after another); in a beat each group starts one slot after the one "
-                    "before, finishes after it, and a slot serves a bank once -> "
+    out.append(Text(f"  {len(groups)} group{'s' if len(groups) != 1 else ''} (read wavefronts of the sources) in "
+                    f"{beats} beat{'s' if beats != 1 else ''} (<= 128 data bytes each, one after another); in a beat "
+                    "each group starts one slot after the one before, finishes after it, and a slot serves a bank "
+                    "once -> "
                     f"{int(ar.bank.wavefronts[i])} wavefronts"))
     return out
