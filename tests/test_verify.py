@@ -159,3 +159,17 @@ def test_mismatch_exits_1(monkeypatch):
     res = CliRunner().invoke(main, ["verify", str(ROOT / "samples/transpose_32x32.yaml"), "--json"])
     assert res.exit_code == 1
     assert "first bad index (3, 5): expected 1.5, got nan" in res.output
+
+
+def test_device_peak_from_driver_clocks():
+    """H200: 132 SMs x 128 FP32 lanes x 2 x 1980 MHz; HBM3e 2 x 3201 MHz x 6144 bits."""
+    from smemtile.gpu.run import Device
+
+    d = Device(0, "NVIDIA H200", (9, 0), "sm_90", 132, None, 1_980_000, 3_201_000, 6144, 60 * 2**20)
+    peak = d.peak()
+    assert peak["tflops"] == pytest.approx(66.9, abs=0.05)
+    assert peak["gbps"] == pytest.approx(4917, abs=1)
+    assert "132 SMs x 128 FP32 lanes" in peak["tflops_basis"]
+    assert d.to_dict()["peak"] == peak and d.to_dict()["l2_bytes"] == 60 * 2**20
+    # a driver without the (deprecated) clock attributes: no peak claimed
+    assert Device(0, "x", (9, 0), "sm_90", 132, None).peak() == {}

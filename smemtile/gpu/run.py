@@ -8,7 +8,7 @@ function's attributes (HARDWARE.md: NVRTC may return an empty ptxas log on a cac
     dev = open_device(0)                     # NoDevice (exit 3) without a GPU
     k = LoadedKernel(cfg, dev)               # cfg built for dev.arch
     res = k.check(problem_inputs)            # CheckResult: correct, max_rel_error, first mismatch
-    t = k.time()                             # Timing: median ms of enough runs after a warm-up
+    t = k.time()                             # Timing: median ms of enough runs after a warm-up, L2 flushed
 """
 
 from __future__ import annotations
@@ -61,10 +61,39 @@ class Device:
     arch_name: str  # sm_XY
     sm_count: int
     context: Any = field(repr=False, compare=False)
+    clock_khz: int | None = None  # SM clock the driver reports (the boost clock)
+    mem_clock_khz: int | None = None
+    bus_width_bits: int | None = None
+    l2_bytes: int | None = None
+
+    def peak(self) -> dict:
+        """Peak FP32 FMA throughput and DRAM bandwidth from the driver's clocks and the SM's FP32 lanes."""
+        lanes = FP32_LANES_PER_SM.get(self.cc)
+        out: dict = {}
+        if lanes and self.clock_khz:
+            out["tflops"] = self.sm_count * lanes * 2 * self.clock_khz * 1e3 / 1e12
+            out["tflops_basis"] = (f"{self.sm_count} SMs x {lanes} FP32 lanes x 2 (FMA) x "
+                                   f"{self.clock_khz / 1e3:.0f} MHz")  # fmt: skip
+        if self.mem_clock_khz and self.bus_width_bits:
+            out["gbps"] = 2 * self.mem_clock_khz * 1e3 * self.bus_width_bits / 8 / 1e9
+            out["gbps_basis"] = (f"2 x {self.mem_clock_khz / 1e3:.0f} MHz x {self.bus_width_bits}-bit bus "
+                                 "(the datasheet figure; a device copy reaches ~90% of it)")  # fmt: skip
+        return out
 
     def to_dict(self) -> dict:
         return {"index": self.index, "name": self.name, "cc": f"{self.cc[0]}.{self.cc[1]}",
-                "arch": self.arch_name, "sm_count": self.sm_count}  # fmt: skip
+                "arch": self.arch_name, "sm_count": self.sm_count, "clock_mhz": _mhz(self.clock_khz),
+                "memory_clock_mhz": _mhz(self.mem_clock_khz), "bus_width_bits": self.bus_width_bits,
+                "l2_bytes": self.l2_bytes, "peak": self.peak()}  # fmt: skip
+
+
+# FP32 FMA lanes per SM (CUDA C Programming Guide, arithmetic instruction throughput table)
+FP32_LANES_PER_SM = {(7, 0): 64, (7, 2): 64, (7, 5): 64, (8, 0): 64, (8, 6): 128, (8, 7): 128, (8, 9): 128,
+                     (9, 0): 128, (10, 0): 128, (12, 0): 128}  # fmt: skip
+
+
+def _mhz(khz: int | None) -> float | None:
+    return None if khz is None else khz / 1e3
 
 
 def device_count() -> int:
@@ -97,10 +126,19 @@ def open_device(index: int = 0) -> Device:
     def get(name: str) -> int:
         return int(_ok(driver.cuDeviceGetAttribute(getattr(attr, f"CU_DEVICE_ATTRIBUTE_{name}"), dev), name))
 
+    def maybe(name: str) -> int | None:  # attributes newer drivers may drop (the clocks are deprecated)
+        try:
+            v = get(name)
+        except (AttributeError, RuntimeError):
+            return None
+        return v or None
+
     major, minor = get("COMPUTE_CAPABILITY_MAJOR"), get("COMPUTE_CAPABILITY_MINOR")
     raw = _ok(driver.cuDeviceGetName(256, dev), "cuDeviceGetName")
     name = raw.split(b"\x00")[0].decode(errors="replace") if isinstance(raw, bytes) else str(raw)
-    return Device(index, name, (major, minor), f"sm_{major}{minor}", get("MULTIPROCESSOR_COUNT"), ctx)
+    return Device(index, name, (major, minor), f"sm_{major}{minor}", get("MULTIPROCESSOR_COUNT"), ctx,
+                  maybe("CLOCK_RATE"), maybe("MEMORY_CLOCK_RATE"), maybe("GLOBAL_MEMORY_BUS_WIDTH"),
+                  maybe("L2_CACHE_SIZE"))
 
 
 class DeviceBuffer:
@@ -177,10 +215,11 @@ class Timing:
     max_ms: float
     runs: int
     warmup_runs: int
+    l2_flush_bytes: int = 0  # written before every timed launch (outside the events) so L2 starts cold
 
     def to_dict(self) -> dict:
         return {"median_ms": self.median_ms, "min_ms": self.min_ms, "max_ms": self.max_ms, "runs": self.runs,
-                "warmup_runs": self.warmup_runs}  # fmt: skip
+                "warmup_runs": self.warmup_runs, "l2_flush_bytes": self.l2_flush_bytes}  # fmt: skip
 
 
 def compare(ref: np.ndarray, got: np.ndarray, tolerance: float, *, exact: bool = False) -> CheckResult:
@@ -328,12 +367,18 @@ class LoadedKernel:
         return compare(reference, got, self.fam.tolerance, exact=exact)
 
     def time(
-        self, *, warmup_s: float = 0.2, target_s: float = 1.0, min_runs: int = 20, max_runs: int = 500
+        self, *, warmup_s: float = 0.2, target_s: float = 1.0, min_runs: int = 20, max_runs: int = 500,
+        flush_l2: bool = True,
     ) -> Timing:
-        """CUDA events around each launch (null stream) after a warm-up; median of enough runs."""
+        """CUDA events around each launch (null stream) after a warm-up; median of enough runs.
+
+        With ``flush_l2`` a scratch buffer of twice the L2 size is written before every timed launch (outside
+        the events), so each run starts with the inputs out of L2, as in a real pipeline."""
         d = _driver()
         start = _ok(d.cuEventCreate(0), "cuEventCreate")
         end = _ok(d.cuEventCreate(0), "cuEventCreate")
+        l2 = self.device.l2_bytes or 0
+        scratch = DeviceBuffer(2 * l2) if flush_l2 and l2 else None
         try:
             warm = 0
             t0 = time.perf_counter()
@@ -346,7 +391,9 @@ class LoadedKernel:
             est_s = max((time.perf_counter() - t0) / warm, 1e-6)
             runs = int(min(max(min_runs, target_s / est_s), max_runs))
             ts = []
-            for _ in range(runs):
+            for i in range(runs):
+                if scratch is not None:
+                    _ok(d.cuMemsetD8Async(scratch.ptr, i & 0xFF, scratch.nbytes, d.CUstream(0)), "cuMemsetD8Async")
                 _ok(d.cuEventRecord(start, d.CUstream(0)), "cuEventRecord")
                 self.launch()
                 _ok(d.cuEventRecord(end, d.CUstream(0)), "cuEventRecord")
@@ -355,7 +402,9 @@ class LoadedKernel:
         finally:
             d.cuEventDestroy(start)
             d.cuEventDestroy(end)
-        return Timing(statistics.median(ts), min(ts), max(ts), len(ts), warm)
+            if scratch is not None:
+                scratch.free()
+        return Timing(statistics.median(ts), min(ts), max(ts), len(ts), warm, scratch.nbytes if scratch else 0)
 
     def close(self) -> None:
         for b in self._buffers.values():

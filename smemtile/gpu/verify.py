@@ -85,6 +85,7 @@ def on_gpu(spec: Path, cfgs: dict, device: int, seed: int) -> dict:
     if first.family == "stencil2d":
         inputs["coeffs"] = fam.coefficients(first.params["R"])
     reference = fam.reference(first.problem, inputs)
+    peak = dev.peak()
     rows = []
     for variant, cfg in dcfgs.items():
         k = LoadedKernel(cfg, dev)
@@ -132,6 +133,7 @@ def on_gpu(spec: Path, cfgs: dict, device: int, seed: int) -> dict:
                 "time_ms": timing.median_ms,
                 "timing": timing.to_dict(),
                 unit: value,
+                "peak_fraction": (value / peak[unit]) if peak.get(unit) else None,
             }
             if k.static_smem != k.shape.static_smem_bytes:
                 row["static_smem_note"] = (

@@ -76,7 +76,7 @@ def render(doc: dict) -> None:
     for col in ("variant", "layout", "regs", "spills", "static smem", "occ. model", "occ. driver"):
         t.add_column(col, justify="left" if col in ("variant", "layout") else "right")
     if not doc["compile_only"]:
-        for col in ("correct", "max rel err", "median ms", "TFLOP/s" if unit == "tflops" else "GB/s"):
+        for col in ("correct", "max rel err", "median ms", "TFLOP/s" if unit == "tflops" else "GB/s", "of peak"):
             t.add_column(col, justify="right")
     for r in doc["variants"]:
         model = r["occupancy"]["model"] or {}
@@ -97,7 +97,9 @@ def render(doc: dict) -> None:
             cells.append("-")
         if not doc["compile_only"]:
             ok = "[green]yes[/]" if r["correct"] else "[red]NO[/]"
-            cells += [ok, f"{r['max_rel_error']:.2e}", f"{r['time_ms']:.4f}", f"{r.get(unit, 0):.1f}"]
+            frac = r.get("peak_fraction")
+            cells += [ok, f"{r['max_rel_error']:.2e}", f"{r['time_ms']:.4f}", f"{r.get(unit, 0):.1f}",
+                      f"{frac:.0%}" if frac is not None else "-"]
         t.add_row(*cells)
     con.print(t)
     for r in doc["variants"]:
@@ -116,10 +118,17 @@ def render(doc: dict) -> None:
     if doc.get("speedup"):
         b = next(r for r in doc["variants"] if r["variant"] == "baseline")
         f = next(r for r in doc["variants"] if r["variant"] == "fixed")
+        flush = f["timing"].get("l2_flush_bytes", 0)
         con.print(
             f"[bold]fixed vs baseline: {doc['speedup']:.2f}x[/] ({b['time_ms']:.4f} ms -> {f['time_ms']:.4f} ms, "
-            f"median of {f['timing']['runs']} runs)"
+            f"median of {f['timing']['runs']} runs"
+            + (f", L2 flushed before each ({flush / 2**20:.0f} MiB written)" if flush else "")
+            + ")"
         )
+    peak = (doc.get("device") or {}).get("peak") or {}
+    if not doc["compile_only"] and peak.get(unit):
+        con.print(f"peak {peak[unit]:.1f} {'TFLOP/s' if unit == 'tflops' else 'GB/s'}: "
+                  f"{peak[unit + '_basis']}")
     elif doc["compile_only"]:
         con.print(
             "compile only: registers, spills and static shared memory are ptxas' numbers for "
