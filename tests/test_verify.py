@@ -173,3 +173,18 @@ def test_device_peak_from_driver_clocks():
     assert d.to_dict()["peak"] == peak and d.to_dict()["l2_bytes"] == 60 * 2**20
     # a driver without the (deprecated) clock attributes: no peak claimed
     assert Device(0, "x", (9, 0), "sm_90", 132, None).peak() == {}
+
+
+def test_stage_variants_compile_only():
+    r = run_cli("verify", str(ROOT / "samples" / "sgemm_float4.yaml"), "--compile-only", "--json",
+                "--stages", "2", "--stages", "2", "--variant", "fixed")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    rows = {v["variant"]: v for v in doc["variants"]}
+    assert set(rows) == {"fixed", "fixed-s2"}
+    # shared memory scales with the stage count (formula of the sgemm contract: stages x (BK x (BM+4) + BK x BN) x 4)
+    assert rows["fixed-s2"]["static_smem_bytes"] == 2 * (8 * 132 + 8 * 128) * 4
+    bad = run_cli("verify", str(ROOT / "samples" / "transpose_32x32.yaml"), "--compile-only", "--stages", "2")
+    assert bad.returncode == 2 and "has no STAGES parameter" in bad.stderr and "Traceback" not in bad.stderr
+    bad = run_cli("verify", str(ROOT / "samples" / "sgemm_float4.yaml"), "--compile-only", "--stages", "1")
+    assert bad.returncode == 2 and "at least 2 stages" in bad.stderr

@@ -33,6 +33,14 @@ VARIANTS = ("baseline", "fixed")
     help="Only this variant (repeatable; default both).",
 )
 @click.option(
+    "--stages",
+    "stages",
+    type=click.IntRange(1, 8),
+    multiple=True,
+    help="Also run the fixed layout with this many shared-memory stages (repeatable), beside the spec's own: "
+    "e.g. --stages 1 --stages 2 for 1 vs N stages (families with a STAGES parameter).",
+)
+@click.option(
     "--ncu",
     "use_ncu",
     is_flag=True,
@@ -53,6 +61,7 @@ def command(
     device: int,
     seed: int,
     variants: tuple[str, ...],
+    stages: tuple[int, ...] = (),
     use_ncu: bool = False,
     ncu_save: Path | None = None,
 ) -> None:
@@ -79,6 +88,7 @@ def command(
       smemtile verify samples/transpose_32x32.yaml
       smemtile verify samples/transpose_32x32.yaml --ncu
       smemtile verify samples/sgemm_float4.yaml --compile-only --json
+      smemtile verify samples/sgemm_float4.yaml --stages 2 --stages 3
     """
     from smemtile.model.spec import load_spec
 
@@ -95,6 +105,7 @@ def command(
 
     chosen = variants or VARIANTS
     cfgs = {v: from_spec(sp, v) for v in chosen}
+    cfgs.update(pipeline.stage_variants(sp, stages, str(spec)))
     if compile_only:
         doc = pipeline.compile_only(spec, cfgs)
         if use_ncu:

@@ -17,6 +17,31 @@ def warn(msg: str) -> None:
     print(msg, file=sys.stderr)
 
 
+# ---- variants -----------------------------------------------------------------------------------------------
+
+
+def stage_variants(sp, stages: tuple[int, ...], source: str) -> dict:
+    """``fixed-s{N}``: the fixed layout with N shared-memory stages (checked like any configuration)."""
+    from smemtile.codegen import FAMILIES, configure, from_spec
+    from smemtile.errors import SpecError
+
+    if not stages:
+        return {}
+    fixed = from_spec(sp, "fixed")
+    names = [p.name for p in FAMILIES[fixed.family].params]
+    if "STAGES" not in names:
+        raise SpecError(f"--stages: kernel family {fixed.family} has no STAGES parameter (its parameters: "
+                        f"{', '.join(names)})", source=source)  # fmt: skip
+    out = {}
+    for n in dict.fromkeys(stages):
+        try:
+            out[f"fixed-s{n}"] = configure(fixed.family, {**fixed.params, "STAGES": n, **fixed.problem},
+                                           fixed.layouts, fixed.arch, check=True)  # fmt: skip
+        except SpecError as e:
+            raise SpecError(f"--stages {n}: {e}", source=source) from None
+    return out
+
+
 # ---- compile only -------------------------------------------------------------------------------------------
 
 

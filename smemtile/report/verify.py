@@ -49,6 +49,12 @@ def document(spec: Path, cfg, rows: list[dict], *, compile_only: bool, device: d
     doc["speedup"] = (
         (b["time_ms"] / f["time_ms"]) if b and f and b.get("time_ms") and f.get("time_ms") else None
     )
+    # stage variants (--stages): speed relative to the fixed variant with the spec's own stage count
+    doc["stages_vs_fixed"] = {
+        r["variant"]: f["time_ms"] / r["time_ms"]
+        for r in rows
+        if r["variant"].startswith("fixed-s") and f and f.get("time_ms") and r.get("time_ms")
+    } or None
     doc["variants"] = rows
     return doc
 
@@ -125,6 +131,8 @@ def render(doc: dict) -> None:
             + (f", L2 flushed before each ({flush / 2**20:.0f} MiB written)" if flush else "")
             + ")"
         )
+    for name, x in (doc.get("stages_vs_fixed") or {}).items():
+        con.print(f"{name} vs fixed: {x:.2f}x (time of fixed / time of {name})")
     peak = (doc.get("device") or {}).get("peak") or {}
     if not doc["compile_only"] and peak.get(unit):
         con.print(f"peak {peak[unit]:.1f} {'TFLOP/s' if unit == 'tflops' else 'GB/s'}: "
