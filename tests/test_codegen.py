@@ -60,7 +60,7 @@ def test_sm75_defaults_to_register_double_buffering():
 @pytest.mark.parametrize(
     ("params", "pad_a", "expected"),
     [
-        ({}, 4, 4 * (8 * 132 + 8 * 128) * 4),
+        ({}, 4, 2 * (8 * 132 + 8 * 128) * 4),  # default: BK 8, 2 stages
         ({"BK": 16, "STAGES": 3}, 0, 3 * (16 * 128 + 16 * 128) * 4),
         ({"BK": 16, "STAGES": 4}, 4, 4 * (16 * 132 + 16 * 128) * 4),
     ],
@@ -96,16 +96,25 @@ def test_bank_table_baseline_vs_fixed():
         cfg = configure(family, params, layouts, "sm_90")
         return {b.name: b.degree for b in bank_table(FAMILIES[family], cfg)}[name]
 
-    t32 = {"TILE": 32, "BLOCK_ROWS": 8}
+    t32 = {"TILE": 32, "BLOCK_ROWS": 8, "VEC": 1}  # scalar path: a warp reads one tile column
     assert degree("transpose", t32, {}, "tile_read") == 32
     assert degree("transpose", t32, {"tile": {"pad": 1}}, "tile_read") == 1
     assert degree("transpose", t32, {"tile": {"swizzle": [5, 0, 5]}}, "tile_read") == 1
-    assert degree("transpose", {}, {}, "tile_read") == 32  # default 64 x 4
-    assert degree("transpose", {}, {"tile": {"pad": 1}}, "tile_read") == 1
-    assert degree("transpose", {}, {"tile": {"swizzle": [5, 0, 6]}}, "tile_read") == 1
-    assert degree("sgemm", {}, {}, "As_copy") == 8
+    assert degree("transpose", {"VEC": 1}, {}, "tile_read") == 32  # 64 x 4
+    assert degree("transpose", {"VEC": 1}, {"tile": {"pad": 1}}, "tile_read") == 1
+    assert degree("transpose", {"VEC": 1}, {"tile": {"swizzle": [5, 0, 6]}}, "tile_read") == 1
+    # default vector path (float4, 4 rows x 8 vectors per warp): 8 rows of one column group per read when dense
+    for p in ({}, {"TILE": 32, "BLOCK_ROWS": 8}):
+        assert (degree("transpose", p, {}, "tile_read"), degree("transpose", p, {}, "tile_write")) == (8, 4)
+        lay = {"tile": {"pad": 1}}
+        assert (degree("transpose", p, lay, "tile_read"), degree("transpose", p, lay, "tile_write")) == (1, 1)
+    # A_VEC=1 (default): transposed 4-byte stores of a float4, 16 rows x 2 k per warp: 2-way when dense
+    assert degree("sgemm", {}, {}, "As_copy") == 2
     assert degree("sgemm", {}, {"As": {"pad": 4}}, "As_copy") == 1
     assert degree("sgemm", {}, {"As": {"swizzle": [3, 2, 5]}}, "As_copy") == 1
+    # A_VEC=0: 4-byte cp.async, 8 consecutive k of one m per quarter-warp: 8-way when dense
+    assert degree("sgemm", {"A_VEC": 0}, {}, "As_copy") == 8
+    assert degree("sgemm", {"A_VEC": 0}, {"As": {"pad": 4}}, "As_copy") == 1
     for lay in ({}, {"As": {"pad": 4}}):
         assert degree("sgemm", {}, lay, "As_read") == 1
         assert degree("sgemm", {}, lay, "Bs_read") == 1
@@ -198,7 +207,7 @@ def test_checklist_passes_for_the_shipped_pipeline():
         assert items[key].status == "pass", items[key]
     assert items["ring_index"].status == "pass"
     assert items["ncu"].status == "n/a"
-    assert "wait_group(2) with 4 stages" in items["wait_group"].reason
+    assert "wait_group(0) with 2 stages" in items["wait_group"].reason
 
 
 @pytest.mark.parametrize(

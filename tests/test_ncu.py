@@ -21,13 +21,19 @@ from tests.conftest import ROOT, run_cli
 DATA = ROOT / "tests" / "data" / "ncu"
 
 
+# The kernel paths the fixtures were measured with (2026-11-29): the 4-byte cp.async A copy of sgemm and the
+# scalar transpose (the defaults since then are the float4 A copy and 16-byte transposes).
+FIXTURE_PARAMS = {"sgemm": {"A_VEC": 0}, "transpose": {"VEC": 1}}
+
+
 def small_cfg(sample: str, variant: str, layouts: dict | None = None):
     """The configuration `verify --ncu` profiles; ``layouts`` pins the layout a fixture was measured with."""
     c = from_spec(load_spec(ROOT / "samples" / f"{sample}.yaml"), variant)
     arch = get_arch("sm_90")
     lay = {**c.layouts, **(layouts or {})}
-    full = configure(c.family, {**c.params, **c.problem}, lay, arch)
-    return configure(c.family, {**c.params, **c.problem, **N.small_problem(full)}, lay, arch)
+    params = {**c.params, **FIXTURE_PARAMS.get(c.family, {}), **c.problem}
+    full = configure(c.family, params, lay, arch)
+    return configure(c.family, {**params, **N.small_problem(full)}, lay, arch)
 
 
 def load(stem: str):

@@ -37,30 +37,39 @@ def compile_config(cfg: KernelConfig, source: str | None = None):
 
 
 def _relax_register_cap(cfg: KernelConfig, compiled):
-    """sgemm: when the default ``MIN_BLOCKS=2`` (at most 128 registers with 256 threads) makes ptxas spill, and
-    the user did not ask for it, compile again with ``MIN_BLOCKS=1`` and say so. Spilling registers of an
-    FFMA-bound kernel costs more than the second block per SM buys (measured on the H200: the register-staged
-    sm_75 path and XOR-swizzled A reads need 140-170 registers)."""
+    """sgemm: when the default register cap (``MIN_BLOCKS=2``: at most 128 registers with 256 threads) makes
+    ptxas spill, step back along what the user did not set, and say so:
+
+    1. ``A_VEC=1 -> 0``: the float4 A copy holds its tile in registers across the math; the 4-byte cp.async copy
+       holds nothing (measured on the H200 at 4096^3: BK8 with 4 stages, A_VEC=0 and 2 blocks/SM gives 0.79x
+       torch, the same with A_VEC=1 and 1 block/SM 0.77x);
+    2. ``MIN_BLOCKS=2 -> 1``: spilling registers of an FFMA-bound kernel costs more than the second block per SM
+       buys (the register-staged sm_75 path and XOR-swizzled A reads need 140-170 registers)."""
     fam = FAMILIES[cfg.family]
-    res = compiled.resources.get(fam.name_expression(cfg))
-    if (
-        cfg.family != "sgemm"
-        or "MIN_BLOCKS" not in cfg.defaulted
-        or cfg.params["MIN_BLOCKS"] <= 1
-        or res is None
-        or not res.spills
-    ):
+    if cfg.family != "sgemm":
         return cfg, compiled
-    relaxed = replace(
-        cfg,
-        params={**cfg.params, "MIN_BLOCKS": 1},
-        notes=(
-            *cfg.notes,
-            f"MIN_BLOCKS=2 (<= {65536 // (2 * fam.threads(cfg.params))} registers) spilled {res.spills} bytes; "
-            "using MIN_BLOCKS=1: 1 block per SM with every register it needs",
-        ),
-    )
-    return relaxed, compile_config(relaxed)
+    for key, frm, to, why in (
+        ("A_VEC", 1, 0, "using A_VEC=0: 4-byte cp.async for A, no A tile held in registers"),
+        ("MIN_BLOCKS", 2, 1, "using MIN_BLOCKS=1: 1 block per SM with every register it needs"),
+    ):
+        res = compiled.resources.get(fam.name_expression(cfg))
+        if res is None or not res.spills:
+            break
+        if key not in cfg.defaulted or cfg.params.get(key, frm) != frm:
+            continue
+        if key == "A_VEC" and not cfg.params.get("CP_ASYNC", 1):
+            continue  # without cp.async both A copies go through registers
+        cap = 65536 // (cfg.params["MIN_BLOCKS"] * fam.threads(cfg.params))
+        relaxed = replace(
+            cfg,
+            params={**cfg.params, key: to},
+            notes=(
+                *cfg.notes,
+                f"{key}={frm} (<= {min(cap, 255)} registers) spilled {res.spills} bytes; {why}",
+            ),
+        )
+        cfg, compiled = relaxed, compile_config(relaxed)
+    return cfg, compiled
 
 
 def build(

@@ -28,7 +28,9 @@ class Item:
 
 
 def _sgemm_pipeline(src: str, stages: int, cp_async: bool) -> list[Item]:
-    loop = src[src.find("for (int kt = 0; kt < k_tiles; ++kt)") :] if cp_async else ""
+    start = src.find("int read_slot = 0, write_slot")
+    end = src.find("cp_async_wait<0>()", start)
+    loop = src[start:end] if cp_async and start >= 0 else ""
     items = []
     if not cp_async:
         why = "no cp.async: register double-buffering (loads to registers, one barrier per K step)"
@@ -54,8 +56,10 @@ def _sgemm_pipeline(src: str, stages: int, cp_async: bool) -> list[Item]:
             )
         )
         return items
-    issue_then_commit = (
-        re.search(r"issue(?:_tile)?\([^;]*\);\s*smemtile::cp_async_commit\(\);", loop) is not None
+    # The K loops (an unmasked steady-state loop and a masked one for the rest): each must keep the protocol.
+    loops = [c for c in re.split(r"\n\s*for \(", loop)[1:] if "compute(" in c] or [""]
+    issue_then_commit = all(
+        re.search(r"issue(?:_fast|_tile)?\([^;]*\);\s*smemtile::cp_async_commit\(\);", c) for c in loops
     )
     items.append(
         Item(
@@ -66,7 +70,7 @@ def _sgemm_pipeline(src: str, stages: int, cp_async: bool) -> list[Item]:
             "count stays uniform)",
         )
     )
-    has_wait = "cp_async_wait<STAGES - 2>()" in loop
+    has_wait = all("cp_async_wait<STAGES - 2>()" in c for c in loops)
     items.append(
         Item(
             "wait_group",
@@ -76,8 +80,8 @@ def _sgemm_pipeline(src: str, stages: int, cp_async: bool) -> list[Item]:
             f"so at most {stages - 2} may stay pending for tile kt to be complete",
         )
     )
-    wait_then_bar = (
-        re.search(r"cp_async_wait<STAGES - 2>\(\);[^\n]*\n\s*__syncthreads\(\);", loop) is not None
+    wait_then_bar = all(
+        re.search(r"cp_async_wait<STAGES - 2>\(\);[^\n]*\n\s*__syncthreads\(\);", c) for c in loops
     )
     items.append(
         Item(
@@ -88,8 +92,9 @@ def _sgemm_pipeline(src: str, stages: int, cp_async: bool) -> list[Item]:
             "reads slot kt % STAGES, and every thread has finished tile kt-1 before its slot is refilled",
         )
     )
-    advances = (
-        "read_slot = (read_slot + 1 == STAGES)" in loop and "write_slot = (write_slot + 1 == STAGES)" in loop
+    advances = all(
+        "read_slot = (read_slot + 1 == STAGES)" in c and "write_slot = (write_slot + 1 == STAGES)" in c
+        for c in loops
     )
     items.append(
         Item(

@@ -3,8 +3,8 @@
 Spec mapping (YAML)::
 
     threads: 256                       # must equal (BM / (4*TM)) * (BN / (8*TN)) * 32
-    tile: {BM: 128, BN: 128, BK: 8}    # also TM, TN (default 8), GROUP_M (8), MIN_BLOCKS (2)
-    stages: 4                          # shared-memory ring depth (2 without cp.async)
+    tile: {BM: 128, BN: 128, BK: 8}    # also TM, TN (default 8), GROUP_M (8), MIN_BLOCKS (2), A_VEC (1), SPLIT_K (1)
+    stages: 2                          # shared-memory ring depth (default 2; 2 without cp.async)
     buffers:
       - {name: As, dtype: f32, shape: [BK, BM], layout: {pad: 4}}    # A tile stored transposed: As[k][m]
       - {name: Bs, dtype: f32, shape: [BK, BN], layout: {pad: 0}}    # Bs[k][n]
@@ -14,11 +14,17 @@ The kernel's own accesses (As_copy, Bs_copy, As_read, Bs_read) are in :meth:`Sge
 expressions (``generate --json`` lists them under ``kernel_accesses``). The lanes of a warp form an interleaved
 4 (m) x 8 (n) grid: lm = ((lane>>1)&1) | ((lane>>2)&2), ln = (lane&1) | ((lane>>1)&2) | ((lane>>2)&4).
 
-MIN_BLOCKS defaults to 2 (at most 128 registers with 256 threads); when that spills (the register-staged sm_75
-path, XOR-swizzled A reads) ``codegen.build`` recompiles with 1 and says so, unless the spec sets it.
+Defaults (measured on the H200, bench/results/h200.json): BK 8, 2 stages, A_VEC 1 (float4 A loads into registers,
+transposed stores), 2 blocks/SM. MIN_BLOCKS defaults to 2 (at most 128 registers with 256 threads); when that
+spills, ``codegen.build`` recompiles with A_VEC=0 (4-byte cp.async for A, nothing held in registers), then with
+MIN_BLOCKS=1, each only where the spec left the parameter at its default, and says so.
+
+SPLIT_K > 1 (grid y) splits K: every slice adds alpha * its partial product into C with atomics and beta is not
+applied, so the caller sets C = beta * C (zero for beta = 0) first. For small M (e.g. 64 x 8192 x 4096: BM 64,
+SPLIT_K 4, MIN_BLOCKS 3) it fills the SMs that ceil(M/BM) * ceil(N/BN) blocks cannot.
 
 Shared memory per block = STAGES * (BK * (BM + pad_As) + BK * (BN + pad_Bs)) * 4 bytes.
-Launch: grid = ceil(M/BM) * ceil(N/BN) blocks (1-D, grouped by GROUP_M), block = threads,
+Launch: grid = (ceil(M/BM) * ceil(N/BN) (grouped by GROUP_M), SPLIT_K), block = threads,
 dynamic shared memory = 0 when the total fits 48 KiB (declared statically) else the total.
 """
 
@@ -61,11 +67,23 @@ class Sgemm(Family):
         Param("BN", 128, None, "block tile columns (multiple of 8*TN)"),
         Param("BK", 8, (8, 16, 32), "K step per stage (multiple of 8)"),
         Param("TM", 8, (4, 8), "register tile rows per thread (multiple of 4)"),
-        Param("TN", 8, (4, 8), "register tile columns per thread (multiple of 4)"),
-        Param("STAGES", 4, None, "shared-memory stages (2..8); exactly 2 without cp.async"),
+        Param("TN", 8, (4, 8, 16), "register tile columns per thread (multiple of 4)"),
+        Param("STAGES", 2, None, "shared-memory stages (2..8); exactly 2 without cp.async"),
         Param("CP_ASYNC", 1, (0, 1), "cp.async pipeline (sm_80+); 0 = register double-buffering (sm_75)"),
         Param("GROUP_M", 8, None, "block rows per L2 group in the block order"),
         Param("MIN_BLOCKS", 2, (1, 2, 3, 4), "__launch_bounds__ min blocks per SM (caps registers)"),
+        Param(
+            "A_VEC",
+            1,
+            (0, 1),
+            "A copy: 1 = float4 loads to registers + transposed stores, 0 = 4-byte cp.async",
+        ),
+        Param(
+            "SPLIT_K",
+            1,
+            None,
+            "K slices (grid y); > 1 adds alpha*A@B into C with atomics: the caller sets C = beta*C first",
+        ),
     )
     problem_keys = {"M": 4096, "N": 4096, "K": 4096, "alpha": 1.0, "beta": 0.0}
     test_sizes = (
@@ -111,14 +129,25 @@ class Sgemm(Family):
             out.append(f"BM*BN/(TM*TN) = {threads} threads; a block needs 32..1024")
         if bk % 8 or bk <= 0:
             out.append(f"BK={bk} must be a positive multiple of 8 (A is copied in runs of 8 consecutive k)")
-        elif threads and bm % (threads // 8):
-            out.append(
-                f"BM={bm} must be a multiple of threads/8 = {threads // 8} (rows one pass of A copies covers)"
-            )
-        elif threads and (bm * bk) % threads:
-            out.append(f"BM*BK={bm * bk} A elements do not split evenly over {threads} threads")
-        elif threads and (bk * bn // 4) % threads:
-            out.append(f"BK*BN/4={bk * bn // 4} B float4s do not split evenly over {threads} threads")
+        elif threads:
+            lane_k = 2 if p.get("A_VEC", 1) else 8  # threads along one 8-deep k run of an A row
+            per_pass = threads // lane_k
+            a_items = bm * bk // 4 if p.get("A_VEC", 1) else bm * bk
+            what = "float4s" if p.get("A_VEC", 1) else "elements"
+            if bm % per_pass and per_pass % bm:
+                out.append(
+                    f"BM={bm} and threads/{lane_k} = {per_pass} (rows one pass of A copies covers) must divide one another"
+                )
+            elif a_items % threads:
+                out.append(
+                    f"BM*BK{'/4' if p.get('A_VEC', 1) else ''}={a_items} A {what} do not split evenly over {threads} threads"
+                )
+            elif (bk * bn // 4) % threads:
+                out.append(f"BK*BN/4={bk * bn // 4} B float4s do not split evenly over {threads} threads")
+            elif threads % (bn // 4):
+                out.append(
+                    f"threads={threads} must be a multiple of BN/4={bn // 4} (whole B rows per copy pass)"
+                )
         for b in ("As", "Bs"):
             lay = cfg.layouts.get(b)
             if lay is not None and lay.pad % 4:
@@ -142,6 +171,8 @@ class Sgemm(Family):
             out.append(f"STAGES={stages}: at most 8")
         if p["GROUP_M"] < 1:
             out.append("GROUP_M must be at least 1")
+        if not 1 <= p.get("SPLIT_K", 1) <= 64:
+            out.append(f"SPLIT_K={p.get('SPLIT_K', 1)}: must be 1..64")
         return out + self.common_violations(cfg)
 
     def smem_hint(self, cfg: KernelConfig) -> str:
@@ -169,6 +200,8 @@ class Sgemm(Family):
             b.swz_s,
             p["GROUP_M"],
             p["MIN_BLOCKS"],
+            p.get("A_VEC", 1),
+            p.get("SPLIT_K", 1),
         ]
         return [str(v) for v in vals]
 
@@ -177,7 +210,12 @@ class Sgemm(Family):
         smem = self.smem_bytes(cfg)
         blocks = cdiv(q["M"], p["BM"]) * cdiv(q["N"], p["BN"])
         static = smem <= 48 * 1024
-        return Launch((blocks, 1, 1), (self.threads(p), 1, 1), 0 if static else smem, smem if static else 0)
+        return Launch(
+            (blocks, p.get("SPLIT_K", 1), 1),
+            (self.threads(p), 1, 1),
+            0 if static else smem,
+            smem if static else 0,
+        )
 
     def accesses(self, cfg: KernelConfig) -> list[Access]:
         p = cfg.params
@@ -186,10 +224,19 @@ class Sgemm(Family):
         warps = t // 32
         tid = np.arange(t).reshape(warps, 32)
         lane, warp = tid % 32, tid // 32
-        # A copies: e = tid + i*T; k = (e//8 // BM)*8 + e%8, m = (e//8) % BM  -> As[k][m]
-        i = np.arange(bm * bk // t)[:, None, None]
-        e = tid[None] + i * t
-        a_row, a_col = (e // 8 // bm) * 8 + e % 8, (e // 8) % bm
+        if p.get("A_VEC", 1):
+            # A copies: float4 chunk c = tid + i*T, r = c//2; m = r % BM, k = (r//BM)*8 + (c%2)*4 + q: four
+            # 4-byte stores As[k+q][m] per chunk (q = 0..3, one instruction each)
+            i = np.arange(bm * bk // 4 // t)[:, None, None, None]
+            q = np.arange(4)[None, :, None, None]
+            r = (tid[None, None] + i * t) // 2
+            a_row = ((r // bm) * 8 + (tid[None, None] % 2) * 4 + q).reshape(-1, warps, 32)
+            a_col = np.broadcast_to(r % bm, (i.shape[0], 4, warps, 32)).reshape(-1, warps, 32)
+        else:
+            # A copies: e = tid + i*T; k = (e//8 // BM)*8 + e%8, m = (e//8) % BM  -> As[k][m]
+            i = np.arange(bm * bk // t)[:, None, None]
+            e = tid[None] + i * t
+            a_row, a_col = (e // 8 // bm) * 8 + e % 8, (e // 8) % bm
         # B copies (16-byte path): c = tid + i*T; k = c // (BN/4), n = (c % (BN/4))*4
         j = np.arange(bk * bn // 4 // t)[:, None, None]
         c = tid[None] + j * t
@@ -215,12 +262,18 @@ class Sgemm(Family):
             Access(
                 "As_copy",
                 "As",
-                copy_op,
+                "store" if p.get("A_VEC", 1) else copy_op,
                 4,
                 a_row,
                 a_col,
                 False,
                 {
+                    "row": f"((({tid_e} + i*THREADS)//2)//BM)*8 + (lane%2)*4 + q",
+                    "col": f"(({tid_e} + i*THREADS)//2) % BM",
+                    "over": {"i": [0, "BM*BK//4//THREADS"], "q": [0, 4]},
+                }
+                if p.get("A_VEC", 1)
+                else {
                     "row": f"(({tid_e} + i*THREADS)//8//BM)*8 + lane%8",
                     "col": f"(({tid_e} + i*THREADS)//8) % BM",
                     "over": {"i": [0, "BM*BK//THREADS"]},

@@ -8,6 +8,10 @@ Spec mapping (YAML)::
       - {name: tile, dtype: f32, shape: [TILE, TILE], layout: {pad: 1}}    # or {swizzle: [5, 0, 5]}; f16 for fp16
     kernel: {family: transpose, rows: 8192, cols: 8192}
 
+VEC (default 0: the widest access of at most 16 bytes that fits the tile, 4 for fp32 and 8 for fp16 with TILE 64)
+moves whole tiles with vector loads and stores, when rows, cols and both pointers allow it (checked at run time);
+edge tiles and other shapes take the scalar path. The contract's accesses describe the vector path when VEC > 1.
+
 Shared memory per block = TILE * (TILE + pad) * sizeof(element) bytes, static.
 Launch: grid = (ceil(cols/TILE), ceil(rows/TILE)), block = (TILE, BLOCK_ROWS).
 """
@@ -31,6 +35,12 @@ class Transpose(Family):
         # 64 x 4: 16 elements in flight per thread, the fastest measured on the H200 (0.93x device copy)
         Param("TILE", 64, (32, 64), "square tile edge (a warp spans whole tile rows)"),
         Param("BLOCK_ROWS", 4, None, "thread rows; each thread moves TILE/BLOCK_ROWS elements"),
+        Param(
+            "VEC",
+            0,
+            (0, 1, 2, 4, 8),
+            "elements per global access on whole tiles (0 = 16 bytes: 4 for fp32, 8 for fp16; 1 = scalar)",
+        ),
     )
     problem_keys = {"rows": 8192, "cols": 8192, "dtype": "f32"}
     test_sizes = (
@@ -59,6 +69,18 @@ class Transpose(Family):
             )
         ]
 
+    def vec(self, cfg: KernelConfig) -> int:
+        """Elements per global access of the vector path; VEC = 0: the widest of at most 16 bytes whose
+        4 x 8-vector warp blocks tile the tile evenly over the warps (transpose_auto_vec in transpose.cu)."""
+        p = cfg.params
+        if p.get("VEC", 0):
+            return p.get("VEC", 0)
+        tile, warps = p["TILE"], p["TILE"] * p["BLOCK_ROWS"] // 32
+        v = 16 // (4 if self.dtype(cfg) == "f32" else 2)
+        while v > 1 and ((tile // v) % 8 or warps < 1 or ((tile // 4) * (tile // v // 8)) % warps):
+            v //= 2
+        return v
+
     def threads(self, p: dict[str, int]) -> int:
         return p["TILE"] * p["BLOCK_ROWS"]
 
@@ -73,6 +95,21 @@ class Transpose(Family):
             out.append(f"TILE*BLOCK_ROWS = {tile * rows} threads; a block has at most 1024")
         if self.dtype(cfg) not in CTYPES:
             out.append(f"dtype {self.dtype(cfg)!r}: transpose supports {', '.join(CTYPES)}")
+        size = 4 if self.dtype(cfg) == "f32" else 2
+        vec = self.vec(cfg)
+        if p.get("VEC", 0) not in (0, 1, 2, 4, 8):
+            out.append(f"VEC={p['VEC']}: must be 0 (16 bytes), 1, 2, 4 or 8")
+        elif vec > 1:
+            if vec * size > 16:
+                out.append(f"VEC={vec}: {vec * size} bytes per access; at most 16")
+            if (tile // vec) % 8:
+                out.append(
+                    f"VEC={vec}: TILE/VEC={tile // vec} must be a multiple of 8 (8 lanes along a tile row)"
+                )
+            elif (tile * rows) % 32 or ((tile // 4) * (tile // vec // 8)) % max(1, tile * rows // 32):
+                out.append(
+                    f"VEC={vec}: the {tile * rows // 32} warps do not share the tile's 4 x 8-vector blocks evenly"
+                )
         smem = self.smem_bytes(cfg)
         if smem > 48 * 1024:
             out.append(f"the tile is static shared memory: {smem} bytes exceeds 48 KiB")
@@ -82,7 +119,10 @@ class Transpose(Family):
         p, t = cfg.params, cfg.layouts["tile"]
         return [
             CTYPES.get(self.dtype(cfg), "float"),
-            *(str(v) for v in (p["TILE"], p["BLOCK_ROWS"], t.pad, t.swz_b, t.swz_m, t.swz_s)),
+            *(
+                str(v)
+                for v in (p["TILE"], p["BLOCK_ROWS"], t.pad, t.swz_b, t.swz_m, t.swz_s, p.get("VEC", 0))
+            ),
         ]
 
     def launch(self, cfg: KernelConfig) -> Launch:
@@ -99,6 +139,41 @@ class Transpose(Family):
         tile, brows = p["TILE"], p["BLOCK_ROWS"]
         width = 4 if self.dtype(cfg) == "f32" else 2
         tid = np.arange(tile * brows).reshape(-1, 32)
+        vec = self.vec(cfg)
+        if vec > 1:  # whole tiles, vector path: warp block b = warp + i*warps of 4 rows x 8 vectors
+            lane, warp = tid % 32, tid // 32
+            warps, cg = tid.shape[0], tile // vec // 8
+            i = np.arange((tile // 4) * cg // warps)[:, None, None, None]
+            e = np.arange(vec)[None, :, None, None]
+            b = warp[None, None] + i * warps
+            row = (b // cg) * 4 + lane // 8
+            col = ((b % cg) * 8 + lane % 8) * vec + e
+            shape = (i.shape[0], vec, *tid.shape)
+            row, col = (
+                np.broadcast_to(row, shape).reshape(-1, *tid.shape),
+                np.broadcast_to(col, shape).reshape(-1, *tid.shape),
+            )
+            wb = "(warp + i*(TILE*BLOCK_ROWS//32))"
+            r_e, c_e = (
+                f"({wb}//(TILE//{vec}//8))*4 + lane//8",
+                f"(({wb}%(TILE//{vec}//8))*8 + lane%8)*{vec} + e",
+            )
+            over = {"i": [0, f"(TILE//4)*(TILE//{vec}//8)//(TILE*BLOCK_ROWS//32)"], "e": [0, vec]}
+            return [
+                Access(
+                    "tile_write",
+                    "tile",
+                    "store",
+                    width,
+                    row,
+                    col,
+                    True,
+                    {"row": r_e, "col": c_e, "over": over},
+                ),
+                Access(
+                    "tile_read", "tile", "load", width, col, row, True, {"row": c_e, "col": r_e, "over": over}
+                ),
+            ]
         tx, ty = tid % tile, tid // tile
         j = np.arange(0, tile, brows)[:, None, None]
         return [

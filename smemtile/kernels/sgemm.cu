@@ -2,7 +2,8 @@
 //
 //     C = alpha * A * B + beta * C      A: M x K, B: K x N, C: M x N, all row-major with leading dimensions
 //
-// Any M, N, K: edge tiles are masked (zero-filled on load, guarded on store). beta == 0 never reads C.
+// Any M, N, K: edge tiles are masked (zero-filled on load, guarded on store). beta == 0 never reads C
+// (SPLIT_K > 1 adds into C; see Split K below).
 //
 // Block tile BM x BN, K step BK. Warps tile the block as (BM / WM) x (BN / WN) with WM = 4 * TM, WN = 8 * TN:
 // the 32 lanes of a warp form a 4 (m) x 8 (n) grid and each lane owns TM x TN accumulators, split into
@@ -18,29 +19,49 @@
 // A is stored transposed (k-major, As[BK][BM]) exactly so that those A reads are float4s along m.
 //
 // Global -> shared, per K step (one "stage"):
-//   A: element e = tid + i * THREADS, kk = e % 8, r = e / 8, m = r % BM, k = (r / BM) * 8 + kk.
-//      Each lane copies 4 bytes A[m][k] -> As[k][m]: 8 consecutive k of 4 rows per warp instruction
-//      (four fully used 32-byte sectors); the shared side is the access the layout has to fix
-//      (k-major with stride BM: 8-way bank conflict when PAD = 0 and no swizzle).
-//   B: chunk c = tid + i * THREADS, k = c / (BN/4), n = (c % (BN/4)) * 4: 16-byte copies when B is 16-byte
+//   A, A_VEC = 1 (default): chunk c = tid + i * THREADS is the float4 A[m][k .. k+3], r = c / 2, m = r % BM,
+//      k = (r / BM) * 8 + (c % 2) * 4. A warp loads 16 rows x 32 bytes (one full sector per row) into registers
+//      and stores each float4 transposed, As[k+q][m] (four 4-byte stores): lanes hit 16 consecutive m at k and
+//      k+4, conflict-free when the row stride is 4 mod 32 words (PAD = 4 with BM = 128), 2-way when dense.
+//   A, A_VEC = 0: element e = tid + i * THREADS, kk = e % 8, r = e / 8, m = r % BM, k = (r / BM) * 8 + kk:
+//      one 4-byte cp.async A[m][k] -> As[k][m] per element, 8 consecutive k of 4 rows per warp instruction
+//      (k-major with stride BM: 8-way bank conflict when PAD = 0 and no swizzle). Holds no registers.
+//   B: chunk c = tid + i * THREADS, k = c / (BN/4), n = (c % (BN/4)) * 4: 16-byte cp.async when B is 16-byte
 //      aligned and ldb % 4 == 0 (checked at run time, uniform per launch), 4-byte copies otherwise.
+//   Whole tiles take an unmasked path (every K tile but a partial last one, A and B 16-byte aligned): A rows
+//   past M are clamped to row M-1 and B chunks past N zero-filled; those values only reach rows >= M or
+//   columns >= N of C, which are never stored. The partial K tile, unaligned A or B and A_VEC = 0 take the
+//   masked copies (zero-filled edges).
 //
-// Pipeline, sm_80+ (CP_ASYNC): STAGES-deep ring of shared buffers filled by cp.async.
+// Pipeline, sm_80+ (CP_ASYNC): STAGES-deep ring of shared buffers.
 //     prologue: tiles 0 .. STAGES-2 issued, one commit_group per tile (empty groups keep the count uniform)
 //     loop t:   cp.async.wait_group(STAGES-2)    -> this thread's copies of tile t have landed
 //               __syncthreads()                 -> everyone's have; everyone finished computing tile t-1
-//               issue tile t+STAGES-1 into slot (t-1) % STAGES, commit_group
+//               issue tile t+STAGES-1 into slot (t-1) % STAGES (B by cp.async; A by cp.async, or with A_VEC
+//               into registers), commit_group
 //               compute from slot t % STAGES
+//               A_VEC: store the A registers into slot (t-1) % STAGES (read from step t+STAGES-1 on, after
+//               the barriers in between)
+//     The loop runs twice: unmasked copies while whole tiles remain, then the masked copies and the drain.
 // sm_70/75 (no CP_ASYNC): register double-buffering over two shared slots: the next tile's global loads go to
 // registers before the current tile's math and are stored to the other slot after it; one barrier per step.
+//
+// Split K (SPLIT_K > 1): blockIdx.y = z computes the K range [z*kc, (z+1)*kc), kc = ceil(K / (BK*SPLIT_K))*BK,
+// and adds alpha * its partial product into C with atomicAdd; beta is not applied: the caller sets C = beta*C
+// (zero for beta = 0) before the launch. For small M (a few block rows) that keeps every SM busy.
 //
 // Blocks are ordered in groups of GROUP_M block-rows (as in Triton's matmul tutorial) so that consecutive
 // blocks share A and B panels in L2.
 //
 // Shared memory (bytes) = STAGES * (BK * (BM + PAD_A) + BK * (BN + PAD_B)) * 4. Up to 48 KiB it is declared
 // statically (ptxas reports it); above, it is dynamic and the host must call cudaFuncSetAttribute(
-// MaxDynamicSharedMemorySize) before launching. Launch: grid = ceil(M/BM) * ceil(N/BN) blocks (1-D),
+// MaxDynamicSharedMemorySize) before launching. Launch: grid = (ceil(M/BM) * ceil(N/BN), SPLIT_K),
 // block = (BM/WM) * (BN/WN) * 32 threads.
+//
+// Registers: 256 threads with MIN_BLOCKS = 2 leave 128 per thread; the 8x8 tile's 64 accumulators, its
+// fragments and the A_VEC registers fit that exactly for BK = 8, STAGES = 2 on sm_90 (ptxas 13.0), while other
+// stage counts or archs may spill a few values (smemtile.codegen.build then falls back to A_VEC = 0, then to
+// MIN_BLOCKS = 1, for whatever the user left at its default).
 #include "smem_layout.cuh"
 
 namespace smemtile {
@@ -87,7 +108,8 @@ __device__ __forceinline__ void cp_async_wait() {
 
 template <int BM = 128, int BN = 128, int BK = 8, int TM = 8, int TN = 8, int STAGES = 4, bool CP_ASYNC = true,
           int PAD_A = 4, int SWZ_A_B = 0, int SWZ_A_M = 0, int SWZ_A_S = 0,
-          int PAD_B = 0, int SWZ_B_B = 0, int SWZ_B_M = 0, int SWZ_B_S = 0, int GROUP_M = 8, int MIN_BLOCKS = 2>
+          int PAD_B = 0, int SWZ_B_B = 0, int SWZ_B_M = 0, int SWZ_B_S = 0, int GROUP_M = 8, int MIN_BLOCKS = 2,
+          int A_VEC = 1, int SPLIT_K = 1>
 __global__ void __launch_bounds__(smemtile::SgemmShape<BM, BN, BK, TM, TN, STAGES, PAD_A, PAD_B>::kThreads, MIN_BLOCKS)
 sgemm(int M, int N, int K, float alpha, const float* __restrict__ A, int lda, const float* __restrict__ B, int ldb,
       float beta, float* __restrict__ C, int ldc) {
@@ -103,7 +125,11 @@ sgemm(int M, int N, int K, float alpha, const float* __restrict__ A, int lda, co
     static_assert(BM * BN == THREADS * TM * TN, "the threads' TM x TN register tiles must cover the BM x BN tile");
     static_assert(THREADS >= 32 && THREADS <= 1024, "a block needs 1 to 32 warps");
     static_assert(BK % 8 == 0, "BK must be a multiple of 8: A is copied in runs of 8 consecutive k");
-    static_assert((BM * BK) % THREADS == 0, "every thread must copy the same number of A elements: BM*BK % threads == 0");
+    static_assert(A_VEC == 0 || A_VEC == 1, "A_VEC selects the A copy: 0 = 4-byte cp.async, 1 = float4 via registers");
+    static_assert(A_VEC == 1 || (BM * BK) % THREADS == 0,
+                  "every thread must copy the same number of A elements: BM*BK % threads == 0");
+    static_assert(A_VEC == 0 || (BM * BK / 4) % THREADS == 0,
+                  "every thread must copy the same number of A float4s: BM*BK/4 % threads == 0");
     static_assert((BK * BN / 4) % THREADS == 0, "every thread must copy the same number of B float4s: BK*BN/4 % threads == 0");
     static_assert(PAD_A % 4 == 0 && PAD_B % 4 == 0, "padding must be a multiple of 4 floats to keep float4 reads aligned");
     static_assert((SWZ_A_B == 0 || SWZ_A_M >= 2) && (SWZ_B_B == 0 || SWZ_B_M >= 2),
@@ -111,11 +137,11 @@ sgemm(int M, int N, int K, float alpha, const float* __restrict__ A, int lda, co
     static_assert(STAGES >= 2, "the pipeline needs at least 2 shared-memory stages");
     static_assert(CP_ASYNC || STAGES == 2, "without cp.async the kernel double-buffers: STAGES must be 2");
     static_assert(GROUP_M >= 1, "GROUP_M (block rows per L2 group) must be at least 1");
+    static_assert(SPLIT_K >= 1, "SPLIT_K (K slices, blockIdx.y) must be at least 1");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
     static_assert(!CP_ASYNC, "cp.async needs sm_80 or newer");
 #endif
 
-    constexpr int A_PER_THREAD = BM * BK / THREADS;
     constexpr int B_VEC_PER_THREAD = BK * BN / 4 / THREADS;
     constexpr int B_PER_THREAD = BK * BN / THREADS;
 
@@ -130,6 +156,14 @@ sgemm(int M, int N, int K, float alpha, const float* __restrict__ A, int lda, co
     }
     auto As = [&](int slot) { return smem + slot * Shape::kStageFloats; };
     auto Bs = [&](int slot) { return smem + slot * Shape::kStageFloats + LA::kElems; };
+
+    if constexpr (SPLIT_K > 1) {  // slice blockIdx.y: K range [kz, kz + kc), kc a multiple of BK
+        const int kc = (K + BK * SPLIT_K - 1) / (BK * SPLIT_K) * BK;
+        const int kz = blockIdx.y * kc;
+        A += kz;  // kz % BK == 0 keeps A and B as aligned as they were
+        B += (long long)kz * ldb;
+        K = max(0, min(K - kz, kc));
+    }
 
     const int tid = threadIdx.x;
     const int lane = tid & 31, warp = tid >> 5;
@@ -153,6 +187,7 @@ sgemm(int M, int N, int K, float alpha, const float* __restrict__ A, int lda, co
     const int a_col = warp_m + lm * 4;  // + i * 16
     const int b_col = warp_n + ln * 4;  // + j * 32
 
+    const bool a_vec = (lda % 4 == 0) && ((reinterpret_cast<unsigned long long>(A) & 15) == 0);
     const bool b_vec = (ldb % 4 == 0) && ((reinterpret_cast<unsigned long long>(B) & 15) == 0);
     const int k_tiles = (K + BK - 1) / BK;
 
@@ -183,42 +218,89 @@ sgemm(int M, int N, int K, float alpha, const float* __restrict__ A, int lda, co
         }
     };
 
-    // Element coordinates of this thread's copies (same for every K step). e = tid + i * THREADS, so
-    // e % 8 = tid % 8 and e / 8 = tid / 8 + i * (THREADS / 8): with BM a multiple of THREADS / 8 the copy i is
-    // row tid/8 + (i % A_PASSES) * (THREADS/8) of k-run i / A_PASSES -- compile-time offsets from one base.
-    constexpr int A_ROWS_PER_PASS = THREADS / 8;
-    constexpr int A_PASSES = BM / A_ROWS_PER_PASS;
-    static_assert(BM % A_ROWS_PER_PASS == 0, "BM must be a multiple of threads / 8 (rows covered by one A copy pass)");
-    const int a_m = tid / 8, a_k = tid % 8;
-    auto a_coord = [&](int i, int& m, int& k) {
-        m = a_m + (i % A_PASSES) * A_ROWS_PER_PASS;
-        k = (i / A_PASSES) * 8 + a_k;
+    // ---- A copy coordinates (the same every K step) ------------------------------------------------------
+    // A_VEC = 1: chunk c = tid + i * THREADS is the float4 A[m][k .. k+3] with r = c / 2, m = r % BM,
+    //   k = (r / BM) * 8 + (c % 2) * 4: a warp reads 16 rows x 32 bytes (one sector per row) and stores the four
+    //   floats transposed, As[k+q][m]: lanes hit m = 16 consecutive rows at k and k+4 (conflict-free when the
+    //   row stride is 4 mod 32 floats, e.g. BM = 128 with PAD 4).
+    // A_VEC = 0: element e = tid + i * THREADS, r = e / 8, m = r % BM, k = (r / BM) * 8 + e % 8 (4-byte cp.async).
+    constexpr int A_LANE_K = A_VEC ? 2 : 8;                  // threads along one 8-deep k run of a row
+    constexpr int A_ITEMS = A_VEC ? BM * BK / 4 / THREADS : BM * BK / THREADS;  // copies per thread per stage
+    constexpr int A_ROWS_PER_PASS = THREADS / A_LANE_K;      // rows one copy index covers
+    static_assert(BM % A_ROWS_PER_PASS == 0 || A_ROWS_PER_PASS % BM == 0,
+                  "BM and threads/8 (threads/2 with A_VEC) must divide one another (A copy passes)");
+    constexpr int A_PASSES = BM % A_ROWS_PER_PASS == 0 ? BM / A_ROWS_PER_PASS : 1;  // copies per k run
+    constexpr int A_RUNS_PER_PASS = BM % A_ROWS_PER_PASS == 0 ? 1 : A_ROWS_PER_PASS / BM;
+    const int a_m = (tid / A_LANE_K) % BM;
+    const int a_k = (tid / A_LANE_K) / BM * 8 + (tid % A_LANE_K) * (A_VEC ? 4 : 1);
+    // copy i: row a_m + a_moff(i), column a_k + a_koff(i) (compile-time offsets)
+    auto a_moff = [](int i) { return (i % A_PASSES) * (BM % A_ROWS_PER_PASS == 0 ? A_ROWS_PER_PASS : 0); };
+    auto a_koff = [](int i) { return (i / A_PASSES) * A_RUNS_PER_PASS * 8; };
+    const float* a_src = A + (long long)(m0 + a_m) * lda + a_k;  // + k0 + a_moff(i) * lda + a_koff(i)
+
+    // ---- B copy coordinates: chunk c = tid + j * THREADS, k = c / (BN/4), n = (c % (BN/4)) * 4 ------------
+    const int b_k = tid / (BN / 4), b_n = (tid % (BN / 4)) * 4;
+    static_assert(THREADS % (BN / 4) == 0, "threads must be a multiple of BN/4 (whole B rows per copy pass)");
+    auto b_koff = [](int j) { return j * (THREADS / (BN / 4)); };
+
+    // A tile kt -> registers (A_VEC): unmasked float4 loads for whole tiles, masked loads on the edges.
+    float4 ra[A_VEC ? A_ITEMS : 1];
+    auto load_a = [&](int kt) {
+        const int k0 = kt * BK;
+        {
+#pragma unroll
+            for (int i = 0; i < A_ITEMS; ++i) {
+                const int m = m0 + a_m + a_moff(i), k = k0 + a_k + a_koff(i);
+                const float* p = A + (long long)m * lda + k;
+                const bool row = m < M;
+                if (a_vec && row && k + 3 < K) {
+                    ra[i] = *reinterpret_cast<const float4*>(p);
+                } else {
+                    ra[i].x = (row && k < K) ? p[0] : 0.f;
+                    ra[i].y = (row && k + 1 < K) ? p[1] : 0.f;
+                    ra[i].z = (row && k + 2 < K) ? p[2] : 0.f;
+                    ra[i].w = (row && k + 3 < K) ? p[3] : 0.f;
+                }
+            }
+        }
     };
-    const float* a_base = A + (long long)(m0 + a_m) * lda + a_k;  // + k0, + row/col offsets of copy i
-    const long long a_pass_stride = (long long)A_ROWS_PER_PASS * lda;
+    auto store_a = [&](float* as) {  // registers -> As[k .. k+3][m], transposed
+#pragma unroll
+        for (int i = 0; i < A_ITEMS; ++i) {
+            const int m = a_m + a_moff(i), k = a_k + a_koff(i);
+            as[LA::offset(k, m)] = ra[i].x;
+            as[LA::offset(k + 1, m)] = ra[i].y;
+            as[LA::offset(k + 2, m)] = ra[i].z;
+            as[LA::offset(k + 3, m)] = ra[i].w;
+        }
+    };
 
     if constexpr (CP_ASYNC) {
+        // issue(kt, slot): B tile kt by 16-byte cp.async (4-byte on unaligned B); A tile kt by 4-byte cp.async
+        // (A_VEC = 0) or into registers (A_VEC = 1: store_a writes them to the slot after this step's math).
         auto issue = [&](int kt, int slot) {
             const int k0 = kt * BK;
-            float* as = As(slot);
             float* bs = Bs(slot);
+            if constexpr (A_VEC) {
+                load_a(kt);
+            } else {
+                float* as = As(slot);
 #pragma unroll
-            for (int i = 0; i < A_PER_THREAD; ++i) {
-                int m, k;
-                a_coord(i, m, k);
-                const bool ok = (m0 + m < M) && (k0 + k < K);
-                const float* src = a_base + (i % A_PASSES) * a_pass_stride + (k0 + (i / A_PASSES) * 8);
-                smemtile::cp_async_4(as + LA::offset(k, m), ok ? src : A, ok ? 4 : 0);
+                for (int i = 0; i < A_ITEMS; ++i) {
+                    const int m = a_m + a_moff(i), k = a_k + a_koff(i);
+                    const bool ok = (m0 + m < M) && (k0 + k < K);
+                    const float* src = a_src + (long long)a_moff(i) * lda + (k0 + a_koff(i));
+                    smemtile::cp_async_4(as + LA::offset(k, m), ok ? src : A, ok ? 4 : 0);
+                }
             }
             if (b_vec) {
 #pragma unroll
-                for (int i = 0; i < B_VEC_PER_THREAD; ++i) {
-                    const int c = tid + i * THREADS;
-                    const int k = c / (BN / 4), n = (c % (BN / 4)) * 4;
-                    const int left = (k0 + k < K) ? N - (n0 + n) : 0;
+                for (int j = 0; j < B_VEC_PER_THREAD; ++j) {
+                    const int k = b_k + b_koff(j);
+                    const int left = (k0 + k < K) ? N - (n0 + b_n) : 0;
                     const int bytes = left >= 4 ? 16 : (left > 0 ? left * 4 : 0);
-                    const float* src = bytes ? B + (long long)(k0 + k) * ldb + (n0 + n) : B;
-                    smemtile::cp_async_16(bs + LB::offset(k, n), src, bytes);
+                    const float* src = bytes ? B + (long long)(k0 + k) * ldb + (n0 + b_n) : B;
+                    smemtile::cp_async_16(bs + LB::offset(k, b_n), src, bytes);
                 }
             } else {
 #pragma unroll
@@ -232,46 +314,92 @@ sgemm(int M, int N, int K, float alpha, const float* __restrict__ A, int lda, co
             }
         };
 
+        // Unmasked copies (tiles kt < fast_end): every K tile but a partial last one, when A and B are 16-byte
+        // aligned. Edge rows of A are clamped to row M-1 and B chunks past column N are zero-filled or, when
+        // wholly outside, read column 0: those values only reach rows >= M / columns >= N of C, never stored.
+        // The pointers advance one K tile per issue, starting at tile STAGES-1 (the prologue issues 0..STAGES-2).
+        const int fast_end = (A_VEC && a_vec && b_vec) ? K / BK : 0;
+        const float* a_next[A_PASSES];
+#pragma unroll
+        for (int p = 0; p < A_PASSES; ++p)
+            a_next[p] = A + (long long)min(m0 + a_m + a_moff(p), M - 1) * lda + a_k + (STAGES - 1) * BK;
+        const int b_left = N - (n0 + b_n);  // columns this thread's chunks keep (same for every j)
+        const int b_bytes = b_left >= 4 ? 16 : (b_left > 0 ? b_left * 4 : 0);
+        const float* b_next = B + (long long)(b_k + (STAGES - 1) * BK) * ldb + (b_bytes ? n0 + b_n : 0);
+        const long long b_step = (long long)BK * ldb;
+        auto issue_fast = [&](int slot) {
+            float* bs = Bs(slot);
+#pragma unroll
+            for (int i = 0; i < A_ITEMS; ++i)
+                ra[i] = *reinterpret_cast<const float4*>(a_next[i % A_PASSES] + a_koff(i));
+#pragma unroll
+            for (int j = 0; j < B_VEC_PER_THREAD; ++j)
+                smemtile::cp_async_16(bs + LB::offset(b_k + b_koff(j), b_n), b_next + (long long)b_koff(j) * ldb, b_bytes);
+#pragma unroll
+            for (int p = 0; p < A_PASSES; ++p) a_next[p] += BK;
+            b_next += b_step;
+        };
+
         // Prologue: STAGES-1 tiles in flight, one group each.
 #pragma unroll
         for (int s = 0; s < STAGES - 1; ++s) {
-            if (s < k_tiles) issue(s, s);
+            if (s < k_tiles) {
+                issue(s, s);
+                if constexpr (A_VEC) store_a(As(s));
+            }
             smemtile::cp_async_commit();
         }
         int read_slot = 0, write_slot = STAGES - 1;
-        for (int kt = 0; kt < k_tiles; ++kt) {
+        int kt = 0;
+        for (; kt + STAGES - 1 < fast_end; ++kt) {  // steady state: unmasked, a tile issued every step
             smemtile::cp_async_wait<STAGES - 2>();  // tile kt (this thread's copies) has landed
             __syncthreads();                        // all copies landed; slot write_slot no longer read
-            if (kt + STAGES - 1 < k_tiles) issue(kt + STAGES - 1, write_slot);
+            issue_fast(write_slot);
             smemtile::cp_async_commit();
             compute(As(read_slot), Bs(read_slot));
+            store_a(As(write_slot));  // read from step kt + STAGES - 1 on, after later barriers
+            read_slot = (read_slot + 1 == STAGES) ? 0 : read_slot + 1;
+            write_slot = (write_slot + 1 == STAGES) ? 0 : write_slot + 1;
+        }
+        for (; kt < k_tiles; ++kt) {  // the rest: masked copies (partial K tile, unaligned A or B), drain
+            smemtile::cp_async_wait<STAGES - 2>();  // tile kt (this thread's copies) has landed
+            __syncthreads();                        // all copies landed; slot write_slot no longer read
+            const bool more = kt + STAGES - 1 < k_tiles;
+            if (more) issue(kt + STAGES - 1, write_slot);
+            smemtile::cp_async_commit();
+            compute(As(read_slot), Bs(read_slot));
+            if constexpr (A_VEC) {
+                if (more) store_a(As(write_slot));
+            }
             read_slot = (read_slot + 1 == STAGES) ? 0 : read_slot + 1;
             write_slot = (write_slot + 1 == STAGES) ? 0 : write_slot + 1;
         }
         smemtile::cp_async_wait<0>();
     } else {
-        float ra[A_PER_THREAD];
+        float rs[A_VEC ? 1 : A_ITEMS];  // A elements (A_VEC = 0)
         float4 rb[B_VEC_PER_THREAD];
         float rbs[B_PER_THREAD];
         auto load = [&](int kt) {
             const int k0 = kt * BK;
+            if constexpr (A_VEC) {
+                load_a(kt);
+            } else {
 #pragma unroll
-            for (int i = 0; i < A_PER_THREAD; ++i) {
-                int m, k;
-                a_coord(i, m, k);
-                ra[i] = (m0 + m < M && k0 + k < K) ? a_base[(i % A_PASSES) * a_pass_stride + k0 + (i / A_PASSES) * 8] : 0.f;
+                for (int i = 0; i < A_ITEMS; ++i) {
+                    const int m = a_m + a_moff(i), k = a_k + a_koff(i);
+                    rs[i] = (m0 + m < M && k0 + k < K) ? a_src[(long long)a_moff(i) * lda + k0 + a_koff(i)] : 0.f;
+                }
             }
             if (b_vec) {
 #pragma unroll
-                for (int i = 0; i < B_VEC_PER_THREAD; ++i) {
-                    const int c = tid + i * THREADS;
-                    const int k = c / (BN / 4), n = (c % (BN / 4)) * 4;
-                    const float* src = B + (long long)(k0 + k) * ldb + (n0 + n);
-                    const int left = (k0 + k < K) ? N - (n0 + n) : 0;
+                for (int j = 0; j < B_VEC_PER_THREAD; ++j) {
+                    const int k = b_k + b_koff(j);
+                    const float* src = B + (long long)(k0 + k) * ldb + (n0 + b_n);
+                    const int left = (k0 + k < K) ? N - (n0 + b_n) : 0;
                     if (left >= 4) {
-                        rb[i] = *reinterpret_cast<const float4*>(src);
+                        rb[j] = *reinterpret_cast<const float4*>(src);
                     } else {
-                        rb[i] = make_float4(left > 0 ? src[0] : 0.f, left > 1 ? src[1] : 0.f, left > 2 ? src[2] : 0.f, 0.f);
+                        rb[j] = make_float4(left > 0 ? src[0] : 0.f, left > 1 ? src[1] : 0.f, left > 2 ? src[2] : 0.f, 0.f);
                     }
                 }
             } else {
@@ -286,19 +414,16 @@ sgemm(int M, int N, int K, float alpha, const float* __restrict__ A, int lda, co
         auto store = [&](int slot) {
             float* as = As(slot);
             float* bs = Bs(slot);
+            if constexpr (A_VEC) {
+                store_a(as);
+            } else {
 #pragma unroll
-            for (int i = 0; i < A_PER_THREAD; ++i) {
-                int m, k;
-                a_coord(i, m, k);
-                as[LA::offset(k, m)] = ra[i];
+                for (int i = 0; i < A_ITEMS; ++i) as[LA::offset(a_k + a_koff(i), a_m + a_moff(i))] = rs[i];
             }
             if (b_vec) {
 #pragma unroll
-                for (int i = 0; i < B_VEC_PER_THREAD; ++i) {
-                    const int c = tid + i * THREADS;
-                    const int k = c / (BN / 4), n = (c % (BN / 4)) * 4;
-                    *reinterpret_cast<float4*>(bs + LB::offset(k, n)) = rb[i];
-                }
+                for (int j = 0; j < B_VEC_PER_THREAD; ++j)
+                    *reinterpret_cast<float4*>(bs + LB::offset(b_k + b_koff(j), b_n)) = rb[j];
             } else {
 #pragma unroll
                 for (int i = 0; i < B_PER_THREAD; ++i) {
@@ -323,7 +448,22 @@ sgemm(int M, int N, int K, float alpha, const float* __restrict__ A, int lda, co
         }
     }
 
-    // Epilogue: C = alpha * acc + beta * C, float4 where the row is aligned and whole.
+    // Epilogue: C = alpha * acc + beta * C, float4 where the row is aligned and whole. Split K: every slice
+    // adds alpha * acc with atomics (beta is ignored: the caller scales C by beta, or zeroes it, beforehand).
+    if constexpr (SPLIT_K > 1) {
+#pragma unroll
+        for (int i = 0; i < TM; ++i) {
+            const int m = m0 + a_col + (i / 4) * 16 + (i % 4);
+            if (m >= M) continue;
+            float* crow = C + (long long)m * ldc;
+#pragma unroll
+            for (int j = 0; j < TN; ++j) {
+                const int n = n0 + b_col + (j / 4) * 32 + (j % 4);
+                if (n < N) atomicAdd(crow + n, alpha * acc[i][j]);
+            }
+        }
+        return;
+    }
     const bool c_vec = (ldc % 4 == 0) && ((reinterpret_cast<unsigned long long>(C) & 15) == 0);
 #pragma unroll
     for (int i = 0; i < TM; ++i) {

@@ -13,12 +13,33 @@
 //              TILE = 32. PAD = 1 (stride TILE + 1) or Swizzle<5,0,5> (col ^= row) makes both phases conflict-free.
 // Global accesses are coalesced in both phases (consecutive tx -> consecutive addresses). Edges are masked.
 //
+// Vector path (V = VEC elements per global access; VEC = 0 picks the widest of at most 16 bytes that fits the
+// tile, transpose_auto_vec: 4 for fp32, 8 for fp16 with TILE = 64; VEC = 1 is the scalar path only): whole tiles move V * sizeof(T) bytes per global load and store when rows and cols
+// are multiples of V and both pointers are V-aligned (checked at run time; edge tiles and other shapes take the
+// scalar path above). A warp covers 4 tile rows x 8 vectors (8 lanes per row: 128 contiguous bytes per row
+// with float4); warp block b = warp + i * warps, i < TILE*TILE / (32 * V * warps):
+//     row = (b / (TILE/V/8)) * 4 + lane / 8,   vcol = (b % (TILE/V/8)) * 8 + lane % 8
+//     phase 1: v = in[y0 + row][x0 + vcol*V ..];   tile (row, vcol*V + e) = v[e]      (V scalar stores)
+//     phase 2: v[e] = tile (vcol*V + e, row);       out[x0 + row][y0 + vcol*V ..] = v (V scalar loads)
+// fp32 with PAD = 1 (row stride 1 mod 32 words): lanes hit bank (row + 4*vcol + e) mod 32 in both phases, so
+// both are conflict-free.
+//
 // Shared memory (static, bytes) = TILE * (TILE + PAD) * sizeof(T).
 // Launch: grid = (ceil(cols / TILE), ceil(rows / TILE)), block = (TILE, BLOCK_ROWS).
 #include "smem_layout.cuh"
 
+namespace smemtile {
+// VEC = 0: the widest vector of at most 16 bytes whose 4 x 8-vector warp blocks tile the TILE x TILE tile
+// evenly over the block's warps (1 = the scalar path only).
+__host__ __device__ constexpr int transpose_auto_vec(int elem_bytes, int tile, int warps) {
+    int v = elem_bytes < 16 ? 16 / elem_bytes : 1;
+    while (v > 1 && ((tile / v) % 8 != 0 || warps < 1 || ((tile / 4) * (tile / v / 8)) % warps != 0)) v /= 2;
+    return v;
+}
+}  // namespace smemtile
+
 template <typename T = float, int TILE = 64, int BLOCK_ROWS = 4, int PAD = 1, int SWZ_B = 0, int SWZ_M = 0,
-          int SWZ_S = 0>
+          int SWZ_S = 0, int VEC = 0>
 __global__ void __launch_bounds__(TILE * BLOCK_ROWS)
 transpose(const T* __restrict__ in, T* __restrict__ out, int rows, int cols) {
     static_assert(sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4 || sizeof(T) == 8,
@@ -32,6 +53,50 @@ transpose(const T* __restrict__ in, T* __restrict__ out, int rows, int cols) {
 
     const int tx = threadIdx.x, ty = threadIdx.y;
     const int x0 = blockIdx.x * TILE, y0 = blockIdx.y * TILE;
+
+    constexpr int V = VEC ? VEC : smemtile::transpose_auto_vec(int(sizeof(T)), TILE, TILE * BLOCK_ROWS / 32);
+    if constexpr (V > 1) {
+        static_assert(V == 2 || V == 4 || V == 8, "VEC must be 0 (16 bytes), 1, 2, 4 or 8 elements per access");
+        static_assert(V * sizeof(T) <= 16, "a vector access moves at most 16 bytes");
+        static_assert((TILE / V) % 8 == 0, "TILE/V must be a multiple of 8 (8 lanes along a tile row)");
+        constexpr int WARPS = TILE * BLOCK_ROWS / 32;
+        constexpr int CG = TILE / V / 8;    // 8-vector column groups per tile row
+        constexpr int WB = (TILE / 4) * CG;  // warp blocks of 4 rows x 8 vectors
+        static_assert(TILE * BLOCK_ROWS % 32 == 0 && WB % WARPS == 0, "the warps must share the tile's warp blocks evenly");
+        struct alignas(V * sizeof(T)) Vec { T e[V]; };
+        const bool vec_ok = (rows % V == 0) && (cols % V == 0) &&
+                            ((reinterpret_cast<unsigned long long>(in) | reinterpret_cast<unsigned long long>(out)) %
+                                 (V * sizeof(T)) == 0) &&
+                            (y0 + TILE <= rows) && (x0 + TILE <= cols);
+        if (vec_ok) {
+            const int lin = ty * TILE + tx;
+            const int lane = lin & 31, warp = lin >> 5;
+            Vec v[WB / WARPS];
+#pragma unroll
+            for (int i = 0; i < WB / WARPS; ++i) {  // all loads first: WB/WARPS vectors in flight per thread
+                const int b = warp + i * WARPS;
+                const int row = (b / CG) * 4 + lane / 8, vcol = (b % CG) * 8 + lane % 8;
+                v[i] = *reinterpret_cast<const Vec*>(in + (long long)(y0 + row) * cols + x0 + vcol * V);
+            }
+#pragma unroll
+            for (int i = 0; i < WB / WARPS; ++i) {
+                const int b = warp + i * WARPS;
+                const int row = (b / CG) * 4 + lane / 8, col = ((b % CG) * 8 + lane % 8) * V;
+#pragma unroll
+                for (int e = 0; e < V; ++e) tile[L::offset(row, col + e)] = v[i].e[e];
+            }
+            __syncthreads();
+#pragma unroll
+            for (int i = 0; i < WB / WARPS; ++i) {
+                const int b = warp + i * WARPS;
+                const int row = (b / CG) * 4 + lane / 8, col = ((b % CG) * 8 + lane % 8) * V;
+#pragma unroll
+                for (int e = 0; e < V; ++e) v[i].e[e] = tile[L::offset(col + e, row)];
+                *reinterpret_cast<Vec*>(out + (long long)(x0 + row) * rows + y0 + col) = v[i];
+            }
+            return;
+        }
+    }
 
 #pragma unroll
     for (int j = 0; j < TILE; j += BLOCK_ROWS) {
