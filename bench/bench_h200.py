@@ -41,18 +41,16 @@ SGEMM_SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (4095, 4097, 1023), (64,
 SKINNY = (64, 8192, 4096)
 # Alternatives timed with --variants: (label, params, layouts or None for the default's, shapes or None = all).
 # The first entry is the contract's default.
+T128 = {"BM": 128, "TM": 8}  # the 128 x 128 tile, 8 x 8 per thread
 SGEMM_VARIANTS = [
     ("default", {}, None, None),
-    ("BK16 S3", {"BK": 16, "STAGES": 3}, None, None),
-    ("128x256 TN16 S3 MB1", {"BN": 256, "TN": 16, "STAGES": 3, "MIN_BLOCKS": 1}, None, None),
-    ("128x256 TN16 S4 MB1", {"BN": 256, "TN": 16, "STAGES": 4, "MIN_BLOCKS": 1}, None, None),
-    ("128x256 TN16 BK16 S3 MB1", {"BN": 256, "TN": 16, "BK": 16, "STAGES": 3, "MIN_BLOCKS": 1}, None, None),
-    ("256x128 TM16 S3 MB1", {"BM": 256, "TM": 16, "STAGES": 3, "MIN_BLOCKS": 1}, None, None),
-    ("A_VEC0 BK8 S4 (previous)", {"BK": 8, "STAGES": 4, "A_VEC": 0}, None, None),
-    ("64x128 SK2 MB3", {"BM": 64, "SPLIT_K": 2, "MIN_BLOCKS": 3}, None, [SKINNY]),
-    ("64x128 SK4 MB3", {"BM": 64, "SPLIT_K": 4, "MIN_BLOCKS": 3}, None, [SKINNY]),
-    ("64x128 SK4 MB4", {"BM": 64, "SPLIT_K": 4, "MIN_BLOCKS": 4}, None, [SKINNY]),
-    ("64x128 SK8 MB4", {"BM": 64, "SPLIT_K": 8, "MIN_BLOCKS": 4}, None, [SKINNY]),
+    ("256x128 TM16 S2 MB1", {"STAGES": 2}, None, None),
+    ("256x128 TM16 S4 MB1", {"STAGES": 4}, None, None),
+    ("128x256 TN16 S3 MB1", {**T128, "BN": 256, "TN": 16}, None, None),
+    ("128x128 BK8 S2 MB2", {**T128, "STAGES": 2, "MIN_BLOCKS": 2}, None, None),
+    ("128x128 BK8 S4 A_VEC0 (before)", {**T128, "STAGES": 4, "MIN_BLOCKS": 2, "A_VEC": 0}, None, None),
+    ("64x128 SK4 MB3", {**T128, "BM": 64, "STAGES": 2, "SPLIT_K": 4, "MIN_BLOCKS": 3}, None, [SKINNY]),
+    ("64x128 SK8 MB4", {**T128, "BM": 64, "STAGES": 2, "SPLIT_K": 8, "MIN_BLOCKS": 4}, None, [SKINNY]),
 ]
 TRANSPOSE_VARIANTS = [
     ("default", {}, None),

@@ -11,6 +11,9 @@ from smemtile.codegen import FAMILIES, ContractViolation, configure
 from smemtile.codegen.analysis import bank_table
 from smemtile.codegen.contract import TileLayout
 
+# the 128 x 128 x 8 tile, 8 x 8 per thread, 2 blocks/SM (the sample's; the family default is 256 x 128, 16 x 8)
+SG128 = {"BM": 128, "TM": 8, "MIN_BLOCKS": 2}
+
 
 def test_families_registered():
     assert set(FAMILIES) == {"sgemm", "transpose", "stencil2d"}
@@ -22,7 +25,7 @@ def test_families_registered():
     ("family", "params", "layouts", "arch", "needle"),
     [
         ("sgemm", {"BM": 100}, {}, "sm_90", "BM=100 must be"),  # warp tile does not fit
-        ("sgemm", {"TM": 4}, {}, "sm_90", "do not split evenly over 512 threads"),
+        ("sgemm", {"TM": 4}, {}, "sm_90", "do not split evenly over 1024 threads"),
         ("sgemm", {"CP_ASYNC": 1}, {}, "sm_75", "cp.async needs sm_80"),
         ("sgemm", {"STAGES": 1}, {}, "sm_90", "at least 2 stages"),
         ("sgemm", {"BK": 32, "STAGES": 8}, {"As": {"pad": 4}}, "sm_86", "exceeds the sm_86 opt-in limit"),
@@ -47,7 +50,7 @@ def test_contract_violations_refused(family, params, layouts, arch, needle):
 
 
 def test_threads_must_cover_tile():
-    with pytest.raises(ContractViolation, match=r"BM\*BN = 16384 but threads\*TM\*TN = 8192"):
+    with pytest.raises(ContractViolation, match=r"BM\*BN = 32768 but threads\*TM\*TN = 16384"):
         configure("sgemm", {}, {}, "sm_90", threads=128)
     configure("sgemm", {}, {}, "sm_90", threads=256)
 
@@ -60,9 +63,9 @@ def test_sm75_defaults_to_register_double_buffering():
 @pytest.mark.parametrize(
     ("params", "pad_a", "expected"),
     [
-        ({}, 4, 2 * (8 * 132 + 8 * 128) * 4),  # default: BK 8, 2 stages
-        ({"BK": 16, "STAGES": 3}, 0, 3 * (16 * 128 + 16 * 128) * 4),
-        ({"BK": 16, "STAGES": 4}, 4, 4 * (16 * 132 + 16 * 128) * 4),
+        ({}, 4, 3 * (8 * 260 + 8 * 128) * 4),  # default: 256 x 128 x 8, 3 stages
+        ({"BK": 16, "STAGES": 3}, 0, 3 * (16 * 256 + 16 * 128) * 4),
+        ({"BK": 16, "STAGES": 4}, 4, 4 * (16 * 260 + 16 * 128) * 4),
     ],
 )
 def test_sgemm_smem_formula_and_launch(params, pad_a, expected):
@@ -70,7 +73,7 @@ def test_sgemm_smem_formula_and_launch(params, pad_a, expected):
     fam = FAMILIES["sgemm"]
     assert fam.smem_bytes(cfg) == expected
     launch = fam.launch(cfg)
-    assert launch.grid == (8 * 8, 1, 1) and launch.block == (256, 1, 1)
+    assert launch.grid == (4 * 8, 1, 1) and launch.block == (256, 1, 1)
     if expected <= 48 * 1024:
         assert (launch.static_smem_bytes, launch.dynamic_smem_bytes) == (expected, 0)
     else:
@@ -109,15 +112,16 @@ def test_bank_table_baseline_vs_fixed():
         lay = {"tile": {"pad": 1}}
         assert (degree("transpose", p, lay, "tile_read"), degree("transpose", p, lay, "tile_write")) == (1, 1)
     # A_VEC=1 (default): transposed 4-byte stores of a float4, 16 rows x 2 k per warp: 2-way when dense
-    assert degree("sgemm", {}, {}, "As_copy") == 2
-    assert degree("sgemm", {}, {"As": {"pad": 4}}, "As_copy") == 1
-    assert degree("sgemm", {}, {"As": {"swizzle": [3, 2, 5]}}, "As_copy") == 1
+    for tile in ({}, SG128):  # the default 256 x 128 tile and the 128 x 128 one
+        assert degree("sgemm", tile, {}, "As_copy") == 2
+        assert degree("sgemm", tile, {"As": {"pad": 4}}, "As_copy") == 1
+        for lay in ({}, {"As": {"pad": 4}}):
+            assert degree("sgemm", tile, lay, "As_read") == 1
+            assert degree("sgemm", tile, lay, "Bs_read") == 1
+    assert degree("sgemm", SG128, {"As": {"swizzle": [3, 2, 5]}}, "As_copy") == 1
     # A_VEC=0: 4-byte cp.async, 8 consecutive k of one m per quarter-warp: 8-way when dense
-    assert degree("sgemm", {"A_VEC": 0}, {}, "As_copy") == 8
-    assert degree("sgemm", {"A_VEC": 0}, {"As": {"pad": 4}}, "As_copy") == 1
-    for lay in ({}, {"As": {"pad": 4}}):
-        assert degree("sgemm", {}, lay, "As_read") == 1
-        assert degree("sgemm", {}, lay, "Bs_read") == 1
+    assert degree("sgemm", {**SG128, "A_VEC": 0}, {}, "As_copy") == 8
+    assert degree("sgemm", {**SG128, "A_VEC": 0}, {"As": {"pad": 4}}, "As_copy") == 1
 
 
 def test_tile_layout_from_model_layout():
@@ -207,7 +211,7 @@ def test_checklist_passes_for_the_shipped_pipeline():
         assert items[key].status == "pass", items[key]
     assert items["ring_index"].status == "pass"
     assert items["ncu"].status == "n/a"
-    assert "wait_group(0) with 2 stages" in items["wait_group"].reason
+    assert "wait_group(1) with 3 stages" in items["wait_group"].reason
 
 
 @pytest.mark.parametrize(
@@ -243,7 +247,7 @@ def test_sgemm_kernel_accesses_as_spec_agree_with_contract(lay):
     from smemtile.model.analysis import analyze_spec
     from smemtile.model.spec import spec_from_dict
 
-    cfg = configure("sgemm", {}, lay, "sm_90")
+    cfg = configure("sgemm", SG128, lay, "sm_90")
     fam = FAMILIES["sgemm"]
     accesses = []
     for a in fam.accesses(cfg):

@@ -75,6 +75,10 @@ def configure(
         else:
             allowed = ", ".join([*tparams, *problem])
             raise ContractViolation(f"{fam.name} has no parameter {k!r}; allowed: {allowed}", key=k)
+    if fam.name == "sgemm" and "MIN_BLOCKS" not in params:
+        # 2 blocks/SM (<= 128 registers with 256 threads) fit a thread tile of up to 64 accumulators; larger
+        # tiles (the default 16 x 8) need about 230 registers: 1 block/SM
+        tparams["MIN_BLOCKS"] = 2 if tparams["TM"] * tparams["TN"] <= 64 else 1
     cfg_layouts = {k: TileLayout.of(v) for k, v in (layouts or {}).items()}
     probe = KernelConfig(fam.name, tparams, cfg_layouts, arch, problem)
     for b in fam.buffers(probe):

@@ -269,7 +269,7 @@ def _one_block_reason(cfg, occ: dict) -> str | None:
     if cfg.family == "sgemm" and cfg.params.get("MIN_BLOCKS", 2) == 1:
         return (
             f"1 block/SM by design (MIN_BLOCKS=1): a {cfg.params['TM']}x{cfg.params['TN']} register tile per thread "
-            f"needs more than 128 registers here; {occ['active_warps']} warps/SM with 64 independent FMAs each keep "
-            "the FMA pipes busy"
+            f"needs more than 128 registers here; {occ['active_warps']} warps/SM with "
+            f"{cfg.params['TM'] * cfg.params['TN']} independent FMAs each keep the FMA pipes busy"
         )
     return None

@@ -3,8 +3,8 @@
 Spec mapping (YAML)::
 
     threads: 256                       # must equal (BM / (4*TM)) * (BN / (8*TN)) * 32
-    tile: {BM: 128, BN: 128, BK: 8}    # also TM, TN (default 8), GROUP_M (8), MIN_BLOCKS (2), A_VEC (1), SPLIT_K (1)
-    stages: 2                          # shared-memory ring depth (default 2; 2 without cp.async)
+    tile: {BM: 256, BN: 128, BK: 8}    # also TM (16), TN (8), GROUP_M (8), MIN_BLOCKS (1), A_VEC (1), SPLIT_K (1)
+    stages: 3                          # shared-memory ring depth (default 3; 2 without cp.async)
     buffers:
       - {name: As, dtype: f32, shape: [BK, BM], layout: {pad: 4}}    # A tile stored transposed: As[k][m]
       - {name: Bs, dtype: f32, shape: [BK, BN], layout: {pad: 0}}    # Bs[k][n]
@@ -14,14 +14,16 @@ The kernel's own accesses (As_copy, Bs_copy, As_read, Bs_read) are in :meth:`Sge
 expressions (``generate --json`` lists them under ``kernel_accesses``). The lanes of a warp form an interleaved
 4 (m) x 8 (n) grid: lm = ((lane>>1)&1) | ((lane>>2)&2), ln = (lane&1) | ((lane>>1)&2) | ((lane>>2)&4).
 
-Defaults (measured on the H200, bench/results/h200.json): BK 8, 2 stages, A_VEC 1 (float4 A loads into registers,
-transposed stores), 2 blocks/SM. MIN_BLOCKS defaults to 2 (at most 128 registers with 256 threads); when that
-spills, ``codegen.build`` recompiles with A_VEC=0 (4-byte cp.async for A, nothing held in registers), then with
-MIN_BLOCKS=1, each only where the spec left the parameter at its default, and says so.
+Defaults (the fastest measured on the H200, bench/results/h200.json): a 256 x 128 x 8 block tile of 16 x 8 per
+thread (256 threads, about 230 registers, MIN_BLOCKS 1: one block of 8 warps per SM), 3 stages, A_VEC 1 (float4
+A loads into registers, transposed stores). MIN_BLOCKS defaults to 2 for thread tiles of at most 64 accumulators
+(e.g. 8 x 8). At 128 registers (2 blocks of 256 threads) a few values may spill depending on stages and arch; ``codegen.build`` then recompiles
+with A_VEC=0 (4-byte cp.async for A, nothing held in registers), then with MIN_BLOCKS=1, each only where the spec
+left the parameter at its default, and says so.
 
 SPLIT_K > 1 (grid y) splits K: every slice adds alpha * its partial product into C with atomics and beta is not
-applied, so the caller sets C = beta * C (zero for beta = 0) first. For small M (e.g. 64 x 8192 x 4096: BM 64,
-SPLIT_K 4, MIN_BLOCKS 3) it fills the SMs that ceil(M/BM) * ceil(N/BN) blocks cannot.
+applied, so the caller sets C = beta * C (zero for beta = 0) first. For small M (e.g. 64 x 8192 x 4096: BM 64, TM 8,
+2 stages, SPLIT_K 4, MIN_BLOCKS 3) it fills the SMs that ceil(M/BM) * ceil(N/BN) blocks cannot.
 
 Shared memory per block = STAGES * (BK * (BM + pad_As) + BK * (BN + pad_Bs)) * 4 bytes.
 Launch: grid = (ceil(M/BM) * ceil(N/BN) (grouped by GROUP_M), SPLIT_K), block = threads,
@@ -63,15 +65,20 @@ class Sgemm(Family):
         "int ldc",
     )
     params = (
-        Param("BM", 128, None, "block tile rows (multiple of 4*TM)"),
+        Param("BM", 256, None, "block tile rows (multiple of 4*TM)"),
         Param("BN", 128, None, "block tile columns (multiple of 8*TN)"),
         Param("BK", 8, (8, 16, 32), "K step per stage (multiple of 8)"),
-        Param("TM", 8, (4, 8), "register tile rows per thread (multiple of 4)"),
+        Param("TM", 16, (4, 8, 16), "register tile rows per thread (multiple of 4)"),
         Param("TN", 8, (4, 8, 16), "register tile columns per thread (multiple of 4)"),
-        Param("STAGES", 2, None, "shared-memory stages (2..8); exactly 2 without cp.async"),
+        Param("STAGES", 3, None, "shared-memory stages (2..8); exactly 2 without cp.async"),
         Param("CP_ASYNC", 1, (0, 1), "cp.async pipeline (sm_80+); 0 = register double-buffering (sm_75)"),
         Param("GROUP_M", 8, None, "block rows per L2 group in the block order"),
-        Param("MIN_BLOCKS", 2, (1, 2, 3, 4), "__launch_bounds__ min blocks per SM (caps registers)"),
+        Param(
+            "MIN_BLOCKS",
+            1,
+            (1, 2, 3, 4),
+            "__launch_bounds__ min blocks per SM (caps registers); default 2 when TM*TN <= 64, else 1",
+        ),
         Param(
             "A_VEC",
             1,
