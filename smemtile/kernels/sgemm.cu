@@ -58,7 +58,8 @@
 // MaxDynamicSharedMemorySize) before launching. Launch: grid = (ceil(M/BM) * ceil(N/BN), SPLIT_K),
 // block = (BM/WM) * (BN/WN) * 32 threads.
 //
-// Registers: 256 threads with MIN_BLOCKS = 2 leave 128 per thread; the 8x8 tile's 64 accumulators, its
+// Registers: the default 16x8 thread tile (128 accumulators) needs about 227 registers: MIN_BLOCKS = 1, one block
+// of 8 warps per SM. An 8x8 tile with MIN_BLOCKS = 2 gets 128 per thread (256 threads); its 64 accumulators,
 // fragments and the A_VEC registers fit that exactly for BK = 8, STAGES = 2 on sm_90 (ptxas 13.0), while other
 // stage counts or archs may spill a few values (smemtile.codegen.build then falls back to A_VEC = 0, then to
 // MIN_BLOCKS = 1, for whatever the user left at its default).
@@ -106,9 +107,10 @@ __device__ __forceinline__ void cp_async_wait() {
 
 }  // namespace smemtile
 
-template <int BM = 128, int BN = 128, int BK = 8, int TM = 8, int TN = 8, int STAGES = 4, bool CP_ASYNC = true,
+// Defaults = the contract's (smemtile/codegen/sgemm.py), the fastest measured on the H200 (bench/NOTES.md).
+template <int BM = 256, int BN = 128, int BK = 8, int TM = 16, int TN = 8, int STAGES = 3, bool CP_ASYNC = true,
           int PAD_A = 4, int SWZ_A_B = 0, int SWZ_A_M = 0, int SWZ_A_S = 0,
-          int PAD_B = 0, int SWZ_B_B = 0, int SWZ_B_M = 0, int SWZ_B_S = 0, int GROUP_M = 8, int MIN_BLOCKS = 2,
+          int PAD_B = 0, int SWZ_B_B = 0, int SWZ_B_M = 0, int SWZ_B_S = 0, int GROUP_M = 8, int MIN_BLOCKS = 1,
           int A_VEC = 1, int SPLIT_K = 1>
 __global__ void __launch_bounds__(smemtile::SgemmShape<BM, BN, BK, TM, TN, STAGES, PAD_A, PAD_B>::kThreads, MIN_BLOCKS)
 sgemm(int M, int N, int K, float alpha, const float* __restrict__ A, int lda, const float* __restrict__ B, int ldb,
