@@ -265,6 +265,15 @@ class Sgemm(Family):
         )
         copy_op = "cp.async" if p["CP_ASYNC"] else "store"
         tid_e = "(warp*32+lane)"
+        # cp.async sources: byte offsets into row-major A (M x K) and B (K x N) of the first block's first K
+        # tile (later tiles shift by whole 32-byte runs). Which lanes' sources can be read together decides how
+        # the copy's shared-memory writes are grouped (smemtile.model.banks).
+        K, N = int(cfg.problem["K"]), int(cfg.problem["N"])
+        a_cp = copy_op == "cp.async" and not p.get("A_VEC", 1)
+        a_src = (a_col * K + a_row) * 4 if a_cp else None
+        b_src = (b_row * N + b_col) * 4 if copy_op == "cp.async" else None
+        a_rc = (f"(({tid_e} + i*THREADS)//8//BM)*8 + lane%8", f"(({tid_e} + i*THREADS)//8) % BM")
+        b_rc = (f"({tid_e} + j*THREADS)//(BN//4)", f"(({tid_e} + j*THREADS) % (BN//4))*4")
         return [
             Access(
                 "As_copy",
@@ -281,10 +290,12 @@ class Sgemm(Family):
                 }
                 if p.get("A_VEC", 1)
                 else {
-                    "row": f"(({tid_e} + i*THREADS)//8//BM)*8 + lane%8",
-                    "col": f"(({tid_e} + i*THREADS)//8) % BM",
+                    "row": a_rc[0],
+                    "col": a_rc[1],
+                    **({"source": f"({a_rc[1]}) * {K} + {a_rc[0]}"} if a_cp else {}),
                     "over": {"i": [0, "BM*BK//THREADS"]},
                 },
+                sources=a_src,
             ),
             Access(
                 "Bs_copy",
@@ -295,10 +306,12 @@ class Sgemm(Family):
                 b_col,
                 False,
                 {
-                    "row": f"({tid_e} + j*THREADS)//(BN//4)",
-                    "col": f"(({tid_e} + j*THREADS) % (BN//4))*4",
+                    "row": b_rc[0],
+                    "col": b_rc[1],
+                    **({"source": f"({b_rc[0]}) * {N} + {b_rc[1]}"} if b_src is not None else {}),
                     "over": {"j": [0, "BK*BN//4//THREADS"]},
                 },
+                sources=b_src,
             ),
             Access(
                 "As_read",
