@@ -314,8 +314,15 @@ class LoadedKernel:
             bufs["A"] = DeviceBuffer.from_array(inputs["A"])
             bufs["B"] = DeviceBuffer.from_array(inputs["B"])
             beta = float(q.get("beta", 0.0))
-            # beta = 0 must not read C: leave it poisoned so a stray read shows up as NaN.
-            bufs["C"] = DeviceBuffer.from_array(inputs["C"]) if beta != 0.0 else DeviceBuffer(m * n * 4)
+            split = int(self.cfg.params.get("SPLIT_K", 1)) > 1
+            if split:
+                # split K: every K slice adds alpha * its partial product into C with atomics, so C must hold
+                # beta * C (zeros for beta = 0) before the launch; the kernel ignores beta
+                c0 = inputs["C"] * np.float32(beta) if beta != 0.0 else np.zeros((m, n), np.float32)
+                bufs["C"] = DeviceBuffer.from_array(np.ascontiguousarray(c0, dtype=np.float32))
+            else:
+                # beta = 0 must not read C: leave it poisoned so a stray read shows up as NaN.
+                bufs["C"] = DeviceBuffer.from_array(inputs["C"]) if beta != 0.0 else DeviceBuffer(m * n * 4)
             args = [(m, INT), (n, INT), (k, INT), (float(q.get("alpha", 1.0)), F), (bufs["A"].addr, P), (k, INT),
                     (bufs["B"].addr, P), (n, INT), (beta, F), (bufs["C"].addr, P), (n, INT)]  # fmt: skip
             out = ("C", (m, n), np.dtype(np.float32))
@@ -337,7 +344,8 @@ class LoadedKernel:
         else:  # pragma: no cover - a new family needs its argument list here
             raise NotImplementedError(f"no launcher for kernel family {fam!r}")
         self._buffers, self._args, self._out = bufs, args, out
-        if not (fam == "sgemm" and float(q.get("beta", 0.0)) != 0.0):
+        reads_output = fam == "sgemm" and (float(q.get("beta", 0.0)) != 0.0 or self.cfg.params.get("SPLIT_K", 1) > 1)
+        if not reads_output:
             bufs[out[0]].poison()
 
     def launch(self, stream=0) -> None:
