@@ -56,6 +56,13 @@ CONFIGS = [
     ("transpose", {"TILE": 64, "BLOCK_ROWS": 8}, {"tile": {"swizzle": [5, 0, 6]}}, "T64 swizzle 5,0,6"),
     ("transpose", {"TILE": 32, "BLOCK_ROWS": 8, "dtype": "f16"}, {"tile": {"pad": 2}}, "f16 T32 pad2"),
     ("transpose", {"dtype": "f16"}, {"tile": {"pad": 2}}, "f16 T64 BR4 pad2"),
+    ("sgemm", {}, {"As": {"pad": 4}}, "default 256x128 16x8 S3 (A_VEC)"),
+    ("sgemm", {}, {}, "default dense As"),
+    ("sgemm", {"A_VEC": 0}, {"As": {"pad": 4}}, "default tile, 4-byte cp.async A copy"),
+    ("sgemm", {"BM": 64, "BN": 128, "TM": 8, "TN": 8, "STAGES": 2, "SPLIT_K": 4, "MIN_BLOCKS": 3},
+     {"As": {"pad": 4}}, "64x128 split K 4"),
+    ("transpose", {}, {"tile": {"pad": 1}}, "default (VEC) pad1"),
+    ("transpose", {"dtype": "f16"}, {}, "f16 default (VEC) dense"),
     ("stencil2d", {"R": 1}, {}, "R1 32x8"),
     ("stencil2d", {"R": 4}, {}, "R4 32x8"),
     ("stencil2d", {"R": 2, "BX": 16, "BY": 16}, {"tile": {"pad": 16}}, "R2 16x16 pad16"),
@@ -144,7 +151,10 @@ def _run_one(ld: Loaded, problem: dict, rng, torch, *, b_misaligned=False):
             db = torch.from_numpy(inputs["B"]).cuda()
             b_ptr = db.data_ptr()
         beta = float(q.get("beta", 0.0))
-        c0 = inputs["C"] if beta != 0.0 else np.full((m, n), np.nan, np.float32)  # beta = 0 must not read C
+        if cfg.params.get("SPLIT_K", 1) > 1:  # K slices add into C with atomics: C starts as beta * C
+            c0 = (inputs["C"] * np.float32(beta)).astype(np.float32)
+        else:
+            c0 = inputs["C"] if beta != 0.0 else np.full((m, n), np.nan, np.float32)  # beta = 0 must not read C
         dc = torch.from_numpy(c0.copy()).cuda()
         args = [
             (m, INT),

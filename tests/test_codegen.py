@@ -106,9 +106,15 @@ def test_bank_table_baseline_vs_fixed():
     assert degree("transpose", {"VEC": 1}, {}, "tile_read") == 32  # 64 x 4
     assert degree("transpose", {"VEC": 1}, {"tile": {"pad": 1}}, "tile_read") == 1
     assert degree("transpose", {"VEC": 1}, {"tile": {"swizzle": [5, 0, 6]}}, "tile_read") == 1
-    # default vector path (float4, 4 rows x 8 vectors per warp): 8 rows of one column group per read when dense
+    # default vector path (float4, 4 rows x 8 vectors per warp): 8 rows of one column group per read when dense;
+    # the write is one 16-byte store per float4 when the layout keeps float4s whole (dense: conflict-free,
+    # 4 wavefronts = 4 quarter-warp phases), else four 4-byte stores (pad 1)
     for p in ({}, {"TILE": 32, "BLOCK_ROWS": 8}):
-        assert (degree("transpose", p, {}, "tile_read"), degree("transpose", p, {}, "tile_write")) == (8, 4)
+        assert (degree("transpose", p, {}, "tile_read"), degree("transpose", p, {}, "tile_write")) == (8, 1)
+        widths = {a.name: a.width for a in FAMILIES["transpose"].accesses(configure("transpose", p, {}, "sm_90"))}
+        assert widths == {"tile_write": 16, "tile_read": 4}
+        padded = configure("transpose", p, {"tile": {"pad": 1}}, "sm_90")
+        assert {a.name: a.width for a in FAMILIES["transpose"].accesses(padded)} == {"tile_write": 4, "tile_read": 4}
         lay = {"tile": {"pad": 1}}
         assert (degree("transpose", p, lay, "tile_read"), degree("transpose", p, lay, "tile_write")) == (1, 1)
     # A_VEC=1 (default): transposed 4-byte stores of a float4, 16 rows x 2 k per warp: 2-way when dense

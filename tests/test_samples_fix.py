@@ -26,6 +26,8 @@ EXPECTED = {  # sample -> {access: worst wavefronts before}, {buffer: recommende
     "ldmatrix_f16.yaml": ({"a_frag": 32, "a_fill": 4}, {"As": "Swizzle<3,3,3>"}, True),
     "sgemm_float4.yaml": ({"As_copy": 11, "Bs_copy": 4, "As_read": 2, "Bs_read": 2},
                           {"As": "pad 4", "Bs": "row-major, no padding"}, True),
+    "sgemm_default.yaml": ({"As_copy": 2, "Bs_copy": 4, "As_read": 2, "Bs_read": 2},
+                           {"As": "pad 4", "Bs": "row-major, no padding"}, True),
     "stencil_halo.yaml": ({"halo_fill": 1, "halo_fill_tail": 1, "vertical_taps": 1}, {"tile": "row-major, no padding"},
                           True),
     "raw_addresses.yaml": ({"v4_stride2": 8, "ldsm": 32}, {}, None),

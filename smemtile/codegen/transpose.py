@@ -81,6 +81,15 @@ class Transpose(Family):
             v //= 2
         return v
 
+    def smem_run(self, cfg: KernelConfig) -> int:
+        """Elements per shared-memory store of the vector path's phase 1 (transpose_smem_run in transpose.cu):
+        the widest run of at most VEC elements the layout keeps contiguous and aligned."""
+        lay, v = cfg.layouts["tile"], self.vec(cfg)
+        w, stride = v, cfg.params["TILE"] + lay.pad
+        while w > 1 and (stride % w or (lay.swz_b and (1 << lay.swz_m) < w)):
+            w //= 2
+        return w
+
     def threads(self, p: dict[str, int]) -> int:
         return p["TILE"] * p["BLOCK_ROWS"]
 
@@ -159,16 +168,23 @@ class Transpose(Family):
                 f"(({wb}%(TILE//{vec}//8))*8 + lane%8)*{vec} + e",
             )
             over = {"i": [0, f"(TILE//4)*(TILE//{vec}//8)//(TILE*BLOCK_ROWS//32)"], "e": [0, vec]}
+            # phase 1 stores runs of w elements (one access each; w = vec when the layout keeps vectors whole)
+            w = self.smem_run(cfg)
+            runs = slice(None, None, w)
+            w_shape = (i.shape[0], vec // w, *tid.shape)
+            w_row = np.broadcast_to(row.reshape(shape)[:, runs], w_shape).reshape(-1, *tid.shape)
+            w_col = np.broadcast_to(col.reshape(shape)[:, runs], w_shape).reshape(-1, *tid.shape)
+            w_over = {"i": over["i"], "e": [0, vec, w]}
             return [
                 Access(
                     "tile_write",
                     "tile",
                     "store",
-                    width,
-                    row,
-                    col,
+                    width * w,
+                    w_row,
+                    w_col,
                     True,
-                    {"row": r_e, "col": c_e, "over": over},
+                    {"row": r_e, "col": c_e, "over": w_over},
                 ),
                 Access(
                     "tile_read", "tile", "load", width, col, row, True, {"row": c_e, "col": r_e, "over": over}

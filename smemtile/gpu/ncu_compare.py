@@ -272,7 +272,7 @@ def compare(cfg, rows: list[SassRow], metrics: dict[str, float]) -> dict:
         "model": sum(g["wavefronts"]["model"] for g in comparable) / blocks,
         "what": "shared-memory wavefronts per block, summed over the comparable instructions",
     }
-    totals = _totals(model, groups, metrics, reps, placeholders)
+    totals = _totals(model, groups, metrics, reps, placeholders, sass)
     for t in totals.values():
         if t.get("match") is not None:
             all_match &= t["match"]
@@ -298,9 +298,16 @@ def _totals(
     met: dict[str, float],
     reps: int,
     placeholders: dict[str, float],
+    sass: list | None = None,
 ) -> dict:
     """Kernel-level hardware counters vs the model, per direction. Instructions issued with no thread predicated
-    on (ptxas placeholders) are taken out of the measured instruction counts."""
+    on (ptxas placeholders) are taken out of the measured instruction counts.
+
+    With 16-byte cp.async.cg copies in the kernel, the store counter holds a few wavefronts that no SASS
+    instruction of the source view accounts for (H200: 54-98 per small sgemm launch, none in kernels without
+    them); those are reported as unattributed and the comparison uses the attributed ones."""
+    sass = sass or []
+    bypass = any(c.op == "cp.async" and c.bypass for _, c in sass)
 
     def model_sum(ops, invisible_ok=False):
         wf = inst = conf = 0
@@ -361,6 +368,15 @@ def _totals(
             )
         else:
             t["match"] = _close(inst, minst) and _close(wf, mwf)
+            attributed = sum(r.wavefronts or 0.0 for r, c in sass if c.op in ops)
+            extra = wf - attributed
+            if sass and bypass and extra > 0 and not t["match"]:
+                t["unattributed_wavefronts"] = extra
+                t["match"] = _close(inst, minst) and _close(attributed, mwf)
+                t["note"] = (
+                    f"{extra:.0f} wavefronts of this counter belong to no SASS instruction in the source view (seen "
+                    "only with cp.async.cg copies in the kernel); compared without them"
+                )
         if placeholders.get(name) or (name == "load" and placeholders.get("ldmatrix")):
             t["placeholders_left_out"] = placeholders.get(name, 0.0) + (
                 placeholders.get("ldmatrix", 0.0) if name == "load" else 0.0

@@ -19,8 +19,12 @@
 // scalar path above). A warp covers 4 tile rows x 8 vectors (8 lanes per row: 128 contiguous bytes per row
 // with float4); warp block b = warp + i * warps, i < TILE*TILE / (32 * V * warps):
 //     row = (b / (TILE/V/8)) * 4 + lane / 8,   vcol = (b % (TILE/V/8)) * 8 + lane % 8
-//     phase 1: v = in[y0 + row][x0 + vcol*V ..];   tile (row, vcol*V + e) = v[e]      (V scalar stores)
+//     phase 1: v = in[y0 + row][x0 + vcol*V ..];   tile (row, vcol*V + e) = v[e]      (V / W stores of W elements)
 //     phase 2: v[e] = tile (vcol*V + e, row);       out[x0 + row][y0 + vcol*V ..] = v (V scalar loads)
+// W = the widest run of at most V elements that the layout keeps contiguous and aligned (row stride a multiple
+// of W, swizzle granule of at least W elements): phase 1 stores each run as one W * sizeof(T)-byte access, so the
+// shared-memory instruction is exactly the one the bank analysis describes (dense fp32: W = 4, one 16-byte store;
+// PAD = 1: W = 1, four 4-byte stores). Phase 2 reads one element per row (a column), always scalar.
 // fp32 with PAD = 1 (row stride 1 mod 32 words): lanes hit bank (row + 4*vcol + e) mod 32 in both phases, so
 // both are conflict-free.
 //
@@ -36,6 +40,32 @@ __host__ __device__ constexpr int transpose_auto_vec(int elem_bytes, int tile, i
     while (v > 1 && ((tile / v) % 8 != 0 || warps < 1 || ((tile / 4) * (tile / v / 8)) % warps != 0)) v /= 2;
     return v;
 }
+// One st.shared of exactly BYTES bytes (inline PTX, so the compiler neither splits nor merges it: the
+// instruction is the one the bank analysis describes). dst must be BYTES-aligned.
+template <int BYTES>
+__device__ __forceinline__ void st_shared_bits(void* dst, const void* src) {
+    const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+    if constexpr (BYTES == 16) {
+        const uint4 v = *reinterpret_cast<const uint4*>(src);
+        asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(a), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+    } else if constexpr (BYTES == 8) {
+        const uint2 v = *reinterpret_cast<const uint2*>(src);
+        asm volatile("st.shared.v2.b32 [%0], {%1, %2};" ::"r"(a), "r"(v.x), "r"(v.y) : "memory");
+    } else if constexpr (BYTES == 4) {
+        asm volatile("st.shared.b32 [%0], %1;" ::"r"(a), "r"(*reinterpret_cast<const unsigned*>(src)) : "memory");
+    } else if constexpr (BYTES == 2) {
+        asm volatile("st.shared.b16 [%0], %1;" ::"r"(a), "h"(*reinterpret_cast<const unsigned short*>(src)) : "memory");
+    } else {
+        static_assert(BYTES == 1, "a shared-memory store moves 1, 2, 4, 8 or 16 bytes");
+        asm volatile("st.shared.b8 [%0], %1;" ::"r"(a), "r"(unsigned(*reinterpret_cast<const unsigned char*>(src))) : "memory");
+    }
+}
+// The widest run of at most v consecutive elements that a (stride, swizzle) layout keeps contiguous and aligned.
+__host__ __device__ constexpr int transpose_smem_run(int v, int stride, int swz_b, int swz_m) {
+    int w = v;
+    while (w > 1 && (stride % w != 0 || (swz_b != 0 && (1 << swz_m) < w))) w /= 2;
+    return w;
+}
 }  // namespace smemtile
 
 template <typename T = float, int TILE = 64, int BLOCK_ROWS = 4, int PAD = 1, int SWZ_B = 0, int SWZ_M = 0,
@@ -49,7 +79,7 @@ transpose(const T* __restrict__ in, T* __restrict__ out, int rows, int cols) {
     static_assert(TILE * BLOCK_ROWS <= 1024, "a block has at most 1024 threads: TILE * BLOCK_ROWS <= 1024");
     using L = smemtile::SmemTile<TILE, TILE, PAD, SWZ_B, SWZ_M, SWZ_S>;
     static_assert(L::kElems * sizeof(T) <= 48 * 1024, "the tile is static shared memory: at most 48 KiB");
-    __shared__ T tile[L::kElems];
+    __shared__ __align__(16) T tile[L::kElems];
 
     const int tx = threadIdx.x, ty = threadIdx.y;
     const int x0 = blockIdx.x * TILE, y0 = blockIdx.y * TILE;
@@ -78,12 +108,16 @@ transpose(const T* __restrict__ in, T* __restrict__ out, int rows, int cols) {
                 const int row = (b / CG) * 4 + lane / 8, vcol = (b % CG) * 8 + lane % 8;
                 v[i] = *reinterpret_cast<const Vec*>(in + (long long)(y0 + row) * cols + x0 + vcol * V);
             }
+            constexpr int W = smemtile::transpose_smem_run(V, L::kStride, SWZ_B, SWZ_M);
 #pragma unroll
             for (int i = 0; i < WB / WARPS; ++i) {
                 const int b = warp + i * WARPS;
                 const int row = (b / CG) * 4 + lane / 8, col = ((b % CG) * 8 + lane % 8) * V;
 #pragma unroll
-                for (int e = 0; e < V; ++e) tile[L::offset(row, col + e)] = v[i].e[e];
+                for (int e = 0; e < V; e += W) {
+                    // v[i] is aligned to V elements and e is a multiple of W: an aligned run of W elements
+                    smemtile::st_shared_bits<W * sizeof(T)>(&tile[L::offset(row, col + e)], &v[i].e[e]);
+                }
             }
             __syncthreads();
 #pragma unroll
