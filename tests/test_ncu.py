@@ -260,6 +260,17 @@ def test_default_sgemm_transposed_stores_match(variant, store_wf, unattributed):
     assert st["wavefronts"]["measured"] == 2048 * store_wf + unattributed
 
 
+def test_vector_transpose_writes_whole_float4s():
+    """The default transpose (float4 global accesses): with a dense tile each float4 goes to shared memory as one
+    16-byte store (STS.128, 4 quarter-warp wavefronts), measured and modelled alike; the column reads are 8-way."""
+    rows, _, met = load("transpose_32x32_vec_baseline")
+    d = C.compare(small_cfg("transpose_32x32", "baseline", pin=False), rows, met)
+    assert d["match"] is True
+    by = {i["access"]: i for i in d["instructions"]}
+    assert by["tile_write"]["opcode"] == "STS.128" and by["tile_write"]["wavefronts_per_instruction"] == 4
+    assert by["tile_read"]["wavefronts_per_instruction"] == 8 == by["tile_read"]["model_wavefronts_per_instruction"]
+
+
 def test_sgemm_fixed_matches_and_placeholders_are_left_out():
     rows, _, met = load("sgemm_float4_fixed")
     d = C.compare(small_cfg("sgemm_float4", "baseline", {"As": {"pad": 4}}), rows, met)
