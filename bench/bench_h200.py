@@ -62,8 +62,20 @@ F16_VARIANTS = [
     ("T64 BR4 VEC1 pad2 (previous)", {"TILE": 64, "BLOCK_ROWS": 4, "VEC": 1}, {"tile": {"pad": 2}}),
     ("T64 BR4 VEC8 pad1", {"TILE": 64, "BLOCK_ROWS": 4, "VEC": 8}, {"tile": {"pad": 1}}),
 ]
-# Without --variants: the default and, for the skinny shape, the split-K configuration the notes recommend.
-DEFAULT_SGEMM = ("default", "64x128 SK4 MB3")
+
+
+
+def tiles_top1(m: int, n: int, k: int, arch: str = "sm_90") -> dict:
+    """`smemtile tiles M N K` #1 as sgemm parameters: the tool's own recommendation for that shape."""
+    from smemtile.model.tiling import recommend
+
+    return recommend(m, n, k, "f32", arch).ranked[0].cfg.sgemm_params()
+
+
+SGEMM_VARIANTS.append(("tiles #1 for the skinny shape", tiles_top1(*SKINNY), None, [SKINNY]))
+# Without --variants: the default and, for the skinny shape, the split-K configuration the notes recommend
+# and the tile recommender's #1.
+DEFAULT_SGEMM = ("default", "64x128 SK4 MB3", "tiles #1 for the skinny shape")
 P, INT, F = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
 
 
@@ -407,7 +419,9 @@ def main() -> int:
     ap.add_argument("--variants", action="store_true", help="also time the alternative configurations")
     ap.add_argument("--rounds", type=int, default=5, help="alternating timing rounds per case")
     ap.add_argument("--only", help="comma-separated: sgemm, transpose, f16")
+    ap.add_argument("--shape", action="append", help="SGEMM shapes to run, MxNxK (repeatable; default all four)")
     args = ap.parse_args()
+    shapes = [tuple(int(x) for x in sh.split("x")) for sh in args.shape] if args.shape else SGEMM_SHAPES
     import torch
 
     torch.cuda.init()
@@ -426,7 +440,8 @@ def main() -> int:
     entries, checks = [], []
     if "sgemm" in only:
         var = SGEMM_VARIANTS if args.variants else [v for v in SGEMM_VARIANTS if v[0] in DEFAULT_SGEMM]
-        loaded, e = bench_sgemm(var, torch, arch, log, rounds=args.rounds, shapes=SGEMM_SHAPES)
+        var = [v for v in var if v[3] is None or any(sh in v[3] for sh in shapes)]
+        loaded, e = bench_sgemm(var, torch, arch, log, rounds=args.rounds, shapes=shapes)
         entries += e
         checks += small_checks(loaded, torch, log)
     if "transpose" in only:

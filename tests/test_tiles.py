@@ -197,3 +197,18 @@ def test_sizes_accept_k_suffix_and_auto_needs_a_gpu():
     assert make_problem("4K", "8K", "1K").m == 4096
     r = run_cli("tiles", "4K", "4K", "4K", "--arch", "auto", "--top", "1")
     assert r.returncode == (0 if gpu_available() else 3), r.stderr
+
+
+def test_skinny_problem_gets_split_k_and_square_does_not():
+    """Under one block per SM the recommender adds split K (64 x 8192 x 4096 on the H200: the #1 measured
+    0.865x cuBLAS, bench/results/h200_skinny_tiles.json); a 4096^3 grid is several waves and never splits."""
+    from smemtile.model.tiling import recommend
+
+    skinny = recommend(64, 8192, 4096, "f32", "sm_90")
+    top = skinny.ranked[0]
+    assert top.cfg.split_k > 1 and top.cfg.sgemm_params()["SPLIT_K"] == top.cfg.split_k
+    assert "splitk" in top.cfg.label and top.waves > 0.5
+    no_split = [s for s in skinny.ranked if s.cfg.split_k == 1]
+    assert no_split and top.tflops > no_split[0].tflops
+    square = recommend(4096, 4096, 4096, "f32", "sm_90")
+    assert all(s.cfg.split_k == 1 for s in square.ranked)

@@ -29,6 +29,11 @@ def sgemm_doc(m=512, n=512, k=256) -> dict:
     return doc
 
 
+def shape_label(p: dict) -> str:
+    """What NullRunner keys its failures by: the tile shape, including the split-K count."""
+    return f"{p.get('BM')}x{p.get('BN')}x{p.get('BK')} {p.get('TM')}x{p.get('TN')} s{p.get('STAGES')} k{p.get('SPLIT_K', 1)}"
+
+
 class NullRunner:
     """Measures nothing: a deterministic time from the tile shape (bigger register tiles are faster)."""
 
@@ -42,7 +47,7 @@ class NullRunner:
 
     def measure(self, cfg) -> dict:
         p = cfg.params
-        label = f"{p.get('BM')}x{p.get('BN')}x{p.get('BK')}"
+        label = shape_label(p)
         self.calls.append(label)
         if self.interrupt_at is not None and len(self.calls) == self.interrupt_at:
             raise KeyboardInterrupt
@@ -117,7 +122,8 @@ def test_sweep_summary_and_rank_correlation(tmp_path):
 def test_failures_are_skipped_with_reasons_and_only_deterministic_ones_cached(tmp_path):
     doc = sgemm_doc()
     _, _, cands = plan(doc, "s.yaml", top=4)
-    labels = [c.label.split()[0] for c in cands]
+    labels = [shape_label(c.params) for c in cands]
+    assert len(set(labels)) == len(labels)
     runner = NullRunner(
         fail={labels[0]: CompileError("ptxas: too many resources"), labels[1]: RuntimeError("launch")}
     )

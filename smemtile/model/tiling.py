@@ -39,6 +39,8 @@ from smemtile.model.tiling_gpus import AMD_ARCHS, GpuPeak, get_gpu, vendor_of
 DTYPE_BYTES = {"f32": 4, "tf32": 4, "f16": 2, "bf16": 2}
 GROUPS = (4, 8, 16)
 WARPS = (2, 4, 8)
+SPLITS = (2, 4, 8)  # sgemm SPLIT_K values tried when the grid is under one block per SM
+MIN_K_STEPS_PER_SLICE = 8  # a K slice keeps at least this many BK steps (the pipeline needs a few to fill)
 LAUNCH_S = 3e-6
 MEM_LATENCY_S = 600e-9
 OVERLAP = 0.15
@@ -92,22 +94,28 @@ class TileConfig:
     tn: int = 0
     min_blocks: int = 0
     waves_per_eu: int = 0  # AMD hint: the occupancy the model expects (waves per SIMD)
+    split_k: int = 1  # SIMT: K slices added into C with atomics (sgemm SPLIT_K), for grids under one wave
 
     def shape_key(self) -> tuple:
-        return (self.bm, self.bn, self.bk, self.warps, self.tm, self.tn)
+        return (self.bm, self.bn, self.bk, self.warps, self.tm, self.tn, self.split_k)
 
     @property
     def label(self) -> str:
         reg = f" {self.tm}x{self.tn}" if self.tm else ""
-        return f"{self.bm}x{self.bn}x{self.bk}{reg} w{self.warps} s{self.stages} g{self.group_m}"
+        split = f" splitk{self.split_k}" if self.split_k > 1 else ""
+        return f"{self.bm}x{self.bn}x{self.bk}{reg} w{self.warps} s{self.stages} g{self.group_m}{split}"
 
     def sgemm_params(self) -> dict:
         """Template parameters of the sgemm family (SIMT candidates only)."""
-        return {"BM": self.bm, "BN": self.bn, "BK": self.bk, "TM": self.tm, "TN": self.tn,
-                "STAGES": self.stages, "GROUP_M": self.group_m, "MIN_BLOCKS": self.min_blocks}  # fmt: skip
+        d = {"BM": self.bm, "BN": self.bn, "BK": self.bk, "TM": self.tm, "TN": self.tn,
+             "STAGES": self.stages, "GROUP_M": self.group_m, "MIN_BLOCKS": self.min_blocks}  # fmt: skip
+        if self.split_k > 1:
+            d["SPLIT_K"] = self.split_k
+        return d
 
     def to_dict(self) -> dict:
-        return {k: v for k, v in asdict(self).items() if v or k in ("bm", "bn", "bk", "warps", "stages")}
+        return {k: v for k, v in asdict(self).items()
+                if (v and not (k == "split_k" and v == 1)) or k in ("bm", "bn", "bk", "warps", "stages")}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -292,10 +300,14 @@ def candidates(p: Problem):
                         threads = bm * bn // (tm * tn)
                         if threads // 32 not in WARPS or threads % 32:
                             continue
+                        # split K only when the grid is under one block per SM (skinny problems)
+                        under = math.ceil(p.m / bm) * math.ceil(p.n / bn) < p.gpu.sms
                         for bk in (8, 16, 32):
+                            splits = [1] + [z for z in SPLITS if under and p.k >= z * bk * MIN_K_STEPS_PER_SLICE]
                             for s in stages:
                                 for g in GROUPS:
-                                    yield TileConfig(bm, bn, bk, threads // 32, s, g, tm, tn)
+                                    for z in splits:
+                                        yield TileConfig(bm, bn, bk, threads // 32, s, g, tm, tn, split_k=z)
         return
     if amd:
         bks, stages = (32, 64, 128), (1, 2, 3)

@@ -68,6 +68,8 @@ def spec_doc(p: Problem, s: Scored, total: int) -> dict:
                           {"name": "Bs", "dtype": "f32", "shape": ["BK", "BN"], "stages": c.stages}]  # fmt: skip
         doc["kernel"] = {"family": "sgemm", "M": p.m, "N": p.n, "K": p.k, "GROUP_M": c.group_m,
                          "MIN_BLOCKS": c.min_blocks}  # fmt: skip
+        if c.split_k > 1:  # the K slices add into C with atomics: C must hold beta * C first (verify does this)
+            doc["kernel"]["SPLIT_K"] = c.split_k
         doc["accesses"] = _sgemm_accesses(p, s)
         return doc
     wm = _warps_m(s)

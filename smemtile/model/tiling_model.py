@@ -234,9 +234,11 @@ def _dram_bytes(p: Problem, c: TileConfig, slots: int, group: int) -> float:
 
 def _score(p: Problem, c: TileConfig, r: dict, b: int, limiter: str, occ: float) -> Scored:
     g = p.gpu
-    gm, gn, kt = math.ceil(p.m / c.bm), math.ceil(p.n / c.bn), math.ceil(p.k / c.bk)
-    tiles = gm * gn
-    pad_eff = p.m * p.n * p.k / (gm * c.bm * gn * c.bn * kt * c.bk)
+    z = c.split_k
+    # split K: z slices of ceil(K / (BK z)) steps each run as separate blocks and add into C with atomics
+    gm, gn, kt = math.ceil(p.m / c.bm), math.ceil(p.n / c.bn), math.ceil(p.k / (c.bk * z))
+    tiles = gm * gn * z
+    pad_eff = p.m * p.n * p.k / (gm * c.bm * gn * c.bn * kt * c.bk * z)
     peak_sm = g.peak(p.dtype) * 1e12 / g.sms
     inner = _inner_eff(p, c, r)
     w_sat, x = (SIMT_W_SAT, SIMT_X) if p.simt else (MMA_W_SAT, MMA_X)
@@ -255,9 +257,11 @@ def _score(p: Problem, c: TileConfig, r: dict, b: int, limiter: str, occ: float)
     t_sm = full * b * t_tile / eff(b) + (rem * t_tile / eff(rem) if rem else 0.0)
     slots = g.sms * b
     waves = tiles / slots
-    dram = _dram_bytes(p, c, slots, c.group_m)
-    dram_ug = _dram_bytes(p, c, slots, 1)
-    l2 = tiles * (c.bm + c.bn) * kt * c.bk * p.elem
+    # split K: C is zeroed (or scaled) first and every slice does a read-modify-write of its tile in L2
+    c_extra = 2 * p.m * p.n * 4 * z if z > 1 else 0
+    dram = _dram_bytes(p, c, slots, c.group_m) + (p.m * p.n * 4 if z > 1 else 0)
+    dram_ug = _dram_bytes(p, c, slots, 1) + (p.m * p.n * 4 if z > 1 else 0)
+    l2 = tiles * (c.bm + c.bn) * kt * c.bk * p.elem + c_extra
     t_dram, t_l2 = dram / (g.dram_gbps * 1e9), l2 / (g.l2_gbps * 1e9)
     parts = {"compute": t_sm, "dram": t_dram, "l2": t_l2}
     bound = max(parts, key=parts.get)

@@ -168,7 +168,7 @@ class _sgemm_scorer:
         full = {**get_family("sgemm").defaults(), **params}
         threads = get_family("sgemm").threads(full)
         c = TileConfig(full["BM"], full["BN"], full["BK"], threads // 32, full["STAGES"], full["GROUP_M"],
-                       full["TM"], full["TN"])  # fmt: skip
+                       full["TM"], full["TN"], split_k=full.get("SPLIT_K", 1))  # fmt: skip
         label = f"{c.label} mb{full['MIN_BLOCKS']}"
         ranked = self.by_label.get(c.label)
         if ranked is not None and ranked.cfg.min_blocks == full["MIN_BLOCKS"]:

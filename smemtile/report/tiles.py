@@ -53,6 +53,8 @@ def render_tiles(report: TileReport, top: int, rejected: int, width: int = 200) 
     for s in report.ranked[:top]:
         cf = s.cfg
         tile = f"{cf.bm}x{cf.bn}x{cf.bk}" + (f" ({cf.tm}x{cf.tn})" if p.simt else "")
+        if cf.split_k > 1:
+            tile += f" splitK {cf.split_k}"
         row = [str(s.rank), tile, str(cf.warps), str(cf.stages), str(cf.group_m), _kib(s.smem_bytes), str(s.regs),
                str(s.blocks_per_sm), f"{s.occupancy:.0%}", f"{s.waves:.2f}", f"{s.tflops:.1f}"]  # fmt: skip
         if amd:
