@@ -32,7 +32,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gpu_kernels_check import Loaded, _run_one  # noqa: E402
+from gpu_kernels_check import Loaded, _run_one, event_times  # noqa: E402
 
 from smemtile.codegen import FAMILIES, configure  # noqa: E402
 
@@ -85,18 +85,6 @@ def default_layouts(family: str, params: dict, arch: str) -> dict:
     if family == "sgemm":
         return {"As": {"pad": 4}}
     return {"tile": {"pad": 1 if params.get("dtype", "f32") == "f32" else 2}}
-
-
-def event_times(fn, n: int, torch) -> list[float]:
-    out = []
-    for _ in range(n):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        out.append(s.elapsed_time(e))
-    return out
 
 
 def compare(fns: dict, torch, *, rounds: int, per_round: int, warm_s: float = 0.2) -> dict:

@@ -210,19 +210,25 @@ def _run_one(ld: Loaded, problem: dict, rng, torch, *, b_misaligned=False):
     return float(np.abs(got.astype(np.float64) - ref).max() / scale), keep
 
 
-def _time(fn, torch, iters=20, warm_s=0.3):
-    t0 = time.perf_counter()
-    while time.perf_counter() - t0 < warm_s:
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(iters):
+def event_times(fn, n: int, torch) -> list[float]:
+    """CUDA events around each of ``n`` calls of ``fn`` (ms)."""
+    out = []
+    for _ in range(n):
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         s.record()
         fn()
         e.record()
         e.synchronize()
-        ts.append(s.elapsed_time(e))
+        out.append(s.elapsed_time(e))
+    return out
+
+
+def _time(fn, torch, iters=20, warm_s=0.3):
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < warm_s:
+        fn()
+    torch.cuda.synchronize()
+    ts = event_times(fn, iters, torch)
     return statistics.median(ts), min(ts), max(ts)
 
 
