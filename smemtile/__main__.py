@@ -1,4 +1,4 @@
-from smemtile.cli import main
+from smemtile.cli import run
 
 if __name__ == "__main__":
-    main()
+    run()

@@ -29,3 +29,22 @@ def test_python_dash_m_works_and_unknown_command_is_usage_error():
     assert run_cli("--version").returncode == 0
     r = run_cli("analyse")
     assert r.returncode == 2 and "No such command" in r.stderr
+
+
+def test_a_closed_pipe_ends_quietly():
+    """`smemtile analyze ... | head -1`: the reader goes away; smemtile ends like a Unix filter (SIGPIPE), no
+    traceback."""
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    # 6 MB of JSON: far more than a pipe buffer, so the writer is still writing when the reader leaves
+    p = subprocess.Popen([sys.executable, "-m", "smemtile", "analyze", "samples/sgemm_float4.yaml", "--json",
+                          "--all-instructions"], cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert p.stdout.read(100)
+    p.stdout.close()
+    err = p.stderr.read()
+    p.wait(timeout=60)
+    assert p.returncode == -signal.SIGPIPE and err == b""

@@ -58,3 +58,12 @@ def main() -> None:
       smemtile occupancy --arch sm_90 --threads 256 --regs 64 --smem-dynamic 48K
       smemtile archs
     """
+
+
+def run() -> None:
+    """Console entry point: like a Unix filter, end quietly when the reader goes away (`smemtile ... | head`)."""
+    import signal
+
+    if hasattr(signal, "SIGPIPE"):
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    main()
