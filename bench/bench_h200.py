@@ -32,7 +32,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gpu_kernels_check import Loaded, _run_one, event_times  # noqa: E402
+from gpu_kernels_check import Loaded, _run_one, event_times, torch_arch  # noqa: E402
 
 from smemtile.codegen import FAMILIES, configure  # noqa: E402
 
@@ -412,10 +412,7 @@ def main() -> int:
     shapes = [tuple(int(x) for x in sh.split("x")) for sh in args.shape] if args.shape else SGEMM_SHAPES
     import torch
 
-    torch.cuda.init()
-    torch.zeros(1, device="cuda")  # torch's primary context is current for the driver API
-    major, minor = torch.cuda.get_device_capability()
-    arch = f"sm_{major}{minor}"
+    arch = torch_arch(torch)
     lines: list[str] = []
 
     def log(s):

@@ -317,6 +317,14 @@ def timing(loaded: dict, torch, log):
     return res
 
 
+def torch_arch(torch) -> str:
+    """Make torch's primary context current (the driver API launches use it) and return the device's sm_XY."""
+    torch.cuda.init()
+    torch.zeros(1, device="cuda")
+    major, minor = torch.cuda.get_device_capability()
+    return f"sm_{major}{minor}"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--small", action="store_true", help="small sizes, no timing (for compute-sanitizer)")
@@ -328,10 +336,7 @@ def main() -> int:
     args = ap.parse_args()
     import torch
 
-    torch.cuda.init()
-    torch.zeros(1, device="cuda")  # make torch's primary context current for the driver API
-    major, minor = torch.cuda.get_device_capability()
-    arch = f"sm_{major}{minor}"
+    arch = torch_arch(torch)
     lines: list[str] = []
 
     def log(s):

@@ -41,10 +41,6 @@ def _wavefronts(
     return np.asarray(res.wavefronts), np.asarray(res.ideal_wavefronts)
 
 
-def source_bytes(acc: Access) -> np.ndarray | None:
-    """[..., 32] global byte offsets of a cp.async access (None: the model's coalesced default)."""
-    return None if acc.sources is None else np.asarray(acc.sources)
-
 
 def byte_addresses(fam: Family, cfg: KernelConfig, acc: Access) -> np.ndarray:
     buf = next(b for b in fam.buffers(cfg) if b.name == acc.buffer)
@@ -59,7 +55,7 @@ def bank_table(fam: Family, cfg: KernelConfig) -> list[AccessBanks]:
     out = []
     for acc in fam.accesses(cfg):
         addr = byte_addresses(fam, cfg, acc).reshape(-1, 32)
-        src = source_bytes(acc)
+        src = acc.sources
         both = addr if src is None else np.concatenate([addr, src.reshape(-1, 32)], axis=1)
         both = np.unique(both[(addr >= 0).any(axis=1)], axis=0)
         addr, src = both[:, :32], (None if src is None else both[:, 32:])

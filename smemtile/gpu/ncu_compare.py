@@ -48,7 +48,7 @@ class ModelAccess:
 
 def model_accesses(cfg) -> list[ModelAccess]:
     from smemtile.codegen import FAMILIES
-    from smemtile.codegen.analysis import _wavefronts, byte_addresses, source_bytes
+    from smemtile.codegen.analysis import _wavefronts, byte_addresses
 
     fam = FAMILIES[cfg.family]
     out = []
@@ -59,7 +59,7 @@ def model_accesses(cfg) -> list[ModelAccess]:
         active = (a >= 0).any(axis=1)
         w = np.zeros(a.shape[0], dtype=np.int64)
         ideal = np.zeros_like(w)
-        src = source_bytes(acc)
+        src = acc.sources
         if active.any():
             w[active], ideal[active] = _wavefronts(
                 a[active], acc.op, acc.width, None if src is None else src.reshape(-1, 32)[active]
@@ -298,7 +298,7 @@ def _totals(
     met: dict[str, float],
     reps: int,
     placeholders: dict[str, float],
-    sass: list | None = None,
+    sass: list,
 ) -> dict:
     """Kernel-level hardware counters vs the model, per direction. Instructions issued with no thread predicated
     on (ptxas placeholders) are taken out of the measured instruction counts.
@@ -306,7 +306,6 @@ def _totals(
     With 16-byte cp.async.cg copies in the kernel, the store counter holds a few wavefronts that no SASS
     instruction of the source view accounts for (H200: 54-98 per small sgemm launch, none in kernels without
     them); those are reported as unattributed and the comparison uses the attributed ones."""
-    sass = sass or []
     bypass = any(c.op == "cp.async" and c.bypass for _, c in sass)
 
     def model_sum(ops, invisible_ok=False):

@@ -92,7 +92,7 @@ def _relayout(ar: AccessResult, lay: Layout) -> np.ndarray:
     else:
         off = lay.swizzle(ar.cols) if lay.swizzle is not None else ar.cols
     r = analyze_addresses(off * buf.elem_bytes, ar.access.op, ar.access.width, ar.access.matrices,
-                          sources=ar.bank.sources if ar.access.op == "cp.async" else None)
+                          sources=ar.bank.sources)
     return r.wavefronts, r.ideal_wavefronts
 
 

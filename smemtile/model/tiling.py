@@ -293,6 +293,8 @@ def candidates(p: Problem):
         stages = (2, 3, 4, 5) if cp else (2,)
         for bm in (16, 32, 64, 128, 256):
             for bn in (32, 64, 128, 256):
+                # split K only when the grid is under one block per SM (skinny problems)
+                under = math.ceil(p.m / bm) * math.ceil(p.n / bn) < p.gpu.sms
                 for tm in (4, 8):
                     for tn in (4, 8):
                         if bm % (4 * tm) or bn % (8 * tn):
@@ -300,8 +302,6 @@ def candidates(p: Problem):
                         threads = bm * bn // (tm * tn)
                         if threads // 32 not in WARPS or threads % 32:
                             continue
-                        # split K only when the grid is under one block per SM (skinny problems)
-                        under = math.ceil(p.m / bm) * math.ceil(p.n / bn) < p.gpu.sms
                         for bk in (8, 16, 32):
                             splits = [1] + [z for z in SPLITS if under and p.k >= z * bk * MIN_K_STEPS_PER_SLICE]
                             for s in stages:

@@ -259,8 +259,9 @@ def _score(p: Problem, c: TileConfig, r: dict, b: int, limiter: str, occ: float)
     waves = tiles / slots
     # split K: C is zeroed (or scaled) first and every slice does a read-modify-write of its tile in L2
     c_extra = 2 * p.m * p.n * 4 * z if z > 1 else 0
-    dram = _dram_bytes(p, c, slots, c.group_m) + (p.m * p.n * 4 if z > 1 else 0)
-    dram_ug = _dram_bytes(p, c, slots, 1) + (p.m * p.n * 4 if z > 1 else 0)
+    c_init = p.m * p.n * 4 if z > 1 else 0
+    dram = _dram_bytes(p, c, slots, c.group_m) + c_init
+    dram_ug = _dram_bytes(p, c, slots, 1) + c_init
     l2 = tiles * (c.bm + c.bn) * kt * c.bk * p.elem + c_extra
     t_dram, t_l2 = dram / (g.dram_gbps * 1e9), l2 / (g.l2_gbps * 1e9)
     parts = {"compute": t_sm, "dram": t_dram, "l2": t_l2}
