@@ -13,9 +13,15 @@ and are checked against, Nsight Compute on an H200 (tests/data/bank_catalogue.js
     load, store 16 B         quarters: 0-7, 8-15, 16-23, 24-31      consecutive: 4
     load 16 B, merged        halves, if every lane quad (4k..4k+3) reads at most 2 addresses  uniform: 2
     ldmatrix .xN             matrix m: lanes 8m..8m+7 (their 16-byte row addresses); other lanes ignored
+    stmatrix .xN (sm_90)     as ldmatrix (hypothesis, see below)    x4 rows 128 B apart: 32 (predicted)
     cp.async 4, 8, 16 B      see below
 
-Stores never merge (a uniform 16-byte store takes 4 wavefronts). ``ideal_wavefronts`` is the number of
+Stores never merge (a uniform 16-byte store takes 4 wavefronts).
+
+**stmatrix is a hypothesis, not yet a measurement.** It is the store twin of ldmatrix: matrix m's eight 16-byte
+row addresses come from lanes 8m..8m+7, so it is modelled with ldmatrix's phases (one per matrix, the busiest
+bank's distinct words), never merged. Its predictions for bench/catalogue_heldout.yaml were recorded in
+bench/results/heldout_predictions.json before any stmatrix was measured. ``ideal_wavefronts`` is the number of
 phases: what the same instruction costs without any bank conflict. ``ncu_ideal`` is the value Nsight
 Compute subtracts in its ``bank_conflicts`` counter (it differs for cp.async, where ncu assumes one
 wavefront per 128 bytes).
@@ -57,8 +63,10 @@ from smemtile.errors import SpecError
 BANKS = 32
 BANK_BYTES = 4
 LANES = 32
-OPS = ("load", "store", "ldmatrix", "cp.async")
-WIDTHS = {"load": (1, 2, 4, 8, 16), "store": (1, 2, 4, 8, 16), "ldmatrix": (16,), "cp.async": (4, 8, 16)}
+OPS = ("load", "store", "ldmatrix", "stmatrix", "cp.async")
+WIDTHS = {"load": (1, 2, 4, 8, 16), "store": (1, 2, 4, 8, 16), "ldmatrix": (16,), "stmatrix": (16,),
+          "cp.async": (4, 8, 16)}
+MATRIX_OPS = ("ldmatrix", "stmatrix")  # 8x8 b16 matrices: lane 8m+r gives row r of matrix m (16 bytes)
 
 
 @dataclass(frozen=True)
@@ -343,8 +351,8 @@ def check_access(op: str, width: int, matrices: int = 4) -> None:
         raise SpecError(
             f"width {width} is not valid for {op}; allowed: {', '.join(map(str, WIDTHS[op]))}", key="width"
         )
-    if op == "ldmatrix" and matrices not in (1, 2, 4):
-        raise SpecError(f"ldmatrix matrices must be 1, 2 or 4, got {matrices}", key="matrices")
+    if op in MATRIX_OPS and matrices not in (1, 2, 4):
+        raise SpecError(f"{op} matrices must be 1, 2 or 4, got {matrices}", key="matrices")
 
 
 def analyze_addresses(addresses, op: str, width: int, matrices: int = 4, sources=None, active=None) -> BankResult:
@@ -353,7 +361,7 @@ def analyze_addresses(addresses, op: str, width: int, matrices: int = 4, sources
     ``sources`` (cp.async only; [I, 32] or [32]) are the global byte offsets each lane copies from, relative to
     a 128-byte-aligned base; None means the coalesced copy ``lane * width``. ``active`` ([I, 32] or [32] bool)
     marks the lanes that take part (predicated-off lanes neither read nor write); None means all of them.
-    Misaligned addresses (not a multiple of ``width``; 16 for ldmatrix rows) raise SpecError: the hardware
+    Misaligned addresses (not a multiple of ``width``; 16 for ldmatrix/stmatrix rows) raise SpecError: the hardware
     faults on them.
     """
     check_access(op, width, matrices)
@@ -369,13 +377,13 @@ def analyze_addresses(addresses, op: str, width: int, matrices: int = 4, sources
         active = np.broadcast_to(np.asarray(active, dtype=bool), a.shape).copy()
         if not active.any(axis=1).all():
             raise SpecError("every instruction needs at least one active lane", key="addresses")
-    if op == "ldmatrix":
+    if op in MATRIX_OPS:
         active &= lane_ids < 8 * matrices
     if ((a < 0) & active).any():
         lane = int(np.argwhere((a < 0) & active)[0][1])
         raise SpecError(f"negative shared-memory address for lane {lane}", key="addresses")
     a = np.where(active, a, np.where(a < 0, 0, a))  # idle lanes' addresses are never used
-    align = 16 if op == "ldmatrix" else width
+    align = 16 if op in MATRIX_OPS else width
     bad = (a % align != 0) & active
     if bad.any():
         i, lane = (int(x) for x in np.argwhere(bad)[0])
@@ -393,7 +401,7 @@ def analyze_addresses(addresses, op: str, width: int, matrices: int = 4, sources
                           wavefronts=wavefronts, ideal_wavefronts=ideal, merged=merged, sources=src)
     if sources is not None:
         raise SpecError(f"source addresses only apply to cp.async, not {op}", key="source")
-    if op == "ldmatrix" or (op in ("load", "store") and width == 16):
+    if op in MATRIX_OPS or (op in ("load", "store") and width == 16):
         phase = np.broadcast_to(lane_ids // 8, a.shape).copy()
         if op == "load" and width == 16:
             # halves when every lane quad needs at most two 16-byte chunks (measured: uniform, broadcast pairs)
