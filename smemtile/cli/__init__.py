@@ -18,6 +18,7 @@ _COMMANDS = {
     "generate": "generate",
     "verify": "verify",
     "tune": "tune",
+    "measure": "measure",
 }
 
 
