@@ -114,6 +114,8 @@ class Pattern:
     sources: np.ndarray | None = field(default=None, repr=False)  # cp.async: [I, 32] global byte offsets
     variant: str = ""
     note: str = ""
+    where: str = "accesses"  # errors name WHERE.NAME: accesses of a spec, patterns of a catalogue
+    source: str | None = None  # the file, for errors
 
     @property
     def label(self) -> str:
@@ -178,7 +180,8 @@ class Module:
 # ---- from the model's results -----------------------------------------------------------------------------
 
 
-def pattern_from_result(ar, *, variant: str = "", threads: int = 32, cache: str = "ca") -> Pattern:
+def pattern_from_result(ar, *, variant: str = "", threads: int = 32, cache: str = "ca", where: str = "accesses",
+                        source: str | None = None) -> Pattern:
     """A Pattern from a ``smemtile.model.analysis.AccessResult`` (its bank result holds the instructions)."""
     acc, bank = ar.access, ar.bank
     instr = Instr(acc.op, acc.width, acc.matrices if acc.op in MATRIX_OPS else 4,
@@ -188,7 +191,7 @@ def pattern_from_result(ar, *, variant: str = "", threads: int = 32, cache: str 
                    np.asarray(ar.warp, dtype=np.int64), np.asarray(bank.wavefronts, dtype=np.int64),
                    np.asarray(bank.ideal_wavefronts, dtype=np.int64), threads,
                    None if bank.sources is None else np.asarray(bank.sources, dtype=np.int64), variant,
-                   getattr(acc, "note", "") or "")  # fmt: skip
+                   getattr(acc, "note", "") or "", where, source)  # fmt: skip
 
 
 # ---- checks ------------------------------------------------------------------------------------------------
@@ -196,7 +199,14 @@ def pattern_from_result(ar, *, variant: str = "", threads: int = 32, cache: str 
 
 def check_pattern(p: Pattern, arch: Arch) -> None:
     """SpecError unless the hardware of ``arch`` can issue every instruction of ``p`` as given."""
-    key = f"accesses.{p.name}"
+    try:
+        _check(p, arch)
+    except SpecError as e:
+        raise SpecError(str(e), key=f"{p.where}.{p.name}", source=p.source) from None
+
+
+def _check(p: Pattern, arch: Arch) -> None:
+    key = None
     i = p.instr
     if i.op not in WIDTHS or i.width not in WIDTHS[i.op]:
         raise SpecError(f"cannot synthesize {i.op} of {i.width} bytes; allowed: "
@@ -473,4 +483,5 @@ def catalogue_patterns(doc: object, source: str) -> tuple[Arch, list[Pattern]]:
         prefix = "".join(f"{x}: " for x in (e.source, e.key) if x)
         key = e.key.replace("accesses", "patterns", 1) if e.key else None
         raise SpecError(text[len(prefix):] if text.startswith(prefix) else text, key=key, source=source) from None
-    return spec.arch, [pattern_from_result(r, cache=caches[r.access.name]) for r in results]
+    return spec.arch, [pattern_from_result(r, cache=caches[r.access.name], where="patterns", source=source)
+                       for r in results]

@@ -420,7 +420,7 @@ def spec_patterns(spec, variants: dict) -> tuple[list[Pattern], dict[str, dict]]
     for v, layouts in variants.items():
         results = analyze_spec(spec, layouts or None)
         lays[v] = {r.access.buffer: r.layout for r in results}
-        pats += [pattern_from_result(r, variant=v, threads=threads) for r in results]
+        pats += [pattern_from_result(r, variant=v, threads=threads, source=spec.source) for r in results]
     return pats, lays
 
 
@@ -457,6 +457,9 @@ def verify_spec(spec, variants: dict, *, compile_only: bool, device: int = 0, us
     Otherwise the module is built for the GPU's own arch (NoDevice, exit 3, without one), timed, and with
     ``use_ncu`` profiled. Patterns the hardware cannot issue raise SpecError (exit 2) before compiling.
     """
+    import time
+
+    t_start = time.perf_counter()
     pats, lays = spec_patterns(spec, variants)
     module = build_module(pats, spec.arch)  # refusals for the spec's own arch, before any GPU work
     dev = None
@@ -485,9 +488,12 @@ def verify_spec(spec, variants: dict, *, compile_only: bool, device: int = 0, us
                 r["local_bytes"] = max(loaded.local_bytes[k] for k in r["kernels"])
         finally:
             loaded.close()
+        t_ncu = time.perf_counter()
         if use_ncu:
             ncu_doc = _ncu_rows(module, compiled.cubin, device, rows, pats)
+            ncu_doc["seconds"] = time.perf_counter() - t_ncu
     doc = _document(spec, module, compiled, sass, rows, lays, dev, blocks, compile_only, ncu_doc)
+    doc["seconds"] = time.perf_counter() - t_start  # the whole verify, ncu included when asked for
     return doc
 
 
