@@ -13,15 +13,17 @@ and are checked against, Nsight Compute on an H200 (tests/data/bank_catalogue.js
     load, store 16 B         quarters: 0-7, 8-15, 16-23, 24-31      consecutive: 4
     load 16 B, merged        halves, if every lane quad (4k..4k+3) reads at most 2 addresses  uniform: 2
     ldmatrix .xN             matrix m: lanes 8m..8m+7 (their 16-byte row addresses); other lanes ignored
-    stmatrix .xN (sm_90)     as ldmatrix (hypothesis, see below)    x4 rows 128 B apart: 32 (predicted)
+    stmatrix .xN (sm_90)     as ldmatrix (a store; see below)        x4 rows 128 B apart: 32
     cp.async 4, 8, 16 B      see below
 
 Stores never merge (a uniform 16-byte store takes 4 wavefronts).
 
-**stmatrix is a hypothesis, not yet a measurement.** It is the store twin of ldmatrix: matrix m's eight 16-byte
-row addresses come from lanes 8m..8m+7, so it is modelled with ldmatrix's phases (one per matrix, the busiest
-bank's distinct words), never merged. Its predictions for bench/catalogue_heldout.yaml were recorded in
-bench/results/heldout_predictions.json before any stmatrix was measured. ``ideal_wavefronts`` is the number of
+**stmatrix** is the store twin of ldmatrix: matrix m's eight 16-byte row addresses come from lanes 8m..8m+7,
+and it takes ldmatrix's phases (one per matrix, the busiest bank's distinct words), never merged. Written down
+as a hypothesis first, its predictions for the 13 stmatrix patterns of bench/catalogue_heldout.yaml were
+committed (bench/results/heldout_predictions.json), then measured on the H200 with ``smemtile measure``: all 13
+exact (x1/x2/x4, .trans, strides 16-256 B, swizzled, repeated matrices; bench/results/heldout_summary.md). Its
+wavefronts are counted in ncu's ``..._op_st`` counter. ``ideal_wavefronts`` is the number of
 phases: what the same instruction costs without any bank conflict. ``ncu_ideal`` is the value Nsight
 Compute subtracts in its ``bank_conflicts`` counter (it differs for cp.async, where ncu assumes one
 wavefront per 128 bytes).
