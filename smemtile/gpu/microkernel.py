@@ -340,11 +340,32 @@ def parse_ncu_rows(text: str, names) -> list[dict[str, float]]:
     return rows
 
 
-def profile(module: Module, cubin: bytes, device: int = 0) -> list[dict[str, float]]:
-    """Each launch once under ncu (one block); raw counters per launch, in launch order."""
+# instruction counters per op (names from `ncu --query-metrics --chip gh100` on the H200; stmatrix has only an
+# sm__ counter)
+INSTRUCTION_COUNTERS = {"load": "smsp__inst_executed_op_shared_ld.sum", "store": "smsp__inst_executed_op_shared_st.sum",
+                        "ldmatrix": "smsp__inst_executed_op_ldsm.sum", "cp.async": "smsp__inst_executed_op_ldgsts.sum",
+                        "stmatrix": "sm__sass_inst_executed_op_shared_stsm.sum"}  # fmt: skip
+
+
+def profile(module: Module, cubin: bytes, device: int = 0, attempts: int = 2) -> list[dict[str, float]]:
+    """Each launch once under ncu (one block); raw counters per launch, in launch order. A failed ncu run is
+    tried once more (the profiler can fail transiently); the second failure is raised."""
+    from smemtile.gpu.ncu import NcuError
+
+    for attempt in range(attempts):
+        try:
+            return _profile_once(module, cubin, device)
+        except NcuError:
+            if attempt + 1 == attempts:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _profile_once(module: Module, cubin: bytes, device: int) -> list[dict[str, float]]:
     from smemtile.gpu.ncu import NcuError
     from smemtile.gpu.ncu_parse import METRICS
 
+    metrics = tuple(dict.fromkeys((*METRICS, *INSTRUCTION_COUNTERS.values())))
     exe = find_ncu()
     if exe is None:
         raise NcuError("ncu not found on PATH")
@@ -354,7 +375,7 @@ def profile(module: Module, cubin: bytes, device: int = 0) -> list[dict[str, flo
         env = dict(os.environ)
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         cmd = [exe, "--clock-control", "none", "--target-processes", "all", "-k", "regex:^smk_",
-               "--metrics", ",".join(METRICS), "--csv", "--page", "raw", "--print-units", "base",
+               "--metrics", ",".join(metrics), "--csv", "--page", "raw", "--print-units", "base",
                sys.executable, "-m", "smemtile.gpu.microkernel", "--target", d, str(device)]  # fmt: skip
         try:
             p = subprocess.run(cmd, capture_output=True, text=True, env=env,
@@ -364,9 +385,13 @@ def profile(module: Module, cubin: bytes, device: int = 0) -> list[dict[str, flo
     if p.returncode != 0:
         tail = (p.stderr or p.stdout).strip().splitlines()[-3:]
         raise NcuError(f"ncu exited {p.returncode}: {' | '.join(tail)}")
-    rows = parse_ncu_rows(p.stdout, METRICS)
+    try:
+        rows = parse_ncu_rows(p.stdout, metrics)
+    except ValueError as e:
+        raise NcuError(f"{e}: {' | '.join((p.stderr or p.stdout).strip().splitlines()[-3:])}") from None
     if len(rows) != len(module.launches):
-        raise NcuError(f"expected {len(module.launches)} profiled launches, ncu reported {len(rows)}")
+        raise NcuError(f"expected {len(module.launches)} profiled launches, ncu reported {len(rows)}: "
+                       + " | ".join((p.stderr or p.stdout).strip().splitlines()[-3:]))
     return rows
 
 
@@ -385,9 +410,7 @@ def ncu_by_label(module: Module, rows: list[dict[str, float]]) -> dict[str, dict
         o["misc"] += r.get(f"{W}_op_misc.sum", 0.0)
         o["instructions_expected"] += x.instructions * n
         o["model_wavefronts"] += x.model_wavefronts * n
-        key = {"load": "shared_ld", "store": "shared_st", "ldmatrix": "ldsm", "cp.async": "ldgsts"}.get(
-            x.pattern.instr.op)
-        o["instructions_counted"] += r.get(f"smsp__inst_executed_op_{key}.sum", float("nan")) if key else float("nan")
+        o["instructions_counted"] += r.get(INSTRUCTION_COUNTERS[x.pattern.instr.op], float("nan"))
     for label, o in out.items():
         x = module.launches_of(label)[0]
         n = o["instructions_expected"]
@@ -399,7 +422,7 @@ def ncu_by_label(module: Module, rows: list[dict[str, float]]) -> dict[str, dict
             o["wavefronts_per_instruction"] - o["model_wavefronts_per_instruction"])
         o["agree"] = (diff is not None and diff <= AGREE_TOL) if countable else None
         c = o["instructions_counted"]
-        o["instructions_counted"] = None if c != c else c  # NaN: no counter for this op (stmatrix)
+        o["instructions_counted"] = None if c != c else c  # NaN: the counter was not reported
         o["note"] = None if countable else "cp.async.cg (L1 bypass): ncu counts none of its shared-memory writes"
     return out
 
