@@ -332,6 +332,51 @@ def test_model_reproduces_heldout_measurement(p):
     assert abs(measured - model) <= 0.1  # exact, or cp.async's first-touch L1 misses (at most 0.08 seen)
 
 
+FAKE_NCU = """#!{python}
+import json, pathlib, sys
+a = sys.argv[1:]
+assert a[a.index("--clock-control") + 1] == "none" and "--csv" in a
+mark = pathlib.Path({mark!r})
+if not mark.exists():  # the first run fails, as a profiler sometimes does
+    mark.write_text("x")
+    print("==ERROR== the profiler failed", file=sys.stderr)
+    raise SystemExit(9)
+plan = json.loads((pathlib.Path(a[a.index("--target") + 1]) / "plan.json").read_text())
+mets = a[a.index("--metrics") + 1].split(",")
+print('"ID","Kernel Name",' + ",".join(f'"{{m}}"' for m in mets))
+for i, x in enumerate(plan["launches"]):
+    n = x["iterations"] * 8  # the patterns below: one slot, 8 copies per iteration
+    vals = {{m: 0 for m in mets}}
+    vals["l1tex__data_pipe_lsu_wavefronts_mem_shared.sum"] = (4 if i == 0 else 3) * n
+    print(f'"{{i}}","{{x["kernel"]}}",' + ",".join(f'"{{vals[m]}}"' for m in mets))
+"""
+
+
+def test_profile_runs_ncu_on_the_saved_plan_and_retries_once(tmp_path, monkeypatch):
+    import smemtile.gpu.microkernel as G
+
+    exe = tmp_path / "ncu"
+    exe.write_text(FAKE_NCU.format(python=sys.executable, mark=str(tmp_path / "failed_once")))
+    exe.chmod(0o755)
+    monkeypatch.setattr(G, "find_ncu", lambda: str(exe))
+    _, pats = _cat("""
+patterns:
+  - {name: a, op: load, width: 16, address: "lane * 48"}
+  - {name: b, op: stmatrix, matrices: 1, address: "(lane % 8) * 128"}
+""")
+    mod = build_module(pats, SM90)
+    failures: list[str] = []
+    by = ncu_by_label(mod, G.profile(mod, b"cubin", failures=failures))
+    assert len(failures) == 1 and "ncu exited 9" in failures[0] and "the profiler failed" in failures[0]
+    assert by["a"]["wavefronts_per_instruction"] == 4 and by["a"]["agree"] is True
+    assert by["b"]["wavefronts_per_instruction"] == 3 and by["b"]["agree"] is False  # model: 8-way, 8
+    from smemtile.gpu.ncu import NcuError
+
+    with pytest.raises(NcuError, match="ncu exited 9"):
+        (tmp_path / "failed_once").unlink()
+        G.profile(mod, b"cubin", attempts=1)
+
+
 # ---- rendering ---------------------------------------------------------------------------------------------
 
 

@@ -347,17 +347,20 @@ INSTRUCTION_COUNTERS = {"load": "smsp__inst_executed_op_shared_ld.sum", "store":
                         "stmatrix": "sm__sass_inst_executed_op_shared_stsm.sum"}  # fmt: skip
 
 
-def profile(module: Module, cubin: bytes, device: int = 0, attempts: int = 2) -> list[dict[str, float]]:
+def profile(module: Module, cubin: bytes, device: int = 0, attempts: int = 2,
+            failures: list[str] | None = None) -> list[dict[str, float]]:
     """Each launch once under ncu (one block); raw counters per launch, in launch order. A failed ncu run is
-    tried once more (the profiler can fail transiently); the second failure is raised."""
+    tried once more (the profiler can fail transiently; its error goes to ``failures``); the last is raised."""
     from smemtile.gpu.ncu import NcuError
 
     for attempt in range(attempts):
         try:
             return _profile_once(module, cubin, device)
-        except NcuError:
+        except NcuError as e:
             if attempt + 1 == attempts:
                 raise
+            if failures is not None:
+                failures.append(str(e))
     raise AssertionError("unreachable")
 
 
@@ -526,10 +529,12 @@ def _ncu_rows(module: Module, cubin: bytes, device: int, rows: list[dict], pats:
     exe = find_ncu()
     if exe is None:
         return {"available": False, "error": "ncu not found on PATH", "agree": None}
+    failures: list[str] = []
     try:
-        by = ncu_by_label(module, profile(module, cubin, device))
+        by = ncu_by_label(module, profile(module, cubin, device, failures=failures))
     except (NcuError, ValueError, OSError) as e:
-        return {"available": True, "error": str(e), "agree": None, "version": ncu_version(exe)}
+        return {"available": True, "error": str(e), "agree": None, "version": ncu_version(exe),
+                "retried_after": failures}  # fmt: skip
     for r, p in zip(rows, pats, strict=True):
         m = by[p.label]
         r.update(ncu_wavefronts=m["wavefronts_per_instruction"], agree=m["agree"],
@@ -537,7 +542,7 @@ def _ncu_rows(module: Module, cubin: bytes, device: int, rows: list[dict], pats:
                  ncu_ld_st=[m["ld"], m["st"]], ncu_note=m["note"])  # fmt: skip
     flags = [r["agree"] for r in rows if r["agree"] is not None]
     return {"available": True, "version": ncu_version(exe), "clock_control": "none", "blocks": 1,
-            "agree": all(flags) if flags else None, "error": None}  # fmt: skip
+            "agree": all(flags) if flags else None, "error": None, "retried_after": failures}  # fmt: skip
 
 
 def _document(spec, module, compiled, sass, rows, lays, dev, blocks, compile_only, ncu_doc) -> dict:
@@ -613,11 +618,13 @@ def measure_patterns(patterns: list[Pattern], arch: Arch, *, device: int = 0, us
     if use_ncu and find_ncu():
         from smemtile.gpu.ncu import NcuError
 
+        failures: list[str] = []
         try:
-            by = ncu_by_label(module, profile(module, compiled.cubin, device))
-            ncu = {"available": True, "version": ncu_version(), "clock_control": "none", "error": None}
+            by = ncu_by_label(module, profile(module, compiled.cubin, device, failures=failures))
+            ncu = {"available": True, "version": ncu_version(), "clock_control": "none", "error": None,
+                   "retried_after": failures}  # fmt: skip
         except (NcuError, ValueError, OSError) as e:
-            ncu = {"available": True, "error": str(e)}
+            ncu = {"available": True, "error": str(e), "retried_after": failures}
     elif not use_ncu:
         ncu = {"available": False, "error": "not requested"}
     for d, p in zip(rows, patterns, strict=True):

@@ -104,6 +104,8 @@ def render(doc: dict, console=None) -> None:
         bad = [f"{r['variant']} {r['access']}" for r in doc["accesses"] if r.get("agree") is False]
         con.print(f"ncu ({n.get('version') or 'Nsight Compute'}): the model and the measurement "
                   + ("[green]agree on every access[/]" if n["agree"] else f"[red]DISAGREE on {', '.join(bad)}[/]"))
+    if n and n.get("retried_after"):
+        con.print(f"[yellow]ncu failed once and was run again: {n['retried_after'][0]}[/]")
     for r in doc["accesses"]:
         if r.get("ncu_note"):
             con.print(f"  {r['variant']} {r['access']}: {r['ncu_note']}")
