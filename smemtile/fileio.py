@@ -1,0 +1,309 @@
+"""Reading user files and writing outputs safely: the one place smemtile opens a file it was given.
+
+Reading (specs, ``--batch`` CSV, ``--space``, caches)::
+
+    text = read_text(path, what="spec")          # regular files only, <= SPEC_BUDGET bytes, strict UTF-8
+    for block in read_blocks(path, what="CSV file"):   # streamed, whole lines: bounded memory for any size
+        ...
+
+    - ``stat`` first: a FIFO, a device (/dev/zero, /dev/urandom), a socket or a folder is refused with one line
+      before anything is opened, so nothing can block or read forever; the open itself is ``O_NONBLOCK`` (a path
+      swapped for a FIFO after the check cannot block either) and the opened file is checked again (``fstat``).
+    - UTF-8 strictly: a bad byte or an encoded lone surrogate is an error naming the line, never replaced.
+    - Budgets, stated in the message: a spec is at most ``SPEC_BUDGET`` (1 MiB); a streamed file is read
+      ``BLOCK`` (1 MiB) at a time and a line without its end after ``LINE_BUDGET`` (64 KiB) is refused.
+
+Writing (``generate -o``, ``analyze --export``, ``tune``'s winner)::
+
+    write_text_atomic(path, text, key="-o", inputs=[spec])
+
+    1. ``stat(path)`` (following a final symlink: the file the user sees): a folder, a device node, a FIFO or a
+       socket is refused; so is any file that *is* one of ``inputs`` (same device and inode, whatever the name).
+    2. A temporary file ``.NAME.<random>.tmp`` is created next to the target with
+       ``O_CREAT | O_EXCL | O_NOFOLLOW`` (a planted file or symlink of that name is never followed or reused),
+       mode 0666 & ~umask like any ``open`` (0644 usually), or the existing file's mode when it is replaced.
+    3. write, ``fsync``, ``rename`` over the target (atomic: a reader sees the old or the new file, never half),
+       then ``fsync`` the folder. A symlink at the target is replaced by the new file, never written through.
+
+Every failure is a ``SpecError`` (exit 2): one line naming the file and the reason, no traceback; the
+temporary file is removed.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import secrets
+import stat
+import sys
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from smemtile.errors import SpecError
+
+SPEC_BUDGET = 1 << 20  # bytes: a spec is a few KB; anything over 1 MiB is refused before it is read
+LINE_BUDGET = 1 << 16  # bytes per line of a streamed file (a CSV row is ~40 bytes)
+BLOCK = 1 << 20  # bytes read at a time from a streamed file
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+
+def printable(text: object) -> str:
+    """``text`` with every control, format or unassigned character written as an escape (``\\x1b``,
+    ``\\u202e``): file names and spec names reach a terminal or a message as data, never as control codes."""
+    s = str(text)
+    if s.isprintable():
+        return s
+    return "".join(c if c.isprintable() else _escape(c) for c in s)
+
+
+def _escape(c: str) -> str:
+    o = ord(c)
+    return f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}" if o < 0x10000 else f"\\U{o:08x}"
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def _fail(path: object, message: str, key: str | None = None) -> SpecError:
+    return SpecError(message, source=printable(path), key=key)
+
+
+def _reason(e: OSError) -> str:
+    if e.errno == errno.ENOTDIR:
+        return "a parent of this path is a file, not a folder"
+    if e.errno == errno.ENOENT:
+        return "no such file or folder"
+    return e.strerror.lower() if e.strerror else str(e)
+
+
+# ---- reading ---------------------------------------------------------------------------------------------------
+
+
+def open_regular(
+    path: str | os.PathLike, *, what: str = "file", key: str | None = None
+) -> tuple[int, os.stat_result]:
+    """An fd open for reading on ``path`` after checking it is a regular file (before and after the open)."""
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        what_is = f"no such {what}" if e.errno == errno.ENOENT else f"cannot read: {_reason(e)}"
+        raise _fail(path, what_is, key) from None
+    except ValueError:  # an embedded NUL
+        raise _fail(path, "not a valid file name", key) from None
+    if not stat.S_ISREG(st.st_mode):
+        raise _fail(path, f"is {_kind(st.st_mode)}; a {what} is read from a regular file only", key)
+    try:
+        fd = os.open(path, os.O_RDONLY | _NONBLOCK | _CLOEXEC)
+    except OSError as e:
+        raise _fail(path, f"cannot read: {_reason(e)}", key) from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):  # swapped between the stat and the open
+        os.close(fd)
+        raise _fail(path, f"is {_kind(st.st_mode)}; a {what} is read from a regular file only", key)
+    return fd, st
+
+
+def decode_utf8(data: bytes, path: object, *, line_offset: int = 0, key: str | None = None) -> str:
+    """``data`` as strict UTF-8, or one line naming the first bad byte and its line."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = line_offset + data.count(b"\n", 0, e.start) + 1
+        raise _fail(
+            path, f"is not UTF-8 text: byte 0x{data[e.start]:02x} at line {line} ({e.reason})", key
+        ) from None
+
+
+def read_bytes(path: str | os.PathLike, *, what: str = "spec", budget: int = SPEC_BUDGET,
+               key: str | None = None) -> bytes:  # fmt: skip
+    """The bytes of a regular file of at most ``budget`` bytes (checked before and while reading)."""
+    fd, st = open_regular(path, what=what, key=key)
+    too_big = f"is over the {what} size budget of {_size(budget)}; a {what} must be at most {budget} bytes"
+    with os.fdopen(fd, "rb") as f:
+        if st.st_size > budget:
+            raise _fail(path, f"{too_big} (it has {st.st_size})", key)
+        try:
+            data = f.read(budget + 1)  # +1: a file that grew after the stat is still caught
+        except OSError as e:
+            raise _fail(path, f"cannot read: {_reason(e)}", key) from None
+    if len(data) > budget:
+        raise _fail(path, too_big, key)
+    return data
+
+
+def read_text(path: str | os.PathLike, *, what: str = "spec", budget: int = SPEC_BUDGET,
+              key: str | None = None) -> str:  # fmt: skip
+    """The text of a small user file (a spec, a ``--space`` list): regular file, <= ``budget``, strict UTF-8."""
+    return decode_utf8(read_bytes(path, what=what, budget=budget, key=key), path, key=key)
+
+
+def read_blocks(path: str | os.PathLike, *, what: str = "file", key: str | None = None,
+                line_budget: int = LINE_BUDGET) -> Iterator[str]:  # fmt: skip
+    """The text of a regular file, or of stdin for ``-``, streamed in blocks of whole lines (about
+    ``BLOCK`` bytes each), decoded strictly (the error names the line). Memory stays bounded whatever the size:
+    a line still without its end after ``line_budget`` bytes is refused."""
+    if str(path) == "-":
+        stream = sys.stdin.buffer if sys.stdin is not None else None
+        if stream is None:
+            raise _fail("<stdin>", "stdin is closed", key)
+        yield from iter_blocks(stream, "<stdin>", key=key, line_budget=line_budget)
+        return
+    fd, _ = open_regular(path, what=what, key=key)
+    with os.fdopen(fd, "rb") as f:
+        yield from iter_blocks(f, path, key=key, line_budget=line_budget)
+
+
+def read_lines(path: str | os.PathLike, *, what: str = "file", key: str | None = None,
+               line_budget: int = LINE_BUDGET) -> Iterator[tuple[int, str]]:  # fmt: skip
+    """(line number, text with its line ending) of a regular file or stdin (``-``), streamed as ``read_blocks``."""
+    n = 0
+    for block in read_blocks(path, what=what, key=key, line_budget=line_budget):
+        for line in block.splitlines(keepends=True):
+            n += 1
+            yield n, line
+
+
+def iter_blocks(f, path: object, *, key: str | None = None, line_budget: int = LINE_BUDGET) -> Iterator[str]:
+    """``read_blocks`` of an open binary stream; ``path`` names it in errors."""
+    lines_before, rest = 0, b""
+    while True:
+        try:
+            data = f.read(BLOCK)
+        except OSError as e:
+            raise _fail(path, f"cannot read: {_reason(e)}", key) from None
+        if data:
+            data = rest + data
+            cut = data.rfind(b"\n") + 1  # 0x0a never occurs inside a multi-byte UTF-8 character
+            block, rest = data[:cut], data[cut:]
+        else:
+            block, rest = rest, b""
+        if len(rest) > line_budget:
+            line = lines_before + block.count(b"\n") + 1
+            raise _fail(path, f"line {line} is longer than the line budget of {_size(line_budget)}", key)
+        if block:
+            yield decode_utf8(block, path, line_offset=lines_before, key=key)
+            lines_before += block.count(b"\n")
+        if not data:
+            return
+
+
+def _size(n: int) -> str:
+    return f"{n >> 20} MiB" if n % (1 << 20) == 0 else f"{n >> 10} KiB" if n % 1024 == 0 else f"{n} bytes"
+
+
+# ---- writing ---------------------------------------------------------------------------------------------------
+
+
+def write_text_atomic(path: str | os.PathLike, text: str, *, key: str = "-o",
+                      inputs: Iterable[str | os.PathLike] = (), make_parents: bool = False) -> Path:  # fmt: skip
+    """Write ``text`` (UTF-8) to ``path`` safely and atomically; see the module docstring. Returns the path."""
+    return write_bytes_atomic(path, text.encode("utf-8", "surrogateescape"), key=key, inputs=inputs,
+                              make_parents=make_parents)  # fmt: skip
+
+
+def write_bytes_atomic(path: str | os.PathLike, data: bytes, *, key: str = "-o",
+                       inputs: Iterable[str | os.PathLike] = (), make_parents: bool = False) -> Path:  # fmt: skip
+    target = Path(path)
+    if target.name in ("", ".", "..") or str(path).endswith(os.sep):
+        raise _fail(path, "is a folder; give a file name", key)
+    mode = _check_target(target, key, inputs)
+    folder = target.parent
+    if make_parents:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except FileExistsError:
+            raise _fail(path, "a parent of this path is a file, not a folder", key) from None
+        except OSError as e:
+            raise _fail(path, f"cannot create its folder: {_reason(e)}", key) from None
+    fd, tmp = _create_temp(target, key)
+    try:
+        try:
+            if mode is not None:
+                os.fchmod(fd, mode)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, target)
+    except BaseException as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        if isinstance(e, OSError):
+            raise _fail(path, f"cannot write: {_reason(e)}", key) from None
+        raise
+    _fsync_folder(folder)
+    return target
+
+
+def _check_target(target: Path, key: str, inputs: Iterable[str | os.PathLike]) -> int | None:
+    """The mode to keep (None for a new file); refuses folders, non-regular files and the inputs."""
+    try:
+        st = os.stat(target)
+    except FileNotFoundError:  # a new file (or a dangling symlink, replaced like any symlink)
+        return None
+    except OSError as e:
+        raise _fail(target, f"cannot write: {_reason(e)}", key) from None
+    except ValueError:
+        raise _fail(target, "not a valid file name", key) from None
+    if stat.S_ISDIR(st.st_mode):
+        raise _fail(target, "is a folder; give a file name", key)
+    if not stat.S_ISREG(st.st_mode):
+        raise _fail(target, f"is {_kind(st.st_mode)}; refusing to replace it with a regular file "
+                            "(give a regular file's name)", key)  # fmt: skip
+    for src in inputs:
+        try:
+            ist = os.stat(src)
+        except (OSError, ValueError):
+            continue
+        if (ist.st_dev, ist.st_ino) == (st.st_dev, st.st_ino):
+            raise _fail(target, f"is the input {printable(src)}; refusing to overwrite it (choose another file name)",
+                        key)  # fmt: skip
+    return stat.S_IMODE(st.st_mode)
+
+
+def _create_temp(target: Path, key: str) -> tuple[int, Path]:
+    folder = target.parent
+    stem = target.name[:80]  # the random suffix keeps the name unique; the length keeps it under NAME_MAX
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC
+    for _ in range(64):
+        tmp = folder / f".{stem}.{secrets.token_hex(6)}.tmp"
+        try:
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:
+            continue
+        except OSError as e:
+            where = "its folder does not exist" if e.errno == errno.ENOENT else _reason(e)
+            raise _fail(target, f"cannot write: {where}", key) from None
+    raise _fail(target, "cannot create a temporary file next to it", key)
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Make the rename durable (best effort: some file systems refuse to open or sync a folder)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _CLOEXEC)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
