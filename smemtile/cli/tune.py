@@ -6,8 +6,10 @@ from pathlib import Path
 
 import click
 
-from smemtile.cli.common import emit_json, json_option
+from smemtile.cli.common import console, emit_json, json_option
 from smemtile.errors import OutOfResources, SpecError
+from smemtile.fileio import write_text_atomic
+from smemtile.report.text import esc
 
 
 @click.command(
@@ -75,10 +77,11 @@ def command(spec, top, space, out, cache_path, force, dry_run, device, seed, as_
     if dry_run:
         _dry_run(doc_out, cache_path, as_json)
         return
-    from smemtile.gpu.tune import ResultCache, default_cache_path, summarize, sweep
+    from smemtile.cache import open_cache
+    from smemtile.gpu.tune import summarize, sweep
 
-    cache_file = cache_path or default_cache_path()
-    cache = ResultCache(cache_file)
+    cache = open_cache(cache_path, warn=lambda msg: click.echo(f"smemtile: warning: {msg}", err=True))
+    cache_file = cache.path
     with _progress(len(cands), quiet=as_json) as tick:
         rows = sweep(doc, str(spec), family, cands, runner, cache, force=force, progress=tick)
     summary = summarize(rows)
@@ -109,25 +112,22 @@ def _write_winner(doc: dict, spec: Path, family: str, best: dict, out: Path | No
     unit = "TFLOP/s" if best.get("unit") == "tflops" else "GB/s"
     head = (f"# smemtile tune {spec}: winner {best['label']}, {best['time_ms']:.4f} ms median, "
             f"{best['value']:.1f} {unit}\n")  # fmt: skip
-    tmp = target.with_name(target.name + ".tmp")
-    tmp.write_text(head + yaml.safe_dump(new, sort_keys=False, default_flow_style=None, width=120))
-    tmp.replace(target)
-    return target
+    text = head + yaml.safe_dump(new, sort_keys=False, default_flow_style=None, width=120)
+    return write_text_atomic(target, text, key="-o", inputs=[spec])  # fileio: O_EXCL temp file, fsync, rename
 
 
 def _dry_run(doc_out: dict, cache_path, as_json: bool) -> None:
     if as_json:
         emit_json({**doc_out, "dry_run": True})
         return
-    from smemtile.cli.common import console
-
     con = console()
-    con.print(f"[bold]smemtile tune --dry-run[/] {doc_out['spec']}: {doc_out['family']} "
-              f"{', '.join(f'{k}={v}' for k, v in doc_out['problem'].items())} on {doc_out['arch']}")  # fmt: skip
+    problem = ", ".join(f"{k}={v}" for k, v in doc_out["problem"].items())
+    con.print(f"[bold]smemtile tune --dry-run[/] {esc(doc_out['spec'])}: {esc(doc_out['family'])} "
+              f"{esc(problem)} on {esc(doc_out['arch'])}")  # fmt: skip
     for i, c in enumerate(doc_out["candidates"], 1):
         pred = f"{c['predicted']:.1f}" if c["predicted"] is not None else "-"
         rank = c["model_rank"] if c["model_rank"] is not None else "-"
-        con.print(f"  {i:>2}. {c['label']:<34} \\[{c['source']}] model #{rank}, predicted {pred}")
+        con.print(f"  {i:>2}. {esc(c['label']):<34} \\[{esc(c['source'])}] model #{rank}, predicted {pred}")
     con.print("Run without --dry-run on a GPU to compile, check and time them.")
 
 
@@ -138,7 +138,6 @@ class _progress:
         self.total, self.quiet = total, quiet
 
     def __enter__(self):
-        from rich.console import Console
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
@@ -149,14 +148,14 @@ class _progress:
         )
 
         self.p = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                          TextColumn("ETA"), TimeRemainingColumn(), console=Console(stderr=True), transient=self.quiet)  # fmt: skip
+                          TextColumn("ETA"), TimeRemainingColumn(), console=console(stderr=True), transient=self.quiet)  # fmt: skip
         self.p.__enter__()
         self.task = self.p.add_task("tuning", total=self.total)
         return self._tick
 
     def _tick(self, row: dict) -> None:
         state = "cached" if row.get("cached") else row.get("status")
-        self.p.update(self.task, advance=1, description=f"{row['label'][:40]} {state}")
+        self.p.update(self.task, advance=1, description=f"{esc(row['label'][:40])} {state}")
 
     def __exit__(self, *exc):
         return self.p.__exit__(*exc)

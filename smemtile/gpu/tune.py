@@ -17,52 +17,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
+from smemtile.cache import ResultCache, default_cache_path  # noqa: F401 (the sweep's cache, re-exported)
 from smemtile.errors import CompileError, SmemtileError, SpecError
 from smemtile.model.tiling_plan import Candidate, respec
 
 TIMING = {"warmup_s": 0.1, "target_s": 0.4, "min_runs": 10, "max_runs": 300}
 SPILL_LIMIT = 64  # bytes of local memory per thread above which a lower MIN_BLOCKS is tried (sgemm)
 SCHEMA = 1
-
-
-def default_cache_path() -> Path:
-    root = os.environ.get("SMEMTILE_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "smemtile"
-    )
-    return Path(root) / "tune.jsonl"
-
-
-class ResultCache:
-    """Append-only JSON lines: {"key": ..., "row": {...}}; the last line of a key wins."""
-
-    def __init__(self, path: Path | None):
-        self.path = path
-        self.rows: dict[str, dict] = {}
-        if path is not None and path.exists():
-            for line in path.read_text().splitlines():
-                try:
-                    rec = json.loads(line)
-                    self.rows[rec["key"]] = rec["row"]
-                except (ValueError, KeyError, TypeError):
-                    continue  # a line cut short by an interrupt
-
-    def get(self, key: str) -> dict | None:
-        return self.rows.get(key)
-
-    def put(self, key: str, row: dict) -> None:
-        self.rows[key] = row
-        if self.path is None:
-            return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "a") as f:
-            f.write(json.dumps({"key": key, "row": row}, default=str) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
 
 
 def source_hash(family: str) -> str:
