@@ -104,10 +104,6 @@ template <typename X>
 struct same_type<X, X> {
     static constexpr bool value = true;
 };
-template <bool V>
-struct bool_c {
-    static constexpr bool value = V;
-};
 
 __host__ __device__ constexpr int ilog2(int x) { return x <= 1 ? 0 : 1 + ilog2(x / 2); }
 __host__ __device__ constexpr bool is_pow2(int x) { return x > 0 && (x & (x - 1)) == 0; }
@@ -516,12 +512,11 @@ hgemm(int M, int N, int K, float alpha, const T* __restrict__ A, int lda, const 
         // issue(k0, sa): the A and B chunks of the K tile at k0 into the stage at sa (As; Bs follows); then the
         // source pointers move to the next tile. FULL: the tile lies inside K and the operands are 16-byte
         // aligned, so no k masks (the common case; the compiler keeps the pass offsets in registers).
-        auto issue = [&](auto full_tag, int k0, unsigned sa) {
-            constexpr bool FULL = decltype(full_tag)::value;
-            const int a_kvalid = FULL ? 8 : max(0, min(8, K - (k0 + a_col)));
+        auto issue = [&](const bool full, int k0, unsigned sa) {  // inlined with a constant `full`
+            const int a_kvalid = full ? 8 : max(0, min(8, K - (k0 + a_col)));
 #pragma unroll
             for (int i = 0; i < A_ITERS; ++i) {
-                if constexpr (FULL) {
+                if (full) {
                     smemtile::cp_async_16(sa + 2 * a_dst_off(i), a_next + a_pass(i));
                 } else {
                     const unsigned short* src = a_kvalid ? a_next + a_pass(i) : reinterpret_cast<const unsigned short*>(A);
@@ -531,12 +526,12 @@ hgemm(int M, int N, int K, float alpha, const T* __restrict__ A, int lda, const 
 #pragma unroll
             for (int j = 0; j < B_ITERS; ++j) {
                 // valid elements of the chunk: B_COL masks k (rows are clamped), row-major masks k rows and n
-                const int n = B_COL ? (FULL ? 8 : max(0, min(8, K - (k0 + b_col))))
-                                    : ((FULL || k0 + b_row + j * B_ROWS < K) ? b_nvalid : 0);
+                const int n = B_COL ? (full ? 8 : max(0, min(8, K - (k0 + b_col))))
+                                    : ((full || k0 + b_row + j * B_ROWS < K) ? b_nvalid : 0);
                 const unsigned dst = sa + A_BYTES + 2 * b_dst_off(j);
-                if constexpr (FULL && B_COL) {
+                if (full && B_COL) {
                     smemtile::cp_async_16(dst, b_next + b_pass(j));
-                } else if constexpr (FULL) {
+                } else if (full) {
                     smemtile::cp_async_16(dst, b_next + b_pass(j), 2 * n);
                 } else {
                     copy_chunk(dst, n ? b_next + b_pass(j) : reinterpret_cast<const unsigned short*>(B), n);
@@ -549,9 +544,9 @@ hgemm(int M, int N, int K, float alpha, const T* __restrict__ A, int lda, const 
         const int full_tiles = VEC ? K / BK : 0;
         auto issue_tile = [&](int t, unsigned sa) {
             if (t < full_tiles) {
-                issue(smemtile::bool_c<true>(), t * BK, sa);
+                issue(true, t * BK, sa);
             } else if (t < k_tiles) {
-                issue(smemtile::bool_c<false>(), t * BK, sa);
+                issue(false, t * BK, sa);
             }
         };
 
