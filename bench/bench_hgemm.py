@@ -138,7 +138,6 @@ SKINNY = [  # 64 x 8192 x 4096: 64 block columns of 128; split K fills the SMs (
     Variant("64x128x32 w64x32 S5 SK4 MB2", bm=64, bn=128, bk=32, wn=32, stages=5, split_k=4, min_blocks=2,
             c_types=("f32",)),
     Variant("64x128x64 w32x64 S4 SK4 MB2", bm=64, bn=128, bk=64, wm=32, split_k=4, min_blocks=2, c_types=("f32",)),
-    Variant("64x256x32 w64x64 S4 SK8", bm=64, bn=256, bk=32, split_k=8, c_types=("f32",)),
     Variant("64x64x64 w32x32 S3 MB4", bm=64, bn=64, bk=64, wm=32, wn=32, stages=3, min_blocks=4),
     Variant("64x128x64 w64x32 S4 MB2", bm=64, bn=128, bk=64, wn=32, min_blocks=2),
 ]
@@ -150,11 +149,21 @@ SHIPPED = ("128x256x32 S4 (default)", "128x256x64 S3", "256x128x32 S4", "128x128
 
 # (M, N, K, padded leading dimensions, variants). Padded: lda, ldb, ldc rounded up to multiples of 8 elements
 # (16 bytes), for cuBLAS and for us: the 16-byte copies need it (an odd ld takes the 2-byte path, checked below).
+BY_LABEL = {v.label: v for v in ALL}
+
+
+def pick(*labels: str) -> list[Variant]:
+    return [BY_LABEL[lb] for lb in labels]
+
+
 SHAPES = [
     (4096, 4096, 4096, False, BIG + B_COL),
-    (8192, 8192, 8192, False, BIG + B_COL[:1]),
+    (8192, 8192, 8192, False, pick("128x256x32 S4 (default)", "256x128x32 S4", "128x256x64 S3")
+     + [v for v in BIG + B_COL[:1] if v.label not in ("128x256x32 S4 (default)", "256x128x32 S4", "128x256x64 S3")]),
     (4095, 4097, 1023, True, BIG[:10]),
-    (64, 8192, 4096, False, SKINNY + BIG[:1] + BIG[7:8]),
+    (4096, 4096, 1024, False, pick("128x256x32 S4 (default)", "256x128x32 S4", "128x128x32 S4 4w MB2",
+                                   "128x128x64 S3 4w")),  # the aligned neighbour of the ragged shape (context)
+    (64, 8192, 4096, False, SKINNY + pick("128x256x32 S4 (default)", "128x128x32 S4 4w MB2")),
     (4095, 4097, 1023, False, UNALIGNED[:1]),  # tight, odd lda and ldb: ALIGN 1 only (information)
 ]
 
@@ -381,6 +390,54 @@ def time_rounds(fns: dict, torch, rounds: int, flush) -> dict[str, list[float]]:
     return times
 
 
+def sustained(fn, torch, seconds: float = 1.5) -> dict:
+    """Launch fn back to back for `seconds` (no flush) while NVML samples the SM clock, power and the clock-event
+    reasons every 10 ms; medians over the second half (the clock settles at the power cap). Says whether a kernel
+    runs at 1980 MHz or is held back by the 700 W cap, which sets the mma.sync ceiling for that kernel."""
+    import threading
+
+    try:
+        import pynvml
+    except ImportError:
+        return {"error": "pynvml missing"}
+    pynvml.nvmlInit()
+    h = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+    samples, stop = [], threading.Event()
+
+    def sample():
+        while not stop.is_set():
+            samples.append((time.perf_counter(), pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM),
+                            pynvml.nvmlDeviceGetPowerUsage(h) / 1000.0,
+                            pynvml.nvmlDeviceGetCurrentClocksEventReasons(h)))  # fmt: skip
+            time.sleep(0.01)
+
+    th = threading.Thread(target=sample, daemon=True)
+    s0, e0 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    th.start()
+    t0 = time.perf_counter()
+    calls = 0
+    s0.record()
+    while time.perf_counter() - t0 < seconds:
+        for _ in range(20):
+            fn()
+        calls += 20
+        if calls % 200 == 0:  # keep the launch queue short
+            torch.cuda.current_stream().synchronize()
+    e0.record()
+    torch.cuda.synchronize()
+    stop.set()
+    th.join()
+    half = [x for x in samples if x[0] - t0 > seconds / 2]
+    reasons = 0
+    for x in half:
+        reasons |= int(x[3])
+    return {"ms_per_call": s0.elapsed_time(e0) / calls, "calls": calls,
+            "sm_clock_mhz": statistics.median(x[1] for x in half) if half else None,
+            "power_w": statistics.median(x[2] for x in half) if half else None,
+            "clock_event_reasons": hex(reasons), "sw_power_cap": bool(reasons & 0x4),
+            "hw_slowdown": bool(reasons & 0x8), "samples": len(half)}  # fmt: skip
+
+
 def stats(ts: list[float]) -> dict:
     q = statistics.quantiles(ts, n=10) if len(ts) >= 2 else [ts[0]] * 9
     med = statistics.median(ts)
@@ -388,7 +445,7 @@ def stats(ts: list[float]) -> dict:
             "spread": (q[-1] - q[0]) / med, "runs": len(ts)}  # fmt: skip
 
 
-def bench_shape(mods: dict, shape, t: str, torch, rounds: int, flush, log) -> list[dict]:
+def bench_shape(mods: dict, shape, t: str, torch, rounds: int, flush, log, sustain=()) -> list[dict]:
     m, n, k, padded, variants = shape
     stream = torch.cuda.current_stream().cuda_stream
     flop = 2.0 * m * n * k
@@ -429,6 +486,15 @@ def bench_shape(mods: dict, shape, t: str, torch, rounds: int, flush, log) -> li
         fns[v.label] = lambda mod=mod, expr=expr, p=p: mod.launch(expr, *p.args(1.0, 0.0), stream)
     times = time_rounds(fns, torch, rounds, flush)
     st = {k: stats(v) for k, v in times.items()}
+    sus = {}
+    if sustain:  # the clock each kernel runs at when it runs back to back (the power cap)
+        for k in [*sustain, "cuBLAS"]:
+            if k in fns:
+                sus[k] = sustained(fns[k], torch)
+                r = sus[k]
+                if "error" not in r:
+                    log(f"   sustained [{k}]: {flop / r['ms_per_call'] / 1e9:.1f} TFLOP/s at {r['sm_clock_mhz']} MHz, "
+                        f"{r['power_w']:.0f} W, clock-event reasons {r['clock_event_reasons']}")  # fmt: skip
     cublas_nn = [k for k in st if k.startswith("cuBLAS") and k != "cuBLAS B col"]
     best_nn = min(cublas_nn, key=lambda k: st[k]["median_ms"])
     ref_nn = st[best_nn]["median_ms"]
@@ -453,7 +519,8 @@ def bench_shape(mods: dict, shape, t: str, torch, rounds: int, flush, log) -> li
              "cublas": st["cuBLAS B col"] if v.b_col else st[best_nn],
              "cublas_call": "cuBLAS B col" if v.b_col else best_nn, "cublas_all": {k: st[k] for k in cublas_nn},
              "rel_err": errs[v.label], "cublas_rel_err": errs["cuBLAS B col" if v.b_col else "cuBLAS"],
-             "tolerance": TOLERANCE[tc], "correct": ok, **info}  # fmt: skip
+             "tolerance": TOLERANCE[tc], "correct": ok, "sustained": sus.get(v.label),
+             "cublas_sustained": sus.get("cuBLAS"), **info}  # fmt: skip
         entries.append(e)
         log(f"   [{v.label}] {e['ours_tflops']:.1f} TFLOP/s = {e['ratio']:.3f}x (spread {s['spread']:.1%}) "
             f"err {errs[v.label]:.1e} {'OK' if ok else 'WRONG'} | {info['registers']} regs, "
@@ -498,6 +565,28 @@ def phase_check(built_path: Path, out_path: Path, skip: set[str]) -> int:
     return 0
 
 
+def load_or_compile(variants: list[Variant], arch: str, built_path: Path | None, log) -> dict[str, dict]:
+    """compile_all's result for `variants`; entries of a prebuilt pickle (same hgemm.cu, NVRTC and name
+    expressions, e.g. made on a CPU machine with the device's NVRTC) are taken as they are."""
+    built = {}
+    if built_path and built_path.exists():
+        import pickle
+
+        from smemtile.gpu.nvrtc import nvrtc_version
+
+        pre = pickle.loads(built_path.read_bytes())
+        if pre.pop("__source_sha256", None) != source_sha256():
+            pre = {}  # made from another hgemm.cu
+        want = {v.label: v.exprs() for v in variants}
+        built = {lb: b for lb, b in pre.items() if lb in want and b.get("nvrtc") == nvrtc_version()
+                 and sorted(b.get("lowered", {})) == sorted(want[lb])}  # fmt: skip
+        log(f"prebuilt: {len(built)} of {len(variants)} variants taken from {built_path.name}")
+    todo = [v for v in variants if v.label not in built]
+    if todo:
+        built.update(compile_all(todo, arch))
+    return built
+
+
 def versions(torch) -> dict:
     import cuda.bindings
     from cuda.bindings import driver, nvrtc
@@ -524,7 +613,7 @@ def versions(torch) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", type=Path, help="write the results here")
-    ap.add_argument("--rounds", type=int, default=20, help="alternating timing rounds (>= 15)")
+    ap.add_argument("--rounds", type=int, default=30, help="alternating timing rounds (>= 15)")
     ap.add_argument("--only", help="comma-separated variant labels (default: all)")
     ap.add_argument("--shapes", help="comma-separated indices into SHAPES (default: all)")
     ap.add_argument("--dtypes", default="f16,bf16")
@@ -551,7 +640,7 @@ def main() -> int:
 
     if args.check_only:  # e.g. compute-sanitizer --tool racecheck python bench/bench_hgemm.py --check-only --only L
         torch, arch = torch_setup()
-        built = compile_all(variants, arch)
+        built = load_or_compile(variants, arch, args.built, print)
         bad = 0
         for v in variants:
             res = check_small(Module(v, built[v.label]), torch, print, SMALL[1:6])
@@ -564,23 +653,8 @@ def main() -> int:
     log(f"{meta['gpu']} {arch} | {meta['nvidia_smi']} | {meta['versions']}")
 
     t0 = time.perf_counter()
-    built = {}
-    if args.built and args.built.exists():  # cubins made elsewhere with the same NVRTC and arch
-        import pickle
-
-        from smemtile.gpu.nvrtc import nvrtc_version
-
-        pre = pickle.loads(args.built.read_bytes())
-        if pre.pop("__source_sha256", None) != source_sha256():
-            pre = {}  # made from another hgemm.cu
-        want = {v.label: v.exprs() for v in variants}
-        built = {lb: b for lb, b in pre.items() if lb in want and b.get("nvrtc") == nvrtc_version()
-                 and sorted(b.get("lowered", {})) == sorted(want[lb])}  # fmt: skip
-        log(f"prebuilt: {len(built)} of {len(variants)} variants taken from {args.built.name}")
-    todo = [v for v in variants if v.label not in built]
-    if todo:
-        built.update(compile_all(todo, arch))
-    log(f"compiled {len(built)} variants ({sum(len(v.exprs()) for v in variants)} kernels) for {arch} in "
+    built = load_or_compile(variants, arch, args.built, log)
+    log(f"built {len(built)} variants ({sum(len(v.exprs()) for v in variants)} kernels) for {arch} in "
         f"{time.perf_counter() - t0:.1f} s")  # fmt: skip
     for lb, b in built.items():
         if "error" in b:
@@ -633,7 +707,8 @@ def main() -> int:
         for t in args.dtypes.split(","):
             sh = (*shape[:4], [v for v in shape[4] if v.label in mods])
             try:
-                entries += bench_shape(mods, sh, t, torch, max(args.rounds, 15), flush, log)
+                sus = [v.label for v in sh[4][:3]] if (shape[0], shape[2]) == (8192, 8192) else []
+                entries += bench_shape(mods, sh, t, torch, max(args.rounds, 15), flush, log, sus)
             except Exception as e:  # keep the other shapes
                 log(f"   shape {shape[:3]} {t} failed: {e.__class__.__name__}: {e}")
 

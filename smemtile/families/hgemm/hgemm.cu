@@ -2,22 +2,43 @@
 //
 //     C = alpha * A * B + beta * C     A: M x K row-major (lda >= K); B: K x N row-major (ldb >= N) or, with
 //                                      B_COL, column-major (element (k, n) at B[n * ldb + k], ldb >= K);
-//                                      C: M x N row-major (ldc >= N), fp32, fp16 or bf16.
+//                                      C: M x N row-major (ldc >= N), fp32, fp16 or bf16 (TC).
 //
-// Any M, N, K >= 0: edge tiles are masked (zero-filled copies, guarded stores), the K tail too (a chunk of 8 k
-// that crosses K copies only its valid bytes). beta == 0 never reads C. The 16-byte copies need lda, ldb % 8 == 0
-// and 16-byte aligned A, B (uniform per launch, checked at run time); otherwise the copies fall back to 2-byte
-// loads through registers (correct, slow).
+// Template parameters (each checked by a static_assert that states its rule):
+//   T            smemtile::f16 or smemtile::bf16: A and B (the raw 16-bit patterns; __half / __nv_bfloat16
+//                pointers are passed reinterpret_cast, same size and layout)
+//   TC           float, smemtile::f16 or smemtile::bf16: C (accumulation is always fp32)
+//   B_COL        false: B row-major (read with ldmatrix.trans); true: B column-major
+//   BM, BN, BK   block tile; BK % 32 == 0 (two k16 steps per fragment double buffer), BK, BN powers of two
+//   WM, WN       warp tile; multiples of 16; THREADS = (BM/WM) * (BN/WN) * 32 (1 to 32 warps)
+//   STAGES       cp.async ring depth, 2 to 5
+//   GROUP_M      block rows per L2 group (block order)
+//   SPLIT_K      K slices (blockIdx.z), fp32 atomics into C (TC = float only)
+//   MIN_BLOCKS   __launch_bounds__ minimum blocks per SM (registers <= 65536 / (THREADS * MIN_BLOCKS))
+//   ALIGN        8: 16-byte cp.async copies, needs lda, ldb % 8 == 0 and 16-byte aligned A, B (else the kernel
+//                writes NaN to its C tiles instead of faulting); 1: any lda, ldb, alignment (2-byte loads through
+//                registers: correct, slow)
+//   PAD_A, SWZ_A_B/M/S, PAD_B, SWZ_B_B/M/S: the SmemTile layouts of As and Bs (defaults: the conflict-free
+//                swizzles below; PAD % 8 == 0, swizzle M >= 3 so that 16-byte granules stay whole)
+//
+// Any M, N >= 1, K >= 0: edge tiles are masked and the K tail too (a chunk of 8 k that crosses K copies only its
+// valid bytes, zero-filling the rest); beta == 0 never reads C.
 //
 // ---- Data flow ---------------------------------------------------------------------------------------------------
 //   global --cp.async.cg 16 B--> shared As[BM][BK], Bs[BK][BN] (Bs[BN][BK] with B_COL), STAGES-deep ring
-//   shared --ldmatrix.x4 (B: .trans when row-major)--> fragments (double-buffered over the k16 steps)
+//   shared --ldmatrix.x4 (B row-major: .trans)--> fragments, double-buffered over the k16 steps
 //   fragments --mma.sync.m16n8k16.row.col.f32.{f16,bf16}--> fp32 accumulators (MI x NI x 4 per thread)
-//   accumulators --alpha, beta, convert--> 2-element vector stores to C (or fp32 atomics with SPLIT_K > 1)
+//   accumulators --alpha, beta, convert--> 2-element vector stores to C (fp32 atomics with SPLIT_K > 1)
 //
-// Block tile BM x BN, K step BK; THREADS = (BM/WM) * (BN/WN) * 32; warp w owns the WM x WN warp tile at
+// Block tile BM x BN, K step BK; warp w owns the WM x WN warp tile at
 //   warp_m = (w / (BN/WN)) * WM,  warp_n = (w % (BN/WN)) * WN,
-// i.e. MI = WM/16 x NI = WN/8 mma tiles of 16 x 8 (4 accumulators each per lane).
+// i.e. MI = WM/16 x NI = WN/8 mma tiles of 16 x 8 (4 accumulators per lane each). A 64 x 64 warp tile holds 128
+// fp32 accumulators and 2 x 32 fragment registers.
+//
+// Global sources of the copies: A chunk (row r, column c) of K tile kt reads A[(m0 + r) * lda + kt*BK + c]; rows
+// past M are clamped to row M-1 (B_COL: rows past N to N-1), whose values only reach accumulators that are never
+// stored; B row-major chunks keep their columns below N (zero-filled beyond). Every address stays inside the
+// operands. Full K tiles take unmasked copies; the partial last one (and ALIGN 1) the masked ones.
 //
 // ---- Shared-memory accesses: lane -> (row, col), elements of 2 bytes (smemtile spec expressions) -------------------
 // Notation: tid = threadIdx.x, lane = tid % 32, warp = tid / 32, THREADS, WARPS_N = BN/WN.
@@ -37,38 +58,43 @@
 //   B fragments, B_COL (ldmatrix.x4), nj, kk:                 Bs  row = (warp % WARPS_N)*WN + nj*16 + lane % 8
 //                                                                       + (lane // 16) * 8                  (n)
 //                                                                 col = kk*16 + ((lane // 8) % 2) * 8         (k)
-// The epilogue does not touch shared memory. (Lane l of an ldmatrix.x4 gives the row address of matrix l // 8,
-// row l % 8; the four matrices are a0..a3 of mma's A operand, or b0, b1 of two adjacent n8 tiles.)
+//   (ALIGN 1: the same chunks, written by st.shared.v4 from registers instead of cp.async.)
+// The epilogue does not touch shared memory. Lane l of an ldmatrix.x4 gives the row address of matrix l // 8,
+// row l % 8; the four matrices are a0..a3 of mma's A operand, or b0, b1 of the n8 tiles 2nj and 2nj+1.
+// smemtile/families/hgemm/accesses_draft.yaml holds these as a spec (default configuration).
 //
 // ---- Swizzle ------------------------------------------------------------------------------------------------------
 // Both tiles use SmemTile<ROWS, COLS, 0, B, 3, S> = CuTe Swizzle<B, 3, S> on the element offset row*COLS + col:
-// the 16-byte granules (8 elements, M = 3) of each 128-byte group are permuted by the row bits that lie above one
+// the 16-byte granules (8 elements, M = 3) of each 128-byte group are permuted by the row bits just above one
 // 128-byte line:
 //     COLS = 32 (BK 32):   Swizzle<2,3,3>   granule ^= (row >> 1) & 3      2 rows per 128-byte line
 //     COLS = 64 (BK 64):   Swizzle<3,3,3>   granule ^= row & 7             one row per line
-//     COLS = 2^c >= 64:    Swizzle<3,3,c-3> granule (bits 3..5 of col) ^= row & 7
+//     COLS = 2^c >= 64:    Swizzle<3,3,c-3> granule (bits 3..5 of col) ^= row & 7   (Bs: BN = 256 -> <3,3,5>)
 //
 //        element offset bit: ... | c+2 c+1 c | ... 5 4 3 | 2 1 0 |        (c = log2 COLS >= 6)
 //                                  \_ row&7 _/     \gran/   \elem/
 //                                      XOR ---------^
-// An ldmatrix phase (8 lanes = 8 rows x 16 bytes at one column) then touches 8 distinct granule slots = all 32
-// banks, and a cp.async warp (32 x 16 bytes: whole 128-byte groups of one or more rows) writes each group as a
-// permutation of it: both sides conflict-free, no padding (smemtile analyze on accesses_draft.yaml).
-// The defaults below compute exactly this from the tile; PAD_*/SWZ_* can be set to anything SmemTile accepts
-// (PAD % 8 == 0, swizzle M >= 3 so that 16-byte granules stay whole).
+// An ldmatrix phase (8 lanes = 8 rows x 16 bytes at one column) touches 8 distinct granule slots = all 32 banks,
+// and a cp.async warp (32 x 16 bytes: whole 128-byte groups of one or more rows) writes each group as a
+// permutation of it: both sides conflict-free, no padding. smemtile analyze on accesses_draft.yaml: every access
+// at its ideal wavefronts (dense rows: A_frag 4-way, B_frag 8-way). The kernel keeps one base offset per operand
+// and lane and moves it by XOR (column steps) and add (row steps); constexpr checks prove that equal to
+// SmemTile::offset for every lane, warp and step of the configuration (else it calls SmemTile::offset).
 //
 // ---- Pipeline (cp.async groups) -----------------------------------------------------------------------------------
 //   prologue: tiles 0 .. STAGES-2 issued, one commit_group each (empty groups past the last tile keep the count)
-//             wait_group(STAGES-2); __syncthreads(); fragments of (tile 0, k16 step 0)
-//   tile kt, k16 step kk (KSTEPS = BK/16):
-//     kk == 0:        issue tile kt+STAGES-1 into slot (kt-1) % STAGES (its last readers passed the barrier that
-//                     ended tile kt-1), commit_group     -> S-1+kt+1 groups committed
-//     kk == KSTEPS-1: wait_group(STAGES-2)               -> groups 0..kt+1 complete: tile kt+1 landed (this thread)
-//                     __syncthreads()                    -> everyone's copies landed; tile kt fully read... except
-//                                                            this step's fragments, already in registers
-//     load fragments of step kk+1 (of tile kt+1 when kk == KSTEPS-1) into the other fragment buffer
-//     mma.sync over this step's fragments (MI x NI instructions)
-// One barrier per K tile. The fragment buffers alternate per k16 step, so KSTEPS must be even (BK % 32 == 0).
+//             wait_group(STAGES-2); __syncthreads(); fragments of (tile 0, k16 step 0) into buffer 0
+//   tile kt, k16 step kk (KSTEPS = BK/16 >= 2):
+//     load the fragments of step kk+1 (of tile kt+1, step 0, when kk == KSTEPS-1) into the other buffer
+//     kk == 0:        issue tile kt+STAGES-1 into slot (kt-1) % STAGES (its readers passed the barrier of tile
+//                     kt-1), commit_group                         -> STAGES+kt groups committed
+//     mma.sync over step kk's fragments (MI x NI instructions)
+//     kk == KSTEPS-2: wait_group(STAGES-2) -> groups 0..kt+1 complete: tile kt+1 landed (this thread's copies)
+//                     __syncthreads()      -> everyone's copies landed, and every read of tile kt (the last, the
+//                                             fragments of step KSTEPS-1, came before) is done
+// One barrier per K tile. The steady-state loop issues full tiles unconditionally, so its body is one basic block
+// and ptxas interleaves the copy instructions with the mma.sync (bench/NOTES.md, version 2); a second loop
+// takes the masked last tile and the drain.
 //
 // ---- Split K, block order -----------------------------------------------------------------------------------------
 // SPLIT_K > 1: blockIdx.z = z computes the K range [z*kc, (z+1)*kc), kc = ceil(K / (BK*SPLIT_K)) * BK, and adds
@@ -77,12 +103,13 @@
 // Blocks run in groups of GROUP_M block rows (Triton's matmul order) so that consecutive blocks share panels in L2.
 //
 // ---- Resources and launch -----------------------------------------------------------------------------------------
-// Shared memory (bytes, always dynamic) = STAGES * (BM*(BK+PAD_A) + B rows*(B cols+PAD_B)) * 2
-//   e.g. 128 x 256 x 32, 4 stages: 4 * (128*32 + 32*256) * 2 = 98304 B. Above 48 KiB the host must raise
+// Shared memory (bytes, always dynamic) = STAGES * (BM*(BK+PAD_A) + B rows * (B cols + PAD_B)) * 2
+//   e.g. 128 x 256 x 32, 4 stages: 4 * (128*32 + 32*256) * 2 = 98304 B. Above 48 KiB the host raises
 //   cudaFuncAttributeMaxDynamicSharedMemorySize (cuFuncSetAttribute) first.
-// Launch: grid = (ceil(M/BM) * ceil(N/BN), 1, SPLIT_K), block = (THREADS, 1, 1), dynamic smem as above.
-// Registers: a 64 x 64 warp tile holds 128 fp32 accumulators + 2 x 32 fragment registers: ~230 per thread, so
-// MIN_BLOCKS = 1 with 8 warps (256 threads) or MIN_BLOCKS = 2 with 4 warps (128 threads).
+// Launch: grid = (ceil(M/BM) * ceil(N/BN), 1, SPLIT_K), block = (THREADS, 1, 1), dynamic smem as above; with
+//   SPLIT_K > 1 first hgemm_splitk_prepare<<<min(M, 65535), 256>>>(C, M, N, ldc, beta).
+// Registers: 226-255 per thread for 64 x 64 warp tiles (ptxas 13.0, 0 spills): 8 warps and 1 block/SM, or 4 warps
+//   and 2 blocks/SM.
 #include "smem_layout.cuh"
 
 namespace smemtile {
@@ -561,23 +588,35 @@ hgemm(int M, int N, int K, float alpha, const T* __restrict__ A, int lda, const 
         // stage offsets (bytes from smem0) of the tile being read and of the slot written next
         unsigned read_off = 0, write_off = (STAGES - 1) * STAGE;
         load_frags(0, smem0, 0);
-        for (int kt = 0; kt < k_tiles; ++kt) {
+        // One K tile. `steady`: the tile issued here is a full one, so the copies are unconditional and the whole
+        // body is one basic block: ptxas interleaves the copy instructions with the mma.sync of step 0 (behind a
+        // branch they would hold back the tensor cores of every warp at once, right after each barrier).
+        auto tile = [&](const bool steady, int kt) {
 #pragma unroll
             for (int kk = 0; kk < KSTEPS; ++kk) {
+                // (the masked copies go first: their registers are free again before the fragments arrive)
+                if (steady || kk != 0) load_frags((kk + 1) & 1, smem0 + read_off, (kk + 1) % KSTEPS);
                 if (kk == 0) {
-                    issue_tile(kt + STAGES - 1, smem0 + write_off);
+                    if (steady) {
+                        issue(true, (kt + STAGES - 1) * BK, smem0 + write_off);
+                    } else {
+                        issue_tile(kt + STAGES - 1, smem0 + write_off);
+                        load_frags(1, smem0 + read_off, 1);
+                    }
                     smemtile::cp_async_commit();
                     write_off = write_off + STAGE == RING ? 0 : write_off + STAGE;
                 }
-                if (kk == KSTEPS - 1) {
+                mma_step(kk & 1);
+                if (kk == KSTEPS - 2) {  // after the last fragment load of tile kt
                     smemtile::cp_async_wait<STAGES - 2>();  // tile kt+1 (this thread's chunks) has landed
                     __syncthreads();                        // everyone's; tile kt is no longer read
                     read_off = read_off + STAGE == RING ? 0 : read_off + STAGE;
                 }
-                load_frags((kk + 1) & 1, smem0 + read_off, (kk + 1) % KSTEPS);
-                mma_step(kk & 1);
             }
-        }
+        };
+        int kt = 0;
+        for (; kt + STAGES - 1 < full_tiles; ++kt) tile(true, kt);  // steady state: full tiles issued
+        for (; kt < k_tiles; ++kt) tile(false, kt);                 // the masked last tile and the drain
         smemtile::cp_async_wait<0>();
     }
 
