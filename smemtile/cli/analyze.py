@@ -2,28 +2,41 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import click
 
 from smemtile.cli.common import emit_json, json_option
 from smemtile.errors import SpecError
+from smemtile.fileio import printable
 
 
 @click.command("analyze")
 @click.argument("spec", type=click.Path(dir_okay=False, path_type=Path))
 @json_option
-@click.option("--brief", is_flag=True, help="One line per access and the fix table; no lane tables or diagrams.")
-@click.option("--all-instructions", is_flag=True, help="With --json: the lane detail of every instruction, "
-              "not only the worst one of each access.")
-@click.option("--regs", type=click.IntRange(1, 255), help="Registers per thread for the occupancy section "
-              "(default: the spec's regs, else 64, stated as an assumption).")
-@click.option("--export", "export", type=click.Path(dir_okay=False, path_type=Path),
-              help="Also save the report as FILE.svg or FILE.html.")
-def command(spec: Path, as_json: bool, brief: bool, all_instructions: bool, regs: int | None,
-            export: Path | None) -> None:
+@click.option(
+    "--brief", is_flag=True, help="One line per access and the fix table; no lane tables or diagrams."
+)
+@click.option(
+    "--all-instructions",
+    is_flag=True,
+    help="With --json: the lane detail of every instruction, not only the worst one of each access.",
+)
+@click.option(
+    "--regs",
+    type=click.IntRange(1, 255),
+    help="Registers per thread for the occupancy section "
+    "(default: the spec's regs, else 64, stated as an assumption).",
+)
+@click.option(
+    "--export",
+    "export",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also save the report as FILE.svg or FILE.html.",
+)
+def command(
+    spec: Path, as_json: bool, brief: bool, all_instructions: bool, regs: int | None, export: Path | None
+) -> None:
     """Show how the hardware serves each shared-memory access of SPEC, and the cheapest fix.
 
     For every access (every warp, every loop value) it prints the wavefronts per instruction exactly as
@@ -42,31 +55,25 @@ def command(spec: Path, as_json: bool, brief: bool, all_instructions: bool, regs
     from smemtile.report.analyze import build_report, render
 
     if export is not None and export.suffix.lower() not in (".svg", ".html"):
-        raise SpecError(f"--export takes a .svg or .html file name, got {export.name!r}")
+        raise SpecError(f"takes a .svg or .html file name, got {printable(export.name)!r}", key="--export")
     rep = build_report(load_spec(spec), regs=regs)
     if as_json:
         emit_json(rep.to_dict(all_details=all_instructions))
     else:
-        from rich.console import Console
+        from smemtile.report.text import make_console
 
-        console = Console(highlight=False, record=export is not None)
-        render(console, rep, brief=brief)
-        if export is not None:
-            _export(console, export)
+        render(make_console(), rep, brief=brief)
+    if export is not None:
+        _export(rep, brief, export, spec)
 
 
-def _export(console, path: Path) -> None:
-    """Write atomically: a temporary file in the same folder, then rename."""
-    text = console.export_svg(title="smemtile analyze") if path.suffix.lower() == ".svg" else console.export_html()
-    folder = path.parent if str(path.parent) else Path(".")
-    if not folder.is_dir():
-        raise SpecError(f"folder {str(folder)!r} does not exist", key="--export")
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+def _export(rep, brief: bool, path: Path, spec: Path) -> None:
+    """The report rendered again at the export's own width (not the terminal's), written safely (fileio)."""
+    from smemtile.fileio import write_text_atomic
+    from smemtile.report.analyze import render
+    from smemtile.report.text import export_console
+
+    con = export_console()
+    render(con, rep, brief=brief)
+    text = con.export_svg(title="smemtile analyze") if path.suffix.lower() == ".svg" else con.export_html()
+    write_text_atomic(path, text, key="--export", inputs=[spec])

@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import re
 import sys
+import traceback
 from collections.abc import Callable
 from typing import Any
 
 import click
 
-from smemtile.errors import SmemtileError, SpecError
+from smemtile.errors import CompileError, SmemtileError, SpecError
 
 
 def json_option(f: Callable) -> Callable:
     """``--json``: one JSON document on stdout and nothing else there."""
-    return click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout instead of tables.")(f)
+    return click.option(
+        "--json", "as_json", is_flag=True, help="Print one JSON document on stdout instead of tables."
+    )(f)
 
 
 def arch_option(default: str | None = "sm_90") -> Callable:
@@ -59,19 +64,95 @@ def emit_json(doc: Any) -> None:
     sys.stdout.write("\n")
 
 
-def console():
-    """A rich console on stdout (imported lazily to keep start-up fast)."""
-    from rich.console import Console
+def console(stderr: bool = False):
+    """The rich console commands print through: width clamped, names never markup or control codes."""
+    from smemtile.report.text import make_console
 
-    return Console(highlight=False)
+    return make_console(stderr=stderr)
+
+
+# ---- errors: one line and the documented exit code, never a traceback (unless --debug) ------------------------
+
+_OUTPUT_ERRNOS = {errno.ENOSPC, errno.EIO, errno.EBADF, errno.EPIPE, errno.EDQUOT, errno.EFBIG}
+
+
+def debug_enabled(ctx: click.Context | None = None) -> bool:
+    """``smemtile --debug ...`` or ``SMEMTILE_DEBUG=1``: show tracebacks for bug reports."""
+    root = ctx.find_root() if ctx is not None else None
+    if root is not None and root.params.get("debug"):
+        return True
+    return os.environ.get("SMEMTILE_DEBUG", "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
+def describe_error(e: BaseException) -> tuple[str, int]:
+    """The one-line message and exit code for an exception that reached the command line."""
+    if isinstance(e, SmemtileError):
+        return str(e), e.exit_code
+    if isinstance(e, RecursionError):
+        return "the input is nested too deeply to process (Python's recursion limit); flatten it", 2
+    if isinstance(e, MemoryError):
+        return "the input needs more memory than this machine has; make it smaller", 2
+    if isinstance(e, UnicodeDecodeError):
+        return (
+            f"the input is not UTF-8 text: byte 0x{e.object[e.start]:02x} at offset {e.start} ({e.reason})",
+            2,
+        )
+    if isinstance(e, UnicodeEncodeError):
+        return (f"cannot write {e.object[e.start]!r} in the output encoding {e.encoding}; "
+                "set PYTHONIOENCODING=utf-8"), 1  # fmt: skip
+    if isinstance(e, OSError):
+        reason = e.strerror.lower() if e.strerror else str(e)
+        if e.filename is not None:
+            return f"{e.filename}: {reason}", 2
+        if e.errno in _OUTPUT_ERRNOS:
+            return f"cannot write the output: {reason}", 1
+        return reason, 1
+    first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    return f"internal error: {type(e).__name__}{': ' + first if first else ''} (run with --debug for the " \
+           "traceback, and report it)", 1  # fmt: skip
+
+
+def error_line(message: str, multi_line: bool = False) -> str:
+    """``smemtile: error: MESSAGE`` with every control character escaped; one line unless ``multi_line``."""
+    from smemtile.fileio import printable
+
+    if multi_line:
+        return "smemtile: error: " + "\n".join(printable(ln) for ln in message.splitlines())
+    return "smemtile: error: " + printable(message)
+
+
+def report_error(e: BaseException, ctx: click.Context | None = None) -> int:
+    """Print ``e`` as one line on stderr (the traceback first with --debug); the exit code to use."""
+    message, code = describe_error(e)
+    if debug_enabled(ctx):
+        traceback.print_exception(type(e), e, e.__traceback__, file=sys.stderr)
+    try:
+        click.echo(error_line(message, multi_line=isinstance(e, CompileError)), err=True)
+    except Exception:
+        pass  # stderr itself is gone: the exit code still tells
+    return code
+
+
+def _clamp_columns() -> None:
+    """``COLUMNS`` beyond what a table can use (``COLUMNS=100000000``) would make every console that reads it,
+    ours or not, pad lines of that width: clamp it once for the whole process."""
+    from smemtile.report.text import MAX_WIDTH
+
+    cols = os.environ.get("COLUMNS", "").strip()
+    if cols.isdigit() and int(cols) > MAX_WIDTH:
+        os.environ["COLUMNS"] = str(MAX_WIDTH)
 
 
 class SmemtileGroup(click.Group):
-    """A click group that turns library errors into one line on stderr and the documented exit code."""
+    """A click group that turns every error into one line on stderr and the documented exit code."""
 
     def invoke(self, ctx: click.Context) -> Any:
+        _clamp_columns()
         try:
             return super().invoke(ctx)
-        except SmemtileError as e:
-            click.echo(f"smemtile: error: {e}", err=True)
-            ctx.exit(e.exit_code)
+        except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort):
+            raise
+        except BrokenPipeError:
+            raise  # the reader left (`| head`): click ends quietly
+        except Exception as e:
+            ctx.exit(report_error(e, ctx))

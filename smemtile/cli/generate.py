@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import difflib
-import os
-import tempfile
 from pathlib import Path
 
 import click
@@ -12,17 +10,12 @@ import click
 from smemtile.cli.common import console, emit_json, json_option
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder and an atomic rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+def _write_atomic(path: Path, text: str, spec: str | None = None) -> None:
+    """Write ``text`` to ``path`` safely (smemtile.fileio: O_EXCL temporary file, fsync, rename; refuses the
+    input spec and device nodes; keeps an existing file's mode)."""
+    from smemtile.fileio import write_text_atomic
+
+    write_text_atomic(path, text, key="-o", inputs=[spec] if spec else (), make_parents=True)
 
 
 @click.command(
@@ -93,7 +86,7 @@ def command(spec, output, variant, diff, arch, no_compile, as_json):
     built = build(cfg, baseline=base, compile=not no_compile, origin=Path(spec).name)
     gk = built.kernel
     if output:
-        _write_atomic(Path(output), gk.source)
+        _write_atomic(Path(output), gk.source, spec)
     if as_json:
         doc = gk.to_dict(file=str(Path(output).resolve()) if output else None)
         doc["variant"] = variant

@@ -8,7 +8,7 @@ import click
 
 from smemtile.cli.common import console, emit_json, json_option
 from smemtile.errors import OutOfResources, SpecError
-from smemtile.fileio import write_text_atomic
+from smemtile.fileio import read_text, write_text_atomic
 from smemtile.report.text import esc
 
 
@@ -56,6 +56,10 @@ def command(spec, top, space, out, cache_path, force, dry_run, device, seed, as_
         raise SpecError(f"expected a positive integer, got {top!r}", key="--top") from None
     if k < 0:
         raise SpecError(f"must not be negative, got {k}", key="--top")
+    # fileio first: a regular file (never a FIFO or /dev/zero), at most 1 MiB, UTF-8; then the YAML parser
+    read_text(spec, what="spec")
+    if space:
+        read_text(space, what="--space file", key="--space")
     docs = load_docs(spec)
     if len(docs) != 1 or not isinstance(docs[0], dict):
         raise SpecError("expected one spec document (a mapping)", source=str(spec))

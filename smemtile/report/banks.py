@@ -8,6 +8,7 @@ from rich.text import Text
 
 from smemtile.model.analysis import AccessResult
 from smemtile.model.banks import BANKS
+from smemtile.report.text import Fit, esc, printable
 
 
 def _lanes_text(lanes) -> str:
@@ -40,11 +41,15 @@ def lane_rows(ar: AccessResult, i: int) -> list[dict]:
                 wf_of_lane.setdefault(lane, []).append(ph.slots[w] if ph.slots else w)
     rows = []
     for lane in range(32):
-        d = {"lane": lane, "address": int(b.addresses[i, lane]), "active": bool(b.active[i, lane]),
-             "phase": int(b.phase_of_lane[i, lane]),
-             "banks": sorted({int(w) % BANKS for w in words[lane]}),
-             "words": [int(w) for w in words[lane]],
-             "wavefronts": wf_of_lane.get(lane, [])}
+        d = {
+            "lane": lane,
+            "address": int(b.addresses[i, lane]),
+            "active": bool(b.active[i, lane]),
+            "phase": int(b.phase_of_lane[i, lane]),
+            "banks": sorted({int(w) % BANKS for w in words[lane]}),
+            "words": [int(w) for w in words[lane]],
+            "wavefronts": wf_of_lane.get(lane, []),
+        }
         if ar.rows is not None:
             d["row"], d["col"] = int(ar.rows[i, lane]), int(ar.cols[i, lane])
         elif ar.cols is not None:
@@ -59,20 +64,39 @@ def access_to_dict(ar: AccessResult, *, all_details: bool = False) -> dict:
     b = ar.bank
     a = ar.access
     n = len(b.wavefronts)
-    per = [{"warp": int(ar.warp[i]), "loop": ar.loop_values[i], "wavefronts": int(b.wavefronts[i]),
-            "ideal_wavefronts": int(b.ideal_wavefronts[i])} for i in range(n)]
+    per = [
+        {
+            "warp": int(ar.warp[i]),
+            "loop": ar.loop_values[i],
+            "wavefronts": int(b.wavefronts[i]),
+            "ideal_wavefronts": int(b.ideal_wavefronts[i]),
+        }
+        for i in range(n)
+    ]
 
     def inst(i: int) -> dict:
-        return {"warp": int(ar.warp[i]), "loop": ar.loop_values[i], "wavefronts": int(b.wavefronts[i]),
-                "ideal_wavefronts": int(b.ideal_wavefronts[i]),
-                "phases": [p.to_dict() for p in b.detail(i)], "lanes": lane_rows(ar, i)}
+        return {
+            "warp": int(ar.warp[i]),
+            "loop": ar.loop_values[i],
+            "wavefronts": int(b.wavefronts[i]),
+            "ideal_wavefronts": int(b.ideal_wavefronts[i]),
+            "phases": [p.to_dict() for p in b.detail(i)],
+            "lanes": lane_rows(ar, i),
+        }
 
     d = {
-        "name": a.name, "buffer": a.buffer, "op": a.op, "width": a.width, "layout": ar.layout.to_dict(),
+        "name": a.name,
+        "buffer": a.buffer,
+        "op": a.op,
+        "width": a.width,
+        "layout": ar.layout.to_dict(),
         "instructions": n,
-        "wavefronts": ar.wavefronts, "ideal_wavefronts": ar.ideal, "conflict_degree": round(ar.degree, 4),
+        "wavefronts": ar.wavefronts,
+        "ideal_wavefronts": ar.ideal,
+        "conflict_degree": round(ar.degree, 4),
         "ncu_bank_conflicts": int(b.wavefronts[ar.worst] - b.ncu_ideal[ar.worst]),
-        "total_wavefronts": int(b.wavefronts.sum()), "total_ideal_wavefronts": int(b.ideal_wavefronts.sum()),
+        "total_wavefronts": int(b.wavefronts.sum()),
+        "total_ideal_wavefronts": int(b.ideal_wavefronts.sum()),
         "conflict_free": ar.conflict_free,
         "per_instruction": per,
         "worst": inst(ar.worst),
@@ -96,12 +120,16 @@ def summary_line(ar: AccessResult) -> Text:
     a = ar.access
     b = ar.bank
     t = Text()
-    t.append(f"{a.name}", style="bold")
-    kind = f"{a.op} x{a.matrices}{'.trans' if a.trans else ''}" if a.op == "ldmatrix" else f"{a.op} {a.width} B"
-    t.append(f"  {kind} of {a.buffer} ({ar.layout.describe()}): ")
+    t.append(printable(a.name), style="bold")
+    kind = (
+        f"{a.op} x{a.matrices}{'.trans' if a.trans else ''}" if a.op == "ldmatrix" else f"{a.op} {a.width} B"
+    )
+    t.append(f"  {kind} of {printable(a.buffer)} ({ar.layout.describe()}): ")
     n = len(b.wavefronts)
-    t.append(f"{n} instruction{'s' if n != 1 else ''}, worst {ar.wavefronts} wavefronts (ideal {ar.ideal}) at "
-             f"{ar.label(ar.worst)}; ")
+    t.append(
+        f"{n} instruction{'s' if n != 1 else ''}, worst {ar.wavefronts} wavefronts (ideal {ar.ideal}) at "
+        f"{printable(ar.label(ar.worst))}; "
+    )
     t.append_text(degree_text(ar))
     vals, counts = np.unique(b.wavefronts, return_counts=True)
     if len(vals) > 1:
@@ -109,13 +137,19 @@ def summary_line(ar: AccessResult) -> Text:
     return t
 
 
-def lane_table(ar: AccessResult, i: int | None = None) -> Table:
-    """The explicit lane -> address -> bank table of one instruction (the worst by default)."""
+def lane_table(ar: AccessResult, i: int | None = None) -> Fit:
+    """The explicit lane -> address -> bank table of one instruction (the worst by default); stacked per lane
+    when a console is too narrow for its columns."""
     i = ar.worst if i is None else i
     rows = lane_rows(ar, i)
     coord = "row, col" if ar.rows is not None else ("index" if ar.cols is not None else None)
-    t = Table(title=f"{ar.access.name} @ {ar.label(i)}: {int(ar.bank.wavefronts[i])} wavefronts "
-                    f"(ideal {int(ar.bank.ideal_wavefronts[i])})", title_justify="left", box=None, pad_edge=False)
+    t = Table(
+        title=f"{esc(ar.access.name)} @ {esc(ar.label(i))}: {int(ar.bank.wavefronts[i])} wavefronts "
+        f"(ideal {int(ar.bank.ideal_wavefronts[i])})",
+        title_justify="left",
+        box=None,
+        pad_edge=False,
+    )
     t.add_column("lane", justify="right")
     if coord:
         t.add_column(coord, justify="right")
@@ -137,10 +171,14 @@ def lane_table(ar: AccessResult, i: int | None = None) -> Table:
         banks = r["banks"]
         if cp:
             cells.append(str(r["source"]))
-        cells += [str(r["address"]), f"{banks[0]}" if len(banks) == 1 else f"{banks[0]}-{banks[-1]}",
-                  str(r["phase"]), ",".join(str(w) for w in r["wavefronts"])]
+        cells += [
+            str(r["address"]),
+            f"{banks[0]}" if len(banks) == 1 else f"{banks[0]}-{banks[-1]}",
+            str(r["phase"]),
+            ",".join(str(w) for w in r["wavefronts"]),
+        ]
         t.add_row(*cells)
-    return t
+    return Fit(t)
 
 
 def phase_lines(ar: AccessResult, i: int | None = None) -> list[Text]:
@@ -157,8 +195,10 @@ def phase_lines(ar: AccessResult, i: int | None = None) -> list[Text]:
         if per_bank.max() <= 1:
             t = Text(head + "no bank delivers more than one word -> 1 wavefront")
         else:
-            t = Text(head + f"busiest bank {hot} delivers {int(per_bank[hot])} distinct words ({busy}) -> "
-                     f"{ph.wavefronts} wavefronts")
+            t = Text(
+                head + f"busiest bank {hot} delivers {int(per_bank[hot])} distinct words ({busy}) -> "
+                f"{ph.wavefronts} wavefronts"
+            )
         out.append(t)
     return out
 
@@ -172,14 +212,22 @@ def _cp_async_lines(ar: AccessResult, i: int) -> list[Text]:
         hot = int(per_bank.argmax())
         slots = f"slot {g.slots[0]}" if len(g.slots) == 1 else f"slots {_lanes_text(g.slots)}"
         lines = ", ".join(str(x) for x in g.source_lines[:4]) + (", ..." if len(g.source_lines) > 4 else "")
-        out.append(Text(f"  group {g.phase}: lanes {_lanes_text(g.lanes)} read together from global line"
-                        f"{'s' if len(g.source_lines) > 1 else ''} {lines} (128-byte lines; beat {g.beat}) -> "
-                        f"{int(per_bank.sum())} words, busiest bank {hot} takes "
-                        f"{int(per_bank[hot])} -> {g.wavefronts} round{'s' if g.wavefronts != 1 else ''} in {slots}"))
+        out.append(
+            Text(
+                f"  group {g.phase}: lanes {_lanes_text(g.lanes)} read together from global line"
+                f"{'s' if len(g.source_lines) > 1 else ''} {lines} (128-byte lines; beat {g.beat}) -> "
+                f"{int(per_bank.sum())} words, busiest bank {hot} takes "
+                f"{int(per_bank[hot])} -> {g.wavefronts} round{'s' if g.wavefronts != 1 else ''} in {slots}"
+            )
+        )
     beats = len({g.beat for g in groups})
-    out.append(Text(f"  {len(groups)} group{'s' if len(groups) != 1 else ''} (read wavefronts of the sources) in "
-                    f"{beats} beat{'s' if beats != 1 else ''} (<= 128 data bytes each, one after another); in a beat "
-                    "each group starts one slot after the one before, finishes after it, and a slot serves a bank "
-                    "once -> "
-                    f"{int(ar.bank.wavefronts[i])} wavefronts"))
+    out.append(
+        Text(
+            f"  {len(groups)} group{'s' if len(groups) != 1 else ''} (read wavefronts of the sources) in "
+            f"{beats} beat{'s' if beats != 1 else ''} (<= 128 data bytes each, one after another); in a beat "
+            "each group starts one slot after the one before, finishes after it, and a slot serves a bank "
+            "once -> "
+            f"{int(ar.bank.wavefronts[i])} wavefronts"
+        )
+    )
     return out

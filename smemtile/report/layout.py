@@ -5,18 +5,31 @@ from __future__ import annotations
 import difflib
 
 import numpy as np
+from rich.console import Console, ConsoleOptions, RenderResult
 from rich.table import Table
 from rich.text import Text
 
+from smemtile.fileio import printable
 from smemtile.model.analysis import AccessResult
 from smemtile.model.banks import BANKS
 from smemtile.model.layout import Layout
 from smemtile.model.spec import Buffer
 
 CTYPES = {
-    "f64": "double", "f32": "float", "tf32": "float", "f16": "__half", "bf16": "__nv_bfloat16",
-    "f8e4m3": "__nv_fp8_e4m3", "f8e5m2": "__nv_fp8_e5m2", "i64": "long long", "i32": "int", "i16": "short",
-    "i8": "signed char", "u64": "unsigned long long", "u32": "unsigned", "u16": "unsigned short",
+    "f64": "double",
+    "f32": "float",
+    "tf32": "float",
+    "f16": "__half",
+    "bf16": "__nv_bfloat16",
+    "f8e4m3": "__nv_fp8_e4m3",
+    "f8e5m2": "__nv_fp8_e5m2",
+    "i64": "long long",
+    "i32": "int",
+    "i16": "short",
+    "i8": "signed char",
+    "u64": "unsigned long long",
+    "u32": "unsigned",
+    "u16": "unsigned short",
     "u8": "unsigned char",
 }
 
@@ -37,8 +50,10 @@ def declaration(buf: Buffer, lay: Layout) -> list[str]:
         if lay.swizzle is None:
             dim = f"{cols} + {lay.pad}" if lay.pad else f"{cols}"
             align = 16 if (cols + lay.pad) * buf.elem_bytes % 16 == 0 else 4
-            lines = [f"__shared__ __align__({max(align, 16)}) {ct} {buf.name}{st}[{rows}][{dim}];  // {nbytes} bytes",
-                     f"// element (r, c): {buf.name}{s_idx}[r][c]   (row stride {cols + lay.pad} elements)"]
+            lines = [
+                f"__shared__ __align__({max(align, 16)}) {ct} {buf.name}{st}[{rows}][{dim}];  // {nbytes} bytes",
+                f"// element (r, c): {buf.name}{s_idx}[r][c]   (row stride {cols + lay.pad} elements)",
+            ]
         else:
             stride = f"({cols} + {lay.pad})" if lay.pad else f"{cols}"
             sw = lay.swizzle
@@ -74,9 +89,10 @@ def bank_grid(buf: Buffer, lay: Layout, max_rows: int = 16, max_words: int = 32)
     return (off * eb // 4) % BANKS
 
 
-def diagram(buf: Buffer, lay: Layout, hot: AccessResult | None = None, max_rows: int = 16) -> Table:
-    """Rich table: tile rows x words, each cell the bank; cells read by ``hot``'s worst instruction coloured
-    (red: their bank delivers more than one distinct word, green: conflict-free)."""
+def diagram(buf: Buffer, lay: Layout, hot: AccessResult | None = None, max_rows: int = 16) -> BankDiagram:
+    """Tile rows x words, each cell the bank; cells read by ``hot``'s worst instruction coloured (red: their
+    bank delivers more than one distinct word, green: conflict-free). Narrow consoles get the words in blocks
+    of 16 or 8 columns, one block under the other (see ``BankDiagram``)."""
     grid = bank_grid(buf, lay, max_rows=max_rows)
     eb = buf.elem_bytes
     per_word = max(1, 4 // eb)
@@ -90,13 +106,46 @@ def diagram(buf: Buffer, lay: Layout, hot: AccessResult | None = None, max_rows:
                 b = int(grid[r, c]) if r < grid.shape[0] and c < grid.shape[1] else None
                 if b is not None:
                     marks[(r, c)] = "bold white on red" if per_bank[b] > 1 else "bold black on green"
-    t = Table(title=f"{buf.name} ({lay.describe()}): bank of each word, rows 0-{grid.shape[0] - 1}",
-              title_justify="left", box=None, pad_edge=False, show_header=True)
-    t.add_column("row", justify="right", style="dim")
-    for j in range(grid.shape[1]):
-        label = str(j * per_word) if per_word > 1 else str(j) if eb <= 4 else str(j * 4 // eb)
-        t.add_column(label, justify="right")
-    for r in range(grid.shape[0]):
-        t.add_row(str(r), *[Text(f"{int(grid[r, c]):2d}", style=marks.get((r, c), "")) for c in
-                            range(grid.shape[1])])
-    return t
+    labels = [str(j * per_word) if per_word > 1 else str(j) if eb <= 4 else str(j * 4 // eb)
+              for j in range(grid.shape[1])]  # fmt: skip
+    title = Text(f"{printable(buf.name)} ({lay.describe()}): bank of each word, rows 0-{grid.shape[0] - 1}")
+    return BankDiagram(title, grid, marks, labels)
+
+
+class BankDiagram:
+    """The bank diagram, laid out for the width it is rendered at: all 32 words of a row on one line when they
+    fit (about 100 columns), else blocks of 16 (or 8) words, each block a small table with the row numbers.
+    Every cell keeps its full number: nothing is cut to an ellipsis."""
+
+    CELL = 3  # two digits and a space
+
+    def __init__(self, title: Text, grid: np.ndarray, marks: dict[tuple[int, int], str], labels: list[str]):
+        self.title, self.grid, self.marks, self.labels = title, grid, marks, labels
+
+    def words_per_block(self, width: int) -> int:
+        n = self.grid.shape[1]
+        head = max(3, len(str(self.grid.shape[0] - 1)))
+        per = n
+        while per > 4 and head + self.CELL * per > width:
+            per = (per + 1) // 2
+        return per
+
+    def block(self, start: int, stop: int) -> Table:
+        t = Table(box=None, pad_edge=False, show_header=True, padding=(0, 0, 0, 1), collapse_padding=True)
+        t.add_column("row", justify="right", style="dim", no_wrap=True)
+        for j in range(start, stop):
+            t.add_column(self.labels[j], justify="right", no_wrap=True, min_width=2)
+        for r in range(self.grid.shape[0]):
+            t.add_row(str(r), *[Text(f"{int(self.grid[r, c]):2d}", style=self.marks.get((r, c), ""))
+                                for c in range(start, stop)])  # fmt: skip
+        return t
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        n = self.grid.shape[1]
+        per = self.words_per_block(options.max_width)
+        title = self.title.copy()
+        if per < n:
+            title.append(f"; words in blocks of {per}")
+        yield title
+        for start in range(0, n, per):
+            yield self.block(start, min(n, start + per))

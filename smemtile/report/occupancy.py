@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
 from rich import box
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
 from smemtile.model.arch import FIELD_SOURCES, Arch
-from smemtile.model.occupancy import BatchOccupancy, OccupancyResult
+from smemtile.model.occupancy import LIMIT_BITS, LIMITERS, UNLIMITED, BatchOccupancy, OccupancyResult
 
 _LABEL = {
     "warps": "warps",
@@ -18,7 +20,13 @@ _LABEL = {
     "barriers": "barriers",
 }
 
-_SHORT = {"warps": "warps", "registers": "regs", "shared_memory": "smem", "blocks": "blocks", "barriers": "barriers"}
+_SHORT = {
+    "warps": "warps",
+    "registers": "regs",
+    "shared_memory": "smem",
+    "blocks": "blocks",
+    "barriers": "barriers",
+}
 
 
 def _bytes(n: int | None) -> str:
@@ -89,7 +97,9 @@ def _what_if(r: OccupancyResult) -> Text:
     out = Text("What if\n", style="bold")
     if r.active_blocks:
         b = r.active_blocks
-        out.append(f"  · up to {w['max_regs_per_thread']} registers per thread keep {b} blocks/SM (now {r.regs})\n")
+        out.append(
+            f"  · up to {w['max_regs_per_thread']} registers per thread keep {b} blocks/SM (now {r.regs})\n"
+        )
         if w["max_dynamic_smem"] is not None:
             out.append(
                 f"  · up to {_bytes(w['max_dynamic_smem'])} of dynamic shared memory keep {b} blocks/SM "
@@ -100,7 +110,9 @@ def _what_if(r: OccupancyResult) -> Text:
     if not nxt["possible"]:
         why = [f"{_LABEL[k]} allow at most {v['max_blocks_per_sm']}" for k, v in nxt["needs"].items() if k in
                ("blocks", "barriers")]  # fmt: skip
-        out.append(f"  · {verb}: not possible on this architecture" + (f" ({'; '.join(why)})" if why else "") + "\n")
+        out.append(
+            f"  · {verb}: not possible on this architecture" + (f" ({'; '.join(why)})" if why else "") + "\n"
+        )
         return out
     needs = []
     for k, v in nxt["needs"].items():
@@ -121,13 +133,36 @@ def _what_if(r: OccupancyResult) -> Text:
     return out
 
 
-def render_batch(res: BatchOccupancy) -> str:
-    """One aligned line per input configuration, in input order (plain text: fast for 100,000 rows)."""
-    fmt = "{:>6} {:<7} {:>7} {:>4} {:>7} {:>8} {:>8} {:>6} {:>6} {:>5} {:>5}  {}\n"
-    head = ("#", "arch", "threads", "regs", "static", "dynamic", "carveout", "opt-in", "blocks", "warps", "occ",
-            "limiter")  # fmt: skip
-    out = [fmt.format(*head)]
-    limiter = [d["limiter"] for d in res.to_dicts()]
+_BATCH_HEAD = (
+    "#",
+    "arch",
+    "threads",
+    "regs",
+    "static",
+    "dynamic",
+    "carve",
+    "opt",
+    "blk",
+    "warps",
+    "occ",
+    "limiter",
+)
+
+
+def _batch_format(index_width: int) -> str:
+    """One aligned line per configuration; under 80 columns for up to 99 rows (plain text: fast for 10^6)."""
+    return f"{{:>{max(1, index_width)}}} {{:<6}} {{:>7}} {{:>4}} {{:>6}} {{:>7}} {{:>5}} {{:>3}} {{:>3}} {{:>5}} {{:>4}}  {{}}\n"
+
+
+def batch_header(index_width: int) -> str:
+    return _batch_format(index_width).format(*_BATCH_HEAD)
+
+
+def batch_lines(res: BatchOccupancy, start: int = 1, index_width: int = 1) -> str:
+    """The lines of ``res``, numbered from ``start`` (a chunk of a streamed batch)."""
+    fmt = _batch_format(index_width)
+    bits = res.limiting_factors.tolist()
+    names = {b: next((n for n in LIMITERS if b & LIMIT_BITS[n]), "blocks") for b in set(bits)}
     rows = zip(
         res.arch,
         res.threads.tolist(),
@@ -139,20 +174,80 @@ def render_batch(res: BatchOccupancy) -> str:
         res.active_blocks.tolist(),
         res.active_warps.tolist(),
         res.occupancy.tolist(),
-        limiter,
+        bits,
         strict=True,
     )
-    for i, (a, th, rg, s, d, c, o, b, w, occ, lim) in enumerate(rows, 1):
+    out = []
+    for i, (a, th, rg, s, d, c, o, b, w, occ, lim) in enumerate(rows, start):
+        limiter = ("cannot run: " if b == 0 else "") + _SHORT[names[lim]]
         out.append(fmt.format(i, a, th, rg, s, d, "-" if c < 0 else f"{c}%", "yes" if o else "no", b, w,
-                              f"{occ:.0%}", _SHORT[lim] + ("  (cannot run)" if b == 0 else "")))  # fmt: skip
+                              f"{occ:.0%}", limiter))  # fmt: skip
     return "".join(out)
+
+
+_ROW_JSON = (
+    '{{"arch": {}, "threads": {}, "regs": {}, "static_smem": {}, "dynamic_smem": {}, "carveout": {}, '
+    '"opt_in": {}, "active_blocks": {}, "active_warps": {}, "occupancy": {!r}, "limiter": {}, "limiters": {}, '
+    '"limits": {{' + ", ".join(f'"{k}": {{}}' for k in LIMITERS) + "}}{}}}"
+)
+
+
+def batch_json(res: BatchOccupancy) -> str:
+    """The rows of ``res`` as JSON objects joined by ``,\\n``: the documents of ``res.to_dicts()`` (a test
+    holds them equal), formatted directly because building and encoding a million dicts takes half a minute."""
+    bits = res.limiting_factors.tolist()
+    per_bits = {}
+    for b in set(bits):
+        names = [n for n in LIMITERS if b & LIMIT_BITS[n]] or ["blocks"]
+        reason = f', "reason": "cannot run: {names[0].replace("_", " ")} limit is 0 blocks"'
+        per_bits[b] = (json.dumps(names[0]), json.dumps(names), reason)
+    arch = {a: json.dumps(a) for a in set(res.arch)}
+    limits = [["null" if v == UNLIMITED else str(v) for v in res.limits[k].tolist()] for k in LIMITERS]
+    rows = zip(
+        res.arch,
+        res.threads.tolist(),
+        res.regs.tolist(),
+        res.smem_static.tolist(),
+        res.smem_dynamic.tolist(),
+        res.carveout.tolist(),
+        res.opt_in.tolist(),
+        res.active_blocks.tolist(),
+        res.active_warps.tolist(),
+        res.occupancy.tolist(),
+        bits,
+        *limits,
+        strict=True,
+    )
+    fmt = _ROW_JSON.format
+    out = []
+    for a, th, rg, s, d, c, o, b, w, occ, lb, *lim in rows:
+        limiter, limiters, reason = per_bits[lb]
+        out.append(fmt(arch[a], th, rg, s, d, "null" if c < 0 else c, "true" if o else "false", b, w, occ,
+                       limiter, limiters, *lim, "" if b else reason))  # fmt: skip
+    return ",\n".join(out)
+
+
+def render_batch(res: BatchOccupancy) -> str:
+    """One aligned line per input configuration, in input order, under a header line."""
+    width = len(str(len(res)))
+    return batch_header(width) + batch_lines(res, 1, width)
 
 
 def render_archs(archs: list[Arch]) -> Group:
     """The architecture table, then where each column comes from."""
     t = Table(title="Architectures (per SM unless noted)", title_justify="left", show_edge=False, box=box.SIMPLE,
               pad_edge=False, padding=(0, 1), collapse_padding=True)  # fmt: skip
-    heads = ("arch", "CC", "threads", "blocks", "smem\nKB", "opt-in\nKB", "rsvd\nB", "unit\nB", "carveouts KB")
+    heads = (
+        "arch",
+        "CC",
+        "threads",
+        "blocks",
+        "smem\nKB",
+        "opt-in\nKB",
+        "rsvd\nB",
+        "unit\nB",
+        "carveouts KB",
+    )
     for col in heads:
         wrap = col == "carveouts KB"
         t.add_column(col, justify="left" if col in ("arch", "carveouts KB") else "right", no_wrap=not wrap)

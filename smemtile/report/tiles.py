@@ -8,6 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from smemtile.model.tiling import TileReport
+from smemtile.report.text import Fit, esc, plain, printable
 
 
 def _kib(n: int) -> str:
@@ -60,9 +61,9 @@ def render_tiles(report: TileReport, top: int, rejected: int, width: int = 200) 
         if amd:
             row.insert(8, str(cf.waves_per_eu))
         if wide:
-            row += [f"{s.roofline_frac:.0%}", s.reason]
+            row += [f"{s.roofline_frac:.0%}", esc(s.reason)]
         t.add_row(*row, style="bold" if s.rank == 1 else None)
-    parts = [head, t]
+    parts = [head, Fit(t)]
     if not wide:
         parts.append(Text("\n".join(f"{s.rank:>3}. {s.reason}" for s in report.ranked[:top])))
     if report.ranked:
@@ -89,8 +90,10 @@ def render_tune(doc: dict) -> Group:
     dev = doc["device"]
     prob = ", ".join(f"{k}={v}" for k, v in doc["problem"].items())
     head = Text()
-    head.append(f"smemtile tune {doc['spec']}", style="bold")
-    head.append(f": {doc['family']} {prob} on {dev['name']} ({dev['arch']}, {dev['sm_count']} SMs)")
+    head.append(f"smemtile tune {printable(doc['spec'])}", style="bold")
+    head.append(
+        f": {doc['family']} {printable(prob)} on {printable(dev['name'])} ({dev['arch']}, {dev['sm_count']} SMs)"
+    )
     rows = doc["rows"]
     ok = sorted((r for r in rows if r.get("status") == "ok"), key=lambda r: r["time_ms"])
     unit = "TFLOP/s" if ok and ok[0].get("unit") == "tflops" else "GB/s"
@@ -104,14 +107,14 @@ def render_tune(doc: dict) -> Group:
     for r in ok:
         pred = f"{r['predicted']:.1f}" if r.get("predicted") is not None else "-"
         mr = f"#{r['model_rank']}" if r.get("model_rank") is not None else "-"
-        t.add_row(str(r["measured_rank"]), mr, r["label"], r["source"], pred, f"{r['value']:.1f}",
+        t.add_row(str(r["measured_rank"]), mr, esc(r["label"]), esc(r["source"]), pred, f"{r['value']:.1f}",
                   f"{r['time_ms']:.3f}", str(r.get("registers", "-")), str(r.get("spill_bytes", "-")),
                   str(r.get("blocks_per_sm", "-")), "hit" if r.get("cached") else "",
                   style="bold" if r is ok[0] else None)  # fmt: skip
-    parts = [head, t]
+    parts = [head, Fit(t)]
     skipped = [r for r in rows if r.get("status") != "ok"]
     if skipped:
-        parts.append(Text("skipped:\n" + "\n".join(f"  {r['label']}: {r.get('reason')}" for r in skipped)))
+        parts.append(plain("skipped:\n" + "\n".join(f"  {r['label']}: {r.get('reason')}" for r in skipped)))
     s = doc["summary"]
     lines = []
     if s["best"]:

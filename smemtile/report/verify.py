@@ -66,31 +66,32 @@ def _fmt(x, spec: str = "", none: str = "-") -> str:
 
 
 def render(doc: dict) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    con = Console(highlight=False)
+    from smemtile.report.text import Fit, esc, make_console
+
+    con = make_console()
     where = (
-        f"{doc['device']['name']} ({doc['device']['arch']}, device {doc['device']['index']})"
+        f"{esc(doc['device']['name'])} ({doc['device']['arch']}, device {doc['device']['index']})"
         if doc["device"]
         else f"{doc['arch']} (compile only, no GPU used)"
     )
-    prob = ", ".join(f"{k}={v}" for k, v in doc["problem"].items())
-    con.print(f"[bold]smemtile verify[/] {doc['spec']}: {doc['family']} {prob} on {where}")
+    prob = esc(", ".join(f"{k}={v}" for k, v in doc["problem"].items()))
+    con.print(f"[bold]smemtile verify[/] {esc(doc['spec'])}: {doc['family']} {prob} on {where}")
     unit = "tflops" if "tflops" in doc["variants"][0] else "gbps"
     t = Table(show_lines=False)
     for col in ("variant", "layout", "regs", "spills", "static smem", "occ. model", "occ. driver"):
-        t.add_column(col, justify="left" if col in ("variant", "layout") else "right")
+        t.add_column(col, justify="left" if col in ("variant", "layout") else "right", overflow="fold")
     if not doc["compile_only"]:
         for col in ("correct", "max rel err", "median ms", "TFLOP/s" if unit == "tflops" else "GB/s", "of peak"):
-            t.add_column(col, justify="right")
+            t.add_column(col, justify="right", overflow="fold")
     for r in doc["variants"]:
         model = r["occupancy"]["model"] or {}
         drv = r["occupancy"]["driver"]
         occ_m = f"{model['active_blocks']} blk {model['occupancy']:.0%}" if model else "-"
         cells = [
-            r["variant"],
-            r["layout_text"],
+            esc(r["variant"]),
+            esc(r["layout_text"]),
             _fmt(r["registers"]),
             _fmt(r["spills"]) + (f" ({r['local_bytes']} B local)" if r.get("local_bytes") else ""),
             _fmt(r["static_smem_bytes"], "", "-") + " B",
@@ -107,12 +108,12 @@ def render(doc: dict) -> None:
             cells += [ok, f"{r['max_rel_error']:.2e}", f"{r['time_ms']:.4f}", f"{r.get(unit, 0):.1f}",
                       f"{frac:.0%}" if frac is not None else "-"]
         t.add_row(*cells)
-    con.print(t)
+    con.print(Fit(t))
     for r in doc["variants"]:
         if r.get("compile_note"):
-            con.print(f"  {r['variant']}: {r['compile_note']}")
+            con.print(f"  {esc(r['variant'])}: {esc(r['compile_note'])}")
         if r.get("static_smem_note"):
-            con.print(f"  [yellow]{r['variant']}: {r['static_smem_note']}[/]")
+            con.print(f"  [yellow]{esc(r['variant'])}: {esc(r['static_smem_note'])}[/]")
         if r.get("occupancy") and r["occupancy"].get("driver") and not r["occupancy"]["agree"]:
             m = r["occupancy"]["model"]
             con.print(
@@ -120,7 +121,7 @@ def render(doc: dict) -> None:
                 f"the driver {r['occupancy']['driver']['active_blocks']}[/]"
             )
         if r.get("mismatch_text"):
-            con.print(f"  [red]{r['variant']}: {r['mismatch_text']}[/]")
+            con.print(f"  [red]{esc(r['variant'])}: {esc(r['mismatch_text'])}[/]")
     if doc.get("speedup"):
         b = next(r for r in doc["variants"] if r["variant"] == "baseline")
         f = next(r for r in doc["variants"] if r["variant"] == "fixed")
@@ -162,27 +163,29 @@ def _mark(m) -> str:
 def _render_ncu(con, n: dict) -> None:
     from rich.table import Table
 
+    from smemtile.report.text import Fit, esc
+
     con.print(
-        f"[bold]ncu[/] ({n.get('version') or 'Nsight Compute'}, --clock-control none): shared-memory wavefronts "
+        f"[bold]ncu[/] ({esc(n.get('version') or 'Nsight Compute')}, --clock-control none): shared-memory wavefronts "
         "and bank conflicts per warp instruction, measured vs the bank model"
     )
     for variant, r in n["variants"].items():
         if r.get("error"):
-            con.print(f"  [red]{variant}: ncu failed: {r['error']}[/]")
+            con.print(f"  [red]{esc(variant)}: ncu failed: {esc(r['error'])}[/]")
             continue
-        prob = ", ".join(f"{k}={v}" for k, v in r["problem"].items() if k not in ("alpha", "beta", "dtype"))
+        prob = esc(", ".join(f"{k}={v}" for k, v in r["problem"].items() if k not in ("alpha", "beta", "dtype")))
         reps = f" x {r['repeats_per_block']} K steps" if r["repeats_per_block"] > 1 else ""
         t = Table(
-            title=f"{variant} ({r['layout_text']}): {prob}, {r['blocks']} blocks{reps}",
+            title=f"{esc(variant)} ({esc(r['layout_text'])}): {prob}, {r['blocks']} blocks{reps}",
             title_justify="left",
         )
         for col in ("SASS", "access", "executed", "wf/inst ncu", "wf/inst model", "confl/inst ncu",
                     "confl/inst model", "match"):  # fmt: skip
-            t.add_column(col, justify="left" if col in ("SASS", "access") else "right")
+            t.add_column(col, justify="left" if col in ("SASS", "access") else "right", overflow="fold")
         for label, row, count in _collapse(r["instructions"]):
             t.add_row(
-                label if count == 1 else f"{count} x {label}",
-                row["access"] or "-",
+                esc(label if count == 1 else f"{count} x {label}"),
+                esc(row["access"] or "-"),
                 _n(row["executed"]),
                 _n(row["wavefronts_per_instruction"]),
                 _n(row["model_wavefronts_per_instruction"])
@@ -198,7 +201,7 @@ def _render_ncu(con, n: dict) -> None:
                 continue
             t.add_row(
                 f"all {'/'.join(g['opcodes']) or g['op']} ({g['op']} {g['width']} B)",
-                ", ".join(g["accesses"]) or "-",
+                esc(", ".join(g["accesses"]) or "-"),
                 f"{_n(g['executed']['measured'])} / {_n(g['executed']['model'])}",
                 _n(g["wavefronts_per_instruction"]["measured"]),
                 _n(g["wavefronts_per_instruction"]["model"]),
@@ -218,30 +221,30 @@ def _render_ncu(con, n: dict) -> None:
                 _n(k["conflicts_per_instruction"]["model"]),
                 _mark(k["match"]),
             )
-        con.print(t)
+        con.print(Fit(t))
         for g in r["groups"]:
             if g.get("note") and (g["sass_instructions"] or g["accesses"]):
-                con.print(f"  {variant}, {g['op']} {g['width']} B: {g['note']}")
+                con.print(f"  {esc(variant)}, {g['op']} {g['width']} B: {esc(g['note'])}")
         for name, k in r["totals"].items():
             if k.get("placeholders_left_out"):
                 con.print(
-                    f"  {variant}, kernel {name}: {_n(k['placeholders_left_out'])} issued instructions with no "
+                    f"  {esc(variant)}, kernel {esc(name)}: {_n(k['placeholders_left_out'])} issued instructions with no "
                     "thread predicated on (ptxas' `@!PT LDS RZ, [RZ]` next to LDGSTS) left out of the count"
                 )
             if k.get("note"):
-                con.print(f"  {variant}, kernel {name}: {k['note']}")
+                con.print(f"  {esc(variant)}, kernel {esc(name)}: {esc(k['note'])}")
         if r.get("target") and r["target"].get("correct") is False:
-            con.print(f"  [red]{variant}: the profiled launch computed a wrong result[/]")
+            con.print(f"  [red]{esc(variant)}: the profiled launch computed a wrong result[/]")
         if r["match"]:
             con.print(
-                f"  {variant}: ncu and the model [green]agree[/] on every comparable shared-memory instruction"
+                f"  {esc(variant)}: ncu and the model [green]agree[/] on every comparable shared-memory instruction"
             )
         else:
             bad = sorted({i["opcode"] + (f" ({i['access']})" if i["access"] else "")
                           for i in r["instructions"] if i["match"] is False})  # fmt: skip
             bad += [f"kernel {k}" for k, t in r["totals"].items() if t["match"] is False]
             bad += [f"all {g['op']} {g['width']} B" for g in r["groups"] if g["match"] is False and not bad]
-            con.print(f"  [red]{variant}: ncu and the model DISAGREE on {', '.join(bad)}[/]")
+            con.print(f"  [red]{esc(variant)}: ncu and the model DISAGREE on {esc(', '.join(bad))}[/]")
     cmp = n.get("fixed_vs_baseline")
     if cmp:
         wb, wf = cmp["wavefronts_per_block"]["baseline"], cmp["wavefronts_per_block"]["fixed"]
