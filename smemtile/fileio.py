@@ -23,7 +23,12 @@ Writing (``generate -o``, ``analyze --export``, ``tune``'s winner)::
        ``O_CREAT | O_EXCL | O_NOFOLLOW`` (a planted file or symlink of that name is never followed or reused),
        mode 0666 & ~umask like any ``open`` (0644 usually), or the existing file's mode when it is replaced.
     3. write, ``fsync``, ``rename`` over the target (atomic: a reader sees the old or the new file, never half),
-       then ``fsync`` the folder. A symlink at the target is replaced by the new file, never written through.
+       then ``fsync`` the folder.
+
+    A symlink at the target is followed like any ``open`` would, and the file it resolves to is replaced (the
+    link stays): renaming over the link itself would turn ``-o /dev/stdout`` into a regular file in /dev. A
+    symlink to nothing is refused (it could point anywhere), as is one that does not resolve to the file it
+    names (``/proc/self/fd/N`` of a deleted file).
 
 Every failure is a ``SpecError`` (exit 2): one line naming the file and the reason, no traceback; the
 temporary file is removed.
@@ -221,6 +226,8 @@ def write_bytes_atomic(path: str | os.PathLike, data: bytes, *, key: str = "-o",
     if target.name in ("", ".", "..") or str(path).endswith(os.sep):
         raise _fail(path, "is a folder; give a file name", key)
     mode = _check_target(target, key, inputs)
+    if os.path.islink(target):
+        target = _resolve_link(target, key)
     folder = target.parent
     if make_parents:
         try:
@@ -277,6 +284,22 @@ def _check_target(target: Path, key: str, inputs: Iterable[str | os.PathLike]) -
             raise _fail(target, f"is the input {printable(src)}; refusing to overwrite it (choose another file name)",
                         key)  # fmt: skip
     return stat.S_IMODE(st.st_mode)
+
+
+def _resolve_link(link: Path, key: str) -> Path:
+    """The regular file ``link`` resolves to (the same file ``stat`` sees), or SpecError."""
+    real = Path(os.path.realpath(link))
+    try:
+        seen, at = os.stat(link), os.lstat(real)
+    except FileNotFoundError:
+        raise _fail(link, "is a symlink to a missing file; give the real file's name", key) from None
+    except OSError as e:
+        raise _fail(link, f"cannot write: {_reason(e)}", key) from None
+    if not stat.S_ISREG(at.st_mode) or (seen.st_dev, seen.st_ino) != (at.st_dev, at.st_ino):
+        raise _fail(
+            link, "is a symlink that does not resolve to a regular file; give the real file's name", key
+        )
+    return real
 
 
 def _create_temp(target: Path, key: str) -> tuple[int, Path]:

@@ -179,13 +179,28 @@ def test_planted_temporary_symlink_is_never_followed(tmp_path):
     assert victim.read_text() == "precious" and (tmp_path / "out.cu").read_text() == "generated"
 
 
-def test_symlink_target_is_replaced_not_written_through(tmp_path):
+def test_a_symlink_is_followed_and_kept(tmp_path):
     real = tmp_path / "real.cu"
     real.write_text("old")
+    os.chmod(real, 0o640)
     link = tmp_path / "out.cu"
     link.symlink_to(real)
     write_text_atomic(link, "new")
-    assert real.read_text() == "old" and not link.is_symlink() and link.read_text() == "new"
+    assert link.is_symlink() and real.read_text() == "new" and mode(real) == 0o640
+
+
+def test_symlinks_to_devices_or_nothing_are_refused(tmp_path):
+    """`-o /dev/stdout` must never turn the /dev/stdout symlink into a regular file."""
+    tty = tmp_path / "stdout"
+    tty.symlink_to("/dev/null")
+    with pytest.raises(SpecError, match="character device"):
+        write_text_atomic(tty, "x")
+    assert tty.is_symlink() and os.readlink(tty) == "/dev/null"
+    dangling = tmp_path / "dangling.cu"
+    dangling.symlink_to(tmp_path / "elsewhere" / "victim.cu")
+    with pytest.raises(SpecError, match="symlink to a missing file"):
+        write_text_atomic(dangling, "x")
+    assert not (tmp_path / "elsewhere").exists()
 
 
 def test_errors_are_one_line(tmp_path):
