@@ -120,6 +120,20 @@ def test_unexpected_errors_are_one_line(monkeypatch, exc, code, text):
     assert "Traceback" not in cli("archs", env={"SMEMTILE_DEBUG": "0"}).stderr
 
 
+@pytest.mark.parametrize(
+    "args, text",
+    [
+        (["occupancy", "--foo"], "No such option '--foo'. (see smemtile occupancy --help)"),
+        (["--foo"], "No such option '--foo'. (see smemtile --help)"),
+        (["analyse"], "No such command 'analyse'"),
+        (["tune", "x.yaml", "--device", "-1"], "Invalid value for '--device'"),
+    ],
+)
+def test_usage_errors_are_one_line(args, text):
+    r = cli(*args)
+    assert r.exit_code == 2 and text in one_line(r.stderr)
+
+
 def test_stdout_full_or_closed_is_one_line_exit_1():
     for args in (["archs"], ["archs", "--json"]):
         with open("/dev/full", "w") as full:

@@ -49,7 +49,7 @@ class _LazyGroup(SmemtileGroup):
         return module.command
 
 
-@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group("smemtile", cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="smemtile")
 @click.option("--debug", is_flag=True, help="On an error, show the Python traceback too (for bug reports; "
               "or set SMEMTILE_DEBUG=1).")  # fmt: skip

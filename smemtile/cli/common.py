@@ -146,10 +146,21 @@ def _clamp_columns() -> None:
 class SmemtileGroup(click.Group):
     """A click group that turns every error into one line on stderr and the documented exit code."""
 
+    def make_context(self, info_name, args, parent=None, **extra) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.UsageError as e:  # the group's own options (``smemtile --foo``): one line as well
+            click.echo(error_line(f"{e.format_message()} (see smemtile --help)"), err=True)
+            sys.exit(e.exit_code)
+
     def invoke(self, ctx: click.Context) -> Any:
         _clamp_columns()
         try:
             return super().invoke(ctx)
+        except click.UsageError as e:  # one line too, with where to read the usage
+            where = e.ctx.command_path if e.ctx is not None else "smemtile"
+            click.echo(error_line(f"{e.format_message()} (see {where} --help)"), err=True)
+            ctx.exit(e.exit_code)
         except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort):
             raise
         except BrokenPipeError:
