@@ -69,7 +69,7 @@
 // 128-byte line:
 //     COLS = 32 (BK 32):   Swizzle<2,3,3>   granule ^= (row >> 1) & 3      2 rows per 128-byte line
 //     COLS = 64 (BK 64):   Swizzle<3,3,3>   granule ^= row & 7             one row per line
-//     COLS = 2^c >= 64:    Swizzle<3,3,c-3> granule (bits 3..5 of col) ^= row & 7   (Bs: BN = 256 -> <3,3,5>)
+//     COLS = 2^c >= 64:    Swizzle<3,3,c-3> granule (bits 3..5 of col) ^= row & 7   (Bs, BN = 128: <3,3,4>)
 //
 //        element offset bit: ... | c+2 c+1 c | ... 5 4 3 | 2 1 0 |        (c = log2 COLS >= 6)
 //                                  \_ row&7 _/     \gran/   \elem/
@@ -104,7 +104,7 @@
 //
 // ---- Resources and launch -----------------------------------------------------------------------------------------
 // Shared memory (bytes, always dynamic) = STAGES * (BM*(BK+PAD_A) + B rows * (B cols + PAD_B)) * 2
-//   e.g. 128 x 256 x 32, 4 stages: 4 * (128*32 + 32*256) * 2 = 98304 B. Above 48 KiB the host raises
+//   e.g. 256 x 128 x 32, 4 stages: 4 * (256*32 + 32*128) * 2 = 98304 B. Above 48 KiB the host raises
 //   cudaFuncAttributeMaxDynamicSharedMemorySize (cuFuncSetAttribute) first.
 // Launch: grid = (ceil(M/BM) * ceil(N/BN), 1, SPLIT_K), block = (THREADS, 1, 1), dynamic smem as above; with
 //   SPLIT_K > 1 first hgemm_splitk_prepare<<<min(M, 65535), 256>>>(C, M, N, ldc, beta).
@@ -332,9 +332,10 @@ extern "C" __global__ void hgemm_splitk_prepare(float* C, int M, int N, int ldc,
     }
 }
 
-// Defaults: 128 x 256 x 32 block tile, 8 warps of 64 x 64, 4 stages, 1 block/SM, the conflict-free swizzles.
+// Defaults: 256 x 128 x 32 block tile, 8 warps of 64 x 64, 4 stages, 1 block/SM, the conflict-free swizzles: the
+// fastest measured at 4096^3 and 8192^3 on the H200 (bench/NOTES.md; 128 x 256 is 1-2 % behind).
 template <typename T = smemtile::bf16, typename TC = float, bool B_COL = false,
-          int BM = 128, int BN = 256, int BK = 32, int WM = 64, int WN = 64, int STAGES = 4,
+          int BM = 256, int BN = 128, int BK = 32, int WM = 64, int WN = 64, int STAGES = 4,
           int GROUP_M = 8, int SPLIT_K = 1, int MIN_BLOCKS = 1, int ALIGN = 8,
           int PAD_A = 0, int SWZ_A_B = smemtile::hgemm_swizzle_b(BK), int SWZ_A_M = 3,
           int SWZ_A_S = smemtile::hgemm_swizzle_s(BK),
