@@ -128,6 +128,30 @@ def test_tune_and_timed_verify_tables_fit():
         assert "7.250" in text and "18.9" in text
 
 
+def test_timed_verify_table_fits(monkeypatch, capsys):
+    from smemtile.report.verify import render
+
+    def variant(name: str, ms: float) -> dict:
+        return {"variant": name, "layout_text": "As: pad 4; Bs: row-major, no padding", "registers": 128,
+                "spills": 0, "local_bytes": 0, "static_smem_bytes": 33280,
+                "occupancy": {"model": {"active_blocks": 2, "occupancy": 0.25}, "driver": {"active_blocks": 2},
+                              "agree": True},
+                "correct": True, "max_rel_error": 3.2e-7, "time_ms": ms, "tflops": 137.4 / ms,
+                "peak_fraction": 0.68, "timing": {"runs": 41, "l2_flush_bytes": 100 << 20}}  # fmt: skip
+
+    rows = [variant("baseline", 7.9112), variant("fixed", 7.2519)]
+    doc = {"spec": "samples/sgemm_float4.yaml", "family": "sgemm", "arch": "sm_90", "problem": {"M": 4096},
+           "compile_only": False, "variants": rows, "speedup": 7.9112 / 7.2519,
+           "device": {"name": "NVIDIA H200", "arch": "sm_90", "index": 0,
+                      "peak": {"tflops": 66.9, "tflops_basis": "FP32 FMA at 1980 MHz"}}}  # fmt: skip
+    for width in WIDTHS:
+        monkeypatch.setenv("COLUMNS", str(width))
+        render(doc)
+        text = capsys.readouterr().out
+        check_fits(text, width)
+        assert "7.2519" in text and "3.20e-07" in text and "1.09x" in text
+
+
 def test_fit_stacks_a_table_too_wide_for_its_numbers():
     from rich.table import Table
 

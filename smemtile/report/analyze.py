@@ -118,10 +118,10 @@ def render(console: Console, rep: AnalyzeReport, *, brief: bool = False) -> None
         )
         t.add_column("option", overflow="fold")
         t.add_column("extra smem", justify="right", no_wrap=True)
-        t.add_column("total wavefronts", justify="right")
+        t.add_column("total wavefronts", justify="right", no_wrap=True)
         for a in spec.accesses:
             if a.buffer == f.buffer.name and not a.raw:
-                t.add_column(esc(a.name), justify="right", overflow="fold")
+                t.add_column(esc(a.name), justify="right", no_wrap=True)  # numbers: never folded
         for label, c in (("baseline", f.baseline), ("padding", f.padding), ("swizzle", f.swizzle)):
             if c is None:
                 continue

@@ -150,16 +150,16 @@ def lane_table(ar: AccessResult, i: int | None = None) -> Fit:
         box=None,
         pad_edge=False,
     )
-    t.add_column("lane", justify="right")
+    t.add_column("lane", justify="right", no_wrap=True)
     if coord:
-        t.add_column(coord, justify="right")
+        t.add_column(coord, justify="right", no_wrap=True)
     cp = ar.bank.sources is not None
     if cp:
-        t.add_column("source byte", justify="right")
-    t.add_column("byte addr", justify="right")
-    t.add_column("bank(s)", justify="right")
-    t.add_column("group" if cp else "phase", justify="right")
-    t.add_column("wavefront", justify="right")
+        t.add_column("source byte", justify="right", no_wrap=True)
+    t.add_column("byte addr", justify="right", no_wrap=True)
+    t.add_column("bank(s)", justify="right", no_wrap=True)
+    t.add_column("group" if cp else "phase", justify="right", no_wrap=True)
+    t.add_column("wavefront", justify="right", no_wrap=True)
     for r in rows:
         if not r["active"]:
             continue

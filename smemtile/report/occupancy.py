@@ -11,6 +11,7 @@ from rich.text import Text
 
 from smemtile.model.arch import FIELD_SOURCES, Arch
 from smemtile.model.occupancy import LIMIT_BITS, LIMITERS, UNLIMITED, BatchOccupancy, OccupancyResult
+from smemtile.report.text import Fit
 
 _LABEL = {
     "warps": "warps",
@@ -60,8 +61,8 @@ def render_occupancy(r: OccupancyResult, arch: Arch) -> Group:
 
     t = Table(title="Blocks per SM each resource allows (* binds)", title_justify="left", box=box.SIMPLE,
               show_edge=False, pad_edge=False)  # fmt: skip
-    t.add_column("limit")
-    t.add_column("blocks/SM", justify="right")
+    t.add_column("limit", no_wrap=True)
+    t.add_column("blocks/SM", justify="right", no_wrap=True)
     t.add_column("one block uses")
     t.add_column("the SM has")
     wpb = a["warps_per_block"]
@@ -89,7 +90,7 @@ def render_occupancy(r: OccupancyResult, arch: Arch) -> Group:
             *rows[name],
             style="bold" if binding else None,
         )
-    return Group(head, Text(""), t, Text(""), _what_if(r))
+    return Group(head, Text(""), Fit(t), Text(""), _what_if(r))
 
 
 def _what_if(r: OccupancyResult) -> Text:
@@ -271,4 +272,4 @@ def render_archs(archs: list[Arch]) -> Group:
     common = ("All: 65,536 registers per SM and per block, allocated per warp in units of 256 over 4 sub-partitions,"
               " 255 per thread; 1024 threads per block; 48 KB of shared memory per block unless the kernel opts in; "
               "32 banks x 4 bytes.")  # fmt: skip
-    return Group(t, src, Text(common))
+    return Group(Fit(t), src, Text(common))

@@ -122,14 +122,16 @@ def stacked(table: Table) -> Group:
 
 
 class Fit:
-    """``table`` where it fits, else ``stacked(table)`` (or ``fallback``), decided at the width it gets."""
+    """``table`` where it fits, else ``stacked(table)`` (or ``fallback``), decided at the width it gets.
+    ``min_width``: below it the table is stacked even if rich could squeeze it (cells folded into slivers)."""
 
-    def __init__(self, table: Table, fallback: RenderableType | None = None):
+    def __init__(self, table: Table, fallback: RenderableType | None = None, min_width: int = 0):
         self.table = table
         self.fallback = fallback
+        self.min_width = min_width
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        if fits(console, self.table, options.max_width):
+        if options.max_width >= self.min_width and fits(console, self.table, options.max_width):
             yield self.table
         else:
             yield self.fallback if self.fallback is not None else stacked(self.table)

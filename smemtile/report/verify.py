@@ -81,10 +81,11 @@ def render(doc: dict) -> None:
     unit = "tflops" if "tflops" in doc["variants"][0] else "gbps"
     t = Table(show_lines=False)
     for col in ("variant", "layout", "regs", "spills", "static smem", "occ. model", "occ. driver"):
-        t.add_column(col, justify="left" if col in ("variant", "layout") else "right", overflow="fold")
+        text = col in ("variant", "layout")  # text folds; numbers are never folded (Fit stacks instead)
+        t.add_column(col, justify="left" if text else "right", overflow="fold", no_wrap=not text)
     if not doc["compile_only"]:
         for col in ("correct", "max rel err", "median ms", "TFLOP/s" if unit == "tflops" else "GB/s", "of peak"):
-            t.add_column(col, justify="right", overflow="fold")
+            t.add_column(col, justify="right", no_wrap=True)
     for r in doc["variants"]:
         model = r["occupancy"]["model"] or {}
         drv = r["occupancy"]["driver"]
@@ -181,7 +182,8 @@ def _render_ncu(con, n: dict) -> None:
         )
         for col in ("SASS", "access", "executed", "wf/inst ncu", "wf/inst model", "confl/inst ncu",
                     "confl/inst model", "match"):  # fmt: skip
-            t.add_column(col, justify="left" if col in ("SASS", "access") else "right", overflow="fold")
+            text = col in ("SASS", "access")
+            t.add_column(col, justify="left" if text else "right", overflow="fold", no_wrap=not text)
         for label, row, count in _collapse(r["instructions"]):
             t.add_row(
                 esc(label if count == 1 else f"{count} x {label}"),
@@ -221,7 +223,7 @@ def _render_ncu(con, n: dict) -> None:
                 _n(k["conflicts_per_instruction"]["model"]),
                 _mark(k["match"]),
             )
-        con.print(Fit(t))
+        con.print(Fit(t, min_width=110))  # narrower: SASS offsets and opcodes would be folded mid-word
         for g in r["groups"]:
             if g.get("note") and (g["sass_instructions"] or g["accesses"]):
                 con.print(f"  {esc(variant)}, {g['op']} {g['width']} B: {esc(g['note'])}")
