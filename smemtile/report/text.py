@@ -131,7 +131,11 @@ class Fit:
         self.min_width = min_width
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        if options.max_width >= self.min_width and fits(console, self.table, options.max_width):
+        width = options.max_width
+        if width >= self.min_width and (
+            Measurement.get(console, options.update_width(10_000), self.table).maximum <= width  # fits as is
+            or fits(console, self.table, width)
+        ):
             yield self.table
         else:
             yield self.fallback if self.fallback is not None else stacked(self.table)
