@@ -15,12 +15,22 @@ from smemtile.model.spec import parse_spec
 
 @pytest.mark.parametrize("text", [
     "__import__('os').system('true')", "lane.real", "(lambda: 1)()", "9**9**9", "2**65", "1 << 100",
-    "open('x')", "lane if 1 else 2", "[1,2]", "'a'", "1.5", "x", "min(lane)", "abs(lane)", "lane < 3",
+    "open('x')", "lane if 1 else 2", "[1,2]", "'a'", "1.5", "x", "min(lane)", "abs(lane)", "1 < lane < 3",
+    "cdiv(lane)", "2**47 * 2**47 + lane", "2**40 << 10", "lane and 1", "not lane",
 ])
 def test_rejected(text):
     with pytest.raises(SpecError):
         e = parse_expr(text, allowed={"lane"})
         e({"lane": np.arange(32)})
+
+
+def test_comparisons_cdiv_and_cpp():
+    env = {"lane": np.arange(32), "M": 1000}
+    e = parse_expr("(lane < 4) + (lane >= 30) * 2 + cdiv(M, 128)", allowed=set(env))
+    lane = np.arange(32)
+    assert (e(env) == (lane < 4) + (lane >= 30) * 2 + 8).all()
+    # the C++ text evaluates to the same value for the non-negative operands of launch formulas
+    assert parse_expr("cdiv(M, BM) * min(S, 4)").cpp({"BM": 128, "S": 2}) == "(((M + 128 - 1) / 128) * (2 < 4 ? 2 : 4))"
 
 
 def test_values():
@@ -49,7 +59,7 @@ MINIMAL = "arch: sm_90\nbuffers: [{name: S, dtype: f32, shape: [32, 32]}]\n" \
     (MINIMAL.replace("arch: sm_90", "arch: sm_91"), "unknown architecture 'sm_91'; known: sm_70"),
     (MINIMAL.replace("buffers:", "bufers:"), "did you mean 'buffers'"),
     (MINIMAL.replace("dtype: f32", "dtype: fp32"), "unknown dtype 'fp32'"),
-    (MINIMAL.replace("op: load", "op: lod"), "unknown op 'lod'; allowed: load, store, ldmatrix, cp.async"),
+    (MINIMAL.replace("op: load", "op: lod"), "unknown op 'lod'; allowed: load, store, ldmatrix, stmatrix, cp.async"),
     (MINIMAL.replace("row: lane", "row: lane + 1"), "row = 32 is outside S [32, 32] at lane 31"),
     (MINIMAL.replace("row: lane", "row: lanes"), "unknown name 'lanes'"),
     (MINIMAL.replace("op: load", "op: load, width: 3"), "width 3 is not valid for load"),

@@ -82,8 +82,21 @@ def analyze_access(spec: KernelSpec, access: Access, layout: Layout | None = Non
     n = warp.shape[0]
     where = f"accesses.{access.name}"
     rows = cols = None
-    # elements one lane's access covers (an ldmatrix lane supplies a 16-byte row address)
-    elems = (16 if access.op == "ldmatrix" else access.width) // buf.elem_bytes
+    # elements one lane's access covers (an ldmatrix/stmatrix lane supplies a 16-byte row address)
+    elems = (16 if access.op in ("ldmatrix", "stmatrix") else access.width) // buf.elem_bytes
+    active = None
+    if access.active is not None:
+        active = _full(access.active(env), n) != 0
+        keep = active.any(axis=1)  # an instruction no lane takes part in moves nothing: left out
+        if not keep.any():
+            raise SpecError("no lane is active in any instruction ('active' is 0 everywhere)", key=where,
+                            source=spec.source)
+        if not keep.all():
+            env = {k: (v[keep] if isinstance(v, np.ndarray) and v.ndim == 2 and v.shape[0] == n else v)
+                   for k, v in env.items()}
+            warp = warp[keep]
+            loops = tuple(lp for lp, k in zip(loops, keep, strict=True) if k)
+            active, n = active[keep], int(keep.sum())
     if access.addresses is not None:
         addr = _full(np.asarray(access.addresses), n)
     elif access.address is not None:
@@ -92,13 +105,15 @@ def analyze_access(spec: KernelSpec, access: Access, layout: Layout | None = Non
         if access.index is not None:
             cols = _full(access.index(env), n)
             limit = buf.shape[0]
-            _bounds(cols, 0, limit - elems + 1, "index", where, buf, warp, loops, spec.source)
+            _bounds(cols, 0, limit - elems + 1, "index", where, buf, warp, loops, spec.source, active)
             off = lay.swizzle(cols) if lay.swizzle is not None else cols
         else:
             rows = _full(access.row(env), n)
             cols = _full(access.col(env), n)
-            _bounds(rows, 0, buf.shape[0], "row", where, buf, warp, loops, spec.source)
-            _bounds(cols, 0, buf.shape[1] - elems + 1, "col", where, buf, warp, loops, spec.source)
+            _bounds(rows, 0, buf.shape[0], "row", where, buf, warp, loops, spec.source, active)
+            _bounds(cols, 0, buf.shape[1] - elems + 1, "col", where, buf, warp, loops, spec.source, active)
+            if active is not None:  # idle lanes' coordinates are never used
+                rows, cols = np.where(active, rows, 0), np.where(active, cols, 0)
             if elems > 1 and ((cols % elems) != 0).any():
                 i, lane = (int(x) for x in np.argwhere(cols % elems != 0)[0])
                 raise SpecError(f"col {int(cols[i, lane])} at lane {lane} is not a multiple of {elems}: a "
@@ -106,23 +121,30 @@ def analyze_access(spec: KernelSpec, access: Access, layout: Layout | None = Non
                                 source=spec.source)
             off = lay.offset(rows, cols, buf.shape[1])
         addr = off * buf.elem_bytes
+    if active is not None:
+        addr = np.where(active, addr, 0)
     total = buf.bytes(lay) // buf.stages
-    if access.addresses is None and (addr >= total).any():
-        i, lane = (int(x) for x in np.argwhere(addr >= total)[0])
-        raise SpecError(f"byte offset {int(addr[i, lane])} at lane {lane} is past the end of {buf.name} "
-                        f"({total} bytes)", key=where, source=spec.source)
+    span = elems * buf.elem_bytes  # bytes one lane touches
+    bad = (addr < 0) | (addr + span > total)
+    if bad.any():
+        i, lane = (int(x) for x in np.argwhere(bad)[0])
+        raise SpecError(f"byte offset {int(addr[i, lane])} at lane {lane} ({span} bytes) is outside {buf.name} "
+                        f"(0..{total - 1}, {total} bytes)", key=where, source=spec.source)
     src = None
     if access.source is not None:
         src = _full(access.source(env), n) * buf.elem_bytes
     try:
-        bank = analyze_addresses(addr, access.op, access.width, access.matrices, sources=src)
+        bank = analyze_addresses(addr, access.op, access.width, access.matrices, sources=src, active=active)
     except SpecError as e:
         raise SpecError(str(e).split(": ", 1)[-1], key=where, source=spec.source) from None
     return AccessResult(access, buf, lay, bank, warp, loops, rows, cols)
 
 
-def _bounds(v: np.ndarray, lo: int, hi: int, what: str, where: str, buf: Buffer, warp, loops, source: str) -> None:
+def _bounds(v: np.ndarray, lo: int, hi: int, what: str, where: str, buf: Buffer, warp, loops, source: str,
+            active: np.ndarray | None = None) -> None:
     bad = (v < lo) | (v >= hi)
+    if active is not None:
+        bad &= active
     if bad.any():
         i, lane = (int(x) for x in np.argwhere(bad)[0])
         ctx = ", ".join([f"warp {int(warp[i])}"] + [f"{k}={x}" for k, x in loops[i].items()])

@@ -6,7 +6,7 @@ Every constant names its source (``FIELD_SOURCES``, and ``Arch.sources`` for per
 - **Header**: ``cuda_occupancy.h`` from the CUDA 13.0 toolkit (``__CUDA_OCC_MAJOR__`` 12, minor 1), the
   calculator NVIDIA ships and whose results the driver reproduces. ``tests/test_arch.py`` checks every row
   against the header's own functions when the header and g++ are present.
-- **H200**: ``cuDeviceGetAttribute`` on the H200 (shared/HARDWARE.md, 2026-11-29) for the sm_90 row.
+- **H200**: ``cuDeviceGetAttribute`` on the H200 (2026-11-29, bench/results/occupancy_driver_h200.json) for the sm_90 row.
 """
 
 from __future__ import annotations
@@ -71,6 +71,12 @@ class Arch:
     sources: tuple[tuple[str, str], ...] = ()  # per-row notes: (field, source) overriding FIELD_SOURCES
 
     @property
+    def static_smem_max(self) -> int:
+        """Bytes of statically declared ``__shared__`` ptxas accepts per kernel (``too much shared data`` above);
+        the same 48 KiB a kernel may use dynamically without ``cudaFuncSetAttribute``."""
+        return self.smem_default_per_block
+
+    @property
     def max_warps_per_sm(self) -> int:
         return self.max_threads_per_sm // self.warp_size
 
@@ -123,7 +129,7 @@ _C80 = (0, 8, 16, 32, 64, 100, 132, 164)
 _C86 = (0, 8, 16, 32, 64, 100)
 _C90 = (0, 8, 16, 32, 64, 100, 132, 164, 196, 228)
 
-_H200 = "H200 cuDeviceGetAttribute, 2026-11-29 (shared/HARDWARE.md), agrees with the guide"
+_H200 = "H200 cuDeviceGetAttribute, 2026-11-29 (bench/results/occupancy_driver_h200.json), agrees with the guide"
 _SM90_MEASURED = tuple(
     (f, _H200)
     for f in (

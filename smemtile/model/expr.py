@@ -1,16 +1,23 @@
 """Index expressions from specs, parsed with a whitelist and evaluated on numpy arrays. Never ``eval``.
 
-Allowed: integers, names (lane, warp, tid, loop variables, named constants), + - * // % ** & | ^ << >>,
-unary - + ~, min(a, b, ...), max(a, b, ...), parentheses. ``**`` takes a constant exponent of at most 64,
-shifts at most 62 bits, and every intermediate value must stay below 2**48 in magnitude, so no
-expression can take unbounded time or memory (``9**9**9`` is refused before anything is computed).
+Allowed: integers, names (lane, warp, tid, loop variables, named constants), ``+ - * // % ** & | ^ << >>``,
+unary ``- + ~``, comparisons ``< <= > >= == !=`` (1 or 0), ``min(a, b, ...)``, ``max(a, b, ...)``,
+``cdiv(a, b)`` (ceiling division), parentheses.
+
+Integer semantics are exact: every operand and every result must stay below 2**48 in magnitude, checked
+*before* an operation could wrap int64 (``2**47 * 2**47`` is refused, never silently 0). ``**`` takes a
+constant exponent of at most 64 and shifts at most 62 bits, so no expression can take unbounded time or memory
+(``9**9**9`` is refused before anything is computed). ``//`` and ``%`` floor as in Python.
+
+The same parsed expression also renders as C++ (:meth:`Expr.cpp`), so a launch formula written once here is
+what the Python launcher evaluates and what the generated host helper computes.
 """
 
 from __future__ import annotations
 
 import ast
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -19,6 +26,7 @@ from smemtile.errors import SpecError
 MAX_LEN = 400
 MAX_DEPTH = 40
 LIMIT = 1 << 48
+LIMIT_BITS = 48
 
 _BINOPS: dict[type, tuple[str, Callable]] = {
     ast.Add: ("+", np.add),
@@ -33,9 +41,21 @@ _BINOPS: dict[type, tuple[str, Callable]] = {
     ast.LShift: ("<<", np.left_shift),
     ast.RShift: (">>", np.right_shift),
 }
-_UNARY: dict[type, Callable] = {ast.USub: np.negative, ast.UAdd: np.positive, ast.Invert: np.invert}
-_FUNCS = {"min": np.minimum, "max": np.maximum}
-ALLOWED_TEXT = "integers, names, + - * // % ** & | ^ << >>, min(), max(), parentheses"
+_CMPOPS: dict[type, tuple[str, Callable]] = {
+    ast.Lt: ("<", np.less),
+    ast.LtE: ("<=", np.less_equal),
+    ast.Gt: (">", np.greater),
+    ast.GtE: (">=", np.greater_equal),
+    ast.Eq: ("==", np.equal),
+    ast.NotEq: ("!=", np.not_equal),
+}
+_UNARY: dict[type, tuple[str, Callable]] = {
+    ast.USub: ("-", np.negative),
+    ast.UAdd: ("+", np.positive),
+    ast.Invert: ("~", np.invert),
+}
+FUNCS = ("min", "max", "cdiv")
+ALLOWED_TEXT = "integers, names, + - * // % ** & | ^ << >>, < <= > >= == !=, min(), max(), cdiv(), parentheses"
 
 
 @dataclass(frozen=True)
@@ -44,11 +64,19 @@ class Expr:
 
     text: str
     names: frozenset[str]
-    _fn: Callable = None  # type: ignore[assignment]
+    _fn: Callable = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
+    _cpp: Callable = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
 
     def __call__(self, env: Mapping[str, object]) -> np.ndarray:
         """Evaluate with ``env`` mapping names to ints or int64 arrays (broadcast together)."""
         return self._fn(env)
+
+    def cpp(self, values: Mapping[str, int] | None = None, name_fmt: str = "{}") -> str:
+        """C++ text of the expression: names in ``values`` become integer literals, other names stay
+        identifiers (host variables), written through ``name_fmt`` (``"(long long){}"`` widens them).
+        ``//`` and ``%`` become C++ ``/`` and ``%``, which agree with Python's floor semantics for the
+        non-negative operands launch formulas have."""
+        return self._cpp((values or {}, name_fmt))
 
     def to_dict(self) -> str:
         return self.text
@@ -59,9 +87,11 @@ def parse_expr(text: object, *, allowed: set[str] | frozenset[str] | None = None
     """Parse ``text`` (a string or an int). ``allowed`` limits the names it may use."""
     if isinstance(text, bool):
         raise SpecError(f"expected an integer expression, got {text!r}", key=key, source=source)
-    if isinstance(text, int):
+    if isinstance(text, (int, np.integer)):
         value = int(text)
-        return Expr(str(value), frozenset(), lambda env, v=value: np.int64(v))
+        if abs(value) >= LIMIT:
+            raise SpecError(f"{value} is too large (|value| < 2**{LIMIT_BITS})", key=key, source=source)
+        return Expr(str(value), frozenset(), lambda env, v=value: np.int64(v), lambda ctx, v=value: str(v))
     if not isinstance(text, str):
         raise SpecError(f"expected an integer expression string, got {type(text).__name__} {text!r}",
                         key=key, source=source)
@@ -69,15 +99,17 @@ def parse_expr(text: object, *, allowed: set[str] | frozenset[str] | None = None
         raise SpecError(f"expression longer than {MAX_LEN} characters", key=key, source=source)
     try:
         tree = ast.parse(text.strip(), mode="eval")
-    except SyntaxError as e:
-        raise SpecError(f"cannot parse {text!r}: {e.msg}; allowed: {ALLOWED_TEXT}", key=key, source=source) from None
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
+        msg = getattr(e, "msg", None) or type(e).__name__
+        raise SpecError(f"cannot parse {text!r}: {msg}; allowed: {ALLOWED_TEXT}", key=key, source=source) from None
 
     names: set[str] = set()
 
     def fail(msg: str) -> SpecError:
         return SpecError(f"{msg} in {text!r}; allowed: {ALLOWED_TEXT}", key=key, source=source)
 
-    def build(node: ast.AST, depth: int) -> Callable:
+    def build(node: ast.AST, depth: int) -> tuple[Callable, Callable]:
+        """(numpy evaluator, C++ renderer) of ``node``."""
         if depth > MAX_DEPTH:
             raise fail("expression nested too deeply")
         if isinstance(node, ast.Expression):
@@ -88,7 +120,7 @@ def parse_expr(text: object, *, allowed: set[str] | frozenset[str] | None = None
             if abs(node.value) >= LIMIT:
                 raise fail(f"constant {node.value} is too large")
             v = np.int64(node.value)
-            return lambda env: v
+            return (lambda env: v), (lambda vals, s=str(node.value): s)
         if isinstance(node, ast.Name):
             if allowed is not None and node.id not in allowed:
                 raise SpecError(
@@ -97,24 +129,63 @@ def parse_expr(text: object, *, allowed: set[str] | frozenset[str] | None = None
                 )
             names.add(node.id)
             ident = node.id
-            return lambda env: env[ident]
+
+            def cpp_name(ctx, ident=ident):
+                vals, fmt = ctx
+                return str(int(vals[ident])) if ident in vals else fmt.format(ident)
+
+            return (lambda env: env[ident]), cpp_name
         if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
-            f, inner = _UNARY[type(node.op)], build(node.operand, depth + 1)
-            return lambda env: f(np.asarray(inner(env), dtype=np.int64))
+            sym, f = _UNARY[type(node.op)]
+            inner, inner_cpp = build(node.operand, depth + 1)
+            return (lambda env: f(np.asarray(inner(env), dtype=np.int64))), (lambda vals: f"({sym}{inner_cpp(vals)})")
         if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
             sym, f = _BINOPS[type(node.op)]
-            left, right = build(node.left, depth + 1), build(node.right, depth + 1)
+            (left, lcpp), (right, rcpp) = build(node.left, depth + 1), build(node.right, depth + 1)
             if sym == "**":
                 if not isinstance(node.right, ast.Constant) or not isinstance(node.right.value, int) \
-                        or not 0 <= node.right.value <= 64:
+                        or isinstance(node.right.value, bool) or not 0 <= node.right.value <= 64:
                     raise fail("the exponent of ** must be a constant from 0 to 64")
-            return _binop(sym, f, left, right, fail)
+                n = node.right.value
+
+                def pow_cpp(vals, n=n):
+                    return "(" + " * ".join([lcpp(vals)] * n) + ")" if n else "1"
+
+                return _binop(sym, f, left, right, fail), pow_cpp
+            cpp_sym = "/" if sym == "//" else sym
+            return _binop(sym, f, left, right, fail), (lambda vals: f"({lcpp(vals)} {cpp_sym} {rcpp(vals)})")
+        if isinstance(node, ast.Compare):
+            if len(node.ops) != 1 or type(node.ops[0]) not in _CMPOPS:
+                raise fail("a comparison takes two operands (a < b)")
+            sym, f = _CMPOPS[type(node.ops[0])]
+            (left, lcpp), (right, rcpp) = build(node.left, depth + 1), build(node.comparators[0], depth + 1)
+
+            def cmp(env, f=f, left=left, right=right):
+                return f(np.asarray(left(env), dtype=np.int64), np.asarray(right(env), dtype=np.int64)).astype(np.int64)
+
+            return cmp, (lambda vals: f"int({lcpp(vals)} {sym} {rcpp(vals)})")
         if isinstance(node, ast.Call):
-            if not isinstance(node.func, ast.Name) or node.func.id not in _FUNCS or node.keywords \
-                    or len(node.args) < 2:
-                raise fail("only min(a, b, ...) and max(a, b, ...) may be called")
-            f = _FUNCS[node.func.id]
-            args = [build(a, depth + 1) for a in node.args]
+            if not isinstance(node.func, ast.Name) or node.func.id not in FUNCS or node.keywords:
+                raise fail("only min(a, b, ...), max(a, b, ...) and cdiv(a, b) may be called")
+            fname = node.func.id
+            if fname == "cdiv" and len(node.args) != 2 or fname != "cdiv" and len(node.args) < 2:
+                raise fail(f"{fname}() takes {'two' if fname == 'cdiv' else 'at least two'} arguments")
+            built = [build(a, depth + 1) for a in node.args]
+            args = [b[0] for b in built]
+            cpps = [b[1] for b in built]
+            if fname == "cdiv":
+                num, den = args
+
+                def cdiv(env, num=num, den=den):
+                    a = np.asarray(num(env), dtype=np.int64)
+                    b = np.asarray(den(env), dtype=np.int64)
+                    if (b == 0).any():
+                        raise fail("division by zero")
+                    return -np.floor_divide(-a, b)
+
+                return cdiv, (lambda vals: f"(({cpps[0](vals)} + {cpps[1](vals)} - 1) / {cpps[1](vals)})")
+            f = np.minimum if fname == "min" else np.maximum
+            op = "<" if fname == "min" else ">"
 
             def call(env, f=f, args=args):
                 out = np.asarray(args[0](env), dtype=np.int64)
@@ -122,32 +193,44 @@ def parse_expr(text: object, *, allowed: set[str] | frozenset[str] | None = None
                     out = f(out, a(env))
                 return out
 
-            return call
+            def call_cpp(vals, op=op):
+                out = cpps[0](vals)
+                for c in cpps[1:]:
+                    b = c(vals)
+                    out = f"({out} {op} {b} ? {out} : {b})"
+                return out
+
+            return call, call_cpp
         raise fail(f"{type(node).__name__} is not allowed")
 
-    fn = build(tree, 0)
-    return Expr(text.strip(), frozenset(names), fn)
+    fn, cpp = build(tree, 0)
+    return Expr(text.strip(), frozenset(names), fn, cpp)
+
+
+def _log2(x: np.ndarray) -> float:
+    m = float(np.abs(x).max(initial=0))
+    return float(np.log2(m)) if m > 0 else float("-inf")
 
 
 def _binop(sym: str, f: Callable, left: Callable, right: Callable, fail: Callable) -> Callable:
     def run(env):
         a = np.asarray(left(env), dtype=np.int64)
         b = np.asarray(right(env), dtype=np.int64)
+        if (np.abs(a) >= LIMIT).any() or (np.abs(b) >= LIMIT).any():
+            raise fail("value too large")
         if sym in ("//", "%") and (b == 0).any():
             raise fail("division by zero")
         if sym in ("<<", ">>") and ((b < 0) | (b > 62)).any():
             raise fail("shift count outside 0..62")
-        if sym == "**":
-            # bound before computing: |a| ** b < LIMIT
-            mag = np.abs(a).max(initial=0)
-            if mag > 1 and int(b.max(initial=0)) * float(np.log2(float(mag))) >= 48:
-                raise fail("value too large")
-        if sym == "<<":
-            mag = np.abs(a).max(initial=0)
-            if mag and float(np.log2(float(mag))) + int(b.max(initial=0)) >= 48:
-                raise fail("value too large")
+        # bound every result before computing it: int64 must never wrap
+        if sym == "**" and _log2(a) * int(b.max(initial=0)) >= LIMIT_BITS:
+            raise fail("value too large")
+        if sym == "*" and _log2(a) + _log2(b) >= LIMIT_BITS:
+            raise fail("value too large")
+        if sym == "<<" and _log2(a) + int(b.max(initial=0)) >= LIMIT_BITS:
+            raise fail("value too large")
         out = f(a, b)
-        if sym in ("*", "+", "-") and (np.abs(out) >= LIMIT).any():
+        if sym in ("+", "-", "**", "*") and (np.abs(out) >= LIMIT).any():
             raise fail("value too large")
         return out
 

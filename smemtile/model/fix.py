@@ -12,10 +12,15 @@ Two families, both checked by re-running the bank model on every instruction:
 The recommendation: the padding when it is conflict-free and costs at most ``PAD_BUDGET`` of the buffer
 (one extra word per row of a large tile is the easiest change to review); otherwise the swizzle when it is
 conflict-free; otherwise whichever comes closest (fewest total wavefronts).
+
+A kernel family can pass ``variant(buffer, layout)``: the buffer's accesses as the kernel issues them under that
+layout (an instruction may change with the layout, e.g. the width of a store that must stay aligned), or None
+when the family cannot build that layout. The candidates are then judged on exactly what the kernel would run.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -96,11 +101,36 @@ def _relayout(ar: AccessResult, lay: Layout) -> np.ndarray:
     return r.wavefronts, r.ideal_wavefronts
 
 
-def _candidate(results: list[AccessResult], buf: Buffer, lay: Layout, kind: str) -> Candidate:
+Variant = Callable[[str, Layout], "list[AccessResult] | None"]
+Allowed = Callable[[str, Layout], bool]
+
+
+def relayout_only(allowed: Allowed) -> Variant:
+    """A variant for kernels whose instructions do not depend on the layout: the same coordinates, relaid
+    (fast), for the layouts ``allowed`` accepts."""
+
+    def variant(buffer: str, lay: Layout):
+        return RELAYOUT if allowed(buffer, lay) else None
+
+    return variant
+
+
+RELAYOUT: list = []  # sentinel: judge the candidate on the baseline's coordinates
+
+
+def _candidate(results: list[AccessResult], buf: Buffer, lay: Layout, kind: str,
+               variant: Variant | None = None) -> Candidate | None:
     tot = ideal = 0
     per = {}
-    for ar in results:
-        w, i = _relayout(ar, lay)
+    pairs = [(ar, None) for ar in results]
+    if variant is not None:
+        redone = variant(buf.name, lay)
+        if redone is None:
+            return None  # the kernel cannot use this layout
+        if redone is not RELAYOUT:
+            pairs = [(ar, (ar.bank.wavefronts, ar.bank.ideal_wavefronts)) for ar in redone]
+    for ar, known in pairs:
+        w, i = known if known is not None else _relayout(ar, lay)
         tot += int(w.sum())
         ideal += int(i.sum())
         worst = int(np.argmax(w))
@@ -113,14 +143,15 @@ def required_alignment(results: list[AccessResult]) -> int:
     """Bytes every row start must stay aligned to: the widest vector access, 16 for ldmatrix rows."""
     align = 4
     for ar in results:
-        align = max(align, 16 if ar.access.op == "ldmatrix" else ar.access.width)
+        align = max(align, 16 if ar.access.op in ("ldmatrix", "stmatrix") else ar.access.width)
     return align
 
 
-def _swizzles(buf: Buffer, results: list[AccessResult]) -> list[Swizzle]:
+def _swizzles(buf: Buffer, results: list[AccessResult], any_granule: bool = False) -> list[Swizzle]:
     """Candidate swizzles in cost order (fewest XOR bits first)."""
     eb = buf.elem_bytes
-    vec = max((16 if ar.access.op == "ldmatrix" else ar.access.width) for ar in results) // eb
+    vec = 1 if any_granule else max((16 if ar.access.op in ("ldmatrix", "stmatrix") else ar.access.width)
+                                    for ar in results) // eb
     m_min = max(0, int(np.ceil(np.log2(max(vec, 1)))))
     m_min = max(m_min, int(np.log2(max(1, 4 // eb))))  # never split a 4-byte word
     line = 128 // eb  # elements per 128-byte bank line
@@ -132,17 +163,20 @@ def _swizzles(buf: Buffer, results: list[AccessResult]) -> list[Swizzle]:
                 continue
             for S in range(B, 11):
                 sw = Swizzle(B, M, S)
-                if total % sw.period == 0:
+                if total % sw.block == 0:
                     out.append(sw)
     return out
 
 
-def _first_conflict_free(results, buf: Buffer, layouts, kind: str) -> tuple[Candidate | None, int]:
+def _first_conflict_free(results, buf: Buffer, layouts, kind: str,
+                         variant: Variant | None = None) -> tuple[Candidate | None, int]:
     """Try ``layouts`` in cost order; the first conflict-free one, else the one with the fewest wavefronts."""
     best, n = None, 0
     for lay in layouts:
-        c = _candidate(results, buf, lay, kind)
+        c = _candidate(results, buf, lay, kind, variant)
         n += 1
+        if c is None:
+            continue
         if c.conflict_free:
             return c, n
         if best is None or c.wavefronts < best.wavefronts:
@@ -157,14 +191,20 @@ def _column_read(ar: AccessResult) -> bool:
     return bool(((ar.cols == ar.cols[:, :1]).all(axis=1) & (ar.rows != ar.rows[:, :1]).any(axis=1)).any())
 
 
-def fix_buffer(spec: KernelSpec, buf: Buffer, results: list[AccessResult]) -> BufferFix | None:
-    """Search padding and swizzles for one buffer; None when its accesses are raw byte addresses."""
+def fix_buffer(spec: KernelSpec, buf: Buffer, results: list[AccessResult],
+               variant: Variant | None = None) -> BufferFix | None:
+    """Search padding and swizzles for one buffer; None when its accesses are raw byte addresses.
+
+    With ``variant`` (a kernel family's) every candidate is judged on the accesses the kernel issues under it;
+    a variant marked ``redo = True`` re-derives the instructions per layout, so rows need only the element's
+    alignment (the family refuses the layouts it cannot build)."""
     results = [r for r in results if not r.access.raw]
     if not results:
         return None
     base_layout = buf.layout
     baseline = _candidate(results, buf, base_layout, "baseline")
-    align = required_alignment(results)
+    redo = variant is not None and getattr(variant, "redo", False)
+    align = required_alignment(results) if not redo else buf.elem_bytes
     eb = buf.elem_bytes
     if baseline.conflict_free:
         return BufferFix(buf, baseline, None, None, baseline, "already conflict-free: keep the layout", align, 1)
@@ -173,9 +213,9 @@ def fix_buffer(spec: KernelSpec, buf: Buffer, results: list[AccessResult]) -> Bu
     if len(buf.shape) == 2:
         step = max(1, align // eb)
         pads = (Layout(pad=p) for p in range(step, MAX_PAD_BYTES // eb + 1, step))
-        padding, n_pad = _first_conflict_free(results, buf, pads, "pad")
-    swizzles = (Layout(pad=0, swizzle=sw) for sw in _swizzles(buf, results))
-    swizzle, n_swz = _first_conflict_free(results, buf, swizzles, "swizzle")
+        padding, n_pad = _first_conflict_free(results, buf, pads, "pad", variant)
+    swizzles = (Layout(pad=0, swizzle=sw) for sw in _swizzles(buf, results, redo))
+    swizzle, n_swz = _first_conflict_free(results, buf, swizzles, "swizzle", variant)
     tried = 1 + n_pad + n_swz
     rec, reason = _recommend(buf, baseline, padding, swizzle, align)
     if not rec.conflict_free and any(_column_read(r) for r in results) and align > buf.elem_bytes:
@@ -208,12 +248,14 @@ def _recommend(buf: Buffer, base: Candidate, pad: Candidate | None, swz: Candida
                   f"{best.wavefronts} wavefronts against an ideal {best.ideal} (baseline {base.wavefronts})")
 
 
-def fix_spec(spec: KernelSpec, results: tuple[AccessResult, ...] | None = None) -> FixReport:
-    """Fixes for every buffer the spec's accesses touch through logical coordinates."""
+def fix_spec(spec: KernelSpec, results: tuple[AccessResult, ...] | None = None, *,
+             variant: Variant | None = None) -> FixReport:
+    """Fixes for every buffer the spec's accesses touch through logical coordinates (``variant``: see
+    :func:`fix_buffer`)."""
     results = results if results is not None else analyze_spec(spec)
     fixes = []
     for buf in spec.buffers:
-        f = fix_buffer(spec, buf, [r for r in results if r.access.buffer == buf.name])
+        f = fix_buffer(spec, buf, [r for r in results if r.access.buffer == buf.name], variant)
         if f is not None:
             fixes.append(f)
     return FixReport(tuple(fixes), results)

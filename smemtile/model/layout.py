@@ -12,6 +12,10 @@ element offset goes through an optional XOR swizzle in CuTe's convention::
 so that ``Swizzle<3, 2, 3>`` on fp32 permutes 16-byte chunks (4 elements) within each 128-byte row by the row
 index mod 8. A swizzle is a bijection on every aligned block of 2**(M+S+B) elements, so it never needs extra
 memory; padding costs ``rows * pad`` elements.
+
+One validity rule (:meth:`Layout.problem`, also the ``static_assert`` in ``smem_layout.cuh``): the swizzle only
+changes bits ``[M, M+B)``, so an offset stays inside its aligned block of ``2**(M+B)`` elements and the buffer
+must hold whole such blocks; ``S >= B`` keeps the source and target bits apart.
 """
 
 from __future__ import annotations
@@ -37,8 +41,13 @@ class Swizzle:
         return offset ^ (((offset >> (self.M + self.S)) & mask) << self.M)
 
     @property
+    def block(self) -> int:
+        """Elements of the aligned block an offset never leaves (the buffer must hold whole blocks)."""
+        return 1 << (self.M + self.B)
+
+    @property
     def period(self) -> int:
-        """Elements in one block the swizzle permutes (the buffer size must be a multiple of it)."""
+        """Elements after which the XOR pattern repeats (rows of one full permutation cycle)."""
         return 1 << (self.M + self.S + self.B)
 
     def __str__(self) -> str:
@@ -83,3 +92,38 @@ class Layout:
         if self.swizzle is not None:
             d["swizzle"] = [self.swizzle.B, self.swizzle.M, self.swizzle.S]
         return d
+
+    @property
+    def swizzled(self) -> bool:
+        return self.swizzle is not None and self.swizzle.B > 0
+
+    def template_args(self) -> tuple[int, int, int, int]:
+        """(PAD, B, M, S) as the kernels' ``SmemTile<ROWS, COLS, PAD, B, M, S>`` takes them."""
+        sw = self.swizzle
+        return (self.pad, sw.B, sw.M, sw.S) if sw is not None else (self.pad, 0, 0, 0)
+
+    def problem(self, shape: tuple[int, ...]) -> str | None:
+        """Why this layout cannot hold a buffer of ``shape`` (None when it can): the one validity rule."""
+        if self.pad < 0:
+            return f"padding cannot be negative ({self.pad})"
+        if self.swizzle is not None:
+            n = self.storage_elements(shape)
+            if n % self.swizzle.block:
+                return (f"{self.swizzle} keeps offsets inside aligned blocks of {self.swizzle.block} elements "
+                        f"(2**(M+B)); the buffer holds {n}, not a multiple")
+        return None
+
+    @classmethod
+    def of(cls, value: object) -> Layout:
+        """A Layout from a Layout, None (dense), or a spec-style mapping ``{pad: N, swizzle: [B, M, S]}``."""
+        if value is None:
+            return cls()
+        if isinstance(value, Layout):
+            return value
+        if isinstance(value, dict):
+            sw = value.get("swizzle")
+            swz = Swizzle(*(int(x) for x in sw)) if sw else None
+            if swz is not None and swz.B == 0:
+                swz = None
+            return cls(int(value.get("pad", 0) or 0), swz)
+        raise TypeError(f"not a layout: {value!r}")

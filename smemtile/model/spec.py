@@ -1,7 +1,7 @@
 """The spec: a YAML description of shared-memory buffers and the accesses of a kernel's inner loop.
 
 Validated once into frozen dataclasses; every error names the file, the key and the allowed values.
-See shared/DESIGN.md ("Contract: the spec") and samples/ for examples.
+See docs/spec.md for every key and samples/ for examples.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ TOP_KEYS = ("name", "description", "arch", "threads", "tile", "constants", "stag
 BUFFER_KEYS = ("name", "dtype", "shape", "layout", "stages", "note")
 LAYOUT_KEYS = ("pad", "swizzle")
 ACCESS_KEYS = ("name", "buffer", "op", "width", "row", "col", "index", "address", "addresses", "source", "over",
-               "matrices", "trans", "warps", "note")
+               "matrices", "trans", "warps", "active", "role", "note")
+ROLES = ("copy", "inner", "epilogue", "other")  # where an access runs: tile copy, inner loop, epilogue
 BUILTIN_VARS = ("lane", "warp", "tid")
 MAX_INSTRUCTIONS = 1 << 16
 
@@ -58,6 +59,14 @@ class Buffer:
         return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape), "layout": self.layout.to_dict(),
                 "stages": self.stages, "bytes": self.bytes()}
 
+    def to_doc(self) -> dict:
+        d: dict[str, Any] = {"name": self.name, "dtype": self.dtype, "shape": list(self.shape)}
+        if self.layout != Layout():
+            d["layout"] = self.layout.to_dict()
+        if self.stages != 1:
+            d["stages"] = self.stages
+        return d
+
 
 @dataclass(frozen=True)
 class Access:
@@ -77,6 +86,9 @@ class Access:
     # cp.async: global element index each lane copies from (relative to a 128-byte-aligned array); None means
     # the coalesced copy (lane l reads the l-th `width`-byte chunk)
     source: Expr | None = None
+    active: Expr | None = None  # lanes take part where this is non-zero (idle lanes neither read nor write)
+    role: str = "other"  # copy | inner | epilogue | other
+    note: str = ""
 
     @property
     def raw(self) -> bool:
@@ -84,17 +96,35 @@ class Access:
 
     def to_dict(self) -> dict:
         d: dict[str, Any] = {"name": self.name, "buffer": self.buffer, "op": self.op, "width": self.width}
-        for k in ("row", "col", "index", "address", "source"):
+        for k in ("row", "col", "index", "address", "source", "active"):
             v = getattr(self, k)
             if v is not None:
                 d[k] = v.text
         if self.addresses is not None:
             d["addresses"] = list(self.addresses)
         if self.over:
-            d["over"] = {k: [v[0], v[-1] + 1] if len(v) > 1 else list(v) for k, v in self.over}
-        if self.op == "ldmatrix":
+            d["over"] = {k: _range_of(v) for k, v in self.over}
+        if self.op in MATRIX_OPS:
             d.update(matrices=self.matrices, trans=self.trans)
+        if self.warps is not None:
+            d["warps"] = list(self.warps)
+        if self.role != "other":
+            d["role"] = self.role
+        if self.note:
+            d["note"] = self.note
         return d
+
+
+MATRIX_OPS = ("ldmatrix", "stmatrix")
+
+
+def _range_of(values: tuple[int, ...]) -> list[int]:
+    """[start, stop] or [start, stop, step] giving exactly ``values`` (the loop step is kept)."""
+    if len(values) == 1:
+        return [values[0], values[0] + 1]
+    step = values[1] - values[0]
+    out = [values[0], values[-1] + step]
+    return out + [step] if step != 1 else out
 
 
 @dataclass(frozen=True)
@@ -116,6 +146,7 @@ class KernelSpec:
     regs: int | None = None
     name: str = ""
     description: str = ""
+    tile: dict = field(default_factory=dict)  # the `tile:` section as written (a kernel's template parameters)
 
     @property
     def warps(self) -> int:
@@ -136,6 +167,34 @@ class KernelSpec:
             "kernel": {"family": self.kernel.family, **self.kernel.params} if self.kernel else None,
             "buffers": [b.to_dict() for b in self.buffers], "accesses": [a.to_dict() for a in self.accesses],
         }
+
+    def to_doc(self) -> dict:
+        """The spec as a YAML mapping that parses back to an equal spec (constants evaluated to integers)."""
+        doc: dict[str, Any] = {}
+        if self.name:
+            doc["name"] = self.name
+        if self.description:
+            doc["description"] = self.description
+        doc["arch"] = self.arch.name
+        if self.threads is not None:
+            doc["threads"] = self.threads
+        derived = {"THREADS": self.threads, "STAGES": self.stages}
+        consts = {k: v for k, v in self.constants.items() if k not in self.tile and derived.get(k, object()) != v}
+        if self.tile:
+            doc["tile"] = dict(self.tile)
+        if consts:
+            doc["constants"] = consts
+        if self.stages != 1:
+            doc["stages"] = self.stages
+        if self.regs is not None:
+            doc["regs"] = self.regs
+        if self.kernel is not None:
+            doc["kernel"] = {"family": self.kernel.family, **self.kernel.params}
+        if self.buffers:
+            doc["buffers"] = [b.to_doc() for b in self.buffers]
+        if self.accesses:
+            doc["accesses"] = [a.to_dict() for a in self.accesses]
+        return doc
 
 
 def _unknown(keys, allowed, where: str, source: str) -> None:
@@ -166,14 +225,55 @@ def load_spec(path: str | Path) -> KernelSpec:
     return parse_spec(text, source=str(path))
 
 
-def parse_spec(text: str, source: str = "<spec>") -> KernelSpec:
+class _StrictLoader(yaml.SafeLoader):
+    """safe_load that refuses a key given twice in one mapping (YAML would silently keep the last)."""
+
+
+def _mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen: dict = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        try:
+            hash(key)
+        except TypeError:
+            raise yaml.constructor.ConstructorError(None, None, "a mapping key must be a scalar",
+                                                    key_node.start_mark) from None
+        if key in seen:
+            raise yaml.constructor.ConstructorError(None, None, f"key {key!r} given twice", key_node.start_mark)
+        seen[key] = True
+    return loader.construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
+MAX_YAML_DEPTH = 50
+
+
+def load_yaml(text: str, source: str, *, multi: bool = False) -> Any:
+    """YAML (one document, or all of them with ``multi``) with duplicate keys and deep nesting refused."""
+    depth = max_depth = 0
+    for ch in text:  # flow and block nesting both open with [ { or indentation; bound the brackets cheaply
+        if ch in "[{":
+            depth += 1
+            max_depth = max(max_depth, depth)
+        elif ch in "]}":
+            depth -= 1
+    if max_depth > MAX_YAML_DEPTH:
+        raise SpecError(f"YAML nested {max_depth} levels deep; a spec needs at most {MAX_YAML_DEPTH}", source=source)
     try:
-        doc = yaml.safe_load(text)
+        if multi:
+            return [d for d in yaml.load_all(text, Loader=_StrictLoader) if d is not None]
+        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(e, "problem", None) or "invalid YAML"
         raise SpecError(f"malformed YAML{where}: {problem}", source=source) from None
+    except RecursionError:
+        raise SpecError("YAML nested too deeply", source=source) from None
+
+
+def parse_spec(text: str, source: str = "<spec>") -> KernelSpec:
+    doc = load_yaml(text, source)
     if not isinstance(doc, dict):
         raise SpecError("the spec must be a YAML mapping with arch, buffers and accesses", source=source)
     return spec_from_dict(doc, source)
@@ -185,6 +285,7 @@ def spec_from_dict(doc: dict, source: str = "<spec>") -> KernelSpec:
         raise SpecError("missing key 'arch' (e.g. arch: sm_90)", source=source)
     arch = get_arch(doc["arch"], source=source)
     env: dict[str, int] = {}
+    tile: dict[str, int] = {}
     for section in ("tile", "constants"):
         sec = doc.get(section) or {}
         if not isinstance(sec, dict):
@@ -193,6 +294,8 @@ def spec_from_dict(doc: dict, source: str = "<spec>") -> KernelSpec:
             if not str(k).isidentifier() or k in BUILTIN_VARS:
                 raise SpecError(f"invalid constant name {k!r}", key=f"{section}.{k}", source=source)
             env[str(k)] = _int(v, env, f"{section}.{k}", source)
+            if section == "tile":
+                tile[str(k)] = env[str(k)]
     threads = None
     if doc.get("threads") is not None:
         threads = _int(doc["threads"], env, "threads", source, 1, arch.max_threads_per_block)
@@ -214,14 +317,21 @@ def spec_from_dict(doc: dict, source: str = "<spec>") -> KernelSpec:
         for kk, vv in k.items():
             if kk == "family":
                 continue
+            if not isinstance(kk, str) or not kk.isidentifier():
+                raise SpecError(f"invalid parameter name {kk!r}", key="kernel", source=source)
             if isinstance(vv, (bool, float)) or (isinstance(vv, str) and vv.isidentifier() and vv not in env):
                 params[str(kk)] = vv  # a flag, a scalar such as alpha, or a word such as a dtype name
             else:
                 params[str(kk)] = _int(vv, env, f"kernel.{kk}", source)
         kernel = KernelInfo(str(k["family"]), params)
+        for kk, vv in params.items():  # the problem's sizes (M, N, K, rows, ...) may appear in expressions
+            if isinstance(vv, int) and not isinstance(vv, bool):
+                env.setdefault(kk, vv)
 
     raw_bufs = doc.get("buffers")
-    if not isinstance(raw_bufs, list) or not raw_bufs:
+    if raw_bufs is None and kernel is not None:
+        raw_bufs = []  # a kernel spec may leave its buffers to the family (smemtile.pipeline fills them in)
+    elif not isinstance(raw_bufs, list) or not raw_bufs:
         raise SpecError("must be a non-empty list of buffers", key="buffers", source=source)
     buffers = []
     for i, b in enumerate(raw_bufs):
@@ -231,15 +341,26 @@ def spec_from_dict(doc: dict, source: str = "<spec>") -> KernelSpec:
         raise SpecError(f"duplicate buffer names in {names}", key="buffers", source=source)
 
     raw_acc = doc.get("accesses")
-    if not isinstance(raw_acc, list) or not raw_acc:
+    if raw_acc is None and kernel is not None:
+        raw_acc = []  # the family's own accesses are used (smemtile.pipeline)
+    elif not isinstance(raw_acc, list) or not raw_acc:
         raise SpecError("must be a non-empty list of accesses", key="accesses", source=source)
     accesses = [_access(a, i, env, {b.name: b for b in buffers}, threads, source) for i, a in enumerate(raw_acc)]
     anames = [a.name for a in accesses]
     if len(set(anames)) != len(anames):
         raise SpecError(f"duplicate access names in {anames}", key="accesses", source=source)
     return KernelSpec(source=source, arch=arch, buffers=tuple(buffers), accesses=tuple(accesses), threads=threads,
-                      constants=env, stages=stages, kernel=kernel, regs=regs, name=str(doc.get("name", "")),
-                      description=str(doc.get("description", "")))
+                      constants=env, stages=stages, kernel=kernel, regs=regs, name=_text(doc, "name", source),
+                      description=_text(doc, "description", source), tile=tile)
+
+
+def _text(doc: dict, key: str, source: str) -> str:
+    v = doc.get(key, "")
+    if v is None:
+        return ""
+    if not isinstance(v, (str, int)) or isinstance(v, bool):
+        raise SpecError(f"must be text, got {type(v).__name__}", key=key, source=source)
+    return str(v)
 
 
 def _buffer(b: Any, i: int, env: dict, source: str) -> Buffer:
@@ -281,10 +402,9 @@ def _buffer(b: Any, i: int, env: dict, source: str) -> Buffer:
             raise SpecError(str(e), key=f"{where}.layout.swizzle", source=source) from None
     stages = _int(b.get("stages", 1), env, f"{where}.stages", source, 1, 16)
     buf = Buffer(name, dtype, shape, Layout(pad, swz), stages)
-    if swz is not None and buf.layout.storage_elements(shape) % swz.period:
-        raise SpecError(f"{swz} permutes blocks of {swz.period} elements; the buffer holds "
-                        f"{buf.layout.storage_elements(shape)}, not a multiple", key=f"{where}.layout.swizzle",
-                        source=source)
+    why = buf.layout.problem(shape)
+    if why:
+        raise SpecError(why, key=f"{where}.layout", source=source)
     return buf
 
 
@@ -308,7 +428,11 @@ def _over(raw: Any, env: dict, where: str, source: str) -> tuple[tuple[str, tupl
         step = vals[2] if len(vals) == 3 else 1
         if step == 0:
             raise SpecError("step must not be 0", key=f"{where}.{var}", source=source)
-        values = tuple(range(vals[0], vals[1], step))
+        rng_obj = range(vals[0], vals[1], step)
+        if len(rng_obj) > MAX_INSTRUCTIONS:
+            raise SpecError(f"range {vals} has {len(rng_obj)} values; at most {MAX_INSTRUCTIONS} instructions are "
+                            "analysed", key=f"{where}.{var}", source=source)
+        values = tuple(rng_obj)
         if not values:
             raise SpecError(f"range {vals} is empty", key=f"{where}.{var}", source=source)
         out.append((str(var), values))
@@ -330,22 +454,31 @@ def _access(a: Any, i: int, env: dict, buffers: dict, threads: int | None, sourc
                         source=source)
     op = str(a.get("op", "load"))
     try:
-        width = 16 if op == "ldmatrix" else _int(a.get("width", buf.elem_bytes), env, f"{where}.width", source)
+        width = 16 if op in MATRIX_OPS else _int(a.get("width", buf.elem_bytes), env, f"{where}.width", source)
         matrices = _int(a.get("matrices", 4), env, f"{where}.matrices", source)
         check_access(op, width, matrices)
     except SpecError as e:
         msg = str(e).split(": ", 1)[-1]
         raise SpecError(msg, key=f"{where}.{e.key or 'op'}", source=source) from None
-    if op != "ldmatrix" and width < buf.elem_bytes:
+    if op not in MATRIX_OPS and width < buf.elem_bytes:
         raise SpecError(f"width {width} is smaller than one {buf.dtype} element ({buf.elem_bytes} bytes); "
                         f"allowed: {', '.join(str(w) for w in WIDTHS[op] if w >= buf.elem_bytes)}",
                         key=f"{where}.width", source=source)
     over = _over(a.get("over"), env, f"{where}.over", source)
     names = set(env) | set(BUILTIN_VARS) | {v for v, _ in over}
     exprs = {}
-    for k in ("row", "col", "index", "address", "source"):
+    for k in ("row", "col", "index", "address", "source", "active"):
         if a.get(k) is not None:
             exprs[k] = parse_expr(a[k], allowed=names, key=f"{where}.{k}", source=source)
+    role = a.get("role", "other")
+    if role not in ROLES:
+        raise SpecError(f"unknown role {role!r}; allowed: {', '.join(ROLES)}", key=f"{where}.role", source=source)
+    trans = a.get("trans", False)
+    if not isinstance(trans, bool):
+        raise SpecError(f"must be true or false, got {trans!r}", key=f"{where}.trans", source=source)
+    note = a.get("note", "")
+    if not isinstance(note, str):
+        raise SpecError("must be text", key=f"{where}.note", source=source)
     if "source" in exprs and op != "cp.async":
         raise SpecError(f"'source' (the global element each lane copies) only applies to op cp.async, not {op}",
                         key=f"{where}.source", source=source)
@@ -372,6 +505,9 @@ def _access(a: Any, i: int, env: dict, buffers: dict, threads: int | None, sourc
     warps = None
     if a.get("warps") is not None:
         w = a["warps"] if isinstance(a["warps"], list) else [a["warps"]]
+        if not w:
+            raise SpecError("must list at least one warp (or leave 'warps' out for all of them)",
+                            key=f"{where}.warps", source=source)
         nw = (threads // 32) if threads else 1
         warps = tuple(_int(x, env, f"{where}.warps", source, 0, nw - 1) for x in w)
     n_inst = (len(warps) if warps else ((threads or 32) // 32))
@@ -382,4 +518,5 @@ def _access(a: Any, i: int, env: dict, buffers: dict, threads: int | None, sourc
                         key=where, source=source)
     return Access(name=name, buffer=buf.name, op=op, width=width, row=exprs.get("row"), col=exprs.get("col"),
                   index=exprs.get("index"), address=exprs.get("address"), addresses=addresses, over=over,
-                  matrices=matrices, trans=bool(a.get("trans", False)), warps=warps, source=exprs.get("source"))
+                  matrices=matrices, trans=trans, warps=warps, source=exprs.get("source"),
+                  active=exprs.get("active"), role=role, note=note)

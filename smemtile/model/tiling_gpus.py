@@ -1,6 +1,6 @@
 """Per-GPU peak numbers for the tile model's roofline, and the AMD targets' per-CU limits.
 
-Every row names its source. Measured numbers beat datasheets: the H200 row is what shared/HARDWARE.md measured
+Every row names its source. Measured numbers beat datasheets: the H200 row was measured on this project's H200
 (cuBLAS through torch, CUDA events, 2026-11-29), the others are vendor datasheet peaks (dense, no sparsity) and
 therefore optimistic by 10-30% for real kernels. The tile model only ranks configurations on one GPU, so a
 uniform optimism shifts every predicted TFLOP/s but not the order.
@@ -17,7 +17,7 @@ from smemtile.errors import SpecError
 
 MB = 1 << 20
 DATASHEET = "vendor datasheet peak (dense), not measured here"
-HW_MD = "measured on the H200, shared/HARDWARE.md (2026-11-29)"
+HW_MD = "measured on the H200 (torch/cuBLAS and a device copy, CUDA events, 2026-11-29; bench/NOTES.md)"
 
 
 @dataclass(frozen=True)
