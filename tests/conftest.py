@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -43,3 +48,39 @@ def run_cli(*args: str, input: str | None = None) -> subprocess.CompletedProcess
     return subprocess.run(
         [sys.executable, "-m", "smemtile", *args], capture_output=True, text=True, cwd=ROOT, input=input, timeout=300
     )
+
+
+def nvcc_path() -> str | None:
+    return shutil.which("nvcc") or next((p for p in ["/usr/local/cuda/bin/nvcc"] if os.path.exists(p)), None)
+
+
+@functools.lru_cache(maxsize=1)
+def _nvcc_version() -> str:
+    return subprocess.run([nvcc_path(), "--version"], capture_output=True, text=True).stdout
+
+
+def nvcc(source: str, args: list[str], *, suffix: str = ".cu") -> SimpleNamespace:
+    """Compile ``source`` with nvcc (``args`` without -o), cached on disk by source, arguments and nvcc version
+    (the result does not depend on anything else): returncode, stdout and stderr of the real compile."""
+    key = hashlib.sha256(json.dumps([source, args, _nvcc_version()]).encode()).hexdigest()
+    root = Path(os.environ.get("SMEMTILE_CACHE_DIR") or Path.home() / ".cache" / "smemtile") / "nvcc"
+    hit = root / f"{key}.json"
+    if hit.exists():
+        try:
+            return SimpleNamespace(**json.loads(hit.read_text()))
+        except ValueError:
+            pass
+    with tempfile.TemporaryDirectory() as d:
+        src = Path(d) / f"k{suffix}"
+        src.write_text(source)
+        p = subprocess.run([nvcc_path(), *args, str(src), "-o", str(Path(d) / "k.o")], capture_output=True,
+                           text=True, timeout=600)  # fmt: skip
+    doc = {"returncode": p.returncode, "stdout": p.stdout, "stderr": p.stderr.replace(d, "TMP")}
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = hit.with_suffix(".tmp")
+        tmp.write_text(json.dumps(doc))
+        tmp.replace(hit)
+    except OSError:
+        pass
+    return SimpleNamespace(**doc)

@@ -64,20 +64,30 @@ def test_big_dynamic_smem_gets_func_set_attribute(tmp_path: Path):
         (("threads: 256", "threads: 128"), "does not cover the tile"),
         (("arch: sm_90", "arch: sm_75"), "cp.async needs sm_80"),
         (("stages: 4", "stages: 1"), "at least 2 stages"),
-        (("BK: 8,", "BK: 64,"), "opt-in limit"),
+        (("BK: 8,", "BK: 32,"), "opt-in limit"),
+        (("BK: 8,", "BK: 64,"), "64 is not allowed; allowed: 8, 16, 32"),
+        (("BK: 8,", "BK: 8, BQ: 3,"), "sgemm has no parameter 'BQ'"),
+        (("TM: 8,", "TMM: 8,"), "did you mean 'TM'"),
+        (("row: \"k\"", "row: \"k + 0 * lane\"\n    active: \"lane < 31\""), "accesses.As_read: does not match"),
+        (("% BM) * K +", "% BM) * (K + 4) +"), "accesses.As_copy: does not match the sgemm kernel's own access: the cp.async source"),
+        (("shape: [BK, BN], stages: 4", "shape: [BN, BK], stages: 4"), "buffers.Bs.shape: shape [128, 8] does not match"),
+        (("name: Bs_read", "name: Bs_read2"), "the sgemm kernel's access 'Bs_read' is missing"),
     ],
 )
 def test_contract_violation_is_one_line_exit_2(tmp_path: Path, edit, needle):
     text = Path(SGEMM).read_text()
     assert edit[0] in text
-    text = text.replace(edit[0], edit[1])
+    text = text.replace(edit[0], edit[1], 1)
     if edit[1] == "arch: sm_75":
-        text = text.replace("kernel: {family: sgemm,", "kernel: {family: sgemm, CP_ASYNC: 1,")
+        text = text.replace("A_VEC: 0}", "A_VEC: 0, CP_ASYNC: 1}")
+    if edit[1].startswith("BK: 32"):
+        text = text.replace("stages: 4", "stages: 8").replace("stages: 4}", "stages: 8}").replace("arch: sm_90", "arch: sm_86")
     p = tmp_path / "bad.yaml"
     p.write_text(text)
-    r = run_cli("generate", str(p))
+    r = run_cli("generate", str(p), "-o", str(tmp_path / "never.cu"))
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert r.stdout == ""
+    assert not (tmp_path / "never.cu").exists()  # nothing half-written
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0], r.stderr
 
@@ -89,20 +99,30 @@ def test_help_has_examples():
 
 def test_spec_without_kernel_is_refused(tmp_path: Path):
     p = tmp_path / "nokernel.yaml"
-    text = Path(TRANSPOSE).read_text()
-    p.write_text("\n".join(ln for ln in text.splitlines() if not ln.startswith("kernel:")) + "\n")
+    p.write_text((ROOT / "samples" / "gemm_a_column.yaml").read_text())
     r = run_cli("generate", str(p))
     assert r.returncode == 2 and "no kernel: section" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
-def test_recommendation_checked_against_the_kernels_own_accesses():
-    """The stencil sample's accesses suggest pad 1; the kernel's real fill is linear, where pad 1 would add a
-    conflict: generate keeps the dense layout and says why."""
-    r = run_cli("generate", str(ROOT / "samples" / "stencil_halo.yaml"), "--json", "--no-compile")
-    doc = json.loads(r.stdout)
-    if doc["notes"]:
-        assert doc["layouts"]["tile"]["pad"] == 0 and "was not applied" in doc["notes"][0]
-    assert all(i["status"] != "fail" for i in doc["checklist"])
+def test_kernel_spec_needs_no_accesses_and_generate_builds_what_analyze_analysed(tmp_path: Path):
+    """A kernel spec without accesses gets the family's own; analyze and generate report the same accesses,
+    layouts and wavefronts (the transpose sample: tile_read 8x dense, fixed by pad 1)."""
+    a = json.loads(run_cli("analyze", TRANSPOSE, "--json").stdout)
+    g = json.loads(run_cli("generate", TRANSPOSE, "--json", "--no-compile").stdout)
+    worst = {x["name"]: x["conflict_degree"] for x in a["accesses"]}
+    assert worst == {b["name"]: b["degree"] for b in g["banks_baseline"]} == {"tile_write": 1.0, "tile_read": 8.0}
+    fixed = {x["name"]: x["conflict_degree"] for x in a["fixed_accesses"]}
+    assert fixed == {b["name"]: b["degree"] for b in g["banks"]}
+    assert a["fixes"][0]["recommended"]["layout"] == g["layouts"]["tile"] == {"pad": 1}
+    assert [x["name"] for x in g["kernel_accesses"]] == ["tile_write", "tile_read"]
+
+
+def test_tile_constant_the_family_lacks_is_refused(tmp_path: Path):
+    p = tmp_path / "t.yaml"
+    p.write_text("arch: sm_90\ntile: {T: 32}\nkernel: {family: transpose, rows: 64, cols: 64}\n")
+    r = run_cli("generate", str(p), "-o", str(tmp_path / "x.cu"))
+    assert r.returncode == 2 and "tile.T: transpose has no parameter 'T'" in r.stderr
+    assert "TILE" in r.stderr and not (tmp_path / "x.cu").exists()
 
 
 def test_arch_override_to_sm75_uses_register_double_buffering(tmp_path: Path):

@@ -1,21 +1,19 @@
 """Every kernel family compiles through NVRTC (the nvidia-cuda-nvrtc wheel) for sm_80 and sm_90, with nvcc when
-present: 0 spills, and the shared memory ptxas reports equals the contract's formula."""
+present: 0 spills, and the shared memory ptxas reports equals the family's formula. Compiles are cached
+(smemtile.gpu.nvrtc's cache and conftest.nvcc), keyed by the full source, options and compiler version."""
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import SAMPLES
+from conftest import SAMPLES, nvcc, nvcc_path
 
-from smemtile.codegen import FAMILIES, configure, from_spec
-from smemtile.codegen.build import build
 from smemtile.codegen.render import render
+from smemtile.families import FAMILIES, configure
+from smemtile.pipeline.build import build
 
 pytest.importorskip("cuda.bindings.nvrtc")
 
@@ -75,9 +73,10 @@ def test_samples_with_kernels_exist():
 @pytest.mark.parametrize("variant", ["baseline", "fixed"])
 @pytest.mark.parametrize("sample", KERNEL_SAMPLES, ids=lambda p: p.stem)
 def test_sample_generates_and_compiles(sample, variant, arch):
-    from smemtile.model.spec import load_spec
+    from smemtile.pipeline.fixes import variants
+    from smemtile.pipeline.specs import load
 
-    cfg = from_spec(load_spec(sample), variant, arch=arch)  # keeps which parameters took their defaults
+    cfg = variants(load(sample, arch=arch))[variant]  # keeps which parameters took their defaults
     built = build(cfg)  # raises if ptxas and the formula disagree
     assert built.kernel.extra["ptxas"]["spills"] == 0
     assert not [i for i in built.checklist if i.status == "fail"], built.checklist
@@ -103,25 +102,15 @@ def test_compile_error_is_one_clear_exception():
         compile_cubin("__global__ void k() { undeclared(); }", [], "sm_90")
 
 
-def _nvcc() -> str | None:
-    return shutil.which("nvcc") or next((p for p in ["/usr/local/cuda/bin/nvcc"] if os.path.exists(p)), None)
-
-
-@pytest.mark.skipif(_nvcc() is None, reason="nvcc not installed")
+@pytest.mark.slow
+@pytest.mark.skipif(nvcc_path() is None, reason="nvcc not installed")
 @pytest.mark.parametrize(
     ("family", "params", "layouts"), [CONFIGS[0], CONFIGS[3], CONFIGS[7], CONFIGS[11], CONFIGS[13]]
 )
 def test_generated_file_compiles_with_nvcc(tmp_path: Path, family, params, layouts):
     """The standalone .cu (header inlined, explicit instantiation, host launch helper) builds with nvcc."""
     cfg = configure(family, params, layouts, "sm_90")
-    src = tmp_path / "k.cu"
-    src.write_text(render(cfg).source)
-    out = subprocess.run(
-        [_nvcc(), "-std=c++17", "-arch=sm_90", "-Xptxas", "-v", "-c", str(src), "-o", str(tmp_path / "k.o")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    out = nvcc(render(cfg).source, ["-std=c++17", "-arch=sm_90", "-Xptxas", "-v", "-c"])
     assert out.returncode == 0, out.stderr
     spills = [
         int(x) + int(y)
@@ -133,16 +122,14 @@ def test_generated_file_compiles_with_nvcc(tmp_path: Path, family, params, layou
     assert int(smem[0] or 0) == launch.static_smem_bytes
 
 
-@pytest.mark.skipif(_nvcc() is None, reason="nvcc not installed")
-@pytest.mark.parametrize("name", ["sgemm.cu", "transpose.cu", "stencil2d.cu"])
+@pytest.mark.slow
+@pytest.mark.skipif(nvcc_path() is None, reason="nvcc not installed")
+@pytest.mark.parametrize("name", sorted(FAMILIES))
 def test_kernel_files_compile_on_their_own(name):
-    kdir = Path(__file__).resolve().parents[1] / "smemtile" / "kernels"
-    out = subprocess.run(
-        [_nvcc(), "-std=c++17", "-arch=sm_90", "-c", str(kdir / name), "-o", os.devnull],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    """Each family's .cu is real C++: it compiles on its own (with the shared header on the include path)."""
+    fam = FAMILIES[name]
+    root = Path(__file__).resolve().parents[1] / "smemtile" / "families"
+    out = nvcc(fam.source(), ["-std=c++17", "-arch=sm_90", f"-I{root}", "-c"])
     assert out.returncode == 0, out.stderr
 
 
@@ -164,7 +151,8 @@ def test_sm70_is_reported_not_compiled():
     assert built.compiled is None and "sm_70" in built.compile_note
 
 
-@pytest.mark.skipif(_nvcc() is None, reason="nvcc not installed")
+@pytest.mark.slow
+@pytest.mark.skipif(nvcc_path() is None, reason="nvcc not installed")
 @pytest.mark.parametrize("sample", KERNEL_SAMPLES, ids=lambda p: p.stem)
 def test_sample_output_compiles_with_nvcc(tmp_path: Path, sample):
     """What `smemtile generate SAMPLE -o FILE` writes builds with nvcc: 0 spills, ptxas smem == the model's."""
@@ -175,22 +163,7 @@ def test_sample_output_compiles_with_nvcc(tmp_path: Path, sample):
     assert r.returncode == 0, r.stderr
     doc = __import__("json").loads(r.stdout)
     arch = doc["arch"]
-    res = subprocess.run(
-        [
-            _nvcc(),
-            "-std=c++17",
-            f"-arch={arch}",
-            "-Xptxas",
-            "-v",
-            "-c",
-            str(out),
-            "-o",
-            str(tmp_path / "gen.o"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    res = nvcc(out.read_text(), ["-std=c++17", f"-arch={arch}", "-Xptxas", "-v", "-c"])
     assert res.returncode == 0, res.stderr
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", res.stderr)
     assert spills and all(int(a) + int(b) == 0 for a, b in spills), res.stderr

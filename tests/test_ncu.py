@@ -1,4 +1,4 @@
-"""`verify --ncu`: the ncu page parsers and the SASS -> contract mapping on CSVs saved from the H200
+"""`verify --ncu`: the ncu page parsers and the SASS -> family access mapping on CSVs saved from the H200
 (tests/data/ncu, produced by bench/verify_ncu_h200.sh), the missing-ncu path, and (marked gpu) a real run."""
 
 from __future__ import annotations
@@ -8,15 +8,15 @@ import shutil
 
 import pytest
 from click.testing import CliRunner
+from conftest import ROOT, run_cli
 
 from smemtile.cli import main
-from smemtile.codegen import configure, from_spec
+from smemtile.families import FAMILIES, reconfigure
 from smemtile.gpu import ncu as N
 from smemtile.gpu import ncu_compare as C
 from smemtile.gpu import ncu_parse as P
-from smemtile.model.arch import get_arch
-from smemtile.model.spec import load_spec
-from tests.conftest import ROOT, run_cli
+from smemtile.pipeline.fixes import variants
+from smemtile.pipeline.specs import load as load_spec
 
 DATA = ROOT / "tests" / "data" / "ncu"
 
@@ -29,12 +29,9 @@ FIXTURE_PARAMS = {"sgemm": {"A_VEC": 0}, "transpose": {"VEC": 1}}
 
 def small_cfg(sample: str, variant: str, layouts: dict | None = None, pin: bool = True):
     """The configuration `verify --ncu` profiles; ``layouts`` pins the layout a fixture was measured with."""
-    c = from_spec(load_spec(ROOT / "samples" / f"{sample}.yaml"), variant)
-    arch = get_arch("sm_90")
-    lay = {**c.layouts, **(layouts or {})}
-    params = {**c.params, **(FIXTURE_PARAMS.get(c.family, {}) if pin else {}), **c.problem}
-    full = configure(c.family, params, lay, arch)
-    return configure(c.family, {**params, **N.small_problem(full)}, lay, arch)
+    c = variants(load_spec(ROOT / "samples" / f"{sample}.yaml"))[variant]
+    full = reconfigure(c, params=FIXTURE_PARAMS.get(c.family, {}) if pin else {}, layouts=layouts or {})
+    return reconfigure(full, problem=FAMILIES[c.family].small_problem(full))
 
 
 def load(stem: str):
@@ -130,8 +127,8 @@ def test_measurement_of_another_layout_is_a_mismatch():
 
 
 def test_stencil_padded_fill_costs_1_6_wavefronts():
-    # measured with pad 1, the layout the fix search proposed from the spec's accesses before a36e335 (now the
-    # codegen keeps the dense tile because pad 1 costs the kernel's own fill more wavefronts -- as measured here)
+    # measured with pad 1, the layout the fix search proposed from a hand-written spec before a36e335 (the fix
+    # search on the family's own accesses keeps the dense tile: pad 1 costs the fill more wavefronts, as here)
     rows, _, met = load("stencil_halo_fixed")
     d = C.compare(small_cfg("stencil_halo", "baseline", {"tile": {"pad": 1}}), rows, met)
     assert d["match"] is True
@@ -139,7 +136,8 @@ def test_stencil_padded_fill_costs_1_6_wavefronts():
     assert fill["wavefronts_per_instruction"] == pytest.approx(1.6)
     assert fill["model_wavefronts_per_instruction"] == pytest.approx(1.6)
     assert fill["executed"] == 320  # the fill loop is not unrolled: 2.5 warp instructions per warp
-    assert len([i for i in d["instructions"] if i["access"] == "neighbour_read"]) == 17
+    reads = [i for i in d["instructions"] if i["op"] == "load" and i["width"] == 4]  # centre + 4R neighbours
+    assert len(reads) == 17 and all(i["match"] for i in reads)
     assert d["totals"]["store"]["wavefronts_per_instruction"]["measured"] == pytest.approx(1.6)
 
 
@@ -200,7 +198,7 @@ def _fake_gpu_doc(spec, cfgs, device, seed):
 
 
 def test_ncu_missing_is_one_line_and_exit_unchanged(monkeypatch):
-    import smemtile.gpu.verify as pipeline
+    import smemtile.pipeline.verify as pipeline
 
     monkeypatch.setattr(pipeline, "on_gpu", _fake_gpu_doc)
     monkeypatch.setattr(N, "find_ncu", lambda: None)
@@ -215,7 +213,7 @@ def test_ncu_missing_is_one_line_and_exit_unchanged(monkeypatch):
 
 def test_ncu_ignored_with_compile_only(monkeypatch):
     import smemtile.cli.verify as verify
-    import smemtile.gpu.verify as pipeline
+    import smemtile.pipeline.verify as pipeline
 
     monkeypatch.setattr(pipeline, "compile_only", lambda spec, cfgs: {"variants": [], "compile_only": True})
     monkeypatch.setattr(verify, "emit_json", lambda doc: None)

@@ -10,13 +10,15 @@ import yaml
 from click.testing import CliRunner
 
 from smemtile.cli import main
-from smemtile.codegen import FAMILIES, from_spec
 from smemtile.errors import SpecError
+from smemtile.families import FAMILIES
 from smemtile.model.spec import spec_from_dict
-from smemtile.model.tiling import make_problem, recommend
-from smemtile.model.tiling_export import triton_configs, yaml_specs
+from smemtile.model.tiling import make_problem
 from smemtile.model.tiling_model import spearman
 from smemtile.model.tiling_transpose import rank_transpose
+from smemtile.pipeline.fixes import variants
+from smemtile.pipeline.specs import resolve
+from smemtile.pipeline.tiles import recommend, triton_configs, yaml_specs
 
 SIZES = [(4096, 4096, 4096), (8192, 8192, 1024), (1024, 1024, 8192), (64, 4096, 4096), (4096, 32, 4096),
          (100, 100, 100), (1, 1, 1)]  # fmt: skip
@@ -119,7 +121,7 @@ def test_yaml_export_round_trips_through_the_spec_and_codegen():
     docs = list(yaml.safe_load_all(yaml_specs(r, 3)))
     assert len(docs) == 3
     for d, s in zip(docs, r.ranked[:3], strict=True):
-        cfg = from_spec(spec_from_dict(d), "fixed")
+        cfg = variants(resolve(d))["fixed"]
         assert cfg.params["BM"] == s.cfg.bm and cfg.params["GROUP_M"] == s.cfg.group_m
         assert cfg.params["STAGES"] == s.cfg.stages
     f16 = list(yaml.safe_load_all(yaml_specs(recommend(4096, 4096, 4096, "f16", "sm_90"), 2)))
@@ -202,8 +204,6 @@ def test_sizes_accept_k_suffix_and_auto_needs_a_gpu():
 def test_skinny_problem_gets_split_k_and_square_does_not():
     """Under one block per SM the recommender adds split K (64 x 8192 x 4096 on the H200: the #1 measured
     0.865x cuBLAS, bench/results/h200_skinny_tiles.json); a 4096^3 grid is several waves and never splits."""
-    from smemtile.model.tiling import recommend
-
     skinny = recommend(64, 8192, 4096, "f32", "sm_90")
     top = skinny.ranked[0]
     assert top.cfg.split_k > 1 and top.cfg.sgemm_params()["SPLIT_K"] == top.cfg.split_k

@@ -51,12 +51,13 @@ def command(
       smemtile analyze samples/ldmatrix_f16.yaml --json | jq '.accesses[0].conflict_degree'
       smemtile analyze samples/gemm_a_column.yaml --export report.html
     """
-    from smemtile.model.spec import load_spec
-    from smemtile.report.analyze import build_report, render
+    from smemtile.pipeline.analyze import analyze
+    from smemtile.pipeline.specs import load
+    from smemtile.report.analyze import render
 
     if export is not None and export.suffix.lower() not in (".svg", ".html"):
         raise SpecError(f"takes a .svg or .html file name, got {printable(export.name)!r}", key="--export")
-    rep = build_report(load_spec(spec), regs=regs)
+    rep = analyze(load(spec), regs=regs)
     if as_json:
         emit_json(rep.to_dict(all_details=all_instructions))
     else:

@@ -70,19 +70,19 @@ def command(spec, output, variant, diff, arch, no_compile, as_json):
     --json prints the launch description: kernel, file, name_expression, grid, block, dynamic_smem_bytes,
     params (and layouts, banks, ptxas, occupancy, checklist).
     """
-    from smemtile.codegen import from_spec
-    from smemtile.codegen.build import build
-    from smemtile.model.spec import load_spec
+    from smemtile.errors import SpecError
+    from smemtile.pipeline.build import build
+    from smemtile.pipeline.fixes import variants
+    from smemtile.pipeline.specs import load
 
-    s = load_spec(spec)
-    target = None
-    if arch:
-        from smemtile.model.arch import get_arch
-
-        target = get_arch(arch, key="--arch")
-    cfg = from_spec(s, variant, arch=target)
-    base = from_spec(s, "baseline", arch=target)
-    other = from_spec(s, "fixed", arch=target) if variant == "baseline" else base
+    res = load(spec, arch=arch)
+    if res.config is None:
+        raise SpecError("the spec has no kernel: section, so there is no kernel to generate (add e.g. kernel: "
+                        "{family: sgemm, M: 4096, N: 4096, K: 4096}; families: sgemm, transpose, stencil2d)",
+                        source=str(spec))  # fmt: skip
+    v = variants(res)
+    cfg, base = v[variant], v["baseline"]
+    other = v["fixed"] if variant == "baseline" else base
     built = build(cfg, baseline=base, compile=not no_compile, origin=Path(spec).name)
     gk = built.kernel
     if output:

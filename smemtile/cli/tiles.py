@@ -55,7 +55,7 @@ def command(m, n, k, dtype, arch, vendor, gpu, sms, top, n_rejected, fmt, as_jso
     --format triton prints a list of triton.Config; yaml prints specs (one document per candidate) that
     `smemtile verify` / `generate` / `tune --space` accept; json (or --json) has every factor.
     """
-    from smemtile.model.tiling import recommend
+    from smemtile.pipeline.tiles import recommend
 
     fmt = "json" if as_json else str(fmt).lower()
     if fmt not in FORMATS:
@@ -76,15 +76,15 @@ def command(m, n, k, dtype, arch, vendor, gpu, sms, top, n_rejected, fmt, as_jso
         raise OutOfResources(f"no configuration fits {report.problem.arch}: {report.rejected[0].reason}"
                         if report.rejected else "no candidates")  # fmt: skip
     if fmt == "json":
-        from smemtile.model.tiling_export import json_doc
+        from smemtile.pipeline.tiles import json_doc
 
         emit_json(json_doc(report, top_n, rej_n))
     elif fmt == "yaml":
-        from smemtile.model.tiling_export import yaml_specs
+        from smemtile.pipeline.tiles import yaml_specs
 
         click.echo(yaml_specs(report, top_n), nl=False)
     elif fmt == "triton":
-        from smemtile.model.tiling_export import triton_configs
+        from smemtile.pipeline.tiles import triton_configs
 
         click.echo(triton_configs(report, top_n), nl=False)
     else:

@@ -48,7 +48,7 @@ def command(spec, top, space, out, cache_path, force, dry_run, device, seed, as_
     \b
     Exit codes: 0 a winner was found; 1 every configuration failed; 2 bad spec; 3 no CUDA GPU.
     """
-    from smemtile.model.tiling_plan import load_docs, plan, space_entries
+    from smemtile.pipeline.tune import load_docs, plan, space_entries
 
     try:
         k = int(str(top))
@@ -64,9 +64,9 @@ def command(spec, top, space, out, cache_path, force, dry_run, device, seed, as_
     if len(docs) != 1 or not isinstance(docs[0], dict):
         raise SpecError("expected one spec document (a mapping)", source=str(spec))
     doc = docs[0]
-    from smemtile.model.spec import spec_from_dict
+    from smemtile.pipeline.specs import resolve
 
-    spec_from_dict(doc, str(spec))  # validate the spec itself first: bad input is exit 2
+    resolve(doc, str(spec))  # validate the spec itself first: bad input is exit 2
     extra = space_entries(space) if space else None
     runner = None
     arch = None
@@ -82,7 +82,7 @@ def command(spec, top, space, out, cache_path, force, dry_run, device, seed, as_
         _dry_run(doc_out, cache_path, as_json)
         return
     from smemtile.cache import open_cache
-    from smemtile.gpu.tune import summarize, sweep
+    from smemtile.pipeline.tune import summarize, sweep
 
     cache = open_cache(cache_path, warn=lambda msg: click.echo(f"smemtile: warning: {msg}", err=True))
     cache_file = cache.path
@@ -109,10 +109,10 @@ def command(spec, top, space, out, cache_path, force, dry_run, device, seed, as_
 def _write_winner(doc: dict, spec: Path, family: str, best: dict, out: Path | None) -> Path:
     import yaml
 
-    from smemtile.model.tiling_plan import respec
+    from smemtile.pipeline.tune import respec
 
     target = out or Path.cwd() / f"{spec.stem}.tuned.yaml"
-    new = respec(doc, family, best["params"], best.get("layouts"))
+    new = respec(doc, family, best["params"], best.get("layouts"), str(spec))
     unit = "TFLOP/s" if best.get("unit") == "tflops" else "GB/s"
     head = (f"# smemtile tune {spec}: winner {best['label']}, {best['time_ms']:.4f} ms median, "
             f"{best['value']:.1f} {unit}\n")  # fmt: skip

@@ -74,7 +74,7 @@ def command(
     of the fixed layout over the baseline.
 
     With --ncu each variant is also profiled by Nsight Compute at a small problem size: every shared-memory
-    SASS instruction (LDS, STS, LDSM, LDGSTS) is matched to the kernel contract's access of the same op and
+    SASS instruction (LDS, STS, LDSM, LDGSTS) is matched to the family's access of the same op and
     width, and its measured wavefronts per executed instruction are compared with the bank model; where
     several accesses share an op and width the sums over them are compared. Kernel-level load and store
     wavefronts per instruction (hardware counters) are compared too. The JSON gets an `ncu` key.
@@ -90,22 +90,32 @@ def command(
       smemtile verify samples/sgemm_float4.yaml --compile-only --json
       smemtile verify samples/sgemm_float4.yaml --stages 2 --stages 3
     """
-    from smemtile.model.spec import load_spec
+    from smemtile.pipeline import verify as pipeline
+    from smemtile.pipeline.fixes import fix_report
+    from smemtile.pipeline.fixes import variants as family_variants
+    from smemtile.pipeline.specs import load
 
-    sp = load_spec(spec)
-    if getattr(sp, "kernel", None) is None:
-        raise SpecError(
-            "the spec has no kernel: section, so there is nothing to compile or run "
-            "(add e.g. kernel: {family: transpose, rows: 8192, cols: 8192})",
-            source=str(spec),
-        )
-    from smemtile.codegen import from_spec
-    from smemtile.gpu import verify as pipeline
+    res = load(spec)
+    if res.config is None:  # an analysis-only spec: its accesses run as a synthesized microkernel
+        if stages:
+            raise SpecError("--stages needs a kernel: section (a family with a STAGES parameter)", source=str(spec))
+        from smemtile.gpu.microkernel import verify_spec
+        from smemtile.report.microkernel import render as render_micro
+
+        chosen = variants or VARIANTS
+        layouts = {"baseline": {}, "fixed": fix_report(res).layouts}
+        doc = verify_spec(res.spec, {v: layouts[v] for v in chosen}, compile_only=compile_only, device=device,
+                          use_ncu=use_ncu)  # fmt: skip
+        if as_json:
+            emit_json(doc)
+        else:
+            render_micro(doc)
+        return
     from smemtile.report.verify import render
 
-    chosen = variants or VARIANTS
-    cfgs = {v: from_spec(sp, v) for v in chosen}
-    cfgs.update(pipeline.stage_variants(sp, stages, str(spec)))
+    both = family_variants(res)
+    cfgs = {v: both[v] for v in (variants or VARIANTS)}
+    cfgs.update(pipeline.stage_variants(both["fixed"], stages, str(spec)))
     if compile_only:
         doc = pipeline.compile_only(spec, cfgs)
         if use_ncu:

@@ -1,9 +1,13 @@
 """Render a configuration into a standalone ``.cu``: analysis header, kernel template, instantiation, launcher.
 
-The kernel text is the family's file from ``smemtile/kernels`` with ``smem_layout.cuh`` inlined, so the output
-compiles on its own with nvcc (``nvcc -arch=sm_90 -c out.cu``) and with NVRTC (host part guarded by
-``__CUDACC_RTC__``). The launch helper calls ``cudaFuncSetAttribute(MaxDynamicSharedMemorySize)`` whenever the
-dynamic shared memory exceeds 48 KiB.
+The body is the family's ``.cu`` with ``smem_layout.cuh`` inlined, the explicit instantiation and a host launch
+helper (guarded by ``__CUDACC_RTC__``). The body is exactly what ``verify`` and ``tune`` compile with NVRTC, and
+it compiles on its own with nvcc (``nvcc -arch=sm_90 -c out.cu``).
+
+The launch helper is rendered from the family's launch plan (:meth:`Family.calls`): the grid, block, guards and
+integer arguments are the same expressions the Python launcher evaluates, written as C++ over the helper's
+arguments (template parameters substituted), so the helper and ``--json`` cannot disagree. Steps before the
+kernel (split K's C = beta*C) are launched by the helper too.
 """
 
 from __future__ import annotations
@@ -13,59 +17,48 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-from smemtile.codegen import FAMILIES
 from smemtile.codegen.analysis import AccessBanks, bank_table
-from smemtile.codegen.contract import KernelConfig, Launch
+from smemtile.families import FAMILIES, KernelConfig, LaunchConfig
+from smemtile.families.base import GRID_LIMITS, Family
+from smemtile.model.expr import parse_expr
 
 HEADER_FILE = "smem_layout.cuh"
 _INCLUDE = re.compile(r'^#include "smem_layout\.cuh"\s*$', re.M)
 
 
-def kernel_text(filename: str) -> str:
-    return resources.files("smemtile.kernels").joinpath(filename).read_text()
+def header_text() -> str:
+    return resources.files("smemtile.families").joinpath(HEADER_FILE).read_text()
 
 
 def kernel_source(family: str) -> tuple[str, dict[str, str]]:
     """The family's .cu text and the headers it includes (for NVRTC)."""
-    fam = FAMILIES[family]
-    return kernel_text(fam.file), {HEADER_FILE: kernel_text(HEADER_FILE)}
+    return FAMILIES[family].source(), {HEADER_FILE: header_text()}
 
 
 def inline_headers(text: str) -> str:
-    body = kernel_text(HEADER_FILE).replace("#pragma once\n", "")
+    body = header_text().replace("#pragma once\n", "")
     return _INCLUDE.sub(
-        lambda _: f"// ---- {HEADER_FILE} (inlined) ----\n{body.strip()}\n// ---- end {HEADER_FILE} ----",
-        text,
+        lambda _: f"// ---- {HEADER_FILE} (inlined) ----\n{body.strip()}\n// ---- end {HEADER_FILE} ----", text
     )
-
-
-# Host-side arguments of the launch helper, per family: (C++ parameter list, kernel call arguments).
-_HOST = {
-    "sgemm": (
-        "int M, int N, int K, float alpha, const float* A, const float* B, float beta, float* C",
-        "M, N, K, alpha, A, K, B, N, beta, C, N",
-        "M, N",
-    ),
-    "transpose": ("const {T}* in, {T}* out, int rows, int cols", "in, out, rows, cols", "rows, cols"),
-    "stencil2d": (
-        "const float* in, float* out, int ny, int nx, const float* coeffs",
-        "in, out, ny, nx, coeffs",
-        "ny, nx",
-    ),
-}
 
 
 @dataclass(frozen=True)
 class GeneratedKernel:
     config: KernelConfig
     name_expression: str
-    launch: Launch
+    launch: LaunchConfig
     smem_bytes: int
-    source: str  # the standalone .cu
-    snippet: str  # host launch code
+    header: str  # the analysis comment block
+    body: str  # kernel + instantiation + host helper: what NVRTC compiles
+    snippet: str  # the host launch helper
     banks: list[AccessBanks]
     banks_baseline: list[AccessBanks] | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # compile + occupancy, when known
+
+    @property
+    def source(self) -> str:
+        """The standalone .cu a user gets."""
+        return f"{self.header}\n\n{self.body}"
 
     def to_dict(self, file: str | None = None) -> dict:
         fam = FAMILIES[self.config.family]
@@ -76,145 +69,171 @@ class GeneratedKernel:
             "name_expression": self.name_expression,
             "grid": list(self.launch.grid),
             "block": list(self.launch.block),
+            "cluster": list(self.launch.cluster),
             "dynamic_smem_bytes": self.launch.dynamic_smem_bytes,
             "static_smem_bytes": self.launch.static_smem_bytes,
             "smem_bytes": self.smem_bytes,
-            "needs_func_set_attribute": self.launch.dynamic_smem_bytes > 48 * 1024,
+            "launch": self.launch.to_dict(),
+            "launch_helper": f"launch_{fam.name}",
+            "needs_func_set_attribute": self.launch.dynamic_smem_bytes > self.config.arch.static_smem_max,
             "params": {**self.config.params, **self.config.problem},
             "layouts": {k: v.to_dict() for k, v in self.config.layouts.items()},
             "arch": self.config.arch.name,
             "notes": list(self.config.notes),
             "banks": [b.to_dict() for b in self.banks],
-            # the kernel's own shared-memory accesses in the spec's expression language (paste into a spec)
-            "kernel_accesses": [
-                {"name": a.name, "buffer": a.buffer, "op": a.op, "width": a.width, **a.expr}
-                for a in fam.accesses(self.config)
-            ],
-            "banks_baseline": None
-            if self.banks_baseline is None
-            else [b.to_dict() for b in self.banks_baseline],
+            # the kernel's own shared-memory accesses in the spec language: this document parses as a spec
+            "kernel_accesses": fam.accesses(self.config),
+            "spec": fam.spec_doc(self.config),
+            "banks_baseline": None if self.banks_baseline is None else [b.to_dict() for b in self.banks_baseline],
             **self.extra,
         }
 
 
-def _launch_helper(cfg: KernelConfig, expr: str, launch: Launch) -> str:
+def _c_type(fam: Family, cfg: KernelConfig, ctype: str) -> str:
+    return ctype.format(**fam.ctypes(cfg))
+
+
+def launch_helper(cfg: KernelConfig) -> str:
+    """The C++ host helper ``launch_<family>(...)``: every step of the family's launch plan, rendered from the
+    expressions :meth:`Family.launch` evaluates."""
     fam = FAMILIES[cfg.family]
-    params, call, _ = _HOST[fam.name]
-    t = fam.template_args(cfg)[0] if fam.name == "transpose" else ""
-    params = params.format(T=t)
-    grid = _grid_expr(cfg)
+    host = {a.name for a in fam.host_args}
+    # template parameters become literals; the helper's own arguments (M, rows, ...) stay run-time values
+    consts = {k: v for k, v in fam.constants(cfg).items() if k not in host}
+    params = ", ".join(f"{_c_type(fam, cfg, a.ctype)} {a.name}" for a in fam.host_args)
+    expr = fam.name_expression(cfg)
+    plan = fam.launch(cfg)
+    ints = [a.name for a in fam.host_args if a.ctype == "int"]
     lines = [
-        f"// Launch {expr}: grid {tuple(launch.grid)}, block {tuple(launch.block)} for the spec's problem size.",
+        f"// Launch plan of {fam.name} (smemtile.families.{fam.name}): the same expressions `smemtile generate --json`,",
+        "// `verify` and `tune` evaluate. For the spec's problem ("
+        + ", ".join(f"{k}={v}" for k, v in cfg.problem.items())
+        + f"): grid {tuple(plan.grid)}, block {tuple(plan.block)}, dynamic shared memory {plan.dynamic_smem_bytes} B.",
+        "// Returns the first CUDA error (an invalid size gives cudaErrorInvalidValue before anything runs).",
         f"inline cudaError_t launch_{fam.name}({params}, cudaStream_t stream = 0) {{",
-        f"    auto kernel = {expr};",
-        f"    const dim3 grid({grid}), block({', '.join(map(str, launch.block))});",
-        f"    const size_t smem = {launch.dynamic_smem_bytes};  // dynamic shared memory, bytes",
     ]
-    if launch.dynamic_smem_bytes > 48 * 1024:
-        lines += [
-            "    // more than 48 KiB of dynamic shared memory: the kernel must opt in first",
-            "    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);",
-            "    if (err != cudaSuccess) return err;",
-        ]
-    lines += [f"    kernel<<<grid, block, smem, stream>>>({call});", "    return cudaGetLastError();", "}"]
+    if ints:
+        lines.append(f"    if ({' || '.join(f'{n} < 1' for n in ints)}) return cudaErrorInvalidValue;")
+    lines.append("    cudaError_t err = cudaSuccess;")
+    for call in fam.calls(cfg):
+        guard_expr = parse_expr(call.when)
+        if guard_expr.names <= set(consts):  # decided by the template parameters: emit the step or not
+            if not int(guard_expr(consts)):
+                continue
+            when = "1"
+        else:
+            when = guard_expr.cpp(consts, "(long long){}")
+        grid = [parse_expr(g).cpp(consts, "(long long){}") for g in call.grid]
+        block = [parse_expr(b).cpp(consts) for b in call.block]
+        args = [a if a in host else parse_expr(a).cpp(consts) for a in call.args]
+        guard = when not in ("1", "int(1)")
+        ind = "        "
+        if call.doc:
+            lines.append(f"    // {call.doc}")
+        lines.append(f"    if ({when}) {{" if guard else "    {")
+        lines.append(f"{ind}const long long gx = {grid[0]}, gy = {grid[1]}, gz = {grid[2]};")
+        lines.append(f"{ind}if (gx < 1 || gx > {GRID_LIMITS[0]}LL || gy < 1 || gy > {GRID_LIMITS[1]} || gz < 1 || "
+                     f"gz > {GRID_LIMITS[2]}) return cudaErrorInvalidConfiguration;")  # fmt: skip
+        dims = f"dim3((unsigned)gx, (unsigned)gy, (unsigned)gz), dim3({', '.join(block)})"
+        if call.main:
+            lines.append(f"{ind}auto kernel = {expr};")
+            lines.append(f"{ind}const size_t smem = {plan.dynamic_smem_bytes};  // dynamic shared memory, bytes")
+            if plan.dynamic_smem_bytes > cfg.arch.static_smem_max:
+                lines.append(f"{ind}// more than 48 KiB of dynamic shared memory: the kernel must opt in first")
+                lines.append(f"{ind}err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, "
+                             "(int)smem);")  # fmt: skip
+                lines.append(f"{ind}if (err != cudaSuccess) return err;")
+            lines.append(f"{ind}kernel<<<{dims}, smem, stream>>>({', '.join(args)});")
+        else:
+            lines.append(f"{ind}{call.kernel}<<<{dims}, 0, stream>>>({', '.join(args)});")
+        lines.append(f"{ind}err = cudaGetLastError();")
+        lines.append(f"{ind}if (err != cudaSuccess) return err;")
+        lines.append("    }")
+    lines += ["    return cudaSuccess;", "}"]
     return "\n".join(lines)
 
 
-def _grid_expr(cfg: KernelConfig) -> str:
-    p = cfg.params
-    if cfg.family == "sgemm":
-        return f"((M + {p['BM']} - 1) / {p['BM']}) * ((N + {p['BN']} - 1) / {p['BN']})"
-    if cfg.family == "transpose":
-        return f"(cols + {p['TILE']} - 1) / {p['TILE']}, (rows + {p['TILE']} - 1) / {p['TILE']}"
-    return f"(nx + {p['BX']} - 1) / {p['BX']}, (ny + {p['BY']} - 1) / {p['BY']}"
-
-
-def _instantiation(cfg: KernelConfig, expr: str) -> str:
+def instantiation(cfg: KernelConfig) -> str:
     fam = FAMILIES[cfg.family]
-    t = fam.template_args(cfg)[0] if fam.name == "transpose" else ""
-    types = [decl.rsplit(" ", 1)[0] for decl in fam.signature]  # "const float* A" -> "const float*"
-    sig = ", ".join(types).replace("T*", f"{t}*") if t else ", ".join(types)
-    return f"template __global__ void {expr}({sig});"
+    types = ", ".join(_c_type(fam, cfg, d.rsplit(" ", 1)[0].strip()) for d in fam.signature)
+    return f"template __global__ void {fam.name_expression(cfg)}({types});"
 
 
-def _header(
-    cfg: KernelConfig, expr: str, gk_banks, base_banks, launch: Launch, smem: int, extra: dict, origin: str
-) -> str:
+def body(cfg: KernelConfig) -> str:
+    """Kernel text (header inlined) + explicit instantiation + host helper: what NVRTC and nvcc compile."""
+    fam = FAMILIES[cfg.family]
+    return "\n".join([
+        inline_headers(fam.source()).rstrip(),
+        "",
+        "// ---- instantiation ----",
+        instantiation(cfg),
+        "",
+        "#if !defined(__CUDACC_RTC__)  // host launch helper: nvcc only",
+        launch_helper(cfg),
+        "#endif",
+        "",
+    ])  # fmt: skip
+
+
+def _clean(text: str) -> str:
+    """One line of a C++ comment: no control characters, no comment terminators."""
+    text = "".join(ch if ch.isprintable() else " " for ch in str(text))
+    return text.replace("*/", "* /").replace("\\", "/")
+
+
+def _header(cfg: KernelConfig, banks, base_banks, plan: LaunchConfig, smem: int, extra: dict, origin: str) -> str:
     from smemtile import __version__
 
     fam = FAMILIES[cfg.family]
+    frm = f" from {_clean(origin)}" if origin else ""
     out = [
-        f"// Generated by smemtile {__version__}{' from ' + origin if origin else ''}: family {fam.name}, {cfg.arch.name}.",
-        f"// Instantiation (NVRTC name expression): {expr}",
+        f"// Generated by smemtile {__version__}{frm}: family {fam.name}, {cfg.arch.name}.",
+        f"// Instantiation (NVRTC name expression): {fam.name_expression(cfg)}",
         "// Parameters: " + ", ".join(f"{k}={v}" for k, v in {**cfg.params, **cfg.problem}.items()),
         "// Shared-memory layouts:",
     ]
-    for b in fam.buffers(cfg):
-        out.append(
-            f"//   {b.name} [{b.rows} x {b.cols}] {b.dtype}: {cfg.layouts[b.name].describe()}  ({b.doc})"
-        )
+    spec = fam.spec(cfg)
+    for b in spec.buffers:
+        note = next((x.get("note", "") for x in fam.buffers(cfg) if x["name"] == b.name), "")
+        dims = " x ".join(map(str, b.shape))
+        out.append(f"//   {b.name} [{dims}] {b.dtype}: {cfg.layouts[b.name].describe()}  ({_clean(note)})")
     for note in cfg.notes:
-        out.append(f"// Note: {note}")
-    out.append("// Bank conflicts (worst instruction; wavefronts / ideal):")
+        out.append(f"// Note: {_clean(note)}")
+    out.append("// Bank conflicts (worst instruction; wavefronts / ideal), the accesses `smemtile analyze` reports:")
     base = {b.name: b for b in (base_banks or [])}
-    for b in gk_banks:
+    for b in banks:
         before = base.get(b.name)
         was = f"{before.degree:g}x ({before.wavefronts}/{before.ideal}) -> " if before else ""
-        loop = "inner loop" if b.inner_loop else "tile copy"
-        out.append(
-            f"//   {b.name:<15} {b.op:<8} {b.width:>2} B  {loop:<10}  {was}{b.degree:g}x ({b.wavefronts}/{b.ideal})"
-        )
+        out.append(f"//   {b.name:<15} {b.op:<8} {b.width:>2} B  {b.role:<8}  {was}{b.degree:g}x ({b.wavefronts}/{b.ideal})")
     stages = fam.stages(cfg.params)
     out.append(
         f"// Shared memory per block: {smem} bytes ({stages} stage{'s' if stages > 1 else ''}, padding included; "
-        f"{'static' if launch.dynamic_smem_bytes == 0 else 'dynamic'}); {cfg.arch.name} opt-in limit "
+        f"{'static' if plan.dynamic_smem_bytes == 0 else 'dynamic'}); {cfg.arch.name} opt-in limit "
         f"{cfg.arch.smem_optin_per_block}."
     )
-    if "ptxas" in extra and extra["ptxas"]:
+    if extra.get("ptxas"):
         r = extra["ptxas"]
-        out.append(
-            f"// ptxas ({cfg.arch.name}): {r['registers']} registers, {r['spills']} bytes spilled, "
-            f"{r['static_smem_bytes']} bytes static shared memory."
-        )
-    if "occupancy" in extra and extra["occupancy"]:
+        out.append(f"// ptxas ({cfg.arch.name}): {r['registers']} registers, {r['spills']} bytes spilled, "
+                   f"{r['static_smem_bytes']} bytes static shared memory.")  # fmt: skip
+    if extra.get("occupancy"):
         o = extra["occupancy"]
-        out.append(
-            f"// Occupancy: {o['active_blocks']} block{'s' if o['active_blocks'] != 1 else ''}/SM, {o['active_warps']} warps ({o['occupancy']:.0%}), "
-            f"limited by {o['limiter']}."
-        )
-    out.append(
-        f"// Launch: grid {tuple(launch.grid)}, block {tuple(launch.block)}, dynamic shared memory "
-        f"{launch.dynamic_smem_bytes} bytes."
-    )
+        s = "s" if o["active_blocks"] != 1 else ""
+        out.append(f"// Occupancy: {o['active_blocks']} block{s}/SM, {o['active_warps']} warps ({o['occupancy']:.0%}), "
+                   f"limited by {o['limiter']}.")  # fmt: skip
+    steps = " then ".join(f"{s.kernel.split('<')[0]} grid {tuple(s.grid)} block {tuple(s.block)}" for s in plan.steps)
+    out.append(f"// Launch: {steps}; dynamic shared memory {plan.dynamic_smem_bytes} bytes (launch_{fam.name}() below).")
     return "\n".join(out)
 
 
-def render(
-    cfg: KernelConfig, *, baseline: KernelConfig | None = None, extra: dict | None = None, origin: str = ""
-) -> GeneratedKernel:
+def render(cfg: KernelConfig, *, baseline: KernelConfig | None = None, extra: dict | None = None,
+           origin: str = "") -> GeneratedKernel:  # fmt: skip
     """The standalone source and launch description of ``cfg`` (``baseline``: the unfixed variant to compare)."""
     fam = FAMILIES[cfg.family]
-    expr = fam.name_expression(cfg)
-    launch = fam.launch(cfg)
+    plan = fam.launch(cfg)
     smem = fam.smem_bytes(cfg)
-    banks = bank_table(fam, cfg)
-    base_banks = bank_table(fam, baseline) if baseline is not None else None
+    banks = bank_table(cfg)
+    base_banks = bank_table(baseline) if baseline is not None else None
     extra = dict(extra or {})
-    helper = _launch_helper(cfg, expr, launch)
-    body = inline_headers(kernel_text(fam.file))
-    source = "\n".join(
-        [
-            _header(cfg, expr, banks, base_banks, launch, smem, extra, origin),
-            "",
-            body.rstrip(),
-            "",
-            "// ---- instantiation ----",
-            _instantiation(cfg, expr),
-            "",
-            "#if !defined(__CUDACC_RTC__)  // host launch helper: nvcc only",
-            helper,
-            "#endif",
-            "",
-        ]
-    )
-    return GeneratedKernel(cfg, expr, launch, smem, source, helper, banks, base_banks, extra)
+    return GeneratedKernel(cfg, fam.name_expression(cfg), plan, smem,
+                           _header(cfg, banks, base_banks, plan, smem, extra, origin), body(cfg),
+                           launch_helper(cfg), banks, base_banks, extra)  # fmt: skip

@@ -3,18 +3,19 @@
 Three steps, each usable on its own:
 
 1. :func:`profile` runs ``ncu --clock-control none --section SourceCounters --metrics ...`` on a small runner
-   (``python -m smemtile.gpu.ncu --target ...``, one launch of one variant at a small, tile-multiple problem
-   size) and reads back two pages of the report: the SASS source page (per instruction: executed count, shared
-   wavefronts, ideal wavefronts) and the raw page (kernel-level counters).
+   (``python -m smemtile.gpu.ncu --target CONFIG_JSON ...``: one run of one configuration's launch plan at a
+   small, tile-multiple problem size; ncu profiles the family's main kernel) and reads back two pages of the
+   report: the SASS source page (per instruction: executed count, shared wavefronts, ideal wavefronts) and the
+   raw page (kernel-level counters).
 2. :func:`parse_source_csv` / :func:`parse_raw_csv` turn those CSV pages into numbers (CPU only, tested on a
    saved fixture).
 3. :func:`compare` maps every shared-memory SASS instruction (LDS / STS / LDSM / LDGSTS with its width) to the
-   family contract's accesses of the same op and width and compares measured wavefronts per executed
+   family's accesses of the same op and width and compares measured wavefronts per executed
    instruction with the bank model. Where several accesses share an op and width the per-instruction mapping is
    ambiguous, so the group's sums are compared instead, and the result says so. Kernel-level totals (load and
    store wavefronts per instruction from the hardware counters) are always compared too.
 
-Known limits of the counters (HARDWARE.md, bench/ncu_bank_catalogue.py): 16-byte ``cp.async.cg`` writes
+Known limits of the counters (measured with bench/ncu_bank_catalogue.py on the H200): 16-byte ``cp.async.cg`` writes
 (``LDGSTS...BYPASS.128``) are not counted by any shared-memory wavefront counter; ncu's conflict counter for
 cp.async assumes one wavefront per 128 bytes while the hardware works in quarter-warp phases.
 """
@@ -42,19 +43,6 @@ def find_ncu() -> str | None:
     return shutil.which("ncu")
 
 
-def small_problem(cfg) -> dict:
-    """A small problem of whole tiles (no masked edges, so every lane of every warp is active): ncu replays
-    the kernel many times, and the model's instruction counts hold exactly."""
-    p = cfg.params
-    if cfg.family == "sgemm":
-        return {"M": 2 * p["BM"], "N": 2 * p["BN"], "K": 8 * p["BK"]}
-    if cfg.family == "transpose":
-        return {"rows": 4 * p["TILE"], "cols": 4 * p["TILE"]}
-    if cfg.family == "stencil2d":
-        return {"ny": 4 * p["BY"], "nx": 4 * p["BX"]}
-    raise NotImplementedError(f"no small ncu problem for family {cfg.family!r}")
-
-
 class NcuError(RuntimeError):
     pass
 
@@ -66,10 +54,23 @@ def _run(cmd: list[str], *, timeout: float, env: dict | None = None) -> subproce
         raise NcuError(f"timed out after {timeout:.0f} s: {' '.join(cmd[:6])} ...") from None
 
 
-def profile(spec: Path, variant: str, cfg, *, device: int = 0, ncu: str | None = None,
+def config_json(cfg) -> str:
+    """A configuration as JSON (what the profiled runner rebuilds it from)."""
+    return json.dumps({"family": cfg.family, "params": cfg.params, "problem": cfg.problem, "arch": cfg.arch.name,
+                       "layouts": {k: v.to_dict() for k, v in cfg.layouts.items()}})  # fmt: skip
+
+
+def config_from_json(text: str):
+    from smemtile.families import configure
+
+    d = json.loads(text)
+    return configure(d["family"], {**d["params"], **d["problem"]}, d["layouts"], d["arch"])
+
+
+def profile(label: str, variant: str, cfg, *, device: int = 0, ncu: str | None = None,
             save_dir: Path | None = None, timeout: float = TIMEOUT_S) -> dict:  # fmt: skip
-    """Profile ``variant`` of ``spec`` at ``cfg``'s (small) problem under ncu and compare with the model."""
-    from smemtile.codegen import FAMILIES
+    """Profile ``cfg`` (``variant`` of the spec ``label``, at a small problem) under ncu; compare with the model."""
+    from smemtile.families import FAMILIES
 
     ncu = ncu or find_ncu()
     if ncu is None:
@@ -82,9 +83,10 @@ def profile(spec: Path, variant: str, cfg, *, device: int = 0, ncu: str | None =
         root = str(Path(__file__).resolve().parents[2])
         env = dict(os.environ)
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        target = [sys.executable, "-m", "smemtile.gpu.ncu", "--target", str(Path(spec).resolve()), variant,
-                  json.dumps(cfg.problem), str(device), str(result)]  # fmt: skip
-        cmd = [ncu, "--clock-control", "none", "--target-processes", "all", "-k", f"regex:{fam.kernel}",
+        target = [sys.executable, "-m", "smemtile.gpu.ncu", "--target", config_json(cfg), str(device), str(result)]
+        # -k matches the function name without template arguments: the family's main kernel, never the steps
+        # before it (e.g. split K's preparation kernel)
+        cmd = [ncu, "--clock-control", "none", "--target-processes", "all", "-k", fam.kernel,
                "--launch-count", "1", "--section", "SourceCounters", "--metrics", ",".join(METRICS),
                "--import-source", "no", "-f", "-o", str(report), *target]  # fmt: skip
         p = _run(cmd, timeout=timeout, env=env)
@@ -98,7 +100,7 @@ def profile(spec: Path, variant: str, cfg, *, device: int = 0, ncu: str | None =
         raw = _run([ncu, "-i", str(rep), "--page", "raw", "--csv", "--print-units", "base"], timeout=timeout)
         if save_dir is not None:
             save_dir.mkdir(parents=True, exist_ok=True)
-            stem = f"{Path(spec).stem}_{variant}"
+            stem = f"{label}_{variant}"
             (save_dir / f"{stem}_source.csv").write_text(src.stdout)
             (save_dir / f"{stem}_raw.csv").write_text(raw.stdout)
             (save_dir / f"{stem}_ncu.log").write_text(p.stdout + "\n--- stderr ---\n" + p.stderr)
@@ -110,7 +112,8 @@ def profile(spec: Path, variant: str, cfg, *, device: int = 0, ncu: str | None =
         doc = compare(cfg, rows, metrics)
         doc["columns"] = info
         doc["target"] = json.loads(result.read_text()) if result.exists() else None
-        shown = [("REPORT" if x == str(report) else "RESULT.json" if x == str(result) else x) for x in cmd]
+        shown = [("REPORT" if x == str(report) else "RESULT.json" if x == str(result) else
+                  "CONFIG_JSON" if x == target[4] else x) for x in cmd]
         doc["command"] = " ".join(shown)
         return doc
     finally:
@@ -132,23 +135,19 @@ def ncu_version(ncu: str | None = None) -> str | None:
 # ---- the runner ncu profiles --------------------------------------------------------------------------------
 
 
-def _target(spec: str, variant: str, problem_json: str, device: str, result: str) -> int:
-    """One launch of one variant on a small problem, checked against the reference; writes a JSON summary."""
-    from smemtile.codegen import FAMILIES, configure, from_spec
+def _target(config: str, device: str, result: str) -> int:
+    """One run of a configuration's launch plan on a small problem, checked against the reference; writes a
+    JSON summary."""
+    from smemtile.families import FAMILIES
     from smemtile.gpu.run import LoadedKernel, open_device
-    from smemtile.model.arch import get_arch
-    from smemtile.model.spec import load_spec
 
-    c = from_spec(load_spec(Path(spec)), variant)
+    cfg = config_from_json(config)
     dev = open_device(int(device))
-    cfg = configure(c.family, {**c.params, **json.loads(problem_json)}, c.layouts, get_arch(dev.arch_name))
     fam = FAMILIES[cfg.family]
-    inputs = fam.make_inputs(cfg.problem, np.random.default_rng(1234))
-    if cfg.family == "stencil2d":
-        inputs["coeffs"] = fam.coefficients(cfg.params["R"])
+    inputs = fam.make_inputs(cfg, np.random.default_rng(1234))
     k = LoadedKernel(cfg, dev)
     try:
-        chk = k.check(dict(inputs), fam.reference(cfg.problem, inputs))
+        chk = k.check(dict(inputs), fam.reference(cfg, inputs))
     finally:
         k.close()
     Path(result).write_text(json.dumps({"name_expression": fam.name_expression(cfg), "problem": cfg.problem,
@@ -157,10 +156,7 @@ def _target(spec: str, variant: str, problem_json: str, device: str, result: str
 
 
 if __name__ == "__main__":  # pragma: no cover - runs on a GPU under ncu
-    if len(sys.argv) == 7 and sys.argv[1] == "--target":
+    if len(sys.argv) == 5 and sys.argv[1] == "--target":
         raise SystemExit(_target(*sys.argv[2:]))
-    print(
-        "usage: python -m smemtile.gpu.ncu --target SPEC VARIANT PROBLEM_JSON DEVICE RESULT_JSON",
-        file=sys.stderr,
-    )
+    print("usage: python -m smemtile.gpu.ncu --target CONFIG_JSON DEVICE RESULT_JSON", file=sys.stderr)
     raise SystemExit(2)

@@ -1,7 +1,8 @@
 """Compare shared-memory wavefronts per SASS instruction, measured by Nsight Compute, with the bank model.
 
-Each LDS / STS / LDSM / LDGSTS (with its width) is matched to the family contract's accesses of the same op and
-width; where several accesses share an op and width the group's sums are compared. Pure Python and numpy.
+Each LDS / STS / LDSM / LDGSTS (with its width) is matched to the family's accesses (its spec, the ones
+``analyze`` prints) of the same op and width; where several accesses share an op and width the group's sums are
+compared. Pure Python and numpy.
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ from smemtile.gpu.ncu_parse import REL_TOL, SassRow, classify
 
 
 def repeats_per_block(cfg) -> int:
-    """How often each contract access runs per block (the K loop of sgemm; 1 elsewhere)."""
-    if cfg.family == "sgemm":
-        return -(-int(cfg.problem["K"]) // cfg.params["BK"])
-    return 1
+    """How often each access runs per block (the family says: e.g. once per K tile)."""
+    from smemtile.families import FAMILIES
+
+    return FAMILIES[cfg.family].repeats_per_block(cfg)
 
 
 # ---- SASS -> (op, width) ------------------------------------------------------------------------------------
@@ -47,45 +48,26 @@ class ModelAccess:
 
 
 def model_accesses(cfg) -> list[ModelAccess]:
-    from smemtile.codegen import FAMILIES
-    from smemtile.codegen.analysis import _wavefronts, byte_addresses
+    """The family's accesses for ``cfg``, analysed: per access the instructions one block issues per
+    repetition, their wavefronts, and the mean per unrolled instruction of the source (one loop-variable
+    combination, averaged over warps)."""
+    from smemtile.codegen.analysis import access_results
 
-    fam = FAMILIES[cfg.family]
     out = []
-    for acc in fam.accesses(cfg):
-        addr = byte_addresses(fam, cfg, acc)
-        slots = addr.shape[0]
-        a = addr.reshape(-1, 32)
-        active = (a >= 0).any(axis=1)
-        w = np.zeros(a.shape[0], dtype=np.int64)
-        ideal = np.zeros_like(w)
-        src = acc.sources
-        if active.any():
-            w[active], ideal[active] = _wavefronts(
-                a[active], acc.op, acc.width, None if src is None else src.reshape(-1, 32)[active]
-            )
-        if acc.op == "cp.async":
-            lanes = (a >= 0).sum(axis=1)
-            ncu_ideal = np.where(active, np.maximum(1, -(-lanes * acc.width // 128)), 0)
+    for r in access_results(cfg):
+        b = r.bank
+        w, ideal = b.wavefronts.astype(np.int64), b.ideal_wavefronts.astype(np.int64)
+        if r.access.op == "cp.async":
+            lanes = b.active.sum(axis=1)
+            ncu_ideal = np.maximum(1, -(-lanes * r.access.width // 128))
         else:
             ncu_ideal = ideal
-        per_slot_n = active.reshape(slots, -1).sum(axis=1)
-        per_slot_w = w.reshape(slots, -1).sum(axis=1)
-        means = sorted(
-            {round(float(x) / int(n), 6) for x, n in zip(per_slot_w, per_slot_n, strict=True) if n}
-        )
-        out.append(
-            ModelAccess(
-                acc.name,
-                acc.op,
-                acc.width,
-                int(active.sum()),
-                int(w.sum()),
-                int(ideal.sum()),
-                int(ncu_ideal.sum()),
-                means,
-            )  # fmt: skip
-        )
+        slots: dict[tuple, list[int]] = {}
+        for i, loop in enumerate(r.loop_values):
+            slots.setdefault(tuple(sorted(loop.items())), []).append(i)
+        means = sorted({round(float(w[ix].sum()) / len(ix), 6) for ix in slots.values()})
+        out.append(ModelAccess(r.access.name, r.access.op, r.access.width, int(len(w)), int(w.sum()),
+                               int(ideal.sum()), int(ncu_ideal.sum()), means))  # fmt: skip
     return out
 
 
@@ -108,7 +90,7 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 def compare(cfg, rows: list[SassRow], metrics: dict[str, float]) -> dict:
     """Measured vs model, per SASS instruction, per (op, width) group and for the whole kernel."""
-    from smemtile.codegen import FAMILIES
+    from smemtile.families import FAMILIES
 
     fam = FAMILIES[cfg.family]
     launch = fam.launch(cfg)

@@ -1,16 +1,26 @@
 """Compile CUDA C++ to cubin with NVRTC (``cuda.bindings.nvrtc``, imported lazily); no GPU needed.
 
-One function, :func:`compile_cubin`: source + name expressions + arch in, cubin + lowered names + the ptxas
-report out. ptxas runs with ``-v`` so registers, spills, stack frame and static shared memory are read from the
-log per entry function. NVRTC may return a log without those lines (seen on the H200 machine: cached results);
-then the numbers are ``None`` and a loaded module's function attributes are the source of truth.
+One function, :func:`compile_cubin`: source + name expressions + arch in, cubin + PTX + lowered names + the
+ptxas report out. ptxas runs with ``-v`` so registers, spills, stack frame and static shared memory are read from
+the log per entry function. NVRTC may return a log without those lines (seen on the H200 machine: cached
+results); then the numbers are ``None`` and a loaded module's function attributes are the source of truth.
+
+Results are cached on disk (``$SMEMTILE_CACHE_DIR/nvrtc`` or ``~/.cache/smemtile/nvrtc``), keyed by everything
+that changes the output: the source, the headers, the name expressions, the options, the arch and the NVRTC
+version. ``SMEMTILE_COMPILE_CACHE=0`` turns it off.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import json
+import os
 import re
+import tempfile
 import uuid
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 from smemtile.errors import CompileError, NoDevice
 
@@ -48,6 +58,7 @@ class CompileResult:
     log: str
     resources: dict[str, KernelResources] = field(default_factory=dict)  # keyed by name expression
     nvrtc_version: str = ""
+    ptx: str = ""
 
     def to_dict(self) -> dict:
         return {
@@ -128,6 +139,10 @@ def compile_cubin(
     NVRTC can answer from its cache with a log that lacks the ptxas report; then it compiles once more with
     a unique macro defined (a cache miss) so that registers, spills and shared memory are known.
     """
+    key = _cache_key(source, name_expressions, arch, headers, options)
+    cached = _cache_get(key)
+    if cached is not None:
+        return cached
     res = _compile(source, name_expressions, arch, headers=headers, options=options, filename=filename)
     complete = all(
         r is not None and r.registers is not None and r.spills is not None
@@ -138,7 +153,57 @@ def compile_cubin(
         res = _compile(
             source, name_expressions, arch, headers=headers, options=(*options, nonce), filename=filename
         )
+    _cache_put(key, res)
     return res
+
+
+def cache_dir() -> Path | None:
+    if os.environ.get("SMEMTILE_COMPILE_CACHE", "1") == "0":
+        return None
+    root = os.environ.get("SMEMTILE_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "smemtile"
+    )
+    return Path(root) / "nvrtc"
+
+
+def _cache_key(source, name_expressions, arch, headers, options) -> str:
+    doc = {"source": source, "names": list(name_expressions), "arch": arch, "headers": dict(headers or {}),
+           "options": [*DEFAULT_OPTIONS, *options], "nvrtc": nvrtc_version()}  # fmt: skip
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+
+
+def _cache_get(key: str) -> CompileResult | None:
+    d = cache_dir()
+    if d is None:
+        return None
+    try:
+        doc = json.loads((d / f"{key}.json").read_text())
+        return CompileResult(
+            cubin=base64.b64decode(doc["cubin"]), arch=doc["arch"], lowered=doc["lowered"], log=doc["log"],
+            resources={k: KernelResources(**v) for k, v in doc["resources"].items()},
+            nvrtc_version=doc["nvrtc_version"], ptx=doc["ptx"],
+        )  # fmt: skip
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # a miss, a torn or foreign file: compile again
+
+
+def _cache_put(key: str, res: CompileResult) -> None:
+    d = cache_dir()
+    if d is None:
+        return
+    doc = {"cubin": base64.b64encode(res.cubin).decode(), "arch": res.arch, "lowered": res.lowered, "log": res.log,
+           "resources": {k: {f: getattr(v, f) for f in ("registers", "spill_stores", "spill_loads", "stack_frame",
+                                                           "static_smem_bytes", "barriers")}
+                         for k, v in res.resources.items()},
+           "nvrtc_version": res.nvrtc_version, "ptx": res.ptx}  # fmt: skip
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp.", suffix=".json")
+        with os.fdopen(fd, "w") as f:
+            json.dump(doc, f)
+        os.replace(tmp, d / f"{key}.json")
+    except OSError:
+        pass  # a read-only or full cache is only slower
 
 
 def _compile(
@@ -184,6 +249,12 @@ def _compile(
         cubin = b" " * size
         (err,) = nvrtc.nvrtcGetCUBIN(prog, cubin)
         _check(nvrtc, err, "cubin")
+        err, size = nvrtc.nvrtcGetPTXSize(prog)
+        _check(nvrtc, err, "PTX size")
+        ptx_buf = b" " * size
+        (err,) = nvrtc.nvrtcGetPTX(prog, ptx_buf)
+        _check(nvrtc, err, "PTX")
+        ptx = ptx_buf.rstrip(b"\x00 ").decode(errors="replace")
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
     by_mangled = parse_ptxas_log(log)
@@ -195,4 +266,5 @@ def _compile(
         log=log,
         resources=resources,
         nvrtc_version=nvrtc_version(),
+        ptx=ptx,
     )

@@ -3,7 +3,7 @@ check against the family's float64 reference and time it. ``cuda.bindings.driver
 
 Only the driver API is used (no torch / cupy): memory with cuMemAlloc, copies with cuMemcpyHtoD/DtoH, timing
 with CUDA events on the null stream. Registers, static shared memory and local memory come from the loaded
-function's attributes (HARDWARE.md: NVRTC may return an empty ptxas log on a cached compile).
+function's attributes (NVRTC on the H200 machine may return an empty ptxas log on a cached compile).
 
     dev = open_device(0)                     # NoDevice (exit 3) without a GPU
     k = LoadedKernel(cfg, dev)               # cfg built for dev.arch
@@ -247,46 +247,66 @@ def compare(ref: np.ndarray, got: np.ndarray, tolerance: float, *, exact: bool =
     return CheckResult(False, err, tolerance, Mismatch(idx, to_py(exp), to_py(val), int(bad.sum())))
 
 
-class LoadedKernel:
-    """A family configuration compiled for the current device, loaded, with its driver-side numbers."""
+_CTYPES = {"int": ctypes.c_int, "float": ctypes.c_float, "long long": ctypes.c_longlong,
+           "unsigned": ctypes.c_uint, "double": ctypes.c_double}
 
-    def __init__(self, cfg, device: Device):
-        from smemtile.codegen import FAMILIES
-        from smemtile.codegen.build import compile_config
+
+def _ctype(decl_type: str):
+    t = decl_type.replace("const ", "").strip()
+    if t.endswith("*"):
+        return ctypes.c_void_p
+    return _CTYPES[t]
+
+
+def compile_config(cfg, *, source: str | None = None):
+    """NVRTC-compile the generated body of ``cfg`` (exactly what ``generate`` writes, minus the header
+    comment); ``source`` replaces it (A/B experiments on a modified kernel)."""
+    from smemtile.codegen.render import body
+    from smemtile.families import FAMILIES
+    from smemtile.gpu.nvrtc import compile_cubin
+
+    fam = FAMILIES[cfg.family]
+    return compile_cubin(source if source is not None else body(cfg), [fam.name_expression(cfg)], cfg.arch.name,
+                         filename=f"{fam.name}.cu")  # fmt: skip
+
+
+class LoadedKernel:
+    """A family configuration compiled for the current device, loaded, with its driver-side numbers.
+
+    Launches follow the family's launch plan (:meth:`Family.launch`), step by step, exactly as the generated
+    host helper does: the same grid, block, dynamic shared memory and arguments."""
+
+    def __init__(self, cfg, device: Device, *, source: str | None = None):
+        from smemtile.families import FAMILIES
 
         d = _driver()
         self.cfg, self.device = cfg, device
         self.fam = FAMILIES[cfg.family]
         self.expr = self.fam.name_expression(cfg)
-        self.compiled = compile_config(cfg)
+        self.compiled = compile_config(cfg, source=source)
         self.module = _ok(d.cuModuleLoadData(self.compiled.cubin), "cuModuleLoadData", CompileError)
         lowered = self.compiled.lowered[self.expr]
-        self.func = _ok(
-            d.cuModuleGetFunction(self.module, lowered.encode()), "cuModuleGetFunction", CompileError
-        )
+        self.func = _ok(d.cuModuleGetFunction(self.module, lowered.encode()), "cuModuleGetFunction", CompileError)
         self.shape = self.fam.launch(cfg)
+        self._funcs = {}
+        for step in self.shape.steps:
+            if not step.main:
+                self._funcs[step.kernel] = _ok(d.cuModuleGetFunction(self.module, step.kernel.encode()),
+                                               f"cuModuleGetFunction({step.kernel})", CompileError)  # fmt: skip
         a = d.CUfunction_attribute
         self.registers = int(_ok(d.cuFuncGetAttribute(a.CU_FUNC_ATTRIBUTE_NUM_REGS, self.func), "NUM_REGS"))
-        self.static_smem = int(
-            _ok(d.cuFuncGetAttribute(a.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, self.func), "SHARED")
-        )
-        self.local_bytes = int(
-            _ok(d.cuFuncGetAttribute(a.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, self.func), "LOCAL")
-        )
-        self.threads = self.shape.block[0] * self.shape.block[1] * self.shape.block[2]
+        self.static_smem = int(_ok(d.cuFuncGetAttribute(a.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, self.func), "SHARED"))
+        self.local_bytes = int(_ok(d.cuFuncGetAttribute(a.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, self.func), "LOCAL"))
+        self.threads = self.shape.threads
         dyn = self.shape.dynamic_smem_bytes
-        if dyn > 48 * 1024:
+        if dyn > cfg.arch.static_smem_max:
             attr = a.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-            _ok(
-                d.cuFuncSetAttribute(self.func, attr, dyn),
-                "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)",
-            )
+            _ok(d.cuFuncSetAttribute(self.func, attr, dyn), "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)")
         self.driver_blocks = int(
             _ok(d.cuOccupancyMaxActiveBlocksPerMultiprocessor(self.func, self.threads, dyn), "cuOccupancy")
         )
         self._buffers: dict[str, DeviceBuffer] = {}
-        self._args: list[tuple[Any, Any]] | None = None
-        self._out: tuple[str, tuple, np.dtype] | None = None
+        self._launches: list | None = None
 
     # ---- ptxas (compile-time) numbers, for cross-checking -------------------------------------------------
     @property
@@ -296,83 +316,75 @@ class LoadedKernel:
     def model_occupancy(self):
         from smemtile.model.occupancy import occupancy
 
-        return occupancy(
-            self.cfg.arch, self.threads, self.registers, self.static_smem, self.shape.dynamic_smem_bytes
-        )
+        return occupancy(self.cfg.arch, self.threads, self.registers, self.static_smem, self.shape.dynamic_smem_bytes)
 
     # ---- inputs and launch -------------------------------------------------------------------------------
     def prepare(self, inputs: dict[str, np.ndarray]) -> None:
-        """Upload ``inputs`` (from the family's make_inputs), allocate and poison the output, build the args."""
+        """Upload the arrays the kernel reads (from the family's make_inputs), allocate and poison the others
+        (an element never written, or read when it must not be, shows up as NaN), and bind the plan's args."""
+        import numpy as _np
+
+        from smemtile.families.base import NUMPY_DTYPES
+
         for b in self._buffers.values():
             b.free()
+        fam, cfg = self.fam, self.cfg
         bufs: dict[str, DeviceBuffer] = {}
-        q = self.cfg.problem
-        P, INT, F = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
-        fam = self.cfg.family
-        if fam == "sgemm":
-            m, n, k = int(q["M"]), int(q["N"]), int(q["K"])
-            bufs["A"] = DeviceBuffer.from_array(inputs["A"])
-            bufs["B"] = DeviceBuffer.from_array(inputs["B"])
-            beta = float(q.get("beta", 0.0))
-            split = int(self.cfg.params.get("SPLIT_K", 1)) > 1
-            if split:
-                # split K: every K slice adds alpha * its partial product into C with atomics, so C must hold
-                # beta * C (zeros for beta = 0) before the launch; the kernel ignores beta
-                c0 = inputs["C"] * np.float32(beta) if beta != 0.0 else np.zeros((m, n), np.float32)
-                bufs["C"] = DeviceBuffer.from_array(np.ascontiguousarray(c0, dtype=np.float32))
+        for arg in fam.host_args:
+            if not arg.array:
+                continue
+            shape = fam.array_shape(cfg, arg)
+            dtype = _np.dtype(NUMPY_DTYPES[fam.array_dtype(cfg, arg)])
+            if arg.role == "out" or not fam.reads(cfg, arg.name):
+                bufs[arg.name] = DeviceBuffer(int(_np.prod(shape)) * dtype.itemsize)
+                bufs[arg.name].poison()
             else:
-                # beta = 0 must not read C: leave it poisoned so a stray read shows up as NaN.
-                bufs["C"] = DeviceBuffer.from_array(inputs["C"]) if beta != 0.0 else DeviceBuffer(m * n * 4)
-            args = [(m, INT), (n, INT), (k, INT), (float(q.get("alpha", 1.0)), F), (bufs["A"].addr, P), (k, INT),
-                    (bufs["B"].addr, P), (n, INT), (beta, F), (bufs["C"].addr, P), (n, INT)]  # fmt: skip
-            out = ("C", (m, n), np.dtype(np.float32))
-        elif fam == "transpose":
-            x = np.ascontiguousarray(inputs["in"])
-            bufs["in"] = DeviceBuffer.from_array(x)
-            bufs["out"] = DeviceBuffer(x.nbytes)
-            args = [(bufs["in"].addr, P), (bufs["out"].addr, P), (int(q["rows"]), INT), (int(q["cols"]), INT)]
-            out = ("out", (int(q["cols"]), int(q["rows"])), x.dtype)
-        elif fam == "stencil2d":
-            x = np.ascontiguousarray(inputs["in"], dtype=np.float32)
-            inputs.setdefault("coeffs", self.fam.coefficients(self.cfg.params["R"]))
-            bufs["in"] = DeviceBuffer.from_array(x)
-            bufs["coeffs"] = DeviceBuffer.from_array(inputs["coeffs"])
-            bufs["out"] = DeviceBuffer(x.nbytes)
-            args = [(bufs["in"].addr, P), (bufs["out"].addr, P), (int(q["ny"]), INT), (int(q["nx"]), INT),
-                    (bufs["coeffs"].addr, P)]  # fmt: skip
-            out = ("out", x.shape, np.dtype(np.float32))
-        else:  # pragma: no cover - a new family needs its argument list here
-            raise NotImplementedError(f"no launcher for kernel family {fam!r}")
-        self._buffers, self._args, self._out = bufs, args, out
-        reads_output = fam == "sgemm" and (float(q.get("beta", 0.0)) != 0.0 or self.cfg.params.get("SPLIT_K", 1) > 1)
-        if not reads_output:
-            bufs[out[0]].poison()
+                host = _np.ascontiguousarray(inputs[arg.name], dtype=dtype)
+                if host.shape != shape:
+                    raise ValueError(f"{arg.name}: input shape {host.shape}, the plan expects {shape}")
+                bufs[arg.name] = DeviceBuffer.from_array(host)
+        self._buffers = bufs
+        scalars = {a.name: a for a in fam.host_args if not a.array}
+        launches = []
+        for step in self.shape.steps:
+            vals, types = [], []
+            for value, ctype in step.args:
+                if isinstance(value, str) and value in bufs:
+                    vals.append(bufs[value].addr)
+                elif isinstance(value, str) and value in scalars:
+                    vals.append(float(cfg.problem[value]))
+                else:
+                    vals.append(int(value))
+                types.append(_ctype(ctype))
+            func = self.func if step.main else self._funcs[step.kernel]
+            launches.append((func, step, tuple(vals), tuple(types)))
+        self._launches = launches
 
     def launch(self, stream=0) -> None:
+        """Every step of the plan, in order, on ``stream``."""
         d = _driver()
-        assert self._args is not None, "prepare() first"
-        vals = tuple(v for v, _ in self._args)
-        types = tuple(t for _, t in self._args)
-        s = self.shape
-        res = d.cuLaunchKernel(self.func, *s.grid, *s.block, s.dynamic_smem_bytes, d.CUstream(stream),
-                               (vals, types), 0)  # fmt: skip
-        _ok((res[0],) if isinstance(res, tuple) else (res,), "cuLaunchKernel")
+        assert self._launches is not None, "prepare() first"
+        for func, step, vals, types in self._launches:
+            res = d.cuLaunchKernel(func, *step.grid, *step.block, step.dynamic_smem_bytes, d.CUstream(stream),
+                                   (vals, types), 0)  # fmt: skip
+            _ok((res[0],) if isinstance(res, tuple) else (res,), f"cuLaunchKernel({step.kernel})")
 
     def synchronize(self) -> None:
         _ok(_driver().cuCtxSynchronize(), "cuCtxSynchronize (the kernel faulted?)")
 
     def output(self) -> np.ndarray:
-        name, shape, dtype = self._out
-        return self._buffers[name].to_array(shape, dtype)
+        from smemtile.families.base import NUMPY_DTYPES
+
+        arg = self.fam.output_arg()
+        shape = self.fam.array_shape(self.cfg, arg)
+        return self._buffers[arg.name].to_array(shape, np.dtype(NUMPY_DTYPES[self.fam.array_dtype(self.cfg, arg)]))
 
     def check(self, inputs: dict[str, np.ndarray], reference: np.ndarray) -> CheckResult:
-        """One launch on ``inputs`` with a poisoned output, compared with ``reference``."""
+        """One run of the plan on ``inputs`` with poisoned outputs, compared with ``reference``."""
         self.prepare(inputs)
         self.launch()
         self.synchronize()
-        got = self.output()
-        exact = self.cfg.family == "transpose"
-        return compare(reference, got, self.fam.tolerance, exact=exact)
+        return compare(reference, self.output(), self.fam.tolerance, exact=self.fam.exact)
 
     def time(
         self, *, warmup_s: float = 0.2, target_s: float = 1.0, min_runs: int = 20, max_runs: int = 500,

@@ -3,7 +3,8 @@ stated performance model, a ranking. Pure Python + numpy (no CUDA, no printing).
 
 Candidates
     NVIDIA fp32: the ``sgemm`` family (SIMT FFMA, register tile TMxTN per thread, warps of 4x8 lanes), checked
-    against its contract (``smemtile.codegen.sgemm``) so every survivor compiles. Other dtypes (tf32, f16,
+    against the family's own rules (``Problem.contract``, given by the caller: the model imports no family)
+    so every survivor compiles. Other dtypes (tf32, f16,
     bf16) and AMD: tensor/matrix-core tiles (BM, BN multiples of the mma shape, BK >= 16, >= 32 on AMD MFMA),
     as Triton would run them (model only; exported as ``triton.Config``).
     num_warps {2, 4, 8} (AMD: wavefronts of 64), num_stages >= 2 with cp.async (>= 1 on AMD and pre-sm_80),
@@ -30,6 +31,7 @@ Model (one number per candidate: predicted time, hence TFLOP/s; every factor is 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 
 from smemtile.errors import SpecError
@@ -61,6 +63,8 @@ class Problem:
     arch: str
     vendor: str
     gpu: GpuPeak
+    # SIMT candidates: the sgemm family's rules, ``contract(tile) -> (broken rules, threads, smem bytes)``
+    contract: Callable | None = field(default=None, compare=False, repr=False)
 
     @property
     def simt(self) -> bool:
@@ -187,7 +191,7 @@ class TileReport:
 
 
 def make_problem(m, n, k, dtype: str = "f32", arch: str | None = None, vendor: str | None = None,
-                 gpu: str | None = None, sms: int | None = None) -> Problem:  # fmt: skip
+                 gpu: str | None = None, sms: int | None = None, contract: Callable | None = None) -> Problem:  # fmt: skip
     """Validate the inputs (SpecError, exit 2, one line each) and pick the GPU row."""
     dims = []
     for key, v in (("M", m), ("N", n), ("K", k)):
@@ -206,7 +210,7 @@ def make_problem(m, n, k, dtype: str = "f32", arch: str | None = None, vendor: s
     if vend not in ("nvidia", "amd"):
         raise SpecError(f"unknown vendor {vendor!r}; choose nvidia or amd", key="--vendor")
     arch_name = _arch_name(arch or ("gfx942" if vend == "amd" else "sm_90"), vend)
-    return Problem(*dims, dt, arch_name, vend, get_gpu(gpu, arch_name, sms=sms))
+    return Problem(*dims, dt, arch_name, vend, get_gpu(gpu, arch_name, sms=sms), contract)
 
 
 def _arch_name(arch: str, vendor: str) -> str:
@@ -223,11 +227,12 @@ def _arch_name(arch: str, vendor: str) -> str:
 
 
 def recommend(m, n, k, dtype: str = "f32", arch: str | None = None, *, vendor: str | None = None,
-              gpu: str | None = None, sms: int | None = None) -> TileReport:  # fmt: skip
-    """Every candidate for the problem, ranked by the model's predicted time; rejected ones with reasons."""
+              gpu: str | None = None, sms: int | None = None, contract: Callable | None = None) -> TileReport:  # fmt: skip
+    """Every candidate for the problem, ranked by the model's predicted time; rejected ones with reasons.
+    ``contract`` checks SIMT candidates against the sgemm family (smemtile.pipeline.tiles passes it)."""
     from smemtile.model.tiling_model import evaluate
 
-    p = make_problem(m, n, k, dtype, arch, vendor, gpu, sms)
+    p = make_problem(m, n, k, dtype, arch, vendor, gpu, sms, contract)
     scored, rejected = evaluate(p, list(candidates(p)))
     if len({s.cfg.shape_key() for s in scored}) < 3:  # a tiny problem: (nearly) every tile overhangs
         scored, rejected = evaluate(p, list(candidates(p)), prune_padding=False)

@@ -87,21 +87,15 @@ def _resources(p: Problem, c: TileConfig, prune_padding: bool = True) -> dict | 
 
 
 def _simt_resources(p: Problem, c: TileConfig) -> dict | Rejected:
-    from smemtile.codegen.contract import KernelConfig, TileLayout
-    from smemtile.codegen.sgemm import Sgemm
     from smemtile.model.arch import get_arch
 
+    if p.contract is None:
+        raise ValueError("SIMT tiles need the sgemm family's rules: pass contract= (smemtile.pipeline.tiles does)")
     arch = get_arch(p.arch)
-    params = {**c.sgemm_params(), "MIN_BLOCKS": 1, "CP_ASYNC": int(arch.has_cp_async)}
-    kc = KernelConfig("sgemm", params, {"As": TileLayout(pad=A_PAD_SIMT), "Bs": TileLayout()}, arch,
-                      {"M": p.m, "N": p.n, "K": p.k})  # fmt: skip
-    fam = Sgemm()
-    bad = fam.violations(kc)
+    bad, threads, smem = p.contract(c)
     if bad:
         kind = "shared_memory" if "shared memory" in bad[0] else "contract"
-        return Rejected(c, kind, f"sgemm contract: {bad[0]}")
-    threads = fam.threads(params)
-    smem = fam.smem_bytes(kc)
+        return Rejected(c, kind, f"sgemm: {bad[0]}")
     # Registers: least-squares fit to ptxas (CUDA 13.0 NVRTC, sm_90, MIN_BLOCKS=1) over the 69 shapes of this
     # space that do not hit 255: the unrolled copies dominate (each 16-byte B copy a thread issues per k-tile
     # keeps ~20 registers live); mean error 20, so it steers MIN_BLOCKS and the occupancy, and `smemtile tune`
@@ -121,7 +115,7 @@ def _simt_resources(p: Problem, c: TileConfig) -> dict | Rejected:
                         f"tile exceed {cap(1)} at {threads} threads: it would spill")  # fmt: skip
     mb = max(ok)
     cfg = TileConfig(**{**c.__dict__, "min_blocks": mb})
-    static = smem <= 48 * 1024
+    static = smem <= arch.static_smem_max
     pad_bytes = c.stages * c.bk * A_PAD_SIMT * 4
     return {"cfg": cfg, "threads": threads, "regs": min(est, cap(mb)), "smem": smem, "pad": pad_bytes,
             "static": smem if static else 0, "dynamic": 0 if static else smem, "wm": 4 * c.tm, "wn": 8 * c.tn}  # fmt: skip

@@ -72,10 +72,18 @@ def _occupancy(spec: KernelSpec, fixes: FixReport, regs: int | None) -> dict | N
     return out
 
 
-def build_report(spec: KernelSpec, regs: int | None = None) -> AnalyzeReport:
+def build_report(
+    spec: KernelSpec,
+    regs: int | None = None,
+    *,
+    fixes: FixReport | None = None,
+    fixed_results: tuple[AccessResult, ...] | None = None,
+) -> AnalyzeReport:
+    """``fixes`` and ``fixed_results`` come from smemtile.pipeline for a kernel spec (its family may issue
+    other instructions under the fixed layout); by default the spec's accesses are relaid."""
     results = analyze_spec(spec)
-    fixes = fix_spec(spec, results)
-    fixed = analyze_spec(spec, fixes.layouts)
+    fixes = fixes if fixes is not None else fix_spec(spec, results)
+    fixed = fixed_results if fixed_results is not None else analyze_spec(spec, fixes.layouts)
     return AnalyzeReport(spec, results, fixes, fixed, _occupancy(spec, fixes, regs))
 
 

@@ -1,62 +1,8 @@
-"""The `verify` document (JSON) and its rich rendering."""
+"""The rich rendering of the `verify` document (built by smemtile.pipeline.verify)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
-
 # ---- the document and its rendering -------------------------------------------------------------------------
-
-
-def layout_text(cfg) -> str:
-    def short(lay) -> str:
-        parts = [f"pad {lay.pad}"] if lay.pad else []
-        if lay.swizzled:
-            parts.append(f"Swizzle<{lay.swz_b},{lay.swz_m},{lay.swz_s}>")
-        return " + ".join(parts) or "dense"
-
-    return "; ".join(f"{n}: {short(lay)}" for n, lay in cfg.layouts.items())
-
-
-def document(spec: Path, cfg, rows: list[dict], *, compile_only: bool, device: dict | None) -> dict:
-    by = {r["variant"]: r for r in rows}
-    head = by.get("fixed") or rows[0]
-    doc: dict[str, Any] = {
-        "spec": str(spec),
-        "family": cfg.family,
-        "arch": cfg.arch.name,
-        "problem": dict(cfg.problem),
-        "compile_only": compile_only,
-        "device": device,
-    }
-    # Top-level keys of the contract: the headline (fixed) variant's numbers.
-    for key in (
-        "registers",
-        "static_smem_bytes",
-        "spills",
-        "occupancy",
-        "correct",
-        "max_rel_error",
-        "time_ms",
-    ):
-        doc[key] = head.get(key)
-    for unit in ("tflops", "gbps"):
-        if unit in head:
-            doc[unit] = head[unit]
-    doc["correct"] = None if compile_only else all(r["correct"] for r in rows)
-    doc["occupancy_agree"] = None if compile_only else all(r["occupancy"]["agree"] for r in rows)
-    b, f = by.get("baseline"), by.get("fixed")
-    doc["speedup"] = (
-        (b["time_ms"] / f["time_ms"]) if b and f and b.get("time_ms") and f.get("time_ms") else None
-    )
-    # stage variants (--stages): speed relative to the fixed variant with the spec's own stage count
-    doc["stages_vs_fixed"] = {
-        r["variant"]: f["time_ms"] / r["time_ms"]
-        for r in rows
-        if r["variant"].startswith("fixed-s") and f and f.get("time_ms") and r.get("time_ms")
-    } or None
-    doc["variants"] = rows
-    return doc
 
 
 def _fmt(x, spec: str = "", none: str = "-") -> str:

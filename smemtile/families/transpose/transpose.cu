@@ -78,7 +78,7 @@ transpose(const T* __restrict__ in, T* __restrict__ out, int rows, int cols) {
     static_assert(BLOCK_ROWS >= 1 && TILE % BLOCK_ROWS == 0, "BLOCK_ROWS must divide TILE (each thread moves TILE/BLOCK_ROWS elements)");
     static_assert(TILE * BLOCK_ROWS <= 1024, "a block has at most 1024 threads: TILE * BLOCK_ROWS <= 1024");
     using L = smemtile::SmemTile<TILE, TILE, PAD, SWZ_B, SWZ_M, SWZ_S>;
-    static_assert(L::kElems * sizeof(T) <= 48 * 1024, "the tile is static shared memory: at most 48 KiB");
+    static_assert(L::kElems * sizeof(T) <= smemtile::kStaticSmemBytes, "the tile is static shared memory: at most 48 KiB");
     __shared__ __align__(16) T tile[L::kElems];
 
     const int tx = threadIdx.x, ty = threadIdx.y;

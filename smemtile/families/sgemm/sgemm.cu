@@ -47,8 +47,9 @@
 // registers before the current tile's math and are stored to the other slot after it; one barrier per step.
 //
 // Split K (SPLIT_K > 1): blockIdx.y = z computes the K range [z*kc, (z+1)*kc), kc = ceil(K / (BK*SPLIT_K))*BK,
-// and adds alpha * its partial product into C with atomicAdd; beta is not applied: the caller sets C = beta*C
-// (zero for beta = 0) before the launch. For small M (a few block rows) that keeps every SM busy.
+// and adds alpha * its partial product into C with atomicAdd; beta is not applied: C must hold beta*C (zero for
+// beta = 0) first, which smemtile_sgemm_splitk_prepare below does (the launch plan runs it before the GEMM).
+// For small M (a few block rows) that keeps every SM busy.
 //
 // Blocks are ordered in groups of GROUP_M block-rows (as in Triton's matmul tutorial) so that consecutive
 // blocks share A and B panels in L2.
@@ -61,7 +62,7 @@
 // Registers: the default 16x8 thread tile (128 accumulators) needs about 227 registers: MIN_BLOCKS = 1, one block
 // of 8 warps per SM. An 8x8 tile with MIN_BLOCKS = 2 gets 128 per thread (256 threads); its 64 accumulators,
 // fragments and the A_VEC registers fit that exactly for BK = 8, STAGES = 2 on sm_90 (ptxas 13.0), while other
-// stage counts or archs may spill a few values (smemtile.codegen.build then falls back to A_VEC = 0, then to
+// stage counts or archs may spill a few values (the family's relax() then falls back to A_VEC = 0, then to
 // MIN_BLOCKS = 1, for whatever the user left at its default).
 #include "smem_layout.cuh"
 
@@ -74,7 +75,7 @@ struct SgemmShape {
     static constexpr int kThreads = (BM / kWM) * (BN / kWN) * 32;
     static constexpr int kStageFloats = BK * (BM + PAD_A) + BK * (BN + PAD_B);
     static constexpr int kSmemBytes = STAGES * kStageFloats * 4;
-    static constexpr bool kStaticSmem = kSmemBytes <= 48 * 1024;
+    static constexpr bool kStaticSmem = kSmemBytes <= kStaticSmemBytes;
 };
 
 __device__ __forceinline__ unsigned smem_u32(const void* p) {
@@ -107,7 +108,17 @@ __device__ __forceinline__ void cp_async_wait() {
 
 }  // namespace smemtile
 
-// Defaults = the contract's (smemtile/codegen/sgemm.py), the fastest measured on the H200 (bench/NOTES.md).
+// Split K's preparation: C = beta * C, or exactly 0 for beta == 0 (C is not read then: NaN or garbage in C never
+// leaks into the result). Grid-stride in both dimensions, so any grid the launch plan picks covers C.
+extern "C" __global__ void smemtile_sgemm_splitk_prepare(float* __restrict__ C, int M, int N, int ldc, float beta) {
+    for (int m = blockIdx.y; m < M; m += gridDim.y) {
+        float* row = C + (long long)m * ldc;
+        for (int n = blockIdx.x * blockDim.x + threadIdx.x; n < N; n += gridDim.x * blockDim.x)
+            row[n] = beta == 0.f ? 0.f : beta * row[n];
+    }
+}
+
+// Defaults = the family's (smemtile/families/sgemm), the fastest measured on the H200 (bench/NOTES.md).
 template <int BM = 256, int BN = 128, int BK = 8, int TM = 16, int TN = 8, int STAGES = 3, bool CP_ASYNC = true,
           int PAD_A = 4, int SWZ_A_B = 0, int SWZ_A_M = 0, int SWZ_A_S = 0,
           int PAD_B = 0, int SWZ_B_B = 0, int SWZ_B_M = 0, int SWZ_B_S = 0, int GROUP_M = 8, int MIN_BLOCKS = 1,

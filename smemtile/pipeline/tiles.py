@@ -1,21 +1,35 @@
-"""Exports of a tile ranking: ``triton.Config`` lists, YAML specs (for generate / verify / tune / analyze) and
-plain dictionaries for JSON. Pure text, no printing."""
+"""``smemtile tiles``: the tile model's ranking with the families' rules, and its exports: ``triton.Config``
+lists, YAML specs (for generate / verify / tune / analyze) and plain dictionaries for JSON. No printing."""
 
 from __future__ import annotations
 
 import yaml
 
 from smemtile.errors import SpecError
+from smemtile.families import FAMILIES
+from smemtile.model.arch import get_arch
 from smemtile.model.tiling import Problem, Scored, TileReport
+from smemtile.model.tiling import recommend as _recommend
 
 
-def _sgemm_accesses(p: Problem, s: Scored) -> list[dict]:
-    """The sgemm family's own shared-memory accesses in the spec language (they follow the kernel's lane grid)."""
-    from smemtile.codegen import configure, get_family
-
-    cfg = configure("sgemm", {**s.cfg.sgemm_params(), "M": p.m, "N": p.n, "K": p.k}, {}, p.arch, check=False)
-    return [{"name": a.name, "buffer": a.buffer, "op": a.op, "width": a.width, **a.expr}
-            for a in get_family("sgemm").accesses(cfg)]  # fmt: skip
+def recommend(m, n, k, dtype: str = "f32", arch: str | None = None, *, vendor: str | None = None,
+              gpu: str | None = None, sms: int | None = None) -> TileReport:  # fmt: skip
+    """The ranking of ``smemtile.model.tiling.recommend``, fp32 candidates checked by the sgemm family."""
+    contract = None
+    if str(dtype).lower() == "f32" and (vendor or "nvidia").lower() == "nvidia" and not str(arch or "").startswith("gfx"):
+        try:
+            a = get_arch(arch or "sm_90")
+        except SpecError:
+            a = None  # make_problem reports the bad arch
+        if a is not None:
+            dims = {}
+            for key, v in (("M", m), ("N", n), ("K", k)):
+                try:
+                    dims[key] = max(1, int(str(v)))
+                except ValueError:
+                    dims[key] = 1  # make_problem reports it
+            contract = FAMILIES["sgemm"].tile_contract(a, dims)
+    return _recommend(m, n, k, dtype, arch, vendor=vendor, gpu=gpu, sms=sms, contract=contract)
 
 
 def command_line(p: Problem) -> str:
@@ -61,16 +75,13 @@ def spec_doc(p: Problem, s: Scored, total: int) -> dict:
     doc["arch"] = p.arch
     doc["threads"] = s.threads
     doc["regs"] = s.regs  # the model's estimate; `smemtile verify --compile-only` reads the real count
-    if p.simt:
+    if p.simt:  # the sgemm family: its buffers and accesses are its own (`smemtile analyze` prints them)
         doc["tile"] = {"BM": c.bm, "BN": c.bn, "BK": c.bk, "TM": c.tm, "TN": c.tn}
         doc["stages"] = c.stages
-        doc["buffers"] = [{"name": "As", "dtype": "f32", "shape": ["BK", "BM"], "stages": c.stages},
-                          {"name": "Bs", "dtype": "f32", "shape": ["BK", "BN"], "stages": c.stages}]  # fmt: skip
         doc["kernel"] = {"family": "sgemm", "M": p.m, "N": p.n, "K": p.k, "GROUP_M": c.group_m,
                          "MIN_BLOCKS": c.min_blocks}  # fmt: skip
-        if c.split_k > 1:  # the K slices add into C with atomics: C must hold beta * C first (verify does this)
+        if c.split_k > 1:  # the K slices add into C with atomics after the launch plan's C = beta * C
             doc["kernel"]["SPLIT_K"] = c.split_k
-        doc["accesses"] = _sgemm_accesses(p, s)
         return doc
     wm = _warps_m(s)
     wtm, wtn = c.bm // wm, c.bn // (c.warps // wm)

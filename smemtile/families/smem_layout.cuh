@@ -17,6 +17,11 @@
 
 namespace smemtile {
 
+// Statically declared __shared__ bytes ptxas accepts per kernel ("too much shared data" above); a kernel that
+// needs more declares it extern (dynamic) and the host raises MaxDynamicSharedMemorySize first.
+// The same number as smemtile.model.arch.Arch.static_smem_max (48 KiB on every architecture).
+constexpr int kStaticSmemBytes = 48 * 1024;
+
 template <int ROWS, int COLS, int PAD, int SWZ_B, int SWZ_M, int SWZ_S>
 struct SmemTile {
     static_assert(ROWS > 0 && COLS > 0, "a shared-memory tile needs at least one row and one column");

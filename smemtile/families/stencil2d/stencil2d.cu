@@ -25,7 +25,7 @@ stencil2d(const float* __restrict__ in, float* __restrict__ out, int ny, int nx,
     static_assert(32 % BX == 0 || BX % 32 == 0, "BX must divide 32 or be a multiple of 32 so warps cover whole rows");
     constexpr int TW = BX + 2 * R, TH = BY + 2 * R;  // halo tile
     using L = smemtile::SmemTile<TH, TW, PAD, SWZ_B, SWZ_M, SWZ_S>;
-    static_assert(L::kElems * 4 <= 48 * 1024, "the halo tile is static shared memory: at most 48 KiB");
+    static_assert(L::kElems * 4 <= smemtile::kStaticSmemBytes, "the halo tile is static shared memory: at most 48 KiB");
     __shared__ float tile[L::kElems];
 
     const int tx = threadIdx.x, ty = threadIdx.y, tid = ty * BX + tx;

@@ -1,0 +1,523 @@
+"""What a kernel family is: one plug-in that holds everything about one ``.cu`` template.
+
+A family (``smemtile/families/<name>/``) declares, once:
+
+* its **parameters** (template arguments: name, default, allowed values, meaning) and its **problem** keys;
+* its **buffers and accesses in the spec language** (:meth:`Family.buffers`, :meth:`Family.accesses`): YAML-form
+  dictionaries over its constants. ``analyze``, ``generate``'s header and ``--json``, the fix search and
+  ``verify --ncu`` all evaluate these same expressions (:meth:`Family.spec`), so nothing can disagree;
+* its **launch** as a list of :class:`KernelCall` whose grid, block, guard and integer arguments are expressions
+  too: the Python launcher evaluates them (:meth:`Family.launch`) and the generated C++ host helper renders the
+  very same expressions (``Expr.cpp``), split-K preparation included;
+* its constraints, reference, tolerance, sizes to test and benchmark, and its review-checklist items.
+
+Pure: numpy and the model layer only; no CUDA, no printing. Nothing outside a family asks which family it is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from importlib import resources
+from typing import Any
+
+import numpy as np
+
+from smemtile.errors import SpecError
+from smemtile.model.arch import Arch
+from smemtile.model.expr import parse_expr
+from smemtile.model.layout import Layout
+
+GRID_LIMITS = (2**31 - 1, 65535, 65535)  # CUDA: gridDim.x, .y, .z
+# spec dtype -> numpy dtype of host arrays (bf16 and fp8 travel as raw bits)
+NUMPY_DTYPES = {"f64": "float64", "f32": "float32", "tf32": "float32", "f16": "float16", "bf16": "uint16",
+                "f8e4m3": "uint8", "f8e5m2": "uint8", "i64": "int64", "i32": "int32", "i16": "int16", "i8": "int8",
+                "u64": "uint64", "u32": "uint32", "u16": "uint16", "u8": "uint8"}  # fmt: skip
+INT_MAX = 2**31 - 1  # problem sizes travel as C++ int
+
+
+class ContractViolation(SpecError):
+    """The configuration breaks a family's contract; refused before compiling (exit 2, one line)."""
+
+
+@dataclass(frozen=True)
+class Param:
+    """A template parameter: name, default, allowed values (None: any in lo..hi that the constraints accept)."""
+
+    name: str
+    default: int
+    doc: str
+    allowed: tuple[int, ...] | None = None
+    lo: int = 0
+    hi: int = 1 << 16
+
+
+@dataclass(frozen=True)
+class ProblemKey:
+    """A problem parameter (M, rows, alpha, dtype, ...): ``kind`` int, float or choice."""
+
+    name: str
+    default: Any
+    doc: str
+    kind: str = "int"
+    choices: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class HostArg:
+    """One parameter of the generated launch helper (and of the Python launcher's argument list).
+
+    Arrays carry their shape (expressions over the problem) and element type key (``f32``, ``T``); ``role`` is
+    ``in``, ``out`` or ``inout``. Scalars have ``ctype`` ``int`` or ``float`` and no shape."""
+
+    name: str
+    ctype: str  # C++ type; ``{T}`` is the family's element type (Family.ctypes)
+    role: str = ""  # in | out | inout for arrays; "" for scalars
+    shape: tuple[str, ...] = ()
+    dtype: str = ""
+
+    @property
+    def array(self) -> bool:
+        return bool(self.role)
+
+
+@dataclass(frozen=True)
+class KernelCall:
+    """One launch of the plan. ``kernel`` None is the family's template instantiation; otherwise an
+    ``extern "C"`` kernel of the same ``.cu`` (e.g. split K's C preparation). ``params`` are its C++ parameter
+    declarations, ``args`` expressions over the helper's arguments and the configuration's constants."""
+
+    args: tuple[str, ...]
+    grid: tuple[str, str, str]
+    block: tuple[str, str, str]
+    kernel: str | None = None
+    params: tuple[str, ...] = ()
+    when: str = "1"
+    doc: str = ""
+
+    @property
+    def main(self) -> bool:
+        return self.kernel is None
+
+
+@dataclass(frozen=True)
+class Step:
+    """One evaluated launch: kernel, grid, block, dynamic shared memory and its argument values."""
+
+    kernel: str  # name expression of the main kernel, or the extern "C" name
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    dynamic_smem_bytes: int
+    args: tuple[tuple[Any, str], ...]  # (value or host-array name, C++ type)
+    main: bool
+
+    def to_dict(self) -> dict:
+        return {"kernel": self.kernel, "grid": list(self.grid), "block": list(self.block),
+                "dynamic_smem_bytes": self.dynamic_smem_bytes, "main": self.main}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """The launch of one configuration on one problem, as ``cuda.core``'s ``LaunchConfig`` describes it, plus
+    the steps before it. The generated helper, ``--json``, ``verify``, ``tune`` and the benchmarks use it."""
+
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    dynamic_smem_bytes: int
+    static_smem_bytes: int
+    cluster: tuple[int, int, int] = (1, 1, 1)
+    steps: tuple[Step, ...] = ()
+
+    @property
+    def threads(self) -> int:
+        return self.block[0] * self.block[1] * self.block[2]
+
+    def to_dict(self) -> dict:
+        return {"grid": list(self.grid), "block": list(self.block), "cluster": list(self.cluster),
+                "dynamic_smem_bytes": self.dynamic_smem_bytes, "static_smem_bytes": self.static_smem_bytes,
+                "steps": [s.to_dict() for s in self.steps]}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Item:
+    """A review-checklist item: pass / fail / n/a, always with the reason."""
+
+    id: str
+    text: str
+    status: str
+    reason: str
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+PASS, FAIL, NA = "pass", "fail", "n/a"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One configuration to time (``smemtile tune``): template parameters and what the model thinks of it."""
+
+    label: str
+    params: dict
+    source: str  # model | spec | space
+    model_rank: int | None = None  # rank in the model's full ranking (None: the model did not rank it)
+    predicted: float | None = None  # TFLOP/s or GB/s
+    model_reason: str = ""
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    """One instantiation: family + template parameters + buffer layouts + architecture + problem."""
+
+    family: str
+    params: dict[str, int]  # template parameters, complete
+    layouts: dict[str, Layout]
+    arch: Arch
+    problem: dict[str, Any]
+    notes: tuple[str, ...] = ()  # how the configuration was chosen (e.g. a recommendation not taken)
+    defaulted: tuple[str, ...] = ()  # template parameters that took a default (not set by the user)
+    suggested: tuple[str, ...] = ()  # parameters a model chose (not the user): a fallback may change them
+
+    def may_change(self, param: str) -> bool:
+        """Whether a fallback (Family.relax) may change ``param``: the user did not set it."""
+        return param in self.defaulted or param in self.suggested
+
+    def key(self) -> tuple:
+        lay = tuple(sorted((k, v.template_args()) for k, v in self.layouts.items()))
+        return (self.family, tuple(sorted(self.params.items())), lay, self.arch.name,
+                tuple(sorted((k, repr(v)) for k, v in self.problem.items())))  # fmt: skip
+
+    def to_dict(self) -> dict:
+        return {"family": self.family, "params": dict(self.params), "arch": self.arch.name,
+                "layouts": {k: v.to_dict() for k, v in self.layouts.items()}, "problem": dict(self.problem),
+                "notes": list(self.notes)}  # fmt: skip
+
+
+class Family:
+    """Base class of a kernel family. A subclass sets the class attributes and implements the methods marked
+    'each family'; everything else here is shared and must not grow a branch for one family."""
+
+    name: str = ""
+    file: str = ""  # the .cu file in the family's folder
+    kernel: str = ""  # the template function name
+    signature: tuple[str, ...] = ()  # the kernel's parameters as C++ declarations ({T}: Family.ctypes)
+    params: tuple[Param, ...] = ()
+    problem_keys: tuple[ProblemKey, ...] = ()
+    host_args: tuple[HostArg, ...] = ()
+    smem_kind: str = "static"  # "static": declared __shared__ (<= the arch's static limit); "auto": dynamic above
+    layout_dependent_accesses: bool = False  # the instructions change with the layout (fix search re-derives)
+    tolerance: float = 1e-5  # max relative error against the float64 reference
+    exact: bool = False  # bit-exact comparison (copies)
+    test_sizes: tuple[dict, ...] = ()
+    bench_sizes: tuple[dict, ...] = ()
+    summary: str = ""  # one line for --help and docs
+    output: str = ""  # the host array the reference describes (default: the first out/inout array)
+
+    # ---- each family ----------------------------------------------------------------------------------
+    def threads(self, p: dict[str, int]) -> int:
+        raise NotImplementedError
+
+    def derive(self, params: dict[str, int], user: set[str], arch: Arch) -> dict[str, int]:
+        """Defaults that depend on the architecture or on other parameters (only for keys not in ``user``)."""
+        return params
+
+    def violations(self, cfg: KernelConfig) -> list[str]:
+        """Every broken family-specific constraint, in words (the shared ones are in :meth:`problems`)."""
+        return []
+
+    def retarget(self, params: dict[str, int], arch: Arch) -> tuple[dict[str, int], list[str]]:
+        """Parameters a spec set for another architecture, adapted to ``arch`` when the user asks to generate
+        for it (``--arch``), with a note per change; the default changes nothing."""
+        return params, []
+
+    def template_args(self, cfg: KernelConfig) -> list[str]:
+        raise NotImplementedError
+
+    def buffers(self, cfg: KernelConfig) -> list[dict]:
+        """The shared-memory buffers as spec entries (shape expressions over :meth:`constants`)."""
+        raise NotImplementedError
+
+    def accesses(self, cfg: KernelConfig) -> list[dict]:
+        """The shared-memory instructions as spec accesses (expressions over :meth:`constants`)."""
+        raise NotImplementedError
+
+    def calls(self, cfg: KernelConfig) -> list[KernelCall]:
+        raise NotImplementedError
+
+    def make_inputs(self, cfg: KernelConfig, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        """Random host arrays for every array argument that is read (``in`` and ``inout``)."""
+        raise NotImplementedError
+
+    def reference(self, cfg: KernelConfig, inputs: dict[str, np.ndarray]) -> np.ndarray:
+        """The expected output array (float64 or exact), from the inputs."""
+        raise NotImplementedError
+
+    def work(self, problem: dict) -> tuple[str, float]:
+        """('tflops', flop count) or ('gbps', bytes moved) of one launch."""
+        raise NotImplementedError
+
+    def small_problem(self, cfg: KernelConfig) -> dict:
+        """A small problem of whole tiles for ncu (every lane active, instruction counts exact)."""
+        raise NotImplementedError
+
+    def repeats_per_block(self, cfg: KernelConfig) -> int:
+        """How often each access runs per block (e.g. once per K tile)."""
+        return 1
+
+    def pipeline_items(self, cfg: KernelConfig, ptx: str | None) -> list[Item]:
+        """Checklist items about the cp.async pipeline, from the compiled PTX when given."""
+        why = "single-stage tile, no cp.async pipeline"
+        return [Item(i, t, NA, why) for i, t in PIPELINE_ITEMS]
+
+    def one_block_reason(self, cfg: KernelConfig, occ: dict) -> str | None:
+        """A stated reason for 1 block per SM when the configuration chose it on purpose."""
+        return None
+
+    def relax(self, cfg: KernelConfig, spilled_bytes: int) -> tuple[KernelConfig, str] | None:
+        """A configuration that spills less, changing only parameters the user left at their default."""
+        return None
+
+    def ranker(self, problem: dict, arch: str, gpu: str | None):
+        """The tile model for this family (``smemtile tune``): an object with ``top(k) -> [params]`` and
+        ``__call__(params, source) -> Candidate``; None when the family has no model."""
+        return None
+
+    def reads(self, cfg: KernelConfig, array: str) -> bool:
+        """Whether the kernel reads ``array`` (an ``inout`` output that is not read is poisoned before a check)."""
+        arg = next(a for a in self.host_args if a.name == array)
+        return arg.role != "out"
+
+    def output_arg(self) -> HostArg:
+        name = self.output or next(a.name for a in self.host_args if a.role in ("out", "inout"))
+        return next(a for a in self.host_args if a.name == name)
+
+    def array_shape(self, cfg: KernelConfig, arg: HostArg) -> tuple[int, ...]:
+        env = self.env(cfg)
+        return tuple(_eval(x, env, f"{self.name} shape of {arg.name}") for x in arg.shape)
+
+    def array_dtype(self, cfg: KernelConfig, arg: HostArg) -> str:
+        """The spec dtype of an array argument (``dtype`` may name a problem key, e.g. transpose's)."""
+        return str(cfg.problem.get(arg.dtype, arg.dtype))
+
+    def ctypes(self, cfg: KernelConfig) -> dict[str, str]:
+        """Values of the ``{T}``-style placeholders in ``signature`` and ``host_args``."""
+        return {}
+
+    def stages(self, p: dict[str, int]) -> int:
+        return 1
+
+    # ---- shared --------------------------------------------------------------------------------------
+    def defaults(self) -> dict[str, int]:
+        return {p.name: p.default for p in self.params}
+
+    def source(self) -> str:
+        """The family's .cu text (real C++: it compiles on its own with the shared header)."""
+        return resources.files(type(self).__module__).joinpath(self.file).read_text()
+
+    def constants(self, cfg: KernelConfig) -> dict[str, int]:
+        """Names the expressions of this family may use: template parameters, THREADS, integer problem keys."""
+        out = {k: int(v) for k, v in cfg.params.items()}
+        out["THREADS"] = self.threads(cfg.params)
+        for pk in self.problem_keys:
+            if pk.kind == "int":
+                out[pk.name] = int(cfg.problem[pk.name])
+        return out
+
+    def spec_doc(self, cfg: KernelConfig, *, accesses: bool = True) -> dict:
+        """This configuration as a spec (YAML form): what ``analyze`` analyses and ``generate`` builds."""
+        consts = self.constants(cfg)
+        tile = {k: v for k, v in consts.items() if k in cfg.params}
+        others = {k: v for k, v in consts.items() if k not in cfg.params and k not in ("THREADS",)}
+        bufs = []
+        for b in self.buffers(cfg):
+            lay = cfg.layouts.get(b["name"], Layout())
+            entry = dict(b)
+            if lay != Layout():
+                entry["layout"] = lay.to_dict()
+            bufs.append(entry)
+        doc: dict[str, Any] = {"arch": cfg.arch.name, "threads": consts["THREADS"], "tile": tile}
+        if others:
+            doc["constants"] = others
+        if self.stages(cfg.params) > 1:
+            doc["stages"] = self.stages(cfg.params)
+        doc["buffers"] = bufs
+        if accesses:
+            doc["accesses"] = self.accesses(cfg)
+        return doc
+
+    def spec(self, cfg: KernelConfig):
+        """The parsed :class:`~smemtile.model.spec.KernelSpec` of :meth:`spec_doc` (cached per configuration)."""
+        return _spec_of(self, cfg)
+
+    def buffer_spec(self, cfg: KernelConfig):
+        """The spec with its buffers only (no accesses): cheap, for shared-memory sizes and layout checks."""
+        return _spec_of(self, cfg, buffers_only=True)
+
+    def smem_bytes(self, cfg: KernelConfig) -> int:
+        """Shared memory per block: every buffer with its layout's padding, times its stages."""
+        return self.buffer_spec(cfg).smem_bytes()
+
+    def name_expression(self, cfg: KernelConfig) -> str:
+        return f"{self.kernel}<{', '.join(self.template_args(cfg))}>"
+
+    def smem_split(self, cfg: KernelConfig) -> tuple[int, int]:
+        """(static, dynamic) shared memory bytes per block."""
+        smem = self.smem_bytes(cfg)
+        if self.smem_kind == "static" or smem <= cfg.arch.static_smem_max:
+            return smem, 0
+        return 0, smem
+
+    def env(self, cfg: KernelConfig) -> dict[str, int]:
+        """Values launch expressions see: the constants and every integer problem key."""
+        return self.constants(cfg)
+
+    def launch(self, cfg: KernelConfig) -> LaunchConfig:
+        """Evaluate :meth:`calls` for ``cfg``'s problem: the one launch everything uses."""
+        env = self.env(cfg)
+        static, dynamic = self.smem_split(cfg)
+        steps = []
+        main = None
+        for call in self.calls(cfg):
+            if not _eval(call.when, env, f"{self.name} launch guard"):
+                continue
+            grid = tuple(_eval(g, env, f"{self.name} grid") for g in call.grid)
+            block = tuple(_eval(b, env, f"{self.name} block") for b in call.block)
+            for axis, (g, lim) in enumerate(zip(grid, GRID_LIMITS, strict=True)):
+                if not 1 <= g <= lim:
+                    raise ContractViolation(
+                        f"{self.name}: grid {'xyz'[axis]} = {g} for this problem is outside CUDA's 1..{lim}",
+                        key="kernel")  # fmt: skip
+            kernel = self.name_expression(cfg) if call.main else call.kernel
+            types = self._param_types(cfg, call)
+            args = tuple((self._arg_value(a, env), t) for a, t in zip(call.args, types, strict=True))
+            step = Step(kernel, grid, block, dynamic if call.main else 0, args, call.main)  # type: ignore[arg-type]
+            steps.append(step)
+            if call.main:
+                main = step
+        assert main is not None, f"{self.name}: the launch plan has no main kernel"
+        return LaunchConfig(main.grid, main.block, dynamic, static, steps=tuple(steps))
+
+    def _param_types(self, cfg: KernelConfig, call: KernelCall) -> list[str]:
+        decls = self.signature if call.main else call.params
+        return [_decl_type(d).format(**self.ctypes(cfg)) for d in decls]
+
+    def _arg_value(self, arg: str, env: dict) -> Any:
+        host = {a.name: a for a in self.host_args}
+        if arg in host and (host[arg].array or host[arg].ctype == "float"):
+            return arg  # resolved by the launcher: a device array or a float problem value
+        return _eval(arg, env, f"{self.name} kernel argument {arg!r}")
+
+    def problems(self, cfg: KernelConfig, *, accesses: bool = True) -> list[str]:
+        """Every broken constraint: the family's own, then the ones all families share (``accesses=False``
+        skips evaluating the access expressions: the tile model's quick screen)."""
+        out = list(self.violations(cfg))
+        bufs = {b["name"]: b for b in self.buffers(cfg)}
+        for name in cfg.layouts:
+            if name not in bufs:
+                out.append(f"layout given for unknown buffer {name!r}; {self.name} has {', '.join(bufs)}")
+        if out:
+            return out
+        try:
+            spec = self.spec(cfg) if accesses else self.buffer_spec(cfg)
+        except SpecError as e:
+            return [f"its own buffers or accesses do not hold for this configuration: {e}"]
+        for b in spec.buffers:
+            why = b.layout.problem(b.shape)
+            if why:
+                out.append(f"{b.name}: {why}")
+        smem = spec.smem_bytes()
+        limit = cfg.arch.smem_optin_per_block
+        if smem > limit:
+            out.append(f"shared memory {smem} bytes per block exceeds the {cfg.arch.name} opt-in limit of {limit}"
+                       f" bytes{self.smem_hint(cfg)}")  # fmt: skip
+        elif self.smem_kind == "static" and smem > cfg.arch.static_smem_max:
+            out.append(f"its shared memory is static: {smem} bytes exceeds the {cfg.arch.static_smem_max}-byte "
+                       f"static limit{self.smem_hint(cfg)}")  # fmt: skip
+        return out
+
+    def smem_hint(self, cfg: KernelConfig) -> str:
+        return ""
+
+    def threads_message(self, p: dict[str, int], threads: int, implied: int) -> str:
+        return f"threads = {threads} but the tile needs {implied}"
+
+
+PIPELINE_ITEMS = (
+    ("commit_group", "cp.async.commit_group after all copies of a tile"),
+    ("wait_group", "cp.async.wait_group(N) with the right N for the stage count"),
+    ("barrier_after_wait", "a barrier after the wait and before reading the newly filled buffer"),
+    ("ring_index", "the ring-buffer index advances every iteration"),
+)
+
+
+def _decl_type(decl: str) -> str:
+    """'const float* A' -> 'const float*'."""
+    return decl.rsplit(" ", 1)[0].strip()
+
+
+def _eval(text: str, env: dict, what: str) -> int:
+    e = parse_expr(text, allowed=set(env), key=what)
+    v = np.asarray(e(env))
+    if v.ndim:
+        raise ContractViolation(f"{what} {text!r} is not a scalar")
+    return int(v)
+
+
+_SPECS: dict[tuple, Any] = {}
+
+
+def _spec_of(family: Family, cfg: KernelConfig, buffers_only: bool = False):
+    from smemtile.model.spec import spec_from_dict
+
+    key = (family.name, cfg.key(), buffers_only)
+    spec = _SPECS.get(key)
+    if spec is None:
+        if len(_SPECS) > 4096:
+            _SPECS.clear()
+        doc = family.spec_doc(cfg, accesses=not buffers_only)
+        if buffers_only:  # a kernel spec may leave its accesses out
+            doc["kernel"] = {"family": family.name}
+        spec = _SPECS[key] = spec_from_dict(doc, f"<{family.name} family>")
+    return spec
+
+
+def with_params(cfg: KernelConfig, **changes: Any) -> KernelConfig:
+    """``cfg`` with some template parameters changed (nothing else)."""
+    return replace(cfg, params={**cfg.params, **changes})
+
+
+def check_problem(fam: Family, problem: dict) -> dict:
+    """The problem with defaults filled in, each value of the right kind and in range (ContractViolation)."""
+    out = {}
+    known = {pk.name: pk for pk in fam.problem_keys}
+    for name in problem:
+        if name not in known:
+            raise ContractViolation(f"{fam.name} has no problem key {name!r}; known: {', '.join(known)}",
+                                    key=f"kernel.{name}")  # fmt: skip
+    for pk in fam.problem_keys:
+        v = problem.get(pk.name, pk.default)
+        where = f"kernel.{pk.name}"
+        if pk.kind == "int":
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise ContractViolation(f"must be a whole number, got {v!r}", key=where)
+            if not 1 <= int(v) <= INT_MAX:
+                raise ContractViolation(f"{v} is out of range (1..{INT_MAX})", key=where)
+            v = int(v)
+        elif pk.kind == "float":
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(float(v)):
+                raise ContractViolation(f"must be a finite number, got {v!r}", key=where)
+            v = float(v)
+        else:
+            if v not in pk.choices:
+                raise ContractViolation(f"{v!r} is not one of {', '.join(pk.choices)}", key=where)
+        out[pk.name] = v
+    return out
+
+
+__all__ = [
+    "FAIL", "NA", "PASS", "ContractViolation", "Family", "HostArg", "Item", "KernelCall", "KernelConfig",
+    "LaunchConfig", "Param", "ProblemKey", "Step", "check_problem", "field", "with_params",
+]  # fmt: skip

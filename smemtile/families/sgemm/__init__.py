@@ -1,0 +1,407 @@
+"""Family ``sgemm`` (``sgemm.cu``): C = alpha * A @ B + beta * C in fp32 (FFMA, never TF32), row-major.
+
+Spec (YAML)::
+
+    arch: sm_90
+    tile: {BM: 256, BN: 128, BK: 8, TM: 16, TN: 8}   # any parameter below; the rest take their defaults
+    stages: 3
+    kernel: {family: sgemm, M: 4096, N: 4096, K: 4096}   # alpha (1.0), beta (0.0) optional
+    buffers: [{name: As, dtype: f32, shape: [BK, BM], layout: {pad: 4}, stages: 3}]   # optional: layouts
+
+The block tile BM x BN is split over warps of 4 (m) x 8 (n) lanes, TM x TN accumulators per lane; A is stored
+transposed (As[k][m]) so both inner-loop reads are float4s along a row. Its accesses below are the kernel's own,
+written once as spec expressions (lane grid interleaved: lm = ((lane>>1)&1) | ((lane>>2)&2),
+ln = (lane&1) | ((lane>>1)&2) | ((lane>>2)&4), so every lane quad reads at most 2 float4s: 2 wavefronts).
+
+Launch: grid = (ceil(M/BM) * ceil(N/BN) in GROUP_M order, SPLIT_K), block = (BM/(4*TM)) * (BN/(8*TN)) * 32.
+SPLIT_K > 1 first runs ``smemtile_sgemm_splitk_prepare`` (C = beta*C, or 0): the K slices add with atomics.
+Shared memory = STAGES * BK * ((BM + pad_As) + (BN + pad_Bs)) * 4 bytes: static up to 48 KiB, dynamic above.
+
+Defaults (the fastest measured on the H200, bench/results/h200.json): 256 x 128 x 8, 16 x 8 per thread (about
+230 registers, 1 block of 8 warps per SM), 3 stages, A_VEC 1 (float4 A loads, transposed 4-byte stores).
+MIN_BLOCKS defaults to 2 for thread tiles of at most 64 accumulators; without cp.async (sm_70/75) 2 stages.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from smemtile.errors import SpecError
+from smemtile.families.base import (
+    FAIL,
+    NA,
+    PASS,
+    Candidate,
+    Family,
+    HostArg,
+    Item,
+    KernelCall,
+    KernelConfig,
+    Param,
+    ProblemKey,
+    with_params,
+)
+from smemtile.model.arch import Arch
+
+LANES_M, LANES_N = 4, 8  # a warp's lanes as a 4 (m) x 8 (n) grid
+LM = "(((lane >> 1) & 1) | ((lane >> 2) & 2))"
+LN = "((lane & 1) | ((lane >> 1) & 2) | ((lane >> 2) & 4))"
+
+
+class Sgemm(Family):
+    name = "sgemm"
+    summary = "fp32 GEMM (FFMA), register-blocked, cp.async pipeline, split K"
+    file = "sgemm.cu"
+    kernel = "sgemm"
+    signature = ("int M", "int N", "int K", "float alpha", "const float* A", "int lda", "const float* B",
+                 "int ldb", "float beta", "float* C", "int ldc")  # fmt: skip
+    params = (
+        Param("BM", 256, "block tile rows (a multiple of 4*TM)", lo=4, hi=1024),
+        Param("BN", 128, "block tile columns (a multiple of 8*TN)", lo=8, hi=1024),
+        Param("BK", 8, "K step per stage (a multiple of 8)", (8, 16, 32)),
+        Param("TM", 16, "accumulator rows per thread (a multiple of 4)", (4, 8, 16)),
+        Param("TN", 8, "accumulator columns per thread (a multiple of 4)", (4, 8, 16)),
+        Param("STAGES", 3, "shared-memory ring depth (2..8); exactly 2 without cp.async", lo=1, hi=8),
+        Param("CP_ASYNC", 1, "1 = cp.async pipeline (sm_80+, the default there); 0 = register double-buffering",
+              (0, 1)),
+        Param("GROUP_M", 8, "block rows per L2 group in the block order", lo=1, hi=1024),
+        Param("MIN_BLOCKS", 1, "__launch_bounds__ minimum blocks per SM (caps registers); default 2 when "
+              "TM*TN <= 64, else 1", (1, 2, 3, 4)),
+        Param("A_VEC", 1, "A copy: 1 = float4 loads to registers + transposed stores, 0 = 4-byte cp.async",
+              (0, 1)),
+        Param("SPLIT_K", 1, "K slices (grid y); > 1 adds alpha*A@B into C with atomics after C = beta*C",
+              lo=1, hi=64),
+    )  # fmt: skip
+    problem_keys = (
+        ProblemKey("M", 4096, "rows of A and C"),
+        ProblemKey("N", 4096, "columns of B and C"),
+        ProblemKey("K", 4096, "columns of A, rows of B"),
+        ProblemKey("alpha", 1.0, "scale of A @ B", "float"),
+        ProblemKey("beta", 0.0, "scale of the old C (0: C is not read)", "float"),
+    )
+    host_args = (
+        HostArg("M", "int"),
+        HostArg("N", "int"),
+        HostArg("K", "int"),
+        HostArg("alpha", "float"),
+        HostArg("A", "const float*", "in", ("M", "K"), "f32"),
+        HostArg("B", "const float*", "in", ("K", "N"), "f32"),
+        HostArg("beta", "float"),
+        HostArg("C", "float*", "inout", ("M", "N"), "f32"),
+    )
+    smem_kind = "auto"
+    tolerance = 1e-4  # fp32 accumulation over K terms against float64, relative to max |C|
+    test_sizes = (
+        {"M": 128, "N": 128, "K": 64},
+        {"M": 257, "N": 131, "K": 77, "beta": 0.5},
+        {"M": 1000, "N": 1001, "K": 333, "alpha": 0.75, "beta": -1.25},
+        {"M": 33, "N": 4, "K": 1},
+        {"M": 512, "N": 384, "K": 1024, "beta": 1.0},
+    )
+    bench_sizes = ({"M": 4096, "N": 4096, "K": 4096}, {"M": 8192, "N": 8192, "K": 8192})
+
+    def threads(self, p: dict[str, int]) -> int:
+        wm, wn = LANES_M * p["TM"], LANES_N * p["TN"]
+        if wm <= 0 or wn <= 0 or p["BM"] % wm or p["BN"] % wn:
+            return p["BM"] * p["BN"] // max(1, p["TM"] * p["TN"])
+        return (p["BM"] // wm) * (p["BN"] // wn) * 32
+
+    def threads_message(self, p: dict[str, int], threads: int, implied: int) -> str:
+        return (f"the thread layout does not cover the tile: BM*BN = {p['BM'] * p['BN']} but threads*TM*TN = "
+                f"{threads * p['TM'] * p['TN']} (with TM={p['TM']}, TN={p['TN']} it needs {implied} threads)")  # fmt: skip
+
+    def stages(self, p: dict[str, int]) -> int:
+        return p["STAGES"]
+
+    def derive(self, params: dict[str, int], user: set[str], arch: Arch) -> dict[str, int]:
+        p = dict(params)
+        if "CP_ASYNC" not in user:
+            p["CP_ASYNC"] = int(arch.has_cp_async)
+        if not p["CP_ASYNC"] and "STAGES" not in user:
+            p["STAGES"] = 2  # register double-buffering has exactly two slots
+        if "MIN_BLOCKS" not in user:
+            # 2 blocks/SM (<= 128 registers with 256 threads) fit a thread tile of up to 64 accumulators; the
+            # default 16 x 8 needs about 230 registers: 1 block/SM
+            p["MIN_BLOCKS"] = 2 if p["TM"] * p["TN"] <= 64 else 1
+        return p
+
+    def retarget(self, params: dict[str, int], arch: Arch) -> tuple[dict[str, int], list[str]]:
+        if arch.has_cp_async or params.get("STAGES", 2) == 2 and not params.get("CP_ASYNC"):
+            return params, []
+        out = {k: v for k, v in params.items() if k != "CP_ASYNC"}
+        notes = []
+        if params.get("STAGES", 2) != 2:
+            out["STAGES"] = 2
+            notes.append(f"{arch.name} has no cp.async: register double-buffering with 2 stages (the spec asks "
+                         f"for {params['STAGES']})")  # fmt: skip
+        return out, notes
+
+    def violations(self, cfg: KernelConfig) -> list[str]:
+        p, out = cfg.params, []
+        bm, bn, bk, tm, tn = p["BM"], p["BN"], p["BK"], p["TM"], p["TN"]
+        if bm % (LANES_M * tm):
+            out.append(f"BM={bm} must be a multiple of the warp tile height 4*TM={LANES_M * tm}")
+        if bn % (LANES_N * tn):
+            out.append(f"BN={bn} must be a multiple of the warp tile width 8*TN={LANES_N * tn}")
+        threads = self.threads(p)
+        if not 32 <= threads <= 1024:
+            out.append(f"BM*BN/(TM*TN) = {threads} threads; a block needs 32..1024")
+        if out:
+            return out
+        a_vec = p["A_VEC"]
+        per_pass = threads // (2 if a_vec else 8)  # rows one pass of A copies covers
+        a_items, what = (bm * bk // 4, "float4s") if a_vec else (bm * bk, "elements")
+        if bm % per_pass and per_pass % bm:
+            out.append(f"BM={bm} and the {per_pass} rows one pass of A copies covers must divide one another")
+        elif a_items % threads:
+            out.append(f"the {a_items} A {what} of a tile do not split evenly over {threads} threads")
+        elif (bk * bn // 4) % threads:
+            out.append(f"the {bk * bn // 4} B float4s of a tile do not split evenly over {threads} threads")
+        elif threads % (bn // 4):
+            out.append(f"threads={threads} must be a multiple of BN/4={bn // 4} (whole B rows per copy pass)")
+        for b in ("As", "Bs"):
+            lay = cfg.layouts.get(b)
+            if lay is not None and lay.pad % 4:
+                out.append(f"{b}: padding {lay.pad} must be a multiple of 4 floats to keep the float4 reads aligned")
+            if lay is not None and lay.swizzled and lay.swizzle.M < 2:
+                out.append(f"{b}: swizzle M={lay.swizzle.M} splits float4s; the inner loop needs M >= 2")
+        stages, cp = p["STAGES"], bool(p["CP_ASYNC"])
+        if cp and not cfg.arch.has_cp_async:
+            out.append(f"cp.async needs sm_80 or newer; {cfg.arch.name} must use CP_ASYNC=0 "
+                       "(register double-buffering)")  # fmt: skip
+        if cp and stages < 2:
+            out.append(f"a cp.async pipeline needs at least 2 stages, got STAGES={stages}")
+        if not cp and stages != 2:
+            out.append(f"without cp.async the kernel double-buffers through registers: STAGES must be 2, got {stages}")
+        return out
+
+    def smem_hint(self, cfg: KernelConfig) -> str:
+        return "; reduce BK or STAGES"
+
+    def template_args(self, cfg: KernelConfig) -> list[str]:
+        p = cfg.params
+        a, b = cfg.layouts["As"].template_args(), cfg.layouts["Bs"].template_args()
+        vals = [p["BM"], p["BN"], p["BK"], p["TM"], p["TN"], p["STAGES"], "true" if p["CP_ASYNC"] else "false",
+                *a, *b, p["GROUP_M"], p["MIN_BLOCKS"], p["A_VEC"], p["SPLIT_K"]]  # fmt: skip
+        return [str(v) for v in vals]
+
+    def buffers(self, cfg: KernelConfig) -> list[dict]:
+        return [
+            {"name": "As", "dtype": "f32", "shape": ["BK", "BM"], "stages": "STAGES",
+             "note": "A tile transposed (k-major): As[k][m] = A[m0+m][k0+k]"},
+            {"name": "Bs", "dtype": "f32", "shape": ["BK", "BN"], "stages": "STAGES",
+             "note": "B tile: Bs[k][n] = B[k0+k][n0+n]"},
+        ]  # fmt: skip
+
+    def accesses(self, cfg: KernelConfig) -> list[dict]:
+        p = cfg.params
+        copy_op = "cp.async" if p["CP_ASYNC"] else "store"
+        if p["A_VEC"]:
+            # chunk c = tid + i*THREADS is the float4 A[m][k..k+3], r = c//2, m = r % BM,
+            # k = (r//BM)*8 + (c%2)*4; stored transposed as four 4-byte stores As[k+q][m]
+            a_copy = {"name": "As_copy", "buffer": "As", "op": "store", "width": 4, "role": "copy",
+                      "row": "(((tid + i*THREADS)//2)//BM)*8 + (tid%2)*4 + q", "col": "((tid + i*THREADS)//2) % BM",
+                      "over": {"i": [0, "BM*BK//4//THREADS"], "q": [0, 4]},
+                      "note": "float4 of A in registers -> 4 transposed 4-byte stores"}  # fmt: skip
+        else:
+            # element e = tid + i*THREADS: k = (e//8//BM)*8 + e%8, m = (e//8) % BM, one 4-byte copy A[m][k] -> As[k][m]
+            row, col = "((tid + i*THREADS)//8//BM)*8 + tid%8", "((tid + i*THREADS)//8) % BM"
+            a_copy = {"name": "As_copy", "buffer": "As", "op": copy_op, "width": 4, "role": "copy", "row": row,
+                      "col": col, "over": {"i": [0, "BM*BK//THREADS"]}, "note": "A[m][k] -> As[k][m], 4 bytes"}  # fmt: skip
+            if copy_op == "cp.async":  # where each lane's word comes from: row-major A, leading dimension K
+                a_copy["source"] = f"({col}) * K + {row}"
+        b_row, b_col = "(tid + j*THREADS)//(BN//4)", "((tid + j*THREADS) % (BN//4))*4"
+        b_copy = {"name": "Bs_copy", "buffer": "Bs", "op": copy_op, "width": 16, "role": "copy", "row": b_row,
+                  "col": b_col, "over": {"j": [0, "BK*BN//4//THREADS"]}, "note": "B rows, 16 bytes per lane"}  # fmt: skip
+        if copy_op == "cp.async":  # row-major B, leading dimension N
+            b_copy["source"] = f"({b_row}) * N + {b_col}"
+        return [
+            a_copy,
+            b_copy,
+            {"name": "As_read", "buffer": "As", "op": "load", "width": 16, "role": "inner", "row": "k",
+             "col": f"(warp//(BN//(8*TN)))*4*TM + {LM}*4 + 16*i", "over": {"k": [0, "BK"], "i": [0, "TM//4"]},
+             "note": "float4 of As[k] along m (8-lane broadcasts)"},
+            {"name": "Bs_read", "buffer": "Bs", "op": "load", "width": 16, "role": "inner", "row": "k",
+             "col": f"(warp%(BN//(8*TN)))*8*TN + {LN}*4 + 32*j", "over": {"k": [0, "BK"], "j": [0, "TN//4"]},
+             "note": "float4 of Bs[k] along n"},
+        ]  # fmt: skip
+
+    def calls(self, cfg: KernelConfig) -> list[KernelCall]:
+        return [
+            KernelCall(("C", "M", "N", "N", "beta"), ("min(cdiv(N, 256), 64)", "min(M, 65535)", "1"),
+                       ("256", "1", "1"), kernel="smemtile_sgemm_splitk_prepare",
+                       params=("float* C", "int M", "int N", "int ldc", "float beta"), when="SPLIT_K > 1",
+                       doc="split K: C = beta * C (0 for beta = 0) before the slices add into it"),
+            KernelCall(("M", "N", "K", "alpha", "A", "K", "B", "N", "beta", "C", "N"),
+                       ("cdiv(M, BM) * cdiv(N, BN)", "SPLIT_K", "1"), ("THREADS", "1", "1")),
+        ]  # fmt: skip
+
+    def reads(self, cfg: KernelConfig, array: str) -> bool:
+        if array == "C":  # beta = 0 never reads C (the split-K preparation writes zeros without reading)
+            return float(cfg.problem["beta"]) != 0.0
+        return True
+
+    def make_inputs(self, cfg: KernelConfig, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        m, n, k = (int(cfg.problem[x]) for x in "MNK")
+        return {
+            "A": rng.standard_normal((m, k), dtype=np.float32),
+            "B": rng.standard_normal((k, n), dtype=np.float32),
+            "C": rng.standard_normal((m, n), dtype=np.float32),
+        }
+
+    def reference(self, cfg: KernelConfig, inputs: dict[str, np.ndarray]) -> np.ndarray:
+        a, b, c = (inputs[x].astype(np.float64) for x in ("A", "B", "C"))
+        alpha, beta = float(cfg.problem["alpha"]), float(cfg.problem["beta"])
+        out = alpha * (a @ b)
+        return out + beta * c if beta != 0.0 else out
+
+    def work(self, problem: dict) -> tuple[str, float]:
+        return "tflops", 2.0 * problem["M"] * problem["N"] * problem["K"]
+
+    def small_problem(self, cfg: KernelConfig) -> dict:
+        p = cfg.params
+        return {"M": 2 * p["BM"], "N": 2 * p["BN"], "K": 8 * p["BK"] * p["SPLIT_K"]}
+
+    def repeats_per_block(self, cfg: KernelConfig) -> int:
+        p = cfg.params
+        return -(-int(cfg.problem["K"]) // (p["BK"] * p["SPLIT_K"]))
+
+    def one_block_reason(self, cfg: KernelConfig, occ: dict) -> str | None:
+        if cfg.params["MIN_BLOCKS"] == 1:
+            p = cfg.params
+            return (f"1 block/SM by design (MIN_BLOCKS=1): a {p['TM']}x{p['TN']} register tile per thread needs more "
+                    f"than 128 registers; {occ['active_warps']} warps/SM with {p['TM'] * p['TN']} independent FMAs "
+                    "each keep the FMA pipes busy")  # fmt: skip
+        return None
+
+    def relax(self, cfg: KernelConfig, spilled_bytes: int) -> tuple[KernelConfig, str] | None:
+        """When the register cap makes ptxas spill, step back along what the user did not set:
+        A_VEC 1 -> 0 (the 4-byte cp.async copy holds no A tile in registers), then MIN_BLOCKS -> 1 (spilling
+        an FFMA-bound kernel costs more than a second block per SM buys)."""
+        p = cfg.params
+        if cfg.may_change("A_VEC") and p["A_VEC"] == 1 and p["CP_ASYNC"]:
+            return with_params(cfg, A_VEC=0), "using A_VEC=0: 4-byte cp.async for A, no A tile held in registers"
+        if cfg.may_change("MIN_BLOCKS") and p["MIN_BLOCKS"] > 1:
+            return (with_params(cfg, MIN_BLOCKS=1),
+                    "using MIN_BLOCKS=1: 1 block per SM with every register it needs")  # fmt: skip
+        return None
+
+    def pipeline_items(self, cfg: KernelConfig, ptx: str | None) -> list[Item]:
+        """The cp.async protocol, read from the compiled PTX (the artefact), not from the template text."""
+        stages, cp = cfg.params["STAGES"], bool(cfg.params["CP_ASYNC"])
+        if not cp:
+            why = "no cp.async: register double-buffering (global loads to registers, one barrier per K step)"
+            return [Item("commit_group", "cp.async.commit_group after all copies of a tile", NA, why),
+                    Item("wait_group", "cp.async.wait_group(N) with the right N for the stage count", NA, why),
+                    Item("barrier_after_wait", "a barrier after the wait and before reading the newly filled "
+                         "buffer", NA, why),
+                    Item("ring_index", "the ring-buffer index advances every iteration", NA,
+                         "two slots; a stale slot shows as a wrong result in `smemtile verify`, not here")]  # fmt: skip
+        if ptx is None:
+            why = "not compiled (no PTX to read): run without --no-compile"
+            return [Item(i, t, NA, why) for i, t in _PIPELINE]
+        waits = [int(x) for x in re.findall(r"cp\.async\.wait_group\s+(\d+)", ptx)]
+        commits = len(re.findall(r"cp\.async\.commit_group", ptx))
+        steady = [w for w in waits if w != 0]
+        want = stages - 2
+        items = [Item("commit_group", _PIPELINE[0][1], PASS if commits >= 2 else FAIL,
+                      f"the PTX commits {commits} groups (prologue + K loops)")]  # fmt: skip
+        ok = bool(waits) and all(w == want for w in steady) and (want != 0 or not steady)
+        items.append(Item("wait_group", _PIPELINE[1][1], PASS if ok else FAIL,
+                          f"PTX wait_group values {sorted(set(waits))}; {stages} stages need {want} in the K loop "
+                          f"({stages - 1} tiles in flight, at most {want} pending) and 0 for the drain"))  # fmt: skip
+        barrier_ok = _barrier_follows_each_wait(ptx)
+        items.append(Item("barrier_after_wait", _PIPELINE[2][1], PASS if barrier_ok else FAIL,
+                          "every cp.async.wait_group in the PTX is followed by bar.sync before the next shared "
+                          "load" if barrier_ok else "a shared load follows a wait_group before any bar.sync"))  # fmt: skip
+        items.append(Item("ring_index", _PIPELINE[3][1], NA,
+                          "the slot index lives in registers and is not visible in PTX; a stale slot gives wrong "
+                          "results, which `smemtile verify` checks on the GPU"))  # fmt: skip
+        return items
+
+    # ---- the tile model's view of this family (smemtile tiles / tune) -----------------------------------
+    def tile_contract(self, arch: Arch, problem: dict):
+        """``contract(tile) -> (broken rules, threads, smem bytes)`` for the tile model (model/tiling.py): a
+        TileConfig as this kernel would build it (MIN_BLOCKS 1, the arch's pipeline, As padded by 4)."""
+        from smemtile.families import configure
+        from smemtile.model.tiling import A_PAD_SIMT
+
+        def contract(c):
+            params = {**c.sgemm_params(), "MIN_BLOCKS": 1, "CP_ASYNC": int(arch.has_cp_async), **problem}
+            try:
+                cfg = configure(self, params, {"As": {"pad": A_PAD_SIMT}}, arch, check=False)
+            except SpecError as e:
+                return [str(e)], 0, 0
+            bad = self.problems(cfg, accesses=False)  # violations() already rules out empty copy loops
+            return bad, self.threads(cfg.params), 0 if bad else self.smem_bytes(cfg)
+
+        return contract
+
+    def ranker(self, problem: dict, arch: str, gpu: str | None):
+        return _Ranker(self, problem, arch, gpu)
+
+
+class _Ranker:
+    """The tile model's ranking of sgemm configurations for one problem."""
+
+    def __init__(self, fam: Sgemm, problem: dict, arch: str, gpu: str | None):
+        from smemtile.model.arch import get_arch
+        from smemtile.model.tiling import make_problem, recommend
+
+        mnk = {k: int(problem[k]) for k in "MNK"}
+        contract = fam.tile_contract(get_arch(arch), mnk)
+        self.fam = fam
+        self.p = make_problem(mnk["M"], mnk["N"], mnk["K"], "f32", arch, None, gpu, contract=contract)
+        self.report = recommend(mnk["M"], mnk["N"], mnk["K"], "f32", arch, gpu=gpu, contract=contract)
+        self.by_label = {s.cfg.label: s for s in self.report.ranked}
+
+    def top(self, k: int) -> list[dict]:
+        return [s.cfg.sgemm_params() for s in self.report.ranked[:k]]
+
+    def __call__(self, params: dict, src: str) -> Candidate:
+        from smemtile.model.tiling import TileConfig
+        from smemtile.model.tiling_model import evaluate
+
+        full = {**self.fam.defaults(), **params}
+        threads = self.fam.threads(full)
+        c = TileConfig(full["BM"], full["BN"], full["BK"], threads // 32, full["STAGES"], full["GROUP_M"],
+                       full["TM"], full["TN"], split_k=full["SPLIT_K"])  # fmt: skip
+        label = f"{c.label} mb{full['MIN_BLOCKS']}"
+        ranked = self.by_label.get(c.label)
+        if ranked is not None and ranked.cfg.min_blocks == full["MIN_BLOCKS"]:
+            return Candidate(label, params, src, ranked.rank, ranked.tflops, ranked.reason)
+        scored, rejected = evaluate(self.p, [c])
+        if scored:
+            return Candidate(label, params, src, None, scored[0].tflops, "not in the model's ranking (another "
+                             "stages / GROUP_M / MIN_BLOCKS of the tile ranks instead)")  # fmt: skip
+        return Candidate(label, params, src, None, None, rejected[0].reason if rejected else "")
+
+
+_PIPELINE = (
+    ("commit_group", "cp.async.commit_group after all copies of a tile"),
+    ("wait_group", "cp.async.wait_group(N) with the right N for the stage count"),
+    ("barrier_after_wait", "a barrier after the wait and before reading the newly filled buffer"),
+    ("ring_index", "the ring-buffer index advances every iteration"),
+)
+
+
+def _barrier_follows_each_wait(ptx: str) -> bool:
+    """In PTX order, after every ``cp.async.wait_group`` a ``bar.sync``/``barrier.sync`` comes before the next
+    ``ld.shared`` (the final drain wait, followed by no shared load, passes)."""
+    ok = True
+    pending = False
+    for line in ptx.splitlines():
+        s = line.strip()
+        if s.startswith("cp.async.wait_group"):
+            pending = True
+        elif pending and (s.startswith("bar.sync") or s.startswith("barrier.sync")):
+            pending = False
+        elif pending and s.startswith("ld.shared"):
+            ok = False
+            pending = False
+    return ok
+
+
+FAMILY = Sgemm()

@@ -1,0 +1,213 @@
+"""``smemtile tune``: what to time (the family's model top-k, the spec's own configuration, any extra space)
+and the sweep that compiles, checks and times each candidate, cached and resumable.
+
+    family, problem, cands = plan(doc, source, top=6)
+    rows = sweep(doc, source, family, cands, runner, cache)     # runner: smemtile.gpu.tune.GpuRunner
+    summary = summarize(rows)
+
+The runner launches each candidate through its family's launch plan (the generated helper's). A failing
+candidate is a skipped row with its reason, never an abort; deterministic failures are cached.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from smemtile.errors import CompileError, SmemtileError, SpecError
+from smemtile.families import FAMILIES, KernelConfig, get_family, reconfigure
+from smemtile.families.base import Candidate
+from smemtile.model.spec import load_yaml
+
+
+def load_docs(path: str | Path) -> list[dict]:
+    """Every YAML document of a file (a spec, or a stream of specs from ``smemtile tiles --format yaml``)."""
+    from smemtile.pipeline.specs import read_spec_text
+
+    return load_yaml(read_spec_text(path), str(path), multi=True)
+
+
+def family_of(doc: dict, source: str) -> str:
+    kernel = doc.get("kernel") if isinstance(doc, dict) else None
+    if not isinstance(kernel, dict) or "family" not in kernel:
+        raise SpecError("the spec has no kernel: {family: ...} section, so there is nothing to tune", source=source)
+    fam = get_family(kernel["family"])
+    if fam.ranker({pk.name: pk.default for pk in fam.problem_keys}, "sm_90", None) is None:
+        tunable = [n for n, f in FAMILIES.items() if f.ranker({pk.name: pk.default for pk in f.problem_keys},
+                                                              "sm_90", None) is not None]  # fmt: skip
+        raise SpecError(f"tune knows the families {', '.join(tunable)}, not {fam.name!r} (it has no tile model)",
+                        key="kernel.family", source=source)  # fmt: skip
+    return fam.name
+
+
+def family_params(doc: dict, family: str) -> dict:
+    """The family's template parameters a spec document sets (tile, constants, stages, kernel section)."""
+    names = {p.name for p in get_family(family).params}
+    out: dict[str, Any] = {}
+    for sec in ("tile", "constants"):
+        out.update({k: v for k, v in (doc.get(sec) or {}).items() if k in names and isinstance(v, int)})
+    if "STAGES" in names and isinstance(doc.get("stages"), int):
+        out["STAGES"] = doc["stages"]
+    out.update({k: v for k, v in (doc.get("kernel") or {}).items() if k in names and isinstance(v, int)})
+    return out
+
+
+def problem_of(doc: dict, family: str) -> dict:
+    keys = get_family(family).problem_keys
+    return {pk.name: (doc.get("kernel") or {}).get(pk.name, pk.default) for pk in keys}
+
+
+def respec(doc: dict, family: str, params: dict, layouts: dict | None = None, source: str = "<spec>") -> dict:
+    """``doc`` with ``params`` as its configuration (tile, stages) and, when given, the buffers' ``layouts``:
+    a spec that resolves to exactly that configuration. The spec's own accesses and buffers are dropped (they
+    described the old tile); the buffers come back as the family's with the layouts."""
+    new = copy.deepcopy(doc)
+    full = {**family_params(doc, family), **params}
+    stages = full.pop("STAGES", None)
+    for sec in ("constants", "kernel"):
+        for k in list(full):
+            (new.get(sec) or {}).pop(k, None)
+    for key in ("threads", "accesses", "buffers"):
+        new.pop(key, None)
+    new["tile"] = full
+    if stages is not None:
+        new["stages"] = stages
+    if layouts:
+        from smemtile.pipeline.specs import resolve
+
+        cfg = reconfigure(resolve(new, source).config, layouts=layouts)
+        new["buffers"] = [b.to_doc() for b in FAMILIES[family].spec(cfg).buffers]
+    return new
+
+
+def plan(doc: dict, source: str, *, top: int, space: list[dict] | None = None, arch: str | None = None,
+         gpu: str | None = None) -> tuple[str, dict, list[Candidate]]:  # fmt: skip
+    """(family, problem, candidates): the model's top ``top``, then the spec's own configuration, then the
+    space's, without duplicates. Every candidate carries the model's rank and prediction where it has one."""
+    family = family_of(doc, source)
+    fam = get_family(family)
+    problem = problem_of(doc, family)
+    arch = arch or str(doc.get("arch", "sm_90"))
+    scorer = fam.ranker(problem, arch, gpu)
+    out: dict[tuple, Candidate] = {}
+
+    def add(params: dict, src: str) -> None:
+        full = {**fam.defaults(), **params}
+        key = tuple(sorted((k, v) for k, v in full.items() if k != "CP_ASYNC"))
+        if key not in out:
+            out[key] = scorer(params, src)
+
+    for params in scorer.top(top):
+        add(params, "model")
+    add(family_params(doc, family), "spec")
+    for i, entry in enumerate(space or []):
+        if not isinstance(entry, dict):
+            raise SpecError(f"space entry {i} must be a mapping of parameters or a spec", key="--space")
+        params = family_params(entry, family) if ("kernel" in entry or "tile" in entry) else entry
+        unknown = set(params) - {p.name for p in fam.params}
+        if unknown:
+            raise SpecError(f"space entry {i}: {family} has no parameter {sorted(unknown)[0]!r}", key="--space")
+        bad = [k for k, v in params.items() if isinstance(v, bool) or not isinstance(v, int)]
+        if bad:
+            raise SpecError(f"space entry {i}: {bad[0]} must be a whole number, got {params[bad[0]]!r}",
+                            key="--space")  # fmt: skip
+        add(params, "space")
+    return family, problem, list(out.values())
+
+
+def space_entries(path: str | Path) -> list[dict]:
+    """A --space file: a list of parameter mappings, {space: [...]}, or a stream of specs."""
+    docs = load_docs(path)
+    if len(docs) == 1 and isinstance(docs[0], dict) and "space" in docs[0]:
+        docs = docs[0]["space"]
+    elif len(docs) == 1 and isinstance(docs[0], list):
+        docs = docs[0]
+    if not isinstance(docs, list):
+        raise SpecError("expected a list of parameter mappings", key="--space", source=str(path))
+    return list(docs)
+
+
+def config_for(doc: dict, source: str, family: str, cand: Candidate, arch) -> KernelConfig:
+    """The KernelConfig of ``cand`` for ``arch`` with the layouts the fix search picks for it (on what the
+    kernel issues); parameters the model chose stay the tool's, so a spilling one may be relaxed."""
+    from smemtile.pipeline.fixes import variants
+    from smemtile.pipeline.specs import resolve
+
+    base = resolve({k: v for k, v in doc.items() if k != "accesses"}, source)
+    cfg = reconfigure(base.config, params=cand.params, arch=arch)
+    if cand.source == "model":  # the model's numbers are suggestions the family may relax (Family.relax)
+        cfg = replace(cfg, suggested=tuple(cand.params))
+    res = replace(base, spec=FAMILIES[family].spec(cfg), config=cfg)
+    return variants(res)["fixed"]
+
+
+def sweep(doc: dict, source: str, family: str, cands: list[Candidate], runner, cache, *,
+          force: bool = False, progress: Callable[[dict], None] | None = None) -> list[dict]:  # fmt: skip
+    """Measure every candidate (or take it from the cache); a failing one is a skipped row, never an abort."""
+    from smemtile.gpu.tune import cache_key
+
+    rows = []
+    for cand in cands:
+        row: dict[str, Any] = {"label": cand.label, "params": cand.params, "source": cand.source,
+                               "model_rank": cand.model_rank, "predicted": cand.predicted,
+                               "model_reason": cand.model_reason}  # fmt: skip
+        try:
+            cfg = config_for(doc, source, family, cand, runner.arch)
+        except SmemtileError as e:
+            rows.append({**row, "status": "skipped", "reason": f"configuration refused: {e}", "cached": False})
+            progress and progress(rows[-1])
+            continue
+        row["name_expression"] = FAMILIES[family].name_expression(cfg)
+        row["layouts"] = {k: v.to_dict() for k, v in cfg.layouts.items()}
+        key = cache_key(cfg, runner.env, runner.seed)
+        hit = None if force else cache.get(key)
+        if hit is not None:
+            rows.append({**row, **hit, "cached": True})
+        else:
+            try:
+                m = runner.measure(cfg)
+            except CompileError as e:
+                m = {"status": "skipped", "reason": f"compile error: {str(e).splitlines()[0]}", "cacheable": True}
+            except Exception as e:  # a launch or driver failure: record, do not cache, carry on
+                first = str(e).splitlines()[0] if str(e) else ""
+                m = {"status": "skipped", "reason": f"{type(e).__name__}: {first}", "cacheable": False}
+            if m.pop("cacheable", True):
+                cache.put(key, m)
+            rows.append({**row, **m, "cached": False})
+        progress and progress(rows[-1])
+    return rows
+
+
+def summarize(rows: list[dict]) -> dict:
+    """Best configuration, measured vs model ranking (Spearman; ties reported as ties), the model's top-1."""
+    from smemtile.model.tiling_model import spearman
+
+    ok = sorted((r for r in rows if r.get("status") == "ok"), key=lambda r: r["time_ms"])
+    for i, r in enumerate(ok):
+        r["measured_rank"] = i + 1
+    out: dict[str, Any] = {"measured": len(ok), "skipped": sum(r.get("status") != "ok" for r in rows),
+                           "best": ok[0] if ok else None}  # fmt: skip
+    scored = [r for r in ok if r.get("predicted") is not None]
+    preds = [r["predicted"] for r in scored]
+    out["rank_correlation_n"] = len(scored)
+    if len(scored) >= 3 and len(set(preds)) > 1:
+        out["rank_correlation"] = spearman(preds, [-r["time_ms"] for r in scored])
+        out["rank_correlation_note"] = None
+    else:
+        out["rank_correlation"] = None
+        out["rank_correlation_note"] = ("the model predicts the same value for every measured configuration (a "
+                                        "tie): no ranking to correlate" if len(scored) >= 3 else
+                                        "fewer than 3 measured configurations with a prediction")  # fmt: skip
+    ranked = [r for r in ok if r.get("model_rank") is not None]
+    if ok and ranked:
+        top1 = min(ranked, key=lambda r: r["model_rank"])
+        gap = top1["time_ms"] / ok[0]["time_ms"] - 1
+        out["model_top1"] = {"label": top1["label"], "model_rank": top1["model_rank"],
+                             "measured_rank": top1["measured_rank"], "slower_than_best": gap,
+                             "within_10pct": gap <= 0.10}  # fmt: skip
+    else:
+        out["model_top1"] = None
+    return out
