@@ -212,9 +212,15 @@ class Sgemm(Family):
                       "col": col, "over": {"i": [0, "BM*BK//THREADS"]}, "note": "A[m][k] -> As[k][m], 4 bytes"}  # fmt: skip
             if copy_op == "cp.async":  # where each lane's word comes from: row-major A, leading dimension K
                 a_copy["source"] = f"({col}) * K + {row}"
-        b_row, b_col = "(tid + j*THREADS)//(BN//4)", "((tid + j*THREADS) % (BN//4))*4"
-        b_copy = {"name": "Bs_copy", "buffer": "Bs", "op": copy_op, "width": 16, "role": "copy", "row": b_row,
-                  "col": b_col, "over": {"j": [0, "BK*BN//4//THREADS"]}, "note": "B rows, 16 bytes per lane"}  # fmt: skip
+        if int(cfg.problem["N"]) % 4 == 0:  # ldb = N keeps float4 rows aligned: 16-byte copies
+            b_row, b_col = "(tid + j*THREADS)//(BN//4)", "((tid + j*THREADS) % (BN//4))*4"
+            b_copy = {"name": "Bs_copy", "buffer": "Bs", "op": copy_op, "width": 16, "role": "copy", "row": b_row,
+                      "col": b_col, "over": {"j": [0, "BK*BN//4//THREADS"]}, "note": "B rows, 16 bytes per lane"}  # fmt: skip
+        else:  # rows of B are not 16-byte aligned: the kernel copies one element per lane (b_vec false)
+            b_row, b_col = "(tid + j*THREADS)//BN", "(tid + j*THREADS) % BN"
+            b_copy = {"name": "Bs_copy", "buffer": "Bs", "op": copy_op, "width": 4, "role": "copy", "row": b_row,
+                      "col": b_col, "over": {"j": [0, "BK*BN//THREADS"]},
+                      "note": "B rows, 4 bytes per lane (N is not a multiple of 4)"}  # fmt: skip
         if copy_op == "cp.async":  # row-major B, leading dimension N
             b_copy["source"] = f"({b_row}) * N + {b_col}"
         return [

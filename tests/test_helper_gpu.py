@@ -1,0 +1,125 @@
+"""The path a user takes: `smemtile generate -o k.cu`, nvcc, their own main() calling the generated
+launch_<family>() helper. For every family, split K, and `smemtile tiles --top 1` picks of many shapes, the
+helper's result matches the float64 reference on the GPU (marked gpu), and it builds here (marked slow)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from conftest import ROOT, nvcc_path, run_cli
+from harness import harness_main, read_output, run_arguments
+
+from smemtile.codegen.render import render
+from smemtile.families import FAMILIES, configure
+from smemtile.gpu.run import compare
+from smemtile.pipeline.fixes import variants
+from smemtile.pipeline.specs import resolve
+
+# (family, template parameters, problem): every family, both sgemm copies, split K with and without beta
+CASES = [
+    ("sgemm", {}, {"M": 1000, "N": 1001, "K": 333, "alpha": 0.75, "beta": -1.25}),
+    ("sgemm", {"BM": 128, "TM": 8, "A_VEC": 0}, {"M": 257, "N": 131, "K": 77, "beta": 0.5}),
+    ("sgemm", {"BM": 64, "TM": 8, "STAGES": 2, "SPLIT_K": 4, "MIN_BLOCKS": 3}, {"M": 64, "N": 1000, "K": 5000}),
+    ("sgemm", {"BM": 64, "TM": 8, "STAGES": 2, "SPLIT_K": 8}, {"M": 100, "N": 300, "K": 9000, "beta": 0.5}),
+    ("transpose", {}, {"rows": 1000, "cols": 777}),
+    ("transpose", {"TILE": 32, "BLOCK_ROWS": 8}, {"rows": 1024, "cols": 2048}),
+    ("transpose", {"VEC": 1}, {"rows": 513, "cols": 257, "dtype": "f16"}),
+    ("transpose", {}, {"rows": 512, "cols": 256, "dtype": "bf16"}),
+    ("stencil2d", {"R": 1}, {"ny": 1000, "nx": 999}),
+    ("stencil2d", {"R": 4, "BX": 64, "BY": 4}, {"ny": 7, "nx": 300}),
+]
+# shapes for `tiles --top 1`: square, ragged, skinny M, skinny N, deep K, small, mid-size, huge K
+TILE_SHAPES = [(1024, 1024, 1024), (1000, 1001, 333), (64, 4096, 4096), (4096, 64, 4096), (256, 256, 65536),
+               (33, 4, 100), (2048, 2048, 512), (1000, 1000, 50000)]  # fmt: skip
+
+
+def _tiles_pick(m: int, n: int, k: int):
+    r = run_cli("tiles", str(m), str(n), str(k), "--top", "1", "--format", "yaml")
+    assert r.returncode == 0, r.stderr
+    res = resolve(yaml.safe_load(r.stdout))
+    return variants(res)["fixed"]
+
+
+def _configs() -> list:
+    out = [variants(resolve({"arch": "sm_90", "tile": p, "kernel": {"family": f, **q}}))["fixed"] for f, p, q in CASES]
+    out += [_tiles_pick(*s) for s in TILE_SHAPES]
+    return out
+
+
+def _build(cfg, work: Path) -> Path:
+    (work / "k.cu").write_text(render(cfg).source + "\n" + harness_main(cfg))
+    exe = work / "k"
+    p = subprocess.run([nvcc_path(), "-std=c++17", f"-arch={cfg.arch.name}", "-o", str(exe), str(work / "k.cu")],
+                       capture_output=True, text=True, timeout=900)  # fmt: skip
+    assert p.returncode == 0, p.stderr[-3000:]
+    return exe
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(nvcc_path() is None, reason="nvcc not installed")
+def test_harness_builds_around_the_generated_helper(tmp_path):
+    """Here (no GPU): the generated file plus a user's main() links into a program with nvcc."""
+    cfg = configure("sgemm", {"BM": 64, "TM": 8, "STAGES": 2, "SPLIT_K": 4, "M": 64, "N": 100, "K": 400}, {}, "sm_90")
+    assert _build(cfg, tmp_path).exists()
+
+
+def test_tiles_picks_grid_in_the_helper_equals_json():
+    """For every tiles pick, generate --json's grid is the family's plan (what the helper computes: the
+    expressions are checked against g++ in test_families.py)."""
+    for m, n, k in TILE_SHAPES[:4]:
+        r = run_cli("tiles", str(m), str(n), str(k), "--top", "1", "--format", "yaml")
+        with tempfile.TemporaryDirectory() as d:
+            spec = Path(d) / "t.yaml"
+            spec.write_text(r.stdout)
+            g = json.loads(run_cli("generate", str(spec), "--json", "--no-compile").stdout)
+        cfg = _tiles_pick(m, n, k)
+        plan = FAMILIES[cfg.family].launch(cfg)
+        assert g["grid"] == list(plan.grid) and [s["grid"] for s in g["launch"]["steps"]] == \
+            [list(s.grid) for s in plan.steps]  # fmt: skip
+        if cfg.params.get("SPLIT_K", 1) > 1:
+            assert g["launch"]["steps"][0]["kernel"] == "smemtile_sgemm_splitk_prepare"
+
+
+@pytest.mark.gpu
+def test_generated_helper_is_correct_on_the_gpu(tmp_path):
+    cfgs = _configs()
+    works = [tmp_path / f"case{i}" for i in range(len(cfgs))]
+    for w in works:
+        w.mkdir()
+    with ThreadPoolExecutor(max_workers=min(16, os.cpu_count() or 4)) as pool:
+        exes = list(pool.map(_build, cfgs, works))
+    failures, report = [], []
+    for i, (cfg, exe, work) in enumerate(zip(cfgs, exes, works, strict=True)):
+        fam = FAMILIES[cfg.family]
+        inputs = fam.make_inputs(cfg, np.random.default_rng(100 + i))
+        argv, env, out = run_arguments(cfg, inputs, work)
+        p = subprocess.run([str(exe), *argv], capture_output=True, text=True, env={**os.environ, **env}, timeout=300)
+        label = f"{fam.name_expression(cfg)} {cfg.problem}"
+        if p.returncode != 0:
+            failures.append(f"{label}: exit {p.returncode} {p.stderr.strip()}")
+            continue
+        chk = compare(fam.reference(cfg, inputs), read_output(cfg, out), fam.tolerance, exact=fam.exact)
+        report.append({"case": label, "grid": list(fam.launch(cfg).grid), "correct": chk.correct,
+                       "max_rel_error": chk.max_rel_error})  # fmt: skip
+        if not chk.correct:
+            failures.append(f"{label}: {chk.mismatch.describe()}")
+    out_dir = os.environ.get("SMEMTILE_TEST_REPORT")
+    if out_dir:
+        (Path(out_dir) / "helper_gpu.json").write_text(json.dumps(report, indent=1))
+    assert not failures, failures
+    assert len(report) == len(CASES) + len(TILE_SHAPES)
+
+
+def test_cases_cover_every_family_and_split_k():
+    fams = {f for f, _, _ in CASES}
+    assert fams == set(FAMILIES)
+    assert any(p.get("SPLIT_K", 1) > 1 for _, p, _ in CASES)
+    assert ROOT.exists()
