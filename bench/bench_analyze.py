@@ -52,13 +52,26 @@ def main() -> None:
         t_an = _median_ms(lambda spec=spec: analyze_spec(spec))
         t_fix = _median_ms(lambda spec=spec, results=results: fix_spec(spec, results))
         tried = sum(f.tried for f in fix_spec(spec, results).buffers)
-        rows.append({"spec": name, "instructions": n_inst, "analyze_ms": round(t_an, 2),
-                     "fix_search_ms": round(t_fix, 2), "layouts_tried": tried})
-        print(f"{name:30s} {n_inst:5d} instructions  analyze {t_an:6.2f} ms (target 50)  "
-              f"fix search {t_fix:6.2f} ms over {tried} layouts (target 100)")
+        rows.append(
+            {
+                "spec": name,
+                "instructions": n_inst,
+                "analyze_ms": round(t_an, 2),
+                "fix_search_ms": round(t_fix, 2),
+                "layouts_tried": tried,
+            }
+        )
+        print(
+            f"{name:30s} {n_inst:5d} instructions  analyze {t_an:6.2f} ms (target 50)  "
+            f"fix search {t_fix:6.2f} ms over {tried} layouts (target 100)"
+        )
     if a.record:
-        doc = {"date": dt.date.today().isoformat(), "machine": f"{platform.processor() or platform.machine()}, "
-               f"Python {platform.python_version()}, numpy {np.__version__}", "results": rows}
+        doc = {
+            "date": dt.date.today().isoformat(),
+            "machine": f"{platform.processor() or platform.machine()}, "
+            f"Python {platform.python_version()}, numpy {np.__version__}",
+            "results": rows,
+        }
         out = ROOT / "bench" / "results" / "analyze_cpu.json"
         out.write_text(json.dumps(doc, indent=1) + "\n")
         print("wrote", out.relative_to(ROOT))

@@ -64,7 +64,6 @@ F16_VARIANTS = [
 ]
 
 
-
 def tiles_top1(m: int, n: int, k: int, arch: str = "sm_90") -> dict:
     """`smemtile tiles M N K` #1 as sgemm parameters: the tool's own recommendation for that shape."""
     from smemtile.model.tiling import recommend
@@ -407,7 +406,9 @@ def main() -> int:
     ap.add_argument("--variants", action="store_true", help="also time the alternative configurations")
     ap.add_argument("--rounds", type=int, default=5, help="alternating timing rounds per case")
     ap.add_argument("--only", help="comma-separated: sgemm, transpose, f16")
-    ap.add_argument("--shape", action="append", help="SGEMM shapes to run, MxNxK (repeatable; default all four)")
+    ap.add_argument(
+        "--shape", action="append", help="SGEMM shapes to run, MxNxK (repeatable; default all four)"
+    )
     args = ap.parse_args()
     shapes = [tuple(int(x) for x in sh.split("x")) for sh in args.shape] if args.shape else SGEMM_SHAPES
     import torch

@@ -128,24 +128,53 @@ BIG = [
     Variant("128x256x32 S4 pad8", layout="pad8"),
     Variant("128x256x32 S4 GROUP_M 16", group_m=16),
 ]
-B_COL = [Variant("128x256x32 S4 B col-major", b_col=True),
-         Variant("128x128x32 S4 4w MB2 B col", bn=128, min_blocks=2, b_col=True)]
+B_COL = [
+    Variant("128x256x32 S4 B col-major", b_col=True),
+    Variant("128x128x32 S4 4w MB2 B col", bn=128, min_blocks=2, b_col=True),
+]
 # ALIGN 1: any leading dimension (odd ones included), 2-byte loads through registers: correct, not fast
-UNALIGNED = [Variant("128x256x32 S4 ALIGN 1", align=1), Variant("128x256x32 S4 B col ALIGN 1", b_col=True, align=1)]
+UNALIGNED = [
+    Variant("128x256x32 S4 ALIGN 1", align=1),
+    Variant("128x256x32 S4 B col ALIGN 1", b_col=True, align=1),
+]
 SKINNY = [  # 64 x 8192 x 4096: 64 block columns of 128; split K fills the SMs (fp32 C, atomics)
-    Variant("64x128x64 w64x32 S4 SK4 MB2", bm=64, bn=128, bk=64, wn=32, split_k=4, min_blocks=2, c_types=("f32",)),
-    Variant("64x128x64 w64x32 S4 SK2 MB2", bm=64, bn=128, bk=64, wn=32, split_k=2, min_blocks=2, c_types=("f32",)),
-    Variant("64x128x32 w64x32 S5 SK4 MB2", bm=64, bn=128, bk=32, wn=32, stages=5, split_k=4, min_blocks=2,
-            c_types=("f32",)),
-    Variant("64x128x64 w32x64 S4 SK4 MB2", bm=64, bn=128, bk=64, wm=32, split_k=4, min_blocks=2, c_types=("f32",)),
+    Variant(
+        "64x128x64 w64x32 S4 SK4 MB2", bm=64, bn=128, bk=64, wn=32, split_k=4, min_blocks=2, c_types=("f32",)
+    ),
+    Variant(
+        "64x128x64 w64x32 S4 SK2 MB2", bm=64, bn=128, bk=64, wn=32, split_k=2, min_blocks=2, c_types=("f32",)
+    ),
+    Variant(
+        "64x128x32 w64x32 S5 SK4 MB2",
+        bm=64,
+        bn=128,
+        bk=32,
+        wn=32,
+        stages=5,
+        split_k=4,
+        min_blocks=2,
+        c_types=("f32",),
+    ),
+    Variant(
+        "64x128x64 w32x64 S4 SK4 MB2", bm=64, bn=128, bk=64, wm=32, split_k=4, min_blocks=2, c_types=("f32",)
+    ),
     Variant("64x64x64 w32x32 S3 MB4", bm=64, bn=64, bk=64, wm=32, wn=32, stages=3, min_blocks=4),
     Variant("64x128x64 w64x32 S4 MB2", bm=64, bn=128, bk=64, wn=32, min_blocks=2),
 ]
 ALL = BIG + B_COL + SKINNY + UNALIGNED
 # The configurations the family ships (tests/test_hgemm_kernel.py compiles each for sm_80 and sm_90, 0 spills)
-SHIPPED = ("256x128x32 S4 (default)", "128x256x32 S4", "128x256x64 S3", "128x128x32 S4 4w MB2", "128x128x64 S3 4w",
-           "128x256x32 S4 B col-major", "64x128x64 w64x32 S4 SK2 MB2", "64x128x64 w64x32 S4 SK4 MB2",
-           "128x256x32 S4 ALIGN 1", "128x256x32 S4 B col ALIGN 1")
+SHIPPED = (
+    "256x128x32 S4 (default)",
+    "128x256x32 S4",
+    "128x256x64 S3",
+    "128x128x32 S4 4w MB2",
+    "128x128x64 S3 4w",
+    "128x256x32 S4 B col-major",
+    "64x128x64 w64x32 S4 SK2 MB2",
+    "64x128x64 w64x32 S4 SK4 MB2",
+    "128x256x32 S4 ALIGN 1",
+    "128x256x32 S4 B col ALIGN 1",
+)
 
 # (M, N, K, padded leading dimensions, variants). Padded: lda, ldb, ldc rounded up to multiples of 8 elements
 # (16 bytes), for cuBLAS and for us: the 16-byte copies need it (an odd ld takes the 2-byte path, checked below).
@@ -158,11 +187,26 @@ def pick(*labels: str) -> list[Variant]:
 
 SHAPES = [
     (4096, 4096, 4096, False, BIG + B_COL),
-    (8192, 8192, 8192, False, pick("256x128x32 S4 (default)", "128x256x32 S4", "128x256x64 S3")
-     + [v for v in BIG + B_COL[:1] if v.label not in ("256x128x32 S4 (default)", "128x256x32 S4", "128x256x64 S3")]),
+    (
+        8192,
+        8192,
+        8192,
+        False,
+        pick("256x128x32 S4 (default)", "128x256x32 S4", "128x256x64 S3")
+        + [
+            v
+            for v in BIG + B_COL[:1]
+            if v.label not in ("256x128x32 S4 (default)", "128x256x32 S4", "128x256x64 S3")
+        ],
+    ),
     (4095, 4097, 1023, True, BIG[:10]),
-    (4096, 4096, 1024, False, pick("256x128x32 S4 (default)", "128x256x32 S4", "128x128x32 S4 4w MB2",
-                                   "128x128x64 S3 4w")),  # the aligned neighbour of the ragged shape (context)
+    (
+        4096,
+        4096,
+        1024,
+        False,
+        pick("256x128x32 S4 (default)", "128x256x32 S4", "128x128x32 S4 4w MB2", "128x128x64 S3 4w"),
+    ),  # the aligned neighbour of the ragged shape (context)
     (64, 8192, 4096, False, SKINNY + pick("256x128x32 S4 (default)", "128x128x32 S4 4w MB2")),
     (4095, 4097, 1023, False, UNALIGNED[:1]),  # tight, odd lda and ldb: ALIGN 1 only (information)
 ]
@@ -214,7 +258,9 @@ def compile_all(variants: list[Variant], arch: str, workers: int | None = None) 
 
     jobs = [(v.label, tuple(v.exprs()), arch) for v in variants]
     ctx = multiprocessing.get_context("spawn")  # the parent may hold a CUDA context
-    with ProcessPoolExecutor(max_workers=workers or min(len(jobs), os.cpu_count() or 1), mp_context=ctx) as ex:
+    with ProcessPoolExecutor(
+        max_workers=workers or min(len(jobs), os.cpu_count() or 1), mp_context=ctx
+    ) as ex:
         return {r["label"]: r for r in ex.map(_compile_one, jobs)}
 
 
@@ -250,13 +296,16 @@ class Module:
         a = d.CUfunction_attribute
         for expr, lowered in built["lowered"].items():
             f = _ok(d.cuModuleGetFunction(self.module, lowered.encode()))
-            _ok(d.cuFuncSetAttribute(f, a.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, variant.smem_bytes))
+            _ok(
+                d.cuFuncSetAttribute(f, a.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, variant.smem_bytes)
+            )
             self.funcs[expr] = f
             self.info[expr] = {
                 "registers": int(_ok(d.cuFuncGetAttribute(a.CU_FUNC_ATTRIBUTE_NUM_REGS, f))),
                 "local_bytes": int(_ok(d.cuFuncGetAttribute(a.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, f))),
-                "blocks_per_sm": int(_ok(d.cuOccupancyMaxActiveBlocksPerMultiprocessor(
-                    f, variant.threads, variant.smem_bytes))),  # fmt: skip
+                "blocks_per_sm": int(
+                    _ok(d.cuOccupancyMaxActiveBlocksPerMultiprocessor(f, variant.threads, variant.smem_bytes))
+                ),  # fmt: skip
                 "ptxas": built["resources"].get(expr),
             }
         self.prepare = _ok(d.cuModuleGetFunction(self.module, b"hgemm_splitk_prepare"))
@@ -266,7 +315,11 @@ class Module:
         v = self.v
         if v.split_k > 1:  # C = beta * C first: the slices add into it
             args = ((c_ptr, m, n, ldc, beta), (P, INT, INT, INT, F))
-            _ok(d.cuLaunchKernel(self.prepare, max(1, min(m, 65535)), 1, 1, 256, 1, 1, 0, d.CUstream(stream), args, 0))
+            _ok(
+                d.cuLaunchKernel(
+                    self.prepare, max(1, min(m, 65535)), 1, 1, 256, 1, 1, 0, d.CUstream(stream), args, 0
+                )
+            )
         vals = (m, n, k, alpha, a_ptr, lda, b_ptr, ldb, beta, c_ptr, ldc)
         types = (INT, INT, INT, F, P, INT, P, INT, F, P, INT)
         gx, gy, gz = v.grid(m, n)
@@ -461,7 +514,9 @@ def bench_shape(mods: dict, shape, t: str, torch, rounds: int, flush, log, susta
     out_t = torch.empty(m, n, device="cuda", dtype=p0.c.dtype)
     fns = {"cuBLAS": lambda: torch.matmul(p0.a, p0.b, out=p0.c),
            "cuBLAS (new C)": lambda: torch.matmul(p0.a, p0.b, out=out_t)}  # fmt: skip
-    if padded:  # cuBLAS may prefer the tight (contiguous) operands: time those too, the fastest is the reference
+    if (
+        padded
+    ):  # cuBLAS may prefer the tight (contiguous) operands: time those too, the fastest is the reference
         a_t, b_t = p0.a.contiguous(), p0.b.contiguous()
         fns["cuBLAS (tight)"] = lambda: torch.matmul(a_t, b_t, out=out_t)
     errs = {}
@@ -619,9 +674,14 @@ def main() -> int:
     ap.add_argument("--dtypes", default="f16,bf16")
     ap.add_argument("--list", action="store_true", help="print the variants and shapes and exit")
     ap.add_argument("--commit", help="the git commit measured (the device copy has no .git)")
-    ap.add_argument("--built", type=Path, help="a pickle of compile_all's result made with the same NVRTC (optional)")
-    ap.add_argument("--check-only", action="store_true",
-                    help="compile and run the small checks in this process, no timing (for compute-sanitizer)")
+    ap.add_argument(
+        "--built", type=Path, help="a pickle of compile_all's result made with the same NVRTC (optional)"
+    )
+    ap.add_argument(
+        "--check-only",
+        action="store_true",
+        help="compile and run the small checks in this process, no timing (for compute-sanitizer)",
+    )
     ap.add_argument("--phase-check", nargs=2, type=Path, metavar=("BUILT", "OUT"), help=argparse.SUPPRESS)
     ap.add_argument("--skip", default="", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -638,7 +698,9 @@ def main() -> int:
         print(s, flush=True)
         lines.append(s)
 
-    if args.check_only:  # e.g. compute-sanitizer --tool racecheck python bench/bench_hgemm.py --check-only --only L
+    if (
+        args.check_only
+    ):  # e.g. compute-sanitizer --tool racecheck python bench/bench_hgemm.py --check-only --only L
         torch, arch = torch_setup()
         built = load_or_compile(variants, arch, args.built, print)
         bad = 0
@@ -676,7 +738,15 @@ def main() -> int:
         out.unlink(missing_ok=True)
         done = {c["variant"] for c in checks}
         skip = crashed | done | {lb for lb, b in built.items() if "error" in b}
-        cmd = [sys.executable, __file__, "--phase-check", str(tmp / "built.pkl"), str(out), "--skip", "|".join(skip)]
+        cmd = [
+            sys.executable,
+            __file__,
+            "--phase-check",
+            str(tmp / "built.pkl"),
+            str(out),
+            "--skip",
+            "|".join(skip),
+        ]
         try:  # a hung kernel (a pipeline bug) must not eat the whole run
             rc = subprocess.run(cmd, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=240).returncode
         except subprocess.TimeoutExpired:
@@ -696,10 +766,16 @@ def main() -> int:
             break
         crashed.add(started)
     bad = {c["variant"] for c in checks if not c["ok"]} | crashed
-    log(f"small checks: {sum(c['ok'] for c in checks)}/{len(checks)} OK; failing variants: {sorted(bad) or 'none'}")
+    log(
+        f"small checks: {sum(c['ok'] for c in checks)}/{len(checks)} OK; failing variants: {sorted(bad) or 'none'}"
+    )
 
     # every variant that did not crash is timed (a wrong one is reported WRONG)
-    mods = {v.label: Module(v, built[v.label]) for v in variants if v.label not in crashed and "cubin" in built[v.label]}
+    mods = {
+        v.label: Module(v, built[v.label])
+        for v in variants
+        if v.label not in crashed and "cubin" in built[v.label]
+    }
     flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
     entries = []
     shapes = [SHAPES[int(i)] for i in args.shapes.split(",")] if args.shapes else SHAPES

@@ -37,7 +37,9 @@ def make_csv(path: Path, n: int, seed: int = 0, suffixed: bool = False) -> None:
     opt = rng.integers(0, 2, n)
     dyn_text = [f"{d // 1024}K" for d in dynamic.tolist()] if suffixed else dynamic.astype(str).tolist()
     lines = ["arch,threads,regs,static_smem,dynamic_smem,carveout,opt_in"]
-    lines += [",".join(map(str, r)) for r in zip(names, threads, regs, static, dyn_text, carve, opt, strict=True)]
+    lines += [
+        ",".join(map(str, r)) for r in zip(names, threads, regs, static, dyn_text, carve, opt, strict=True)
+    ]
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -45,7 +47,9 @@ def time_cli(args: list[str], repeat: int) -> list[float]:
     out = []
     for _ in range(repeat):
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "smemtile", *args], cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [sys.executable, "-m", "smemtile", *args], cwd=ROOT, check=True, stdout=subprocess.DEVNULL
+        )
         out.append(time.perf_counter() - t0)
     return out
 
@@ -74,8 +78,12 @@ def main() -> None:
         plain, suffixed = Path(d) / "plain.csv", Path(d) / "suffixed.csv"
         make_csv(plain, n)
         make_csv(suffixed, n, suffixed=True)
-        results["cli_json_plain_csv_s"] = time_cli(["occupancy", "--batch", str(plain), "--json"], args.repeat)
-        results["cli_json_48K_style_csv_s"] = time_cli(["occupancy", "--batch", str(suffixed), "--json"], args.repeat)
+        results["cli_json_plain_csv_s"] = time_cli(
+            ["occupancy", "--batch", str(plain), "--json"], args.repeat
+        )
+        results["cli_json_48K_style_csv_s"] = time_cli(
+            ["occupancy", "--batch", str(suffixed), "--json"], args.repeat
+        )
         results["cli_table_plain_csv_s"] = time_cli(["occupancy", "--batch", str(plain)], 1)
 
     doc = {

@@ -27,8 +27,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from smemtile.codegen import FAMILIES, configure  # noqa: E402
 from smemtile.codegen.build import compile_config  # noqa: E402
+
+from smemtile.codegen import FAMILIES, configure  # noqa: E402
 
 # (family, template params, layouts, label)
 CONFIGS = [
@@ -59,8 +60,12 @@ CONFIGS = [
     ("sgemm", {}, {"As": {"pad": 4}}, "default 256x128 16x8 S3 (A_VEC)"),
     ("sgemm", {}, {}, "default dense As"),
     ("sgemm", {"A_VEC": 0}, {"As": {"pad": 4}}, "default tile, 4-byte cp.async A copy"),
-    ("sgemm", {"BM": 64, "BN": 128, "TM": 8, "TN": 8, "STAGES": 2, "SPLIT_K": 4, "MIN_BLOCKS": 3},
-     {"As": {"pad": 4}}, "64x128 split K 4"),
+    (
+        "sgemm",
+        {"BM": 64, "BN": 128, "TM": 8, "TN": 8, "STAGES": 2, "SPLIT_K": 4, "MIN_BLOCKS": 3},
+        {"As": {"pad": 4}},
+        "64x128 split K 4",
+    ),
     ("transpose", {}, {"tile": {"pad": 1}}, "default (VEC) pad1"),
     ("transpose", {"dtype": "f16"}, {}, "f16 default (VEC) dense"),
     ("stencil2d", {"R": 1}, {}, "R1 32x8"),
@@ -154,7 +159,9 @@ def _run_one(ld: Loaded, problem: dict, rng, torch, *, b_misaligned=False):
         if cfg.params.get("SPLIT_K", 1) > 1:  # K slices add into C with atomics: C starts as beta * C
             c0 = (inputs["C"] * np.float32(beta)).astype(np.float32)
         else:
-            c0 = inputs["C"] if beta != 0.0 else np.full((m, n), np.nan, np.float32)  # beta = 0 must not read C
+            c0 = (
+                inputs["C"] if beta != 0.0 else np.full((m, n), np.nan, np.float32)
+            )  # beta = 0 must not read C
         dc = torch.from_numpy(c0.copy()).cuda()
         args = [
             (m, INT),

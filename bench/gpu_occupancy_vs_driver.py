@@ -116,12 +116,22 @@ def random_configs(rng, kernels: list[dict], optin: int, smem_per_sm: int, n: in
             dyn = 0
         elif r < 0.5:
             blocks = int(rng.integers(1, 33))
-            edge = [optin - static, 48 * KB - static, smem_per_sm // blocks - 1024 - static][int(rng.integers(3))]
+            edge = [optin - static, 48 * KB - static, smem_per_sm // blocks - 1024 - static][
+                int(rng.integers(3))
+            ]
             dyn = max(0, edge + int(rng.integers(-128, 129)))
         else:
             dyn = int(rng.integers(0, optin + 4 * KB))
         carveout = -1 if rng.random() < 0.4 else int(rng.integers(0, 101))
-        out.append(dict(kernel=k, threads=threads, dynamic_smem=dyn, carveout=carveout, opt_in=bool(rng.random() < 0.7)))
+        out.append(
+            dict(
+                kernel=k,
+                threads=threads,
+                dynamic_smem=dyn,
+                carveout=carveout,
+                opt_in=bool(rng.random() < 0.7),
+            )
+        )
     return out
 
 
@@ -182,7 +192,10 @@ def main() -> None:
         for carve in (True, False):  # opt in: raise the dynamic limit to the opt-in maximum minus static
             f = fns[(True, carve)]
             value = auto.smem_optin_per_block - info["static_smem"]
-            check(driver.cuFuncSetAttribute(f, fa.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, value), "opt in")
+            check(
+                driver.cuFuncSetAttribute(f, fa.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, value),
+                "opt in",
+            )
         info["_fns"] = fns
         kernels.append(info)
         print(f"kernel nacc={nacc} maxrreg={maxrreg}: {info['regs']} regs, {info['static_smem']} B static, "
@@ -231,7 +244,10 @@ def main() -> None:
         "no_opt_in": ~np.array(cols["opt_in"]),
         "threads_not_multiple_of_32": np.array(cols["threads"]) % 32 != 0,
     }.items():
-        by[label] = {"configs": int(mask.sum()), "agree": int(((model_table == driver_blocks) & ok & mask).sum())}
+        by[label] = {
+            "configs": int(mask.sum()),
+            "agree": int(((model_table == driver_blocks) & ok & mask).sum()),
+        }
 
     drv_version = check(driver.cuDriverGetVersion(), "cuDriverGetVersion")
     doc = {
@@ -259,10 +275,15 @@ def main() -> None:
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=2) + "\n")
-    summary = {k: doc[k] for k in ("gpu", "configs", "driver_errors", "agreement", "agree_device_arch", "total_s")}
+    summary = {
+        k: doc[k] for k in ("gpu", "configs", "driver_errors", "agreement", "agree_device_arch", "total_s")
+    }
     print(json.dumps(summary, indent=2))
     print("by category:", json.dumps(by))
-    print("table vs device:", json.dumps({k: v for k, v in table_vs_device.items() if v["table"] != v["device"]}))
+    print(
+        "table vs device:",
+        json.dumps({k: v for k, v in table_vs_device.items() if v["table"] != v["device"]}),
+    )
     if mismatches:
         print("first mismatches:", json.dumps(mismatches[:5]))
 

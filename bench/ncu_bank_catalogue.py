@@ -130,15 +130,23 @@ def patterns() -> list[dict]:
     P.append(_p("ld8_uniform", "ld8", [0] * 32, "every lane the same 8 bytes"))
     P.append(_p("ld8_halves_same", "ld8", [8 * (i % 16) for i in LANES], "both half-warps read bytes 0..127"))
     P.append(_p("ld8_pairs", "ld8", [8 * (i // 2) for i in LANES], "lanes 2k,2k+1 share 8 bytes"))
-    P.append(_p("ld8_even_odd_split", "ld8", [8 * (i // 2) + 128 * (i % 2) for i in LANES],
-                "even lanes 0..127, odd lanes 128..255: conflicts inside each half-warp only"))
+    P.append(
+        _p(
+            "ld8_even_odd_split",
+            "ld8",
+            [8 * (i // 2) + 128 * (i % 2) for i in LANES],
+            "even lanes 0..127, odd lanes 128..255: conflicts inside each half-warp only",
+        )
+    )
     P.append(_p("ld8_half_swap", "ld8", [8 * ((i + 16) % 32) for i in LANES], "lane i reads 8*(i+16 mod 32)"))
     P.append(_p("ld8_quarter_bcast", "ld8", [8 * (i % 8) for i in LANES], "4 groups read the same 64 bytes"))
     P.append(_p("ld8_random0", "ld8", [8 * rng.randrange(2048) for _ in LANES], "random"))
     P.append(_p("ld8_random1", "ld8", [8 * rng.randrange(64) for _ in LANES], "random in 512 bytes"))
     P.append(_p("st8_consecutive", "st8", [8 * i for i in LANES], ""))
     P.append(_p("st8_stride16", "st8", [16 * i for i in LANES], ""))
-    P.append(_p("st8_halves_same", "st8", [8 * (i % 16) for i in LANES], "both half-warps write bytes 0..127"))
+    P.append(
+        _p("st8_halves_same", "st8", [8 * (i % 16) for i in LANES], "both half-warps write bytes 0..127")
+    )
     P.append(_p("st8_uniform", "st8", [0] * 32, "every lane the same 8 bytes"))
     # ---- 16-byte
     P.append(_p("ld16_consecutive", "ld16", [16 * i for i in LANES], "512 contiguous bytes"))
@@ -146,23 +154,60 @@ def patterns() -> list[dict]:
     P.append(_p("ld16_stride128", "ld16", [128 * i for i in LANES], "all in banks 0-3"))
     P.append(_p("ld16_stride144", "ld16", [144 * i for i in LANES], "padded rows of 128+16 bytes"))
     P.append(_p("ld16_uniform", "ld16", [0] * 32, "every lane the same 16 bytes"))
-    P.append(_p("ld16_quarters_same", "ld16", [16 * (i % 8) for i in LANES], "all quarter-warps read bytes 0..127"))
-    P.append(_p("ld16_quarter_pairs_same", "ld16", [16 * (i % 8) + 128 * (i // 16) for i in LANES],
-                "quarters 0,1 read 0..127, quarters 2,3 read 128..255"))
-    P.append(_p("ld16_halves_same", "ld16", [16 * (i % 16) for i in LANES], "both half-warps read bytes 0..255"))
+    P.append(
+        _p("ld16_quarters_same", "ld16", [16 * (i % 8) for i in LANES], "all quarter-warps read bytes 0..127")
+    )
+    P.append(
+        _p(
+            "ld16_quarter_pairs_same",
+            "ld16",
+            [16 * (i % 8) + 128 * (i // 16) for i in LANES],
+            "quarters 0,1 read 0..127, quarters 2,3 read 128..255",
+        )
+    )
+    P.append(
+        _p("ld16_halves_same", "ld16", [16 * (i % 16) for i in LANES], "both half-warps read bytes 0..255")
+    )
     P.append(_p("ld16_quad_bcast", "ld16", [16 * (i // 4) for i in LANES], "lanes 4k..4k+3 share 16 bytes"))
-    P.append(_p("ld16_transposed_quarters", "ld16", [16 * ((i % 4) * 8 + i // 4) for i in LANES],
-                "each quarter hits 4 rows of 128 bytes: conflicts inside quarters, none across the warp"))
-    P.append(_p("ld16_quarter_rotate", "ld16", [16 * ((i + 8) % 32) for i in LANES], "lane i reads 16*(i+8 mod 32)"))
-    P.append(_p("ld16_sgemm_bcast_a", "ld16", [16 * ((i // 16) * 2) for i in LANES],
-                "float4 of A^T: two addresses per warp (warp tile 2x16)"))
+    P.append(
+        _p(
+            "ld16_transposed_quarters",
+            "ld16",
+            [16 * ((i % 4) * 8 + i // 4) for i in LANES],
+            "each quarter hits 4 rows of 128 bytes: conflicts inside quarters, none across the warp",
+        )
+    )
+    P.append(
+        _p(
+            "ld16_quarter_rotate",
+            "ld16",
+            [16 * ((i + 8) % 32) for i in LANES],
+            "lane i reads 16*(i+8 mod 32)",
+        )
+    )
+    P.append(
+        _p(
+            "ld16_sgemm_bcast_a",
+            "ld16",
+            [16 * ((i // 16) * 2) for i in LANES],
+            "float4 of A^T: two addresses per warp (warp tile 2x16)",
+        )
+    )
     P.append(_p("ld16_sgemm_b", "ld16", [16 * (i % 16) for i in LANES], "float4 of B row: 16 distinct"))
     P.append(_p("ld16_random0", "ld16", [16 * rng.randrange(1024) for _ in LANES], "random"))
     P.append(_p("ld16_random1", "ld16", [16 * rng.randrange(32) for _ in LANES], "random in 512 bytes"))
     P.append(_p("st16_consecutive", "st16", [16 * i for i in LANES], ""))
     P.append(_p("st16_stride128", "st16", [128 * i for i in LANES], "all in banks 0-3"))
-    P.append(_p("st16_quarters_same", "st16", [16 * (i % 8) for i in LANES], "all quarter-warps write bytes 0..127"))
+    P.append(
+        _p(
+            "st16_quarters_same",
+            "st16",
+            [16 * (i % 8) for i in LANES],
+            "all quarter-warps write bytes 0..127",
+        )
+    )
     P.append(_p("st16_transposed_quarters", "st16", [16 * ((i % 4) * 8 + i // 4) for i in LANES], ""))
+
     # ---- ldmatrix: lane i supplies row (i % 8) of matrix (i // 8)
     def ldsm(row_bytes, swz=False, col_off=16):
         out = []
@@ -173,6 +218,7 @@ def patterns() -> list[dict]:
                 chunk ^= r
             out.append(r * row_bytes + 16 * chunk)
         return out
+
     for x in (1, 2, 4):
         P.append(_p(f"ldsm_x{x}_row16", f"ldsm{x}", [16 * i for i in LANES], "contiguous 8x8 matrices"))
         P.append(_p(f"ldsm_x{x}_row128", f"ldsm{x}", ldsm(128), "fp16 tile with 64 halves per row"))
@@ -185,10 +231,22 @@ def patterns() -> list[dict]:
     P.append(_p("ldsm_x4t_row128_swizzle", "ldsm4t", ldsm(128, swz=True), "transposed, swizzled"))
     P.append(_p("ldsm_x2t_row64", "ldsm2t", ldsm(64), "transposed, 32 halves per row"))
     P.append(_p("ldsm_x4_same_matrix", "ldsm4", [16 * (i % 8) for i in LANES], "four copies of one matrix"))
-    P.append(_p("ldsm_x1_ignored_lanes", "ldsm1", [16 * i if i < 8 else 128 * i for i in LANES],
-                "lanes 8..31 supply conflicting addresses that x1 must ignore"))
-    P.append(_p("ldsm_x2_ignored_lanes", "ldsm2", [16 * i if i < 16 else 128 * (i - 16) for i in LANES],
-                "lanes 16..31 supply conflicting addresses that x2 must ignore"))
+    P.append(
+        _p(
+            "ldsm_x1_ignored_lanes",
+            "ldsm1",
+            [16 * i if i < 8 else 128 * i for i in LANES],
+            "lanes 8..31 supply conflicting addresses that x1 must ignore",
+        )
+    )
+    P.append(
+        _p(
+            "ldsm_x2_ignored_lanes",
+            "ldsm2",
+            [16 * i if i < 16 else 128 * (i - 16) for i in LANES],
+            "lanes 16..31 supply conflicting addresses that x2 must ignore",
+        )
+    )
     P.append(_p("ldsm_x4_random", "ldsm4", [16 * rng.randrange(2048) for _ in LANES], "random rows"))
     # ---- cp.async shared-memory write side
     P.append(_p("cpa4_consecutive", "cpa4", [4 * i for i in LANES], ""))
@@ -200,30 +258,81 @@ def patterns() -> list[dict]:
     P.append(_p("cpa16_stride144", "cpa16", [144 * i for i in LANES], "padded rows"))
     P.append(_p("cpa16_transposed_quarters", "cpa16", [16 * ((i % 4) * 8 + i // 4) for i in LANES], ""))
     P.append(_p("cpa16_swizzle", "cpa16", [128 * (i // 8) + 16 * ((i % 8) ^ (i // 8)) for i in LANES], ""))
+
     # ---- second round: partial lane-pair sharing, pair-shared random addresses, stores, cp.async.ca 16
     def paired(vals):
         return [vals[i // 2] for i in LANES]
-    P.append(_p("ld8_pairs_half0_only", "ld8", [8 * (i // 2) if i < 16 else 8 * i + 256 for i in LANES],
-                "pairs share in lanes 0-15 only"))
-    P.append(_p("ld8_pairs_all_but_one", "ld8", [8 * (i // 2) if i != 31 else 8 * 40 for i in LANES],
-                "every pair shares except (30, 31)"))
-    P.append(_p("ld8_pairs_conflict", "ld8", paired([256 * k for k in range(16)]), "pairs share, 16 words of bank 0"))
+
+    P.append(
+        _p(
+            "ld8_pairs_half0_only",
+            "ld8",
+            [8 * (i // 2) if i < 16 else 8 * i + 256 for i in LANES],
+            "pairs share in lanes 0-15 only",
+        )
+    )
+    P.append(
+        _p(
+            "ld8_pairs_all_but_one",
+            "ld8",
+            [8 * (i // 2) if i != 31 else 8 * 40 for i in LANES],
+            "every pair shares except (30, 31)",
+        )
+    )
+    P.append(
+        _p(
+            "ld8_pairs_conflict",
+            "ld8",
+            paired([256 * k for k in range(16)]),
+            "pairs share, 16 words of bank 0",
+        )
+    )
     for k in range(2):
-        P.append(_p(f"ld8_pairs_random{k}", "ld8", paired([8 * rng.randrange(256) for _ in range(16)]),
-                    "random addresses shared by lane pairs"))
-    P.append(_p("ld16_pairs_conflict", "ld16", paired([128 * k for k in range(16)]), "pairs share, banks 0-3"))
-    P.append(_p("ld16_pairs_half0_only", "ld16", [16 * (i // 2) if i < 16 else 16 * i + 512 for i in LANES],
-                "pairs share in lanes 0-15 only"))
-    P.append(_p("ld16_pairs_quarter0_only", "ld16", [16 * (i // 2) if i < 8 else 16 * i for i in LANES],
-                "pairs share in lanes 0-7 only"))
+        P.append(
+            _p(
+                f"ld8_pairs_random{k}",
+                "ld8",
+                paired([8 * rng.randrange(256) for _ in range(16)]),
+                "random addresses shared by lane pairs",
+            )
+        )
+    P.append(
+        _p("ld16_pairs_conflict", "ld16", paired([128 * k for k in range(16)]), "pairs share, banks 0-3")
+    )
+    P.append(
+        _p(
+            "ld16_pairs_half0_only",
+            "ld16",
+            [16 * (i // 2) if i < 16 else 16 * i + 512 for i in LANES],
+            "pairs share in lanes 0-15 only",
+        )
+    )
+    P.append(
+        _p(
+            "ld16_pairs_quarter0_only",
+            "ld16",
+            [16 * (i // 2) if i < 8 else 16 * i for i in LANES],
+            "pairs share in lanes 0-7 only",
+        )
+    )
     for k in range(3):
-        P.append(_p(f"ld16_pairs_random{k}", "ld16", paired([16 * rng.randrange(128) for _ in range(16)]),
-                    "random addresses shared by lane pairs"))
-    P.append(_p("ld16_even_odd_pairs", "ld16", [16 * (i % 2) for i in LANES], "two addresses: even and odd lanes"))
+        P.append(
+            _p(
+                f"ld16_pairs_random{k}",
+                "ld16",
+                paired([16 * rng.randrange(128) for _ in range(16)]),
+                "random addresses shared by lane pairs",
+            )
+        )
+    P.append(
+        _p("ld16_even_odd_pairs", "ld16", [16 * (i % 2) for i in LANES], "two addresses: even and odd lanes")
+    )
     P.append(_p("ld4_random3", "ld4", [4 * rng.randrange(256) for _ in LANES], "random words in 1 KB"))
     P.append(_p("ld2_random1", "ld2", [2 * rng.randrange(256) for _ in LANES], "random halves in 512 B"))
     P.append(_p("st16_uniform", "st16", [0] * 32, "every lane the same 16 bytes"))
-    P.append(_p("st16_pairs", "st16", paired([16 * k for k in range(16)]), "lane pairs write the same 16 bytes"))
+    P.append(
+        _p("st16_pairs", "st16", paired([16 * k for k in range(16)]), "lane pairs write the same 16 bytes")
+    )
     P.append(_p("st8_pairs", "st8", paired([8 * k for k in range(16)]), "lane pairs write the same 8 bytes"))
     P.append(_p("st8_random0", "st8", [8 * rng.randrange(512) for _ in LANES], "random"))
     P.append(_p("st16_random0", "st16", [16 * rng.randrange(256) for _ in LANES], "random"))
@@ -233,7 +342,9 @@ def patterns() -> list[dict]:
     P.append(_p("cpa16ca_stride128", "cpa16ca", [128 * i for i in LANES], "cp.async.ca, banks 0-3"))
     P.append(_p("cpa16ca_stride144", "cpa16ca", [144 * i for i in LANES], "cp.async.ca, padded rows"))
     P.append(_p("cpa16ca_transposed_quarters", "cpa16ca", [16 * ((i % 4) * 8 + i // 4) for i in LANES], ""))
-    P.append(_p("cpa16ca_swizzle", "cpa16ca", [128 * (i // 8) + 16 * ((i % 8) ^ (i // 8)) for i in LANES], ""))
+    P.append(
+        _p("cpa16ca_swizzle", "cpa16ca", [128 * (i // 8) + 16 * ((i % 8) ^ (i // 8)) for i in LANES], "")
+    )
     P.append(_p("cpa16ca_random0", "cpa16ca", [16 * rng.randrange(256) for _ in LANES], "random"))
     # ---- third round: does the cp.async write side depend on where the
     # global data comes from? The sgemm A copy (each quarter-warp copies 8 consecutive k of one row m, one
@@ -242,82 +353,259 @@ def patterns() -> list[dict]:
     a_glob = [q * 16384 + 4 * k for q in range(4) for k in range(8)]
     P.append(_p("r3_cpa4_sgemm_a_copy", "cpa4", a_copy, "sgemm A copy, global rows as in the kernel", a_glob))
     P.append(_p("r3_cpa4_sgemm_a_copy_line_global", "cpa4", a_copy, "same shared side, global 16*lane"))
-    P.append(_p("r3_cpa4_sgemm_a_copy_contig_global", "cpa4", a_copy, "same shared side, global 4*lane",
-                [4 * i for i in LANES]))
-    P.append(_p("r3_cpa4_sgemm_a_copy_pad4", "cpa4", [(k * 132 + q) * 4 for q in range(4) for k in range(8)],
-                "padded As rows, global rows as in the kernel", a_glob))
-    P.append(_p("r3_cpa4_quarters_disjoint_2way", "cpa4",
-                [4 * (8 * (i // 8) + (i % 4)) + 128 * ((i % 8) // 4) for i in LANES],
-                "each quarter: 4 banks of its own, 2 words each"))
-    P.append(_p("r3_cpa4_random0_contig_global", "cpa4", P[[x["name"] for x in P].index("cpa4_random0")]["addresses"],
-                "cpa4_random0's shared side, global 4*lane", [4 * i for i in LANES]))
+    P.append(
+        _p(
+            "r3_cpa4_sgemm_a_copy_contig_global",
+            "cpa4",
+            a_copy,
+            "same shared side, global 4*lane",
+            [4 * i for i in LANES],
+        )
+    )
+    P.append(
+        _p(
+            "r3_cpa4_sgemm_a_copy_pad4",
+            "cpa4",
+            [(k * 132 + q) * 4 for q in range(4) for k in range(8)],
+            "padded As rows, global rows as in the kernel",
+            a_glob,
+        )
+    )
+    P.append(
+        _p(
+            "r3_cpa4_quarters_disjoint_2way",
+            "cpa4",
+            [4 * (8 * (i // 8) + (i % 4)) + 128 * ((i % 8) // 4) for i in LANES],
+            "each quarter: 4 banks of its own, 2 words each",
+        )
+    )
+    P.append(
+        _p(
+            "r3_cpa4_random0_contig_global",
+            "cpa4",
+            P[[x["name"] for x in P].index("cpa4_random0")]["addresses"],
+            "cpa4_random0's shared side, global 4*lane",
+            [4 * i for i in LANES],
+        )
+    )
     tq = [16 * ((i % 4) * 8 + i // 4) for i in LANES]
-    P.append(_p("r3_cpa16ca_transposed_quarters_row_global", "cpa16ca", tq, "global: every lane its own line",
-                [128 * i for i in LANES]))
-    P.append(_p("r3_cpa16_transposed_quarters_row_global", "cpa16", tq, ".cg, every lane its own line",
-                [128 * i for i in LANES]))
-    P.append(_p("r3_cpa16ca_quarters_disjoint_2way", "cpa16ca",
-                [16 * (2 * (i // 8) + (i % 2)) + 128 * ((i % 8) // 2) for i in LANES],
-                "each quarter: 8 banks of its own, 4 words each"))
-    P.append(_p("r3_cpa8_consecutive_contig_global", "cpa8", [8 * i for i in LANES], "global 8*lane",
-                [8 * i for i in LANES]))
+    P.append(
+        _p(
+            "r3_cpa16ca_transposed_quarters_row_global",
+            "cpa16ca",
+            tq,
+            "global: every lane its own line",
+            [128 * i for i in LANES],
+        )
+    )
+    P.append(
+        _p(
+            "r3_cpa16_transposed_quarters_row_global",
+            "cpa16",
+            tq,
+            ".cg, every lane its own line",
+            [128 * i for i in LANES],
+        )
+    )
+    P.append(
+        _p(
+            "r3_cpa16ca_quarters_disjoint_2way",
+            "cpa16ca",
+            [16 * (2 * (i // 8) + (i % 2)) + 128 * ((i % 8) // 2) for i in LANES],
+            "each quarter: 8 banks of its own, 4 words each",
+        )
+    )
+    P.append(
+        _p(
+            "r3_cpa8_consecutive_contig_global",
+            "cpa8",
+            [8 * i for i in LANES],
+            "global 8*lane",
+            [8 * i for i in LANES],
+        )
+    )
+
     # quarter-overlap probes for the 4- and 8-byte write side: quarter q writes `depth` words into one bank of
     # its own (or a shared bank), the rest conflict-free; global source one line per quarter (the default)
     def quarter_banks(depth_of):
         # quarter q owns banks 8q..8q+7: lanes j < depth stack words in bank 8q, the rest one word each in 8q+1...
-        return [4 * (8 * q) + 128 * j if j < depth_of(q) else 4 * (8 * q + j - max(depth_of(q) - 1, 0)) + 128 * 16
-                for q in range(4) for j in range(8)]
+        return [
+            4 * (8 * q) + 128 * j if j < depth_of(q) else 4 * (8 * q + j - max(depth_of(q) - 1, 0)) + 128 * 16
+            for q in range(4)
+            for j in range(8)
+        ]
+
     for depth in (2, 4):
-        P.append(_p(f"r3_cpa4_quarter_bank_depth{depth}", "cpa4", quarter_banks(lambda q, d=depth: d),
-                    f"quarter q: {depth} words in bank 8q"))
-    P.append(_p("r3_cpa4_quarter_bank_depth8_same", "cpa4", [128 * (8 * q + j) for q in range(4) for j in range(8)],
-                "every quarter: 8 words of bank 0"))
-    P.append(_p("r3_cpa4_quarter_bank_depth8_pairs", "cpa4",
-                [4 * (q // 2) + 128 * (8 * (q % 2) + j) for q in range(4) for j in range(8)],
-                "quarters 0,1: bank 0; quarters 2,3: bank 1; 8 words each"))
-    P.append(_p("r3_cpa4_q0_only_8way", "cpa4", quarter_banks(lambda q: 8 if q == 0 else 0),
-                "quarter 0: 8 words of bank 0; the others conflict-free"))
-    P.append(_p("r3_cpa4_q3_only_8way", "cpa4", quarter_banks(lambda q: 8 if q == 3 else 0),
-                "quarter 3: 8 words of bank 24; the others conflict-free"))
-    P.append(_p("r3_cpa4_q01_8way", "cpa4", quarter_banks(lambda q: 8 if q < 2 else 0),
-                "quarters 0 and 1: 8 words of banks 0, 8; the others conflict-free"))
-    P.append(_p("r3_cpa4_quarter_bank_depth8_contig_global", "cpa4", quarter_banks(lambda q: 8),
-                "quarter q: 8 words in bank 8q, global 4*lane", [4 * i for i in LANES]))
-    P.append(_p("r3_cpa8_quarter_bank_depth8", "cpa8",
-                [32 * (i // 8) + 128 * (i % 8) for i in LANES], "quarter q: 8 doublewords in banks 8q, 8q+1"))
-    P.append(_p("r3_cpa8_quarter_pairs_4way", "cpa8", [32 * (i // 8) + 8 * (i % 2) + 128 * ((i % 8) // 2) for i in LANES],
-                "quarter q: banks 8q..8q+3, 4 doublewords each"))
-    P.append(_p("r3_cpa16ca_quarter_bank_depth8", "cpa16ca", [16 * q + 128 * j for q in range(4) for j in range(8)],
-                "quarter q: 8 x 16 bytes in banks 4q..4q+3"))
+        P.append(
+            _p(
+                f"r3_cpa4_quarter_bank_depth{depth}",
+                "cpa4",
+                quarter_banks(lambda q, d=depth: d),
+                f"quarter q: {depth} words in bank 8q",
+            )
+        )
+    P.append(
+        _p(
+            "r3_cpa4_quarter_bank_depth8_same",
+            "cpa4",
+            [128 * (8 * q + j) for q in range(4) for j in range(8)],
+            "every quarter: 8 words of bank 0",
+        )
+    )
+    P.append(
+        _p(
+            "r3_cpa4_quarter_bank_depth8_pairs",
+            "cpa4",
+            [4 * (q // 2) + 128 * (8 * (q % 2) + j) for q in range(4) for j in range(8)],
+            "quarters 0,1: bank 0; quarters 2,3: bank 1; 8 words each",
+        )
+    )
+    P.append(
+        _p(
+            "r3_cpa4_q0_only_8way",
+            "cpa4",
+            quarter_banks(lambda q: 8 if q == 0 else 0),
+            "quarter 0: 8 words of bank 0; the others conflict-free",
+        )
+    )
+    P.append(
+        _p(
+            "r3_cpa4_q3_only_8way",
+            "cpa4",
+            quarter_banks(lambda q: 8 if q == 3 else 0),
+            "quarter 3: 8 words of bank 24; the others conflict-free",
+        )
+    )
+    P.append(
+        _p(
+            "r3_cpa4_q01_8way",
+            "cpa4",
+            quarter_banks(lambda q: 8 if q < 2 else 0),
+            "quarters 0 and 1: 8 words of banks 0, 8; the others conflict-free",
+        )
+    )
+    P.append(
+        _p(
+            "r3_cpa4_quarter_bank_depth8_contig_global",
+            "cpa4",
+            quarter_banks(lambda q: 8),
+            "quarter q: 8 words in bank 8q, global 4*lane",
+            [4 * i for i in LANES],
+        )
+    )
+    P.append(
+        _p(
+            "r3_cpa8_quarter_bank_depth8",
+            "cpa8",
+            [32 * (i // 8) + 128 * (i % 8) for i in LANES],
+            "quarter q: 8 doublewords in banks 8q, 8q+1",
+        )
+    )
+    P.append(
+        _p(
+            "r3_cpa8_quarter_pairs_4way",
+            "cpa8",
+            [32 * (i // 8) + 8 * (i % 2) + 128 * ((i % 8) // 2) for i in LANES],
+            "quarter q: banks 8q..8q+3, 4 doublewords each",
+        )
+    )
+    P.append(
+        _p(
+            "r3_cpa16ca_quarter_bank_depth8",
+            "cpa16ca",
+            [16 * q + 128 * j for q in range(4) for j in range(8)],
+            "quarter q: 8 x 16 bytes in banks 4q..4q+3",
+        )
+    )
     # ---- fourth round: out-of-sample check of the cp.async schedule model (smemtile/model/banks.py), whose
     # predictions were recorded in bench/results/cp_async_round4_predictions.json before this round ran
     r4 = random.Random(4)
     for k in range(4):
-        P.append(_p(f"r4_cpa4_random_lines{k}", "cpa4", [4 * r4.randrange(1024) for _ in LANES],
-                    "random words, sources in random lines", [4 * r4.randrange(4096) for _ in LANES]))
+        P.append(
+            _p(
+                f"r4_cpa4_random_lines{k}",
+                "cpa4",
+                [4 * r4.randrange(1024) for _ in LANES],
+                "random words, sources in random lines",
+                [4 * r4.randrange(4096) for _ in LANES],
+            )
+        )
     for k in range(3):
-        P.append(_p(f"r4_cpa4_random_two_lines{k}", "cpa4", [4 * r4.randrange(1024) for _ in LANES],
-                    "random words, lanes split at random between two lines",
-                    [128 * r4.randrange(2) + 4 * r4.randrange(32) for _ in LANES]))
+        P.append(
+            _p(
+                f"r4_cpa4_random_two_lines{k}",
+                "cpa4",
+                [4 * r4.randrange(1024) for _ in LANES],
+                "random words, lanes split at random between two lines",
+                [128 * r4.randrange(2) + 4 * r4.randrange(32) for _ in LANES],
+            )
+        )
     for k in range(3):
-        P.append(_p(f"r4_cpa4_sector_rows{k}", "cpa4", [4 * ((j % 8) * (32 + 4 * k) + q) for q in range(4) for j in range(8)],
-                    f"transposing copy, row pitch {32 + 4 * k} words, each quarter its own line",
-                    [q * 4096 + 4 * j for q in range(4) for j in range(8)]))
-    P.append(_p("r4_cpa4_interleaved_lines", "cpa4", [128 * (i % 8) + 4 * (i // 8) for i in LANES],
-                "even and odd lanes from two lines", [128 * (i % 2) + 4 * (i // 2) for i in LANES]))
-    P.append(_p("r4_cpa4_pairs_of_quarters", "cpa4", [(k * 128 + q) * 4 for q in range(4) for k in range(8)],
-                "sgemm A copy shared side, quarters 0-1 and 2-3 each share a line",
-                [(q // 2) * 16384 + 32 * (q % 2) + 4 * k for q in range(4) for k in range(8)]))
+        P.append(
+            _p(
+                f"r4_cpa4_sector_rows{k}",
+                "cpa4",
+                [4 * ((j % 8) * (32 + 4 * k) + q) for q in range(4) for j in range(8)],
+                f"transposing copy, row pitch {32 + 4 * k} words, each quarter its own line",
+                [q * 4096 + 4 * j for q in range(4) for j in range(8)],
+            )
+        )
+    P.append(
+        _p(
+            "r4_cpa4_interleaved_lines",
+            "cpa4",
+            [128 * (i % 8) + 4 * (i // 8) for i in LANES],
+            "even and odd lanes from two lines",
+            [128 * (i % 2) + 4 * (i // 2) for i in LANES],
+        )
+    )
+    P.append(
+        _p(
+            "r4_cpa4_pairs_of_quarters",
+            "cpa4",
+            [(k * 128 + q) * 4 for q in range(4) for k in range(8)],
+            "sgemm A copy shared side, quarters 0-1 and 2-3 each share a line",
+            [(q // 2) * 16384 + 32 * (q % 2) + 4 * k for q in range(4) for k in range(8)],
+        )
+    )
     for k in range(3):
-        P.append(_p(f"r4_cpa8_random_lines{k}", "cpa8", [8 * r4.randrange(512) for _ in LANES],
-                    "random doublewords, random lines", [8 * r4.randrange(2048) for _ in LANES]))
-    P.append(_p("r4_cpa8_contig_conflict", "cpa8", [256 * (i % 16) + 8 * (i // 16) for i in LANES],
-                "two 128-byte lines of sources, shared side 16-deep in banks 0-3", [8 * i for i in LANES]))
+        P.append(
+            _p(
+                f"r4_cpa8_random_lines{k}",
+                "cpa8",
+                [8 * r4.randrange(512) for _ in LANES],
+                "random doublewords, random lines",
+                [8 * r4.randrange(2048) for _ in LANES],
+            )
+        )
+    P.append(
+        _p(
+            "r4_cpa8_contig_conflict",
+            "cpa8",
+            [256 * (i % 16) + 8 * (i // 16) for i in LANES],
+            "two 128-byte lines of sources, shared side 16-deep in banks 0-3",
+            [8 * i for i in LANES],
+        )
+    )
     for k in range(3):
-        P.append(_p(f"r4_cpa16ca_random_lines{k}", "cpa16ca", [16 * r4.randrange(256) for _ in LANES],
-                    "random 16-byte chunks, random lines", [16 * r4.randrange(1024) for _ in LANES]))
-    P.append(_p("r4_cpa16ca_half_lines", "cpa16ca", [16 * ((i % 4) * 8 + i // 4) for i in LANES],
-                "transposed quarters, each line feeds 4 lanes", [64 * (i // 4) * 2 + 16 * (i % 4) for i in LANES]))
+        P.append(
+            _p(
+                f"r4_cpa16ca_random_lines{k}",
+                "cpa16ca",
+                [16 * r4.randrange(256) for _ in LANES],
+                "random 16-byte chunks, random lines",
+                [16 * r4.randrange(1024) for _ in LANES],
+            )
+        )
+    P.append(
+        _p(
+            "r4_cpa16ca_half_lines",
+            "cpa16ca",
+            [16 * ((i % 4) * 8 + i // 4) for i in LANES],
+            "transposed quarters, each line feeds 4 lanes",
+            [64 * (i // 4) * 2 + 16 * (i % 4) for i in LANES],
+        )
+    )
     names = [p["name"] for p in P]
     assert len(names) == len(set(names))
     return P
@@ -349,9 +637,11 @@ def _body(kind: str) -> str:
         return f'asm volatile("ldmatrix.sync.aligned.m8n8.x{x}{t}.shared.b16 {{{regs}}}, [%{x}];" : {outs} : "r"(a));'
     if kind.startswith("cpa"):
         cache = "cg" if kind == "cpa16" else "ca"
-        return (f'asm volatile("cp.async.{cache}.shared.global [%0], [%1], {width};" :: "r"(a), "l"(g));\n'
-                '      asm volatile("cp.async.commit_group;");\n'
-                '      asm volatile("cp.async.wait_group 4;" ::: "memory");')
+        return (
+            f'asm volatile("cp.async.{cache}.shared.global [%0], [%1], {width};" :: "r"(a), "l"(g));\n'
+            '      asm volatile("cp.async.commit_group;");\n'
+            '      asm volatile("cp.async.wait_group 4;" ::: "memory");'
+        )
     raise ValueError(kind)
 
 
@@ -359,10 +649,12 @@ def source(pats: list[dict]) -> str:
     kinds = sorted({p["kind"] for p in pats}, key=list(KINDS).index)
     out = [
         "// Generated by bench/ncu_bank_catalogue.py: one-warp shared-memory microkernels.",
-        "#include <cstdio>", "#include <cstdlib>", "#include <cuda_runtime.h>",
+        "#include <cstdio>",
+        "#include <cstdlib>",
+        "#include <cuda_runtime.h>",
         f"#define ITERS {ITERS}",
         f"#define GLOBAL_BYTES {GLOBAL_BYTES}",
-        "#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf(\"CUDA %s at %d\\n\", cudaGetErrorString(e_), __LINE__); exit(1);} } while (0)",
+        '#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("CUDA %s at %d\\n", cudaGetErrorString(e_), __LINE__); exit(1);} } while (0)',
     ]
     for k in kinds:
         out.append(f"""
@@ -387,11 +679,15 @@ __global__ void __launch_bounds__(32) k_{k}(const unsigned* addrs, unsigned zero
     out.append("static const Pat PATS[] = {")
     for p in pats:
         glob = p.get("global", [16 * i for i in LANES])  # loads, stores, ldmatrix: unused
-        out.append(f"  {{{kinds.index(p['kind'])}, {{{', '.join(map(str, p['addresses']))}}}, "
-                   f"{{{', '.join(map(str, glob))}}}}}, // {p['name']}")
+        out.append(
+            f"  {{{kinds.index(p['kind'])}, {{{', '.join(map(str, p['addresses']))}}}, "
+            f"{{{', '.join(map(str, glob))}}}}}, // {p['name']}"
+        )
     out.append("};")
     launches = "\n".join(
-        f"      case {i}: k_{k}<<<1, 32>>>(d_addr, zero, d_out, d_g, d_gaddr); break;" for i, k in enumerate(kinds))
+        f"      case {i}: k_{k}<<<1, 32>>>(d_addr, zero, d_out, d_g, d_gaddr); break;"
+        for i, k in enumerate(kinds)
+    )
     out.append(f"""
 int main(int argc, char** argv) {{
   unsigned zero = argc > 5 ? 1u : 0u;  // always 0 in practice; the compiler cannot know
@@ -427,9 +723,15 @@ WANT = re.compile(
 def _metrics() -> list[str]:
     txt = subprocess.run(["ncu", "--query-metrics", "--chip", "gh100"], capture_output=True, text=True).stdout
     names = sorted({ln.split()[0] for ln in txt.splitlines() if ln.strip() and WANT.match(ln.split()[0])})
-    base = ["l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld", "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st",
-            "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld", "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st",
-            "smsp__inst_executed_op_shared_ld", "smsp__inst_executed_op_shared_st", "smsp__inst_executed_op_ldsm"]
+    base = [
+        "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld",
+        "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st",
+        "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld",
+        "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st",
+        "smsp__inst_executed_op_shared_ld",
+        "smsp__inst_executed_op_shared_st",
+        "smsp__inst_executed_op_ldsm",
+    ]
     return [n + ".sum" for n in (names or base)]
 
 
@@ -466,12 +768,23 @@ def run(out_dir: Path) -> None:
     metrics = _metrics()
     (out_dir / "metrics.txt").write_text("\n".join(metrics))
     csv_path = out_dir / "ncu.csv"
-    cmd = ["ncu", "--clock-control", "none", "--csv", "--page", "raw", "--print-units", "base",
-           "--metrics", ",".join(metrics), str(exe)]
+    cmd = [
+        "ncu",
+        "--clock-control",
+        "none",
+        "--csv",
+        "--page",
+        "raw",
+        "--print-units",
+        "base",
+        "--metrics",
+        ",".join(metrics),
+        str(exe),
+    ]
     res = subprocess.run(cmd, capture_output=True, text=True)
     csv_path.write_text(res.stdout)
     (out_dir / "ncu.stderr").write_text(res.stderr)
-    rows = [r for r in csv.DictReader(io.StringIO(res.stdout[res.stdout.find('"ID"'):]))]
+    rows = [r for r in csv.DictReader(io.StringIO(res.stdout[res.stdout.find('"ID"') :]))]
     rows = [r for r in rows if r.get("Kernel Name", "").startswith("k_")]
     if len(rows) != len(pats):
         sys.exit(f"expected {len(pats)} profiled launches, got {len(rows)}; see {csv_path}")
@@ -486,41 +799,61 @@ def run(out_dir: Path) -> None:
     for p, r in zip(pats, rows, strict=True):
         meas = {k: num(r, k) for k in metrics if num(r, k) is not None}
         op = p["op"]
-        inst_key = {"load": "smsp__inst_executed_op_shared_ld.sum", "store": "smsp__inst_executed_op_shared_st.sum",
-                    "ldmatrix": "smsp__inst_executed_op_ldsm.sum", "cp.async": "smsp__inst_executed_op_ldgsts.sum"}[op]
+        inst_key = {
+            "load": "smsp__inst_executed_op_shared_ld.sum",
+            "store": "smsp__inst_executed_op_shared_st.sum",
+            "ldmatrix": "smsp__inst_executed_op_ldsm.sum",
+            "cp.async": "smsp__inst_executed_op_ldgsts.sum",
+        }[op]
         inst = meas.get(inst_key)
-        wf_key = ("l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum" if op == "store"
-                  else "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum")
+        wf_key = (
+            "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum"
+            if op == "store"
+            else "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum"
+        )
         if op == "cp.async":
             # ncu has no per-op wavefront counter for LDGSTS: all shared wavefronts minus the misc ones
             # (the wait_group instructions); the .cg (bypass) 16-byte path is not counted at all.
-            tot, misc = (meas.get("l1tex__data_pipe_lsu_wavefronts_mem_shared.sum"),
-                         meas.get("l1tex__data_pipe_lsu_wavefronts_mem_shared_op_misc.sum", 0.0))
+            tot, misc = (
+                meas.get("l1tex__data_pipe_lsu_wavefronts_mem_shared.sum"),
+                meas.get("l1tex__data_pipe_lsu_wavefronts_mem_shared_op_misc.sum", 0.0),
+            )
             meas["ldgsts_wavefronts"] = tot - misc if tot is not None else None
             wf_key = "ldgsts_wavefronts"
         p["measured"] = {
             "instructions": inst,
             "wavefronts_total": meas.get(wf_key),
-            "wavefronts_per_instruction": (meas.get(wf_key) / inst) if inst and meas.get(wf_key) is not None else None,
+            "wavefronts_per_instruction": (meas.get(wf_key) / inst)
+            if inst and meas.get(wf_key) is not None
+            else None,
             "sass": sorted({op for k, v in sass.items() if re.match(rf"_Z\d+k_{p['kind']}P", k) for op in v}),
             "counters": meas,
         }
     doc = {
         "about": "Shared-memory wavefronts per instruction measured with Nsight Compute, one warp, "
-                 f"{ITERS} identical instructions per pattern. Produced by bench/ncu_bank_catalogue.py --run.",
+        f"{ITERS} identical instructions per pattern. Produced by bench/ncu_bank_catalogue.py --run.",
         "date": _dt.date.today().isoformat(),
-        "gpu": subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                              capture_output=True, text=True).stdout.strip(),
-        "ncu": subprocess.run(["ncu", "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1],
-        "nvcc": subprocess.run(["nvcc", "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1],
+        "gpu": subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+        ).stdout.strip(),
+        "ncu": subprocess.run(["ncu", "--version"], capture_output=True, text=True)
+        .stdout.strip()
+        .splitlines()[-1],
+        "nvcc": subprocess.run(["nvcc", "--version"], capture_output=True, text=True)
+        .stdout.strip()
+        .splitlines()[-1],
         "iterations": ITERS,
         "patterns": pats,
     }
     (out_dir / "bank_catalogue.json").write_text(json.dumps(doc, indent=1))
     for p in pats:
         m = p["measured"]
-        print(f"{p['name']:32s} {p['op']:9s} w{p['width']:<3d} inst={m['instructions']} "
-              f"wf/inst={m['wavefronts_per_instruction']} sass={m['sass']}")
+        print(
+            f"{p['name']:32s} {p['op']:9s} w{p['width']:<3d} inst={m['instructions']} "
+            f"wf/inst={m['wavefronts_per_instruction']} sass={m['sass']}"
+        )
 
 
 def main() -> None:

@@ -31,8 +31,9 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from smemtile.gpu.tune import GpuRunner, ResultCache, summarize, sweep  # noqa: E402
 from smemtile.model.tiling_plan import plan  # noqa: E402
+
+from smemtile.gpu.tune import GpuRunner, ResultCache, summarize, sweep  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SGEMM_SIZES = [(4096, 4096, 4096), (8192, 8192, 1024), (1024, 1024, 8192)]

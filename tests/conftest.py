@@ -46,7 +46,12 @@ def pytest_collection_modifyitems(config, items):
 def run_cli(*args: str, input: str | None = None) -> subprocess.CompletedProcess:
     """Run ``python -m smemtile ARGS`` in a subprocess, the way a user does."""
     return subprocess.run(
-        [sys.executable, "-m", "smemtile", *args], capture_output=True, text=True, cwd=ROOT, input=input, timeout=300
+        [sys.executable, "-m", "smemtile", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        input=input,
+        timeout=300,
     )
 
 

@@ -26,10 +26,10 @@ def harness_main(cfg: KernelConfig) -> str:
         "#include <cstring>",
         "#include <vector>",
         "#include <cuda_runtime.h>",
-        "static size_t file_bytes(const char* p) { FILE* f = fopen(p, \"rb\"); if (!f) { perror(p); exit(4); }",
+        'static size_t file_bytes(const char* p) { FILE* f = fopen(p, "rb"); if (!f) { perror(p); exit(4); }',
         "  fseek(f, 0, SEEK_END); size_t n = ftell(f); fclose(f); return n; }",
         "int main(int argc, char** argv) {",
-        f"  if (argc != {len(fam.host_args) + 1}) {{ fprintf(stderr, \"expected {len(fam.host_args)} arguments\\n\"); return 2; }}",
+        f'  if (argc != {len(fam.host_args) + 1}) {{ fprintf(stderr, "expected {len(fam.host_args)} arguments\\n"); return 2; }}',
     ]
     call = []
     for i, a in enumerate(fam.host_args, 1):
@@ -42,11 +42,11 @@ def harness_main(cfg: KernelConfig) -> str:
         lines += [
             f"  const char* spec_{a.name} = argv[{i}];",
             f"  const char* path_{a.name} = strchr(spec_{a.name}, ':') + 1;",
-            f"  const bool read_{a.name} = strncmp(spec_{a.name}, \"out:\", 4) != 0;",
-            f"  size_t n_{a.name} = read_{a.name} ? file_bytes(path_{a.name}) : (size_t)atoll(getenv(\"BYTES_{a.name}\"));",
+            f'  const bool read_{a.name} = strncmp(spec_{a.name}, "out:", 4) != 0;',
+            f'  size_t n_{a.name} = read_{a.name} ? file_bytes(path_{a.name}) : (size_t)atoll(getenv("BYTES_{a.name}"));',
             f"  void* d_{a.name} = nullptr;",
             f"  if (cudaMalloc(&d_{a.name}, n_{a.name} ? n_{a.name} : 1) != cudaSuccess) return 5;",
-            f"  if (read_{a.name}) {{ std::vector<char> h(n_{a.name}); FILE* f = fopen(path_{a.name}, \"rb\");",
+            f'  if (read_{a.name}) {{ std::vector<char> h(n_{a.name}); FILE* f = fopen(path_{a.name}, "rb");',
             f"    if (fread(h.data(), 1, n_{a.name}, f) != n_{a.name}) return 6; fclose(f);",
             f"    cudaMemcpy(d_{a.name}, h.data(), n_{a.name}, cudaMemcpyHostToDevice); }}",
             f"  else cudaMemset(d_{a.name}, 0xFF, n_{a.name});",
@@ -55,19 +55,21 @@ def harness_main(cfg: KernelConfig) -> str:
     lines += [
         f"  cudaError_t err = launch_{fam.name}({', '.join(call)});",
         "  if (err == cudaSuccess) err = cudaDeviceSynchronize();",
-        "  if (err != cudaSuccess) { fprintf(stderr, \"launch: %s\\n\", cudaGetErrorString(err)); return 3; }",
+        '  if (err != cudaSuccess) { fprintf(stderr, "launch: %s\\n", cudaGetErrorString(err)); return 3; }',
     ]
     for a in fam.host_args:
         if a.role in ("out", "inout"):
             lines += [
                 f"  {{ std::vector<char> h(n_{a.name}); cudaMemcpy(h.data(), d_{a.name}, n_{a.name}, cudaMemcpyDeviceToHost);",
-                f"    FILE* f = fopen(path_{a.name}, \"wb\"); fwrite(h.data(), 1, n_{a.name}, f); fclose(f); }}",
+                f'    FILE* f = fopen(path_{a.name}, "wb"); fwrite(h.data(), 1, n_{a.name}, f); fclose(f); }}',
             ]
     lines += ["  return 0;", "}"]
     return "\n".join(lines) + "\n"
 
 
-def run_arguments(cfg: KernelConfig, inputs: dict[str, np.ndarray], work: Path) -> tuple[list[str], dict, Path]:
+def run_arguments(
+    cfg: KernelConfig, inputs: dict[str, np.ndarray], work: Path
+) -> tuple[list[str], dict, Path]:
     """(argv, environment, output path) for the harness, writing the input arrays into ``work``."""
     fam = FAMILIES[cfg.family]
     argv, env, out = [], {}, None
@@ -92,4 +94,6 @@ def run_arguments(cfg: KernelConfig, inputs: dict[str, np.ndarray], work: Path) 
 def read_output(cfg: KernelConfig, path: Path) -> np.ndarray:
     fam = FAMILIES[cfg.family]
     a = fam.output_arg()
-    return np.fromfile(path, dtype=np.dtype(NUMPY_DTYPES[fam.array_dtype(cfg, a)])).reshape(fam.array_shape(cfg, a))
+    return np.fromfile(path, dtype=np.dtype(NUMPY_DTYPES[fam.array_dtype(cfg, a)])).reshape(
+        fam.array_shape(cfg, a)
+    )

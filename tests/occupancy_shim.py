@@ -32,7 +32,9 @@ def ask(lines: list[str]) -> list[list[int]]:
     """Send query lines to the shim; one list of integers back per line."""
     exe = shim()
     assert exe is not None
-    res = subprocess.run([str(exe)], input="\n".join(lines) + "\n", capture_output=True, text=True, check=True)
+    res = subprocess.run(
+        [str(exe)], input="\n".join(lines) + "\n", capture_output=True, text=True, check=True
+    )
     return [[int(v) for v in row.split()] for row in res.stdout.splitlines()]
 
 

@@ -19,12 +19,20 @@ PATTERNS = CATALOGUE["patterns"]
 UNMEASURABLE = {p["name"] for p in PATTERNS if p["kind"] == "cpa16"}
 # cp.async from (almost) one random line per lane: the model does not know where lines sit in L1's banks and
 # is off by 1-3 wavefronts, 7 of the 8 short (bench/ncu_bank_catalogue.py round 4)
-APPROXIMATE = {"r4_cpa4_random_lines3", "r4_cpa4_random_two_lines0", "r4_cpa4_random_two_lines1",
-               "r4_cpa4_random_two_lines2", "r4_cpa8_random_lines2", "r4_cpa16ca_random_lines0",
-               "r4_cpa16ca_random_lines1", "r4_cpa16ca_random_lines2"}
+APPROXIMATE = {
+    "r4_cpa4_random_lines3",
+    "r4_cpa4_random_two_lines0",
+    "r4_cpa4_random_two_lines1",
+    "r4_cpa4_random_two_lines2",
+    "r4_cpa8_random_lines2",
+    "r4_cpa16ca_random_lines0",
+    "r4_cpa16ca_random_lines1",
+    "r4_cpa16ca_random_lines2",
+}
 # predictions for round 4 of the first cp.async model (groups = source lines), recorded before measuring
 PREDICTIONS = json.loads(
-    (Path(__file__).parents[1] / "bench" / "results" / "cp_async_round4_predictions.json").read_text())["patterns"]
+    (Path(__file__).parents[1] / "bench" / "results" / "cp_async_round4_predictions.json").read_text()
+)["patterns"]
 
 
 def _measured(p) -> int:
@@ -36,21 +44,37 @@ def _measured(p) -> int:
 
 
 def _model(p) -> int:
-    return int(analyze_addresses(p["addresses"], p["op"], p["width"], p.get("matrices", 4),
-                                 sources=p.get("global")).wavefronts[0])
+    return int(
+        analyze_addresses(
+            p["addresses"], p["op"], p["width"], p.get("matrices", 4), sources=p.get("global")
+        ).wavefronts[0]
+    )
 
 
 def test_catalogue_is_large_and_covers_every_kind():
     assert len(PATTERNS) >= 50
     kinds = {(p["op"], p["width"]) for p in PATTERNS}
-    for op, w in [("load", 1), ("load", 2), ("load", 4), ("load", 8), ("load", 16), ("store", 4), ("store", 8),
-                  ("store", 16), ("ldmatrix", 16), ("cp.async", 4), ("cp.async", 8), ("cp.async", 16)]:
+    for op, w in [
+        ("load", 1),
+        ("load", 2),
+        ("load", 4),
+        ("load", 8),
+        ("load", 16),
+        ("store", 4),
+        ("store", 8),
+        ("store", 16),
+        ("ldmatrix", 16),
+        ("cp.async", 4),
+        ("cp.async", 8),
+        ("cp.async", 16),
+    ]:
         assert (op, w) in kinds
     assert all(p["measured"]["instructions"] == CATALOGUE["iterations"] for p in PATTERNS)
 
 
-@pytest.mark.parametrize("p", [p for p in PATTERNS if p["name"] not in UNMEASURABLE | APPROXIMATE],
-                         ids=lambda p: p["name"])
+@pytest.mark.parametrize(
+    "p", [p for p in PATTERNS if p["name"] not in UNMEASURABLE | APPROXIMATE], ids=lambda p: p["name"]
+)
 def test_model_reproduces_measured_wavefronts(p):
     assert _model(p) == _measured(p)
 
@@ -78,9 +102,15 @@ def test_round4_predictions_held_for_structured_sources_only():
     """The first cp.async model (groups = source lines) was asked before round 4 ran: it got every structured
     pattern right and every random-source one badly wrong, which is what led to the read-side groups."""
     right = {p["name"] for p in PREDICTIONS if p["predicted_wavefronts"] == _measured(MEASURED[p["name"]])}
-    assert right == {"r4_cpa4_sector_rows0", "r4_cpa4_sector_rows1", "r4_cpa4_sector_rows2",
-                     "r4_cpa4_interleaved_lines", "r4_cpa4_pairs_of_quarters", "r4_cpa8_contig_conflict",
-                     "r4_cpa16ca_half_lines"}
+    assert right == {
+        "r4_cpa4_sector_rows0",
+        "r4_cpa4_sector_rows1",
+        "r4_cpa4_sector_rows2",
+        "r4_cpa4_interleaved_lines",
+        "r4_cpa4_pairs_of_quarters",
+        "r4_cpa8_contig_conflict",
+        "r4_cpa16ca_half_lines",
+    }
     for name in right:  # the refitted model keeps them
         assert _model(MEASURED[name]) == _measured(MEASURED[name])
 
@@ -91,7 +121,9 @@ def test_ncu_conflict_counter_matches_model_for_loads_and_stores():
             continue
         r = analyze_addresses(p["addresses"], p["op"], p["width"])
         key = "ld" if p["op"] == "load" else "st"
-        measured = p["measured"]["counters"].get(f"l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_{key}.sum", 0)
+        measured = p["measured"]["counters"].get(
+            f"l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_{key}.sum", 0
+        )
         assert measured / p["measured"]["instructions"] == int(r.wavefronts[0] - r.ncu_ideal[0]), p["name"]
 
 
@@ -117,7 +149,9 @@ def test_cp_async_depends_on_the_source_lines():
     assert int(analyze_addresses(shared, "cp.async", 4).wavefronts[0]) == 8  # default: one line, coalesced
     groups = r.detail(0)
     assert [g.slots for g in groups] == [tuple(range(q, q + 8)) for q in range(4)]
-    assert [g.source_lines for g in groups] == [(0,), (128,), (256,), (384,)] and {g.beat for g in groups} == {0}
+    assert [g.source_lines for g in groups] == [(0,), (128,), (256,), (384,)] and {
+        g.beat for g in groups
+    } == {0}
     with pytest.raises(SpecError, match="only apply to cp.async"):
         analyze_addresses(shared, "load", 4, sources=rows)
     with pytest.raises(SpecError, match="not aligned"):
@@ -149,8 +183,12 @@ addr_lists = st.lists(st.integers(0, 4095), min_size=32, max_size=32)
 
 
 @settings(max_examples=200, deadline=None)
-@given(addr_lists, st.sampled_from([("load", 4), ("load", 8), ("load", 16), ("store", 8), ("cp.async", 16),
-                                    ("ldmatrix", 16)]))
+@given(
+    addr_lists,
+    st.sampled_from(
+        [("load", 4), ("load", 8), ("load", 16), ("store", 8), ("cp.async", 16), ("ldmatrix", 16)]
+    ),
+)
 def test_invariants(words, opw):
     op, w = opw
     a = np.asarray(words) * w
@@ -168,7 +206,9 @@ def test_invariants(words, opw):
 def test_permuting_lanes_of_a_4_byte_access_changes_nothing(words):
     a = np.asarray(words) * 4
     perm = np.random.default_rng(sum(words)).permutation(32)
-    assert analyze_addresses(a, "load", 4).wavefronts[0] == analyze_addresses(a[perm], "load", 4).wavefronts[0]
+    assert (
+        analyze_addresses(a, "load", 4).wavefronts[0] == analyze_addresses(a[perm], "load", 4).wavefronts[0]
+    )
 
 
 def test_idle_lanes_take_no_part():

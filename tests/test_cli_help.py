@@ -41,8 +41,20 @@ def test_a_closed_pipe_ends_quietly():
 
     root = Path(__file__).resolve().parents[1]
     # 6 MB of JSON: far more than a pipe buffer, so the writer is still writing when the reader leaves
-    p = subprocess.Popen([sys.executable, "-m", "smemtile", "analyze", "samples/sgemm_float4.yaml", "--json",
-                          "--all-instructions"], cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "smemtile",
+            "analyze",
+            "samples/sgemm_float4.yaml",
+            "--json",
+            "--all-instructions",
+        ],
+        cwd=root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     assert p.stdout.read(100)
     p.stdout.close()
     err = p.stderr.read()

@@ -55,8 +55,13 @@ def test_families_registered_and_complete():
         ("sgemm", {"BMM": 1}, {}, "sm_90", "did you mean 'BM'"),
         ("nosuch", {}, {}, "sm_90", "unknown kernel family"),
         ("sgemm", {}, {"Cs": {"pad": 4}}, "sm_90", "unknown buffer 'Cs'"),
-        ("transpose", {"TILE": 32, "BLOCK_ROWS": 8}, {"tile": {"swizzle": [3, 8, 3]}}, "sm_90",
-         "aligned blocks of 2048 elements"),
+        (
+            "transpose",
+            {"TILE": 32, "BLOCK_ROWS": 8},
+            {"tile": {"swizzle": [3, 8, 3]}},
+            "sm_90",
+            "aligned blocks of 2048 elements",
+        ),
     ],
 )
 def test_contract_violations_refused(family, params, layouts, arch, needle):
@@ -150,7 +155,10 @@ def test_bank_table_baseline_vs_fixed():
         padded = configure(fam, p, {"tile": {"pad": 1}}, "sm_90")
         assert {a["name"]: a["width"] for a in fam.accesses(padded)} == {"tile_write": 4, "tile_read": 4}
         lay = {"tile": {"pad": 1}}
-        assert (_degree("transpose", p, lay, "tile_read"), _degree("transpose", p, lay, "tile_write")) == (1, 1)
+        assert (_degree("transpose", p, lay, "tile_read"), _degree("transpose", p, lay, "tile_write")) == (
+            1,
+            1,
+        )
     # A_VEC=1 (default): transposed 4-byte stores of a float4, 16 rows x 2 k per warp: 2-way when dense
     for tile in ({}, SG128):
         assert _degree("sgemm", tile, {}, "As_copy") == 2
@@ -214,7 +222,9 @@ def test_no_family_branches_outside_the_families():
     import smemtile
 
     root = __import__("pathlib").Path(smemtile.__file__).parent
-    pat = re.compile(r"""(family|\.name|fam)\s*[!=]=\s*["'](sgemm|transpose|stencil2d)["']|["'](sgemm|transpose|stencil2d)["']\s*[!=]=""")
+    pat = re.compile(
+        r"""(family|\.name|fam)\s*[!=]=\s*["'](sgemm|transpose|stencil2d)["']|["'](sgemm|transpose|stencil2d)["']\s*[!=]="""
+    )
     bad = []
     for f in root.rglob("*.py"):
         if "families" in f.parts:
@@ -228,7 +238,14 @@ def test_no_family_branches_outside_the_families():
 # ---- the generated host helper computes the launch plan's numbers ----------------------------------------
 
 
-SHAPES = [(1000, 1000, 50000), (4095, 4097, 1023), (64, 8192, 4096), (8192, 64, 4096), (33, 4, 1), (4096, 4096, 4096)]
+SHAPES = [
+    (1000, 1000, 50000),
+    (4095, 4097, 1023),
+    (64, 8192, 4096),
+    (8192, 64, 4096),
+    (33, 4, 1),
+    (4096, 4096, 4096),
+]
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
@@ -245,13 +262,17 @@ def test_helper_grid_equals_the_plan_for_many_shapes(tmp_path, split):
     for m, n, k in SHAPES:
         lines.append(f"  {{ int M = {m}, N = {n}, K = {k}; (void)K;")
         for gx, gy, gz in grids:
-            lines.append(f'    printf("%lld %lld %lld\\n", (long long)({gx}), (long long)({gy}), (long long)({gz}));')
+            lines.append(
+                f'    printf("%lld %lld %lld\\n", (long long)({gx}), (long long)({gy}), (long long)({gz}));'
+            )
         lines.append("  }")
     lines += ["  return 0;", "}"]
     src = tmp_path / "grid.cpp"
     src.write_text("\n".join(lines))
     subprocess.run(["g++", "-o", str(tmp_path / "grid"), str(src)], check=True)
-    out = subprocess.run([str(tmp_path / "grid")], capture_output=True, text=True, check=True).stdout.split("\n")
+    out = subprocess.run([str(tmp_path / "grid")], capture_output=True, text=True, check=True).stdout.split(
+        "\n"
+    )
     got = [tuple(map(int, ln.split())) for ln in out if ln.strip()]
     want = []
     for m, n, k in SHAPES:

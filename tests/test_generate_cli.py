@@ -68,9 +68,15 @@ def test_big_dynamic_smem_gets_func_set_attribute(tmp_path: Path):
         (("BK: 8,", "BK: 64,"), "64 is not allowed; allowed: 8, 16, 32"),
         (("BK: 8,", "BK: 8, BQ: 3,"), "sgemm has no parameter 'BQ'"),
         (("TM: 8,", "TMM: 8,"), "did you mean 'TM'"),
-        (("row: \"k\"", "row: \"k + 0 * lane\"\n    active: \"lane < 31\""), "accesses.As_read: does not match"),
-        (("% BM) * K +", "% BM) * (K + 4) +"), "accesses.As_copy: does not match the sgemm kernel's own access: the cp.async source"),
-        (("shape: [BK, BN], stages: 4", "shape: [BN, BK], stages: 4"), "buffers.Bs.shape: shape [128, 8] does not match"),
+        (('row: "k"', 'row: "k + 0 * lane"\n    active: "lane < 31"'), "accesses.As_read: does not match"),
+        (
+            ("% BM) * K +", "% BM) * (K + 4) +"),
+            "accesses.As_copy: does not match the sgemm kernel's own access: the cp.async source",
+        ),
+        (
+            ("shape: [BK, BN], stages: 4", "shape: [BN, BK], stages: 4"),
+            "buffers.Bs.shape: shape [128, 8] does not match",
+        ),
         (("name: Bs_read", "name: Bs_read2"), "the sgemm kernel's access 'Bs_read' is missing"),
     ],
 )
@@ -81,7 +87,11 @@ def test_contract_violation_is_one_line_exit_2(tmp_path: Path, edit, needle):
     if edit[1] == "arch: sm_75":
         text = text.replace("A_VEC: 0}", "A_VEC: 0, CP_ASYNC: 1}")
     if edit[1].startswith("BK: 32"):
-        text = text.replace("stages: 4", "stages: 8").replace("stages: 4}", "stages: 8}").replace("arch: sm_90", "arch: sm_86")
+        text = (
+            text.replace("stages: 4", "stages: 8")
+            .replace("stages: 4}", "stages: 8}")
+            .replace("arch: sm_90", "arch: sm_86")
+        )
     p = tmp_path / "bad.yaml"
     p.write_text(text)
     r = run_cli("generate", str(p), "-o", str(tmp_path / "never.cu"))
@@ -110,7 +120,11 @@ def test_kernel_spec_needs_no_accesses_and_generate_builds_what_analyze_analysed
     a = json.loads(run_cli("analyze", TRANSPOSE, "--json").stdout)
     g = json.loads(run_cli("generate", TRANSPOSE, "--json", "--no-compile").stdout)
     worst = {x["name"]: x["conflict_degree"] for x in a["accesses"]}
-    assert worst == {b["name"]: b["degree"] for b in g["banks_baseline"]} == {"tile_write": 1.0, "tile_read": 8.0}
+    assert (
+        worst
+        == {b["name"]: b["degree"] for b in g["banks_baseline"]}
+        == {"tile_write": 1.0, "tile_read": 8.0}
+    )
     fixed = {x["name"]: x["conflict_degree"] for x in a["fixed_accesses"]}
     assert fixed == {b["name"]: b["degree"] for b in g["banks"]}
     assert a["fixes"][0]["recommended"]["layout"] == g["layouts"]["tile"] == {"pad": 1}

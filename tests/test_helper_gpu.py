@@ -27,7 +27,11 @@ from smemtile.pipeline.specs import resolve
 CASES = [
     ("sgemm", {}, {"M": 1000, "N": 1001, "K": 333, "alpha": 0.75, "beta": -1.25}),
     ("sgemm", {"BM": 128, "TM": 8, "A_VEC": 0}, {"M": 257, "N": 131, "K": 77, "beta": 0.5}),
-    ("sgemm", {"BM": 64, "TM": 8, "STAGES": 2, "SPLIT_K": 4, "MIN_BLOCKS": 3}, {"M": 64, "N": 1000, "K": 5000}),
+    (
+        "sgemm",
+        {"BM": 64, "TM": 8, "STAGES": 2, "SPLIT_K": 4, "MIN_BLOCKS": 3},
+        {"M": 64, "N": 1000, "K": 5000},
+    ),
     ("sgemm", {"BM": 64, "TM": 8, "STAGES": 2, "SPLIT_K": 8}, {"M": 100, "N": 300, "K": 9000, "beta": 0.5}),
     ("transpose", {}, {"rows": 1000, "cols": 777}),
     ("transpose", {"TILE": 32, "BLOCK_ROWS": 8}, {"rows": 1024, "cols": 2048}),
@@ -49,7 +53,10 @@ def _tiles_pick(m: int, n: int, k: int):
 
 
 def _configs() -> list:
-    out = [variants(resolve({"arch": "sm_90", "tile": p, "kernel": {"family": f, **q}}))["fixed"] for f, p, q in CASES]
+    out = [
+        variants(resolve({"arch": "sm_90", "tile": p, "kernel": {"family": f, **q}}))["fixed"]
+        for f, p, q in CASES
+    ]
     out += [_tiles_pick(*s) for s in TILE_SHAPES]
     return out
 
@@ -67,7 +74,9 @@ def _build(cfg, work: Path) -> Path:
 @pytest.mark.skipif(nvcc_path() is None, reason="nvcc not installed")
 def test_harness_builds_around_the_generated_helper(tmp_path):
     """Here (no GPU): the generated file plus a user's main() links into a program with nvcc."""
-    cfg = configure("sgemm", {"BM": 64, "TM": 8, "STAGES": 2, "SPLIT_K": 4, "M": 64, "N": 100, "K": 400}, {}, "sm_90")
+    cfg = configure(
+        "sgemm", {"BM": 64, "TM": 8, "STAGES": 2, "SPLIT_K": 4, "M": 64, "N": 100, "K": 400}, {}, "sm_90"
+    )
     assert _build(cfg, tmp_path).exists()
 
 
@@ -101,7 +110,9 @@ def test_generated_helper_is_correct_on_the_gpu(tmp_path):
         fam = FAMILIES[cfg.family]
         inputs = fam.make_inputs(cfg, np.random.default_rng(100 + i))
         argv, env, out = run_arguments(cfg, inputs, work)
-        p = subprocess.run([str(exe), *argv], capture_output=True, text=True, env={**os.environ, **env}, timeout=300)
+        p = subprocess.run(
+            [str(exe), *argv], capture_output=True, text=True, env={**os.environ, **env}, timeout=300
+        )
         label = f"{fam.name_expression(cfg)} {cfg.problem}"
         if p.returncode != 0:
             failures.append(f"{label}: exit {p.returncode} {p.stderr.strip()}")

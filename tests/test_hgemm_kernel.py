@@ -54,7 +54,11 @@ def test_shipped_variant_compiles_without_spills(variant, arch):
         assert r.registers * variant.threads * variant.min_blocks <= 65536, (e, arch, r)
         assert r.static_smem_bytes == 0  # all shared memory is dynamic: the host passes smem_bytes
     ptx = res.ptx
-    for needle in ("ldmatrix.sync.aligned.m8n8.x4", "mma.sync.aligned.m16n8k16.row.col.f32", "cp.async.wait_group"):
+    for needle in (
+        "ldmatrix.sync.aligned.m8n8.x4",
+        "mma.sync.aligned.m16n8k16.row.col.f32",
+        "cp.async.wait_group",
+    ):
         assert needle in ptx, needle
     if variant.align == 8:
         assert "cp.async.cg.shared.global" in ptx
@@ -96,7 +100,7 @@ def test_default_template_arguments_are_the_bench_default():
 def test_nvcc_builds_an_explicit_instantiation(tmp_path: Path):
     nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
     v = hb.ALL[0]
-    args = v.expr("bf16", "bf16")[len("hgemm<"):-1]
+    args = v.expr("bf16", "bf16")[len("hgemm<") : -1]
     tu = tmp_path / "k.cu"
     tu.write_text(
         '#include "hgemm/hgemm.cu"\n'
@@ -191,7 +195,9 @@ def test_gpu_matches_float64(variant):
     module = d.cuModuleLoadData(res.cubin)[1]
     prep = d.cuModuleGetFunction(module, b"hgemm_splitk_prepare")[1]
     rng = np.random.default_rng(19)
-    cases = GPU_CASES + ([(77, 91, 45, 1.0, 0.0, -1), (130, 270, 75, 2.0, 0.25, -1)] if variant.align == 1 else [])
+    cases = GPU_CASES + (
+        [(77, 91, 45, 1.0, 0.0, -1), (130, 270, 75, 2.0, 0.25, -1)] if variant.align == 1 else []
+    )
     for t in ("f16", "bf16"):
         for which in variant.c_types:
             tc = variant.c_type(t, which)

@@ -27,7 +27,12 @@ from smemtile.model.fix import fix_spec
 from smemtile.model.spec import load_spec, parse_spec
 from tests.conftest import ROOT, gpu_available, run_cli
 
-ANALYSIS_SAMPLES = ["gemm_a_column.yaml", "gemm_a_column_cpasync.yaml", "ldmatrix_f16.yaml", "raw_addresses.yaml"]
+ANALYSIS_SAMPLES = [
+    "gemm_a_column.yaml",
+    "gemm_a_column_cpasync.yaml",
+    "ldmatrix_f16.yaml",
+    "raw_addresses.yaml",
+]
 HELDOUT = ROOT / "bench" / "catalogue_heldout.yaml"
 SM90 = get_arch("sm_90")
 L = np.arange(32)
@@ -54,8 +59,17 @@ def _pattern(op, width, addr, *, matrices=4, trans=False, cache=None, src=None, 
     a = np.asarray(addr, dtype=np.int64)[None]
     act = np.ones_like(a, dtype=bool) if active is None else np.asarray(active, dtype=bool)[None]
     s = None if src is None else np.asarray(src, dtype=np.int64)[None]
-    return Pattern("p", Instr(op, width, matrices, trans, cache), a, act, np.zeros(1, np.int64),
-                   np.ones(1, np.int64), np.ones(1, np.int64), threads, s)
+    return Pattern(
+        "p",
+        Instr(op, width, matrices, trans, cache),
+        a,
+        act,
+        np.zeros(1, np.int64),
+        np.ones(1, np.int64),
+        np.ones(1, np.int64),
+        threads,
+        s,
+    )
 
 
 def _verify(sample: str, **kw):
@@ -132,7 +146,9 @@ accesses:
     mod = build_module(spec_patterns(sp, {"baseline": {}})[0], SM90)
     assert [x.slots for x in mod.launches] == [MAX_SLOTS, 8]
     assert sum(x.instructions for x in mod.launches) == 2 * (MAX_SLOTS + 8)  # 2 warps
-    assert sum(x.model_wavefronts for x in mod.launches) == 2 * (MAX_SLOTS + 8) * 32  # rows of 64 words: one bank
+    assert (
+        sum(x.model_wavefronts for x in mod.launches) == 2 * (MAX_SLOTS + 8) * 32
+    )  # rows of 64 words: one bank
 
 
 # ---- refusals ----------------------------------------------------------------------------------------------
@@ -157,7 +173,9 @@ def test_refuses_ops_the_arch_lacks():
 
 def test_refuses_ldmatrix_with_an_idle_address_lane():
     with pytest.raises(SpecError, match=r"\.sync\.aligned: lane 3"):
-        _, pats = _cat('patterns: [{name: x, op: ldmatrix, matrices: 1, address: "lane * 16", active: "lane != 3"}]')
+        _, pats = _cat(
+            'patterns: [{name: x, op: ldmatrix, matrices: 1, address: "lane * 16", active: "lane != 3"}]'
+        )
         build_module(pats, SM90)
 
 
@@ -167,15 +185,24 @@ def test_verify_spec_refuses_cp_async_before_sm80_before_compiling():
         verify_spec(sp, {"baseline": {}}, compile_only=True)
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ('arch: sm_80\npatterns: [{name: s, op: stmatrix, address: "lane * 16"}]',
-     "patterns.s: stmatrix needs sm_90 or later; the target is sm_80"),
-    ('patterns: [{name: v, op: load, width: 16, address: "lane * 8"}]',
-     "patterns.v: lane 1 address 8 is not aligned to 16 bytes"),
-    ('patterns: [{name: v, op: load, width: 4, adress: "lane * 4"}]', "unknown key 'adress'"),
-    ('patterns: [{name: c, op: cp.async, width: 8, cache: cg, address: "lane * 8"}]',
-     "patterns.c.cache: cache 'cg': allowed ca, or cg for 16-byte cp.async"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            'arch: sm_80\npatterns: [{name: s, op: stmatrix, address: "lane * 16"}]',
+            "patterns.s: stmatrix needs sm_90 or later; the target is sm_80",
+        ),
+        (
+            'patterns: [{name: v, op: load, width: 16, address: "lane * 8"}]',
+            "patterns.v: lane 1 address 8 is not aligned to 16 bytes",
+        ),
+        ('patterns: [{name: v, op: load, width: 4, adress: "lane * 4"}]', "unknown key 'adress'"),
+        (
+            'patterns: [{name: c, op: cp.async, width: 8, cache: cg, address: "lane * 8"}]',
+            "patterns.c.cache: cache 'cg': allowed ca, or cg for 16-byte cp.async",
+        ),
+    ],
+)
 def test_measure_bad_catalogue_exit_2_one_line(tmp_path, text, message):
     f = tmp_path / "bad.yaml"
     f.write_text(text)
@@ -189,22 +216,33 @@ def test_measure_bad_catalogue_exit_2_one_line(tmp_path, text, message):
 
 # access -> (PTX that must appear, model wavefronts baseline, fixed)
 EXPECTED = {
-    "gemm_a_column.yaml": {"a_fill": ("st.shared.u32 [%r], %r;", 1, 1), "a_col": ("ld.shared.u32 %r, [%r];", 32, 1)},
-    "gemm_a_column_cpasync.yaml": {"a_fill": ("cp.async.ca.shared.global [%r], [%r], 16;", 4, 4),
-                                   "a_col": ("ld.shared.u32 %r, [%r];", 32, 4)},
-    "ldmatrix_f16.yaml": {"a_fill": ("cp.async.ca.shared.global [%r], [%r], 16;", 4, 4),
-                          "a_frag": ("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r,%r,%r,%r}, [%r];", 32, 4)},
-    "raw_addresses.yaml": {"v4_stride2": ("ld.shared.v4.u32 {%r,%r,%r,%r}, [%r];", 8, 8),
-                           "ldsm": ("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r,%r,%r,%r}, [%r];", 32, 32)},
+    "gemm_a_column.yaml": {
+        "a_fill": ("st.shared.u32 [%r], %r;", 1, 1),
+        "a_col": ("ld.shared.u32 %r, [%r];", 32, 1),
+    },
+    "gemm_a_column_cpasync.yaml": {
+        "a_fill": ("cp.async.ca.shared.global [%r], [%r], 16;", 4, 4),
+        "a_col": ("ld.shared.u32 %r, [%r];", 32, 4),
+    },
+    "ldmatrix_f16.yaml": {
+        "a_fill": ("cp.async.ca.shared.global [%r], [%r], 16;", 4, 4),
+        "a_frag": ("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r,%r,%r,%r}, [%r];", 32, 4),
+    },
+    "raw_addresses.yaml": {
+        "v4_stride2": ("ld.shared.v4.u32 {%r,%r,%r,%r}, [%r];", 8, 8),
+        "ldsm": ("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r,%r,%r,%r}, [%r];", 32, 32),
+    },
 }
 
 
 @needs_nvrtc
 @pytest.mark.parametrize("sample", ANALYSIS_SAMPLES)
 def test_compile_only_every_analysis_sample(sample):
-    doc = verify_spec(load_spec(ROOT / "samples" / sample),
-                      {"baseline": {}, "fixed": fix_spec(load_spec(ROOT / "samples" / sample)).layouts},
-                      compile_only=True)
+    doc = verify_spec(
+        load_spec(ROOT / "samples" / sample),
+        {"baseline": {}, "fixed": fix_spec(load_spec(ROOT / "samples" / sample)).layouts},
+        compile_only=True,
+    )
     assert doc["compile_only"] is True and doc["device"] is None and doc["arch"] == "sm_90"
     note = doc["sass_check"]["note"]
     assert note.startswith("SASS checked with") or note.startswith("SASS not checked")
@@ -228,9 +266,11 @@ def test_no_gpu_raises_no_device():
 
 
 def test_microkernel_codegen_report_and_measure_load_no_cuda():
-    code = ("import sys; import smemtile.codegen.microkernel, smemtile.report.microkernel, smemtile.cli.measure; "
-            "import smemtile.gpu.microkernel; bad = [m for m in sys.modules if m.split('.')[0] == 'cuda']; "
-            "print(bad); raise SystemExit(1 if bad else 0)")
+    code = (
+        "import sys; import smemtile.codegen.microkernel, smemtile.report.microkernel, smemtile.cli.measure; "
+        "import smemtile.gpu.microkernel; bad = [m for m in sys.modules if m.split('.')[0] == 'cuda']; "
+        "print(bad); raise SystemExit(1 if bad else 0)"
+    )
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert p.returncode == 0, p.stdout + p.stderr
 
@@ -239,24 +279,48 @@ def test_microkernel_codegen_report_and_measure_load_no_cuda():
 
 
 def _key(op, width, addr, matrices, trans, src):
-    return (op, width, tuple(addr), matrices if op in ("ldmatrix", "stmatrix") else 4, bool(trans),
-            None if src is None else tuple(src))
+    return (
+        op,
+        width,
+        tuple(addr),
+        matrices if op in ("ldmatrix", "stmatrix") else 4,
+        bool(trans),
+        None if src is None else tuple(src),
+    )
 
 
 def test_heldout_catalogue_is_large_new_and_covers_every_kind():
     arch, pats = catalogue_patterns(yaml.safe_load(HELDOUT.read_text()), str(HELDOUT))
     assert arch.name == "sm_90" and len(pats) >= 60
     fitted = json.loads((ROOT / "tests" / "data" / "bank_catalogue.json").read_text())["patterns"]
-    seen = {_key(p["op"], p["width"], p["addresses"], p.get("matrices", 4), p.get("trans"), p.get("global"))
-            for p in fitted}
+    seen = {
+        _key(p["op"], p["width"], p["addresses"], p.get("matrices", 4), p.get("trans"), p.get("global"))
+        for p in fitted
+    }
     for p in pats:
         src = None if p.sources is None else p.sources[0].tolist()
-        assert _key(p.instr.op, p.instr.width, p.addresses[0].tolist(), p.instr.matrices, p.instr.trans,
-                    src) not in seen, p.name
+        assert (
+            _key(p.instr.op, p.instr.width, p.addresses[0].tolist(), p.instr.matrices, p.instr.trans, src)
+            not in seen
+        ), p.name
     kinds = {(p.instr.op, p.instr.width) for p in pats}
-    for k in [("load", 1), ("load", 2), ("load", 4), ("load", 8), ("load", 16), ("store", 1), ("store", 2),
-              ("store", 4), ("store", 8), ("store", 16), ("ldmatrix", 16), ("stmatrix", 16), ("cp.async", 4),
-              ("cp.async", 8), ("cp.async", 16)]:
+    for k in [
+        ("load", 1),
+        ("load", 2),
+        ("load", 4),
+        ("load", 8),
+        ("load", 16),
+        ("store", 1),
+        ("store", 2),
+        ("store", 4),
+        ("store", 8),
+        ("store", 16),
+        ("ldmatrix", 16),
+        ("stmatrix", 16),
+        ("cp.async", 4),
+        ("cp.async", 8),
+        ("cp.async", 16),
+    ]:
         assert k in kinds
     assert sum(p.instr.op == "stmatrix" for p in pats) >= 10
     assert sum(not p.active.all() for p in pats if p.instr.op in ("load", "store", "cp.async")) >= 5
@@ -272,7 +336,11 @@ def test_recorded_predictions_are_for_this_catalogue():
         assert a["addresses"] == b["addresses"] and a.get("global") == b.get("global")
     byname = {x["name"]: x["model"]["wavefronts"] for x in rec["patterns"]}
     # the hypothesis as written before measuring: stmatrix x4 with rows 128 B apart is 8-way per matrix
-    assert byname["h_stsm_x4_row128"] == 32 and byname["h_stsm_x4_row144"] == 4 and byname["h_stsm_x1_row128"] == 8
+    assert (
+        byname["h_stsm_x4_row128"] == 32
+        and byname["h_stsm_x4_row144"] == 4
+        and byname["h_stsm_x1_row128"] == 8
+    )
 
 
 def test_ncu_rows_give_wavefronts_per_issued_instruction():
@@ -284,19 +352,29 @@ patterns:
     mod = build_module(pats, SM90)
     W = "l1tex__data_pipe_lsu_wavefronts_mem_shared"
     n = [x.iterations * x.repeats for x in mod.launches]
-    text = ('==PROF== Disconnected\n"ID","Kernel Name","' + W + '.sum","' + W + '_op_misc.sum","'
-            + W + '_op_st.sum","smsp__inst_executed_op_shared_ld.sum"\n'
-            '"","","wavefront","wavefront","wavefront","inst"\n'
-            f'"0","smk_ld4_s1_t32","{32 * n[0]}","0","0","{n[0]}"\n'
-            f'"1","smk_stsm4_s1_t32","{16 * n[1] + 7}","7","{16 * n[1]}","0"\n')
-    rows = parse_ncu_rows(text, (f"{W}.sum", f"{W}_op_misc.sum", f"{W}_op_st.sum",
-                                 "smsp__inst_executed_op_shared_ld.sum"))
+    text = (
+        '==PROF== Disconnected\n"ID","Kernel Name","'
+        + W
+        + '.sum","'
+        + W
+        + '_op_misc.sum","'
+        + W
+        + '_op_st.sum","smsp__inst_executed_op_shared_ld.sum"\n'
+        '"","","wavefront","wavefront","wavefront","inst"\n'
+        f'"0","smk_ld4_s1_t32","{32 * n[0]}","0","0","{n[0]}"\n'
+        f'"1","smk_stsm4_s1_t32","{16 * n[1] + 7}","7","{16 * n[1]}","0"\n'
+    )
+    rows = parse_ncu_rows(
+        text, (f"{W}.sum", f"{W}_op_misc.sum", f"{W}_op_st.sum", "smsp__inst_executed_op_shared_ld.sum")
+    )
     assert len(rows) == 2
     by = ncu_by_label(mod, rows)
     assert by["a"]["wavefronts_per_instruction"] == 32 and by["a"]["agree"] is True
     assert by["a"]["instructions_counted"] == n[0]
     assert by["b"]["wavefronts_per_instruction"] == 16 and by["b"]["agree"] is False  # model: 32
-    assert by["b"]["instructions_counted"] is None  # its counter (sm__sass_inst_executed_op_shared_stsm) not in rows
+    assert (
+        by["b"]["instructions_counted"] is None
+    )  # its counter (sm__sass_inst_executed_op_shared_stsm) not in rows
 
 
 MEASURED = json.loads((ROOT / "bench" / "results" / "heldout_measured.json").read_text())
@@ -305,7 +383,11 @@ MEASURED = json.loads((ROOT / "bench" / "results" / "heldout_measured.json").rea
 def test_heldout_measurement_is_complete_and_came_after_the_predictions():
     rec = json.loads((ROOT / "bench" / "results" / "heldout_predictions.json").read_text())
     assert [p["name"] for p in MEASURED["patterns"]] == [p["name"] for p in rec["patterns"]]
-    assert MEASURED["date"] >= rec["date"] and MEASURED["arch"] == "sm_90" and MEASURED["sass_check"]["ok"] is True
+    assert (
+        MEASURED["date"] >= rec["date"]
+        and MEASURED["arch"] == "sm_90"
+        and MEASURED["sass_check"]["ok"] is True
+    )
     assert MEASURED["compared"] >= 60 and MEASURED["agreed"] == MEASURED["compared"]
     for p in MEASURED["patterns"]:
         m = p["measured"]
@@ -318,15 +400,20 @@ def test_heldout_measurement_is_complete_and_came_after_the_predictions():
             assert (ld if p["op"] in ("store", "stmatrix") else st) == 0
 
 
-@pytest.mark.parametrize("p", [p for p in MEASURED["patterns"] if p["agree"] is not None], ids=lambda p: p["name"])
+@pytest.mark.parametrize(
+    "p", [p for p in MEASURED["patterns"] if p["agree"] is not None], ids=lambda p: p["name"]
+)
 def test_model_reproduces_heldout_measurement(p):
     from smemtile.model.banks import analyze_addresses
 
     active = None
     if "active_lanes" in p and p["op"] not in ("ldmatrix", "stmatrix"):
         active = np.isin(L, p["active_lanes"])
-    model = int(analyze_addresses(p["addresses"], p["op"], p["width"], p.get("matrices", 4), sources=p.get("global"),
-                                  active=active).wavefronts[0])
+    model = int(
+        analyze_addresses(
+            p["addresses"], p["op"], p["width"], p.get("matrices", 4), sources=p.get("global"), active=active
+        ).wavefronts[0]
+    )
     measured = p["measured"]["wavefronts_per_instruction"]
     assert model == p["model"]["wavefronts"]  # the prediction recorded before the run still holds
     assert abs(measured - model) <= 0.1  # exact, or cp.async's first-touch L1 misses (at most 0.08 seen)
@@ -397,12 +484,20 @@ def test_render_stays_readable_at_80_columns():
     assert "…" not in text and "a_col" in text and "cp.async.ca 16 B" in text
     assert max(len(line) for line in text.splitlines() if "│" in line or "  " in line) <= 80
     # the same document as a GPU run would fill it
-    doc = dict(doc, compile_only=False, device={"name": "NVIDIA H200", "arch": "sm_90", "index": 0},
-               ncu={"available": True, "version": "2025.3.1", "agree": True, "error": None})
+    doc = dict(
+        doc,
+        compile_only=False,
+        device={"name": "NVIDIA H200", "arch": "sm_90", "index": 0},
+        ncu={"available": True, "version": "2025.3.1", "agree": True, "error": None},
+    )
     doc["method"] = dict(doc["method"], blocks=132)
     for r in doc["accesses"]:
-        r.update(cycles_per_instruction=123456.789, ncu_wavefronts=r["model_wavefronts"], agree=True,
-                 speedup=12.345 if r["variant"] == "fixed" else None)
+        r.update(
+            cycles_per_instruction=123456.789,
+            ncu_wavefronts=r["model_wavefronts"],
+            agree=True,
+            speedup=12.345 if r["variant"] == "fixed" else None,
+        )
     text = _render_text(render, doc)
     assert "…" not in text and "123456.8" in text and "12.35x" in text and "agree on every access" in text
     pred = json.loads((ROOT / "bench" / "results" / "heldout_predictions.json").read_text())
@@ -431,13 +526,19 @@ def test_gpu_fixed_column_read_is_faster(tmp_path):
     assert doc["speedup"]["a_col"] > 2  # 32 wavefronts -> 1
     assert doc["fixed_no_worse"] is True
     f = tmp_path / "c.yaml"
-    f.write_text('patterns: [{name: s, op: stmatrix, matrices: 2, address: "(lane % 8) * 128 + (lane // 8) * 16"},'
-                 ' {name: l, op: load, width: 8, address: "lane * 8"}]')
+    f.write_text(
+        'patterns: [{name: s, op: stmatrix, matrices: 2, address: "(lane % 8) * 128 + (lane // 8) * 16"},'
+        ' {name: l, op: load, width: 8, address: "lane * 8"}]'
+    )
     p = run_cli("measure", str(f), "--out", str(tmp_path / "m.json"))
     assert p.returncode == 0, p.stderr
     m = json.loads((tmp_path / "m.json").read_text())
     assert m["ncu"]["error"] is None, m["ncu"]
-    assert m["patterns"][1]["agree"] is True and m["patterns"][1]["measured"]["wavefronts_per_instruction"] == 2
+    assert (
+        m["patterns"][1]["agree"] is True and m["patterns"][1]["measured"]["wavefronts_per_instruction"] == 2
+    )
     st = m["patterns"][0]["measured"]
-    assert st["wavefronts_per_instruction"] == 16 and m["patterns"][0]["agree"] is True  # x2, rows 128 B apart
+    assert (
+        st["wavefronts_per_instruction"] == 16 and m["patterns"][0]["agree"] is True
+    )  # x2, rows 128 B apart
     assert st["instructions"] == st["instructions_expected"] == 2048  # stmatrix's own instruction counter

@@ -234,8 +234,12 @@ def test_verify_ncu_on_gpu():
     base, fixed = n["variants"]["baseline"], n["variants"]["fixed"]
     # the default vector path: a warp reads 8 rows of one tile column group (8-way when dense) and writes
     # whole float4s (one 16-byte store each, 4 quarter-warp wavefronts)
-    assert {i["wavefronts_per_instruction"] for i in base["instructions"] if i["access"] == "tile_read"} == {8}
-    assert {i["wavefronts_per_instruction"] for i in base["instructions"] if i["access"] == "tile_write"} == {4}
+    assert {i["wavefronts_per_instruction"] for i in base["instructions"] if i["access"] == "tile_read"} == {
+        8
+    }
+    assert {i["wavefronts_per_instruction"] for i in base["instructions"] if i["access"] == "tile_write"} == {
+        4
+    }
     assert {i["wavefronts_per_instruction"] for i in fixed["instructions"] if i["access"] == "tile_read"} == {
         1
     }
@@ -266,7 +270,11 @@ def test_vector_transpose_writes_whole_float4s():
     assert d["match"] is True
     by = {i["access"]: i for i in d["instructions"]}
     assert by["tile_write"]["opcode"] == "STS.128" and by["tile_write"]["wavefronts_per_instruction"] == 4
-    assert by["tile_read"]["wavefronts_per_instruction"] == 8 == by["tile_read"]["model_wavefronts_per_instruction"]
+    assert (
+        by["tile_read"]["wavefronts_per_instruction"]
+        == 8
+        == by["tile_read"]["model_wavefronts_per_instruction"]
+    )
 
 
 def test_sgemm_fixed_matches_and_placeholders_are_left_out():

@@ -46,7 +46,9 @@ def random_configs(arch, n: int, seed: int) -> dict[str, np.ndarray]:
     dynamic = np.where(rng.random(n) < 0.15, 0, dynamic)
     carveout = np.where(rng.random(n) < 0.4, -1, rng.integers(0, 101, n))
     opt_in = rng.random(n) < 0.7
-    return dict(threads=threads, regs=regs, smem_static=static, smem_dynamic=dynamic, carveout=carveout, opt_in=opt_in)
+    return dict(
+        threads=threads, regs=regs, smem_static=static, smem_dynamic=dynamic, carveout=carveout, opt_in=opt_in
+    )
 
 
 @needs_header

@@ -34,7 +34,12 @@ def test_occupancy_json_contract():
     assert p.returncode == 0, p.stderr
     d = json.loads(p.stdout)
     assert CONTRACT <= set(d) and LIMIT_KEYS <= set(d["limits"])
-    assert (d["active_blocks"], d["active_warps"], d["occupancy"], d["limiter"]) == (2, 16, 0.25, "shared_memory")
+    assert (d["active_blocks"], d["active_warps"], d["occupancy"], d["limiter"]) == (
+        2,
+        16,
+        0.25,
+        "shared_memory",
+    )
     assert d["what_if"]["next_block"]["needs"]["shared_memory"]["max_dynamic_smem"] == 44032
 
 
@@ -138,7 +143,12 @@ def test_help_teaches_with_an_example():
 
 def test_archs_table_and_json():
     p = run_cli("archs")
-    assert p.returncode == 0 and "sm_121" in p.stdout and "Sources" in p.stdout and "cuda_occupancy.h" in p.stdout
+    assert (
+        p.returncode == 0
+        and "sm_121" in p.stdout
+        and "Sources" in p.stdout
+        and "cuda_occupancy.h" in p.stdout
+    )
     d = json.loads(run_cli("archs", "--json").stdout)
     assert [a["name"] for a in d][:2] == ["sm_70", "sm_75"] and len(d) == 11
     assert d[6]["smem_per_sm"] == 233472 and "H200" in d[6]["sources"]["smem_per_sm"]

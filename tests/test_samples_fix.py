@@ -25,12 +25,21 @@ EXPECTED = {  # sample -> {access: worst wavefronts before}, {buffer: recommende
     # pad 1 makes the phase-1 stores 4-byte runs and both phases conflict-free
     "transpose_32x32.yaml": ({"tile_read": 8, "tile_write": 4}, {"tile": "pad 1"}, True),
     "ldmatrix_f16.yaml": ({"a_frag": 32, "a_fill": 4}, {"As": "Swizzle<3,3,3>"}, True),
-    "sgemm_float4.yaml": ({"As_copy": 11, "Bs_copy": 4, "As_read": 2, "Bs_read": 2},
-                          {"As": "pad 4", "Bs": "row-major, no padding"}, True),
-    "sgemm_default.yaml": ({"As_copy": 2, "Bs_copy": 4, "As_read": 2, "Bs_read": 2},
-                           {"As": "pad 4", "Bs": "row-major, no padding"}, True),
-    "stencil_halo.yaml": ({"halo_fill": 1, "centre": 1, "left_right": 1, "up_down": 1},
-                          {"tile": "row-major, no padding"}, True),
+    "sgemm_float4.yaml": (
+        {"As_copy": 11, "Bs_copy": 4, "As_read": 2, "Bs_read": 2},
+        {"As": "pad 4", "Bs": "row-major, no padding"},
+        True,
+    ),
+    "sgemm_default.yaml": (
+        {"As_copy": 2, "Bs_copy": 4, "As_read": 2, "Bs_read": 2},
+        {"As": "pad 4", "Bs": "row-major, no padding"},
+        True,
+    ),
+    "stencil_halo.yaml": (
+        {"halo_fill": 1, "centre": 1, "left_right": 1, "up_down": 1},
+        {"tile": "row-major, no padding"},
+        True,
+    ),
     "raw_addresses.yaml": ({"v4_stride2": 8, "ldsm": 32}, {}, None),
 }
 
@@ -62,8 +71,10 @@ def test_sample_analysis_and_fix(path):
         free = all(r.conflict_free for r in after if r.access.buffer == f.buffer.name)
         # the recommendation's claim is what the model says after re-running it on every instruction
         assert free == f.recommended.conflict_free
-        assert sum(int(r.bank.wavefronts.sum()) for r in after if r.access.buffer == f.buffer.name) == \
-            f.recommended.wavefronts
+        assert (
+            sum(int(r.bank.wavefronts.sum()) for r in after if r.access.buffer == f.buffer.name)
+            == f.recommended.wavefronts
+        )
     if all_free is not None:
         assert all(f.recommended.conflict_free for f in fixes.buffers) == all_free
     for f in fixes.buffers:  # the recommended layout keeps every logical element distinct and in bounds
@@ -85,7 +96,9 @@ def test_sample_cli_json(path):
         assert all(max(p["words_per_bank"]) == p["wavefronts"] for p in phases)
         if a["op"] == "cp.async":  # groups read together; their rounds overlap in wavefront slots
             slots = [s for p in phases for s in p["slots"]]
-            assert max(slots) + 1 == a["wavefronts"] and all(len(p["slots"]) == p["wavefronts"] for p in phases)
+            assert max(slots) + 1 == a["wavefronts"] and all(
+                len(p["slots"]) == p["wavefronts"] for p in phases
+            )
         else:
             assert sum(p["wavefronts"] for p in phases) == a["wavefronts"]
     assert isinstance(doc["fixes"], list)
@@ -95,8 +108,16 @@ def test_text_report_reads_top_to_bottom():
     r = run_cli("analyze", str(ROOT / "samples" / "gemm_a_column.yaml"))
     assert r.returncode == 0, r.stderr
     out = r.stdout
-    order = ["1. Accesses", "32-way conflict", "2. Fixes", "Recommended: pad 1", "3. Recommended layout",
-             "float As[128][32 + 1]", "+__shared__", "4. Occupancy"]
+    order = [
+        "1. Accesses",
+        "32-way conflict",
+        "2. Fixes",
+        "Recommended: pad 1",
+        "3. Recommended layout",
+        "float As[128][32 + 1]",
+        "+__shared__",
+        "4. Occupancy",
+    ]
     pos = [out.index(s) for s in order]
     assert pos == sorted(pos)
 
@@ -107,22 +128,32 @@ def test_export_svg_and_html(tmp_path):
         r = run_cli("analyze", str(ROOT / "samples" / "transpose_32x32.yaml"), "--export", str(f))
         assert r.returncode == 0, r.stderr
         assert "tile_read" in f.read_text()
-    r = run_cli("analyze", str(ROOT / "samples" / "transpose_32x32.yaml"), "--export", str(tmp_path / "r.pdf"))
+    r = run_cli(
+        "analyze", str(ROOT / "samples" / "transpose_32x32.yaml"), "--export", str(tmp_path / "r.pdf")
+    )
     assert r.returncode == 2 and not (tmp_path / "r.pdf").exists()
 
 
 def test_analyze_never_imports_cuda():
-    code = ("import sys\nfrom click.testing import CliRunner\nfrom smemtile.cli import main\n"
-            f"r = CliRunner().invoke(main, ['analyze', r'{ROOT / 'samples' / 'sgemm_float4.yaml'}', '--json'])\n"
-            "assert r.exit_code == 0, r.output\n"
-            "bad = [m for m in sys.modules if m.startswith(('cuda', 'cupy', 'torch'))]\n"
-            "assert not bad, bad\n")
+    code = (
+        "import sys\nfrom click.testing import CliRunner\nfrom smemtile.cli import main\n"
+        f"r = CliRunner().invoke(main, ['analyze', r'{ROOT / 'samples' / 'sgemm_float4.yaml'}', '--json'])\n"
+        "assert r.exit_code == 0, r.output\n"
+        "bad = [m for m in sys.modules if m.startswith(('cuda', 'cupy', 'torch'))]\n"
+        "assert not bad, bad\n"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.integers(1, 64), st.integers(1, 64), st.integers(0, 8), st.integers(1, 3), st.integers(0, 3),
-       st.integers(0, 4))
+@given(
+    st.integers(1, 64),
+    st.integers(1, 64),
+    st.integers(0, 8),
+    st.integers(1, 3),
+    st.integers(0, 3),
+    st.integers(0, 4),
+)
 def test_layouts_never_change_which_element_a_coordinate_reaches(rows, cols, pad, B, M, extra):
     """Padding and swizzling are injective on logical coordinates and stay inside the storage."""
     r, c = np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij")
@@ -140,7 +171,9 @@ def test_layouts_never_change_which_element_a_coordinate_reaches(rows, cols, pad
 def test_cp_async_source_key_changes_the_write_side():
     """Without `source` the model assumes the coalesced copy (one 128-byte line for the warp's 4-byte copies)."""
     doc = yaml.safe_load((ROOT / "samples" / "sgemm_float4.yaml").read_text())
-    with_source = {a.access.name: a for a in analyze_spec(parse_spec(yaml.safe_dump(doc), "sgemm_float4.yaml"))}
+    with_source = {
+        a.access.name: a for a in analyze_spec(parse_spec(yaml.safe_dump(doc), "sgemm_float4.yaml"))
+    }
     assert (with_source["As_copy"].wavefronts, with_source["As_copy"].ideal) == (11, 4)
     for a in doc["accesses"]:
         a.pop("source", None)

@@ -176,8 +176,18 @@ def test_device_peak_from_driver_clocks():
 
 
 def test_stage_variants_compile_only():
-    r = run_cli("verify", str(ROOT / "samples" / "sgemm_float4.yaml"), "--compile-only", "--json",
-                "--stages", "2", "--stages", "2", "--variant", "fixed")
+    r = run_cli(
+        "verify",
+        str(ROOT / "samples" / "sgemm_float4.yaml"),
+        "--compile-only",
+        "--json",
+        "--stages",
+        "2",
+        "--stages",
+        "2",
+        "--variant",
+        "fixed",
+    )
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     rows = {v["variant"]: v for v in doc["variants"]}

@@ -16,15 +16,23 @@ from smemtile.errors import SpecError
 
 @click.command("measure")
 @click.argument("catalogue", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path),
-              help="Write the JSON document (predictions, and measurements unless --predict-only) to FILE.")
-@click.option("--predict-only", is_flag=True,
-              help="No GPU: only the bank model's predictions (record them before measuring).")
+@click.option(
+    "--out",
+    "out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the JSON document (predictions, and measurements unless --predict-only) to FILE.",
+)
+@click.option(
+    "--predict-only",
+    is_flag=True,
+    help="No GPU: only the bank model's predictions (record them before measuring).",
+)
 @click.option("--no-ncu", is_flag=True, help="Time with clock64() only; do not count wavefronts with ncu.")
 @click.option("--device", type=click.IntRange(0), default=0, show_default=True, help="CUDA device index.")
 @json_option
-def command(catalogue: Path, out: Path | None, predict_only: bool, no_ncu: bool, device: int,
-            as_json: bool) -> None:
+def command(
+    catalogue: Path, out: Path | None, predict_only: bool, no_ncu: bool, device: int, as_json: bool
+) -> None:
     """Measure shared-memory wavefronts of every pattern in CATALOGUE on the GPU, beside the bank model.
 
     Each pattern is one warp-wide shared-memory instruction. All of them are compiled into one module with
@@ -74,8 +82,9 @@ def command(catalogue: Path, out: Path | None, predict_only: bool, no_ncu: bool,
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
-        raise SpecError(f"malformed YAML{where}: {getattr(e, 'problem', None) or 'invalid'}",
-                        source=str(catalogue)) from None
+        raise SpecError(
+            f"malformed YAML{where}: {getattr(e, 'problem', None) or 'invalid'}", source=str(catalogue)
+        ) from None
     arch, patterns = catalogue_patterns(raw, str(catalogue))
     names = [p.name for p in patterns]
     head = {"catalogue": str(catalogue), "description": str((raw or {}).get("description", "")),

@@ -98,7 +98,9 @@ def command(
     res = load(spec)
     if res.config is None:  # an analysis-only spec: its accesses run as a synthesized microkernel
         if stages:
-            raise SpecError("--stages needs a kernel: section (a family with a STAGES parameter)", source=str(spec))
+            raise SpecError(
+                "--stages needs a kernel: section (a family with a STAGES parameter)", source=str(spec)
+            )
         from smemtile.gpu.microkernel import verify_spec
         from smemtile.report.microkernel import render as render_micro
 

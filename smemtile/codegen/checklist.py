@@ -32,7 +32,9 @@ def evaluate(gk: GeneratedKernel, *, ptx: str | None = None, ncu: dict | None = 
     padded = {k: v for k, v in cfg.layouts.items() if v.pad}
     base = {b.name: b for b in (gk.banks_baseline or [])}
     if not padded:
-        items.append(Item("pad_dimension", "padding on the dimension that caused the conflict", NA, "no padding"))
+        items.append(
+            Item("pad_dimension", "padding on the dimension that caused the conflict", NA, "no padding")
+        )
     elif not base:
         items.append(Item("pad_dimension", "padding on the dimension that caused the conflict", NA,
                           "no baseline to compare with"))  # fmt: skip
@@ -43,7 +45,9 @@ def evaluate(gk: GeneratedKernel, *, ptx: str | None = None, ncu: dict | None = 
             helped = any(w.degree > b.degree for w, b in pairs)
             if pairs and not helped:
                 ok = False
-                reasons.append(f"{name}: pad {lay.pad} removes no conflict (it costs shared memory for nothing)")
+                reasons.append(
+                    f"{name}: pad {lay.pad} removes no conflict (it costs shared memory for nothing)"
+                )
             else:
                 reasons.append(f"{name}: pad {lay.pad} on the row stride: "
                                + ", ".join(f"{w.name} {w.degree:g}x -> {b.degree:g}x" for w, b in pairs))  # fmt: skip
@@ -74,7 +78,9 @@ def evaluate(gk: GeneratedKernel, *, ptx: str | None = None, ncu: dict | None = 
     limit = cfg.arch.smem_optin_per_block
     ptxas = (gk.extra or {}).get("ptxas") or {}
     stages = fam.stages(cfg.params)
-    reason = f"{gk.smem_bytes} bytes ({stages} stage(s), padding included), {cfg.arch.name} opt-in limit {limit}"
+    reason = (
+        f"{gk.smem_bytes} bytes ({stages} stage(s), padding included), {cfg.arch.name} opt-in limit {limit}"
+    )
     status = PASS if gk.smem_bytes <= limit else FAIL
     if ptxas.get("static_smem_bytes") is not None:
         same = ptxas["static_smem_bytes"] == gk.launch.static_smem_bytes
@@ -89,14 +95,18 @@ def evaluate(gk: GeneratedKernel, *, ptx: str | None = None, ncu: dict | None = 
     if ncu:
         items.append(Item("ncu", "conflicts confirmed by ncu", PASS if ncu.get("match") else FAIL, str(ncu)))
     else:
-        items.append(Item("ncu", "conflicts confirmed by ncu", NA, "not measured here: run `smemtile verify --ncu`"))
+        items.append(
+            Item("ncu", "conflicts confirmed by ncu", NA, "not measured here: run `smemtile verify --ncu`")
+        )
 
     occ = (gk.extra or {}).get("occupancy")
     text = "at least 2 blocks per SM or a stated reason"
     if occ is None:
         items.append(Item("two_blocks", text, NA, "registers unknown (not compiled)"))
     elif occ["active_blocks"] >= 2:
-        items.append(Item("two_blocks", text, PASS, f"{occ['active_blocks']} blocks/SM ({occ['limiter']}-limited)"))
+        items.append(
+            Item("two_blocks", text, PASS, f"{occ['active_blocks']} blocks/SM ({occ['limiter']}-limited)")
+        )
     else:
         why = fam.one_block_reason(cfg, occ)
         items.append(Item("two_blocks", text, PASS if why else FAIL,

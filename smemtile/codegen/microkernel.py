@@ -180,8 +180,15 @@ class Module:
 # ---- from the model's results -----------------------------------------------------------------------------
 
 
-def pattern_from_result(ar, *, variant: str = "", threads: int = 32, cache: str = "ca", where: str = "accesses",
-                        source: str | None = None) -> Pattern:
+def pattern_from_result(
+    ar,
+    *,
+    variant: str = "",
+    threads: int = 32,
+    cache: str = "ca",
+    where: str = "accesses",
+    source: str | None = None,
+) -> Pattern:
     """A Pattern from a ``smemtile.model.analysis.AccessResult`` (its bank result holds the instructions)."""
     acc, bank = ar.access, ar.bank
     instr = Instr(acc.op, acc.width, acc.matrices if acc.op in MATRIX_OPS else 4,
@@ -209,14 +216,23 @@ def _check(p: Pattern, arch: Arch) -> None:
     key = None
     i = p.instr
     if i.op not in WIDTHS or i.width not in WIDTHS[i.op]:
-        raise SpecError(f"cannot synthesize {i.op} of {i.width} bytes; allowed: "
-                        + "; ".join(f"{o} {'/'.join(map(str, w))} B" for o, w in WIDTHS.items()), key=key)
+        raise SpecError(
+            f"cannot synthesize {i.op} of {i.width} bytes; allowed: "
+            + "; ".join(f"{o} {'/'.join(map(str, w))} B" for o, w in WIDTHS.items()),
+            key=key,
+        )
     need = FIRST_CC.get(i.op)
     if need and arch.cc < need:
         raise SpecError(f"{i.op} needs sm_{need[0]}{need[1]} or later; the target is {arch.name}", key=key)
     if i.op in MATRIX_OPS and i.matrices not in (1, 2, 4):
         raise SpecError(f"{i.op} matrices must be 1, 2 or 4, got {i.matrices}", key=key)
-    if i.op == "cp.async" and i.cache not in CACHES or i.op == "cp.async" and i.cache == "cg" and i.width != 16:
+    if (
+        i.op == "cp.async"
+        and i.cache not in CACHES
+        or i.op == "cp.async"
+        and i.cache == "cg"
+        and i.width != 16
+    ):
         raise SpecError(f"cp.async cache {i.cache!r}: allowed ca (4, 8, 16 B) or cg (16 B only)", key=key)
     a, on = p.addresses, p.active
     if a.ndim != 2 or a.shape[1] != LANES or on.shape != a.shape or p.warp.shape != (a.shape[0],):
@@ -226,16 +242,22 @@ def _check(p: Pattern, arch: Arch) -> None:
     if bad.any():
         n, lane = (int(x) for x in np.argwhere(bad)[0])
         what = "an ldmatrix/stmatrix row" if i.op in MATRIX_OPS else f"a {i.width}-byte access"
-        raise SpecError(f"lane {lane} address {int(a[n, lane])} is not {align}-byte aligned ({what} must be); "
-                        "the hardware faults on it", key=key)
+        raise SpecError(
+            f"lane {lane} address {int(a[n, lane])} is not {align}-byte aligned ({what} must be); "
+            "the hardware faults on it",
+            key=key,
+        )
     if i.op in MATRIX_OPS:
         used = on[:, : 8 * i.matrices]
         part = used.any(axis=1) & ~used.all(axis=1)
         if part.any():
             n = int(np.argmax(part))
             lane = int(np.argmin(used[n]))
-            raise SpecError(f"{i.op} is .sync.aligned: lane {lane} gives a row address of x{i.matrices} but is "
-                            "idle; every lane 0..8*matrices-1 must take part", key=key)
+            raise SpecError(
+                f"{i.op} is .sync.aligned: lane {lane} gives a row address of x{i.matrices} but is "
+                "idle; every lane 0..8*matrices-1 must take part",
+                key=key,
+            )
     if i.op == "cp.async":
         s = p.sources
         if s is None or s.shape != a.shape:
@@ -245,14 +267,19 @@ def _check(p: Pattern, arch: Arch) -> None:
             n, lane = (int(x) for x in np.argwhere(bad)[0])
             raise SpecError(f"lane {lane} source {int(s[n, lane])} is not {i.width}-byte aligned", key=key)
     if p.threads % 32 or not 32 <= p.threads <= arch.max_threads_per_block:
-        raise SpecError(f"threads {p.threads}: a whole number of warps up to {arch.max_threads_per_block}", key=key)
+        raise SpecError(
+            f"threads {p.threads}: a whole number of warps up to {arch.max_threads_per_block}", key=key
+        )
     if (p.warp < 0).any() or (p.warp >= p.threads // 32).any():
         raise SpecError(f"warp {int(p.warp.max())} is outside a block of {p.threads} threads", key=key)
     extent = int(np.where(on, a, 0).max()) + (16 if i.op in MATRIX_OPS else i.width)
     limit = arch.smem_optin_per_block - ALIGN
     if extent > limit:
-        raise SpecError(f"addresses reach byte {extent}; a microkernel block has at most {limit} bytes of shared "
-                        f"memory on {arch.name}", key=key)
+        raise SpecError(
+            f"addresses reach byte {extent}; a microkernel block has at most {limit} bytes of shared "
+            f"memory on {arch.name}",
+            key=key,
+        )
 
 
 # ---- launches ----------------------------------------------------------------------------------------------
@@ -329,8 +356,10 @@ def build_module(patterns: list[Pattern], arch: Arch) -> Module:
         if x.kernel not in kernels:
             kernels[x.kernel] = kernel_source(x.pattern.instr, x.slots, x.repeats, x.threads,
                                               x.kernel.endswith("_p"), x.kernel)  # fmt: skip
-    head = ("// Generated by smemtile (smemtile/codegen/microkernel.py): shared-memory microkernels, one PTX\n"
-            "// instruction each, issued at the bank model's byte addresses. Launch: see Module.launches.\n")
+    head = (
+        "// Generated by smemtile (smemtile/codegen/microkernel.py): shared-memory microkernels, one PTX\n"
+        "// instruction each, issued at the bank model's byte addresses. Launch: see Module.launches.\n"
+    )
     return Module(arch.name, head + "\n".join(kernels.values()), tuple(kernels), tuple(launches))
 
 
@@ -350,7 +379,9 @@ def _asm(instr: Instr, addr: str, regs: list[str], pred: str | None, gptr: str |
         vals = ",".join(f"%{k + 1}" for k in range(n)) if n > 1 else "%1"
         body = f"{instr.ptx} [%0], {'{' + vals + '}' if n > 1 else vals};"
         outs = ""
-        ins = [f'"r"({addr})'] + [(f'"h"((unsigned short){r})' if instr.width == 2 else f'"r"({r})') for r in regs]
+        ins = [f'"r"({addr})'] + [
+            (f'"h"((unsigned short){r})' if instr.width == 2 else f'"r"({r})') for r in regs
+        ]
     else:  # load, ldmatrix
         vals = ",".join(f"%{k}" for k in range(n))
         body = f"{instr.ptx} {'{' + vals + '}' if n > 1 or instr.op == 'ldmatrix' else vals}, [%{n}];"
@@ -396,43 +427,56 @@ def kernel_source(instr: Instr, slots: int, repeats: int, threads: int, pred: bo
         body.append('      asm volatile("cp.async.commit_group;" ::: "memory");')
         body.append('      asm volatile("cp.async.wait_group 1;" ::: "memory");')
     drain = ['    asm volatile("cp.async.wait_all;" ::: "memory");'] if cp else []
-    return "\n".join([
-        f'extern "C" __global__ void __launch_bounds__({threads}) {name}(',
-        "    const unsigned* __restrict__ addr, const unsigned* __restrict__ on, const unsigned* __restrict__ warp_on,",
-        "    const unsigned* __restrict__ src, const char* __restrict__ gsrc, unsigned iters, unsigned zero,",
-        "    long long* __restrict__ cycles, unsigned* __restrict__ sink) {",
-        f"  // {instr.describe()}: {S} instruction(s) per warp, {R} cop{'y' if R == 1 else 'ies'} per iteration",
-        "  extern __shared__ unsigned char smk_smem[];",
-        "  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;",
-        f"  const unsigned base = ((unsigned)__cvta_generic_to_shared(smk_smem) + {ALIGN - 1}u) & ~{ALIGN - 1}u;",
-        *decl,
-        "#pragma unroll",
-        f"  for (int s = 0; s < {S}; ++s) {{",
-        *setup,
-        "  }",
-        "  const bool present = warp_on[warp] != 0u;",
-        "  unsigned acc = 0u;",
-        "  __syncthreads();",
-        "  const long long t0 = clock64();",
-        "  if (present) {",
-        "    for (unsigned i = 0; i < iters; ++i) {",
-        *body,
-        "    }",
-        *drain,
-        "  }",
-        "  const long long t1 = clock64();",
-        "  if (lane == 0u) cycles[blockIdx.x * (blockDim.x >> 5) + warp] = present ? t1 - t0 : -1;",
-        "  sink[blockIdx.x * blockDim.x + threadIdx.x] = acc;",
-        "}",
-        "",
-    ])
+    return "\n".join(
+        [
+            f'extern "C" __global__ void __launch_bounds__({threads}) {name}(',
+            "    const unsigned* __restrict__ addr, const unsigned* __restrict__ on, const unsigned* __restrict__ warp_on,",
+            "    const unsigned* __restrict__ src, const char* __restrict__ gsrc, unsigned iters, unsigned zero,",
+            "    long long* __restrict__ cycles, unsigned* __restrict__ sink) {",
+            f"  // {instr.describe()}: {S} instruction(s) per warp, {R} cop{'y' if R == 1 else 'ies'} per iteration",
+            "  extern __shared__ unsigned char smk_smem[];",
+            "  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;",
+            f"  const unsigned base = ((unsigned)__cvta_generic_to_shared(smk_smem) + {ALIGN - 1}u) & ~{ALIGN - 1}u;",
+            *decl,
+            "#pragma unroll",
+            f"  for (int s = 0; s < {S}; ++s) {{",
+            *setup,
+            "  }",
+            "  const bool present = warp_on[warp] != 0u;",
+            "  unsigned acc = 0u;",
+            "  __syncthreads();",
+            "  const long long t0 = clock64();",
+            "  if (present) {",
+            "    for (unsigned i = 0; i < iters; ++i) {",
+            *body,
+            "    }",
+            *drain,
+            "  }",
+            "  const long long t1 = clock64();",
+            "  if (lane == 0u) cycles[blockIdx.x * (blockDim.x >> 5) + warp] = present ? t1 - t0 : -1;",
+            "  sink[blockIdx.x * blockDim.x + threadIdx.x] = acc;",
+            "}",
+            "",
+        ]
+    )
 
 
 # ---- catalogues (`smemtile measure`) -----------------------------------------------------------------------
 
 CATALOGUE_KEYS = ("name", "description", "arch", "patterns")
-PATTERN_KEYS = ("name", "op", "width", "address", "addresses", "source", "matrices", "trans", "cache", "active",
-                "note")
+PATTERN_KEYS = (
+    "name",
+    "op",
+    "width",
+    "address",
+    "addresses",
+    "source",
+    "matrices",
+    "trans",
+    "cache",
+    "active",
+    "note",
+)
 CATALOGUE_BUFFER = 227 * 1024  # bytes a pattern may address (the largest opt-in block; checked per arch)
 
 
@@ -446,7 +490,9 @@ def catalogue_patterns(doc: object, source: str) -> tuple[Arch, list[Pattern]]:
     from smemtile.model.spec import spec_from_dict
 
     if not isinstance(doc, dict):
-        raise SpecError("a catalogue is a mapping with arch and patterns (see smemtile measure --help)", source=source)
+        raise SpecError(
+            "a catalogue is a mapping with arch and patterns (see smemtile measure --help)", source=source
+        )
     for k in doc:
         if k not in CATALOGUE_KEYS:
             raise SpecError(f"unknown key {k!r}; allowed: {', '.join(CATALOGUE_KEYS)}", source=source)
@@ -457,24 +503,34 @@ def catalogue_patterns(doc: object, source: str) -> tuple[Arch, list[Pattern]]:
     for i, p in enumerate(pats):
         where = f"patterns[{i}]"
         if not isinstance(p, dict) or "name" not in p or "op" not in p:
-            raise SpecError("each pattern is a mapping with at least name, op and address(es)", key=where,
-                            source=source)
+            raise SpecError(
+                "each pattern is a mapping with at least name, op and address(es)", key=where, source=source
+            )
         where = f"patterns.{p['name']}"
         for k in p:
             if k not in PATTERN_KEYS:
-                raise SpecError(f"unknown key {k!r}; allowed: {', '.join(PATTERN_KEYS)}", key=where, source=source)
+                raise SpecError(
+                    f"unknown key {k!r}; allowed: {', '.join(PATTERN_KEYS)}", key=where, source=source
+                )
         cache = p.get("cache", "ca")
         if cache not in CACHES or (cache == "cg" and (p.get("op") != "cp.async" or p.get("width") != 16)):
-            raise SpecError(f"cache {cache!r}: allowed ca, or cg for 16-byte cp.async", key=f"{where}.cache",
-                            source=source)
+            raise SpecError(
+                f"cache {cache!r}: allowed ca, or cg for 16-byte cp.async",
+                key=f"{where}.cache",
+                source=source,
+            )
         if "cache" in p and p["op"] != "cp.async":
             raise SpecError("cache only applies to op cp.async", key=f"{where}.cache", source=source)
         caches[str(p["name"])] = cache
         acc = {k: v for k, v in p.items() if k != "cache"}
         acc["buffer"] = "S"
         accesses.append(acc)
-    spec_doc = {"arch": doc.get("arch", "sm_90"), "threads": 32,
-                "buffers": [{"name": "S", "dtype": "u8", "shape": [CATALOGUE_BUFFER]}], "accesses": accesses}
+    spec_doc = {
+        "arch": doc.get("arch", "sm_90"),
+        "threads": 32,
+        "buffers": [{"name": "S", "dtype": "u8", "shape": [CATALOGUE_BUFFER]}],
+        "accesses": accesses,
+    }
     try:
         spec = spec_from_dict(spec_doc, source)
         results = analyze_spec(spec)
@@ -482,6 +538,9 @@ def catalogue_patterns(doc: object, source: str) -> tuple[Arch, list[Pattern]]:
         text = str(e)
         prefix = "".join(f"{x}: " for x in (e.source, e.key) if x)
         key = e.key.replace("accesses", "patterns", 1) if e.key else None
-        raise SpecError(text[len(prefix):] if text.startswith(prefix) else text, key=key, source=source) from None
-    return spec.arch, [pattern_from_result(r, cache=caches[r.access.name], where="patterns", source=source)
-                       for r in results]
+        raise SpecError(
+            text[len(prefix) :] if text.startswith(prefix) else text, key=key, source=source
+        ) from None
+    return spec.arch, [
+        pattern_from_result(r, cache=caches[r.access.name], where="patterns", source=source) for r in results
+    ]

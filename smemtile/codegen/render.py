@@ -38,7 +38,8 @@ def kernel_source(family: str) -> tuple[str, dict[str, str]]:
 def inline_headers(text: str) -> str:
     body = header_text().replace("#pragma once\n", "")
     return _INCLUDE.sub(
-        lambda _: f"// ---- {HEADER_FILE} (inlined) ----\n{body.strip()}\n// ---- end {HEADER_FILE} ----", text
+        lambda _: f"// ---- {HEADER_FILE} (inlined) ----\n{body.strip()}\n// ---- end {HEADER_FILE} ----",
+        text,
     )
 
 
@@ -84,7 +85,9 @@ class GeneratedKernel:
             # the kernel's own shared-memory accesses in the spec language: this document parses as a spec
             "kernel_accesses": fam.accesses(self.config),
             "spec": fam.spec_doc(self.config),
-            "banks_baseline": None if self.banks_baseline is None else [b.to_dict() for b in self.banks_baseline],
+            "banks_baseline": None
+            if self.banks_baseline is None
+            else [b.to_dict() for b in self.banks_baseline],
             **self.extra,
         }
 
@@ -137,9 +140,13 @@ def launch_helper(cfg: KernelConfig) -> str:
         dims = f"dim3((unsigned)gx, (unsigned)gy, (unsigned)gz), dim3({', '.join(block)})"
         if call.main:
             lines.append(f"{ind}auto kernel = {expr};")
-            lines.append(f"{ind}const size_t smem = {plan.dynamic_smem_bytes};  // dynamic shared memory, bytes")
+            lines.append(
+                f"{ind}const size_t smem = {plan.dynamic_smem_bytes};  // dynamic shared memory, bytes"
+            )
             if plan.dynamic_smem_bytes > cfg.arch.static_smem_max:
-                lines.append(f"{ind}// more than 48 KiB of dynamic shared memory: the kernel must opt in first")
+                lines.append(
+                    f"{ind}// more than 48 KiB of dynamic shared memory: the kernel must opt in first"
+                )
                 lines.append(f"{ind}err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, "
                              "(int)smem);")  # fmt: skip
                 lines.append(f"{ind}if (err != cudaSuccess) return err;")
@@ -181,7 +188,9 @@ def _clean(text: str) -> str:
     return text.replace("*/", "* /").replace("\\", "/")
 
 
-def _header(cfg: KernelConfig, banks, base_banks, plan: LaunchConfig, smem: int, extra: dict, origin: str) -> str:
+def _header(
+    cfg: KernelConfig, banks, base_banks, plan: LaunchConfig, smem: int, extra: dict, origin: str
+) -> str:
     from smemtile import __version__
 
     fam = FAMILIES[cfg.family]
@@ -199,12 +208,16 @@ def _header(cfg: KernelConfig, banks, base_banks, plan: LaunchConfig, smem: int,
         out.append(f"//   {b.name} [{dims}] {b.dtype}: {cfg.layouts[b.name].describe()}  ({_clean(note)})")
     for note in cfg.notes:
         out.append(f"// Note: {_clean(note)}")
-    out.append("// Bank conflicts (worst instruction; wavefronts / ideal), the accesses `smemtile analyze` reports:")
+    out.append(
+        "// Bank conflicts (worst instruction; wavefronts / ideal), the accesses `smemtile analyze` reports:"
+    )
     base = {b.name: b for b in (base_banks or [])}
     for b in banks:
         before = base.get(b.name)
         was = f"{before.degree:g}x ({before.wavefronts}/{before.ideal}) -> " if before else ""
-        out.append(f"//   {b.name:<15} {b.op:<8} {b.width:>2} B  {b.role:<8}  {was}{b.degree:g}x ({b.wavefronts}/{b.ideal})")
+        out.append(
+            f"//   {b.name:<15} {b.op:<8} {b.width:>2} B  {b.role:<8}  {was}{b.degree:g}x ({b.wavefronts}/{b.ideal})"
+        )
     stages = fam.stages(cfg.params)
     out.append(
         f"// Shared memory per block: {smem} bytes ({stages} stage{'s' if stages > 1 else ''}, padding included; "
@@ -220,8 +233,12 @@ def _header(cfg: KernelConfig, banks, base_banks, plan: LaunchConfig, smem: int,
         s = "s" if o["active_blocks"] != 1 else ""
         out.append(f"// Occupancy: {o['active_blocks']} block{s}/SM, {o['active_warps']} warps ({o['occupancy']:.0%}), "
                    f"limited by {o['limiter']}.")  # fmt: skip
-    steps = " then ".join(f"{s.kernel.split('<')[0]} grid {tuple(s.grid)} block {tuple(s.block)}" for s in plan.steps)
-    out.append(f"// Launch: {steps}; dynamic shared memory {plan.dynamic_smem_bytes} bytes (launch_{fam.name}() below).")
+    steps = " then ".join(
+        f"{s.kernel.split('<')[0]} grid {tuple(s.grid)} block {tuple(s.block)}" for s in plan.steps
+    )
+    out.append(
+        f"// Launch: {steps}; dynamic shared memory {plan.dynamic_smem_bytes} bytes (launch_{fam.name}() below)."
+    )
     return "\n".join(out)
 
 

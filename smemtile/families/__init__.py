@@ -34,8 +34,16 @@ FAMILIES: dict[str, Family] = {
     name: importlib.import_module(f"smemtile.families.{mod}").FAMILY for name, mod in _REGISTRY.items()
 }
 
-__all__ = ["FAMILIES", "ContractViolation", "Family", "KernelConfig", "LaunchConfig", "configure", "get_family",
-           "reconfigure"]
+__all__ = [
+    "FAMILIES",
+    "ContractViolation",
+    "Family",
+    "KernelConfig",
+    "LaunchConfig",
+    "configure",
+    "get_family",
+    "reconfigure",
+]
 
 
 def get_family(name: object) -> Family:
@@ -99,7 +107,9 @@ def configure(
             raise ContractViolation(f"{v} is not allowed; allowed: {', '.join(map(str, p.allowed))} ({p.doc})",
                                     key=f"{fam.name}.{p.name}")  # fmt: skip
         if p.allowed is None and not p.lo <= v <= p.hi:
-            raise ContractViolation(f"{v} is out of range ({p.lo}..{p.hi}; {p.doc})", key=f"{fam.name}.{p.name}")
+            raise ContractViolation(
+                f"{v} is out of range ({p.lo}..{p.hi}; {p.doc})", key=f"{fam.name}.{p.name}"
+            )
         full[p.name] = v
     full = fam.derive(full, set(tparams), arch)
     problem = check_problem(fam, problem)
@@ -121,8 +131,15 @@ def configure(
     return cfg
 
 
-def reconfigure(cfg: KernelConfig, *, params: dict | None = None, layouts: dict | None = None,
-                arch: Arch | str | None = None, problem: dict | None = None, check: bool = True) -> KernelConfig:
+def reconfigure(
+    cfg: KernelConfig,
+    *,
+    params: dict | None = None,
+    layouts: dict | None = None,
+    arch: Arch | str | None = None,
+    problem: dict | None = None,
+    check: bool = True,
+) -> KernelConfig:
     """``cfg`` with some values changed; parameters the user never set stay defaults (re-derived for a new
     arch), so a later fallback (Family.relax) may still change them."""
     user = {k: v for k, v in cfg.params.items() if k not in cfg.defaulted}

@@ -207,7 +207,9 @@ class Family:
     params: tuple[Param, ...] = ()
     problem_keys: tuple[ProblemKey, ...] = ()
     host_args: tuple[HostArg, ...] = ()
-    smem_kind: str = "static"  # "static": declared __shared__ (<= the arch's static limit); "auto": dynamic above
+    smem_kind: str = (
+        "static"  # "static": declared __shared__ (<= the arch's static limit); "auto": dynamic above
+    )
     layout_dependent_accesses: bool = False  # the instructions change with the layout (fix search re-derives)
     tolerance: float = 1e-5  # max relative error against the float64 reference
     exact: bool = False  # bit-exact comparison (copies)

@@ -28,7 +28,9 @@ def _driver():
     try:
         from cuda.bindings import driver
     except Exception as e:  # not installed, or a broken install
-        raise NoDevice(f"CUDA Python bindings unavailable ({e.__class__.__name__}); pass --arch sm_XX") from None
+        raise NoDevice(
+            f"CUDA Python bindings unavailable ({e.__class__.__name__}); pass --arch sm_XX"
+        ) from None
     return driver
 
 
@@ -36,7 +38,9 @@ def _check(driver, result, what: str):
     err, *values = result
     if int(err) != 0:
         name = driver.cuGetErrorName(err)[1]
-        raise NoDevice(f"{what} failed: {name.decode() if isinstance(name, bytes) else name}; pass --arch sm_XX")
+        raise NoDevice(
+            f"{what} failed: {name.decode() if isinstance(name, bytes) else name}; pass --arch sm_XX"
+        )
     return values[0] if len(values) == 1 else values
 
 
@@ -58,7 +62,9 @@ def device_attributes(device: int = 0) -> dict[str, int]:
     attrs = {}
     for field, attr in names.items():
         enum = getattr(driver.CUdevice_attribute, f"CU_DEVICE_ATTRIBUTE_{attr}")
-        attrs[field] = int(_check(driver, driver.cuDeviceGetAttribute(enum, dev), f"cuDeviceGetAttribute({attr})"))
+        attrs[field] = int(
+            _check(driver, driver.cuDeviceGetAttribute(enum, dev), f"cuDeviceGetAttribute({attr})")
+        )
     return attrs
 
 

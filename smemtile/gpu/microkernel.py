@@ -110,7 +110,13 @@ def check_sass(module: Module, cubin: bytes) -> dict:
     try:
         ops = sass_opcodes(cubin, tool)
     except (OSError, subprocess.SubprocessError) as e:
-        return {"available": False, "tool": tool[0], "ok": None, "kernels": {}, "note": f"SASS not checked: {e}"}
+        return {
+            "available": False,
+            "tool": tool[0],
+            "ok": None,
+            "kernels": {},
+            "note": f"SASS not checked: {e}",
+        }
     kernels = {}
     for x in module.launches:
         if x.kernel in kernels:
@@ -134,7 +140,9 @@ def check_sass(module: Module, cubin: bytes) -> dict:
 def compile_module(module: Module):
     from smemtile.gpu.nvrtc import compile_cubin
 
-    return compile_cubin(module.source, list(module.kernels), module.arch, filename="smemtile_microkernels.cu")
+    return compile_cubin(
+        module.source, list(module.kernels), module.arch, filename="smemtile_microkernels.cu"
+    )
 
 
 _PTX_SHARED = re.compile(r"^\s*(?:@%?\w+\s+)?((?:ld|st)\.shared|ldmatrix|stmatrix|cp\.async\.c[ag])\S*\s.*;")
@@ -294,7 +302,9 @@ class _PlannedLaunch:
     def __init__(self, d: dict, tables, i: int):
         self.kernel, self.threads, self.smem_bytes = d["kernel"], d["threads"], d["smem_bytes"]
         self.iterations, self.global_bytes = d["iterations"], d["global_bytes"]
-        self.addr, self.on, self.warp_on, self.src = (tables[f"{k}{i}"] for k in ("addr", "on", "warp_on", "src"))
+        self.addr, self.on, self.warp_on, self.src = (
+            tables[f"{k}{i}"] for k in ("addr", "on", "warp_on", "src")
+        )
         self.pattern = type("P", (), {"label": d["kernel"]})()
 
 
@@ -347,8 +357,9 @@ INSTRUCTION_COUNTERS = {"load": "smsp__inst_executed_op_shared_ld.sum", "store":
                         "stmatrix": "sm__sass_inst_executed_op_shared_stsm.sum"}  # fmt: skip
 
 
-def profile(module: Module, cubin: bytes, device: int = 0, attempts: int = 2,
-            failures: list[str] | None = None) -> list[dict[str, float]]:
+def profile(
+    module: Module, cubin: bytes, device: int = 0, attempts: int = 2, failures: list[str] | None = None
+) -> list[dict[str, float]]:
     """Each launch once under ncu (one block); raw counters per launch, in launch order. A failed ncu run is
     tried once more (the profiler can fail transiently; its error goes to ``failures``); the last is raised."""
     from smemtile.gpu.ncu import NcuError
@@ -393,8 +404,10 @@ def _profile_once(module: Module, cubin: bytes, device: int) -> list[dict[str, f
     except ValueError as e:
         raise NcuError(f"{e}: {' | '.join((p.stderr or p.stdout).strip().splitlines()[-3:])}") from None
     if len(rows) != len(module.launches):
-        raise NcuError(f"expected {len(module.launches)} profiled launches, ncu reported {len(rows)}: "
-                       + " | ".join((p.stderr or p.stdout).strip().splitlines()[-3:]))
+        raise NcuError(
+            f"expected {len(module.launches)} profiled launches, ncu reported {len(rows)}: "
+            + " | ".join((p.stderr or p.stdout).strip().splitlines()[-3:])
+        )
     return rows
 
 
@@ -421,12 +434,17 @@ def ncu_by_label(module: Module, rows: list[dict[str, float]]) -> dict[str, dict
         o["model_wavefronts_per_instruction"] = o["model_wavefronts"] / n if n else None
         countable = not (x.pattern.instr.op == "cp.async" and x.pattern.instr.cache == "cg")
         o["countable"] = countable
-        diff = None if o["wavefronts_per_instruction"] is None else abs(
-            o["wavefronts_per_instruction"] - o["model_wavefronts_per_instruction"])
+        diff = (
+            None
+            if o["wavefronts_per_instruction"] is None
+            else abs(o["wavefronts_per_instruction"] - o["model_wavefronts_per_instruction"])
+        )
         o["agree"] = (diff is not None and diff <= AGREE_TOL) if countable else None
         c = o["instructions_counted"]
         o["instructions_counted"] = None if c != c else c  # NaN: the counter was not reported
-        o["note"] = None if countable else "cp.async.cg (L1 bypass): ncu counts none of its shared-memory writes"
+        o["note"] = (
+            None if countable else "cp.async.cg (L1 bypass): ncu counts none of its shared-memory writes"
+        )
     return out
 
 
@@ -582,7 +600,12 @@ def predict(patterns: list[Pattern]) -> list[dict]:
     out = []
     for p in patterns:
         i = p.instr
-        d: dict[str, Any] = {"name": p.name, "op": i.op, "width": i.width, "addresses": p.addresses[0].tolist()}
+        d: dict[str, Any] = {
+            "name": p.name,
+            "op": i.op,
+            "width": i.width,
+            "addresses": p.addresses[0].tolist(),
+        }
         if i.op in ("ldmatrix", "stmatrix"):
             d.update(matrices=i.matrices, trans=i.trans)
         if i.op == "cp.async":

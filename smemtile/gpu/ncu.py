@@ -83,7 +83,15 @@ def profile(label: str, variant: str, cfg, *, device: int = 0, ncu: str | None =
         root = str(Path(__file__).resolve().parents[2])
         env = dict(os.environ)
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        target = [sys.executable, "-m", "smemtile.gpu.ncu", "--target", config_json(cfg), str(device), str(result)]
+        target = [
+            sys.executable,
+            "-m",
+            "smemtile.gpu.ncu",
+            "--target",
+            config_json(cfg),
+            str(device),
+            str(result),
+        ]
         # -k matches the function name without template arguments: the family's main kernel, never the steps
         # before it (e.g. split K's preparation kernel)
         cmd = [ncu, "--clock-control", "none", "--target-processes", "all", "-k", fam.kernel,
@@ -112,8 +120,18 @@ def profile(label: str, variant: str, cfg, *, device: int = 0, ncu: str | None =
         doc = compare(cfg, rows, metrics)
         doc["columns"] = info
         doc["target"] = json.loads(result.read_text()) if result.exists() else None
-        shown = [("REPORT" if x == str(report) else "RESULT.json" if x == str(result) else
-                  "CONFIG_JSON" if x == target[4] else x) for x in cmd]
+        shown = [
+            (
+                "REPORT"
+                if x == str(report)
+                else "RESULT.json"
+                if x == str(result)
+                else "CONFIG_JSON"
+                if x == target[4]
+                else x
+            )
+            for x in cmd
+        ]
         doc["command"] = " ".join(shown)
         return doc
     finally:

@@ -215,5 +215,3 @@ def parse_raw_csv(text: str, names: tuple[str, ...] | list[str] = METRICS) -> di
 
 
 # ---- the model side -----------------------------------------------------------------------------------------
-
-

@@ -136,9 +136,18 @@ def open_device(index: int = 0) -> Device:
     major, minor = get("COMPUTE_CAPABILITY_MAJOR"), get("COMPUTE_CAPABILITY_MINOR")
     raw = _ok(driver.cuDeviceGetName(256, dev), "cuDeviceGetName")
     name = raw.split(b"\x00")[0].decode(errors="replace") if isinstance(raw, bytes) else str(raw)
-    return Device(index, name, (major, minor), f"sm_{major}{minor}", get("MULTIPROCESSOR_COUNT"), ctx,
-                  maybe("CLOCK_RATE"), maybe("MEMORY_CLOCK_RATE"), maybe("GLOBAL_MEMORY_BUS_WIDTH"),
-                  maybe("L2_CACHE_SIZE"))
+    return Device(
+        index,
+        name,
+        (major, minor),
+        f"sm_{major}{minor}",
+        get("MULTIPROCESSOR_COUNT"),
+        ctx,
+        maybe("CLOCK_RATE"),
+        maybe("MEMORY_CLOCK_RATE"),
+        maybe("GLOBAL_MEMORY_BUS_WIDTH"),
+        maybe("L2_CACHE_SIZE"),
+    )
 
 
 class DeviceBuffer:
@@ -247,8 +256,13 @@ def compare(ref: np.ndarray, got: np.ndarray, tolerance: float, *, exact: bool =
     return CheckResult(False, err, tolerance, Mismatch(idx, to_py(exp), to_py(val), int(bad.sum())))
 
 
-_CTYPES = {"int": ctypes.c_int, "float": ctypes.c_float, "long long": ctypes.c_longlong,
-           "unsigned": ctypes.c_uint, "double": ctypes.c_double}
+_CTYPES = {
+    "int": ctypes.c_int,
+    "float": ctypes.c_float,
+    "long long": ctypes.c_longlong,
+    "unsigned": ctypes.c_uint,
+    "double": ctypes.c_double,
+}
 
 
 def _ctype(decl_type: str):
@@ -286,7 +300,9 @@ class LoadedKernel:
         self.compiled = compile_config(cfg, source=source)
         self.module = _ok(d.cuModuleLoadData(self.compiled.cubin), "cuModuleLoadData", CompileError)
         lowered = self.compiled.lowered[self.expr]
-        self.func = _ok(d.cuModuleGetFunction(self.module, lowered.encode()), "cuModuleGetFunction", CompileError)
+        self.func = _ok(
+            d.cuModuleGetFunction(self.module, lowered.encode()), "cuModuleGetFunction", CompileError
+        )
         self.shape = self.fam.launch(cfg)
         self._funcs = {}
         for step in self.shape.steps:
@@ -295,13 +311,20 @@ class LoadedKernel:
                                                f"cuModuleGetFunction({step.kernel})", CompileError)  # fmt: skip
         a = d.CUfunction_attribute
         self.registers = int(_ok(d.cuFuncGetAttribute(a.CU_FUNC_ATTRIBUTE_NUM_REGS, self.func), "NUM_REGS"))
-        self.static_smem = int(_ok(d.cuFuncGetAttribute(a.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, self.func), "SHARED"))
-        self.local_bytes = int(_ok(d.cuFuncGetAttribute(a.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, self.func), "LOCAL"))
+        self.static_smem = int(
+            _ok(d.cuFuncGetAttribute(a.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, self.func), "SHARED")
+        )
+        self.local_bytes = int(
+            _ok(d.cuFuncGetAttribute(a.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, self.func), "LOCAL")
+        )
         self.threads = self.shape.threads
         dyn = self.shape.dynamic_smem_bytes
         if dyn > cfg.arch.static_smem_max:
             attr = a.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-            _ok(d.cuFuncSetAttribute(self.func, attr, dyn), "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)")
+            _ok(
+                d.cuFuncSetAttribute(self.func, attr, dyn),
+                "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)",
+            )
         self.driver_blocks = int(
             _ok(d.cuOccupancyMaxActiveBlocksPerMultiprocessor(self.func, self.threads, dyn), "cuOccupancy")
         )
@@ -316,7 +339,9 @@ class LoadedKernel:
     def model_occupancy(self):
         from smemtile.model.occupancy import occupancy
 
-        return occupancy(self.cfg.arch, self.threads, self.registers, self.static_smem, self.shape.dynamic_smem_bytes)
+        return occupancy(
+            self.cfg.arch, self.threads, self.registers, self.static_smem, self.shape.dynamic_smem_bytes
+        )
 
     # ---- inputs and launch -------------------------------------------------------------------------------
     def prepare(self, inputs: dict[str, np.ndarray]) -> None:
@@ -377,7 +402,9 @@ class LoadedKernel:
 
         arg = self.fam.output_arg()
         shape = self.fam.array_shape(self.cfg, arg)
-        return self._buffers[arg.name].to_array(shape, np.dtype(NUMPY_DTYPES[self.fam.array_dtype(self.cfg, arg)]))
+        return self._buffers[arg.name].to_array(
+            shape, np.dtype(NUMPY_DTYPES[self.fam.array_dtype(self.cfg, arg)])
+        )
 
     def check(self, inputs: dict[str, np.ndarray], reference: np.ndarray) -> CheckResult:
         """One run of the plan on ``inputs`` with poisoned outputs, compared with ``reference``."""
@@ -387,7 +414,12 @@ class LoadedKernel:
         return compare(reference, self.output(), self.fam.tolerance, exact=self.fam.exact)
 
     def time(
-        self, *, warmup_s: float = 0.2, target_s: float = 1.0, min_runs: int = 20, max_runs: int = 500,
+        self,
+        *,
+        warmup_s: float = 0.2,
+        target_s: float = 1.0,
+        min_runs: int = 20,
+        max_runs: int = 500,
         flush_l2: bool = True,
     ) -> Timing:
         """CUDA events around each launch (null stream) after a warm-up; median of enough runs.
@@ -413,7 +445,10 @@ class LoadedKernel:
             ts = []
             for i in range(runs):
                 if scratch is not None:
-                    _ok(d.cuMemsetD8Async(scratch.ptr, i & 0xFF, scratch.nbytes, d.CUstream(0)), "cuMemsetD8Async")
+                    _ok(
+                        d.cuMemsetD8Async(scratch.ptr, i & 0xFF, scratch.nbytes, d.CUstream(0)),
+                        "cuMemsetD8Async",
+                    )
                 _ok(d.cuEventRecord(start, d.CUstream(0)), "cuEventRecord")
                 self.launch()
                 _ok(d.cuEventRecord(end, d.CUstream(0)), "cuEventRecord")
@@ -424,7 +459,9 @@ class LoadedKernel:
             d.cuEventDestroy(end)
             if scratch is not None:
                 scratch.free()
-        return Timing(statistics.median(ts), min(ts), max(ts), len(ts), warm, scratch.nbytes if scratch else 0)
+        return Timing(
+            statistics.median(ts), min(ts), max(ts), len(ts), warm, scratch.nbytes if scratch else 0
+        )
 
     def close(self) -> None:
         for b in self._buffers.values():

@@ -89,11 +89,16 @@ def analyze_access(spec: KernelSpec, access: Access, layout: Layout | None = Non
         active = _full(access.active(env), n) != 0
         keep = active.any(axis=1)  # an instruction no lane takes part in moves nothing: left out
         if not keep.any():
-            raise SpecError("no lane is active in any instruction ('active' is 0 everywhere)", key=where,
-                            source=spec.source)
+            raise SpecError(
+                "no lane is active in any instruction ('active' is 0 everywhere)",
+                key=where,
+                source=spec.source,
+            )
         if not keep.all():
-            env = {k: (v[keep] if isinstance(v, np.ndarray) and v.ndim == 2 and v.shape[0] == n else v)
-                   for k, v in env.items()}
+            env = {
+                k: (v[keep] if isinstance(v, np.ndarray) and v.ndim == 2 and v.shape[0] == n else v)
+                for k, v in env.items()
+            }
             warp = warp[keep]
             loops = tuple(lp for lp, k in zip(loops, keep, strict=True) if k)
             active, n = active[keep], int(keep.sum())
@@ -116,9 +121,12 @@ def analyze_access(spec: KernelSpec, access: Access, layout: Layout | None = Non
                 rows, cols = np.where(active, rows, 0), np.where(active, cols, 0)
             if elems > 1 and ((cols % elems) != 0).any():
                 i, lane = (int(x) for x in np.argwhere(cols % elems != 0)[0])
-                raise SpecError(f"col {int(cols[i, lane])} at lane {lane} is not a multiple of {elems}: a "
-                                f"{access.width}-byte access of {buf.dtype} needs aligned vectors", key=where,
-                                source=spec.source)
+                raise SpecError(
+                    f"col {int(cols[i, lane])} at lane {lane} is not a multiple of {elems}: a "
+                    f"{access.width}-byte access of {buf.dtype} needs aligned vectors",
+                    key=where,
+                    source=spec.source,
+                )
             off = lay.offset(rows, cols, buf.shape[1])
         addr = off * buf.elem_bytes
     if active is not None:
@@ -128,8 +136,12 @@ def analyze_access(spec: KernelSpec, access: Access, layout: Layout | None = Non
     bad = (addr < 0) | (addr + span > total)
     if bad.any():
         i, lane = (int(x) for x in np.argwhere(bad)[0])
-        raise SpecError(f"byte offset {int(addr[i, lane])} at lane {lane} ({span} bytes) is outside {buf.name} "
-                        f"(0..{total - 1}, {total} bytes)", key=where, source=spec.source)
+        raise SpecError(
+            f"byte offset {int(addr[i, lane])} at lane {lane} ({span} bytes) is outside {buf.name} "
+            f"(0..{total - 1}, {total} bytes)",
+            key=where,
+            source=spec.source,
+        )
     src = None
     if access.source is not None:
         src = _full(access.source(env), n) * buf.elem_bytes
@@ -140,16 +152,30 @@ def analyze_access(spec: KernelSpec, access: Access, layout: Layout | None = Non
     return AccessResult(access, buf, lay, bank, warp, loops, rows, cols)
 
 
-def _bounds(v: np.ndarray, lo: int, hi: int, what: str, where: str, buf: Buffer, warp, loops, source: str,
-            active: np.ndarray | None = None) -> None:
+def _bounds(
+    v: np.ndarray,
+    lo: int,
+    hi: int,
+    what: str,
+    where: str,
+    buf: Buffer,
+    warp,
+    loops,
+    source: str,
+    active: np.ndarray | None = None,
+) -> None:
     bad = (v < lo) | (v >= hi)
     if active is not None:
         bad &= active
     if bad.any():
         i, lane = (int(x) for x in np.argwhere(bad)[0])
         ctx = ", ".join([f"warp {int(warp[i])}"] + [f"{k}={x}" for k, x in loops[i].items()])
-        raise SpecError(f"{what} = {int(v[i, lane])} is outside {buf.name} {list(buf.shape)} at lane {lane} "
-                        f"({ctx}); allowed {lo}..{hi - 1}", key=where, source=source)
+        raise SpecError(
+            f"{what} = {int(v[i, lane])} is outside {buf.name} {list(buf.shape)} at lane {lane} "
+            f"({ctx}); allowed {lo}..{hi - 1}",
+            key=where,
+            source=source,
+        )
 
 
 def analyze_spec(spec: KernelSpec, layouts: dict[str, Layout] | None = None) -> tuple[AccessResult, ...]:

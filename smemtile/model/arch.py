@@ -129,7 +129,9 @@ _C80 = (0, 8, 16, 32, 64, 100, 132, 164)
 _C86 = (0, 8, 16, 32, 64, 100)
 _C90 = (0, 8, 16, 32, 64, 100, 132, 164, 196, 228)
 
-_H200 = "H200 cuDeviceGetAttribute, 2026-11-29 (bench/results/occupancy_driver_h200.json), agrees with the guide"
+_H200 = (
+    "H200 cuDeviceGetAttribute, 2026-11-29 (bench/results/occupancy_driver_h200.json), agrees with the guide"
+)
 _SM90_MEASURED = tuple(
     (f, _H200)
     for f in (
@@ -189,4 +191,6 @@ def get_arch(name: str, *, key: str = "arch", source: str | None = None) -> Arch
     if cand in ARCHS:
         return ARCHS[cand]
     known = ", ".join(ARCHS)
-    raise SpecError(f"unknown architecture {name!r}; known: {known} (or auto on a GPU)", key=key, source=source)
+    raise SpecError(
+        f"unknown architecture {name!r}; known: {known} (or auto on a GPU)", key=key, source=source
+    )

@@ -66,8 +66,13 @@ BANKS = 32
 BANK_BYTES = 4
 LANES = 32
 OPS = ("load", "store", "ldmatrix", "stmatrix", "cp.async")
-WIDTHS = {"load": (1, 2, 4, 8, 16), "store": (1, 2, 4, 8, 16), "ldmatrix": (16,), "stmatrix": (16,),
-          "cp.async": (4, 8, 16)}
+WIDTHS = {
+    "load": (1, 2, 4, 8, 16),
+    "store": (1, 2, 4, 8, 16),
+    "ldmatrix": (16,),
+    "stmatrix": (16,),
+    "cp.async": (4, 8, 16),
+}
 MATRIX_OPS = ("ldmatrix", "stmatrix")  # 8x8 b16 matrices: lane 8m+r gives row r of matrix m (16 bytes)
 
 
@@ -220,8 +225,9 @@ def _read_groups(sources: np.ndarray, width: int, on: list[bool]) -> list[list[i
     return groups
 
 
-def _cp_async_schedule(words: np.ndarray, sources: np.ndarray,
-                       active: np.ndarray | None = None) -> tuple[int, int, list[_CpGroup]]:
+def _cp_async_schedule(
+    words: np.ndarray, sources: np.ndarray, active: np.ndarray | None = None
+) -> tuple[int, int, list[_CpGroup]]:
     """One instruction: words [32, nw], sources [32] -> (wavefronts, ideal wavefronts, groups with their slots)."""
     on = [True] * LANES if active is None else active.tolist()
     members = _read_groups(sources, words.shape[1] * BANK_BYTES, on)
@@ -263,7 +269,9 @@ def _cp_async_schedule(words: np.ndarray, sources: np.ndarray,
             prev_first, prev_last = slots[0], slots[-1]
             end = max(end, prev_last + 1)
             lines = tuple(sorted({int(sources[lane]) // LINE_BYTES for lane in members[gi]}))
-            groups.append(_CpGroup(tuple(members[gi]), lines, bi, tuple(per_bank), tuple(total + x for x in slots)))
+            groups.append(
+                _CpGroup(tuple(members[gi]), lines, bi, tuple(per_bank), tuple(total + x for x in slots))
+            )
         total += end
         ideal += len(beat)
     return total, ideal, groups
@@ -296,8 +304,9 @@ def _cp_async_detail(words: np.ndarray, sources: np.ndarray, active: np.ndarray)
     return tuple(out)
 
 
-def _cp_async(a: np.ndarray, width: int, sources: np.ndarray,
-              active: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _cp_async(
+    a: np.ndarray, width: int, sources: np.ndarray, active: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """[I, 32] addresses, sources and active lanes -> (wavefronts [I], ideal [I], group per lane [I, 32], -1 idle)."""
     words = _words(a, width)
     n = a.shape[0]
@@ -357,7 +366,9 @@ def check_access(op: str, width: int, matrices: int = 4) -> None:
         raise SpecError(f"{op} matrices must be 1, 2 or 4, got {matrices}", key="matrices")
 
 
-def analyze_addresses(addresses, op: str, width: int, matrices: int = 4, sources=None, active=None) -> BankResult:
+def analyze_addresses(
+    addresses, op: str, width: int, matrices: int = 4, sources=None, active=None
+) -> BankResult:
     """Wavefronts for each instruction of ``addresses`` ([I, 32] or [32] byte offsets from a 128-byte-aligned base).
 
     ``sources`` (cp.async only; [I, 32] or [32]) are the global byte offsets each lane copies from, relative to
@@ -399,8 +410,18 @@ def analyze_addresses(addresses, op: str, width: int, matrices: int = 4, sources
     if op == "cp.async":
         src = _check_sources(sources, n, width, active)
         wavefronts, ideal, phase = _cp_async(a, width, src, active)
-        return BankResult(op=op, width=width, matrices=matrices, addresses=a, active=active, phase_of_lane=phase,
-                          wavefronts=wavefronts, ideal_wavefronts=ideal, merged=merged, sources=src)
+        return BankResult(
+            op=op,
+            width=width,
+            matrices=matrices,
+            addresses=a,
+            active=active,
+            phase_of_lane=phase,
+            wavefronts=wavefronts,
+            ideal_wavefronts=ideal,
+            merged=merged,
+            sources=src,
+        )
     if sources is not None:
         raise SpecError(f"source addresses only apply to cp.async, not {op}", key="source")
     if op in MATRIX_OPS or (op in ("load", "store") and width == 16):

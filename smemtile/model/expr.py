@@ -55,7 +55,9 @@ _UNARY: dict[type, tuple[str, Callable]] = {
     ast.Invert: ("~", np.invert),
 }
 FUNCS = ("min", "max", "cdiv")
-ALLOWED_TEXT = "integers, names, + - * // % ** & | ^ << >>, < <= > >= == !=, min(), max(), cdiv(), parentheses"
+ALLOWED_TEXT = (
+    "integers, names, + - * // % ** & | ^ << >>, < <= > >= == !=, min(), max(), cdiv(), parentheses"
+)
 
 
 @dataclass(frozen=True)
@@ -82,8 +84,13 @@ class Expr:
         return self.text
 
 
-def parse_expr(text: object, *, allowed: set[str] | frozenset[str] | None = None, key: str = "expression",
-               source: str | None = None) -> Expr:
+def parse_expr(
+    text: object,
+    *,
+    allowed: set[str] | frozenset[str] | None = None,
+    key: str = "expression",
+    source: str | None = None,
+) -> Expr:
     """Parse ``text`` (a string or an int). ``allowed`` limits the names it may use."""
     if isinstance(text, bool):
         raise SpecError(f"expected an integer expression, got {text!r}", key=key, source=source)
@@ -93,15 +100,20 @@ def parse_expr(text: object, *, allowed: set[str] | frozenset[str] | None = None
             raise SpecError(f"{value} is too large (|value| < 2**{LIMIT_BITS})", key=key, source=source)
         return Expr(str(value), frozenset(), lambda env, v=value: np.int64(v), lambda ctx, v=value: str(v))
     if not isinstance(text, str):
-        raise SpecError(f"expected an integer expression string, got {type(text).__name__} {text!r}",
-                        key=key, source=source)
+        raise SpecError(
+            f"expected an integer expression string, got {type(text).__name__} {text!r}",
+            key=key,
+            source=source,
+        )
     if len(text) > MAX_LEN:
         raise SpecError(f"expression longer than {MAX_LEN} characters", key=key, source=source)
     try:
         tree = ast.parse(text.strip(), mode="eval")
     except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
         msg = getattr(e, "msg", None) or type(e).__name__
-        raise SpecError(f"cannot parse {text!r}: {msg}; allowed: {ALLOWED_TEXT}", key=key, source=source) from None
+        raise SpecError(
+            f"cannot parse {text!r}: {msg}; allowed: {ALLOWED_TEXT}", key=key, source=source
+        ) from None
 
     names: set[str] = set()
 
@@ -125,7 +137,8 @@ def parse_expr(text: object, *, allowed: set[str] | frozenset[str] | None = None
             if allowed is not None and node.id not in allowed:
                 raise SpecError(
                     f"unknown name {node.id!r} in {text!r}; known: {', '.join(sorted(allowed))}",
-                    key=key, source=source,
+                    key=key,
+                    source=source,
                 )
             names.add(node.id)
             ident = node.id
@@ -138,13 +151,19 @@ def parse_expr(text: object, *, allowed: set[str] | frozenset[str] | None = None
         if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
             sym, f = _UNARY[type(node.op)]
             inner, inner_cpp = build(node.operand, depth + 1)
-            return (lambda env: f(np.asarray(inner(env), dtype=np.int64))), (lambda vals: f"({sym}{inner_cpp(vals)})")
+            return (lambda env: f(np.asarray(inner(env), dtype=np.int64))), (
+                lambda vals: f"({sym}{inner_cpp(vals)})"
+            )
         if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
             sym, f = _BINOPS[type(node.op)]
             (left, lcpp), (right, rcpp) = build(node.left, depth + 1), build(node.right, depth + 1)
             if sym == "**":
-                if not isinstance(node.right, ast.Constant) or not isinstance(node.right.value, int) \
-                        or isinstance(node.right.value, bool) or not 0 <= node.right.value <= 64:
+                if (
+                    not isinstance(node.right, ast.Constant)
+                    or not isinstance(node.right.value, int)
+                    or isinstance(node.right.value, bool)
+                    or not 0 <= node.right.value <= 64
+                ):
                     raise fail("the exponent of ** must be a constant from 0 to 64")
                 n = node.right.value
 
@@ -161,7 +180,9 @@ def parse_expr(text: object, *, allowed: set[str] | frozenset[str] | None = None
             (left, lcpp), (right, rcpp) = build(node.left, depth + 1), build(node.comparators[0], depth + 1)
 
             def cmp(env, f=f, left=left, right=right):
-                return f(np.asarray(left(env), dtype=np.int64), np.asarray(right(env), dtype=np.int64)).astype(np.int64)
+                return f(
+                    np.asarray(left(env), dtype=np.int64), np.asarray(right(env), dtype=np.int64)
+                ).astype(np.int64)
 
             return cmp, (lambda vals: f"int({lcpp(vals)} {sym} {rcpp(vals)})")
         if isinstance(node, ast.Call):
@@ -237,7 +258,9 @@ def _binop(sym: str, f: Callable, left: Callable, right: Callable, fail: Callabl
     return run
 
 
-def evaluate(text: object, env: Mapping[str, object], *, key: str = "expression", source: str | None = None) -> int:
+def evaluate(
+    text: object, env: Mapping[str, object], *, key: str = "expression", source: str | None = None
+) -> int:
     """Parse and evaluate ``text`` to one Python int with scalar ``env`` (constants, shapes)."""
     e = parse_expr(text, allowed=set(env), key=key, source=source)
     v = np.asarray(e(env))

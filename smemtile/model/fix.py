@@ -45,11 +45,19 @@ class Candidate:
     per_access: dict  # access name -> (worst wavefronts, ideal, degree)
 
     def to_dict(self) -> dict:
-        return {"kind": self.kind, "layout": self.layout.to_dict(), "describe": self.layout.describe(),
-                "total_wavefronts": self.wavefronts, "total_ideal_wavefronts": self.ideal,
-                "conflict_free": self.conflict_free, "extra_bytes": self.extra_bytes,
-                "accesses": {k: {"wavefronts": v[0], "ideal_wavefronts": v[1], "conflict_degree": v[2]}
-                             for k, v in self.per_access.items()}}
+        return {
+            "kind": self.kind,
+            "layout": self.layout.to_dict(),
+            "describe": self.layout.describe(),
+            "total_wavefronts": self.wavefronts,
+            "total_ideal_wavefronts": self.ideal,
+            "conflict_free": self.conflict_free,
+            "extra_bytes": self.extra_bytes,
+            "accesses": {
+                k: {"wavefronts": v[0], "ideal_wavefronts": v[1], "conflict_degree": v[2]}
+                for k, v in self.per_access.items()
+            },
+        }
 
 
 @dataclass(frozen=True)
@@ -68,11 +76,17 @@ class BufferFix:
         return not self.baseline.conflict_free
 
     def to_dict(self) -> dict:
-        return {"buffer": self.buffer.name, "needed": self.needed, "align_bytes": self.align_bytes,
-                "baseline": self.baseline.to_dict(),
-                "padding": self.padding.to_dict() if self.padding else None,
-                "swizzle": self.swizzle.to_dict() if self.swizzle else None,
-                "recommended": self.recommended.to_dict(), "reason": self.reason, "candidates_tried": self.tried}
+        return {
+            "buffer": self.buffer.name,
+            "needed": self.needed,
+            "align_bytes": self.align_bytes,
+            "baseline": self.baseline.to_dict(),
+            "padding": self.padding.to_dict() if self.padding else None,
+            "swizzle": self.swizzle.to_dict() if self.swizzle else None,
+            "recommended": self.recommended.to_dict(),
+            "reason": self.reason,
+            "candidates_tried": self.tried,
+        }
 
 
 @dataclass(frozen=True)
@@ -96,8 +110,9 @@ def _relayout(ar: AccessResult, lay: Layout) -> np.ndarray:
         off = lay.offset(ar.rows, ar.cols, buf.cols)
     else:
         off = lay.swizzle(ar.cols) if lay.swizzle is not None else ar.cols
-    r = analyze_addresses(off * buf.elem_bytes, ar.access.op, ar.access.width, ar.access.matrices,
-                          sources=ar.bank.sources)
+    r = analyze_addresses(
+        off * buf.elem_bytes, ar.access.op, ar.access.width, ar.access.matrices, sources=ar.bank.sources
+    )
     return r.wavefronts, r.ideal_wavefronts
 
 
@@ -118,8 +133,9 @@ def relayout_only(allowed: Allowed) -> Variant:
 RELAYOUT: list = []  # sentinel: judge the candidate on the baseline's coordinates
 
 
-def _candidate(results: list[AccessResult], buf: Buffer, lay: Layout, kind: str,
-               variant: Variant | None = None) -> Candidate | None:
+def _candidate(
+    results: list[AccessResult], buf: Buffer, lay: Layout, kind: str, variant: Variant | None = None
+) -> Candidate | None:
     tot = ideal = 0
     per = {}
     pairs = [(ar, None) for ar in results]
@@ -150,8 +166,12 @@ def required_alignment(results: list[AccessResult]) -> int:
 def _swizzles(buf: Buffer, results: list[AccessResult], any_granule: bool = False) -> list[Swizzle]:
     """Candidate swizzles in cost order (fewest XOR bits first)."""
     eb = buf.elem_bytes
-    vec = 1 if any_granule else max((16 if ar.access.op in ("ldmatrix", "stmatrix") else ar.access.width)
-                                    for ar in results) // eb
+    vec = (
+        1
+        if any_granule
+        else max((16 if ar.access.op in ("ldmatrix", "stmatrix") else ar.access.width) for ar in results)
+        // eb
+    )
     m_min = max(0, int(np.ceil(np.log2(max(vec, 1)))))
     m_min = max(m_min, int(np.log2(max(1, 4 // eb))))  # never split a 4-byte word
     line = 128 // eb  # elements per 128-byte bank line
@@ -168,8 +188,9 @@ def _swizzles(buf: Buffer, results: list[AccessResult], any_granule: bool = Fals
     return out
 
 
-def _first_conflict_free(results, buf: Buffer, layouts, kind: str,
-                         variant: Variant | None = None) -> tuple[Candidate | None, int]:
+def _first_conflict_free(
+    results, buf: Buffer, layouts, kind: str, variant: Variant | None = None
+) -> tuple[Candidate | None, int]:
     """Try ``layouts`` in cost order; the first conflict-free one, else the one with the fewest wavefronts."""
     best, n = None, 0
     for lay in layouts:
@@ -191,8 +212,9 @@ def _column_read(ar: AccessResult) -> bool:
     return bool(((ar.cols == ar.cols[:, :1]).all(axis=1) & (ar.rows != ar.rows[:, :1]).any(axis=1)).any())
 
 
-def fix_buffer(spec: KernelSpec, buf: Buffer, results: list[AccessResult],
-               variant: Variant | None = None) -> BufferFix | None:
+def fix_buffer(
+    spec: KernelSpec, buf: Buffer, results: list[AccessResult], variant: Variant | None = None
+) -> BufferFix | None:
     """Search padding and swizzles for one buffer; None when its accesses are raw byte addresses.
 
     With ``variant`` (a kernel family's) every candidate is judged on the accesses the kernel issues under it;
@@ -207,7 +229,9 @@ def fix_buffer(spec: KernelSpec, buf: Buffer, results: list[AccessResult],
     align = required_alignment(results) if not redo else buf.elem_bytes
     eb = buf.elem_bytes
     if baseline.conflict_free:
-        return BufferFix(buf, baseline, None, None, baseline, "already conflict-free: keep the layout", align, 1)
+        return BufferFix(
+            buf, baseline, None, None, baseline, "already conflict-free: keep the layout", align, 1
+        )
     padding = swizzle = None
     n_pad = n_swz = 0
     if len(buf.shape) == 2:
@@ -219,8 +243,10 @@ def fix_buffer(spec: KernelSpec, buf: Buffer, results: list[AccessResult],
     tried = 1 + n_pad + n_swz
     rec, reason = _recommend(buf, baseline, padding, swizzle, align)
     if not rec.conflict_free and any(_column_read(r) for r in results) and align > buf.elem_bytes:
-        reason += (f"; a column read cannot be conflict-free while rows keep {align}-byte vectors: store the tile "
-                   "transposed so that the inner loop reads along rows (what the sgemm kernel does with A)")
+        reason += (
+            f"; a column read cannot be conflict-free while rows keep {align}-byte vectors: store the tile "
+            "transposed so that the inner loop reads along rows (what the sgemm kernel does with A)"
+        )
     return BufferFix(buf, baseline, padding, swizzle, rec, reason, align, tried)
 
 
@@ -229,27 +255,36 @@ def _recommend(buf: Buffer, base: Candidate, pad: Candidate | None, swz: Candida
         return base, "already conflict-free: keep the layout"
     size = buf.bytes(Layout())
     if pad and pad.conflict_free and pad.extra_bytes <= PAD_BUDGET * size:
-        return pad, (f"padding by {pad.layout.pad} element(s) per row removes every conflict for "
-                     f"{pad.extra_bytes} extra bytes ({100 * pad.extra_bytes / size:.1f}% of the buffer), keeps "
-                     f"{align}-byte row alignment, and changes only the row stride")
+        return pad, (
+            f"padding by {pad.layout.pad} element(s) per row removes every conflict for "
+            f"{pad.extra_bytes} extra bytes ({100 * pad.extra_bytes / size:.1f}% of the buffer), keeps "
+            f"{align}-byte row alignment, and changes only the row stride"
+        )
     if swz and swz.conflict_free:
-        why = ("no padding that keeps the rows "
-               f"{align}-byte aligned is conflict-free" if not (pad and pad.conflict_free) else
-               f"padding would cost {pad.extra_bytes} bytes ({100 * pad.extra_bytes / size:.1f}%)")
+        why = (
+            f"no padding that keeps the rows {align}-byte aligned is conflict-free"
+            if not (pad and pad.conflict_free)
+            else f"padding would cost {pad.extra_bytes} bytes ({100 * pad.extra_bytes / size:.1f}%)"
+        )
         return swz, f"{swz.layout.swizzle} is conflict-free with no extra memory; {why}"
     if pad and pad.conflict_free:
-        return pad, (f"padding by {pad.layout.pad} element(s) is the only conflict-free option found "
-                     f"({pad.extra_bytes} extra bytes)")
+        return pad, (
+            f"padding by {pad.layout.pad} element(s) is the only conflict-free option found "
+            f"({pad.extra_bytes} extra bytes)"
+        )
     options = [c for c in (pad, swz) if c is not None and c.wavefronts < base.wavefronts]
     if not options:
         return base, "no padding or swizzle tried reduces the wavefronts; keep the layout"
     best = min(options, key=lambda c: (c.wavefronts, c.extra_bytes))
-    return best, (f"no option is conflict-free; {best.layout.describe()} comes closest: "
-                  f"{best.wavefronts} wavefronts against an ideal {best.ideal} (baseline {base.wavefronts})")
+    return best, (
+        f"no option is conflict-free; {best.layout.describe()} comes closest: "
+        f"{best.wavefronts} wavefronts against an ideal {best.ideal} (baseline {base.wavefronts})"
+    )
 
 
-def fix_spec(spec: KernelSpec, results: tuple[AccessResult, ...] | None = None, *,
-             variant: Variant | None = None) -> FixReport:
+def fix_spec(
+    spec: KernelSpec, results: tuple[AccessResult, ...] | None = None, *, variant: Variant | None = None
+) -> FixReport:
     """Fixes for every buffer the spec's accesses touch through logical coordinates (``variant``: see
     :func:`fix_buffer`)."""
     results = results if results is not None else analyze_spec(spec)

@@ -109,8 +109,10 @@ class Layout:
         if self.swizzle is not None:
             n = self.storage_elements(shape)
             if n % self.swizzle.block:
-                return (f"{self.swizzle} keeps offsets inside aligned blocks of {self.swizzle.block} elements "
-                        f"(2**(M+B)); the buffer holds {n}, not a multiple")
+                return (
+                    f"{self.swizzle} keeps offsets inside aligned blocks of {self.swizzle.block} elements "
+                    f"(2**(M+B)); the buffer holds {n}, not a multiple"
+                )
         return None
 
     @classmethod

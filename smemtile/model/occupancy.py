@@ -92,7 +92,9 @@ def _limits(
     warps = -(-threads // cols.warp_size)
 
     # Warps: a block occupies whole warps.
-    lim_warps = np.where(threads > cols.max_threads_per_block, 0, cols.max_warps_per_sm // np.maximum(warps, 1))
+    lim_warps = np.where(
+        threads > cols.max_threads_per_block, 0, cols.max_warps_per_sm // np.maximum(warps, 1)
+    )
 
     # Registers: allocated per warp in units of 256. The hardware's per-block check assumes the warps are spread
     # over all 4 sub-partitions, so it rounds the warp count up to a multiple of 4.
@@ -100,11 +102,15 @@ def _limits(
     regs_per_block = regs_per_warp * warps
     regs_assumed = regs_per_warp * _roundup(warps, cols.sub_partitions)
     regs_bad = (
-        (regs_assumed > cols.regs_per_block) | (regs_per_block > cols.regs_per_block) | (regs > cols.max_regs_per_thread)
+        (regs_assumed > cols.regs_per_block)
+        | (regs_per_block > cols.regs_per_block)
+        | (regs > cols.max_regs_per_thread)
     )
     warps_per_sub = (cols.regs_per_sm // cols.sub_partitions) // np.maximum(regs_per_warp, 1)
     lim_regs = np.where(
-        regs_bad, 0, np.where(regs_per_warp > 0, warps_per_sub * cols.sub_partitions // np.maximum(warps, 1), UNLIMITED)
+        regs_bad,
+        0,
+        np.where(regs_per_warp > 0, warps_per_sub * cols.sub_partitions // np.maximum(warps, 1), UNLIMITED),
     )
 
     # Shared memory. The kernel's MaxDynamicSharedMemorySize attribute is the opt-in maximum minus its static
@@ -115,7 +121,9 @@ def _limits(
     max_dynamic = np.maximum(per_block_cap - smem_static, 0)
     max_usage = smem_static + cols.smem_reserved_per_block + max_dynamic
     block_limit = (
-        np.where(max_usage > cols.smem_default_per_block, cols.smem_optin_per_block, cols.smem_default_per_block)
+        np.where(
+            max_usage > cols.smem_default_per_block, cols.smem_optin_per_block, cols.smem_default_per_block
+        )
         + cols.smem_reserved_per_block
     )
     static_too_big = smem_static > STATIC_SMEM_MAX
@@ -126,7 +134,9 @@ def _limits(
     pref = cols.align_up(pref)
     fits = pref >= smem_alloc
     smem_per_sm = np.where(fits, pref, cols.align_up(np.where(fits | smem_bad, 0, smem_alloc)))
-    lim_smem = np.where(smem_bad, 0, np.where(smem_alloc > 0, smem_per_sm // np.maximum(smem_alloc, 1), UNLIMITED))
+    lim_smem = np.where(
+        smem_bad, 0, np.where(smem_alloc > 0, smem_per_sm // np.maximum(smem_alloc, 1), UNLIMITED)
+    )
 
     lim_blocks = cols.max_blocks_per_sm
     active = np.minimum(np.minimum(lim_regs, lim_smem), np.minimum(lim_warps, lim_blocks))
@@ -294,7 +304,9 @@ def occupancy_batch(
     """
     threads = np.atleast_1d(np.asarray(threads, dtype=np.int64))
     n = len(threads)
-    regs, smem_static, smem_dynamic, carveout = (_as_int64(x, n) for x in (regs, smem_static, smem_dynamic, carveout))
+    regs, smem_static, smem_dynamic, carveout = (
+        _as_int64(x, n) for x in (regs, smem_static, smem_dynamic, carveout)
+    )
     opt_in = np.broadcast_to(np.asarray(opt_in, dtype=bool), (n,))
     cols = _columns(arch, n)
     lim = _limits(cols, threads, regs, smem_static, smem_dynamic, carveout, opt_in)
@@ -319,6 +331,7 @@ def occupancy_batch(
 
 # --------------------------------------------------------------------------------------------------------------
 # Input checks: bad input is an error (exit 2); a configuration that cannot run is a result with 0 blocks.
+
 
 def invalid_rows(threads, regs, smem_static, smem_dynamic, carveout) -> tuple[np.ndarray, str, str] | None:
     """The first failing check over arrays: (bad-row mask, key, message), or None when every row is valid."""
@@ -345,14 +358,18 @@ def validate(threads: int, regs: int, smem_static: int, smem_dynamic: int, carve
     bad = invalid_rows(threads, regs, smem_static, smem_dynamic, -1 if carveout is None else carveout)
     if bad is not None:
         _, key, msg = bad
-        value = {"threads": threads, "regs": regs, "static_smem": smem_static, "dynamic_smem": smem_dynamic}.get(
-            key, carveout
-        )
+        value = {
+            "threads": threads,
+            "regs": regs,
+            "static_smem": smem_static,
+            "dynamic_smem": smem_dynamic,
+        }.get(key, carveout)
         raise SpecError(f"{msg}, got {value}", key=key)
 
 
 # --------------------------------------------------------------------------------------------------------------
 # One configuration: the full answer with the reason for 0 blocks and what-if hints.
+
 
 @dataclass(frozen=True)
 class OccupancyResult:
@@ -419,7 +436,10 @@ def occupancy(
     """
     validate(threads, regs, smem_static, smem_dynamic, carveout)
     c = DEFAULT_CARVEOUT if carveout is None else carveout
-    lim = {k: int(v[0]) for k, v in limits_batch(arch, threads, regs, smem_static, smem_dynamic, c, opt_in).items()}
+    lim = {
+        k: int(v[0])
+        for k, v in limits_batch(arch, threads, regs, smem_static, smem_dynamic, c, opt_in).items()
+    }
     blocks = lim["active_blocks"]
     limiters = tuple(_limiter_names(lim["limiting_factors"]))
     from smemtile.model.occupancy_whatif import WhatIf, zero_reason  # what-if searches reuse limits_batch
@@ -459,5 +479,7 @@ def occupancy(
             "smem_per_sm": lim["smem_per_sm"],
         },
         what_if=what_if,
-        reason=zero_reason(arch, threads, regs, smem_static, smem_dynamic, opt_in, lim) if blocks == 0 else None,
+        reason=zero_reason(arch, threads, regs, smem_static, smem_dynamic, opt_in, lim)
+        if blocks == 0
+        else None,
     )

@@ -16,7 +16,9 @@ from smemtile.model.occupancy import LIMITERS, STATIC_SMEM_MAX, limits_batch
 class WhatIf:
     """What-if searches: vary one input over all its values with the vectorised model, hold the rest."""
 
-    def __init__(self, arch: Arch, threads: int, regs: int, static: int, dynamic: int, carveout: int, opt_in: bool):
+    def __init__(
+        self, arch: Arch, threads: int, regs: int, static: int, dynamic: int, carveout: int, opt_in: bool
+    ):
         self.arch, self.threads, self.regs = arch, threads, regs
         self.static, self.dynamic, self.carveout, self.opt_in = static, dynamic, carveout, opt_in
 
@@ -84,7 +86,9 @@ class WhatIf:
         return {"blocks": want, "possible": possible, "needs": needs}
 
 
-def zero_reason(arch: Arch, threads: int, regs: int, static: int, dynamic: int, opt_in: bool, lim: dict) -> str:
+def zero_reason(
+    arch: Arch, threads: int, regs: int, static: int, dynamic: int, opt_in: bool, lim: dict
+) -> str:
     """One sentence on why no block fits, naming the numbers."""
     parts = []
     if lim["registers"] == 0:

@@ -20,15 +20,56 @@ from smemtile.model.expr import Expr, evaluate, parse_expr
 from smemtile.model.layout import Layout, Swizzle
 
 DTYPES = {
-    "f64": 8, "f32": 4, "tf32": 4, "f16": 2, "bf16": 2, "f8e4m3": 1, "f8e5m2": 1,
-    "i64": 8, "i32": 4, "i16": 2, "i8": 1, "u64": 8, "u32": 4, "u16": 2, "u8": 1,
+    "f64": 8,
+    "f32": 4,
+    "tf32": 4,
+    "f16": 2,
+    "bf16": 2,
+    "f8e4m3": 1,
+    "f8e5m2": 1,
+    "i64": 8,
+    "i32": 4,
+    "i16": 2,
+    "i8": 1,
+    "u64": 8,
+    "u32": 4,
+    "u16": 2,
+    "u8": 1,
 }
-TOP_KEYS = ("name", "description", "arch", "threads", "tile", "constants", "stages", "kernel", "buffers",
-            "accesses", "regs")
+TOP_KEYS = (
+    "name",
+    "description",
+    "arch",
+    "threads",
+    "tile",
+    "constants",
+    "stages",
+    "kernel",
+    "buffers",
+    "accesses",
+    "regs",
+)
 BUFFER_KEYS = ("name", "dtype", "shape", "layout", "stages", "note")
 LAYOUT_KEYS = ("pad", "swizzle")
-ACCESS_KEYS = ("name", "buffer", "op", "width", "row", "col", "index", "address", "addresses", "source", "over",
-               "matrices", "trans", "warps", "active", "role", "note")
+ACCESS_KEYS = (
+    "name",
+    "buffer",
+    "op",
+    "width",
+    "row",
+    "col",
+    "index",
+    "address",
+    "addresses",
+    "source",
+    "over",
+    "matrices",
+    "trans",
+    "warps",
+    "active",
+    "role",
+    "note",
+)
 ROLES = ("copy", "inner", "epilogue", "other")  # where an access runs: tile copy, inner loop, epilogue
 BUILTIN_VARS = ("lane", "warp", "tid")
 MAX_INSTRUCTIONS = 1 << 16
@@ -56,8 +97,14 @@ class Buffer:
         return lay.storage_elements(self.shape) * self.elem_bytes * self.stages
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape), "layout": self.layout.to_dict(),
-                "stages": self.stages, "bytes": self.bytes()}
+        return {
+            "name": self.name,
+            "dtype": self.dtype,
+            "shape": list(self.shape),
+            "layout": self.layout.to_dict(),
+            "stages": self.stages,
+            "bytes": self.bytes(),
+        }
 
     def to_doc(self) -> dict:
         d: dict[str, Any] = {"name": self.name, "dtype": self.dtype, "shape": list(self.shape)}
@@ -146,7 +193,9 @@ class KernelSpec:
     regs: int | None = None
     name: str = ""
     description: str = ""
-    tile: dict = field(default_factory=dict)  # the `tile:` section as written (a kernel's template parameters)
+    tile: dict = field(
+        default_factory=dict
+    )  # the `tile:` section as written (a kernel's template parameters)
 
     @property
     def warps(self) -> int:
@@ -162,10 +211,15 @@ class KernelSpec:
 
     def to_dict(self) -> dict:
         return {
-            "source": self.source, "name": self.name, "arch": self.arch.name, "threads": self.threads,
-            "constants": dict(self.constants), "stages": self.stages,
+            "source": self.source,
+            "name": self.name,
+            "arch": self.arch.name,
+            "threads": self.threads,
+            "constants": dict(self.constants),
+            "stages": self.stages,
             "kernel": {"family": self.kernel.family, **self.kernel.params} if self.kernel else None,
-            "buffers": [b.to_dict() for b in self.buffers], "accesses": [a.to_dict() for a in self.accesses],
+            "buffers": [b.to_dict() for b in self.buffers],
+            "accesses": [a.to_dict() for a in self.accesses],
         }
 
     def to_doc(self) -> dict:
@@ -179,7 +233,9 @@ class KernelSpec:
         if self.threads is not None:
             doc["threads"] = self.threads
         derived = {"THREADS": self.threads, "STAGES": self.stages}
-        consts = {k: v for k, v in self.constants.items() if k not in self.tile and derived.get(k, object()) != v}
+        consts = {
+            k: v for k, v in self.constants.items() if k not in self.tile and derived.get(k, object()) != v
+        }
         if self.tile:
             doc["tile"] = dict(self.tile)
         if consts:
@@ -202,7 +258,9 @@ def _unknown(keys, allowed, where: str, source: str) -> None:
         if k not in allowed:
             close = difflib.get_close_matches(str(k), allowed, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise SpecError(f"unknown key {k!r}{hint} allowed: {', '.join(allowed)}", key=where or None, source=source)
+            raise SpecError(
+                f"unknown key {k!r}{hint} allowed: {', '.join(allowed)}", key=where or None, source=source
+            )
 
 
 def _int(value, env: dict, key: str, source: str, lo: int | None = None, hi: int | None = None) -> int:
@@ -236,10 +294,13 @@ def _mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) 
         try:
             hash(key)
         except TypeError:
-            raise yaml.constructor.ConstructorError(None, None, "a mapping key must be a scalar",
-                                                    key_node.start_mark) from None
+            raise yaml.constructor.ConstructorError(
+                None, None, "a mapping key must be a scalar", key_node.start_mark
+            ) from None
         if key in seen:
-            raise yaml.constructor.ConstructorError(None, None, f"key {key!r} given twice", key_node.start_mark)
+            raise yaml.constructor.ConstructorError(
+                None, None, f"key {key!r} given twice", key_node.start_mark
+            )
         seen[key] = True
     return loader.construct_mapping(node, deep=deep)
 
@@ -258,7 +319,9 @@ def load_yaml(text: str, source: str, *, multi: bool = False) -> Any:
         elif ch in "]}":
             depth -= 1
     if max_depth > MAX_YAML_DEPTH:
-        raise SpecError(f"YAML nested {max_depth} levels deep; a spec needs at most {MAX_YAML_DEPTH}", source=source)
+        raise SpecError(
+            f"YAML nested {max_depth} levels deep; a spec needs at most {MAX_YAML_DEPTH}", source=source
+        )
     try:
         if multi:
             return [d for d in yaml.load_all(text, Loader=_StrictLoader) if d is not None]
@@ -300,8 +363,9 @@ def spec_from_dict(doc: dict, source: str = "<spec>") -> KernelSpec:
     if doc.get("threads") is not None:
         threads = _int(doc["threads"], env, "threads", source, 1, arch.max_threads_per_block)
         if threads % 32:
-            raise SpecError(f"{threads} is not a multiple of 32 (whole warps are analysed)", key="threads",
-                            source=source)
+            raise SpecError(
+                f"{threads} is not a multiple of 32 (whole warps are analysed)", key="threads", source=source
+            )
         env.setdefault("THREADS", threads)
     stages = _int(doc.get("stages", 1), env, "stages", source, 1, 16)
     env.setdefault("STAGES", stages)
@@ -311,8 +375,11 @@ def spec_from_dict(doc: dict, source: str = "<spec>") -> KernelSpec:
     if doc.get("kernel") is not None:
         k = doc["kernel"]
         if not isinstance(k, dict) or "family" not in k:
-            raise SpecError("must be a mapping with 'family' (e.g. {family: sgemm, M: 4096, N: 4096, K: 4096})",
-                            key="kernel", source=source)
+            raise SpecError(
+                "must be a mapping with 'family' (e.g. {family: sgemm, M: 4096, N: 4096, K: 4096})",
+                key="kernel",
+                source=source,
+            )
         params: dict[str, Any] = {}
         for kk, vv in k.items():
             if kk == "family":
@@ -345,13 +412,26 @@ def spec_from_dict(doc: dict, source: str = "<spec>") -> KernelSpec:
         raw_acc = []  # the family's own accesses are used (smemtile.pipeline)
     elif not isinstance(raw_acc, list) or not raw_acc:
         raise SpecError("must be a non-empty list of accesses", key="accesses", source=source)
-    accesses = [_access(a, i, env, {b.name: b for b in buffers}, threads, source) for i, a in enumerate(raw_acc)]
+    accesses = [
+        _access(a, i, env, {b.name: b for b in buffers}, threads, source) for i, a in enumerate(raw_acc)
+    ]
     anames = [a.name for a in accesses]
     if len(set(anames)) != len(anames):
         raise SpecError(f"duplicate access names in {anames}", key="accesses", source=source)
-    return KernelSpec(source=source, arch=arch, buffers=tuple(buffers), accesses=tuple(accesses), threads=threads,
-                      constants=env, stages=stages, kernel=kernel, regs=regs, name=_text(doc, "name", source),
-                      description=_text(doc, "description", source), tile=tile)
+    return KernelSpec(
+        source=source,
+        arch=arch,
+        buffers=tuple(buffers),
+        accesses=tuple(accesses),
+        threads=threads,
+        constants=env,
+        stages=stages,
+        kernel=kernel,
+        regs=regs,
+        name=_text(doc, "name", source),
+        description=_text(doc, "description", source),
+        tile=tile,
+    )
 
 
 def _text(doc: dict, key: str, source: str) -> str:
@@ -377,24 +457,33 @@ def _buffer(b: Any, i: int, env: dict, source: str) -> Buffer:
     if dtype not in DTYPES:
         close = difflib.get_close_matches(dtype, DTYPES, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise SpecError(f"unknown dtype {dtype!r}{hint}; allowed: {', '.join(DTYPES)}", key=f"{where}.dtype",
-                        source=source)
+        raise SpecError(
+            f"unknown dtype {dtype!r}{hint}; allowed: {', '.join(DTYPES)}",
+            key=f"{where}.dtype",
+            source=source,
+        )
     shape_raw = b["shape"] if isinstance(b["shape"], list) else [b["shape"]]
     if not 1 <= len(shape_raw) <= 2:
-        raise SpecError("shape must have 1 or 2 dimensions ([rows, cols] or [elements])", key=f"{where}.shape",
-                        source=source)
+        raise SpecError(
+            "shape must have 1 or 2 dimensions ([rows, cols] or [elements])",
+            key=f"{where}.shape",
+            source=source,
+        )
     shape = tuple(_int(s, env, f"{where}.shape", source, 1, 1 << 24) for s in shape_raw)
     lay = b.get("layout") or {}
     if not isinstance(lay, dict):
-        raise SpecError("must be a mapping: {pad: N} or {swizzle: [B, M, S]}", key=f"{where}.layout", source=source)
+        raise SpecError(
+            "must be a mapping: {pad: N} or {swizzle: [B, M, S]}", key=f"{where}.layout", source=source
+        )
     _unknown(lay, LAYOUT_KEYS, f"{where}.layout", source)
     pad = _int(lay.get("pad", 0), env, f"{where}.layout.pad", source, 0, 1024)
     swz = None
     if lay.get("swizzle") is not None:
         s = lay["swizzle"]
         if not (isinstance(s, list) and len(s) == 3):
-            raise SpecError("must be [B, M, S] as in CuTe's Swizzle<B,M,S>", key=f"{where}.layout.swizzle",
-                            source=source)
+            raise SpecError(
+                "must be [B, M, S] as in CuTe's Swizzle<B,M,S>", key=f"{where}.layout.swizzle", source=source
+            )
         vals = [_int(x, env, f"{where}.layout.swizzle", source, 0, 12) for x in s]
         try:
             swz = Swizzle(*vals)
@@ -412,16 +501,24 @@ def _over(raw: Any, env: dict, where: str, source: str) -> tuple[tuple[str, tupl
     if raw is None:
         return ()
     if not isinstance(raw, dict):
-        raise SpecError("must map loop variables to [start, stop] or [start, stop, step] or a count",
-                        key=where, source=source)
+        raise SpecError(
+            "must map loop variables to [start, stop] or [start, stop, step] or a count",
+            key=where,
+            source=source,
+        )
     out = []
     for var, rng in raw.items():
         if not str(var).isidentifier() or var in BUILTIN_VARS or var in env:
-            raise SpecError(f"invalid loop variable name {var!r} (must not shadow lane/warp/tid or a constant)",
-                            key=where, source=source)
+            raise SpecError(
+                f"invalid loop variable name {var!r} (must not shadow lane/warp/tid or a constant)",
+                key=where,
+                source=source,
+            )
         parts = rng if isinstance(rng, list) else [0, rng]
         if not 1 <= len(parts) <= 3:
-            raise SpecError("expected [start, stop] or [start, stop, step]", key=f"{where}.{var}", source=source)
+            raise SpecError(
+                "expected [start, stop] or [start, stop, step]", key=f"{where}.{var}", source=source
+            )
         if len(parts) == 1:
             parts = [0, parts[0]]
         vals = [_int(x, env, f"{where}.{var}", source) for x in parts]
@@ -430,8 +527,12 @@ def _over(raw: Any, env: dict, where: str, source: str) -> tuple[tuple[str, tupl
             raise SpecError("step must not be 0", key=f"{where}.{var}", source=source)
         rng_obj = range(vals[0], vals[1], step)
         if len(rng_obj) > MAX_INSTRUCTIONS:
-            raise SpecError(f"range {vals} has {len(rng_obj)} values; at most {MAX_INSTRUCTIONS} instructions are "
-                            "analysed", key=f"{where}.{var}", source=source)
+            raise SpecError(
+                f"range {vals} has {len(rng_obj)} values; at most {MAX_INSTRUCTIONS} instructions are "
+                "analysed",
+                key=f"{where}.{var}",
+                source=source,
+            )
         values = tuple(rng_obj)
         if not values:
             raise SpecError(f"range {vals} is empty", key=f"{where}.{var}", source=source)
@@ -442,7 +543,9 @@ def _over(raw: Any, env: dict, where: str, source: str) -> tuple[tuple[str, tupl
 def _access(a: Any, i: int, env: dict, buffers: dict, threads: int | None, source: str) -> Access:
     where = f"accesses[{i}]"
     if not isinstance(a, dict):
-        raise SpecError("must be a mapping with name, buffer, op and row/col or addresses", key=where, source=source)
+        raise SpecError(
+            "must be a mapping with name, buffer, op and row/col or addresses", key=where, source=source
+        )
     _unknown(a, ACCESS_KEYS, where, source)
     name = str(a.get("name", f"access{i}"))
     where = f"accesses.{name}"
@@ -450,20 +553,28 @@ def _access(a: Any, i: int, env: dict, buffers: dict, threads: int | None, sourc
         raise SpecError("missing key 'buffer'", key=where, source=source)
     buf = buffers.get(str(a["buffer"]))
     if buf is None:
-        raise SpecError(f"unknown buffer {a['buffer']!r}; buffers: {', '.join(buffers)}", key=f"{where}.buffer",
-                        source=source)
+        raise SpecError(
+            f"unknown buffer {a['buffer']!r}; buffers: {', '.join(buffers)}",
+            key=f"{where}.buffer",
+            source=source,
+        )
     op = str(a.get("op", "load"))
     try:
-        width = 16 if op in MATRIX_OPS else _int(a.get("width", buf.elem_bytes), env, f"{where}.width", source)
+        width = (
+            16 if op in MATRIX_OPS else _int(a.get("width", buf.elem_bytes), env, f"{where}.width", source)
+        )
         matrices = _int(a.get("matrices", 4), env, f"{where}.matrices", source)
         check_access(op, width, matrices)
     except SpecError as e:
         msg = str(e).split(": ", 1)[-1]
         raise SpecError(msg, key=f"{where}.{e.key or 'op'}", source=source) from None
     if op not in MATRIX_OPS and width < buf.elem_bytes:
-        raise SpecError(f"width {width} is smaller than one {buf.dtype} element ({buf.elem_bytes} bytes); "
-                        f"allowed: {', '.join(str(w) for w in WIDTHS[op] if w >= buf.elem_bytes)}",
-                        key=f"{where}.width", source=source)
+        raise SpecError(
+            f"width {width} is smaller than one {buf.dtype} element ({buf.elem_bytes} bytes); "
+            f"allowed: {', '.join(str(w) for w in WIDTHS[op] if w >= buf.elem_bytes)}",
+            key=f"{where}.width",
+            source=source,
+        )
     over = _over(a.get("over"), env, f"{where}.over", source)
     names = set(env) | set(BUILTIN_VARS) | {v for v, _ in over}
     exprs = {}
@@ -472,7 +583,9 @@ def _access(a: Any, i: int, env: dict, buffers: dict, threads: int | None, sourc
             exprs[k] = parse_expr(a[k], allowed=names, key=f"{where}.{k}", source=source)
     role = a.get("role", "other")
     if role not in ROLES:
-        raise SpecError(f"unknown role {role!r}; allowed: {', '.join(ROLES)}", key=f"{where}.role", source=source)
+        raise SpecError(
+            f"unknown role {role!r}; allowed: {', '.join(ROLES)}", key=f"{where}.role", source=source
+        )
     trans = a.get("trans", False)
     if not isinstance(trans, bool):
         raise SpecError(f"must be true or false, got {trans!r}", key=f"{where}.trans", source=source)
@@ -480,22 +593,43 @@ def _access(a: Any, i: int, env: dict, buffers: dict, threads: int | None, sourc
     if not isinstance(note, str):
         raise SpecError("must be text", key=f"{where}.note", source=source)
     if "source" in exprs and op != "cp.async":
-        raise SpecError(f"'source' (the global element each lane copies) only applies to op cp.async, not {op}",
-                        key=f"{where}.source", source=source)
+        raise SpecError(
+            f"'source' (the global element each lane copies) only applies to op cp.async, not {op}",
+            key=f"{where}.source",
+            source=source,
+        )
     addresses = None
     if a.get("addresses") is not None:
         raw = a["addresses"]
-        if not isinstance(raw, list) or len(raw) != 32 or not all(isinstance(x, int) and not isinstance(x, bool)
-                                                                  for x in raw):
+        if (
+            not isinstance(raw, list)
+            or len(raw) != 32
+            or not all(isinstance(x, int) and not isinstance(x, bool) for x in raw)
+        ):
             n = len(raw) if isinstance(raw, list) else 0
-            raise SpecError(f"must be a list of 32 integer byte offsets, one per lane (got {n})",
-                            key=f"{where}.addresses", source=source)
+            raise SpecError(
+                f"must be a list of 32 integer byte offsets, one per lane (got {n})",
+                key=f"{where}.addresses",
+                source=source,
+            )
         addresses = tuple(raw)
-    modes = [m for m in (("row" in exprs or "col" in exprs), "index" in exprs, "address" in exprs,
-                         addresses is not None) if m]
+    modes = [
+        m
+        for m in (
+            ("row" in exprs or "col" in exprs),
+            "index" in exprs,
+            "address" in exprs,
+            addresses is not None,
+        )
+        if m
+    ]
     if len(modes) != 1:
-        raise SpecError("give exactly one of: row + col (2-D buffer), index (1-D buffer), address (byte "
-                        "expression) or addresses (32 byte offsets)", key=where, source=source)
+        raise SpecError(
+            "give exactly one of: row + col (2-D buffer), index (1-D buffer), address (byte "
+            "expression) or addresses (32 byte offsets)",
+            key=where,
+            source=source,
+        )
     if ("row" in exprs) != ("col" in exprs):
         raise SpecError("row and col go together", key=where, source=source)
     if "row" in exprs and len(buf.shape) != 2:
@@ -506,17 +640,38 @@ def _access(a: Any, i: int, env: dict, buffers: dict, threads: int | None, sourc
     if a.get("warps") is not None:
         w = a["warps"] if isinstance(a["warps"], list) else [a["warps"]]
         if not w:
-            raise SpecError("must list at least one warp (or leave 'warps' out for all of them)",
-                            key=f"{where}.warps", source=source)
+            raise SpecError(
+                "must list at least one warp (or leave 'warps' out for all of them)",
+                key=f"{where}.warps",
+                source=source,
+            )
         nw = (threads // 32) if threads else 1
         warps = tuple(_int(x, env, f"{where}.warps", source, 0, nw - 1) for x in w)
-    n_inst = (len(warps) if warps else ((threads or 32) // 32))
+    n_inst = len(warps) if warps else ((threads or 32) // 32)
     for _, vals in over:
         n_inst *= len(vals)
     if n_inst > MAX_INSTRUCTIONS:
-        raise SpecError(f"{n_inst} instructions to analyse; at most {MAX_INSTRUCTIONS} (narrow 'over' or 'warps')",
-                        key=where, source=source)
-    return Access(name=name, buffer=buf.name, op=op, width=width, row=exprs.get("row"), col=exprs.get("col"),
-                  index=exprs.get("index"), address=exprs.get("address"), addresses=addresses, over=over,
-                  matrices=matrices, trans=trans, warps=warps, source=exprs.get("source"),
-                  active=exprs.get("active"), role=role, note=note)
+        raise SpecError(
+            f"{n_inst} instructions to analyse; at most {MAX_INSTRUCTIONS} (narrow 'over' or 'warps')",
+            key=where,
+            source=source,
+        )
+    return Access(
+        name=name,
+        buffer=buf.name,
+        op=op,
+        width=width,
+        row=exprs.get("row"),
+        col=exprs.get("col"),
+        index=exprs.get("index"),
+        address=exprs.get("address"),
+        addresses=addresses,
+        over=over,
+        matrices=matrices,
+        trans=trans,
+        warps=warps,
+        source=exprs.get("source"),
+        active=exprs.get("active"),
+        role=role,
+        note=note,
+    )

@@ -308,7 +308,9 @@ def candidates(p: Problem):
                         if threads // 32 not in WARPS or threads % 32:
                             continue
                         for bk in (8, 16, 32):
-                            splits = [1] + [z for z in SPLITS if under and p.k >= z * bk * MIN_K_STEPS_PER_SLICE]
+                            splits = [1] + [
+                                z for z in SPLITS if under and p.k >= z * bk * MIN_K_STEPS_PER_SLICE
+                            ]
                             for s in stages:
                                 for g in GROUPS:
                                     for z in splits:

@@ -90,7 +90,9 @@ def _simt_resources(p: Problem, c: TileConfig) -> dict | Rejected:
     from smemtile.model.arch import get_arch
 
     if p.contract is None:
-        raise ValueError("SIMT tiles need the sgemm family's rules: pass contract= (smemtile.pipeline.tiles does)")
+        raise ValueError(
+            "SIMT tiles need the sgemm family's rules: pass contract= (smemtile.pipeline.tiles does)"
+        )
     arch = get_arch(p.arch)
     bad, threads, smem = p.contract(c)
     if bad:

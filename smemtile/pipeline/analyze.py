@@ -15,4 +15,6 @@ def analyze(res: Resolved, regs: int | None = None) -> AnalyzeReport:
     if res.config is None:
         return build_report(res.spec, regs, fixes=fixes)
     fixed = variants(res, fixes)["fixed"]
-    return build_report(res.spec, regs, fixes=fixes, fixed_results=analyze_spec(FAMILIES[fixed.family].spec(fixed)))
+    return build_report(
+        res.spec, regs, fixes=fixes, fixed_results=analyze_spec(FAMILIES[fixed.family].spec(fixed))
+    )

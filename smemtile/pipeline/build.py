@@ -79,7 +79,9 @@ def build(cfg: KernelConfig, *, baseline: KernelConfig | None = None, compile: b
                 raise CompileError(f"ptxas reports {res.static_smem_bytes} bytes of static shared memory but the "
                                    f"{fam.name} family's formula says {plan.static_smem_bytes}: the kernel and its "
                                    "formula disagree")  # fmt: skip
-            occ = occupancy(cfg.arch, plan.threads, res.registers, res.static_smem_bytes, plan.dynamic_smem_bytes)
+            occ = occupancy(
+                cfg.arch, plan.threads, res.registers, res.static_smem_bytes, plan.dynamic_smem_bytes
+            )
             extra["occupancy"] = occ.to_dict()
         extra["nvrtc_version"] = compiled.nvrtc_version
     if note:

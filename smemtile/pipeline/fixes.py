@@ -52,5 +52,7 @@ def variants(res: Resolved, report: FixReport | None = None) -> dict[str, Kernel
     layouts = {b: lay for b, lay in report.layouts.items() if lay != cfg.layouts.get(b)}
     fixed = reconfigure(cfg, layouts=layouts) if layouts else cfg
     if not layouts:
-        fixed = replace(fixed, notes=(*fixed.notes, "the spec's layouts are already the best found: fixed = baseline"))
+        fixed = replace(
+            fixed, notes=(*fixed.notes, "the spec's layouts are already the best found: fixed = baseline")
+        )
     return {"baseline": cfg, "fixed": fixed}

@@ -129,7 +129,9 @@ def kernel_config(spec: KernelSpec, doc: dict, *, check: bool = True, retarget: 
             params[k] = spec.constants[k]
     if "stages" in doc and "STAGES" in names:
         if "STAGES" in params and params["STAGES"] != spec.stages:
-            raise ContractViolation(f"stages: {spec.stages} but tile.STAGES = {params['STAGES']}", key="stages")
+            raise ContractViolation(
+                f"stages: {spec.stages} but tile.STAGES = {params['STAGES']}", key="stages"
+            )
         params["STAGES"] = spec.stages
     tparams, problem = split_params(fam, dict(spec.kernel.params), "kernel")
     for k, v in tparams.items():
@@ -203,7 +205,9 @@ def _check_accesses(doc: dict, fam: Family, cfg: KernelConfig, source: str) -> N
 def _difference(mine: AccessResult, own: AccessResult) -> str | None:
     a, b = mine.access, own.access
     for what in ("buffer", "op", "width", "matrices", "trans"):
-        if getattr(a, what) != getattr(b, what) and (what not in ("matrices", "trans") or a.op in ("ldmatrix", "stmatrix")):
+        if getattr(a, what) != getattr(b, what) and (
+            what not in ("matrices", "trans") or a.op in ("ldmatrix", "stmatrix")
+        ):
             return f"{what} {getattr(a, what)} where the kernel has {getattr(b, what)}"
     ma, mb = mine.bank, own.bank
     if ma.addresses.shape != mb.addresses.shape:
@@ -223,8 +227,10 @@ def _difference(mine: AccessResult, own: AccessResult) -> str | None:
         if arr.any():
             j, lane = (int(x) for x in np.argwhere(arr)[0])
             i = int(ib[j])
-            return (f"instruction {i} ({own.label(i)}), lane {lane}: {what} differs "
-                    f"(spec byte {int(adr_a[j, lane])}, kernel byte {int(adr_b[j, lane])})")
+            return (
+                f"instruction {i} ({own.label(i)}), lane {lane}: {what} differs "
+                f"(spec byte {int(adr_a[j, lane])}, kernel byte {int(adr_b[j, lane])})"
+            )
     if (ma.sources is None) != (mb.sources is None) or (
         ma.sources is not None and np.where(act_b, ma.sources[ia] != mb.sources[ib], False).any()
     ):

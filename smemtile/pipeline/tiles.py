@@ -16,7 +16,11 @@ def recommend(m, n, k, dtype: str = "f32", arch: str | None = None, *, vendor: s
               gpu: str | None = None, sms: int | None = None) -> TileReport:  # fmt: skip
     """The ranking of ``smemtile.model.tiling.recommend``, fp32 candidates checked by the sgemm family."""
     contract = None
-    if str(dtype).lower() == "f32" and (vendor or "nvidia").lower() == "nvidia" and not str(arch or "").startswith("gfx"):
+    if (
+        str(dtype).lower() == "f32"
+        and (vendor or "nvidia").lower() == "nvidia"
+        and not str(arch or "").startswith("gfx")
+    ):
         try:
             a = get_arch(arch or "sm_90")
         except SpecError:

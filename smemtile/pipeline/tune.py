@@ -33,7 +33,9 @@ def load_docs(path: str | Path) -> list[dict]:
 def family_of(doc: dict, source: str) -> str:
     kernel = doc.get("kernel") if isinstance(doc, dict) else None
     if not isinstance(kernel, dict) or "family" not in kernel:
-        raise SpecError("the spec has no kernel: {family: ...} section, so there is nothing to tune", source=source)
+        raise SpecError(
+            "the spec has no kernel: {family: ...} section, so there is nothing to tune", source=source
+        )
     fam = get_family(kernel["family"])
     if fam.ranker({pk.name: pk.default for pk in fam.problem_keys}, "sm_90", None) is None:
         tunable = [n for n, f in FAMILIES.items() if f.ranker({pk.name: pk.default for pk in f.problem_keys},
@@ -109,7 +111,9 @@ def plan(doc: dict, source: str, *, top: int, space: list[dict] | None = None, a
         params = family_params(entry, family) if ("kernel" in entry or "tile" in entry) else entry
         unknown = set(params) - {p.name for p in fam.params}
         if unknown:
-            raise SpecError(f"space entry {i}: {family} has no parameter {sorted(unknown)[0]!r}", key="--space")
+            raise SpecError(
+                f"space entry {i}: {family} has no parameter {sorted(unknown)[0]!r}", key="--space"
+            )
         bad = [k for k, v in params.items() if isinstance(v, bool) or not isinstance(v, int)]
         if bad:
             raise SpecError(f"space entry {i}: {bad[0]} must be a whole number, got {params[bad[0]]!r}",
@@ -157,7 +161,9 @@ def sweep(doc: dict, source: str, family: str, cands: list[Candidate], runner, c
         try:
             cfg = config_for(doc, source, family, cand, runner.arch)
         except SmemtileError as e:
-            rows.append({**row, "status": "skipped", "reason": f"configuration refused: {e}", "cached": False})
+            rows.append(
+                {**row, "status": "skipped", "reason": f"configuration refused: {e}", "cached": False}
+            )
             progress and progress(rows[-1])
             continue
         row["name_expression"] = FAMILIES[family].name_expression(cfg)
@@ -170,7 +176,11 @@ def sweep(doc: dict, source: str, family: str, cands: list[Candidate], runner, c
             try:
                 m = runner.measure(cfg)
             except CompileError as e:
-                m = {"status": "skipped", "reason": f"compile error: {str(e).splitlines()[0]}", "cacheable": True}
+                m = {
+                    "status": "skipped",
+                    "reason": f"compile error: {str(e).splitlines()[0]}",
+                    "cacheable": True,
+                }
             except Exception as e:  # a launch or driver failure: record, do not cache, carry on
                 first = str(e).splitlines()[0] if str(e) else ""
                 m = {"status": "skipped", "reason": f"{type(e).__name__}: {first}", "cacheable": False}

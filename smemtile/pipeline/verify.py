@@ -22,13 +22,23 @@ def layout_text(cfg: KernelConfig) -> str:
     return "; ".join(f"{n}: {lay.describe()}" for n, lay in cfg.layouts.items())
 
 
-def document(spec: Path, cfg: KernelConfig, rows: list[dict], *, compile_only: bool, device: dict | None) -> dict:
+def document(
+    spec: Path, cfg: KernelConfig, rows: list[dict], *, compile_only: bool, device: dict | None
+) -> dict:
     by = {r["variant"]: r for r in rows}
     head = by.get("fixed") or rows[0]
     doc: dict[str, Any] = {"spec": str(spec), "family": cfg.family, "arch": cfg.arch.name,
                            "problem": dict(cfg.problem), "compile_only": compile_only, "device": device}  # fmt: skip
     # Top-level keys of the contract: the headline (fixed) variant's numbers.
-    for key in ("registers", "static_smem_bytes", "spills", "occupancy", "correct", "max_rel_error", "time_ms"):
+    for key in (
+        "registers",
+        "static_smem_bytes",
+        "spills",
+        "occupancy",
+        "correct",
+        "max_rel_error",
+        "time_ms",
+    ):
         doc[key] = head.get(key)
     for unit in ("tflops", "gbps"):
         if unit in head:
@@ -36,7 +46,9 @@ def document(spec: Path, cfg: KernelConfig, rows: list[dict], *, compile_only: b
     doc["correct"] = None if compile_only else all(r["correct"] for r in rows)
     doc["occupancy_agree"] = None if compile_only else all(r["occupancy"]["agree"] for r in rows)
     b, f = by.get("baseline"), by.get("fixed")
-    doc["speedup"] = (b["time_ms"] / f["time_ms"]) if b and f and b.get("time_ms") and f.get("time_ms") else None
+    doc["speedup"] = (
+        (b["time_ms"] / f["time_ms"]) if b and f and b.get("time_ms") and f.get("time_ms") else None
+    )
     # stage variants (--stages): speed relative to the fixed variant with the spec's own stage count
     doc["stages_vs_fixed"] = {
         r["variant"]: f["time_ms"] / r["time_ms"]
@@ -186,7 +198,12 @@ def with_ncu(spec: Path, cfgs: dict[str, KernelConfig], doc: dict, device: int, 
         warn("smemtile: ncu (Nsight Compute) not found on PATH: --ncu skipped")
         return {"available": False, "error": "ncu not found on PATH", "match": None}
     arch = get_arch(doc["device"]["arch"]) if doc.get("device") else next(iter(cfgs.values())).arch
-    out: dict[str, Any] = {"available": True, "version": N.ncu_version(exe), "clock_control": "none", "variants": {}}
+    out: dict[str, Any] = {
+        "available": True,
+        "version": N.ncu_version(exe),
+        "clock_control": "none",
+        "variants": {},
+    }
     for variant, c in cfgs.items():
         full = reconfigure(c, arch=arch)
         small = reconfigure(full, problem=FAMILIES[c.family].small_problem(full))

@@ -26,7 +26,9 @@ def _table(title: str | None = None):
     from rich import box
     from rich.table import Table
 
-    return Table(box=box.SIMPLE_HEAD, title=title, title_justify="left", pad_edge=False, collapse_padding=True)
+    return Table(
+        box=box.SIMPLE_HEAD, title=title, title_justify="left", pad_edge=False, collapse_padding=True
+    )
 
 
 def _num_col(t, name: str, width: int) -> None:
@@ -79,8 +81,12 @@ def render(doc: dict, console=None) -> None:
             cells += [_n(r["model_worst"]), _n(r["registers"]), "\n".join(r["kernels"])]
         else:
             sp = r.get("speedup")
-            cells += [_n(r.get("ncu_wavefronts")), _mark(r.get("agree")), _n(r.get("cycles_per_instruction"), 1),
-                      f"{sp:.2f}x" if sp else ""]
+            cells += [
+                _n(r.get("ncu_wavefronts")),
+                _mark(r.get("agree")),
+                _n(r.get("cycles_per_instruction"), 1),
+                f"{sp:.2f}x" if sp else "",
+            ]
         t.add_row(*cells)
     con.print(t)
     con.print("model wf: the bank model's wavefronts per instruction (mean over the access's instructions)"
@@ -102,8 +108,10 @@ def render(doc: dict, console=None) -> None:
         con.print(f"[yellow]ncu: {n['error']}[/]")
     elif n.get("agree") is not None:
         bad = [f"{r['variant']} {r['access']}" for r in doc["accesses"] if r.get("agree") is False]
-        con.print(f"ncu ({n.get('version') or 'Nsight Compute'}): the model and the measurement "
-                  + ("[green]agree on every access[/]" if n["agree"] else f"[red]DISAGREE on {', '.join(bad)}[/]"))
+        con.print(
+            f"ncu ({n.get('version') or 'Nsight Compute'}): the model and the measurement "
+            + ("[green]agree on every access[/]" if n["agree"] else f"[red]DISAGREE on {', '.join(bad)}[/]")
+        )
     if n and n.get("retried_after"):
         con.print(f"[yellow]ncu failed once and was run again: {n['retried_after'][0]}[/]")
     for r in doc["accesses"]:
@@ -135,15 +143,20 @@ def render_measure(doc: dict, console=None) -> None:
         cells = [p["name"], _instr(p), _n(p["model"]["wavefronts"])]
         if measured:
             m = p.get("measured") or {}
-            cells += [_n(m.get("wavefronts_per_instruction")), _mark(p.get("agree")),
-                      _n(m.get("cycles_per_instruction"), 1)]
+            cells += [
+                _n(m.get("wavefronts_per_instruction")),
+                _mark(p.get("agree")),
+                _n(m.get("cycles_per_instruction"), 1),
+            ]
         t.add_row(*cells)
     con.print(t)
     if measured:
         n = doc.get("ncu") or {}
         if n.get("error"):
             con.print(f"[yellow]ncu: {n['error']}: wavefronts not measured[/]")
-        con.print(f"agreed: {doc['agreed']} of {doc['compared']} compared patterns; {doc['sass_check']['note']}")
+        con.print(
+            f"agreed: {doc['agreed']} of {doc['compared']} compared patterns; {doc['sass_check']['note']}"
+        )
 
 
 def _instr(p: dict) -> str:

@@ -30,7 +30,13 @@ def render(doc: dict) -> None:
         text = col in ("variant", "layout")  # text folds; numbers are never folded (Fit stacks instead)
         t.add_column(col, justify="left" if text else "right", overflow="fold", no_wrap=not text)
     if not doc["compile_only"]:
-        for col in ("correct", "max rel err", "median ms", "TFLOP/s" if unit == "tflops" else "GB/s", "of peak"):
+        for col in (
+            "correct",
+            "max rel err",
+            "median ms",
+            "TFLOP/s" if unit == "tflops" else "GB/s",
+            "of peak",
+        ):
             t.add_column(col, justify="right", no_wrap=True)
     for r in doc["variants"]:
         model = r["occupancy"]["model"] or {}
@@ -52,8 +58,13 @@ def render(doc: dict) -> None:
         if not doc["compile_only"]:
             ok = "[green]yes[/]" if r["correct"] else "[red]NO[/]"
             frac = r.get("peak_fraction")
-            cells += [ok, f"{r['max_rel_error']:.2e}", f"{r['time_ms']:.4f}", f"{r.get(unit, 0):.1f}",
-                      f"{frac:.0%}" if frac is not None else "-"]
+            cells += [
+                ok,
+                f"{r['max_rel_error']:.2e}",
+                f"{r['time_ms']:.4f}",
+                f"{r.get(unit, 0):.1f}",
+                f"{frac:.0%}" if frac is not None else "-",
+            ]
         t.add_row(*cells)
     con.print(Fit(t))
     for r in doc["variants"]:
@@ -83,8 +94,9 @@ def render(doc: dict) -> None:
         con.print(f"{name} vs fixed: {x:.2f}x (time of fixed / time of {name})")
     peak = (doc.get("device") or {}).get("peak") or {}
     if not doc["compile_only"] and peak.get(unit):
-        con.print(f"peak {peak[unit]:.1f} {'TFLOP/s' if unit == 'tflops' else 'GB/s'}: "
-                  f"{peak[unit + '_basis']}")
+        con.print(
+            f"peak {peak[unit]:.1f} {'TFLOP/s' if unit == 'tflops' else 'GB/s'}: {peak[unit + '_basis']}"
+        )
     elif doc["compile_only"]:
         con.print(
             "compile only: registers, spills and static shared memory are ptxas' numbers for "
@@ -120,7 +132,9 @@ def _render_ncu(con, n: dict) -> None:
         if r.get("error"):
             con.print(f"  [red]{esc(variant)}: ncu failed: {esc(r['error'])}[/]")
             continue
-        prob = esc(", ".join(f"{k}={v}" for k, v in r["problem"].items() if k not in ("alpha", "beta", "dtype")))
+        prob = esc(
+            ", ".join(f"{k}={v}" for k, v in r["problem"].items() if k not in ("alpha", "beta", "dtype"))
+        )
         reps = f" x {r['repeats_per_block']} K steps" if r["repeats_per_block"] > 1 else ""
         t = Table(
             title=f"{esc(variant)} ({esc(r['layout_text'])}): {prob}, {r['blocks']} blocks{reps}",

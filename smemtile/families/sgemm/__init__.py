@@ -164,7 +164,9 @@ class Sgemm(Family):
         for b in ("As", "Bs"):
             lay = cfg.layouts.get(b)
             if lay is not None and lay.pad % 4:
-                out.append(f"{b}: padding {lay.pad} must be a multiple of 4 floats to keep the float4 reads aligned")
+                out.append(
+                    f"{b}: padding {lay.pad} must be a multiple of 4 floats to keep the float4 reads aligned"
+                )
             if lay is not None and lay.swizzled and lay.swizzle.M < 2:
                 out.append(f"{b}: swizzle M={lay.swizzle.M} splits float4s; the inner loop needs M >= 2")
         stages, cp = p["STAGES"], bool(p["CP_ASYNC"])
@@ -174,7 +176,9 @@ class Sgemm(Family):
         if cp and stages < 2:
             out.append(f"a cp.async pipeline needs at least 2 stages, got STAGES={stages}")
         if not cp and stages != 2:
-            out.append(f"without cp.async the kernel double-buffers through registers: STAGES must be 2, got {stages}")
+            out.append(
+                f"without cp.async the kernel double-buffers through registers: STAGES must be 2, got {stages}"
+            )
         return out
 
     def smem_hint(self, cfg: KernelConfig) -> str:
@@ -288,7 +292,9 @@ class Sgemm(Family):
         an FFMA-bound kernel costs more than a second block per SM buys)."""
         p = cfg.params
         if cfg.may_change("A_VEC") and p["A_VEC"] == 1 and p["CP_ASYNC"]:
-            return with_params(cfg, A_VEC=0), "using A_VEC=0: 4-byte cp.async for A, no A tile held in registers"
+            return with_params(
+                cfg, A_VEC=0
+            ), "using A_VEC=0: 4-byte cp.async for A, no A tile held in registers"
         if cfg.may_change("MIN_BLOCKS") and p["MIN_BLOCKS"] > 1:
             return (with_params(cfg, MIN_BLOCKS=1),
                     "using MIN_BLOCKS=1: 1 block per SM with every register it needs")  # fmt: skip

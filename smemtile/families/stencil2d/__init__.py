@@ -28,7 +28,9 @@ class Stencil2d(Family):
     kernel = "stencil2d"
     signature = ("const float* in", "float* out", "int ny", "int nx", "const float* coeffs")
     params = (
-        Param("BX", 32, "output tile width = threads along x (divides 32 or a multiple of 32)", lo=1, hi=1024),
+        Param(
+            "BX", 32, "output tile width = threads along x (divides 32 or a multiple of 32)", lo=1, hi=1024
+        ),
         Param("BY", 8, "output tile height = threads along y", lo=1, hi=1024),
         Param("R", 1, "stencil radius", (1, 2, 3, 4)),
     )
@@ -95,7 +97,10 @@ class Stencil2d(Family):
 
     def make_inputs(self, cfg: KernelConfig, rng: np.random.Generator) -> dict[str, np.ndarray]:
         shape = (int(cfg.problem["ny"]), int(cfg.problem["nx"]))
-        return {"in": rng.standard_normal(shape, dtype=np.float32), "coeffs": self.coefficients(cfg.params["R"])}
+        return {
+            "in": rng.standard_normal(shape, dtype=np.float32),
+            "coeffs": self.coefficients(cfg.params["R"]),
+        }
 
     def reference(self, cfg: KernelConfig, inputs: dict[str, np.ndarray]) -> np.ndarray:
         x = inputs["in"].astype(np.float64)

@@ -111,7 +111,9 @@ class Transpose(Family):
             if vec * size > 16:
                 out.append(f"VEC={vec}: {vec * size} bytes per access; at most 16")
             elif (tile // vec) % 8:
-                out.append(f"VEC={vec}: TILE/VEC={tile // vec} must be a multiple of 8 (8 lanes along a tile row)")
+                out.append(
+                    f"VEC={vec}: TILE/VEC={tile // vec} must be a multiple of 8 (8 lanes along a tile row)"
+                )
             elif ((tile // 4) * (tile // vec // 8)) % (tile * rows // 32):
                 out.append(f"VEC={vec}: the {tile * rows // 32} warps do not share the tile's 4 x 8-vector blocks "
                            "evenly")  # fmt: skip
