@@ -11,7 +11,7 @@ wavefront and instruction counters. wavefronts / instructions is the hardware's 
     python bench/ncu_bank_catalogue.py --run --out DIR        # on a GPU with nvcc, ncu, cuobjdump
 
 --run writes DIR/bank_catalogue.json (patterns + measurements), the ncu CSV and the SASS listing.
-Copy the JSON to tests/data/bank_catalogue.json; tests/test_banks.py checks the model against it.
+Copy the JSON to tests/data/bank_catalogue_fitted.json; tests/test_banks.py checks the model against it.
 cp.async patterns carry `global`: the byte offset each lane copies from (the write side depends on it).
 Measured on the H200 on 2026-11-29 (rounds 1-3 twice, identical; round 4 once).
 """

@@ -31,9 +31,8 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from smemtile.model.tiling_plan import plan  # noqa: E402
-
-from smemtile.gpu.tune import GpuRunner, ResultCache, summarize, sweep  # noqa: E402
+from smemtile.gpu.tune import GpuRunner, ResultCache  # noqa: E402
+from smemtile.pipeline.tune import plan, summarize, sweep  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SGEMM_SIZES = [(4096, 4096, 4096), (8192, 8192, 1024), (1024, 1024, 8192)]
@@ -124,8 +123,10 @@ def _rank_stats(pred: list[float], meas: list[float]) -> dict:
 def refit(run: dict) -> dict:
     """Spearman, top-1 gap and error of the model on a run's measured configurations, as run and refitted."""
     import smemtile.model.tiling_model as tm
-    from smemtile.codegen import get_family
-    from smemtile.model.tiling import TileConfig, make_problem, recommend
+    from smemtile.families import get_family
+    from smemtile.model.arch import get_arch
+    from smemtile.model.tiling import TileConfig, make_problem
+    from smemtile.pipeline.tiles import recommend
 
     fam = get_family("sgemm")
     out: dict = {"sgemm": [], "transpose": []}
@@ -139,7 +140,14 @@ def refit(run: dict) -> dict:
             if not name.startswith("sgemm") or "rows" not in p:
                 continue
             q = p["problem"]
-            prob = make_problem(q["M"], q["N"], q["K"], "f32", "sm_90")
+            prob = make_problem(
+                q["M"],
+                q["N"],
+                q["K"],
+                "f32",
+                "sm_90",
+                contract=fam.tile_contract(get_arch("sm_90"), {k: q[k] for k in "MNK"}),
+            )
             rows = [r for r in p["rows"] if r["status"] == "ok"]
             cfgs = []
             for r in rows:

@@ -292,7 +292,7 @@ def _key(op, width, addr, matrices, trans, src):
 def test_heldout_catalogue_is_large_new_and_covers_every_kind():
     arch, pats = catalogue_patterns(yaml.safe_load(HELDOUT.read_text()), str(HELDOUT))
     assert arch.name == "sm_90" and len(pats) >= 60
-    fitted = json.loads((ROOT / "tests" / "data" / "bank_catalogue.json").read_text())["patterns"]
+    fitted = json.loads((ROOT / "tests" / "data" / "bank_catalogue_fitted.json").read_text())["patterns"]
     seen = {
         _key(p["op"], p["width"], p["addresses"], p.get("matrices", 4), p.get("trans"), p.get("global"))
         for p in fitted
@@ -377,7 +377,7 @@ patterns:
     )  # its counter (sm__sass_inst_executed_op_shared_stsm) not in rows
 
 
-MEASURED = json.loads((ROOT / "bench" / "results" / "heldout_measured.json").read_text())
+MEASURED = json.loads((ROOT / "tests" / "data" / "bank_catalogue_heldout.json").read_text())
 
 
 def test_heldout_measurement_is_complete_and_came_after_the_predictions():

@@ -4,7 +4,7 @@ Shared memory has 32 banks of 4-byte words; one wavefront serves at most one dis
 lanes that read the same word share it (broadcast). The hardware first splits the warp into **phases**
 (groups of lanes that are processed together); each phase takes as many wavefronts as its most-loaded bank
 has distinct words, and the instruction takes the sum over its phases. The phases below were fitted to,
-and are checked against, Nsight Compute on an H200 (tests/data/bank_catalogue.json):
+and are checked against, Nsight Compute on an H200 (tests/data/bank_catalogue_fitted.json):
 
     op / width               phases (lanes)                         measured example
     load, store  1, 2, 4 B   one phase: lanes 0-31                  stride-32 words: 32 wavefronts
