@@ -70,9 +70,60 @@ def test_every_field_has_a_source():
     assert "H200" in ARCHS["sm_90"].source_of("smem_per_sm")
 
 
-@pytest.mark.parametrize("text", ["sm_90", "90", "9.0", "sm90", "SM_90a", " sm_90 "])
+@pytest.mark.parametrize("text", ["sm_90", "90", "9.0", "sm90", " sm_90 "])
 def test_get_arch_spellings(text):
     assert get_arch(text).name == "sm_90"
+
+
+@pytest.mark.parametrize(
+    "text", ["sm_90a", "SM_90a", "90a", "sm_100a", "sm_100f", "sm_103f", "sm_120a", "sm_121f"]
+)
+def test_suffixed_targets_keep_their_name_and_the_base_limits(text):
+    a = get_arch(text)
+    assert a.name == text.lower() if text.startswith(("sm", "SM")) else a.name == "sm_90a"
+    assert a.suffix == a.name[-1] and a.base == a.name[:-1]
+    base = ARCHS[a.base]
+    assert (a.cc, a.smem_optin_per_block, a.max_threads_per_sm, a.regs_per_sm) == (
+        base.cc, base.smem_optin_per_block, base.max_threads_per_sm, base.regs_per_sm)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "text", ["sm_89a", "sm_80a", "sm_90f", "sm_86f", "sm_90afafaf", "sm_9000", "sm_", "a"]
+)
+def test_unknown_suffix_is_refused_with_the_known_targets(text):
+    with pytest.raises(SpecError) as e:
+        get_arch(text)
+    msg = str(e.value)
+    assert "sm_90a" in msg and "sm_100f" in msg and "sm_121" in msg and e.value.exit_code == 2
+    assert "\n" not in msg
+
+
+# feature -> the first target that has it (and the last one before it that does not)
+MATRIX = {
+    "ldmatrix": ("sm_75", "sm_70"),
+    "cp.async": ("sm_80", "sm_75"),
+    "stmatrix": ("sm_90", "sm_89"),
+    "bf16": ("sm_80", "sm_75"),
+    "tf32": ("sm_80", "sm_75"),
+    "fp8": ("sm_89", "sm_87"),
+    "tma": ("sm_90", "sm_89"),
+}
+
+
+@pytest.mark.parametrize("feature", list(MATRIX))
+def test_feature_matrix(feature):
+    first, before = MATRIX[feature]
+    assert get_arch(first).lacks(feature) is None
+    assert get_arch("sm_121").lacks(feature) is None
+    why = get_arch(before).lacks(feature)
+    assert why is not None and first in why and before in why
+
+
+def test_wgmma_only_on_sm_90a():
+    assert get_arch("sm_90a").lacks("wgmma") is None and get_arch("sm_90a").has_wgmma
+    for name in ("sm_90", "sm_100a", "sm_89", "sm_120a"):
+        why = get_arch(name).lacks("wgmma")
+        assert why is not None and "sm_90a" in why, name
 
 
 def test_unknown_arch_lists_known_ones():

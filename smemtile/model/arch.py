@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 
 from smemtile.errors import SpecError
+from smemtile.fileio import printable
 
 KB = 1024
 
@@ -43,6 +44,34 @@ FIELD_SOURCES: dict[str, str] = {
 }
 
 
+PTX = "PTX ISA 9.0 (CUDA 13.0), target requirements of each instruction"
+
+# feature -> (first compute capability, required suffix or "", what it is). Source: PTX.
+FEATURES: dict[str, tuple[tuple[int, int], str, str]] = {
+    "ldmatrix": ((7, 5), "", "ldmatrix"),
+    "cp.async": ((8, 0), "", "cp.async"),
+    "stmatrix": ((9, 0), "", "stmatrix"),
+    "bf16": ((8, 0), "", "bf16 (mma.sync .bf16 and bf16 arithmetic)"),
+    "tf32": ((8, 0), "", "tf32 (mma.sync .tf32)"),
+    "fp8": ((8, 9), "", "fp8 e4m3/e5m2 (mma.sync .e4m3/.e5m2 and cvt)"),
+    "tma": ((9, 0), "", "TMA (cp.async.bulk.tensor)"),
+    "wgmma": ((9, 0), "a", "wgmma.mma_async"),
+}
+# the spec's dtypes that need a feature (the others are plain integer / IEEE storage on every architecture)
+DTYPE_FEATURES = {"bf16": "bf16", "tf32": "tf32", "f8e4m3": "fp8", "f8e5m2": "fp8"}
+
+# Targets with a suffix that NVRTC 13.0 compiles for (each checked by compiling a kernel, 2026): "a" code runs
+# on exactly that compute capability (wgmma, setmaxnreg: sm_90a), "f" on the family of one major version.
+# Same resource limits as the base row.
+SUFFIXES: dict[str, tuple[str, ...]] = {
+    "sm_90": ("a",),
+    "sm_100": ("a", "f"),
+    "sm_103": ("a", "f"),
+    "sm_120": ("a", "f"),
+    "sm_121": ("a", "f"),
+}
+
+
 @dataclass(frozen=True)
 class Arch:
     """Resource limits of one compute capability, as the occupancy calculation needs them."""
@@ -69,6 +98,21 @@ class Arch:
     bank_bytes: int = 4
     source: str = f"{GUIDE} and {HEADER}"
     sources: tuple[tuple[str, str], ...] = ()  # per-row notes: (field, source) overriding FIELD_SOURCES
+    suffix: str = ""  # "a" (arch-specific: sm_90a, sm_100a) or "f" (family: sm_100f); kept in ``name``
+
+    @property
+    def base(self) -> str:
+        """The table row this target belongs to (``sm_90a`` -> ``sm_90``): same resource limits."""
+        return self.name[: len(self.name) - len(self.suffix)] if self.suffix else self.name
+
+    def lacks(self, feature: str) -> str | None:
+        """Why this target cannot run ``feature`` (a key of ``FEATURES``), or None when it can."""
+        need, suffix, what = FEATURES[feature]
+        if self.cc < need or (suffix and (self.cc != need or self.suffix != suffix)):
+            first = f"sm_{need[0]}{need[1]}{suffix}"
+            only = f"{first} (that architecture-specific target only)" if suffix else f"{first} or later"
+            return f"{what} needs {only}; {self.name} does not have it"
+        return None
 
     @property
     def static_smem_max(self) -> int:
@@ -91,6 +135,14 @@ class Arch:
     @property
     def has_tma(self) -> bool:
         return self.cc >= (9, 0)
+
+    @property
+    def has_stmatrix(self) -> bool:
+        return self.lacks("stmatrix") is None
+
+    @property
+    def has_wgmma(self) -> bool:
+        return self.lacks("wgmma") is None
 
     @property
     def carveouts(self) -> tuple[int, ...]:
@@ -118,6 +170,9 @@ class Arch:
             has_ldmatrix=self.has_ldmatrix,
             has_cp_async=self.has_cp_async,
             has_tma=self.has_tma,
+            has_stmatrix=self.has_stmatrix,
+            has_wgmma=self.has_wgmma,
+            base=self.base,
         )
         d["sources"] = {f: self.source_of(f) for f in FIELD_SOURCES}
         return d
@@ -175,22 +230,41 @@ def arch_for_cc(major: int, minor: int) -> Arch | None:
     return None
 
 
+def known_targets() -> list[str]:
+    """Every name ``get_arch`` accepts in its canonical form: the table's rows and their suffixed targets."""
+    return [*ARCHS, *(f"{b}{x}" for b, xs in SUFFIXES.items() for x in xs)]
+
+
 def get_arch(name: str, *, key: str = "arch", source: str | None = None) -> Arch:
-    """Look up an architecture by ``sm_XX`` (also accepts ``90``, ``9.0``, ``sm90``, ``sm_90a``).
+    """Look up an architecture by ``sm_XX`` (also accepts ``90``, ``9.0``, ``sm90``), or a suffixed target
+    (``sm_90a``, ``sm_100f``: same limits, the suffix kept in ``name`` so that NVRTC targets it).
 
     ``auto`` is not resolved here (the model never touches a GPU): use ``smemtile.gpu.device.resolve_arch``.
     """
     text = str(name).strip().lower()
     if text.startswith("sm"):
         text = text[2:].lstrip("_")
-    text = text.rstrip("af")  # sm_90a / sm_100f: same resource limits
+    suffix = ""
+    if text[-1:] in ("a", "f"):
+        text, suffix = text[:-1], text[-1]
     if "." in text:
         major, _, minor = text.partition(".")
         text = major + minor
     cand = f"sm_{text}"
-    if cand in ARCHS:
+    if cand in ARCHS and not suffix:
         return ARCHS[cand]
-    known = ", ".join(ARCHS)
+    if cand in ARCHS and suffix in SUFFIXES.get(cand, ()):
+        return replace(ARCHS[cand], name=cand + suffix, suffix=suffix)
+    if cand in ARCHS:
+        allowed = ", ".join(f"{cand}{x}" for x in SUFFIXES.get(cand, ())) or "none"
+        raise SpecError(
+            f"unknown architecture {printable(name)!r}: {cand} has no {suffix!r} target (its suffixed "
+            f"targets: {allowed}); known: {', '.join(known_targets())} (or auto on a GPU)",
+            key=key,
+            source=source,
+        )
     raise SpecError(
-        f"unknown architecture {name!r}; known: {known} (or auto on a GPU)", key=key, source=source
+        f"unknown architecture {printable(name)!r}; known: {', '.join(known_targets())} (or auto on a GPU)",
+        key=key,
+        source=source,
     )

@@ -223,7 +223,7 @@ def _arch_name(arch: str, vendor: str) -> str:
         raise SpecError(f"{arch} is an AMD target; pass --vendor amd (or an sm_XX arch)", key="--arch")
     from smemtile.model.arch import get_arch
 
-    return get_arch(text).name
+    return get_arch(text).base  # sm_90a ranks as sm_90: same limits and GPU rows
 
 
 def recommend(m, n, k, dtype: str = "f32", arch: str | None = None, *, vendor: str | None = None,

@@ -52,7 +52,7 @@ def rank_transpose(rows: int, cols: int, dtype: str = "f32", arch: str = "sm_90"
     from smemtile.model.occupancy import occupancy
 
     a = get_arch(arch)
-    g = get_gpu(gpu, a.name, sms=sms)
+    g = get_gpu(gpu, a.base, sms=sms)
     e = ELEM.get(dtype, 4)
     need = g.dram_gbps * 1e9 / g.sms * LATENCY_S
     out = []
