@@ -7,14 +7,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
-from conftest import ROOT, nvcc_path, run_cli
+from conftest import ROOT, nvcc_path
 from harness import harness_main, read_output, run_arguments
 
 from smemtile.codegen.render import render
@@ -45,11 +44,19 @@ TILE_SHAPES = [(1024, 1024, 1024), (1000, 1001, 333), (64, 4096, 4096), (4096, 6
                (33, 4, 100), (2048, 2048, 512), (1000, 1000, 50000)]  # fmt: skip
 
 
+def _tiles_yaml(m: int, n: int, k: int) -> str:
+    """What `smemtile tiles M N K --top 1 --format yaml` prints (in process: the same command)."""
+    from click.testing import CliRunner
+
+    from smemtile.cli import main
+
+    r = CliRunner().invoke(main, ["tiles", str(m), str(n), str(k), "--top", "1", "--format", "yaml"])
+    assert r.exit_code == 0, r.output
+    return r.output
+
+
 def _tiles_pick(m: int, n: int, k: int):
-    r = run_cli("tiles", str(m), str(n), str(k), "--top", "1", "--format", "yaml")
-    assert r.returncode == 0, r.stderr
-    res = resolve(yaml.safe_load(r.stdout))
-    return variants(res)["fixed"]
+    return variants(resolve(yaml.safe_load(_tiles_yaml(m, n, k))))["fixed"]
 
 
 def _configs() -> list:
@@ -80,21 +87,24 @@ def test_harness_builds_around_the_generated_helper(tmp_path):
     assert _build(cfg, tmp_path).exists()
 
 
-def test_tiles_picks_grid_in_the_helper_equals_json():
-    """For every tiles pick, generate --json's grid is the family's plan (what the helper computes: the
-    expressions are checked against g++ in test_families.py)."""
-    for m, n, k in TILE_SHAPES[:4]:
-        r = run_cli("tiles", str(m), str(n), str(k), "--top", "1", "--format", "yaml")
-        with tempfile.TemporaryDirectory() as d:
-            spec = Path(d) / "t.yaml"
-            spec.write_text(r.stdout)
-            g = json.loads(run_cli("generate", str(spec), "--json", "--no-compile").stdout)
-        cfg = _tiles_pick(m, n, k)
+def test_tiles_picks_grid_in_the_helper_equals_json(tmp_path):
+    """For tiles picks (split K included), generate --json's launch is the family's plan (what the helper
+    computes: its C++ expressions are checked against g++ in test_families.py)."""
+    from click.testing import CliRunner
+
+    from smemtile.cli import main
+
+    for m, n, k in TILE_SHAPES[2:3]:  # skinny M: a split K pick
+        spec = tmp_path / f"t{m}x{n}.yaml"
+        spec.write_text(_tiles_yaml(m, n, k))
+        g = json.loads(CliRunner().invoke(main, ["generate", str(spec), "--json", "--no-compile"]).stdout)
+        cfg = variants(resolve(yaml.safe_load(spec.read_text())))["fixed"]
         plan = FAMILIES[cfg.family].launch(cfg)
         assert g["grid"] == list(plan.grid) and [s["grid"] for s in g["launch"]["steps"]] == \
             [list(s.grid) for s in plan.steps]  # fmt: skip
-        if cfg.params.get("SPLIT_K", 1) > 1:
-            assert g["launch"]["steps"][0]["kernel"] == "smemtile_sgemm_splitk_prepare"
+        assert (
+            cfg.params["SPLIT_K"] > 1 and g["launch"]["steps"][0]["kernel"] == "smemtile_sgemm_splitk_prepare"
+        )
 
 
 @pytest.mark.gpu
