@@ -711,7 +711,7 @@ def step_triton(ctx, configs_per_shape: dict, log, deadline: float, workers: int
             log(f"  triton: out of time before {dname} {shape}")
             break
         m, n, k = shape
-        rows = _triton_shape(torch, dname, shape, configs_per_shape[(dname, shape)], warm)
+        rows = _triton_shape(torch, dname, shape, configs_per_shape[(dname, shape)], warm, deadline)
         ok = sorted((r for r in rows if "tflops" in r and "config" in r), key=lambda r: -r["tflops"])
         log(f"  triton {dname} {m}x{n}x{k}: torch {rows[0]['tflops']:.0f}; best {ok[0]['config'] if ok else None} "
             f"{ok[0]['tflops'] if ok else 0:.0f} TFLOP/s of {len(ok)} timed")  # fmt: skip
@@ -720,7 +720,7 @@ def step_triton(ctx, configs_per_shape: dict, log, deadline: float, workers: int
     return out
 
 
-def _triton_shape(torch, dname: str, shape, configs, warm: dict) -> list[dict]:
+def _triton_shape(torch, dname: str, shape, configs, warm: dict, deadline: float = math.inf) -> list[dict]:
     """torch.matmul, then every configuration: checked against fp32 torch, timed with do_bench (median)."""
     import triton.testing
 
@@ -744,6 +744,8 @@ def _triton_shape(torch, dname: str, shape, configs, warm: dict) -> list[dict]:
         }
     ]
     for cc in configs:
+        if time.time() > deadline:
+            break
         row = {"config": list(cc), "warm": warm.get((dname, cc))}
         meta = _meta(cc)
         grid = (triton.cdiv(m, cc[0]) * triton.cdiv(n, cc[1]),)
