@@ -41,6 +41,15 @@ EXPECTED = {  # sample -> {access: worst wavefronts before}, {buffer: recommende
         True,
     ),
     "raw_addresses.yaml": ({"v4_stride2": 8, "ldsm": 32}, {}, None),
+    # Hopper TMA tiles with 128B swizzle: the wgmma core-matrix reads and the stmatrix epilogue are ideal
+    "tma_128b.yaml": (
+        {"a_core": 4, "c_stmatrix": 4},
+        {
+            "As": "TMA 128B swizzle (Swizzle<3,4,3> on bytes)",
+            "Cs": "TMA 128B swizzle (Swizzle<3,4,3> on bytes), base 32768",
+        },
+        True,
+    ),
 }
 
 

@@ -232,6 +232,10 @@ def fix_buffer(
         return BufferFix(
             buf, baseline, None, None, baseline, "already conflict-free: keep the layout", align, 1
         )
+    if base_layout.tma is not None:  # a TMA tile: only the copy engine's swizzle modes (smemtile.model.tma)
+        from smemtile.model.tma import mode_fix
+
+        return mode_fix(buf, results, baseline, lambda lay: _candidate(results, buf, lay, "swizzle", variant))
     padding = swizzle = None
     n_pad = n_swz = 0
     if len(buf.shape) == 2:

@@ -16,6 +16,13 @@ memory; padding costs ``rows * pad`` elements.
 One validity rule (:meth:`Layout.problem`, also the ``static_assert`` in ``smem_layout.cuh``): the swizzle only
 changes bits ``[M, M+B)``, so an offset stays inside its aligned block of ``2**(M+B)`` elements and the buffer
 must hold whole such blocks; ``S >= B`` keeps the source and target bits apart.
+
+**TMA tiles** (Hopper, ``{tma_swizzle: none|32B|64B|128B}``): the copy engine writes a box densely (one box row =
+one tile row) and swizzles the *byte* address with ``Swizzle<B, 4, 3>`` (B = 1, 2, 3 for 32, 64, 128 B): the
+16-byte chunk index (bits 4..4+B) is XORed with bits 7..7+B, the 128-byte line index. For elements of ``e <= 16``
+bytes that is ``Swizzle<B, 4 - log2(e), 3>`` on the element offset, which :meth:`Layout.for_tma` stores as
+``swizzle`` so every analysis path treats it like any other swizzle. The hardware's own rules (base alignment,
+box width, global strides, the wgmma descriptor's mode) are checked in ``smemtile.model.tma``.
 """
 
 from __future__ import annotations
@@ -57,12 +64,43 @@ class Swizzle:
         return f"(o) ^ ((((o) >> {self.M + self.S}) & {(1 << self.B) - 1}) << {self.M})"
 
 
+TMA_MODES = ("none", "32B", "64B", "128B")  # CU_TENSOR_MAP_SWIZZLE_NONE, _32B, _64B, _128B
+
+
+def tma_byte_swizzle(mode: str) -> Swizzle | None:
+    """The byte-address swizzle of a TMA mode: ``Swizzle<1|2|3, 4, 3>`` (None for ``none``)."""
+    if mode not in TMA_MODES:
+        raise ValueError(f"unknown TMA swizzle mode {mode!r}; allowed: {', '.join(TMA_MODES)}")
+    b = TMA_MODES.index(mode)
+    return Swizzle(b, 4, 3) if b else None
+
+
 @dataclass(frozen=True)
 class Layout:
-    """Row padding (elements) and an optional swizzle of the padded element offset."""
+    """Row padding (elements) and an optional swizzle of the padded element offset.
+
+    A TMA tile (``tma`` set) also records where it sits (``base``, bytes from the start of shared memory), the
+    global tensor's row stride in bytes (``global_stride``, when known) and the mode the wgmma descriptor reads
+    it with (``wgmma``, when it differs from ``tma``); ``swizzle`` is then the mode's element swizzle."""
 
     pad: int = 0
     swizzle: Swizzle | None = None
+    tma: str | None = None
+    base: int = 0
+    global_stride: int | None = None
+    wgmma: str | None = None
+
+    @classmethod
+    def for_tma(cls, mode: str, elem_bytes: int, *, base: int = 0, global_stride: int | None = None,
+                wgmma: str | None = None) -> Layout:  # fmt: skip
+        """A TMA tile's layout: ``mode`` (none, 32B, 64B, 128B) as the element swizzle for ``elem_bytes``."""
+        sw = tma_byte_swizzle(mode)
+        if wgmma is not None:
+            tma_byte_swizzle(wgmma)  # validates the name
+        if elem_bytes not in (1, 2, 4, 8, 16):
+            raise ValueError(f"TMA elements are 1, 2, 4, 8 or 16 bytes, not {elem_bytes}")
+        el = None if sw is None else Swizzle(sw.B, sw.M - (elem_bytes.bit_length() - 1), sw.S)
+        return cls(0, el, mode, int(base), global_stride, None if wgmma == mode else wgmma)
 
     def row_stride(self, cols: int) -> int:
         return cols + self.pad
@@ -80,6 +118,10 @@ class Layout:
         return rows * self.row_stride(int(shape[-1]))
 
     def describe(self) -> str:
+        if self.tma is not None:
+            sw = tma_byte_swizzle(self.tma)
+            text = f"TMA {self.tma} swizzle" + (f" ({sw} on bytes)" if sw is not None else "")
+            return text + (f", base {self.base}" if self.base else "")
         parts = []
         if self.pad:
             parts.append(f"pad {self.pad}")
@@ -88,6 +130,13 @@ class Layout:
         return ", ".join(parts) or "row-major, no padding"
 
     def to_dict(self) -> dict:
+        if self.tma is not None:  # the spec form: parses back (with the buffer's dtype) to an equal layout
+            t: dict = {"tma_swizzle": self.tma}
+            for key, v, default in (("base", self.base, 0), ("global_stride", self.global_stride, None),
+                                    ("wgmma_swizzle", self.wgmma, None)):  # fmt: skip
+                if v != default:
+                    t[key] = v
+            return t
         d: dict = {"pad": self.pad}
         if self.swizzle is not None:
             d["swizzle"] = [self.swizzle.B, self.swizzle.M, self.swizzle.S]
@@ -106,6 +155,8 @@ class Layout:
         """Why this layout cannot hold a buffer of ``shape`` (None when it can): the one validity rule."""
         if self.pad < 0:
             return f"padding cannot be negative ({self.pad})"
+        if self.tma is not None and (self.pad or len(shape) != 2):
+            return "a TMA tile (tma_swizzle) is a 2-D box stored densely: no padding, shape [rows, cols]"
         if self.swizzle is not None:
             n = self.storage_elements(shape)
             if n % self.swizzle.block:
@@ -117,11 +168,18 @@ class Layout:
 
     @classmethod
     def of(cls, value: object) -> Layout:
-        """A Layout from a Layout, None (dense), or a spec-style mapping ``{pad: N, swizzle: [B, M, S]}``."""
+        """A Layout from a Layout, None (dense), or a spec-style mapping ``{pad: N, swizzle: [B, M, S]}`` (a TMA
+        mapping ``{tma_swizzle: ..., elem_bytes: N}`` needs the element size)."""
         if value is None:
             return cls()
         if isinstance(value, Layout):
             return value
+        if isinstance(value, dict) and value.get("tma_swizzle") is not None:
+            if "elem_bytes" not in value:
+                raise TypeError("a tma_swizzle layout mapping needs elem_bytes (the element size)")
+            gs = value.get("global_stride")
+            return cls.for_tma(str(value["tma_swizzle"]), int(value["elem_bytes"]), base=int(value.get("base", 0)),
+                               global_stride=None if gs is None else int(gs), wgmma=value.get("wgmma_swizzle"))  # fmt: skip
         if isinstance(value, dict):
             sw = value.get("swizzle")
             swz = Swizzle(*(int(x) for x in sw)) if sw else None

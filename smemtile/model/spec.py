@@ -50,7 +50,8 @@ TOP_KEYS = (
     "regs",
 )
 BUFFER_KEYS = ("name", "dtype", "shape", "layout", "stages", "note")
-LAYOUT_KEYS = ("pad", "swizzle")
+LAYOUT_KEYS = ("pad", "swizzle", "tma_swizzle", "base", "global_stride", "wgmma_swizzle")
+TMA_KEYS = LAYOUT_KEYS[2:]  # a TMA tile (Hopper): smemtile.model.tma checks the hardware's rules
 ACCESS_KEYS = (
     "name",
     "buffer",
@@ -490,11 +491,32 @@ def _buffer(b: Any, i: int, env: dict, source: str) -> Buffer:
         except ValueError as e:
             raise SpecError(str(e), key=f"{where}.layout.swizzle", source=source) from None
     stages = _int(b.get("stages", 1), env, f"{where}.stages", source, 1, 16)
-    buf = Buffer(name, dtype, shape, Layout(pad, swz), stages)
+    layout = Layout(pad, swz)
+    if any(lay.get(k) is not None for k in TMA_KEYS):
+        layout = _tma_layout(lay, dtype, pad or swz is not None, env, f"{where}.layout", source)
+    buf = Buffer(name, dtype, shape, layout, stages)
     why = buf.layout.problem(shape)
     if why:
         raise SpecError(why, key=f"{where}.layout", source=source)
     return buf
+
+
+def _tma_layout(lay: dict, dtype: str, other: bool, env: dict, where: str, source: str) -> Layout:
+    """``{tma_swizzle: none|32B|64B|128B, base: BYTES, global_stride: BYTES, wgmma_swizzle: MODE}``."""
+    if lay.get("tma_swizzle") is None:
+        raise SpecError("base, global_stride and wgmma_swizzle describe a TMA tile: give tma_swizzle too",
+                        key=where, source=source)  # fmt: skip
+    if other:
+        raise SpecError("tma_swizzle is the whole layout (the copy engine's): no pad or swizzle with it",
+                        key=where, source=source)  # fmt: skip
+    base = _int(lay.get("base", 0), env, f"{where}.base", source, 0, 1 << 24)
+    gs = lay.get("global_stride")
+    stride = None if gs is None else _int(gs, env, f"{where}.global_stride", source, 1, 1 << 40)
+    try:
+        return Layout.for_tma(str(lay["tma_swizzle"]), DTYPES[dtype], base=base, global_stride=stride,
+                              wgmma=None if lay.get("wgmma_swizzle") is None else str(lay["wgmma_swizzle"]))  # fmt: skip
+    except ValueError as e:
+        raise SpecError(str(e), key=f"{where}.tma_swizzle", source=source) from None
 
 
 def _over(raw: Any, env: dict, where: str, source: str) -> tuple[tuple[str, tuple[int, ...]], ...]:

@@ -17,6 +17,7 @@ from smemtile.model.spec import KernelSpec
 from smemtile.report.banks import access_to_dict, lane_table, phase_lines, summary_line
 from smemtile.report.layout import declaration, diagram, layout_diff
 from smemtile.report.text import Fit, esc, plain, printable
+from smemtile.report.tma import render_tma, tma_to_dict
 
 ASSUMED_REGS = 64
 
@@ -47,6 +48,9 @@ class AnalyzeReport:
             fd["diff"] = layout_diff(f.buffer, f.baseline.layout, f.recommended.layout)
         if self.occupancy is not None:
             d["occupancy"] = self.occupancy
+        tma = tma_to_dict(self.spec, self.results)  # Hopper TMA tiles: four notations, every mode compared
+        if tma:
+            d["tma"] = tma
         return d
 
 
@@ -193,3 +197,4 @@ def render(console: Console, rep: AnalyzeReport, *, brief: bool = False) -> None
                 f"(limiter: {x['limiter']})"
             )
         console.print(Text(f"registers: {o['regs']} per thread, {o['regs_source']}", style="dim"))
+    render_tma(console, rep.spec, rep.results, 5 if rep.occupancy else 4)
