@@ -38,6 +38,14 @@ CASES = [
     ("transpose", {}, {"rows": 512, "cols": 256, "dtype": "bf16"}),
     ("stencil2d", {"R": 1}, {"ny": 1000, "nx": 999}),
     ("stencil2d", {"R": 4, "BX": 64, "BY": 4}, {"ny": 7, "nx": 300}),
+    # hgemm: masked K tail with 16-byte copies; split K with column-major B; the 2-byte copy path with f16 C
+    ("hgemm", {}, {"M": 1000, "N": 1000, "K": 336, "alpha": 0.75, "beta": -1.25, "dtype": "bf16"}),
+    (
+        "hgemm",
+        {"BM": 64, "BN": 64, "WM": 32, "WN": 32, "SPLIT_K": 3},
+        {"M": 64, "N": 1000, "K": 4000, "beta": 0.5, "b_layout": "col"},
+    ),
+    ("hgemm", {"BM": 128, "BN": 128, "STAGES": 3}, {"M": 257, "N": 131, "K": 77, "c_dtype": "f16"}),
 ]
 # shapes for `tiles --top 1`: square, ragged, skinny M, skinny N, deep K, small, mid-size, huge K
 TILE_SHAPES = [(1024, 1024, 1024), (1000, 1001, 333), (64, 4096, 4096), (4096, 64, 4096), (256, 256, 65536),

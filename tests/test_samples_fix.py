@@ -41,6 +41,12 @@ EXPECTED = {  # sample -> {access: worst wavefronts before}, {buffer: recommende
         True,
     ),
     "raw_addresses.yaml": ({"v4_stride2": 8, "ldsm": 32}, {}, None),
+    # dense hgemm tiles: ldmatrix 4-way (A, 64-byte rows) and 8-way (B, .trans down 256-byte rows)
+    "hgemm_bf16.yaml": (
+        {"A_copy": 8, "B_copy": 4, "A_frag": 16, "B_frag": 32},
+        {"As": "Swizzle<2,3,3>", "Bs": "pad 8"},
+        True,
+    ),
     # Hopper TMA tiles with 128B swizzle: the wgmma core-matrix reads and the stmatrix epilogue are ideal
     "tma_128b.yaml": (
         {"a_core": 4, "c_stmatrix": 4},

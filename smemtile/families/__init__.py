@@ -28,6 +28,7 @@ _REGISTRY = {
     "sgemm": "sgemm",
     "transpose": "transpose",
     "stencil2d": "stencil2d",
+    "hgemm": "hgemm",
 }
 
 FAMILIES: dict[str, Family] = {

@@ -153,6 +153,10 @@ def _mma_resources(p: Problem, c: TileConfig) -> dict | Rejected:
     if smem > lim_s:
         return Rejected(c, "shared_memory", f"out of resource: shared memory, required {smem}, limit {lim_s}; "
                         "reduce BK or num_stages")  # fmt: skip
+    if p.contract is not None:  # the kernel family that generates these tiles (as _simt_resources)
+        bad, threads, smem = p.contract(c)
+        if bad:
+            return Rejected(c, "shared_memory" if "shared memory" in bad[0] else "contract", bad[0])
     return {"cfg": c, "threads": threads, "regs": est, "smem": smem, "pad": pad, "static": 0, "dynamic": smem,
             "wm": wm, "wn": wn}  # fmt: skip
 

@@ -11,13 +11,17 @@ from smemtile.model.arch import get_arch
 from smemtile.model.tiling import Problem, Scored, TileReport
 from smemtile.model.tiling import recommend as _recommend
 
+# dtype -> the kernel family that generates (and screens) the tiles on NVIDIA
+TILE_FAMILIES = {"f32": "sgemm", "f16": "hgemm", "bf16": "hgemm"}
+
 
 def recommend(m, n, k, dtype: str = "f32", arch: str | None = None, *, vendor: str | None = None,
               gpu: str | None = None, sms: int | None = None) -> TileReport:  # fmt: skip
-    """The ranking of ``smemtile.model.tiling.recommend``, fp32 candidates checked by the sgemm family."""
+    """The ranking of ``smemtile.model.tiling.recommend``, candidates checked by the family that generates them
+    (fp32: sgemm, f16/bf16: hgemm)."""
     contract = None
     if (
-        str(dtype).lower() == "f32"
+        str(dtype).lower() in TILE_FAMILIES
         and (vendor or "nvidia").lower() == "nvidia"
         and not str(arch or "").startswith("gfx")
     ):
@@ -32,7 +36,7 @@ def recommend(m, n, k, dtype: str = "f32", arch: str | None = None, *, vendor: s
                     dims[key] = max(1, int(str(v)))
                 except ValueError:
                     dims[key] = 1  # make_problem reports it
-            contract = FAMILIES["sgemm"].tile_contract(a, dims)
+            contract = FAMILIES[TILE_FAMILIES[str(dtype).lower()]].tile_contract(a, dims)
     return _recommend(m, n, k, dtype, arch, vendor=vendor, gpu=gpu, sms=sms, contract=contract)
 
 
@@ -68,8 +72,9 @@ def triton_configs(report: TileReport, top: int) -> str:
 
 
 def spec_doc(p: Problem, s: Scored, total: int) -> dict:
-    """A spec (YAML contract of DESIGN.md) for one candidate. fp32 on NVIDIA carries ``kernel: {family: sgemm}``
-    so generate / verify / tune run it; the tensor-core tiles carry their ldmatrix reads for ``analyze``."""
+    """A spec (YAML contract of DESIGN.md) for one candidate. fp32 on NVIDIA carries ``kernel: {family: sgemm}``,
+    f16/bf16 on sm_80+ ``kernel: {family: hgemm}`` with its swizzled buffers, so generate / verify / tune run
+    them; other tensor-core tiles (tf32, f16 before sm_80) carry their fragment reads for ``analyze``."""
     if p.vendor != "nvidia":
         raise SpecError("YAML specs describe NVIDIA kernels (the spec's arch table); use --format triton or json "
                         "for AMD", key="--format")  # fmt: skip
@@ -86,6 +91,11 @@ def spec_doc(p: Problem, s: Scored, total: int) -> dict:
                          "MIN_BLOCKS": c.min_blocks}  # fmt: skip
         if c.split_k > 1:  # the K slices add into C with atomics after the launch plan's C = beta * C
             doc["kernel"]["SPLIT_K"] = c.split_k
+        return doc
+    fam = FAMILIES.get(TILE_FAMILIES.get(p.dtype, ""))
+    body = fam.tile_spec(p, s) if fam is not None and hasattr(fam, "tile_spec") else None
+    if body is not None:  # the family generates this tile: its parameters, problem and real swizzled buffers
+        doc.update(body)
         return doc
     wm = _warps_m(s)
     wtm, wtn = c.bm // wm, c.bn // (c.warps // wm)

@@ -61,7 +61,7 @@
 //   (ALIGN 1: the same chunks, written by st.shared.v4 from registers instead of cp.async.)
 // The epilogue does not touch shared memory. Lane l of an ldmatrix.x4 gives the row address of matrix l // 8,
 // row l % 8; the four matrices are a0..a3 of mma's A operand, or b0, b1 of the n8 tiles 2nj and 2nj+1.
-// smemtile/families/hgemm/accesses_draft.yaml holds these as a spec (default configuration).
+// smemtile/families/hgemm/__init__.py (Hgemm.accesses) holds these as spec expressions, the family's one copy.
 //
 // ---- Swizzle ------------------------------------------------------------------------------------------------------
 // Both tiles use SmemTile<ROWS, COLS, 0, B, 3, S> = CuTe Swizzle<B, 3, S> on the element offset row*COLS + col:
@@ -76,7 +76,7 @@
 //                                      XOR ---------^
 // An ldmatrix phase (8 lanes = 8 rows x 16 bytes at one column) touches 8 distinct granule slots = all 32 banks,
 // and a cp.async warp (32 x 16 bytes: whole 128-byte groups of one or more rows) writes each group as a
-// permutation of it: both sides conflict-free, no padding. smemtile analyze on accesses_draft.yaml: every access
+// permutation of it: both sides conflict-free, no padding. `smemtile analyze` of an hgemm spec: every access
 // at its ideal wavefronts (dense rows: A_frag 4-way, B_frag 8-way). The kernel keeps one base offset per operand
 // and lane and moves it by XOR (column steps) and add (row steps); constexpr checks prove that equal to
 // SmemTile::offset for every lane, warp and step of the configuration (else it calls SmemTile::offset).

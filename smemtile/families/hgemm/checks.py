@@ -1,0 +1,141 @@
+"""The hgemm review-checklist items, read from the compiled PTX (the artefact) and the bank model::
+
+commit_group        cp.async.commit_group count in the PTX (prologue + K loops)
+wait_group          every cp.async.wait_group N in the K loops is STAGES-2 (STAGES-1 tiles in flight), 0 drains
+barrier_after_wait  a bar.sync follows every wait_group before the next ld.shared / ldmatrix
+ring_index          n/a: the slot offsets live in registers (a stale slot is a wrong result: verify)
+copy_alignment      ALIGN 8: 16-byte cp.async.cg in the PTX and lda = K, ldb multiples of 8 elements
+mma_fragments       ldmatrix.x4 (.trans for row-major B) and mma.sync.m16n8k16 of the problem's dtype
+swizzle_proof       every copy and fragment access at its ideal wavefronts under the buffers' layouts
+"""
+
+from __future__ import annotations
+
+import re
+
+from smemtile.families.base import FAIL, NA, PASS, Item, KernelConfig
+from smemtile.model.layout import Layout
+
+TEXT = {
+    "commit_group": "cp.async.commit_group after all copies of a tile",
+    "wait_group": "cp.async.wait_group(N) with the right N for the stage count",
+    "barrier_after_wait": "a barrier after the wait and before reading the newly filled buffer",
+    "ring_index": "the ring-buffer index advances every iteration",
+    "copy_alignment": "16-byte copies only where sources and leading dimensions are 16-byte aligned",
+    "mma_fragments": "ldmatrix.x4 fragments and mma.sync.m16n8k16 of the input type",
+    "swizzle_proof": "the swizzle keeps every copy and fragment load conflict-free",
+}
+
+
+def pipeline_items(fam, cfg: KernelConfig, ptx: str | None) -> list[Item]:
+    items = _from_ptx(fam, cfg, ptx) if ptx else [
+        Item(i, TEXT[i], NA, "not compiled (no PTX to read): run without --no-compile")
+        for i in ("commit_group", "wait_group", "barrier_after_wait", "copy_alignment", "mma_fragments")
+    ]  # fmt: skip
+    items.insert(3, Item("ring_index", TEXT["ring_index"], NA,
+                         "the slot offsets live in registers and are not visible in PTX; a stale slot gives wrong "
+                         "results, which `smemtile verify` checks on the GPU"))  # fmt: skip
+    items.append(_swizzle_proof(fam, cfg))
+    return items
+
+
+def _from_ptx(fam, cfg: KernelConfig, ptx: str) -> list[Item]:
+    stages = cfg.params["STAGES"]
+    waits = [int(x) for x in re.findall(r"cp\.async\.wait_group\s+(\d+)", ptx)]
+    commits = len(re.findall(r"cp\.async\.commit_group", ptx))
+    want = stages - 2
+    steady = [w for w in waits if w != 0]
+    items = [Item("commit_group", TEXT["commit_group"], PASS if commits >= 2 else FAIL,
+                  f"the PTX commits {commits} groups (prologue + K loops)")]  # fmt: skip
+    ok = bool(waits) and all(w == want for w in steady) and (want == 0 or bool(steady))
+    items.append(Item("wait_group", TEXT["wait_group"], PASS if ok else FAIL,
+                      f"PTX wait_group values {sorted(set(waits))}; {stages} stages need {want} in the K loop "
+                      f"({stages - 1} tiles in flight, at most {want} pending) and 0 for the drain"))  # fmt: skip
+    barrier_ok = _barrier_follows_each_wait(ptx)
+    items.append(Item("barrier_after_wait", TEXT["barrier_after_wait"], PASS if barrier_ok else FAIL,
+                      "every cp.async.wait_group in the PTX is followed by bar.sync before the next ld.shared or "
+                      "ldmatrix" if barrier_ok else "a shared load follows a wait_group before any bar.sync"))  # fmt: skip
+    vec16 = bool(re.search(r"cp\.async\.cg\.shared\.global(\.L2::128B)?\s+\[[^]]+\],\s*\[[^]]+\],\s*16", ptx))
+    if fam.align(cfg) == 8:
+        good = vec16 and fam.aligned_problem(cfg)
+        ldb = "K" if fam.b_col(cfg) else "N"
+        items.append(Item("copy_alignment", TEXT["copy_alignment"], PASS if good else FAIL,
+                          f"ALIGN 8: {'16-byte cp.async.cg in the PTX' if vec16 else 'no 16-byte cp.async in the PTX'}"
+                          f"; lda = K = {cfg.problem['K']}, ldb = {ldb} = {cfg.problem[ldb]} "
+                          f"{'are' if fam.aligned_problem(cfg) else 'are not'} multiples of 8 elements (cudaMalloc "
+                          "bases are 256-byte aligned; a misaligned pointer makes the kernel write NaN tiles, "
+                          "never fault)"))  # fmt: skip
+    else:
+        items.append(Item("copy_alignment", TEXT["copy_alignment"], NA,
+                          "ALIGN 1: K or ldb is not a multiple of 8, so the copies are 2-byte global loads "
+                          "through registers (any alignment)"))  # fmt: skip
+    dt = cfg.problem["dtype"]
+    mma = re.search(rf"mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.{dt}\.{dt}\.f32", ptx)
+    trans = not fam.b_col(cfg)
+    ldsm = "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in ptx
+    ldsm_t = "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in ptx
+    good = bool(mma) and ldsm and (ldsm_t or not trans)
+    items.append(Item("mma_fragments", TEXT["mma_fragments"], PASS if good else FAIL,
+                      f"PTX: mma.sync.m16n8k16 {dt} {'found' if mma else 'missing'}, ldmatrix.x4 "
+                      f"{'found' if ldsm else 'missing'}"
+                      + (f", ldmatrix.x4.trans (row-major B) {'found' if ldsm_t else 'missing'}" if trans else "")))  # fmt: skip
+    return items
+
+
+def _swizzle_proof(fam, cfg: KernelConfig) -> Item:
+    """Pass when every buffer given a layout (swizzle or padding) is conflict-free on every access of it; a
+    buffer left dense is reported, not failed (nothing to prove: `analyze` shows its conflicts and the fix)."""
+    from smemtile.model.analysis import analyze_spec
+    from smemtile.model.banks import analyze_addresses
+
+    per: dict[str, list] = {}
+    sources = []  # copies whose excess wavefronts come from their global sources, not from the layout
+    for r in analyze_spec(fam.spec(cfg)):
+        ratio = r.bank.wavefronts / r.bank.ideal_wavefronts
+        k = int(ratio.argmax())
+        d = float(ratio[k])
+        if d > 1 and r.bank.sources is not None:
+            # the same shared addresses written from a coalesced source (lane * 16 bytes): what the layout alone
+            # gives; rows of A or B that are not 128-byte multiples apart split the copy's groups over lines
+            alone = analyze_addresses(r.bank.addresses, r.access.op, r.access.width, active=r.bank.active)
+            if (alone.wavefronts == alone.ideal_wavefronts).all():
+                sources.append(
+                    f"{r.access.name} {int(r.bank.wavefronts[k])}/{int(r.bank.ideal_wavefronts[k])}"
+                )
+                d = 1.0
+        per.setdefault(r.access.buffer, []).append(
+            (r.access.name, int(r.bank.wavefronts[k]), int(r.bank.ideal_wavefronts[k]), d)
+        )
+    laid = [b for b in per if cfg.layouts[b] != Layout()]
+    parts, bad = [], []
+    for b, rows in per.items():
+        worst = ", ".join(f"{n} {w}/{i}" for n, w, i, _ in rows)
+        parts.append(f"{b} ({cfg.layouts[b].describe()}): {worst}")
+        bad += [
+            f"{n} {d:g}-way under {cfg.layouts[b].describe()}" for n, _, _, d in rows if d > 1 and b in laid
+        ]
+    text = "; ".join(parts) + " (worst instruction: wavefronts/ideal, bank model)"
+    if sources:
+        text += (f"; {', '.join(sources)} above ideal only because the global rows are not 128-byte multiples "
+                 "apart (conflict-free from a coalesced source: no shared layout changes that)")  # fmt: skip
+    if bad:
+        return Item("swizzle_proof", TEXT["swizzle_proof"], FAIL, f"{', '.join(bad)}; {text}")
+    if not laid:
+        return Item("swizzle_proof", TEXT["swizzle_proof"], NA,
+                    f"no buffer has a swizzle or padding: {text}; `smemtile analyze` shows the fix")  # fmt: skip
+    return Item("swizzle_proof", TEXT["swizzle_proof"], PASS, f"every access at its ideal wavefronts: {text}")
+
+
+def _barrier_follows_each_wait(ptx: str) -> bool:
+    """In PTX order, after every ``cp.async.wait_group`` a ``bar.sync``/``barrier.sync`` comes before the next
+    ``ld.shared`` or ``ldmatrix`` (the final drain wait, followed by no shared load, passes)."""
+    ok, pending = True, False
+    for line in ptx.splitlines():
+        s = line.strip()
+        if s.startswith("cp.async.wait_group"):
+            pending = True
+        elif pending and (s.startswith("bar.sync") or s.startswith("barrier.sync")):
+            pending = False
+        elif pending and (s.startswith("ld.shared") or s.startswith("ldmatrix")):
+            ok, pending = False, False
+    return ok

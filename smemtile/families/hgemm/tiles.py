@@ -1,0 +1,120 @@
+"""The tile model's view of hgemm (``smemtile tiles --dtype f16|bf16``, ``smemtile tune``).
+
+A tensor-core candidate of the tile model (smemtile.model.tiling: BM, BN, BK, warps, stages, GROUP_SIZE_M) becomes
+hgemm parameters with the warp tile the model itself assumes (:func:`warp_tile`, the rule of
+``tiling_model._mma_resources``: the split of the warps whose WM + WN is smallest, taller on ties) and the
+kernel's conflict-free swizzles. ``tile_contract`` refuses what hgemm.cu's static_asserts refuse (BK 16, WN 8,
+uneven copies, ...), so every ranked candidate generates; ``tile_spec`` writes the spec `generate` and `verify`
+take, with MIN_BLOCKS = the blocks per SM the model counted on.
+"""
+
+from __future__ import annotations
+
+from smemtile.errors import SpecError
+from smemtile.families.base import Candidate, KernelConfig
+from smemtile.model.arch import Arch, get_arch
+from smemtile.model.layout import Layout
+
+
+def warp_tile(bm: int, bn: int, warps: int) -> tuple[int, int] | None:
+    """(WM, WN): the tile model's split of ``warps`` over the block tile (m16 x n8 mma multiples)."""
+    ok = [(bm // wm, bn // (warps // wm)) for wm in (1, 2, 4, 8) if warps % wm == 0
+          and bm % wm == 0 and bn % (warps // wm) == 0 and (bm // wm) % 16 == 0 and (bn // (warps // wm)) % 8 == 0]  # fmt: skip
+    return min(ok, key=lambda t: (t[0] + t[1], -t[0])) if ok else None
+
+
+def tile_params(c) -> dict:
+    """hgemm template parameters of a tile-model candidate (TileConfig)."""
+    wt = warp_tile(c.bm, c.bn, c.warps)
+    wm, wn = wt if wt else (16, 8)  # no split: the contract names the broken rule
+    return {"BM": c.bm, "BN": c.bn, "BK": c.bk, "WM": wm, "WN": wn, "STAGES": c.stages, "GROUP_M": c.group_m}
+
+
+def _config(fam, params: dict, problem: dict, arch: Arch, check: bool) -> KernelConfig:
+    """The configuration with the kernel's own swizzles (B column-major: Bs rows are BK long)."""
+    from smemtile.families import configure
+    from smemtile.families.hgemm import swizzle_for
+
+    b_cols = params["BK"] if problem.get("b_layout") == "col" else params["BN"]
+    layouts = {"As": Layout(0, swizzle_for(params["BK"])), "Bs": Layout(0, swizzle_for(b_cols))}
+    return configure(fam, {**params, **problem}, layouts, arch, check=check)
+
+
+def tile_contract(fam, arch: Arch, problem: dict):
+    """``contract(tile) -> (broken rules, threads, smem bytes)`` for the tile model, or None where hgemm does not
+    run (before sm_80: the model then ranks its tiles alone)."""
+    if arch.cc < (8, 0):
+        return None
+    seen: dict[tuple, tuple] = {}
+
+    def contract(c):
+        params = tile_params(c)
+        key = tuple(v for k, v in params.items() if k != "GROUP_M")  # the block order breaks no rule
+        if key in seen:
+            return seen[key]
+        try:
+            cfg = _config(fam, {**params, "MIN_BLOCKS": 1}, problem, arch, check=False)
+            bad = [f"hgemm: {b}" for b in fam.problems(cfg, accesses=False)]
+        except SpecError as e:
+            bad = [f"hgemm: {e}"]
+        out = (bad, fam.threads(params), 0 if bad else fam.smem_bytes(cfg))
+        seen[key] = out
+        return out
+
+    return contract
+
+
+def tile_spec(fam, p, s) -> dict | None:
+    """The spec body (tile, stages, kernel, buffers with their swizzles) of a ranked candidate ``s`` of the tile
+    problem ``p``; None where hgemm does not run."""
+    arch = get_arch(p.arch)
+    if arch.cc < (8, 0) or p.dtype not in ("f16", "bf16"):
+        return None
+    params = {**tile_params(s.cfg), "MIN_BLOCKS": max(1, min(4, s.blocks_per_sm))}
+    cfg = _config(fam, params, {"M": p.m, "N": p.n, "K": p.k, "dtype": p.dtype}, arch, check=True)
+    kernel = {"family": fam.name, "M": p.m, "N": p.n, "K": p.k, "dtype": p.dtype, "GROUP_M": params["GROUP_M"],
+              "MIN_BLOCKS": params["MIN_BLOCKS"]}  # fmt: skip
+    return {
+        "tile": {k: params[k] for k in ("BM", "BN", "BK", "WM", "WN")},
+        "stages": params["STAGES"],
+        "kernel": kernel,
+        "buffers": [b.to_doc() for b in fam.buffer_spec(cfg).buffers],
+    }
+
+
+class Ranker:
+    """The tile model's ranking of hgemm configurations for one problem (``smemtile tune``)."""
+
+    def __init__(self, fam, problem: dict, arch: str, gpu: str | None):
+        from smemtile.model.tiling import make_problem, recommend
+
+        mnk = {k: int(problem[k]) for k in "MNK"}
+        dtype = str(problem.get("dtype", "f16"))
+        contract = fam.tile_contract(get_arch(arch), mnk)
+        self.fam = fam
+        self.p = make_problem(mnk["M"], mnk["N"], mnk["K"], dtype, arch, None, gpu, contract=contract)
+        self.report = recommend(mnk["M"], mnk["N"], mnk["K"], dtype, arch, gpu=gpu, contract=contract)
+        self.by_label = {s.cfg.label: s for s in self.report.ranked}
+
+    def top(self, k: int) -> list[dict]:
+        return [{**tile_params(s.cfg), "MIN_BLOCKS": max(1, min(4, s.blocks_per_sm))}
+                for s in self.report.ranked[:k]]  # fmt: skip
+
+    def __call__(self, params: dict, src: str) -> Candidate:
+        from smemtile.model.tiling import TileConfig
+        from smemtile.model.tiling_model import evaluate
+
+        full = {**self.fam.defaults(), **params}
+        warps = self.fam.threads(full) // 32
+        c = TileConfig(full["BM"], full["BN"], full["BK"], warps, full["STAGES"], full["GROUP_M"])
+        label = f"{c.label} {full['WM']}x{full['WN']} mb{full['MIN_BLOCKS']}"
+        ranked = self.by_label.get(c.label)
+        same_warps = warp_tile(c.bm, c.bn, c.warps) == (full["WM"], full["WN"])
+        if ranked is not None and same_warps:
+            return Candidate(label, params, src, ranked.rank, ranked.tflops, ranked.reason)
+        scored, rejected = evaluate(self.p, [c])
+        if scored:
+            why = ("not in the model's ranking (another stages / GROUP_M of the tile ranks instead)" if same_warps
+                   else "the model scores the tile with its own warp split")  # fmt: skip
+            return Candidate(label, params, src, None, scored[0].tflops, why)
+        return Candidate(label, params, src, None, None, rejected[0].reason if rejected else "")
