@@ -166,6 +166,14 @@ def default_params() -> dict:
     return {k: d[k] for k in ("BM", "BN", "BK", "TM", "TN", "STAGES", "MIN_BLOCKS")}
 
 
+def sample_params() -> dict:
+    """The tile of samples/sgemm_default.yaml (with the family's derived MIN_BLOCKS)."""
+    from smemtile.pipeline.specs import load
+
+    p = load(ROOT / "samples" / "sgemm_default.yaml").config.params
+    return {k: p[k] for k in ("BM", "BN", "BK", "TM", "TN", "STAGES", "MIN_BLOCKS")}
+
+
 def generate_pick(shape: tuple[int, int, int]) -> dict:
     """What ``smemtile generate`` builds for a ``kernel:`` spec of this problem without a tile."""
     from smemtile.pipeline.specs import resolve
@@ -184,11 +192,11 @@ def all_configs(extra_files: list[Path] = ()) -> list[dict]:
     """Every configuration the GPU run may need: the pool, the variants, the default, tiles' and generate's
     picks for every shape, and those listed in ``extra_files`` (JSON lists of parameter dicts)."""
     seen, out = set(), []
-    cands = [*POOL, *VARIANTS, default_params()]
+    cands = [*POOL, *VARIANTS, default_params(), sample_params()]
     for _, shape in CASES:
         cands += [tiles_pick(shape), generate_pick(shape)]
     for f in extra_files:
-        cands += json.loads(Path(f).read_text())
+        cands += [e.get("params", e) for e in json.loads(Path(f).read_text())]
     for p in cands:
         key = cfg_label(p)
         if key not in seen:
@@ -425,6 +433,8 @@ def step_bench(ctx, rounds: int, variants: bool, log) -> list[dict]:
         m, n, k = shape
         flops = 2.0 * m * n * k
         picks = {"default": default_params(), "tiles #1": tiles_pick(shape), "generate": generate_pick(shape)}
+        if shape[0] >= 2048 and shape[1] >= 2048:  # the shipped sample's tile (samples/sgemm_default.yaml)
+            picks["sample"] = sample_params()
         ours: dict[str, dict] = {}
         for role, p in picks.items():
             ours.setdefault(cfg_label(p), {"params": p, "roles": []})["roles"].append(role)
@@ -528,7 +538,9 @@ def time_quick(fn, torch, flush, runs: int) -> list[float]:
     return out
 
 
-def step_sweep(ctx, shapes: list[tuple[str, tuple]], pool: list[dict], log, deadline: float) -> dict:
+def step_sweep(
+    ctx, shapes: list[tuple[str, tuple]], pool: list[dict], log, deadline: float, extra: dict | None = None
+) -> dict:
     """Every applicable pool configuration on every shape: checked against float64 at that size, then timed
     (1 warm-up, 5 runs, 3 for calls over 20 ms; the 512 MiB memset before each), with both references."""
     torch, dev, flush, cublas = ctx["torch"], ctx["dev"], ctx["flush"], ctx["cublas"]
@@ -552,8 +564,13 @@ def step_sweep(ctx, shapes: list[tuple[str, tuple]], pool: list[dict], log, dead
             ts = time_quick(fn, torch, flush, 7)
             rows.append({"reference": rname, "time_ms": statistics.median(ts), "times": ts,
                          "tflops": flops / statistics.median(ts) / 1e9})  # fmt: skip
-        for p in pool:
-            if not applicable(p, shape, dev.sm_count):
+        mine, seen = [], set()
+        for p in [*pool, *(extra or {}).get(tuple(shape), [])]:
+            if cfg_label(p) not in seen:
+                seen.add(cfg_label(p))
+                mine.append(p)
+        for p in mine:
+            if p in pool and not applicable(p, shape, dev.sm_count):
                 continue
             if time.time() > deadline:
                 log(f"  sweep: out of time in {shape}")
@@ -594,7 +611,12 @@ def step_sweep(ctx, shapes: list[tuple[str, tuple]], pool: list[dict], log, dead
 
 
 # ---- Triton -----------------------------------------------------------------------------------------------------
-TRITON_SHAPES = [("f16", (4096, 4096, 4096)), ("f16", (8192, 8192, 8192)), ("bf16", (4096, 12288, 4096))]
+TRITON_SHAPES = [
+    ("f16", (4096, 4096, 4096)),
+    ("f16", (8192, 8192, 8192)),
+    ("bf16", (4096, 12288, 4096)),
+    ("bf16", (8192, 8192, 8192)),
+]  # the last one: never used to calibrate (run 2 validation)
 # A conventional Hopper search space for the tutorial kernel (as a user would write it by hand).
 CONVENTIONAL = [(128, 256, 64, 3, 8), (256, 128, 64, 3, 8), (128, 128, 64, 4, 8), (128, 128, 64, 3, 4),
                 (128, 256, 32, 4, 8), (256, 128, 32, 4, 8), (128, 128, 32, 4, 4), (64, 256, 64, 4, 4),
@@ -834,7 +856,10 @@ def cmd_run(args) -> None:
     head = versions(torch, dev)
     log(json.dumps(head))
     steps = args.steps.split(",")
-    extra = json.loads(Path(args.extra_pool).read_text()) if args.extra_pool else []
+    extra: dict[tuple, list[dict]] = {}  # JSON list of {"shape": [M, N, K], "params": {...}}
+    for e in json.loads(Path(args.extra_pool).read_text()) if args.extra_pool else []:
+        extra.setdefault(tuple(e["shape"]), []).append(e["params"])
+    swept: set[tuple] = set()
 
     def save(name: str, doc: dict) -> None:
         (args.out / name).write_text(json.dumps({**head, **doc}, indent=1, default=str))
@@ -846,12 +871,16 @@ def cmd_run(args) -> None:
                 save("h200.json", {"entries": step_bench(ctx, args.rounds, args.variants, log)})
             elif step == "sweep":
                 shapes = [("held_out", s) for s in HELD_OUT] + ([("fit", s) for s in FIT] if args.fit else [])
-                res = step_sweep(ctx, shapes, [*POOL, *extra], log, deadline)
-                save("sweep_h200.json", {"pool": len(POOL) + len(extra), "shapes": res})
-            elif step == "extra":  # only the extra configurations (validation of a fitted model's picks)
-                shapes = [("held_out", s) for s in HELD_OUT]
-                res = step_sweep(ctx, shapes, extra, log, deadline)
-                save("sweep_extra_h200.json", {"pool": len(extra), "shapes": res})
+                if args.shapes:  # only these (e.g. the ragged ones after a kernel change)
+                    shapes = [(r, s) for r, s in shapes if "x".join(map(str, s)) in args.shapes]
+                swept |= {s for _, s in shapes}
+                res = step_sweep(ctx, shapes, POOL, log, deadline, extra)
+                save("sweep_h200.json", {"pool": len(POOL), "shapes": res})
+            elif step == "extra":  # only the extra configurations of the shapes not swept in this run
+                shapes = [("held_out", s) for s in HELD_OUT] + [("fit", s) for s in FIT]
+                shapes = [(r, s) for r, s in shapes if s in extra and s not in swept]
+                res = step_sweep(ctx, shapes, [], log, deadline, extra)
+                save("sweep_extra_h200.json", {"pool": 0, "shapes": res})
             elif step == "triton":
                 space = [tuple(x) for x in json.loads(Path(args.triton_configs).read_text())] if \
                     args.triton_configs else triton_space()  # fmt: skip
@@ -883,6 +912,7 @@ def main() -> None:
     r.add_argument("--variants", action="store_true", help="the SGEMM variants at 4096^3 / 8192^3 too")
     r.add_argument("--fit", action="store_true", help="sweep the fitting shapes too")
     r.add_argument("--extra-pool", help="JSON list of extra sgemm configurations for the sweep")
+    r.add_argument("--shapes", nargs="*", default=[], help="sweep only these MxNxK")
     r.add_argument("--triton-configs", help="JSON list of [BM, BN, BK, stages, warps] (default: the space)")
     r.add_argument("--budget-s", type=float, default=400.0)
     args = ap.parse_args()

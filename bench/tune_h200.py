@@ -1,223 +1,318 @@
-"""How far is the tile model's top-1 from the tuned best? `smemtile tune`'s machinery on the H200 for the sizes of
-issue 7: SGEMM at 4096^3, 8192x8192x1024, 1024x1024x8192 and the fp16 / fp32 8192^2 transposes.
+"""Calibrate the tile model on measured sweeps (CPU; issue 20). The measurements come from bench/bench_kernels.py
+on the GPU (``run --steps sweep,triton``); this script fits the model's constants and writes them, with their
+provenance, to ``smemtile/model/data/``:
 
-For each problem: the model's top K, the spec's own configuration and a few extra shapes (so the ranking is
-judged on more than the model's favourites) are compiled, checked against the float64 reference and timed
-(CUDA events, median). torch.matmul (TF32 off) is timed in the same process as a reference for SGEMM.
+* ``sgemm_h200.json``: the SIMT model (``smemtile.model.tiling_model.simt_time``). Fitted by weighted least
+  squares on log(predicted / measured time) over the FIT shapes only (weights favour each shape's fastest
+  configurations, where the ranking matters, and every shape counts alike); the register-need formula by least
+  squares on the builds that no __launch_bounds__ cap held back. The HELD_OUT shapes are never used to fit:
+  they are scored afterwards (error, Spearman, the rank of ``smemtile tiles``' #1 among the measured ones).
+* ``triton_h200.json``: the efficiency of the standard Triton matmul per (tile, warps, BK bytes, stages),
+  relative to the tensor-core roofline model, as a log-linear fit over the measured configurations.
 
-    PYTHONPATH=. python bench/tune_h200.py --out /tmp/out [--top 6] [--quick]
-    python bench/tune_h200.py --refit bench/results/tune_h200_run1.json --out bench/results   # CPU only
-
-``--refit`` re-ranks the measured configurations of a run under other model constants (in-sample: it says
-how the constants should move, not how well the moved model predicts; only a new run can say that).
-
-Writes OUT/tune_h200.json (per problem: rows, summary with Spearman and the model's top-1 gap) and
-OUT/tune_cache.jsonl (the sweep cache, so a rerun resumes).
+    python bench/tune_h200.py --sweeps bench/results/sweep_h200_run1.json [...] --triton bench/results/triton_h200_run1.json
+    python bench/tune_h200.py --evaluate          # the held-out table of the installed calibration
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
+import datetime
 import json
 import math
-import statistics
+import subprocess
 import sys
-import time
-import traceback
 from pathlib import Path
 
-import yaml
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from smemtile.gpu.tune import GpuRunner, ResultCache  # noqa: E402
-from smemtile.pipeline.tune import plan, summarize, sweep  # noqa: E402
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-SGEMM_SIZES = [(4096, 4096, 4096), (8192, 8192, 1024), (1024, 1024, 8192)]
-TRANSPOSES = [("f16", 8192, 8192), ("f32", 8192, 8192)]
-# Shapes outside the model's favourites, so the rank correlation sees the whole range.
-SGEMM_EXTRA = [
-    {"BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4, "STAGES": 3},
-    {"BM": 128, "BN": 128, "BK": 16, "TM": 8, "TN": 8, "STAGES": 3, "MIN_BLOCKS": 1},
-    {"BM": 32, "BN": 64, "BK": 8, "TM": 4, "TN": 4, "STAGES": 3},
-    {"BM": 128, "BN": 64, "BK": 8, "TM": 8, "TN": 8, "STAGES": 4, "MIN_BLOCKS": 2},
-]
-TRANSPOSE_EXTRA = [{"TILE": 32, "BLOCK_ROWS": 32}, {"TILE": 32, "BLOCK_ROWS": 16}]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+DATA = ROOT / "smemtile" / "model" / "data"
+PARAMS = ["f_ghz", "alpha", "beta", "beta_b", "gamma", "phi", "q", "r", "lat_a_us", "lat_b_us", "bar_cyc",
+          "atom_gbps", "squeeze", "launch_us", "icache_kb", "icache_pen", "e16", "e32", "e64"]  # fmt: skip
+X0 = [1.8, 1.0, 1.0, 1.0, 20.0, 0.5, 1.0, 1.0, 0.5, 1.0, 300.0, 1000.0, 0.1, 5.0, 24.0, 0.2, 0.8, 0.9, 0.95]
+LO = [1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 50.0, 0.0, 0.0, 8.0, 0.0, 0.3, 0.3, 0.3]
+HI = [1.98, 4.0, 8.0, 40.0, 400.0, 8.0, 3.0, 2.0, 5.0, 10.0, 5000.0, 1e5, 5.0, 50.0, 64.0, 2.0, 1.2, 1.2, 1.2]
 
 
-def sgemm_doc(m: int, n: int, k: int) -> dict:
-    doc = yaml.safe_load((ROOT / "samples" / "sgemm_float4.yaml").read_text())
-    doc["kernel"].update(M=m, N=n, K=k)
-    return doc
-
-
-def transpose_doc(dtype: str, rows: int, cols: int) -> dict:
-    doc = yaml.safe_load((ROOT / "samples" / "transpose_32x32.yaml").read_text())
-    doc["kernel"].update(rows=rows, cols=cols, dtype=dtype)
-    doc["buffers"][0]["dtype"] = dtype
-    for a in doc["accesses"]:
-        a["width"] = 2 if dtype != "f32" else 4
-    return doc
-
-
-def torch_sgemm_ms(m: int, n: int, k: int) -> float | None:
+def commit() -> str:
     try:
-        import torch
-    except ImportError:
-        return None
-    torch.backends.cuda.matmul.allow_tf32 = False
-    a = torch.randn(m, k, device="cuda")
-    b = torch.randn(k, n, device="cuda")
-    for _ in range(5):
-        torch.matmul(a, b)
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(20):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        torch.matmul(a, b)
-        e.record()
-        e.synchronize()
-        ts.append(s.elapsed_time(e))
-    del a, b
-    torch.cuda.empty_cache()
-    return statistics.median(ts)
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
 
 
-def run_one(name: str, doc: dict, runner, cache, top: int, extra: list[dict]) -> dict:
-    t0 = time.time()
-    family, problem, cands = plan(doc, name, top=top, space=extra, arch=runner.arch.name)
-
-    def tick(row: dict) -> None:
-        val = f"{row['value']:.1f} {row.get('unit')}" if row.get("status") == "ok" else row.get("reason")
-        print(f"  [{name}] {row['label']:<34} model #{row.get('model_rank')}: {val}", flush=True)
-
-    rows = sweep(doc, name, family, cands, runner, cache, progress=tick)
-    s = summarize(rows)
-    out = {"family": family, "problem": problem, "rows": rows, "summary": s, "seconds": time.time() - t0}
-    if family == "sgemm":
-        ms = torch_sgemm_ms(problem["M"], problem["N"], problem["K"])
-        if ms:
-            out["torch_fp32_ms"] = ms
-            out["torch_fp32_tflops"] = 2 * problem["M"] * problem["N"] * problem["K"] / ms / 1e9
-            if s["best"]:
-                out["best_vs_torch"] = ms / s["best"]["time_ms"]
-    t1 = s.get("model_top1") or {}
-    print(f"== {name}: best {s['best']['label'] if s['best'] else None}; model top-1 measured "
-          f"#{t1.get('measured_rank')} ({t1.get('slower_than_best', float('nan')):+.1%}); "
-          f"Spearman {s.get('rank_correlation')}", flush=True)  # fmt: skip
-    return out
+def load_rows(paths: list[Path]) -> list[dict]:
+    """Every timed sgemm row of the sweeps; a later file's row replaces an earlier one of the same config and
+    shape (a re-measurement, e.g. after a kernel change)."""
+    out: dict[tuple, dict] = {}
+    for path in paths:
+        d = json.loads(Path(path).read_text())
+        for s in d["shapes"].values():
+            shape = tuple(s["shape"])
+            ref = max((r["tflops"] for r in s["rows"] if "reference" in r), default=None)
+            for r in s["rows"]:
+                if "config" in r and "time_ms" in r:
+                    out[(shape, r["config"])] = {"role": s["role"], "shape": shape, "p": r["params"],
+                                                 "b": r["blocks_per_sm"], "t": r["time_ms"] * 1e-3,
+                                                 "threads": r["threads"], "regs": r["registers"],
+                                                 "spill": r["spill_bytes"], "tflops": r["tflops"], "ref": ref,
+                                                 "label": r["config"], "file": str(path)}  # fmt: skip
+    return list(out.values())
 
 
-def _rank_stats(pred: list[float], meas: list[float]) -> dict:
+def tile_of(p: dict, threads: int):
+    from smemtile.model.tiling import TileConfig
+
+    return TileConfig(p["BM"], p["BN"], p["BK"], threads // 32, p["STAGES"], p.get("GROUP_M", 8), p["TM"], p["TN"],
+                      p["MIN_BLOCKS"], split_k=p.get("SPLIT_K", 1))  # fmt: skip
+
+
+def consts_of(x, registers: dict) -> dict:
+    q = dict(zip(PARAMS, map(float, x), strict=True))
+    q["class_eff"] = {"16": q.pop("e16"), "32": q.pop("e32"), "64": q.pop("e64"), "128": 1.0}
+    q["registers"] = registers
+    return q
+
+
+def predict(r: dict, q: dict) -> float:
+    from smemtile.model.tiling_model import simt_time
+
+    m, n, k = r["shape"]
+    return simt_time(m, n, k, tile_of(r["p"], r["threads"]), r["threads"], r["b"], 132, consts=q)["time"]
+
+
+def fit_registers(rows: list[dict]) -> dict:
+    """ptxas' registers ~ c0 + acc*TM*TN + tmtn*(TM+TN) + a_items*A float4s + b_items*B float4s + split, over
+    the builds whose count stayed under their __launch_bounds__ cap."""
+    from smemtile.model.tiling_model import simt_cap
+
+    seen = {}
+    for r in rows:
+        p, t = r["p"], r["threads"]
+        if r["regs"] < simt_cap(t, p["MIN_BLOCKS"]) - 4 and r["regs"] < 250:
+            a, b = p["BM"] * p["BK"] / 4 / t, p["BK"] * p["BN"] / 4 / t
+            seen[r["label"]] = ([1, p["TM"] * p["TN"], p["TM"] + p["TN"], a, b, float(p.get("SPLIT_K", 1) > 1)],
+                                r["regs"])  # fmt: skip
+    x = np.array([v[0] for v in seen.values()])
+    y = np.array([v[1] for v in seen.values()], dtype=float)
+    c, *_ = np.linalg.lstsq(x, y, rcond=None)
+    err = np.abs(x @ c - y)
+    return {**dict(zip(["c0", "acc", "tmtn", "a_items", "b_items", "split"], map(float, c), strict=True)),
+            "builds": len(y), "mean_abs_error": float(err.mean())}  # fmt: skip
+
+
+def fit_simt(rows: list[dict]) -> tuple[dict, dict]:
+    from scipy.optimize import least_squares
+
+    fit = [r for r in rows if r["role"] == "fit"]
+    registers = fit_registers(rows)
+    best, count = {}, {}
+    for r in fit:
+        best[r["shape"]] = max(best.get(r["shape"], 0.0), r["tflops"])
+        count[r["shape"]] = count.get(r["shape"], 0) + 1
+    w = np.sqrt([(r["tflops"] / best[r["shape"]]) ** 4 / math.sqrt(count[r["shape"]]) for r in fit])
+
+    def resid(x):
+        q = consts_of(x, registers)
+        return w * np.array([math.log(predict(r, q) / r["t"]) for r in fit])
+
+    res = least_squares(resid, X0, bounds=(LO, HI))
+    q = consts_of(res.x, registers)
+    q["tile_bias"] = tile_bias(rows, q)
+    e = [abs(math.log(predict(r, q) / r["t"])) for r in fit]
+    q["unmeasured_penalty"] = round(float(np.percentile(e, 90)), 4)  # fit-set p90 error (never the held-out)
+    return q, {"cost": float(res.cost), "n": len(fit), "shapes": len(best)}
+
+
+def score(rows: list[dict], q: dict) -> dict:
+    """Error and ranking of the model on measured rows, per shape (the model ranks the measured configs)."""
     from smemtile.model.tiling_model import spearman
 
-    i = max(range(len(pred)), key=pred.__getitem__)
-    err = statistics.mean(abs(math.log(a / b)) for a, b in zip(pred, meas, strict=True))
-    return {"spearman": spearman(pred, meas), "top1_slower_than_best": max(meas) / meas[i] - 1,
-            "mean_abs_log_error": err}  # fmt: skip
+    out = {"shapes": {}}
+    errs = []
+    for shape in sorted({r["shape"] for r in rows}):
+        sr = [r for r in rows if r["shape"] == shape]
+        pred = [1 / predict(r, q) for r in sr]
+        meas = [1 / r["t"] for r in sr]
+        e = [abs(math.log(p_ / m_)) for p_, m_ in zip(pred, meas, strict=True)]
+        errs += e
+        i = int(np.argmax(pred))
+        out["shapes"]["x".join(map(str, shape))] = {
+            "n": len(sr), "spearman": spearman(pred, meas), "median_error": float(np.median(e)),
+            "model_top1_of_measured": sr[i]["label"], "its_gap_to_best": max(meas) / meas[i] - 1,
+            "best_measured": max(sr, key=lambda r: r["tflops"])["label"],
+            "best_tflops": max(r["tflops"] for r in sr), "reference_tflops": sr[0]["ref"]}  # fmt: skip
+    out["median"] = float(np.median(errs)) if errs else None
+    out["p90"] = float(np.percentile(errs, 90)) if errs else None
+    out["n"] = len(errs)
+    out["shapes_n"] = len(out["shapes"])
+    return out
 
 
-def refit(run: dict) -> dict:
-    """Spearman, top-1 gap and error of the model on a run's measured configurations, as run and refitted."""
-    import smemtile.model.tiling_model as tm
-    from smemtile.families import get_family
-    from smemtile.model.arch import get_arch
-    from smemtile.model.tiling import TileConfig, make_problem
+def tiles_top1(rows: list[dict]) -> dict:
+    """For every shape: ``smemtile tiles``' #1 over the whole candidate space (installed calibration), whether
+    it was measured, and its gap to the best measured configuration."""
+    from bench_kernels import cfg_label
+
     from smemtile.pipeline.tiles import recommend
 
-    fam = get_family("sgemm")
-    out: dict = {"sgemm": [], "transpose": []}
-    for x, lds in [(tm.SIMT_X, tm.LDS_CYCLES)] + [
-        (x, c) for x in (0.1, 0.15, 0.2, 0.3) for c in (2.0, 3.0, 4.0)
-    ]:
-        old = tm.SIMT_X, tm.LDS_CYCLES
-        tm.SIMT_X, tm.LDS_CYCLES = x, lds
-        per = {}
-        for name, p in run["problems"].items():
-            if not name.startswith("sgemm") or "rows" not in p:
-                continue
-            q = p["problem"]
-            prob = make_problem(
-                q["M"],
-                q["N"],
-                q["K"],
-                "f32",
-                "sm_90",
-                contract=fam.tile_contract(get_arch("sm_90"), {k: q[k] for k in "MNK"}),
-            )
-            rows = [r for r in p["rows"] if r["status"] == "ok"]
-            cfgs = []
-            for r in rows:
-                f = {**fam.defaults(), **r["params"]}
-                cfgs.append(TileConfig(f["BM"], f["BN"], f["BK"], fam.threads(f) // 32, f["STAGES"], f["GROUP_M"],
-                                       f["TM"], f["TN"]))  # fmt: skip
-            scored, _ = tm.evaluate(prob, cfgs)
-            stats = _rank_stats([s.tflops for s in scored], [r["value"] for r in rows])
-            top = recommend(q["M"], q["N"], q["K"], "f32", "sm_90").ranked[0].cfg
-            stats["global_top1"] = top.label
-            stats["global_top1_measured"] = any(c.shape_key() == top.shape_key() for c in cfgs)
-            per[name] = stats
-        tm.SIMT_X, tm.LDS_CYCLES = old
-        out["sgemm"].append({"SIMT_X": x, "LDS_CYCLES": lds, "problems": per})
-    for form, lat in (("min", 1e-6), ("exp", 0.4e-6), ("exp", 1e-6)):
-        per = {}
-        for name, p in run["problems"].items():
-            if not name.startswith("transpose") or "rows" not in p:
-                continue
-            e = 2 if p["problem"].get("dtype") != "f32" else 4
-            rows = [r for r in p["rows"] if r["status"] == "ok"]
-            pred = []
-            for r in rows:  # in flight from the measured blocks per SM (the registers ptxas really used)
-                f = {"TILE": 64, "BLOCK_ROWS": 4, **r["params"]}
-                x = r["blocks_per_sm"] * r["threads"] * (f["TILE"] // f["BLOCK_ROWS"]) * e
-                need = 4131e9 / 132 * lat
-                pred.append(4131 * (min(1.0, x / need) if form == "min" else 1 - math.exp(-x / need)))
-            per[name] = _rank_stats(pred, [r["value"] for r in rows])
-        out["transpose"].append({"form": form, "latency_s": lat, "problems": per})
+    out = {}
+    for shape in sorted({r["shape"] for r in rows}):
+        sr = {r["label"]: r for r in rows if r["shape"] == shape}
+        rep = recommend(*shape, "f32", "sm_90")
+        top = rep.ranked[0]
+        label = cfg_label(top.cfg.sgemm_params())
+        best = max(r["tflops"] for r in sr.values())
+        got = sr.get(label)
+        out["x".join(map(str, shape))] = {"tiles_top1": label, "predicted_tflops": top.tflops,
+                                          "measured_tflops": got["tflops"] if got else None,
+                                          "gap_to_best": best / got["tflops"] - 1 if got else None,
+                                          "best_measured": max(sr.values(), key=lambda r: r["tflops"])["label"],
+                                          "best_tflops": best, "top3": [cfg_label(s.cfg.sgemm_params())
+                                                                        for s in rep.ranked[:3]]}  # fmt: skip
     return out
+
+
+def tile_key(p: dict, stages: bool = False) -> str:
+    return f"{p['BM']}x{p['BN']}x{p['BK']} {p['TM']}x{p['TN']}" + (f" s{p['STAGES']}" if stages else "")
+
+
+def measured_tiles(rows: list[dict]) -> dict:
+    """Per tile (BMxBNxBK TMxTN, and with its stage count): the geometric-mean speed relative to each fitting
+    shape's best measured configuration (the tie-break of ``smemtile tiles``; fitting shapes only)."""
+    fit = [r for r in rows if r["role"] == "fit"]
+    best: dict[tuple, float] = {}
+    for r in fit:
+        best[r["shape"]] = max(best.get(r["shape"], 0.0), r["tflops"])
+    acc: dict[str, list[float]] = {}
+    for r in fit:
+        for key in (tile_key(r["p"]), tile_key(r["p"], True)):
+            acc.setdefault(key, []).append(math.log(r["tflops"] / best[r["shape"]]))
+    return {k: round(math.exp(sum(v) / len(v)), 4) for k, v in sorted(acc.items())}
+
+
+def tile_bias(rows: list[dict], q: dict) -> dict:
+    """Per tile (BMxBNxBK TMxTN): the mean log(predicted / measured time) of the fitted model over the fitting
+    shapes, a correction ``simt_time`` divides out (tiles never measured get none, and rank with the penalty)."""
+    acc: dict[str, list[float]] = {}
+    for r in rows:
+        if r["role"] == "fit" and r["p"].get("SPLIT_K", 1) == 1:
+            acc.setdefault(tile_key(r["p"]), []).append(math.log(predict(r, q) / r["t"]))
+    return {k: round(sum(v) / len(v), 4) for k, v in sorted(acc.items())}
+
+
+def fit_triton(path: Path) -> dict:
+    """log(measured / roofline-model TFLOP/s) = tile + warps(tile area) + BK-bytes x stages, least squares."""
+    import smemtile.model.tiling_model as tm
+    from smemtile.model.tiling import TileConfig, make_problem
+    from smemtile.model.tiling_model import _blocks, _mma_resources, _score
+
+    tm.USE_MEASURED = False  # the roofline model alone: the factors are what it misses
+    d = json.loads(path.read_text())
+    obs = []
+    for s in d["shapes"].values():
+        m, n, k = s["shape"]
+        p = make_problem(m, n, k, s["dtype"], "sm_90")
+        for r in s["rows"]:
+            if "tflops" not in r or "config" not in r:
+                continue
+            bm, bn, bk, st, w = r["config"]
+            c = TileConfig(bm, bn, bk, w, st, 8)
+            res = _mma_resources(p, c)
+            if not isinstance(res, dict):
+                continue
+            res.pop("cfg")
+            ((b, lim, occ, _),) = _blocks(p, [(c, res)])
+            if b <= 0:
+                continue
+            base = _score(p, c, res, b, lim, occ).tflops
+            obs.append(
+                (
+                    f"{bm}x{bn}",
+                    f"{min(bm * bn, 32768)}:{w}",
+                    f"{bk * p.elem}:{st}",
+                    math.log(r["tflops"] / base),
+                    f"{bm}x{bn}:{w}",
+                    f"{bm}x{bn}x{bk * p.elem}B:{st}:{w}",
+                )
+            )
+    keys = {"tile": sorted({o[0] for o in obs}), "warps": sorted({o[1] for o in obs}),
+            "bkst": sorted({o[2] for o in obs})}  # fmt: skip
+    cols = [("tile", k) for k in keys["tile"]] + [("warps", k) for k in keys["warps"][1:]] + \
+        [("bkst", k) for k in keys["bkst"][1:]]  # fmt: skip
+    x = np.array([[1.0 if (g == "tile" and o[0] == k) or (g == "warps" and o[1] == k) or (g == "bkst" and o[2] == k)
+                   else 0.0 for g, k in cols] for o in obs])  # fmt: skip
+    y = np.array([o[3] for o in obs])
+    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
+    resid = y - x @ coef
+    f = {"tile": {}, "warps": {keys["warps"][0]: 0.0}, "bkst": {keys["bkst"][0]: 0.0}}
+    for (g, k), v in zip(cols, coef, strict=True):
+        f[g][k] = float(v)
+    # log factors (the tile's include the intercept): measured = roofline x exp(tile + warps + stages_bk)
+    exact: dict[str, list[float]] = {}
+    for o in obs:
+        exact.setdefault(o[5], []).append(o[3])
+    out = {"tile": f["tile"], "warps": f["warps"], "stages_bk": f["bkst"],
+           "exact": {k: sum(v) / len(v) for k, v in sorted(exact.items())}}  # fmt: skip
+    return {"factors": out, "measured_pairs": sorted({o[4] for o in obs}), "observations": len(obs),
+            "rms_log_residual": float(np.sqrt(np.mean(resid**2)))}  # fmt: skip
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--top", type=int, default=6)
-    ap.add_argument("--quick", action="store_true", help="one small SGEMM only (smoke test)")
+    ap.add_argument("--sweeps", type=Path, nargs="*", default=[])
+    ap.add_argument("--triton", type=Path)
+    ap.add_argument("--evaluate", action="store_true", help="score the installed calibration on --sweeps")
+    ap.add_argument("--out", type=Path, default=DATA)
     ap.add_argument(
-        "--refit", type=Path, help="re-rank a run's measurements under other model constants (CPU)"
+        "--skip", nargs="*", default=[], help="shapes MxNxK left out (e.g. measured with an older kernel)"
     )
     args = ap.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
-    if args.refit:
-        doc = {
-            "what": f"in-sample refit of the tile model on {args.refit}",
-            "refit": refit(json.loads(args.refit.read_text())),
-        }
-        (args.out / "tune_h200_refit.json").write_text(json.dumps(doc, indent=1))
-        print("wrote", args.out / "tune_h200_refit.json")
+    rows = [r for r in load_rows(args.sweeps) if "x".join(map(str, r["shape"])) not in args.skip]
+    now = datetime.date.today().isoformat()
+    if args.evaluate:
+        from smemtile.model.tiling_model import simt_constants
+
+        q = simt_constants()
+        doc = {"fit": score([r for r in rows if r["role"] == "fit"], q),
+               "held_out": score([r for r in rows if r["role"] == "held_out"], q),
+               "tiles_top1": tiles_top1([r for r in rows if r["role"] == "held_out"])}  # fmt: skip
+        print(json.dumps(doc, indent=1, default=str))
         return
-    runner = GpuRunner(0, 1234)
-    cache = ResultCache(args.out / "tune_cache.jsonl")
-    result = {"what": "smemtile tune machinery on the H200: model top-K + spec + extra shapes per problem",
-              "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "device": runner.dev.to_dict(),
-              "environment": runner.env, "top": args.top, "problems": {}}  # fmt: skip
-    jobs = [(f"sgemm_{m}x{n}x{k}", sgemm_doc(m, n, k), SGEMM_EXTRA) for m, n, k in SGEMM_SIZES]
-    jobs += [(f"transpose_{dt}_{r}x{c}", transpose_doc(dt, r, c), TRANSPOSE_EXTRA) for dt, r, c in TRANSPOSES]
-    if args.quick:
-        jobs = [("sgemm_512x512x256", sgemm_doc(512, 512, 256), SGEMM_EXTRA[:1])]
-    for name, doc, extra in jobs:
-        try:
-            result["problems"][name] = run_one(name, copy.deepcopy(doc), runner, cache, args.top, extra)
-        except Exception as e:  # one problem failing must not lose the others
-            result["problems"][name] = {
-                "error": f"{type(e).__name__}: {e}",
-                "traceback": traceback.format_exc(),
-            }
-            print(f"== {name}: FAILED {e}", flush=True)
-        (args.out / "tune_h200.json").write_text(json.dumps(result, indent=1, default=str))
-    print("wrote", args.out / "tune_h200.json")
+    if rows:
+        q, info = fit_simt(rows)
+        fit_s = score([r for r in rows if r["role"] == "fit"], q)
+        held = score([r for r in rows if r["role"] == "held_out"], q)
+        doc = {"what": "constants of the SIMT (sgemm) tile model, smemtile.model.tiling_model.simt_time",
+               "gpu": "NVIDIA H200", "gpu_key": "h200", "sms": 132, "arch": "sm_90",
+               "sweeps": [str(p) for p in args.sweeps], "commit": commit(), "date": now,
+               "method": "weighted least squares on log(predicted / measured time) over the fitting shapes only "
+                         "(bench/tune_h200.py); the held-out shapes are scored after the fit, never fitted",
+               "fit_shapes": sorted(fit_s["shapes"]), "held_out_shapes": sorted(held["shapes"]),
+               "constants": q, "fit_info": info, "measured_tiles": measured_tiles(rows),
+               "error": {"fit": {k: fit_s[k] for k in ("median", "p90", "n")} | {"shapes": fit_s["shapes_n"]},
+                         "held_out": {k: held[k] for k in ("median", "p90", "n")} | {"shapes": held["shapes_n"]}},
+               "per_shape": {"fit": fit_s["shapes"], "held_out": held["shapes"]}}  # fmt: skip
+        (args.out / "sgemm_h200.json").write_text(json.dumps(doc, indent=1) + "\n")
+        print(f"sgemm: fit median {fit_s['median']:.3f} p90 {fit_s['p90']:.3f}; held-out median "
+              f"{held['median']:.3f} p90 {held['p90']:.3f}")  # fmt: skip
+    if args.triton:
+        t = fit_triton(args.triton)
+        doc = {"what": "efficiency of the standard Triton matmul (tutorial kernel: tl.dot, GROUP_SIZE_M) per "
+                       "tile, warps, BK bytes x stages, relative to the tensor-core roofline model (log-linear)",
+               "gpu": "NVIDIA H200", "gpu_key": "h200", "arch": "sm_90", "sweeps": [str(args.triton)],
+               "commit": commit(), "date": now,
+               "kernel": "bench/bench_kernels.py matmul_kernel (Triton 3.6, triton.testing.do_bench median)",
+               "expected_error": f"rms {t['rms_log_residual']:.0%} (log residual of the fit over "
+                                 f"{t['observations']} measurements)",
+               **t}  # fmt: skip
+        (args.out / "triton_h200.json").write_text(json.dumps(doc, indent=1) + "\n")
+        print(f"triton: {t['observations']} observations, rms log residual {t['rms_log_residual']:.3f}")
 
 
 if __name__ == "__main__":

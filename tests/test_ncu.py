@@ -25,11 +25,14 @@ DATA = ROOT / "tests" / "data" / "ncu"
 # the scalar transpose (the defaults since then are the float4 A copy and 16-byte transposes). The
 # sgemm_default_* fixtures were measured later with the default kernel (float4 A copy through registers).
 FIXTURE_PARAMS = {"sgemm": {"A_VEC": 0}, "transpose": {"VEC": 1}}
+# the sgemm_default_* fixtures were measured with the sample's tile of that day (256x128x8, 16x8, 3 stages)
+FIXTURE_TILES = {"sgemm_default": {"BM": 256, "BN": 128, "BK": 8, "TM": 16, "TN": 8, "STAGES": 3, "MIN_BLOCKS": 1}}
 
 
 def small_cfg(sample: str, variant: str, layouts: dict | None = None, pin: bool = True):
     """The configuration `verify --ncu` profiles; ``layouts`` pins the layout a fixture was measured with."""
     c = variants(load_spec(ROOT / "samples" / f"{sample}.yaml"))[variant]
+    c = reconfigure(c, params=FIXTURE_TILES.get(sample, {}))
     full = reconfigure(c, params=FIXTURE_PARAMS.get(c.family, {}) if pin else {}, layouts=layouts or {})
     return reconfigure(full, problem=FAMILIES[c.family].small_problem(full))
 

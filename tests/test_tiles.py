@@ -1,9 +1,13 @@
-"""smemtile tiles: candidates, pruning with reasons, the model's invariants, exports and the CLI."""
+"""smemtile tiles: candidates, pruning with reasons, the calibrated models against committed H200 measurements,
+labels and counts, ties, dtypes per architecture, AMD devices and hints, exports, generate's pick and the CLI."""
 
 from __future__ import annotations
 
 import ast
 import json
+import math
+from functools import cache
+from pathlib import Path
 
 import pytest
 import yaml
@@ -14,88 +18,271 @@ from smemtile.errors import SpecError
 from smemtile.families import FAMILIES
 from smemtile.model.spec import spec_from_dict
 from smemtile.model.tiling import make_problem
-from smemtile.model.tiling_model import spearman
+from smemtile.model.tiling_gpus import get_gpu
+from smemtile.model.tiling_model import load_calibration, spearman
 from smemtile.model.tiling_transpose import rank_transpose
 from smemtile.pipeline.fixes import variants
 from smemtile.pipeline.specs import resolve
-from smemtile.pipeline.tiles import recommend, triton_configs, yaml_specs
+from smemtile.pipeline.tiles import recommend as _recommend
+from smemtile.pipeline.tiles import triton_configs, yaml_specs
 
-SIZES = [(4096, 4096, 4096), (8192, 8192, 1024), (1024, 1024, 8192), (64, 4096, 4096), (4096, 32, 4096),
-         (100, 100, 100), (1, 1, 1)]  # fmt: skip
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+
+
+@cache
+def recommend(m, n, k, dtype="f32", arch=None, **kw):
+    return _recommend(m, n, k, dtype, arch, **kw)
 
 
 def invoke(*args):
     return CliRunner().invoke(main, [str(a) for a in args])
 
 
-@pytest.mark.parametrize("m,n,k", SIZES)
+@pytest.mark.parametrize("m,n,k", [(4096, 4096, 4096), (64, 4096, 4096), (1, 1, 1)])
 @pytest.mark.parametrize("dtype,arch", [("f32", "sm_90"), ("f16", "sm_90"), ("bf16", "sm_80"), ("tf32", "sm_86"),
-                                        ("f32", "sm_75"), ("f16", "gfx942"), ("bf16", "gfx950")])  # fmt: skip
+                                        ("f32", "sm_75"), ("f16", "gfx942"), ("bf16", "gfx950"),
+                                        ("f8e4m3", "sm_90"), ("i8", "sm_80")])  # fmt: skip
 def test_at_least_three_candidates_every_one_within_limits(m, n, k, dtype, arch):
     r = recommend(m, n, k, dtype, arch)
     assert len(r.ranked) >= 3
     assert [s.rank for s in r.ranked] == list(range(1, len(r.ranked) + 1))
-    times = [s.time_s for s in r.ranked]
-    assert times == sorted(times)
     amd = arch.startswith("gfx")
     for s in r.ranked:
         c = s.cfg
         assert c.warps in (2, 4, 8) and s.blocks_per_sm >= 1 and s.reason
         assert s.threads == c.warps * (64 if amd else 32)
-        assert c.group_m in (4, 8, 16)
         if dtype != "f32" or amd:
-            assert c.bk >= (32 if amd else 16)
-            assert c.stages >= (1 if amd or arch == "sm_75" else 2)
+            assert c.bk >= {"f8e4m3": 32, "i8": 32}.get(dtype, 32 if amd else 16)
+            assert c.stages >= (1 if amd else 2)
         if amd:
-            assert 1 <= c.waves_per_eu <= 8
+            assert 1 <= c.waves_per_eu <= 8 and s.hint
+        if s.bound == "compute":  # labels agree with the numbers
+            assert s.intensity >= s.ridge
     for x in r.rejected:
         assert x.reason and x.kind
+    assert r.counts["generated"] == r.counts["ranked"] + r.counts["rejected"]
+    assert r.counts["rejected_shapes"] == len(r.rejected)
 
 
-def test_sgemm_candidates_satisfy_the_contract_and_compile_shapes():
-    r = recommend(4096, 4096, 4096, "f32", "sm_90")
+def test_sgemm_space_has_16x8_and_8x16_all_stages_and_split_k():
+    r = recommend(4096, 4096, 4096)
+    tiles = {(s.cfg.tm, s.cfg.tn) for s in r.ranked}
+    assert {(16, 8), (8, 16), (8, 8), (4, 8), (4, 4)} <= tiles
     fam = FAMILIES["sgemm"]
     for s in r.ranked[:20]:
-        p = s.cfg.sgemm_params()
-        assert fam.threads(p) == s.threads
-        assert s.cfg.min_blocks >= 1 and s.regs <= 65536 // (s.threads * s.cfg.min_blocks)
-    top = r.ranked[0].cfg
-    assert top.tm * top.tn >= 32, "big register tiles win at 4096^3"
+        assert fam.threads(s.cfg.sgemm_params()) == s.threads
+    stages = {x.cfg.stages for x in r.ranked} | {x.cfg.stages for x in r.rejected}
+    assert stages == {2, 3, 4, 5}
+    skinny = recommend(64, 8192, 4096)
+    assert skinny.ranked[0].cfg.split_k > 1 and "split K" in skinny.ranked[0].reason
+    assert all(s.cfg.split_k == 1 for s in r.ranked)
 
 
-def test_small_m_prefers_small_bm_and_large_n():
-    r = recommend(64, 4096, 4096, "f32", "sm_90")
-    assert all(s.cfg.bm <= 64 for s in r.ranked[:5])
-    assert any(x.kind == "padding" and "BM=" in x.reason for x in r.rejected)
-    skinny = recommend(8192, 64, 4096, "f16", "sm_90").ranked[0].cfg
-    assert skinny.bm >= skinny.bn
+def test_calibration_files_name_their_provenance_and_hold_out_shapes():
+    d = load_calibration("sgemm_h200.json")
+    assert d["gpu"] == "NVIDIA H200" and d["commit"] and d["date"] and d["sweeps"]
+    assert all((ROOT / s).exists() for s in d["sweeps"])  # the sweeps are committed
+    assert not set(d["fit_shapes"]) & set(d["held_out_shapes"])
+    assert len(d["held_out_shapes"]) == 10 and len(d["fit_shapes"]) >= 8
+    assert 0 < d["error"]["held_out"]["median"] < 0.1 and d["error"]["held_out"]["n"] >= 300
+    t = load_calibration("triton_h200.json")
+    assert (
+        t["gpu"] == "NVIDIA H200"
+        and t["observations"] >= 100
+        and all((ROOT / s).exists() for s in t["sweeps"])
+    )
+
+
+def _sweep_rows():
+    rows = {}
+    for name in load_calibration("sgemm_h200.json")["sweeps"]:
+        for s in json.loads((ROOT / name).read_text())["shapes"].values():
+            for r in s["rows"]:
+                if "tflops" in r and "config" in r:
+                    rows[("x".join(map(str, s["shape"])), r["config"])] = (s["role"], r)
+    return rows
+
+
+def test_calibrated_model_ranks_the_held_out_measurements():
+    """On every held-out shape of the committed H200 sweeps (never used to fit), the model's order of the
+    measured configurations has Spearman >= 0.7 and its favourite is within 10% of the best measured."""
+    from smemtile.model.tiling import TileConfig
+    from smemtile.model.tiling_model import simt_time
+
+    by_shape: dict[str, list] = {}
+    for (shape, _), (role, r) in _sweep_rows().items():
+        if role == "held_out":
+            by_shape.setdefault(shape, []).append(r)
+    assert len(by_shape) == 10
+    for shape, rows in by_shape.items():
+        m, n, k = map(int, shape.split("x"))
+        pred = []
+        for r in rows:
+            p = r["params"]
+            c = TileConfig(p["BM"], p["BN"], p["BK"], r["threads"] // 32, p["STAGES"], 8, p["TM"], p["TN"],
+                           p["MIN_BLOCKS"], split_k=p.get("SPLIT_K", 1))  # fmt: skip
+            pred.append(1 / simt_time(m, n, k, c, r["threads"], r["blocks_per_sm"], 132)["time"])
+        meas = [r["tflops"] for r in rows]
+        assert spearman(pred, meas) >= 0.7, shape
+        best = rows[max(range(len(rows)), key=pred.__getitem__)]
+        assert best["tflops"] >= 0.9 * max(meas), shape
+
+
+def test_tiles_top1_was_measured_and_is_close_to_the_best():
+    """`smemtile tiles`' #1 over the whole space, for the held-out shapes: measured on the H200, within 10% of the
+    best measured everywhere and within 5% on at least 8 of the 10 (the issue's bar)."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    from bench_kernels import cfg_label
+
+    rows = _sweep_rows()
+    gaps = []
+    for shape in load_calibration("sgemm_h200.json")["held_out_shapes"]:
+        m, n, k = map(int, shape.split("x"))
+        label = cfg_label(recommend(m, n, k).ranked[0].cfg.sgemm_params())
+        assert (shape, label) in rows, f"{shape}: tiles' #1 {label} was not measured"
+        best = max(r["tflops"] for (s, _), (_, r) in rows.items() if s == shape)
+        gaps.append(best / rows[(shape, label)][1]["tflops"] - 1)
+    assert max(gaps) <= 0.10 and sum(g <= 0.05 for g in gaps) >= 8, gaps
+
+
+def test_tiles_states_prediction_and_expected_error():
+    r = recommend(4096, 4096, 4096)
+    assert r.calibration["applies"] and "held-out median" in r.calibration["expected_error"]
+    other = recommend(4096, 4096, 4096, "f32", "sm_80")
+    assert not other.calibration["applies"] and "not calibrated" in other.calibration["expected_error"]
+    out = invoke("tiles", 4096, 4096, 4096, "--top", 3).output
+    assert "expected error" in out and "TFLOP/s" in out and "sgemm_h200.json" in out
+
+
+def test_counts_in_the_header_match_the_list():
+    out = invoke("tiles", 4096, 4096, 4096, "--dtype", "f16").output
+    r = recommend(4096, 4096, 4096, "f16")
+    c = r.counts
+    assert f"{c['rejected']} configurations rejected" in out.replace("\n", " ")
+    assert f"listed below as {c['rejected_shapes']} shapes" in out.replace("\n", " ")
+    assert f"of {c['rejected_shapes']} rejected shapes ({c['rejected']} configurations" in out.replace(
+        "\n", " "
+    )
+
+
+def test_below_the_ridge_is_never_called_compute_bound():
+    r = recommend(64, 4096, 4096, "f16")
+    assert r.ranked[0].intensity < r.ranked[0].ridge
+    assert all(s.bound != "compute" for s in r.ranked)
+    assert "compute-bound" not in r.ranked[0].reason
+    big = recommend(8192, 8192, 8192, "f16").ranked[0]
+    assert big.bound == "compute" and big.intensity >= big.ridge
+
+
+def test_ties_are_broken_by_the_stated_rule():
+    r = recommend(4096, 4096, 4096, "f16", "sm_90", triton=True)
+    for s in r.ranked[:30]:
+        if s.reason.startswith("ties #1"):
+            assert s.time_s <= r.ranked[0].time_s * 1.0051
+            assert (s.measured_eff, -s.cfg.stages) <= (r.ranked[0].measured_eff, -r.ranked[0].cfg.stages)
+    # the old failure: BK 16/32/64/128 tied and BK 16 won; now the measured-fastest BK leads
+    assert r.ranked[0].cfg.bk == 64
+
+
+def test_triton_export_first_is_the_measured_fastest():
+    """bench/results/triton_h200_run1.json: 128x256x64, 3 stages, 8 warps measured fastest on all three shapes;
+    the export's #1 is that configuration and the header says how it is ranked."""
+    runs = json.loads((RESULTS / "triton_h200_run1.json").read_text())["shapes"]
+    for key, s in runs.items():
+        best = max((r for r in s["rows"] if "tflops" in r and "config" in r), key=lambda r: r["tflops"])
+        m, n, k = s["shape"]
+        text = triton_configs(recommend(m, n, k, s["dtype"], "sm_90", triton=True), 8)
+        tree = ast.parse(text)
+        first = next(
+            n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "attr", "") == "Config"
+        )
+        kw = {k.value: v.value for k, v in zip(first.args[0].keys, first.args[0].values, strict=True)}
+        opts = {k.arg: k.value.value for k in first.keywords}
+        got = [
+            kw["BLOCK_SIZE_M"],
+            kw["BLOCK_SIZE_N"],
+            kw["BLOCK_SIZE_K"],
+            opts["num_stages"],
+            opts["num_warps"],
+        ]
+        assert got == best["config"], key
+        assert "#1 is the one to use" in text and "ties" in text
+
+
+def test_split_k_for_every_dtype():
+    for dtype in ("f16", "bf16", "tf32", "f8e4m3", "i8"):
+        top = recommend(1024, 1024, 65536, dtype, "sm_90", triton=True).ranked[0]
+        assert top.cfg.split_k > 1 and top.waves > 0.5, dtype
+    assert "SPLIT_K" in triton_configs(recommend(1024, 1024, 65536, "f16", "sm_90", triton=True), 2)
+
+
+@pytest.mark.parametrize("dtype,arch", [("bf16", "sm_70"), ("tf32", "sm_75"), ("f8e4m3", "sm_80"),
+                                        ("f8e5m2", "sm_86"), ("i8", "sm_70"), ("f8e4m3", "gfx90a")])  # fmt: skip
+def test_dtypes_the_hardware_lacks_are_refused(dtype, arch):
+    with pytest.raises(SpecError):
+        make_problem(64, 64, 64, dtype, arch)
+
+
+def test_fp8_and_int8_where_the_hardware_has_them():
+    for dtype, arch in (("f8e4m3", "sm_89"), ("f8e5m2", "sm_90"), ("i8", "sm_75"), ("f8e4m3", "gfx942"),
+                        ("i8", "gfx90a")):  # fmt: skip
+        p = make_problem(4096, 4096, 4096, dtype, arch)
+        assert p.elem == 1 and p.gpu.peak(dtype) > p.gpu.peak("f16")
+
+
+def test_mi250x_is_one_gcd_and_waves_per_eu_follows_the_bound():
+    g = get_gpu(None, "gfx90a")
+    assert g.sms == 110 and "GCD" in g.name
+    mem = recommend(64, 4096, 4096, "f16", "gfx942").ranked[0]
+    assert mem.bound != "compute" and "memory latency" in mem.hint
+    assert mem.cfg.waves_per_eu >= 4 or "LDS" in mem.hint
+    comp = recommend(8192, 8192, 8192, "f16", "gfx942").ranked[0]
+    assert comp.bound == "compute" and "compute-bound" in comp.hint
+    assert comp.cfg.waves_per_eu == max(1, comp.blocks_per_sm * comp.cfg.warps // 4)
+
+
+def test_outputs_never_cite_shared():
+    for args in (("4096", "4096", "4096"), ("64", "4096", "4096", "--dtype", "f16", "--format", "triton"),
+                 ("4096", "4096", "4096", "--json")):  # fmt: skip
+        out = invoke("tiles", *args).output
+        assert "shared/" not in out and "HARDWARE.md" not in out
+
+
+def test_generate_picks_the_model_top1_when_no_tile_is_given():
+    doc = {"arch": "sm_90", "kernel": {"family": "sgemm", "M": 64, "N": 8192, "K": 4096}}
+    cfg = resolve(doc).config
+    top = recommend(64, 8192, 4096).ranked[0].cfg.sgemm_params()
+    assert {k: cfg.params[k] for k in top} == top and cfg.params["SPLIT_K"] > 1
+    assert any("tile model's #1" in n for n in cfg.notes)
+    given = resolve({**doc, "tile": {"BM": 128, "BN": 128, "TM": 8, "TN": 8}}).config
+    assert given.params["SPLIT_K"] == 1 and not given.notes
+
+
+def test_shipped_sgemm_sample_is_the_best_measured_square_tile():
+    """samples/sgemm_default.yaml carries the tile measured fastest at 4096^3 and 8192^3 (bench/results/h200.json)."""
+    from smemtile.pipeline.specs import load
+
+    entries = json.loads((RESULTS / "h200.json").read_text())["entries"]
+    p = load(ROOT / "samples" / "sgemm_default.yaml").config.params
+    for case in ("square 4096", "square 8192"):
+        rows = [e for e in entries if e.get("case") == case and "ratio" in e]
+        best = max(rows, key=lambda e: e["ratio"])
+        assert {k: best["params"][k] for k in ("BM", "BN", "BK", "TM", "TN")} == {
+            k: p[k] for k in ("BM", "BN", "BK", "TM", "TN")}  # fmt: skip
 
 
 def test_small_grid_favours_smaller_tiles():
-    big = recommend(8192, 8192, 8192, "f16", "sm_90").ranked[0].cfg
-    small = recommend(512, 512, 8192, "f16", "sm_90").ranked[0].cfg
+    big = recommend(8192, 8192, 8192, "f16", "sm_90", triton=True).ranked[0].cfg
+    small = recommend(512, 512, 8192, "f16", "sm_90", triton=True).ranked[0].cfg
     assert small.bm * small.bn < big.bm * big.bn
 
 
-def test_rejections_keep_their_reasons():
-    r = recommend(4096, 4096, 4096, "f16", "sm_90")
-    kinds = {x.kind for x in r.rejected}
-    assert {"shared_memory", "registers", "mma_shape", "dominated"} <= kinds
-    smem = next(x for x in r.rejected if x.kind == "shared_memory")
-    assert "out of resource: shared memory, required" in smem.reason and "limit 232448" in smem.reason
-    assert r.counts["generated"] == r.counts["ranked"] + r.counts["rejected"]
-
-
 def test_grouping_reduces_modelled_dram_traffic():
-    s = recommend(8192, 8192, 1024, "f32", "sm_90").ranked[0]
+    s = recommend(8192, 8192, 1024, "f16", "sm_90", triton=True).ranked[0]
     assert s.dram_bytes <= s.dram_bytes_ungrouped
-    assert s.dram_bytes_ungrouped > 1.2 * s.dram_bytes
-
-
-def test_more_sms_never_slower():
-    a = recommend(2048, 2048, 2048, "f16", "sm_90", sms=66).ranked[0]
-    b = recommend(2048, 2048, 2048, "f16", "sm_90", sms=132).ranked[0]
-    assert b.time_s <= a.time_s
 
 
 @pytest.mark.parametrize("bad", [dict(m=0), dict(dtype="f8"), dict(arch="sm_42"), dict(vendor="intel"),
@@ -108,27 +295,18 @@ def test_bad_input_is_a_spec_error(bad):
                      args["sms"])  # fmt: skip
 
 
-def test_triton_export_is_python_with_configs():
-    text = triton_configs(recommend(4096, 4096, 4096, "bf16", "gfx942"), 4)
-    tree = ast.parse(text)
-    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "attr", "") == "Config"]
-    assert len(calls) == 4
-    assert "waves_per_eu" in text and "num_warps=" in text and "num_stages=" in text
-
-
 def test_yaml_export_round_trips_through_the_spec_and_codegen():
-    r = recommend(4096, 4096, 4096, "f32", "sm_90")
-    docs = list(yaml.safe_load_all(yaml_specs(r, 3)))
-    assert len(docs) == 3
-    for d, s in zip(docs, r.ranked[:3], strict=True):
+    r = recommend(4096, 4096, 4096)
+    docs = list(yaml.safe_load_all(yaml_specs(r, 2)))
+    assert len(docs) == 2
+    for d, s in zip(docs, r.ranked[:2], strict=True):
         cfg = variants(resolve(d))["fixed"]
-        assert cfg.params["BM"] == s.cfg.bm and cfg.params["GROUP_M"] == s.cfg.group_m
-        assert cfg.params["STAGES"] == s.cfg.stages
-    f16 = list(yaml.safe_load_all(yaml_specs(recommend(4096, 4096, 4096, "f16", "sm_90"), 2)))
-    for d in f16:
-        from smemtile.model.analysis import analyze_spec
+        assert cfg.params["BM"] == s.cfg.bm and cfg.params["TN"] == s.cfg.tn
+        assert cfg.params["STAGES"] == s.cfg.stages and cfg.params["MIN_BLOCKS"] == s.cfg.min_blocks
+    tf32 = list(yaml.safe_load_all(yaml_specs(recommend(4096, 4096, 4096, "tf32", "sm_86"), 1)))
+    from smemtile.model.analysis import analyze_spec
 
-        analyze_spec(spec_from_dict(d))
+    analyze_spec(spec_from_dict(tf32[0]))
 
 
 def test_transpose_ranking_prefers_more_bytes_in_flight_for_fp16():
@@ -141,6 +319,7 @@ def test_spearman():
     assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
     assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
     assert spearman([1, 1, 2], [1, 2, 3]) == pytest.approx(0.866, abs=1e-3)
+    assert math.isnan(spearman([1, 1, 1], [1, 2, 3]))
 
 
 # ---- CLI -----------------------------------------------------------------------------------------------------
@@ -149,8 +328,7 @@ def test_spearman():
 def test_cli_table_has_ranks_reasons_and_rejections():
     r = invoke("tiles", 4096, 4096, 4096, "--dtype", "f32", "--arch", "sm_90")
     assert r.exit_code == 0, r.output
-    assert "best:" in r.output and "vs #1" in r.output and "rejected shapes" in r.output
-    assert "TFLOP/s" in r.output
+    assert "best:" in r.output and "rejected shapes" in r.output and "Ties:" in r.output
 
 
 @pytest.mark.parametrize("fmt", ["json", "yaml", "triton", "table"])
@@ -159,32 +337,35 @@ def test_cli_every_format(fmt):
     assert r.exit_code == 0, r.output
     if fmt == "json":
         d = json.loads(r.output)
-        assert len(d["candidates"]) == 3 and d["rejected"] and d["model"]
-        assert {
-            "tflops",
-            "waves",
-            "wave_eff",
-            "occupancy",
-            "intensity",
-            "dram_bytes_ungrouped",
-            "reason",
-        } <= set(d["candidates"][0])
+        assert (
+            len(d["candidates"]) == 3 and d["rejected"] and d["model"] and d["calibration"]["expected_error"]
+        )
+        assert {"tflops", "waves", "wave_eff", "occupancy", "intensity", "dram_bytes_ungrouped", "reason",
+                "bound"} <= set(d["candidates"][0])  # fmt: skip
     elif fmt == "yaml":
         assert len(list(yaml.safe_load_all(r.output))) == 3
     elif fmt == "triton":
         ast.parse(r.output)
 
 
-def test_cli_json_flag_is_pure_json():
-    r = invoke("tiles", 512, 512, 512, "--dtype", "f16", "--json")
+def test_cli_yaml_top1_generates():
+    r = invoke("tiles", 4095, 4097, 1023, "--top", 1, "--format", "yaml")
     assert r.exit_code == 0
-    assert json.loads(r.output)["problem"]["dtype"] == "f16"
+    cfg = resolve(yaml.safe_load(r.output)).config
+    top = recommend(4095, 4097, 1023).ranked[0].cfg
+    assert (cfg.params["BM"], cfg.params["BN"], cfg.params["TM"], cfg.params["TN"]) == (
+        top.bm,
+        top.bn,
+        top.tm,
+        top.tn,
+    )
 
 
 @pytest.mark.parametrize("args", [("0", "1", "1"), ("1", "x", "1"), ("64", "64", "64", "--dtype", "f8"),
                                   ("64", "64", "64", "--format", "xml"), ("64", "64", "64", "--top", "0"),
                                   ("64", "64", "64", "--arch", "gfx942", "--vendor", "nvidia"),
-                                  ("64", "64", "64", "--arch", "gfx942", "--format", "yaml")])  # fmt: skip
+                                  ("64", "64", "64", "--arch", "gfx942", "--format", "yaml"),
+                                  ("64", "64", "64", "--dtype", "bf16", "--arch", "sm_70")])  # fmt: skip
 def test_cli_bad_input_exits_2_with_one_line(args):
     from conftest import run_cli
 
@@ -193,22 +374,5 @@ def test_cli_bad_input_exits_2_with_one_line(args):
     assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("smemtile: error:")
 
 
-def test_sizes_accept_k_suffix_and_auto_needs_a_gpu():
-    from conftest import gpu_available, run_cli
-
+def test_sizes_accept_k_suffix():
     assert make_problem("4K", "8K", "1K").m == 4096
-    r = run_cli("tiles", "4K", "4K", "4K", "--arch", "auto", "--top", "1")
-    assert r.returncode == (0 if gpu_available() else 3), r.stderr
-
-
-def test_skinny_problem_gets_split_k_and_square_does_not():
-    """Under one block per SM the recommender adds split K (64 x 8192 x 4096 on the H200: the #1 measured
-    0.865x cuBLAS, bench/results/h200_skinny_tiles.json); a 4096^3 grid is several waves and never splits."""
-    skinny = recommend(64, 8192, 4096, "f32", "sm_90")
-    top = skinny.ranked[0]
-    assert top.cfg.split_k > 1 and top.cfg.sgemm_params()["SPLIT_K"] == top.cfg.split_k
-    assert "splitk" in top.cfg.label and top.waves > 0.5
-    no_split = [s for s in skinny.ranked if s.cfg.split_k == 1]
-    assert no_split and top.tflops > no_split[0].tflops
-    square = recommend(4096, 4096, 4096, "f32", "sm_90")
-    assert all(s.cfg.split_k == 1 for s in square.ranked)

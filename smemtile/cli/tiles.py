@@ -23,7 +23,10 @@ Examples:
 @click.argument("n")
 @click.argument("k")
 @click.option(
-    "--dtype", default="f32", show_default=True, help="f32 (SIMT sgemm), tf32, f16 or bf16 (tensor cores)."
+    "--dtype",
+    default="f32",
+    show_default=True,
+    help="f32 (SIMT sgemm), tf32, f16, bf16, f8e4m3, f8e5m2 (sm_89+) or i8 (tensor / matrix cores).",
 )
 @click.option(
     "--arch",
@@ -71,7 +74,7 @@ def command(m, n, k, dtype, arch, vendor, gpu, sms, top, n_rejected, fmt, as_jso
         attrs = device_attributes(0)
         arch = f"sm_{attrs['cc_major']}{attrs['cc_minor']}"
         n_sms = n_sms or attrs["sm_count"]
-    report = recommend(m, n, k, dtype, arch, vendor=vendor, gpu=gpu, sms=n_sms)
+    report = recommend(m, n, k, dtype, arch, vendor=vendor, gpu=gpu, sms=n_sms, triton=fmt == "triton")
     if not report.ranked:
         raise OutOfResources(f"no configuration fits {report.problem.arch}: {report.rejected[0].reason}"
                         if report.rejected else "no candidates")  # fmt: skip

@@ -2,30 +2,33 @@
 stated performance model, a ranking. Pure Python + numpy (no CUDA, no printing).
 
 Candidates
-    NVIDIA fp32: the ``sgemm`` family (SIMT FFMA, register tile TMxTN per thread, warps of 4x8 lanes), checked
-    against the family's own rules (``Problem.contract``, given by the caller: the model imports no family)
-    so every survivor compiles. Other dtypes (tf32, f16,
-    bf16) and AMD: tensor/matrix-core tiles (BM, BN multiples of the mma shape, BK >= 16, >= 32 on AMD MFMA),
-    as Triton would run them (model only; exported as ``triton.Config``).
-    num_warps {2, 4, 8} (AMD: wavefronts of 64), num_stages >= 2 with cp.async (>= 1 on AMD and pre-sm_80),
-    GROUP_SIZE_M {4, 8, 16}.
+    NVIDIA fp32: every configuration of the ``sgemm`` family the model can score (SIMT FFMA, register tile
+    TM x TN in {4, 8, 16}^2 up to 128 accumulators, 16x8 and 8x16 included; 2-8 warps; BK 8/16/32; 2-5 stages;
+    MIN_BLOCKS 1-4; split K 2/4/8/16 when the grid is under two blocks per SM), each checked against the
+    family's own rules (``Problem.contract``, given by the caller: the model imports no family), so every
+    survivor compiles. Other dtypes (tf32, f16, bf16, fp8 e4m3/e5m2, int8) and AMD: tensor/matrix-core tiles
+    as Triton runs them (BM, BN multiples of the mma shape, BK >= the mma K: 8 tf32, 16 f16/bf16, 32 fp8/int8;
+    AMD >= 32), num_warps {2, 4, 8} (AMD: wavefronts of 64), num_stages 2-5 with cp.async (1-3 on AMD), split K
+    when under one wave, GROUP_SIZE_M 8; exported as ``triton.Config``. A dtype the architecture or the GPU
+    row lacks (bf16 / tf32 before sm_80, fp8 before sm_89, int8 mma before sm_75) is refused.
 
-Model (one number per candidate: predicted time, hence TFLOP/s; every factor is reported)
-    t = max(t_sm, t_dram, t_l2) + 3 us launch
-    t_sm    the busiest SM runs ceil(tiles / SMs) tiles, ``b`` at a time (occupancy): each round of ``r``
-            tiles takes r * t_tile / eff(r); t_tile = 2*BM*BN*Kpad / (peak_per_SM * inner). This is wave
-            quantisation and occupancy in one formula.
-    inner   fraction of issue / shared-memory cycles that are FMA (SIMT) or mma (tensor core): per k step,
-            SIMT: TM*TN FFMA vs (TM+TN)/4 LDS.128 (2 wavefronts each, from the bank model) + copies;
-            tensor core: mma cycles vs ldmatrix + cp.async bytes at 128 B/clk/SM.
-    eff(r)  latency hiding: min(1, warps / W_SAT) ** X (SIMT: W_SAT 32, X 0.4, fitted to the measured
-            128x128x8 sgemm at 2 blocks/SM on the H200; tensor / matrix core: 8 warps, 0.5), capped by
-            Little's law on the cp.async pipeline: (stages - 1) tiles in flight per block against 600 ns.
-    t_dram  bytes from DRAM / bandwidth. Blocks in flight (SMs x b) cover r tile rows and c tile columns in
-            the grouped launch order (GROUP_SIZE_M); each wave reads (r*BM + c*BN)*K elements; never less than
-            A + B once; A + B that fit half the L2 are read once.
-    t_l2    L2 -> SM bytes (tiles x (BM+BN) x K) / L2 bandwidth.
-    Padding waste (tile overhang over M, N, K) is computed work that is thrown away.
+Models (one predicted time per candidate, hence TFLOP/s; every factor is reported)
+    SIMT (``tiling_model.simt_time``): the calibrated sgemm model, constants in ``model/data/sgemm_h200.json``
+    (fitted on measured sweeps, held-out shapes never used; its file names the GPU, sweep and commit, and
+    the expected error ``smemtile tiles`` prints). Per K tile a block issues BK * (TM*TN FFMA + LDS) + copy
+    instructions per warp; the SM runs b blocks: issue cycles x (1 + phi / (warps per scheduler^q * ILP^r)),
+    against the shared-memory wavefronts (the bank model's 2 per LDS.128), + a barrier per tile; floors from
+    the global-load latency; waves (full rounds of b blocks per SM, the last round with fewer); a register
+    squeeze penalty when __launch_bounds__ caps ptxas below the estimated need; split K's atomics and prepare
+    launch.
+    Tensor core / matrix core (``tiling_model``): t = max(t_sm, t_dram, t_l2) + 15% of the other two + 3 us;
+    t_sm from waves x occupancy x inner-loop efficiency (mma vs ldmatrix + copy bytes at 128 B/clk/SM) x
+    latency hiding; on NVIDIA divided by the efficiency measured for the tile, BK, stages and warps with the
+    standard Triton matmul on the H200 (``model/data/triton_h200.json``), which also breaks the model's ties.
+    t_dram: bytes in the GROUP_SIZE_M launch order; t_l2: L2 -> SM bytes.
+    Labels: compute-bound only when the SM time dominates and the intensity is above the ridge; latency-bound
+    when the SM time dominates below the ridge (too few tiles or warps to stream memory at full rate);
+    memory-bound (DRAM or L2) when that time dominates.
 """
 
 from __future__ import annotations
@@ -38,20 +41,22 @@ from smemtile.errors import SpecError
 from smemtile.model.sizes import parse_size
 from smemtile.model.tiling_gpus import AMD_ARCHS, GpuPeak, get_gpu, vendor_of
 
-DTYPE_BYTES = {"f32": 4, "tf32": 4, "f16": 2, "bf16": 2}
-GROUPS = (4, 8, 16)
+DTYPE_BYTES = {"f32": 4, "tf32": 4, "f16": 2, "bf16": 2, "f8e4m3": 1, "f8e5m2": 1, "i8": 1}
+# C's element size: fp32 / tf32 accumulate to fp32; f16 / bf16 keep their type; fp8 products go to bf16 (as
+# Triton's fp8 matmuls usually store them); int8 accumulates and stores int32.
+OUT_BYTES = {"f32": 4, "tf32": 4, "f16": 2, "bf16": 2, "f8e4m3": 2, "f8e5m2": 2, "i8": 4}
+MMA_K = {"tf32": 8, "f16": 16, "bf16": 16, "f8e4m3": 32, "f8e5m2": 32, "i8": 32}  # mma.sync K per instruction
+GROUPS = (8,)  # GROUP_SIZE_M: 8 (the Triton tutorial's); the DRAM model also reports the ungrouped traffic
 WARPS = (2, 4, 8)
-SPLITS = (2, 4, 8)  # sgemm SPLIT_K values tried when the grid is under one block per SM
+SPLITS = (2, 4, 8, 16)  # K slices tried when the grid is under two blocks per SM (one wave for mma tiles)
 MIN_K_STEPS_PER_SLICE = 8  # a K slice keeps at least this many BK steps (the pipeline needs a few to fill)
+SIMT_THREAD_TILES = ((4, 4), (4, 8), (8, 4), (8, 8), (8, 16), (16, 8))
 LAUNCH_S = 3e-6
 MEM_LATENCY_S = 600e-9
 OVERLAP = 0.15
-SIMT_W_SAT, SIMT_X = 32, 0.4
 MMA_W_SAT, MMA_X = 8, 0.5
 SMEM_BYTES_PER_CLK = 128  # shared memory / LDS: 32 banks x 4 bytes per clock
-A_PAD_SIMT = (
-    4  # floats per As row: the fix search's layout for the sgemm kernel (cp.async transposing copies)
-)
+A_PAD_SIMT = 4  # floats per As row: the fix search's layout for the sgemm kernel (transposing A copies)
 
 
 @dataclass(frozen=True)
@@ -76,6 +81,10 @@ class Problem:
         return DTYPE_BYTES[self.dtype]
 
     @property
+    def out_elem(self) -> int:
+        return OUT_BYTES[self.dtype]
+
+    @property
     def flops(self) -> float:
         return 2.0 * self.m * self.n * self.k
 
@@ -97,8 +106,8 @@ class TileConfig:
     tm: int = 0
     tn: int = 0
     min_blocks: int = 0
-    waves_per_eu: int = 0  # AMD hint: the occupancy the model expects (waves per SIMD)
-    split_k: int = 1  # SIMT: K slices added into C with atomics (sgemm SPLIT_K), for grids under one wave
+    waves_per_eu: int = 0  # AMD hint (waves per SIMD): from the memory/compute-bound rule (tiling_model)
+    split_k: int = 1  # K slices added into C (sgemm SPLIT_K with atomics; Triton: a split-K kernel)
 
     def shape_key(self) -> tuple:
         return (self.bm, self.bn, self.bk, self.warps, self.tm, self.tn, self.split_k)
@@ -107,7 +116,8 @@ class TileConfig:
     def label(self) -> str:
         reg = f" {self.tm}x{self.tn}" if self.tm else ""
         split = f" splitk{self.split_k}" if self.split_k > 1 else ""
-        return f"{self.bm}x{self.bn}x{self.bk}{reg} w{self.warps} s{self.stages} g{self.group_m}{split}"
+        mb = f" mb{self.min_blocks}" if self.tm and self.min_blocks else ""
+        return f"{self.bm}x{self.bn}x{self.bk}{reg} w{self.warps} s{self.stages} g{self.group_m}{mb}{split}"
 
     def sgemm_params(self) -> dict:
         """Template parameters of the sgemm family (SIMT candidates only)."""
@@ -145,12 +155,14 @@ class Scored:
     l2_bytes: float
     intensity: float
     ridge: float
-    bound: str  # compute | dram | l2
+    bound: str  # compute | latency | dram | l2
     time_s: float
     tflops: float
     roofline_frac: float
     rank: int = 0
     reason: str = ""
+    measured_eff: float = 1.0  # mma: the calibrated efficiency of (tile, BK, stages, warps); SIMT: 1
+    hint: str = ""  # AMD: why this waves_per_eu
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -164,7 +176,7 @@ class Rejected:
     cfg: TileConfig
     kind: str  # contract | shared_memory | registers | occupancy | padding | stages | mma_shape | dominated
     reason: str
-    alike: int = 1  # configurations (other stages / GROUP_SIZE_M) rejected for the same reason
+    alike: int = 1  # configurations (other stages / MIN_BLOCKS / GROUP_SIZE_M) rejected for the same reason
 
     def to_dict(self) -> dict:
         return {"cfg": self.cfg.to_dict(), "label": self.cfg.label, "kind": self.kind, "reason": self.reason,
@@ -177,6 +189,7 @@ class TileReport:
     ranked: tuple[Scored, ...]
     rejected: tuple[Rejected, ...]
     counts: dict = field(default_factory=dict)
+    calibration: dict = field(default_factory=dict)  # the model's provenance and expected error
 
     def to_dict(self, top: int | None = None, rejected: int | None = None) -> dict:
         from smemtile.model.tiling_model import MODEL_TEXT
@@ -184,6 +197,7 @@ class TileReport:
         return {
             "problem": self.problem.to_dict(),
             "model": MODEL_TEXT,
+            "calibration": dict(self.calibration),
             "counts": dict(self.counts),
             "candidates": [s.to_dict() for s in self.ranked[:top]],
             "rejected": [r.to_dict() for r in self.rejected[:rejected]],
@@ -210,7 +224,28 @@ def make_problem(m, n, k, dtype: str = "f32", arch: str | None = None, vendor: s
     if vend not in ("nvidia", "amd"):
         raise SpecError(f"unknown vendor {vendor!r}; choose nvidia or amd", key="--vendor")
     arch_name = _arch_name(arch or ("gfx942" if vend == "amd" else "sm_90"), vend)
-    return Problem(*dims, dt, arch_name, vend, get_gpu(gpu, arch_name, sms=sms), contract)
+    _check_dtype(dt, arch_name, vend)
+    g = get_gpu(gpu, arch_name, sms=sms)
+    if not g.has(dt):
+        have = ", ".join(d for d in DTYPE_BYTES if g.has(d))
+        raise SpecError(f"the {g.name} has no {dt} {'FMA' if dt == 'f32' else 'matrix'} units in its row; it "
+                        f"has {have}", key="--dtype")  # fmt: skip
+    return Problem(*dims, dt, arch_name, vend, g, contract)
+
+
+def _check_dtype(dtype: str, arch: str, vendor: str) -> None:
+    """Refuse a dtype the architecture's tensor cores lack (NVIDIA: the arch table's features)."""
+    if vendor != "nvidia":
+        return
+    from smemtile.model.arch import DTYPE_FEATURES, get_arch
+
+    a = get_arch(arch)
+    feature = DTYPE_FEATURES.get(dtype)
+    why = a.lacks(feature) if feature else None
+    if why is None and dtype == "i8" and a.cc < (7, 5):
+        why = f"int8 mma (mma.sync .s8) needs sm_75 or later; {a.name} does not have it"
+    if why:
+        raise SpecError(why, key="--dtype")
 
 
 def _arch_name(arch: str, vendor: str) -> str:
@@ -223,52 +258,69 @@ def _arch_name(arch: str, vendor: str) -> str:
         raise SpecError(f"{arch} is an AMD target; pass --vendor amd (or an sm_XX arch)", key="--arch")
     from smemtile.model.arch import get_arch
 
-    return get_arch(text).base  # sm_90a ranks as sm_90: same limits and GPU rows
+    return get_arch(text).name
 
 
 def recommend(m, n, k, dtype: str = "f32", arch: str | None = None, *, vendor: str | None = None,
               gpu: str | None = None, sms: int | None = None, contract: Callable | None = None) -> TileReport:  # fmt: skip
     """Every candidate for the problem, ranked by the model's predicted time; rejected ones with reasons.
     ``contract`` checks SIMT candidates against the sgemm family (smemtile.pipeline.tiles passes it)."""
-    from smemtile.model.tiling_model import evaluate
+    from smemtile.model.tiling_model import calibration_info, evaluate, explain
 
     p = make_problem(m, n, k, dtype, arch, vendor, gpu, sms, contract)
-    scored, rejected = evaluate(p, list(candidates(p)))
+    cands = list(candidates(p))
+    scored, rejected = evaluate(p, cands)
     if len({s.cfg.shape_key() for s in scored}) < 3:  # a tiny problem: (nearly) every tile overhangs
-        scored, rejected = evaluate(p, list(candidates(p)), prune_padding=False)
+        scored, rejected = evaluate(p, cands, prune_padding=False)
     best: dict[tuple, Scored] = {}
-    for s in scored:  # one entry per tile shape: the best stages / GROUP_SIZE_M (ties: fewer stages, group 8)
+    for (
+        s
+    ) in scored:  # one entry per tile shape: the best stages / MIN_BLOCKS (ties: the stated rule, _better)
         key = s.cfg.shape_key()
         cur = best.get(key)
         if cur is None or _better(s, cur):
             best[key] = s
     rejected = _dedupe(rejected)
-    dominated = []
+    dominated: dict[tuple, Rejected] = {}
     for s in scored:
         top = best[s.cfg.shape_key()]
         if s is not top:
-            dominated.append(
-                Rejected(
-                    s.cfg,
-                    "dominated",
-                    f"same tile as {top.cfg.label}, which the model predicts faster "
-                    f"({s.tflops:.1f} vs {top.tflops:.1f} TFLOP/s)",
-                )  # fmt: skip
-            )
-    ranked = sorted(best.values(), key=lambda s: (s.time_s, s.smem_bytes, s.cfg.label))
-    from smemtile.model.tiling_model import explain
-
-    ranked = [replace(s, rank=i + 1, reason=explain(s, ranked[0], p)) for i, s in enumerate(ranked)]
+            key = s.cfg.shape_key()
+            if key in dominated:
+                dominated[key] = replace(dominated[key], alike=dominated[key].alike + 1)
+            else:
+                dominated[key] = Rejected(s.cfg, "dominated", f"same tile as {top.cfg.label}, which the model "
+                                          f"predicts faster or ties and wins by the stated rule")  # fmt: skip
+    ranked = sorted(best.values(), key=_order)
+    ranked = [replace(s, rank=i + 1, reason=explain(s, ranked[0], p, ranked)) for i, s in enumerate(ranked)]
     order = {"shared_memory": 0, "registers": 1, "occupancy": 2, "contract": 3, "mma_shape": 4, "padding": 5,
              "stages": 6, "dominated": 7}  # fmt: skip
     rej = sorted(
-        rejected + dominated, key=lambda r: (order.get(r.kind, 9), -r.cfg.bm * r.cfg.bn, r.cfg.label)
+        rejected + list(dominated.values()),
+        key=lambda r: (order.get(r.kind, 9), -r.cfg.bm * r.cfg.bn, r.cfg.label),
     )
-    counts = {"generated": len(scored) + sum(r.alike for r in rejected), "ranked": len(ranked),
-              "rejected": sum(r.alike for r in rej)}  # fmt: skip
+    counts = {"generated": len(cands), "ranked": len(ranked), "rejected": sum(r.alike for r in rej),
+              "rejected_shapes": len(rej)}  # fmt: skip
     for r in rej:
         counts[f"rejected_{r.kind}"] = counts.get(f"rejected_{r.kind}", 0) + r.alike
-    return TileReport(p, tuple(ranked), tuple(rej), counts)
+    assert counts["generated"] == counts["ranked"] + counts["rejected"], counts
+    return TileReport(p, tuple(ranked), tuple(rej), counts, calibration_info(p))
+
+
+TIE_RULE = ("ties (within 0.5% predicted) go to what measured faster on the H200 (sgemm: the tile's measured "
+            "speed on the fitting shapes, unmeasured tiles last; mma: the calibrated tile / BK / stages / warps "
+            "efficiency), then fewer stages, then less shared memory")  # fmt: skip
+
+
+def _order(s: Scored) -> tuple:
+    """Predicted time, with ties within 0.5% broken by the stated rule (TIE_RULE)."""
+    return (
+        round(math.log(s.time_s) / math.log(1.005)),
+        -s.measured_eff,
+        s.cfg.stages,
+        s.smem_bytes,
+        s.cfg.label,
+    )
 
 
 def _dedupe(rejected: list[Rejected]) -> list[Rejected]:
@@ -282,10 +334,7 @@ def _dedupe(rejected: list[Rejected]) -> list[Rejected]:
 
 
 def _better(a: Scored, b: Scored) -> bool:
-    if not math.isclose(a.time_s, b.time_s, rel_tol=1e-9):
-        return a.time_s < b.time_s
-    # Ties (the model sees no difference): 3 stages (a common default that absorbs latency spikes), group 8.
-    return (abs(a.cfg.stages - 3), abs(a.cfg.group_m - 8)) < (abs(b.cfg.stages - 3), abs(b.cfg.group_m - 8))
+    return _order(a) < _order(b)
 
 
 def candidates(p: Problem):
@@ -296,37 +345,50 @@ def candidates(p: Problem):
 
         cp = get_arch(p.arch).has_cp_async
         stages = (2, 3, 4, 5) if cp else (2,)
-        for bm in (16, 32, 64, 128, 256):
+        for bm in (32, 64, 128, 256):
             for bn in (32, 64, 128, 256):
-                # split K only when the grid is under one block per SM (skinny problems)
-                under = math.ceil(p.m / bm) * math.ceil(p.n / bn) < p.gpu.sms
-                for tm in (4, 8):
-                    for tn in (4, 8):
-                        if bm % (4 * tm) or bn % (8 * tn):
-                            continue
-                        threads = bm * bn // (tm * tn)
-                        if threads // 32 not in WARPS or threads % 32:
-                            continue
-                        for bk in (8, 16, 32):
-                            splits = [1] + [
-                                z for z in SPLITS if under and p.k >= z * bk * MIN_K_STEPS_PER_SLICE
-                            ]
+                for tm, tn in SIMT_THREAD_TILES:
+                    if bm % (4 * tm) or bn % (8 * tn):
+                        continue
+                    threads = bm * bn // (tm * tn)
+                    if threads // 32 not in WARPS or threads % 32:
+                        continue
+                    for bk in (8, 16, 32):
+                        for z in _splits(p, bm, bn, bk, p.gpu.sms * 2):
                             for s in stages:
-                                for g in GROUPS:
-                                    for z in splits:
-                                        yield TileConfig(bm, bn, bk, threads // 32, s, g, tm, tn, split_k=z)
+                                for mb in _min_blocks(threads):
+                                    yield TileConfig(bm, bn, bk, threads // 32, s, 8, tm, tn, mb, split_k=z)
         return
     if amd:
-        bks, stages = (32, 64, 128), (1, 2, 3)
+        bks, stages = tuple(b for b in (32, 64, 128) if b >= MMA_K.get(p.dtype, 32)), (1, 2, 3)
     else:
         from smemtile.model.arch import get_arch
 
-        bks = (16, 32, 64, 128)
+        bks = tuple(b for b in (16, 32, 64, 128, 256) if b >= MMA_K.get(p.dtype, 16) and b * p.elem <= 256)
         stages = (2, 3, 4, 5) if get_arch(p.arch).has_cp_async else (1, 2)
     for bm in (16, 32, 64, 128, 256):
         for bn in (16, 32, 64, 128, 256):
             for bk in bks:
-                for w in WARPS:
-                    for s in stages:
-                        for g in GROUPS:
-                            yield TileConfig(bm, bn, bk, w, s, g)
+                for z in _splits(p, bm, bn, bk, p.gpu.sms):
+                    for w in WARPS:
+                        for s in stages:
+                            for g in GROUPS:
+                                yield TileConfig(bm, bn, bk, w, s, g, split_k=z)
+
+
+def _min_blocks(threads: int) -> list[int]:
+    """MIN_BLOCKS values that give ptxas different register caps (of equal caps, the largest: the same code)."""
+
+    def cap(mb: int) -> int:
+        return min(255, (65536 // (threads * mb)) // 8 * 8)
+
+    return [mb for mb in (1, 2, 3, 4) if mb == 4 or cap(mb) != cap(mb + 1)]
+
+
+def _splits(p: Problem, bm: int, bn: int, bk: int, under: int) -> list[int]:
+    """1, and the split-K factors when the grid has fewer than ``under`` tiles (and each slice keeps
+    MIN_K_STEPS_PER_SLICE K steps)."""
+    tiles = math.ceil(p.m / bm) * math.ceil(p.n / bn)
+    if tiles >= under:
+        return [1]
+    return [1] + [z for z in SPLITS if p.k >= z * bk * MIN_K_STEPS_PER_SLICE]

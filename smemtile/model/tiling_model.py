@@ -1,9 +1,13 @@
 """The tile model's arithmetic: per-candidate resources, pruning with reasons, occupancy, predicted time, and
-the sentence that explains each rank. The formulas are stated in ``smemtile.model.tiling``'s docstring."""
+the sentence that explains each rank. The formulas are stated in ``smemtile.model.tiling``'s docstring; the
+calibrated constants are data (``smemtile/model/data/*.json``, each naming its GPU, sweep and commit)."""
 
 from __future__ import annotations
 
+import json
 import math
+from functools import cache
+from importlib import resources
 
 import numpy as np
 
@@ -14,8 +18,6 @@ from smemtile.model.tiling import (
     MMA_W_SAT,
     MMA_X,
     OVERLAP,
-    SIMT_W_SAT,
-    SIMT_X,
     SMEM_BYTES_PER_CLK,
     Problem,
     Rejected,
@@ -24,30 +26,130 @@ from smemtile.model.tiling import (
 )
 from smemtile.model.tiling_gpus import AMD_ARCHS
 
-LDS_CYCLES = (
-    2.0  # per warp-wide LDS.128 of the inner loop: the bank model's wavefronts (A and B reads: 2 each)
-)
+MAX_SQUEEZE = 0.3  # a __launch_bounds__ cap more than 30% under the estimated need spills: rejected
 
 MODEL_TEXT = {
-    "predicts": f"time = max(t_sm, t_dram, t_l2) + {OVERLAP} x (the other two) + 3 us; score = useful TFLOP/s",
+    "simt": "calibrated sgemm model (model/data/sgemm_h200.json): per K tile issue cycles x (1 + phi / "
+    "(warps per scheduler^q * ILP^r)) vs shared-memory wavefronts, + barrier / blocks, latency floors, waves "
+    "of b blocks per SM, register-squeeze penalty, split K's atomics",
+    "predicts": f"mma: time = max(t_sm, t_dram, t_l2) + {OVERLAP} x (the other two) + 3 us, t_sm / the measured "
+    "efficiency of (tile, BK, stages, warps) (model/data/triton_h200.json); score = useful TFLOP/s",
     "t_sm": "busiest SM runs ceil(tiles/SMs) tiles, b at a time: sum of rounds r * t_tile / eff(r)",
-    "eff": f"min(1, warps/W_SAT)**X (SIMT W_SAT={SIMT_W_SAT} X={SIMT_X}; mma W_SAT={MMA_W_SAT} X={MMA_X}), "
-    f"capped by Little's law on (stages-1) tiles in flight vs {MEM_LATENCY_S * 1e9:.0f} ns",
-    "inner": "FMA (mma) cycles / max(issue or FMA cycles, shared-memory wavefront cycles) per k step",
+    "eff": f"mma: min(1, warps/{MMA_W_SAT})**{MMA_X}, capped by Little's law on (stages-1) tiles in flight vs "
+    f"{MEM_LATENCY_S * 1e9:.0f} ns",
+    "inner": "mma cycles / max(mma cycles, ldmatrix + copy bytes at 128 B/clk/SM) per k step",
     "t_dram": "waves x (r*BM + c*BN) x K bytes in the GROUP_SIZE_M launch order, >= A+B; A+B <= L2/2: read once",
     "t_l2": "tiles x (BM+BN) x K bytes / L2 bandwidth (2.5x DRAM, assumed)",
     "padding": "useful MNK / (tiles rounded up to BM, BN, BK)",
+    "labels": "compute-bound: SM time dominates and intensity >= ridge; latency-bound: SM time dominates below "
+    "the ridge; dram / l2-bound: that time dominates",
 }
 
 
+# ---- calibration data -------------------------------------------------------------------------------------------
+@cache
+def load_calibration(name: str) -> dict:
+    """A calibration file of ``smemtile/model/data`` (constants with their provenance)."""
+    return json.loads(resources.files("smemtile.model").joinpath("data", name).read_text())
+
+
+def simt_constants() -> dict:
+    return load_calibration("sgemm_h200.json")["constants"]
+
+
+def calibration_info(p: Problem) -> dict:
+    """Which calibration applies to the problem's predictions, and the expected error (printed by tiles)."""
+    if p.simt:
+        d = load_calibration("sgemm_h200.json")
+        same = p.gpu.key == d["gpu_key"] and p.gpu.sms == d["sms"]
+        err = d["error"]["held_out"]
+        return {"model": "sgemm (SIMT), calibrated", "file": "smemtile/model/data/sgemm_h200.json",
+                "gpu": d["gpu"], "sweeps": d["sweeps"], "commit": d["commit"], "date": d["date"],
+                "applies": same, "median_error": err["median"], "p90_error": err["p90"],
+                "expected_error": (f"held-out median {err['median']:.0%}, 90% within {err['p90']:.0%} "
+                                   f"({err['shapes']} shapes, {err['n']} configurations)") if same else
+                (f"not calibrated on the {p.gpu.name}: the {d['gpu']}'s constants with this GPU's FP32 lanes "
+                 "and clock; expect more than the H200's held-out error")}  # fmt: skip
+    d = load_calibration("triton_h200.json")
+    nv = p.vendor == "nvidia"
+    if p.contract is not None:  # a family's own tiles: the roofline model alone
+        return {"model": "tensor-core roofline (the generating family's tiles; no measured factors)",
+                "file": "smemtile/model/tiling_model.py", "gpu": p.gpu.name, "sweeps": [], "commit": "-",
+                "applies": False, "expected_error": "unknown: the family's own kernels were not swept; "
+                "`smemtile tune` measures them"}  # fmt: skip
+    return {"model": "tensor-core roofline x measured Triton efficiency" if nv else "matrix-core roofline",
+            "file": "smemtile/model/data/triton_h200.json", "gpu": d["gpu"], "sweeps": d["sweeps"],
+            "commit": d["commit"], "date": d["date"], "applies": nv and p.gpu.key == d["gpu_key"],
+            "expected_error": d["expected_error"] if nv and p.gpu.key == d["gpu_key"] else
+            "uncalibrated for this GPU (roofline from its datasheet row): use it to order, not to promise"}  # fmt: skip
+
+
+# ---- the calibrated SIMT (sgemm) model ---------------------------------------------------------------------------
+def simt_registers(c: TileConfig, threads: int, consts: dict | None = None) -> float:
+    """ptxas' register need without a cap (least squares over the sweep's uncapped builds, CUDA 13.0 sm_90)."""
+    r = (consts or simt_constants())["registers"]
+    a_items, b_items = c.bm * c.bk / 4 / threads, c.bk * c.bn / 4 / threads
+    return (r["c0"] + r["acc"] * c.tm * c.tn + r["tmtn"] * (c.tm + c.tn) + r["a_items"] * a_items
+            + r["b_items"] * b_items + (r["split"] if c.split_k > 1 else 0.0))  # fmt: skip
+
+
+def simt_cap(threads: int, min_blocks: int) -> int:
+    """Registers per thread ptxas may use under __launch_bounds__(threads, min_blocks) (sm_70+)."""
+    return min(255, (65536 // (threads * max(1, min_blocks))) // 8 * 8)
+
+
+def simt_time(m: int, n: int, k: int, c: TileConfig, threads: int, b: int, sms: int, *, consts: dict | None = None,
+              lanes: float = 128.0) -> dict:  # fmt: skip
+    """Predicted seconds of one sgemm launch (and the parts) with ``b`` resident blocks per SM."""
+    q = consts or simt_constants()
+    f = q["f_ghz"] * 1e9
+    w = threads / 32
+    gm, gn, z = math.ceil(m / c.bm), math.ceil(n / c.bn), c.split_k
+    kt = math.ceil(k / (c.bk * z))
+    tiles = gm * gn * z
+    a_items, b_items = c.bm * c.bk / 4 / threads, c.bk * c.bn / 4 / threads
+    instr = c.bk * (c.tm * c.tn + q["alpha"] * (c.tm + c.tn) / 4) + q["beta"] * 5 * a_items + q["beta_b"] * b_items \
+        + q["gamma"]  # per warp per K tile  # fmt: skip
+    wavefronts = w * c.bk * (c.tm + c.tn) / 4 * 2 + 4 * a_items * threads / 32 + b_items * threads / 32 * 4
+    ilp = c.tm * c.tn / 16
+    eff = q["class_eff"].get(str(c.tm * c.tn), 1.0)
+    body_kb = c.bk * (c.tm * c.tn + (c.tm + c.tn) / 4 + 5 * a_items / c.bk) * 16 / 1024
+    icache = 1 + q["icache_pen"] * max(0.0, body_kb / q["icache_kb"] - 1)
+    scale = 128.0 / lanes
+
+    def t_ktile(bb: int) -> float:  # one K tile of each of the bb co-resident blocks
+        ws = bb * w / 4
+        issue = bb * w * instr / 4 * (1 + q["phi"] / (ws ** q["q"] * ilp ** q["r"])) * icache / eff * scale
+        cyc = max(issue, bb * wavefronts) + q["bar_cyc"] / bb
+        return max(cyc / f, q["lat_a_us"] * 1e-6, q["lat_b_us"] * 1e-6 / max(c.stages - 1, 1))
+
+    slots = sms * b
+    full, rem = divmod(tiles, slots)
+    t_sm = full * kt * t_ktile(b) + (kt * t_ktile(math.ceil(rem / sms)) if rem else 0.0)
+    need = simt_registers(c, threads, q)
+    squeeze = max(0.0, need - simt_cap(threads, c.min_blocks)) / need
+    t_sm *= 1 + q["squeeze"] * squeeze
+    t_split = m * n * 4 * z * 2 / (q["atom_gbps"] * 1e9) + LAUNCH_S if z > 1 else 0.0
+    # the fitted per-tile correction (tiles measured on the fitting shapes); others carry the fit's p90 error
+    bias = q.get("tile_bias", {}).get(f"{c.bm}x{c.bn}x{c.bk} {c.tm}x{c.tn}")
+    if "tile_bias" in q:
+        t_sm *= math.exp(-bias) if bias is not None else 1 + q["unmeasured_penalty"]
+    t = t_sm + t_split + q["launch_us"] * 1e-6
+    return {"calibrated_tile": bias is not None,"time": t, "t_sm": t_sm, "t_split": t_split, "tiles": tiles, "waves": tiles / slots,
+            "t_ktile": t_ktile(b), "squeeze": squeeze, "need": need, "icache": icache,
+            "latency_eff": 1 / (1 + q["phi"] / ((b * w / 4) ** q["q"] * ilp ** q["r"]))}  # fmt: skip
+
+
+# ---- resources and static pruning ---------------------------------------------------------------------------
 def evaluate(
     p: Problem, cfgs: list[TileConfig], *, prune_padding: bool = True
 ) -> tuple[list[Scored], list[Rejected]]:
     """Resources, pruning and the score of every configuration."""
     rejected: list[Rejected] = []
     fits: list[tuple[TileConfig, dict]] = []
+    contract_cache: dict[tuple, tuple] = {}
     for c in cfgs:
-        res = _resources(p, c, prune_padding)
+        res = _resources(p, c, prune_padding, contract_cache)
         if isinstance(res, Rejected):
             rejected.append(res)
         else:
@@ -58,35 +160,32 @@ def evaluate(
         if b <= 0:
             rejected.append(Rejected(c, "occupancy", why))
             continue
-        if p.vendor == "amd":
-            c = TileConfig(**{**c.__dict__, "waves_per_eu": max(1, min(8, b * c.warps // 4))})
         scored.append(_score(p, c, res, b, limiter, occ))
     return scored, rejected
-
-
-# ---- resources and static pruning ---------------------------------------------------------------------------
 
 
 def _overhang(size: int, tile: int) -> float:
     return 1.0 - size / (math.ceil(size / tile) * tile)
 
 
-def _resources(p: Problem, c: TileConfig, prune_padding: bool = True) -> dict | Rejected:
-    for dim, size, tile, smallest in (("M", p.m, c.bm, 16), ("N", p.n, c.bn, 32 if p.simt else 16),
+def _resources(p: Problem, c: TileConfig, prune_padding: bool, cache: dict) -> dict | Rejected:
+    for dim, size, tile, smallest in (("M", p.m, c.bm, 16 if not p.simt else 32), ("N", p.n, c.bn, 32 if p.simt else 16),
                                       ("K", p.k, c.bk, 8 if p.simt else (32 if p.vendor == "amd" else 16))):  # fmt: skip
         waste = _overhang(size, tile)
         if prune_padding and waste > 0.5 and tile > smallest:
             return Rejected(c, "padding", f"B{dim}={tile} for {dim}={size}: {waste:.0%} of the tiles along {dim} "
                             "is padding; a smaller tile fills the grid")  # fmt: skip
-    kt = math.ceil(p.k / c.bk)
+    kt = math.ceil(p.k / (c.bk * c.split_k))
     if c.stages > max(2, kt):
-        return Rejected(c, "stages", f"num_stages={c.stages} but K={p.k} has only {kt} k-tiles of {c.bk}")
+        return Rejected(
+            c, "stages", f"num_stages={c.stages} but each K slice has only {kt} k-tiles of {c.bk}"
+        )
     if p.simt:
-        return _simt_resources(p, c)
+        return _simt_resources(p, c, cache)
     return _mma_resources(p, c)
 
 
-def _simt_resources(p: Problem, c: TileConfig) -> dict | Rejected:
+def _simt_resources(p: Problem, c: TileConfig, cache: dict) -> dict | Rejected:
     from smemtile.model.arch import get_arch
 
     if p.contract is None:
@@ -94,32 +193,21 @@ def _simt_resources(p: Problem, c: TileConfig) -> dict | Rejected:
             "SIMT tiles need the sgemm family's rules: pass contract= (smemtile.pipeline.tiles does)"
         )
     arch = get_arch(p.arch)
-    bad, threads, smem = p.contract(c)
+    key = (c.bm, c.bn, c.bk, c.tm, c.tn, c.stages)
+    if key not in cache:  # the family's rules do not depend on MIN_BLOCKS or SPLIT_K
+        cache[key] = p.contract(c)
+    bad, threads, smem = cache[key]
     if bad:
         kind = "shared_memory" if "shared memory" in bad[0] else "contract"
         return Rejected(c, kind, f"sgemm: {bad[0]}")
-    # Registers: least-squares fit to ptxas (CUDA 13.0 NVRTC, sm_90, MIN_BLOCKS=1) over the 69 shapes of this
-    # space that do not hit 255: the unrolled copies dominate (each 16-byte B copy a thread issues per k-tile
-    # keeps ~20 registers live); mean error 20, so it steers MIN_BLOCKS and the occupancy, and `smemtile tune`
-    # measures the real count.
-    a_copies, b_copies = c.bm * c.bk / threads, c.bk * c.bn / 4 / threads
-    est = min(255, round(58 + 3.3 * (c.tm + c.tn) + 0.2 * c.tm * c.tn + 1.1 * a_copies + 20 * b_copies))
-    alloc = -(-(smem + arch.smem_reserved_per_block) // arch.smem_alloc_unit) * arch.smem_alloc_unit
-    fit = min(4, arch.smem_per_sm // alloc, arch.max_threads_per_sm // threads, arch.max_blocks_per_sm)
-
-    def cap(mb: int) -> int:  # __launch_bounds__(threads, mb): registers per thread ptxas may use
-        return min(arch.max_regs_per_thread, (arch.regs_per_sm // (threads * mb)) // 8 * 8)
-
-    # ptxas squeezes ~12% under a __launch_bounds__ cap without spilling (measured: 145 -> 128 at 128x128x8).
-    ok = [mb for mb in range(1, max(fit, 1) + 1) if cap(mb) >= 0.85 * est]
-    if not ok:
-        return Rejected(c, "registers", f"registers: ~{est} per thread estimated for the {c.tm}x{c.tn} register "
-                        f"tile exceed {cap(1)} at {threads} threads: it would spill")  # fmt: skip
-    mb = max(ok)
-    cfg = TileConfig(**{**c.__dict__, "min_blocks": mb})
+    need = simt_registers(c, threads)
+    cap = simt_cap(threads, c.min_blocks)
+    if need > cap * (1 + MAX_SQUEEZE):
+        return Rejected(c, "registers", f"registers: ~{need:.0f} per thread for the {c.tm}x{c.tn} tile, but "
+                        f"MIN_BLOCKS={c.min_blocks} caps ptxas at {cap}: it would spill")  # fmt: skip
     static = smem <= arch.static_smem_max
     pad_bytes = c.stages * c.bk * A_PAD_SIMT * 4
-    return {"cfg": cfg, "threads": threads, "regs": min(est, cap(mb)), "smem": smem, "pad": pad_bytes,
+    return {"cfg": c, "threads": threads, "regs": int(min(round(need), cap)), "smem": smem, "pad": pad_bytes,
             "static": smem if static else 0, "dynamic": 0 if static else smem, "wm": 4 * c.tm, "wn": 8 * c.tn}  # fmt: skip
 
 
@@ -127,7 +215,7 @@ def _mma_resources(p: Problem, c: TileConfig) -> dict | Rejected:
     amd = p.vendor == "amd"
     lane = 64 if amd else 32
     threads = c.warps * lane
-    mm, mn = (16, 16) if amd else (16, 8)  # MFMA 16x16xK / mma.sync m16n8k16 output shapes
+    mm, mn = (16, 16) if amd else (16, 8)  # MFMA 16x16xK / mma.sync m16n8kK output shapes
     layouts = [(wm, c.warps // wm) for wm in (1, 2, 4, 8) if c.warps % wm == 0]
     ok = [(c.bm // wm, c.bn // wn) for wm, wn in layouts
           if c.bm % wm == 0 and c.bn % wn == 0 and (c.bm // wm) % mm == 0 and (c.bn // wn) % mn == 0]  # fmt: skip
@@ -198,17 +286,7 @@ def _blocks(p: Problem, fits: list[tuple[TileConfig, dict]]) -> list[tuple[int, 
 
 
 # ---- the score ------------------------------------------------------------------------------------------------
-
-
 def _inner_eff(p: Problem, c: TileConfig, r: dict) -> float:
-    if p.simt:
-        t = r["threads"]
-        # per thread per k: TM*TN FFMA, (TM+TN)/4 LDS.128, its share of the copies, ~8 per k-tile overhead
-        instr = c.tm * c.tn + (c.tm + c.tn) / 4 + (c.bm + c.bn / 4) / t + 8 / c.bk
-        issue = c.warps * instr / 4  # 4 schedulers, one warp instruction each per clock
-        ffma = c.bm * c.bn / 128  # 128 FP32 lanes per SM
-        lds = c.warps * (c.tm + c.tn) / 4 * LDS_CYCLES + (c.bm + c.bn) / 32  # A and B reads + the copies
-        return ffma / max(issue, lds, ffma)
     e, kstep = p.elem, c.bk
     flops_per_clk = p.gpu.peak(p.dtype) * 1e12 / (p.gpu.sms * p.gpu.clock_ghz * 1e9)
     mma = 2 * c.bm * c.bn * kstep / flops_per_clk
@@ -221,7 +299,7 @@ def _dram_bytes(p: Problem, c: TileConfig, slots: int, group: int) -> float:
     gm, gn = math.ceil(p.m / c.bm), math.ceil(p.n / c.bn)
     tiles = gm * gn
     once = (p.m * p.k + p.k * p.n) * e
-    out = p.m * p.n * (4 if p.dtype in ("f32", "tf32") else e)
+    out = p.m * p.n * p.out_elem
     if once <= p.gpu.l2_bytes / 2:
         return once + out
     slots = max(1, min(slots, tiles))
@@ -232,66 +310,155 @@ def _dram_bytes(p: Problem, c: TileConfig, slots: int, group: int) -> float:
     return max(once, math.ceil(tiles / slots) * per_wave) + out
 
 
+USE_MEASURED = True  # bench/tune_h200.py turns it off while it fits the factors (no circularity)
+
+
+def measured_eff(p: Problem, c: TileConfig) -> float:
+    """sgemm: the tile's speed relative to the best on the fitting shapes (a tie-break only; 0.5 if never
+    measured). Tensor-core tiles as Triton runs them (no family contract): measured / roofline-model TFLOP/s of
+    the standard Triton matmul on the H200 for this tile and warps, BK bytes and stages (log-linear fit); a
+    (tile, warps) pair never measured takes the worst factor of each kind and the fit's rms error as a penalty.
+    1.0 elsewhere (AMD, or a family's own tiles)."""
+    if p.vendor != "nvidia" or not USE_MEASURED:
+        return 1.0
+    if p.simt:
+        rel = load_calibration("sgemm_h200.json").get("measured_tiles", {})
+        key = f"{c.bm}x{c.bn}x{c.bk} {c.tm}x{c.tn}"
+        return float(rel.get(f"{key} s{c.stages}", 0.99 * rel.get(key, 0.5)))
+    if p.contract is not None:
+        return 1.0
+    d = load_calibration("triton_h200.json")
+    f = d["factors"]
+
+    def get(kind: str, key: str) -> float:
+        return f[kind].get(key, min(f[kind].values()))
+
+    exact = f["exact"].get(f"{c.bm}x{c.bn}x{c.bk * p.elem}B:{c.stages}:{c.warps}")
+    if exact is not None:  # this very configuration was measured: its mean over the measured shapes
+        return float(math.exp(exact))
+    pair = f"{c.bm}x{c.bn}:{c.warps}"
+    lg = get("tile", f"{c.bm}x{c.bn}") + get("warps", f"{min(c.bm * c.bn, 32768)}:{c.warps}")
+    lg += get("stages_bk", f"{c.bk * p.elem}:{c.stages}")
+    if pair not in d["measured_pairs"]:
+        lg -= d["rms_log_residual"]
+    return float(math.exp(lg))
+
+
 def _score(p: Problem, c: TileConfig, r: dict, b: int, limiter: str, occ: float) -> Scored:
     g = p.gpu
     z = c.split_k
-    # split K: z slices of ceil(K / (BK z)) steps each run as separate blocks and add into C with atomics
     gm, gn, kt = math.ceil(p.m / c.bm), math.ceil(p.n / c.bn), math.ceil(p.k / (c.bk * z))
     tiles = gm * gn * z
     pad_eff = p.m * p.n * p.k / (gm * c.bm * gn * c.bn * kt * c.bk * z)
-    peak_sm = g.peak(p.dtype) * 1e12 / g.sms
-    inner = _inner_eff(p, c, r)
-    w_sat, x = (SIMT_W_SAT, SIMT_X) if p.simt else (MMA_W_SAT, MMA_X)
-    ai_tile = 2 * c.bm * c.bn / ((c.bm + c.bn) * p.elem)  # FLOP per byte moved into shared memory
-    tile_bytes = (c.bm + c.bn) * c.bk * p.elem
-    in_flight = max(c.stages - 1, 0.5) * tile_bytes
-
-    def eff(n: int) -> float:
-        lat = min(1.0, n * c.warps / w_sat) ** x
-        pipe = n * in_flight / MEM_LATENCY_S * ai_tile / (peak_sm * inner * lat)
-        return lat * min(1.0, pipe)
-
-    t_tile = 2 * c.bm * c.bn * kt * c.bk / (peak_sm * inner)
-    busiest = math.ceil(tiles / g.sms)
-    full, rem = divmod(busiest, b)
-    t_sm = full * b * t_tile / eff(b) + (rem * t_tile / eff(rem) if rem else 0.0)
     slots = g.sms * b
     waves = tiles / slots
-    # split K: C is zeroed (or scaled) first and every slice does a read-modify-write of its tile in L2
-    c_extra = 2 * p.m * p.n * 4 * z if z > 1 else 0
+    c_extra = 2 * p.m * p.n * 4 * z if z > 1 else 0  # split K: every slice read-modify-writes C in L2 (fp32)
     c_init = p.m * p.n * 4 if z > 1 else 0
     dram = _dram_bytes(p, c, slots, c.group_m) + c_init
     dram_ug = _dram_bytes(p, c, slots, 1) + c_init
     l2 = tiles * (c.bm + c.bn) * kt * c.bk * p.elem + c_extra
     t_dram, t_l2 = dram / (g.dram_gbps * 1e9), l2 / (g.l2_gbps * 1e9)
-    parts = {"compute": t_sm, "dram": t_dram, "l2": t_l2}
-    bound = max(parts, key=parts.get)
-    # Overlap is imperfect: OVERLAP of the non-binding times shows through (favours high-intensity tiles).
-    t = parts[bound] + OVERLAP * (sum(parts.values()) - parts[bound]) + LAUNCH_S
+    ridge = g.peak(p.dtype) * 1e12 / (g.dram_gbps * 1e9)
+    meff, hint = measured_eff(p, c), ""
+    if p.simt:
+        lanes = 128.0 if g.key == load_calibration("sgemm_h200.json")["gpu_key"] else \
+            g.peak("f32") * 1e12 / (2 * g.sms * g.clock_ghz * 1e9)  # fmt: skip
+        s = simt_time(p.m, p.n, p.k, c, r["threads"], b, g.sms, lanes=lanes)
+        t_sm = s["t_sm"] + s["t_split"]
+        inner = (1 + s["squeeze"] * simt_constants()["squeeze"]) ** -1 / s["icache"]
+        lat_eff = s["latency_eff"]
+        parts = {"compute": t_sm, "dram": t_dram, "l2": t_l2}
+        bound = max(parts, key=parts.get)
+        t = max(s["time"], t_dram, t_l2)
+    else:
+        peak_sm = g.peak(p.dtype) * 1e12 / g.sms
+        inner = _inner_eff(p, c, r)
+        ai_tile = 2 * c.bm * c.bn / ((c.bm + c.bn) * p.elem)
+        in_flight = max(c.stages - 1, 0.5) * (c.bm + c.bn) * c.bk * p.elem
+
+        def eff(nb: int) -> float:
+            lat = min(1.0, nb * c.warps / MMA_W_SAT) ** MMA_X
+            pipe = nb * in_flight / MEM_LATENCY_S * ai_tile / (peak_sm * inner * lat)
+            return lat * min(1.0, pipe)
+
+        t_tile = 2 * c.bm * c.bn * kt * c.bk / (peak_sm * inner * meff)
+        busiest = math.ceil(tiles / g.sms)
+        full, rem = divmod(busiest, b)
+        t_sm = full * b * t_tile / eff(b) + (rem * t_tile / eff(rem) if rem else 0.0)
+        lat_eff = eff(min(b, busiest))
+        parts = {"compute": t_sm, "dram": t_dram, "l2": t_l2}
+        bound = max(parts, key=parts.get)
+        # Overlap is imperfect: OVERLAP of the non-binding times shows through (favours high-intensity tiles).
+        t = (
+            parts[bound]
+            + OVERLAP * (sum(parts.values()) - parts[bound])
+            + LAUNCH_S
+            + (LAUNCH_S if z > 1 else 0)
+        )
+    intensity = p.flops / dram
+    if bound == "compute" and intensity < ridge:
+        bound = "latency"  # the SMs are the limit only because too little work is in flight (below the ridge)
+    if p.vendor == "amd":
+        c, hint = _waves_per_eu(p, c, r, b, bound)
     tflops = p.flops / t / 1e12
     return Scored(
         cfg=c, threads=r["threads"], regs=r["regs"], smem_bytes=r["smem"], smem_pad_bytes=r["pad"],
         blocks_per_sm=b, occupancy=occ, limiter=limiter, tiles=tiles, waves=waves,
-        wave_eff=waves / math.ceil(waves), inner_eff=inner, latency_eff=eff(min(b, busiest)), pad_eff=pad_eff,
-        dram_bytes=dram, dram_bytes_ungrouped=dram_ug, l2_bytes=l2, intensity=p.flops / dram,
-        ridge=g.peak(p.dtype) * 1e12 / (g.dram_gbps * 1e9), bound=bound, time_s=t, tflops=tflops,
-        roofline_frac=tflops / g.peak(p.dtype),
+        wave_eff=waves / math.ceil(waves), inner_eff=inner, latency_eff=lat_eff, pad_eff=pad_eff,
+        dram_bytes=dram, dram_bytes_ungrouped=dram_ug, l2_bytes=l2, intensity=intensity,
+        ridge=ridge, bound=bound, time_s=t, tflops=tflops, roofline_frac=tflops / g.peak(p.dtype),
+        measured_eff=meff, hint=hint,
     )  # fmt: skip
 
 
+def _waves_per_eu(p: Problem, c: TileConfig, r: dict, b: int, bound: str) -> tuple[TileConfig, str]:
+    """AMD's ``waves_per_eu`` hint by the memory/compute-bound rule (ROCm's Triton optimisation guide: memory-
+    bound kernels want 4-8 waves per SIMD to hide latency; compute-bound GEMM tiles keep the VGPRs they need)."""
+    a = AMD_ARCHS[p.arch]
+    achieved = max(1, min(a.max_waves_per_simd, b * c.warps // a.simds))
+    if bound == "compute":
+        why = (f"compute-bound: waves_per_eu={achieved} (the occupancy the {r['regs']} VGPRs allow); a higher "
+               "hint would cap the registers the tile needs")  # fmt: skip
+        return TileConfig(**{**c.__dict__, "waves_per_eu": achieved}), why
+    lds_blocks = a.lds_per_cu // r["smem"] if r["smem"] else a.max_waves_per_simd * a.simds
+    lds_waves = max(1, min(a.max_waves_per_simd, lds_blocks * c.warps // a.simds))
+    want = min(lds_waves, max(4, achieved))
+    cap = "" if want >= 4 else f" (LDS: {r['smem']} B per workgroup allows only {lds_waves})"
+    why = (f"{bound}-bound: waves_per_eu={want}{cap}: more waves per SIMD hide memory latency (ROCm guide: 4-8 for "
+           f"memory-bound kernels); the compiler caps VGPRs at {a.vgprs_per_simd_lane // want} to get there")  # fmt: skip
+    return TileConfig(**{**c.__dict__, "waves_per_eu": want}), why
+
+
 # ---- explanations ----------------------------------------------------------------------------------------------
+def _bound_text(s: Scored) -> str:
+    if s.bound == "compute":
+        return f"compute-bound (intensity {s.intensity:.0f} >= ridge {s.ridge:.0f} FLOP/B)"
+    if s.bound == "latency":
+        return (f"latency-bound (intensity {s.intensity:.0f} < ridge {s.ridge:.0f} FLOP/B, yet too few tiles or "
+                "warps in flight to stream memory at full rate)")  # fmt: skip
+    return f"{s.bound}-bound (intensity {s.intensity:.0f} vs ridge {s.ridge:.0f} FLOP/B)"
 
 
-def explain(s: Scored, top: Scored, p: Problem) -> str:
+def explain(s: Scored, top: Scored, p: Problem, ranked: list[Scored] | None = None) -> str:
     """One short sentence: what limits the best candidate; for rank > 1 what costs it most against #1."""
     c = s.cfg
     unit = "CU" if p.vendor == "amd" else "SM"
-    head = (f"{s.bound}-bound, {s.waves:.2f} waves ({s.wave_eff:.0%} full), {s.blocks_per_sm} blk/{unit} "
-            f"({s.limiter})")  # fmt: skip
-    if s.dram_bytes_ungrouped > 1.05 * s.dram_bytes:
-        head += f", GROUP_SIZE_M={c.group_m} cuts DRAM {s.dram_bytes_ungrouped / s.dram_bytes:.1f}x"
+    head = f"{_bound_text(s)}, {s.waves:.2f} waves ({s.wave_eff:.0%} full), {s.blocks_per_sm} blk/{unit} ({s.limiter})"
+    if c.split_k > 1:
+        head += f", split K {c.split_k} fills the {unit}s"
+    if not p.simt and p.vendor == "nvidia" and p.contract is None:
+        head += (f", Triton measured {s.measured_eff:.2f}x the roofline model for {c.bm}x{c.bn}, BK {c.bk}, "
+                 f"{c.stages} stages, {c.warps} warps")  # fmt: skip
+    if s.hint:
+        head += f"; {s.hint}"
     if s.cfg == top.cfg:
         return "best: " + head
+    gap = s.time_s / top.time_s - 1
+    if abs(gap) < 0.005:
+        why = (
+            "measured faster on the H200" if s.measured_eff < top.measured_eff else "fewer stages / less smem"
+        )
+        return f"ties #1 (within 0.5% predicted); below it by the tie rule ({why} wins)"
     tile = (
         f"{c.tm}x{c.tn} register tile" if c.tm else f"{s.threads // (64 if p.vendor == 'amd' else 32)} warps"
     )
@@ -303,20 +470,21 @@ def explain(s: Scored, top: Scored, p: Problem) -> str:
                     f"({s.blocks_per_sm * c.warps} vs {top.blocks_per_sm * top.cfg.warps} warps/{unit}, "
                     f"{c.stages} vs {top.cfg.stages} stages)"),
         "inner": (top.inner_eff / s.inner_eff, f"inner loop {s.inner_eff:.0%} vs {top.inner_eff:.0%} ({tile})"),
+        "measured": (top.measured_eff / s.measured_eff if not p.simt else 1.0,
+                     f"BK {c.bk} / {c.stages} stages / {c.warps} warps: Triton measured {s.measured_eff:.2f}x the "
+                     f"roofline vs {top.measured_eff:.2f}x for #1"),
         "padding": (top.pad_eff / s.pad_eff, f"{1 - s.pad_eff:.0%} of the computed tiles is padding"),
-        "traffic": (1 + (s.l2_bytes - top.l2_bytes) / max(top.l2_bytes, 1) * 0.1 if s.bound == "compute" else 1.0,
-                    f"{s.l2_bytes / top.l2_bytes:.1f}x the L2->SM traffic of #1 (intensity per tile)"),
-        "memory": (s.time_s / top.time_s if s.bound != "compute" else 1.0,
+        "memory": (s.time_s / top.time_s if s.bound in ("dram", "l2") else 1.0,
                    f"{s.bound}-bound: {s.dram_bytes / 1e9:.2f} GB from DRAM, {s.intensity:.0f} FLOP/B "
                    f"vs ridge {s.ridge:.0f}"),
     }  # fmt: skip
     worst = max(losses.values(), key=lambda t: t[0])
-    gap = s.time_s / top.time_s - 1
-    return f"{gap:+.1%} vs #1: {worst[1] if worst[0] > 1.002 else 'ties within the model'}"
+    return f"{gap:+.1%} vs #1: {worst[1] if worst[0] > 1.002 else 'per-tile overheads (copies, barriers, split K)'}"
 
 
 def spearman(a, b) -> float:
-    """Spearman rank correlation of two equal-length sequences (average ranks for ties)."""
+    """Spearman rank correlation of two equal-length sequences (average ranks for ties); NaN when either side
+    has no spread (``spearman_or_tie`` says why)."""
     x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if len(x) < 2:
         return float("nan")

@@ -139,10 +139,35 @@ def kernel_config(spec: KernelSpec, doc: dict, *, check: bool = True, retarget: 
             raise ContractViolation(f"{k} = {v} but tile.{k} = {params[k]}", key=f"kernel.{k}")
         params[k] = v
     notes: list[str] = []
+    suggested: tuple[str, ...] = ()
+    if not params:  # no tile given: the family's tile model picks one for this problem
+        params, notes = _model_pick(fam, problem, spec.arch)
+        suggested = tuple(params)
     if retarget:
-        params, notes = fam.retarget(params, spec.arch)
+        params, more = fam.retarget(params, spec.arch)
+        notes = [*notes, *more]
     return configure(fam, {**params, **problem}, {}, spec.arch, threads=spec.threads if check else None,
-                     check=check, notes=tuple(notes))  # fmt: skip
+                     check=check, notes=tuple(notes), suggested=suggested)  # fmt: skip
+
+
+def _model_pick(fam: Family, problem: dict, arch: Arch) -> tuple[dict, list[str]]:
+    """The tile model's #1 for the problem (the family's ranker, as `smemtile tiles` ranks), with the reason."""
+    full = {pk.name: problem.get(pk.name, pk.default) for pk in fam.problem_keys}
+    try:
+        ranker = fam.ranker(full, arch.name, None)
+        top = ranker.top(1) if ranker is not None else []
+    except SpecError:
+        top = []
+    if not top:
+        return {}, []
+    best = getattr(ranker, "report", None)
+    why = best.ranked[0].reason if best is not None and getattr(best, "ranked", None) else "the model's #1"
+    pred = f", {best.ranked[0].tflops:.1f} TFLOP/s predicted" if best is not None and best.ranked else ""
+    size = ", ".join(f"{k}={v}" for k, v in full.items() if isinstance(v, int))
+    pick = ", ".join(f"{k}={v}" for k, v in top[0].items())
+    return dict(top[0]), [
+        f"no tile given: the tile model's #1 for {size} ({pick}{pred}; {why}); set tile: to choose another"
+    ]
 
 
 def _user_layouts(doc: dict, fam: Family, cfg: KernelConfig, source: str, *,

@@ -28,9 +28,11 @@
 //      (k-major with stride BM: 8-way bank conflict when PAD = 0 and no swizzle). Holds no registers.
 //   B: chunk c = tid + i * THREADS, k = c / (BN/4), n = (c % (BN/4)) * 4: 16-byte cp.async when B is 16-byte
 //      aligned and ldb % 4 == 0 (checked at run time, uniform per launch), 4-byte copies otherwise.
-//   Whole tiles take an unmasked path (every K tile but a partial last one, A and B 16-byte aligned): A rows
-//   past M are clamped to row M-1 and B chunks past N zero-filled; those values only reach rows >= M or
-//   columns >= N of C, which are never stored. The partial K tile, unaligned A or B and A_VEC = 0 take the
+//   Whole tiles take an unmasked path (every K tile but a partial last one, A_VEC = 1): A rows past M are
+//   clamped to row M-1 and B columns past N zero-filled (16-byte copies) or clamped to column N-1 (4-byte
+//   copies); those values only reach rows >= M or columns >= N of C, which are never stored. With lda or ldb
+//   not a multiple of 4 (odd K or N) the unmasked path reads A as 4-byte loads and copies B with 4-byte
+//   cp.async (the element -> shared mapping of the masked copies). The partial K tile and A_VEC = 0 take the
 //   masked copies (zero-filled edges).
 //
 // Pipeline, sm_80+ (CP_ASYNC): STAGES-deep ring of shared buffers.
@@ -59,11 +61,13 @@
 // MaxDynamicSharedMemorySize) before launching. Launch: grid = (ceil(M/BM) * ceil(N/BN), SPLIT_K),
 // block = (BM/WM) * (BN/WN) * 32 threads.
 //
-// Registers: the default 16x8 thread tile (128 accumulators) needs about 227 registers: MIN_BLOCKS = 1, one block
-// of 8 warps per SM. An 8x8 tile with MIN_BLOCKS = 2 gets 128 per thread (256 threads); its 64 accumulators,
-// fragments and the A_VEC registers fit that exactly for BK = 8, STAGES = 2 on sm_90 (ptxas 13.0), while other
-// stage counts or archs may spill a few values (the family's relax() then falls back to A_VEC = 0, then to
-// MIN_BLOCKS = 1, for whatever the user left at its default).
+// Registers: a 16x8 or 8x16 thread tile (128 accumulators) needs about 230-255 registers: with 4 warps
+// (128x128) MIN_BLOCKS = 2 gives 255 per thread and two independent blocks per SM, so one block's barrier wait is
+// covered by the other's FFMAs (0.94-0.96x cuBLAS on the H200, the fastest measured; the template's default
+// 256x128 block of 8 warps runs 1 block per SM at 0.90-0.91x, bench/results/h200.json). An 8x8 tile with MIN_BLOCKS = 2 gets 128 per thread (256 threads); its 64
+// accumulators, fragments and the A_VEC registers fit that exactly for BK = 8, STAGES = 2 on sm_90 (ptxas
+// 13.0), while other stage counts or archs may spill a few values (the family's relax() then falls back to
+// A_VEC = 0, then to MIN_BLOCKS = 1, for whatever the user left at its default).
 #include "smem_layout.cuh"
 
 namespace smemtile {
@@ -118,7 +122,7 @@ extern "C" __global__ void smemtile_sgemm_splitk_prepare(float* __restrict__ C, 
     }
 }
 
-// Defaults = the family's (smemtile/families/sgemm), the fastest measured on the H200 (bench/NOTES.md).
+// Defaults = the family's (smemtile/families/sgemm); the fastest measured tile is samples/sgemm_default.yaml's.
 template <int BM = 256, int BN = 128, int BK = 8, int TM = 16, int TN = 8, int STAGES = 3, bool CP_ASYNC = true,
           int PAD_A = 4, int SWZ_A_B = 0, int SWZ_A_M = 0, int SWZ_A_S = 0,
           int PAD_B = 0, int SWZ_B_B = 0, int SWZ_B_M = 0, int SWZ_B_S = 0, int GROUP_M = 8, int MIN_BLOCKS = 1,
@@ -327,19 +331,30 @@ sgemm(int M, int N, int K, float alpha, const float* __restrict__ A, int lda, co
             }
         };
 
-        // Unmasked copies (tiles kt < fast_end): every K tile but a partial last one, when A and B are 16-byte
-        // aligned. Edge rows of A are clamped to row M-1 and B chunks past column N are zero-filled or, when
-        // wholly outside, read column 0: those values only reach rows >= M / columns >= N of C, never stored.
+        // Unmasked copies (tiles kt < fast_end): every K tile but a partial last one (A_VEC). Edge rows of A are
+        // clamped to row M-1 and B columns past N are zero-filled (16-byte copies) or clamped to column N-1
+        // (4-byte copies): those values only reach rows >= M / columns >= N of C, which are never stored.
         // The pointers advance one K tile per issue, starting at tile STAGES-1 (the prologue issues 0..STAGES-2).
-        const int fast_end = (A_VEC && a_vec && b_vec) ? K / BK : 0;
+        // A and B 16-byte aligned: float4 loads of A, 16-byte cp.async of B (one basic block per step). Otherwise
+        // (lda or ldb not a multiple of 4, e.g. odd K or N) the same loop with 4-byte loads of A and 4-byte
+        // cp.async of B, still unmasked: the element -> shared mapping is the masked path's.
+        const int fast_end = A_VEC ? K / BK : 0;
         const float* a_next[A_PASSES];
 #pragma unroll
         for (int p = 0; p < A_PASSES; ++p)
             a_next[p] = A + (long long)min(m0 + a_m + a_moff(p), M - 1) * lda + a_k + (STAGES - 1) * BK;
         const int b_left = N - (n0 + b_n);  // columns this thread's chunks keep (same for every j)
         const int b_bytes = b_left >= 4 ? 16 : (b_left > 0 ? b_left * 4 : 0);
-        const float* b_next = B + (long long)(b_k + (STAGES - 1) * BK) * ldb + (b_bytes ? n0 + b_n : 0);
         const long long b_step = (long long)BK * ldb;
+        // 4-byte B copies: element e = tid + i * THREADS is Bs[e / BN][e % BN]; with THREADS % BN == 0 or
+        // BN % THREADS == 0 its column is tid % BN + a compile-time offset, so a thread needs B4_COLS columns.
+        constexpr bool B4_REGULAR = THREADS % BN == 0 || BN % THREADS == 0;
+        constexpr int B4_COLS = BN > THREADS ? BN / THREADS : 1;
+        const float* b_next = b_vec ? B + (long long)(b_k + (STAGES - 1) * BK) * ldb + (b_bytes ? n0 + b_n : 0)
+                                    : B + (long long)((STAGES - 1) * BK + (BN > THREADS ? 0 : tid / BN)) * ldb;
+        int b4_col[B4_COLS];
+#pragma unroll
+        for (int c = 0; c < B4_COLS; ++c) b4_col[c] = min(n0 + tid % BN + c * THREADS, N - 1);
         auto issue_fast = [&](int slot) {
             float* bs = Bs(slot);
 #pragma unroll
@@ -348,6 +363,36 @@ sgemm(int M, int N, int K, float alpha, const float* __restrict__ A, int lda, co
 #pragma unroll
             for (int j = 0; j < B_VEC_PER_THREAD; ++j)
                 smemtile::cp_async_16(bs + LB::offset(b_k + b_koff(j), b_n), b_next + (long long)b_koff(j) * ldb, b_bytes);
+#pragma unroll
+            for (int p = 0; p < A_PASSES; ++p) a_next[p] += BK;
+            b_next += b_step;
+        };
+        auto issue_fast_unaligned = [&](int slot) {
+            float* bs = Bs(slot);
+#pragma unroll
+            for (int i = 0; i < A_ITEMS; ++i) {
+                const float* p = a_next[i % A_PASSES] + a_koff(i);
+                if (a_vec) {
+                    ra[i] = *reinterpret_cast<const float4*>(p);
+                } else {
+                    ra[i] = make_float4(p[0], p[1], p[2], p[3]);
+                }
+            }
+            if (b_vec) {
+#pragma unroll
+                for (int j = 0; j < B_VEC_PER_THREAD; ++j)
+                    smemtile::cp_async_16(bs + LB::offset(b_k + b_koff(j), b_n), b_next + (long long)b_koff(j) * ldb, b_bytes);
+            } else {
+#pragma unroll
+                for (int i = 0; i < B_PER_THREAD; ++i) {
+                    // e = tid + i * THREADS: k = e / BN, column tid % BN + (i * THREADS) % BN (B4_REGULAR)
+                    const int k = BN > THREADS ? (i * THREADS) / BN : tid / BN + (i * THREADS) / BN;
+                    const int c = BN > THREADS ? ((i * THREADS) % BN) / THREADS : 0;
+                    const int n = tid % BN + c * THREADS;
+                    const int krow = BN > THREADS ? k : (i * THREADS) / BN;  // b_next already holds tid / BN
+                    smemtile::cp_async_4(bs + LB::offset(k, n), b_next + (long long)krow * ldb + b4_col[c], 4);
+                }
+            }
 #pragma unroll
             for (int p = 0; p < A_PASSES; ++p) a_next[p] += BK;
             b_next += b_step;
@@ -364,15 +409,28 @@ sgemm(int M, int N, int K, float alpha, const float* __restrict__ A, int lda, co
         }
         int read_slot = 0, write_slot = STAGES - 1;
         int kt = 0;
-        for (; kt + STAGES - 1 < fast_end; ++kt) {  // steady state: unmasked, a tile issued every step
-            smemtile::cp_async_wait<STAGES - 2>();  // tile kt (this thread's copies) has landed
-            __syncthreads();                        // all copies landed; slot write_slot no longer read
-            issue_fast(write_slot);
-            smemtile::cp_async_commit();
-            compute(As(read_slot), Bs(read_slot));
-            store_a(As(write_slot));  // read from step kt + STAGES - 1 on, after later barriers
-            read_slot = (read_slot + 1 == STAGES) ? 0 : read_slot + 1;
-            write_slot = (write_slot + 1 == STAGES) ? 0 : write_slot + 1;
+        if (a_vec && b_vec) {
+            for (; kt + STAGES - 1 < fast_end; ++kt) {  // steady state: unmasked, a tile issued every step
+                smemtile::cp_async_wait<STAGES - 2>();  // tile kt (this thread's copies) has landed
+                __syncthreads();                        // all copies landed; slot write_slot no longer read
+                issue_fast(write_slot);
+                smemtile::cp_async_commit();
+                compute(As(read_slot), Bs(read_slot));
+                store_a(As(write_slot));  // read from step kt + STAGES - 1 on, after later barriers
+                read_slot = (read_slot + 1 == STAGES) ? 0 : read_slot + 1;
+                write_slot = (write_slot + 1 == STAGES) ? 0 : write_slot + 1;
+            }
+        } else if (B4_REGULAR || b_vec) {
+            for (; kt + STAGES - 1 < fast_end; ++kt) {  // the same, with 4-byte accesses where unaligned
+                smemtile::cp_async_wait<STAGES - 2>();
+                __syncthreads();
+                issue_fast_unaligned(write_slot);
+                smemtile::cp_async_commit();
+                compute(As(read_slot), Bs(read_slot));
+                store_a(As(write_slot));
+                read_slot = (read_slot + 1 == STAGES) ? 0 : read_slot + 1;
+                write_slot = (write_slot + 1 == STAGES) ? 0 : write_slot + 1;
+            }
         }
         for (; kt < k_tiles; ++kt) {  // the rest: masked copies (partial K tile, unaligned A or B), drain
             smemtile::cp_async_wait<STAGES - 2>();  // tile kt (this thread's copies) has landed
