@@ -108,9 +108,11 @@ def simt_time(m: int, n: int, k: int, c: TileConfig, threads: int, b: int, sms: 
     kt = math.ceil(k / (c.bk * z))
     tiles = gm * gn * z
     a_items, b_items = c.bm * c.bk / 4 / threads, c.bk * c.bn / 4 / threads
-    instr = c.bk * (c.tm * c.tn + q["alpha"] * (c.tm + c.tn) / 4) + q["beta"] * 5 * a_items + q["beta_b"] * b_items \
-        + q["gamma"]  # per warp per K tile  # fmt: skip
-    wavefronts = w * c.bk * (c.tm + c.tn) / 4 * 2 + 4 * a_items * threads / 32 + b_items * threads / 32 * 4
+    # unaligned lda / ldb (K or N not a multiple of 4): A is loaded and B copied 4 bytes at a time (4x the copies)
+    a_loads, b_copies = a_items * (4 if k % 4 else 1), b_items * (4 if n % 4 else 1)
+    instr = c.bk * (c.tm * c.tn + q["alpha"] * (c.tm + c.tn) / 4) + q["beta"] * (a_loads + 4 * a_items) \
+        + q["beta_b"] * b_copies + q["gamma"]  # per warp per K tile  # fmt: skip
+    wavefronts = w * c.bk * (c.tm + c.tn) / 4 * 2 + 4 * a_items * threads / 32 + b_copies * threads / 32 * 4
     ilp = c.tm * c.tn / 16
     eff = q["class_eff"].get(str(c.tm * c.tn), 1.0)
     body_kb = c.bk * (c.tm * c.tn + (c.tm + c.tn) / 4 + 5 * a_items / c.bk) * 16 / 1024
@@ -129,6 +131,10 @@ def simt_time(m: int, n: int, k: int, c: TileConfig, threads: int, b: int, sms: 
     need = simt_registers(c, threads, q)
     squeeze = max(0.0, need - simt_cap(threads, c.min_blocks)) / need
     t_sm *= 1 + q["squeeze"] * squeeze
+    if (
+        k % 4 or n % 4
+    ):  # lda or ldb not a multiple of 4: 4-byte copies of A and/or B (the kernel's unaligned path)
+        t_sm *= 1 + q.get("unaligned", 0.0)
     t_split = m * n * 4 * z * 2 / (q["atom_gbps"] * 1e9) + LAUNCH_S if z > 1 else 0.0
     # the fitted per-tile correction (tiles measured on the fitting shapes); others carry the fit's p90 error
     bias = q.get("tile_bias", {}).get(f"{c.bm}x{c.bn}x{c.bk} {c.tm}x{c.tn}")
