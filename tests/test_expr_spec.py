@@ -92,7 +92,10 @@ MINIMAL = (
             MINIMAL.replace("op: load", "op: lod"),
             "unknown op 'lod'; allowed: load, store, ldmatrix, stmatrix, cp.async",
         ),
-        (MINIMAL.replace("row: lane", "row: lane + 1"), "row = 32 is outside S [32, 32] at lane 31"),
+        (
+            MINIMAL.replace("row: lane", "row: lane + 1"),
+            "accesses.a: lane 31 has row = 32, outside S [32, 32]; allowed 0..31 (access a of buffer S, warp 0)",
+        ),
         (MINIMAL.replace("row: lane", "row: lanes"), "unknown name 'lanes'"),
         (MINIMAL.replace("op: load", "op: load, width: 3"), "width 3 is not valid for load"),
         (MINIMAL + "threads: 2048\n", "out of range"),

@@ -1,8 +1,12 @@
-"""`smemtile analyze SPEC`: bank tables, conflict degree, verified fixes, declarations, occupancy."""
+"""`smemtile analyze SPEC`: the seven parts of the answer, then the review checklist."""
 
 from __future__ import annotations
 
+import json
+import secrets
+import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -15,18 +19,24 @@ from smemtile.fileio import printable
 @click.argument("spec", type=click.Path(dir_okay=False, path_type=Path))
 @json_option
 @click.option(
-    "--brief", is_flag=True, help="One line per access and the fix table; no lane tables or diagrams."
+    "--brief",
+    is_flag=True,
+    help="The seven headings with a few lines each: no lane tables, diagrams or code.",
 )
 @click.option(
     "--all-instructions",
     is_flag=True,
-    help="With --json: the lane detail of every instruction, not only the worst one of each access.",
+    help="With --json: the lane detail of every distinct instruction (streamed; at most 4096 in all), not only "
+    "the worst one of each access.",
 )
 @click.option(
     "--regs",
     type=click.IntRange(1, 255),
-    help="Registers per thread for the occupancy section "
-    "(default: the spec's regs, else 64, stated as an assumption).",
+    help="Registers per thread for the occupancy parts (default: ptxas' count for a kernel spec, else the "
+    "spec's regs, else 64, stated as an assumption).",
+)
+@click.option(
+    "--no-compile", is_flag=True, help="Kernel specs: do not compile with NVRTC (registers are then assumed)."
 )
 @click.option(
     "--export",
@@ -34,15 +44,17 @@ from smemtile.fileio import printable
     type=click.Path(dir_okay=False, path_type=Path),
     help="Also save the report as FILE.svg or FILE.html.",
 )
-def command(
-    spec: Path, as_json: bool, brief: bool, all_instructions: bool, regs: int | None, export: Path | None
-) -> None:
-    """Show how the hardware serves each shared-memory access of SPEC, and the cheapest fix.
+def command(spec: Path, as_json: bool, brief: bool, all_instructions: bool, regs: int | None, no_compile: bool,
+            export: Path | None) -> None:  # fmt: skip
+    """Show how the hardware serves each shared-memory access of SPEC, the fix, and what it costs.
 
-    For every access (every warp, every loop value) it prints the wavefronts per instruction exactly as
-    Nsight Compute counts them, the lane -> address -> bank table of the worst instruction, then padding
-    and swizzle fixes verified by the same model, the __shared__ declarations, a bank diagram, a
-    before/after diff and the occupancy of the block.
+    Seven parts, in order: (1) the bank analysis of every access (every warp, every loop value) with the
+    calculation: wavefronts per instruction exactly as Nsight Compute counts them and the lane -> address ->
+    bank table of the worst one; (2) the padding and swizzle fixes, each re-run through the bank model, with
+    its cost in bytes and blocks per SM and a warning when it makes another access worse; (3) the exact
+    declarations (extern __shared__ and cudaFuncSetAttribute above 48 KiB) and a bank diagram; (4) the tile
+    size against the tile model for the spec's problem, registers and occupancy; (5) the cp.async stage loop
+    for specs with stages or cp.async; (6) occupancy; (7) before/after. Then the review checklist.
 
     \b
     Examples:
@@ -57,15 +69,54 @@ def command(
 
     if export is not None and export.suffix.lower() not in (".svg", ".html"):
         raise SpecError(f"takes a .svg or .html file name, got {printable(export.name)!r}", key="--export")
-    rep = analyze(load(spec), regs=regs)
-    if as_json:
-        emit_json(rep.to_dict(all_details=all_instructions))
+    rep = analyze(load(spec), regs=regs, compile=not no_compile)
+    if as_json and all_instructions:
+        stream_json(rep)
+    elif as_json:
+        emit_json(rep.to_dict())
     else:
         from smemtile.report.text import make_console
 
         render(make_console(), rep, brief=brief)
     if export is not None:
         _export(rep, brief, export, spec)
+
+
+def _default(o: Any) -> Any:
+    if hasattr(o, "to_dict"):
+        return o.to_dict()
+    if hasattr(o, "tolist"):
+        return o.tolist()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def stream_json(rep, out=None) -> None:
+    """``--json --all-instructions``: the report with every access's ``details`` written one instruction at a
+    time (compact, one per line), so memory stays bounded; at most ``DETAIL_BUDGET`` distinct instructions in
+    all, and each access says how many it has, how many are detailed and how many were left out."""
+    from smemtile.report.banks import DETAIL_BUDGET, details_summary, iter_details
+
+    out = out or sys.stdout
+    doc = rep.to_dict()
+    token = f"@details-{secrets.token_hex(8)}-"
+    left = DETAIL_BUDGET
+    plan = []
+    for k, (a, r) in enumerate(zip(doc["accesses"], rep.results, strict=True)):
+        a["details_summary"] = {**details_summary(r, left), "budget": DETAIL_BUDGET}
+        a["details"] = f"{token}{k}"
+        n = a["details_summary"]["detailed"]
+        plan.append((r, n))
+        left -= n
+    text = json.dumps(doc, indent=2, default=_default)
+    for k, (r, n) in enumerate(plan):
+        head, _, text = text.partition(json.dumps(f"{token}{k}"))
+        out.write(head)
+        out.write("[")
+        for j, item in enumerate(iter_details(r, n)):
+            out.write(("," if j else "") + "\n" + json.dumps(item, separators=(",", ":")))
+        out.write("\n]")
+    out.write(text)
+    out.write("\n")
 
 
 def _export(rep, brief: bool, path: Path, spec: Path) -> None:

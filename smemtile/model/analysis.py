@@ -6,12 +6,14 @@ One instruction = one warp x one combination of the loop variables in ``over``. 
 
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from smemtile.errors import SpecError
+from smemtile.fileio import printable
 from smemtile.model.banks import BankResult, analyze_addresses
 from smemtile.model.layout import Layout
 from smemtile.model.spec import Access, Buffer, KernelSpec
@@ -25,8 +27,34 @@ class AccessResult:
     bank: BankResult
     warp: np.ndarray = field(repr=False)  # [I] warp index of each instruction
     loop_values: tuple[dict, ...] = field(repr=False)  # [I] loop variable values
-    rows: np.ndarray | None = field(default=None, repr=False)  # [I, 32] logical row (2-D buffers)
+    # [I, 32] logical row (2-D buffers; a 3-D buffer's row counted across stages: stage * rows + row, so that
+    # Layout.offset(rows, cols) is the element offset for any layout)
+    rows: np.ndarray | None = field(default=None, repr=False)
     cols: np.ndarray | None = field(default=None, repr=False)  # [I, 32] logical col (or 1-D index)
+    stages: np.ndarray | None = field(default=None, repr=False)  # [I, 32] stage of a 3-D buffer
+
+    @functools.cached_property
+    def distinct(self) -> tuple[np.ndarray, np.ndarray]:
+        """(first, inverse): the index of one instruction per distinct (coordinates or addresses, active lanes,
+        sources) and, per instruction, which of those it repeats. Identical instructions have identical
+        wavefronts under every layout, so the fix search models each distinct one once."""
+        coords = [x for x in (self.rows, self.cols) if x is not None] or [self.bank.addresses]
+        key = np.concatenate([*coords, self.bank.active.astype(np.int64)]
+                             + ([self.bank.sources] if self.bank.sources is not None else []), axis=1)  # fmt: skip
+        key = np.ascontiguousarray(key)
+        # one 64-bit hash per instruction sorts fast; rows that share a hash are compared exactly below
+        h = key @ np.random.default_rng(0).integers(1, 1 << 20, key.shape[1], dtype=np.int64)
+        _, first, inv = np.unique(h, return_index=True, return_inverse=True)
+        inv = inv.reshape(-1)
+        if not (key[first][inv] == key).all():  # a hash collision: fall back to the exact (slower) unique
+            _, first, inv = np.unique(key, axis=0, return_index=True, return_inverse=True)
+            inv = inv.reshape(-1)
+        return first, inv
+
+    @property
+    def where(self) -> str:
+        """How errors and reports name this access: the access and its buffer."""
+        return f"access {self.access.name} of buffer {self.buffer.name}"
 
     @property
     def worst(self) -> int:
@@ -75,13 +103,15 @@ def _full(v, n: int) -> np.ndarray:
 
 
 def analyze_access(spec: KernelSpec, access: Access, layout: Layout | None = None) -> AccessResult:
-    """Addresses and wavefronts of every instruction of ``access`` (with an optional layout override)."""
+    """Addresses and wavefronts of every instruction of ``access`` (with an optional layout override).
+
+    Every error names the access, its buffer, the lane and the instruction (warp and loop values)."""
     buf = spec.buffer(access.buffer)
     lay = layout if layout is not None else buf.layout
     env, warp, loops = instruction_env(spec, access)
     n = warp.shape[0]
-    where = f"accesses.{access.name}"
-    rows = cols = None
+    fail = _Failure(spec, access, buf)
+    rows = cols = stages = None
     # elements one lane's access covers (an ldmatrix/stmatrix lane supplies a 16-byte row address)
     elems = (16 if access.op in ("ldmatrix", "stmatrix") else access.width) // buf.elem_bytes
     active = None
@@ -90,8 +120,8 @@ def analyze_access(spec: KernelSpec, access: Access, layout: Layout | None = Non
         keep = active.any(axis=1)  # an instruction no lane takes part in moves nothing: left out
         if not keep.any():
             raise SpecError(
-                "no lane is active in any instruction ('active' is 0 everywhere)",
-                key=where,
+                f"no lane is active in any instruction ('active' is 0 everywhere) in {fail.what}",
+                key=fail.key,
                 source=spec.source,
             )
         if not keep.all():
@@ -102,6 +132,7 @@ def analyze_access(spec: KernelSpec, access: Access, layout: Layout | None = Non
             warp = warp[keep]
             loops = tuple(lp for lp, k in zip(loops, keep, strict=True) if k)
             active, n = active[keep], int(keep.sum())
+    fail.warp, fail.loops = warp, loops
     if access.addresses is not None:
         addr = _full(np.asarray(access.addresses), n)
     elif access.address is not None:
@@ -109,73 +140,94 @@ def analyze_access(spec: KernelSpec, access: Access, layout: Layout | None = Non
     else:
         if access.index is not None:
             cols = _full(access.index(env), n)
-            limit = buf.shape[0]
-            _bounds(cols, 0, limit - elems + 1, "index", where, buf, warp, loops, spec.source, active)
+            fail.bounds(cols, 0, buf.shape[0] - elems + 1, "index", active)
             off = lay.swizzle(cols) if lay.swizzle is not None else cols
         else:
             rows = _full(access.row(env), n)
             cols = _full(access.col(env), n)
-            _bounds(rows, 0, buf.shape[0], "row", where, buf, warp, loops, spec.source, active)
-            _bounds(cols, 0, buf.shape[1] - elems + 1, "col", where, buf, warp, loops, spec.source, active)
+            fail.bounds(rows, 0, buf.rows, "row", active)
+            fail.bounds(cols, 0, buf.cols - elems + 1, "col", active)
+            if access.stage is not None:  # 3-D [stage, row, col]: rows counted across the stages
+                stages = _full(access.stage(env), n)
+                fail.bounds(stages, 0, buf.shape[0], "stage", active)
             if active is not None:  # idle lanes' coordinates are never used
                 rows, cols = np.where(active, rows, 0), np.where(active, cols, 0)
-            if elems > 1 and ((cols % elems) != 0).any():
-                i, lane = (int(x) for x in np.argwhere(cols % elems != 0)[0])
-                raise SpecError(
-                    f"col {int(cols[i, lane])} at lane {lane} is not a multiple of {elems}: a "
-                    f"{access.width}-byte access of {buf.dtype} needs aligned vectors",
-                    key=where,
-                    source=spec.source,
-                )
-            off = lay.offset(rows, cols, buf.shape[1])
+                stages = None if stages is None else np.where(active, stages, 0)
+            if stages is not None:
+                rows = stages * buf.rows + rows
+            if elems > 1:
+                bad = (cols % elems) != 0
+                if bad.any():
+                    i, lane = (int(x) for x in np.argwhere(bad)[0])
+                    raise fail(
+                        f"has col {int(cols[i, lane])}, not a multiple of {elems}: a {access.width}-byte access "
+                        f"of {buf.dtype} needs aligned vectors",
+                        i,
+                        lane,
+                    )
+            off = lay.offset(rows, cols, buf.cols)
         addr = off * buf.elem_bytes
     if active is not None:
         addr = np.where(active, addr, 0)
-    total = buf.bytes(lay) // buf.stages
+    total = buf.bytes(lay) // buf.stages  # accesses address the first stage of a buffer with `stages:`
     span = elems * buf.elem_bytes  # bytes one lane touches
     bad = (addr < 0) | (addr + span > total)
     if bad.any():
         i, lane = (int(x) for x in np.argwhere(bad)[0])
-        raise SpecError(
-            f"byte offset {int(addr[i, lane])} at lane {lane} ({span} bytes) is outside {buf.name} "
-            f"(0..{total - 1}, {total} bytes)",
-            key=where,
-            source=spec.source,
-        )
-    src = None
-    if access.source is not None:
-        src = _full(access.source(env), n) * buf.elem_bytes
-    try:
-        bank = analyze_addresses(addr, access.op, access.width, access.matrices, sources=src, active=active)
-    except SpecError as e:
-        raise SpecError(str(e).split(": ", 1)[-1], key=where, source=spec.source) from None
-    return AccessResult(access, buf, lay, bank, warp, loops, rows, cols)
-
-
-def _bounds(
-    v: np.ndarray,
-    lo: int,
-    hi: int,
-    what: str,
-    where: str,
-    buf: Buffer,
-    warp,
-    loops,
-    source: str,
-    active: np.ndarray | None = None,
-) -> None:
-    bad = (v < lo) | (v >= hi)
+        raise fail(f"byte offset {int(addr[i, lane])} ({span} bytes) is outside 0..{total - 1} ({total} bytes)", i,
+                   lane)  # fmt: skip
+    align = 16 if access.op in ("ldmatrix", "stmatrix") else access.width
+    bad = addr % align != 0
     if active is not None:
         bad &= active
     if bad.any():
         i, lane = (int(x) for x in np.argwhere(bad)[0])
-        ctx = ", ".join([f"warp {int(warp[i])}"] + [f"{k}={x}" for k, x in loops[i].items()])
+        raise fail(f"address {int(addr[i, lane])} is not aligned to {align} bytes: a misaligned {access.op} "
+                   "faults", i, lane)  # fmt: skip
+    src = None
+    if access.source is not None:
+        src = _full(access.source(env), n) * buf.elem_bytes
+        bad = src % access.width != 0
+        if active is not None:
+            bad &= active
+        if bad.any():
+            i, lane = (int(x) for x in np.argwhere(bad)[0])
+            raise fail(f"source {int(src[i, lane])} is not aligned to {access.width} bytes (cp.async needs aligned "
+                       "sources)", i, lane)  # fmt: skip
+    try:
+        bank = analyze_addresses(addr, access.op, access.width, access.matrices, sources=src, active=active)
+    except SpecError as e:
         raise SpecError(
-            f"{what} = {int(v[i, lane])} is outside {buf.name} {list(buf.shape)} at lane {lane} "
-            f"({ctx}); allowed {lo}..{hi - 1}",
-            key=where,
-            source=source,
-        )
+            f"{str(e).split(': ', 1)[-1]} in {fail.what}", key=fail.key, source=spec.source
+        ) from None
+    return AccessResult(access, buf, lay, bank, warp, loops, rows, cols, stages)
+
+
+class _Failure:
+    """Errors of one access, naming the access, its buffer, the lane and the instruction."""
+
+    def __init__(self, spec: KernelSpec, access: Access, buf: Buffer):
+        self.source = spec.source
+        self.key = f"accesses.{printable(access.name)}"
+        self.what = f"access {printable(access.name)} of buffer {printable(buf.name)}"
+        self.shape = f"{printable(buf.name)} {list(buf.shape)}"
+        self.warp: np.ndarray | None = None
+        self.loops: tuple = ()
+
+    def __call__(self, message: str, i: int, lane: int) -> SpecError:
+        """``message`` about lane ``lane`` of instruction ``i``, e.g. "address 8 is not aligned to 16 bytes"."""
+        ctx = ", ".join([f"warp {int(self.warp[i])}"] + [f"{k}={x}" for k, x in self.loops[i].items()])
+        return SpecError(f"lane {lane} {message} ({self.what}, {ctx})", key=self.key, source=self.source)
+
+    def bounds(self, v: np.ndarray, lo: int, hi: int, what: str, active: np.ndarray | None) -> None:
+        bad = (v < lo) | (v >= hi)
+        if active is not None:
+            bad &= active
+        if bad.any():
+            i, lane = (int(x) for x in np.argwhere(bad)[0])
+            raise self(
+                f"has {what} = {int(v[i, lane])}, outside {self.shape}; allowed {lo}..{hi - 1}", i, lane
+            )
 
 
 def analyze_spec(spec: KernelSpec, layouts: dict[str, Layout] | None = None) -> tuple[AccessResult, ...]:

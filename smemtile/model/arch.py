@@ -111,7 +111,7 @@ class Arch:
         if self.cc < need or (suffix and (self.cc != need or self.suffix != suffix)):
             first = f"sm_{need[0]}{need[1]}{suffix}"
             only = f"{first} (that architecture-specific target only)" if suffix else f"{first} or later"
-            return f"{what} needs {only}; {self.name} does not have it"
+            return f"{what} needs {only}; the target is {self.name}"
         return None
 
     @property

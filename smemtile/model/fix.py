@@ -106,14 +106,17 @@ class FixReport:
 def _relayout(ar: AccessResult, lay: Layout) -> np.ndarray:
     """Wavefronts per instruction of ``ar`` under another layout (coordinates reused, not re-evaluated)."""
     buf = ar.buffer
+    # identical instructions (warps that repeat a pattern) are modelled once (AccessResult.distinct): the
+    # cp.async schedule runs per instruction, thousands of times per candidate for a 1024-thread spec otherwise
+    first, inv = ar.distinct
     if ar.rows is not None:
-        off = lay.offset(ar.rows, ar.cols, buf.cols)
+        off = lay.offset(ar.rows[first], ar.cols[first], buf.cols)
     else:
-        off = lay.swizzle(ar.cols) if lay.swizzle is not None else ar.cols
-    r = analyze_addresses(
-        off * buf.elem_bytes, ar.access.op, ar.access.width, ar.access.matrices, sources=ar.bank.sources
-    )
-    return r.wavefronts, r.ideal_wavefronts
+        off = lay.swizzle(ar.cols[first]) if lay.swizzle is not None else ar.cols[first]
+    src = None if ar.bank.sources is None else ar.bank.sources[first]
+    r = analyze_addresses(off * buf.elem_bytes, ar.access.op, ar.access.width, ar.access.matrices,
+                          sources=src, active=ar.bank.active[first])  # fmt: skip
+    return r.wavefronts[inv], r.ideal_wavefronts[inv]
 
 
 Variant = Callable[[str, Layout], "list[AccessResult] | None"]

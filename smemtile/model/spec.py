@@ -11,10 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
 from smemtile.errors import SpecError
-from smemtile.model.arch import Arch, get_arch
+from smemtile.fileio import printable, read_text
+from smemtile.model.arch import DTYPE_FEATURES, FEATURES, Arch, get_arch
 from smemtile.model.banks import WIDTHS, check_access
 from smemtile.model.expr import Expr, evaluate, parse_expr
 from smemtile.model.layout import Layout, Swizzle
@@ -48,6 +50,7 @@ TOP_KEYS = (
     "buffers",
     "accesses",
     "regs",
+    "problem",
 )
 BUFFER_KEYS = ("name", "dtype", "shape", "layout", "stages", "note")
 LAYOUT_KEYS = ("pad", "swizzle", "tma_swizzle", "base", "global_stride", "wgmma_swizzle")
@@ -60,6 +63,7 @@ ACCESS_KEYS = (
     "row",
     "col",
     "index",
+    "stage",
     "address",
     "addresses",
     "source",
@@ -73,7 +77,16 @@ ACCESS_KEYS = (
 )
 ROLES = ("copy", "inner", "epilogue", "other")  # where an access runs: tile copy, inner loop, epilogue
 BUILTIN_VARS = ("lane", "warp", "tid")
-MAX_INSTRUCTIONS = 1 << 16
+MAX_INSTRUCTIONS = 1 << 16  # per access and in all (warps x loop values): bounds analyze's time and memory
+MAX_BUFFERS = 64
+MAX_ACCESSES = 256
+DEFAULT_THREADS = 32  # without ``threads:`` one warp is analysed, and the report says so
+PROBLEM_KEYS = (
+    "M",
+    "N",
+    "K",
+    "dtype",
+)  # ``problem:`` of a spec without ``kernel:``: a GEMM C[M,N] = A[M,K] B[K,N]
 
 
 @dataclass(frozen=True)
@@ -91,6 +104,21 @@ class Buffer:
     @property
     def cols(self) -> int:
         return self.shape[-1]
+
+    @property
+    def rows(self) -> int:
+        """Rows of one stage (1 for a 1-D buffer)."""
+        return self.shape[-2] if len(self.shape) >= 2 else 1
+
+    @property
+    def stage_count(self) -> int:
+        """Copies of the tile: the first dimension of a 3-D shape [stage, row, col], else ``stages``."""
+        return self.shape[0] if len(self.shape) == 3 else self.stages
+
+    @property
+    def stage_bytes(self) -> int:
+        """Bytes of one stage with the buffer's layout (padding included)."""
+        return self.bytes() // self.stage_count
 
     def bytes(self, layout: Layout | None = None) -> int:
         """Bytes of all stages with ``layout`` (default: the buffer's own)."""
@@ -125,6 +153,7 @@ class Access:
     row: Expr | None = None
     col: Expr | None = None
     index: Expr | None = None  # 1-D buffers: element index
+    stage: Expr | None = None  # 3-D buffers [stage, row, col]: which stage (with row and col)
     address: Expr | None = None  # raw: byte offset expression
     addresses: tuple[int, ...] | None = None  # raw: 32 byte offsets
     over: tuple[tuple[str, tuple[int, ...]], ...] = ()  # loop variable -> its values
@@ -144,7 +173,7 @@ class Access:
 
     def to_dict(self) -> dict:
         d: dict[str, Any] = {"name": self.name, "buffer": self.buffer, "op": self.op, "width": self.width}
-        for k in ("row", "col", "index", "address", "source", "active"):
+        for k in ("stage", "row", "col", "index", "address", "source", "active"):
             v = getattr(self, k)
             if v is not None:
                 d[k] = v.text
@@ -197,10 +226,16 @@ class KernelSpec:
     tile: dict = field(
         default_factory=dict
     )  # the `tile:` section as written (a kernel's template parameters)
+    problem: dict = field(default_factory=dict)  # the `problem:` section (M, N, K, dtype), if any
 
     @property
     def warps(self) -> int:
         return (self.threads + 31) // 32 if self.threads else 1
+
+    @property
+    def block_threads(self) -> int:
+        """Threads per block: ``threads:``, or the stated default of one warp (``DEFAULT_THREADS``)."""
+        return self.threads or DEFAULT_THREADS
 
     def buffer(self, name: str) -> Buffer:
         return next(b for b in self.buffers if b.name == name)
@@ -219,6 +254,7 @@ class KernelSpec:
             "constants": dict(self.constants),
             "stages": self.stages,
             "kernel": {"family": self.kernel.family, **self.kernel.params} if self.kernel else None,
+            "problem": dict(self.problem) or None,
             "buffers": [b.to_dict() for b in self.buffers],
             "accesses": [a.to_dict() for a in self.accesses],
         }
@@ -247,6 +283,8 @@ class KernelSpec:
             doc["regs"] = self.regs
         if self.kernel is not None:
             doc["kernel"] = {"family": self.kernel.family, **self.kernel.params}
+        if self.problem:
+            doc["problem"] = dict(self.problem)
         if self.buffers:
             doc["buffers"] = [b.to_doc() for b in self.buffers]
         if self.accesses:
@@ -273,15 +311,8 @@ def _int(value, env: dict, key: str, source: str, lo: int | None = None, hi: int
 
 
 def load_spec(path: str | Path) -> KernelSpec:
-    """Read and validate a YAML spec file."""
-    p = Path(path)
-    if not p.is_file():
-        raise SpecError("no such spec file" if not p.exists() else "not a file", source=str(path))
-    try:
-        text = p.read_text()
-    except (OSError, UnicodeDecodeError) as e:
-        raise SpecError(f"cannot read: {e}", source=str(path)) from None
-    return parse_spec(text, source=str(path))
+    """Read (``smemtile.fileio.read_text``: a regular file of at most 1 MiB, strict UTF-8) and validate a spec."""
+    return parse_spec(read_text(path, what="spec"), source=printable(path))
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -401,6 +432,10 @@ def spec_from_dict(doc: dict, source: str = "<spec>") -> KernelSpec:
         raw_bufs = []  # a kernel spec may leave its buffers to the family (smemtile.pipeline fills them in)
     elif not isinstance(raw_bufs, list) or not raw_bufs:
         raise SpecError("must be a non-empty list of buffers", key="buffers", source=source)
+    if len(raw_bufs) > MAX_BUFFERS:
+        raise SpecError(
+            f"{len(raw_bufs)} buffers; a spec has at most {MAX_BUFFERS}", key="buffers", source=source
+        )
     buffers = []
     for i, b in enumerate(raw_bufs):
         buffers.append(_buffer(b, i, env, source))
@@ -413,12 +448,22 @@ def spec_from_dict(doc: dict, source: str = "<spec>") -> KernelSpec:
         raw_acc = []  # the family's own accesses are used (smemtile.pipeline)
     elif not isinstance(raw_acc, list) or not raw_acc:
         raise SpecError("must be a non-empty list of accesses", key="accesses", source=source)
+    if len(raw_acc) > MAX_ACCESSES:
+        raise SpecError(
+            f"{len(raw_acc)} accesses; a spec has at most {MAX_ACCESSES}", key="accesses", source=source
+        )
     accesses = [
         _access(a, i, env, {b.name: b for b in buffers}, threads, source) for i, a in enumerate(raw_acc)
     ]
     anames = [a.name for a in accesses]
     if len(set(anames)) != len(anames):
         raise SpecError(f"duplicate access names in {anames}", key="accesses", source=source)
+    total = sum(instructions(a, threads) for a in accesses)
+    if total > MAX_INSTRUCTIONS:
+        raise SpecError(f"{total} instructions to analyse in all; at most {MAX_INSTRUCTIONS} per spec (narrow 'over' "
+                        "or 'warps')", key="accesses", source=source)  # fmt: skip
+    problem = _problem(doc, env, kernel, buffers, source)
+    _check_arch(arch, buffers, accesses, problem, source)
     return KernelSpec(
         source=source,
         arch=arch,
@@ -432,7 +477,70 @@ def spec_from_dict(doc: dict, source: str = "<spec>") -> KernelSpec:
         name=_text(doc, "name", source),
         description=_text(doc, "description", source),
         tile=tile,
+        problem=problem,
     )
+
+
+def _problem(doc: dict, env: dict, kernel: KernelInfo | None, buffers: list[Buffer], source: str) -> dict:
+    """``problem: {M, N, K, dtype}``: the GEMM the spec's tile serves (``analyze`` ranks tiles for it)."""
+    raw = doc.get("problem")
+    if raw is None:
+        return {}
+    if kernel is not None:
+        raise SpecError("a kernel spec gives its problem in kernel: (e.g. kernel: {family: sgemm, M: 4096, ...})",
+                        key="problem", source=source)  # fmt: skip
+    if not isinstance(raw, dict):
+        raise SpecError("must be a mapping {M: .., N: .., K: .., dtype: ..} (a GEMM C[M,N] = A[M,K] B[K,N])",
+                        key="problem", source=source)  # fmt: skip
+    _unknown(raw, PROBLEM_KEYS, "problem", source)
+    out: dict[str, Any] = {}
+    for k in ("M", "N", "K"):
+        if k not in raw:
+            raise SpecError(
+                f"missing key {k!r} (a GEMM C[M,N] = A[M,K] B[K,N])", key="problem", source=source
+            )
+        out[k] = _int(raw[k], env, f"problem.{k}", source, 1, 2**31 - 1)
+    from smemtile.model.tiling import DTYPE_BYTES  # the dtypes the tile model ranks
+
+    default = next((b.dtype for b in buffers if b.dtype in DTYPE_BYTES), "f32")
+    dtype = raw.get("dtype", default)
+    if not isinstance(dtype, str) or dtype not in DTYPE_BYTES:
+        raise SpecError(f"unknown dtype {printable(dtype)!r}; allowed: {', '.join(DTYPE_BYTES)}",
+                        key="problem.dtype", source=source)  # fmt: skip
+    out["dtype"] = dtype
+    for k in ("M", "N", "K"):
+        env.setdefault(k, out[k])
+    return out
+
+
+def _check_arch(arch: Arch, buffers, accesses, problem: dict, source: str) -> None:
+    """Refuse what ``arch`` lacks: an op (ldmatrix, cp.async, stmatrix), a dtype (bf16, tf32, fp8), TMA."""
+    for b in buffers:
+        feature = DTYPE_FEATURES.get(b.dtype)
+        why = arch.lacks(feature) if feature else None
+        if why:
+            raise SpecError(f"{why} (buffer {printable(b.name)} is {b.dtype})", key=f"buffers.{printable(b.name)}.dtype",
+                            source=source)  # fmt: skip
+        if getattr(b.layout, "tma", None) is not None and arch.lacks("tma"):
+            raise SpecError(f"{arch.lacks('tma')} (buffer {printable(b.name)} has a tma_swizzle layout)",
+                            key=f"buffers.{printable(b.name)}.layout", source=source)  # fmt: skip
+    for a in accesses:
+        why = arch.lacks(a.op) if a.op in FEATURES else None
+        if why:
+            raise SpecError(f"{why} (access {printable(a.name)} of buffer {printable(a.buffer)})",
+                            key=f"accesses.{printable(a.name)}", source=source)  # fmt: skip
+    feature = DTYPE_FEATURES.get(problem.get("dtype", ""))
+    why = arch.lacks(feature) if feature else None
+    if why:
+        raise SpecError(why, key="problem.dtype", source=source)
+
+
+def instructions(access: Access, threads: int | None) -> int:
+    """Instructions of one access: its warps times the combinations of its loop values."""
+    n = len(access.warps) if access.warps else max(1, (threads or DEFAULT_THREADS) // 32)
+    for _, vals in access.over:
+        n *= len(vals)
+    return n
 
 
 def _text(doc: dict, key: str, source: str) -> str:
@@ -464,9 +572,9 @@ def _buffer(b: Any, i: int, env: dict, source: str) -> Buffer:
             source=source,
         )
     shape_raw = b["shape"] if isinstance(b["shape"], list) else [b["shape"]]
-    if not 1 <= len(shape_raw) <= 2:
+    if not 1 <= len(shape_raw) <= 3:
         raise SpecError(
-            "shape must have 1 or 2 dimensions ([rows, cols] or [elements])",
+            "shape must have 1, 2 or 3 dimensions ([elements], [rows, cols] or [stages, rows, cols])",
             key=f"{where}.shape",
             source=source,
         )
@@ -491,6 +599,20 @@ def _buffer(b: Any, i: int, env: dict, source: str) -> Buffer:
         except ValueError as e:
             raise SpecError(str(e), key=f"{where}.layout.swizzle", source=source) from None
     stages = _int(b.get("stages", 1), env, f"{where}.stages", source, 1, 16)
+    if len(shape) == 3 and b.get("stages") is not None:
+        raise SpecError(
+            f"a 3-D shape [stages, rows, cols] has its {shape[0]} stages already: leave out 'stages'",
+            key=f"{where}.stages",
+            source=source,
+        )
+    if len(shape) == 3 and shape[0] > 16:
+        raise SpecError(f"{shape[0]} stages; at most 16", key=f"{where}.shape", source=source)
+    if int(np.prod([int(x) for x in shape], dtype=object)) * stages > 1 << 24:
+        raise SpecError(
+            f"{list(shape)} x {stages} stages is more than {1 << 24} elements (shared memory is at most 228 KiB)",
+            key=f"{where}.shape",
+            source=source,
+        )
     layout = Layout(pad, swz)
     if any(lay.get(k) is not None for k in TMA_KEYS):
         layout = _tma_layout(lay, dtype, pad or swz is not None, env, f"{where}.layout", source)
@@ -600,7 +722,7 @@ def _access(a: Any, i: int, env: dict, buffers: dict, threads: int | None, sourc
     over = _over(a.get("over"), env, f"{where}.over", source)
     names = set(env) | set(BUILTIN_VARS) | {v for v, _ in over}
     exprs = {}
-    for k in ("row", "col", "index", "address", "source", "active"):
+    for k in ("stage", "row", "col", "index", "address", "source", "active"):
         if a.get(k) is not None:
             exprs[k] = parse_expr(a[k], allowed=names, key=f"{where}.{k}", source=source)
     role = a.get("role", "other")
@@ -654,10 +776,18 @@ def _access(a: Any, i: int, env: dict, buffers: dict, threads: int | None, sourc
         )
     if ("row" in exprs) != ("col" in exprs):
         raise SpecError("row and col go together", key=where, source=source)
-    if "row" in exprs and len(buf.shape) != 2:
-        raise SpecError(f"buffer {buf.name} is 1-D: use index instead of row/col", key=where, source=source)
-    if "index" in exprs and len(buf.shape) != 1:
-        raise SpecError(f"buffer {buf.name} is 2-D: use row and col", key=where, source=source)
+    bname, dims = printable(buf.name), len(buf.shape)
+    if "row" in exprs and dims == 1:
+        raise SpecError(f"buffer {bname} is 1-D: use index instead of row/col", key=where, source=source)
+    if "index" in exprs and dims != 1:
+        use = "row and col" if dims == 2 else "stage, row and col"
+        raise SpecError(f"buffer {bname} is {dims}-D: use {use}", key=where, source=source)
+    if "row" in exprs and dims == 3 and "stage" not in exprs:
+        raise SpecError(f"buffer {bname} is 3-D {list(buf.shape)} [stage, row, col]: give stage as well as row "
+                        "and col", key=where, source=source)  # fmt: skip
+    if "stage" in exprs and not ("row" in exprs and dims == 3):
+        raise SpecError(f"'stage' addresses a 3-D buffer [stage, row, col] with row and col; buffer {bname} is "
+                        f"{dims}-D", key=f"{where}.stage", source=source)  # fmt: skip
     warps = None
     if a.get("warps") is not None:
         w = a["warps"] if isinstance(a["warps"], list) else [a["warps"]]
@@ -686,6 +816,7 @@ def _access(a: Any, i: int, env: dict, buffers: dict, threads: int | None, sourc
         row=exprs.get("row"),
         col=exprs.get("col"),
         index=exprs.get("index"),
+        stage=exprs.get("stage"),
         address=exprs.get("address"),
         addresses=addresses,
         over=over,

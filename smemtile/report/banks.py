@@ -1,14 +1,30 @@
-"""Bank-model results as JSON documents and rich tables."""
+"""Bank-model results as JSON documents and text tables.
+
+Tables here are drawn as plain text lines (``Grid``) rather than rich ``Table`` layouts: a 1024-thread spec has
+thousands of cells and rich's measuring pass dominated ``analyze``'s time. A ``Grid`` that does not fit the
+console is stacked as ``header: value`` records (the same rule as ``report.text.Fit``): no cell is ever cut.
+
+``--all-instructions`` (JSON) gives the lane detail of every *distinct* instruction (identical addresses, active
+lanes and sources have identical phases), each listing the instructions it stands for, at most ``DETAIL_BUDGET``
+in all; :func:`iter_details` yields them one at a time so the CLI can stream them.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import textwrap
+from collections.abc import Iterator
+
 import numpy as np
-from rich.table import Table
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.measure import Measurement
 from rich.text import Text
 
 from smemtile.model.analysis import AccessResult
-from smemtile.model.banks import BANKS
-from smemtile.report.text import Fit, esc, printable
+from smemtile.model.banks import BANKS, PhaseDetail
+from smemtile.report.text import printable
+
+DETAIL_BUDGET = 4096  # --all-instructions: distinct instructions detailed per report (about 4 KB each)
 
 
 def _lanes_text(lanes) -> str:
@@ -31,8 +47,8 @@ def _lanes_text(lanes) -> str:
 def lane_rows(ar: AccessResult, i: int) -> list[dict]:
     """Per lane of instruction ``i``: address, logical coordinates, banks, phase and wavefront(s)."""
     b = ar.bank
-    words = b.words()[i]
-    phases = b.detail(i)
+    words = (b.addresses[i] // 4)[:, None] + np.arange(max(1, b.width // 4))
+    phases = instruction_detail(ar, i)
     wf_of_lane: dict[int, list[int]] = {}
     for ph in phases:
         for w, lanes in enumerate(ph.lanes_by_wavefront):
@@ -60,7 +76,7 @@ def lane_rows(ar: AccessResult, i: int) -> list[dict]:
     return rows
 
 
-def access_to_dict(ar: AccessResult, *, all_details: bool = False) -> dict:
+def access_to_dict(ar: AccessResult, *, all_details: bool | int = False) -> dict:
     b = ar.bank
     a = ar.access
     n = len(b.wavefronts)
@@ -80,7 +96,7 @@ def access_to_dict(ar: AccessResult, *, all_details: bool = False) -> dict:
             "loop": ar.loop_values[i],
             "wavefronts": int(b.wavefronts[i]),
             "ideal_wavefronts": int(b.ideal_wavefronts[i]),
-            "phases": [p.to_dict() for p in b.detail(i)],
+            "phases": [p.to_dict() for p in instruction_detail(ar, i)],
             "lanes": lane_rows(ar, i),
         }
 
@@ -101,11 +117,64 @@ def access_to_dict(ar: AccessResult, *, all_details: bool = False) -> dict:
         "per_instruction": per,
         "worst": inst(ar.worst),
     }
-    if a.op == "ldmatrix":
+    if a.op in ("ldmatrix", "stmatrix"):
         d.update(matrices=a.matrices, trans=a.trans)
-    if all_details:
-        d["details"] = [inst(i) for i in range(n)]
+    if ar.stages is not None:
+        d["stage_of_worst"] = [int(x) for x in ar.stages[ar.worst]]
+    if (
+        all_details is not False
+    ):  # True: up to DETAIL_BUDGET; an int: that many at most (a budget shared by a report)
+        budget = DETAIL_BUDGET if all_details is True else int(all_details)
+        d["details_summary"] = {**details_summary(ar, budget), "budget": budget}
+        d["details"] = list(iter_details(ar, budget))
     return d
+
+
+def instruction_detail(ar: AccessResult, i: int) -> tuple[PhaseDetail, ...]:
+    """The bank model's calculation for instruction ``i`` alone (BankResult.detail on a one-instruction slice:
+    the cost does not grow with the number of instructions)."""
+    b = ar.bank
+    one = dataclasses.replace(
+        b,
+        addresses=b.addresses[i : i + 1],
+        active=b.active[i : i + 1],
+        phase_of_lane=b.phase_of_lane[i : i + 1],
+        wavefronts=b.wavefronts[i : i + 1],
+        ideal_wavefronts=b.ideal_wavefronts[i : i + 1],
+        merged=b.merged[i : i + 1],
+        sources=None if b.sources is None else b.sources[i : i + 1],
+    )
+    return one.detail(0)
+
+
+def details_summary(ar: AccessResult, budget: int) -> dict:
+    """How many instructions, how many distinct, how many of those detailed within ``budget``."""
+    first, _ = ar.distinct
+    shown = min(len(first), max(0, budget))
+    return {"instructions": len(ar.bank.wavefronts), "distinct": len(first), "detailed": shown,
+            "left_out": len(first) - shown}  # fmt: skip
+
+
+def iter_details(ar: AccessResult, budget: int) -> Iterator[dict]:
+    """The lane detail of each distinct instruction (worst first, then in order), at most ``budget`` of them;
+    ``repeats`` lists the indices (into ``per_instruction``) of every instruction with exactly this pattern."""
+    first, inv = ar.distinct
+    order = sorted(range(len(first)), key=lambda k: (-int(ar.bank.wavefronts[first[k]]), int(first[k])))
+    groups: dict[int, list[int]] = {}
+    for idx, g in enumerate(inv.tolist()):
+        groups.setdefault(g, []).append(idx)
+    for k in order[: max(0, budget)]:
+        i = int(first[k])
+        b = ar.bank
+        yield {
+            "warp": int(ar.warp[i]),
+            "loop": ar.loop_values[i],
+            "wavefronts": int(b.wavefronts[i]),
+            "ideal_wavefronts": int(b.ideal_wavefronts[i]),
+            "repeats": groups[k],
+            "phases": [p.to_dict() for p in instruction_detail(ar, i)],
+            "lanes": lane_rows(ar, i),
+        }
 
 
 def degree_text(ar: AccessResult) -> Text:
@@ -137,48 +206,102 @@ def summary_line(ar: AccessResult) -> Text:
     return t
 
 
-def lane_table(ar: AccessResult, i: int | None = None) -> Fit:
+class Grid:
+    """A table drawn as text: right-aligned columns separated by two spaces when it fits the width it is rendered
+    at, else one ``header: value`` record per row (first cell as the record's title). Fast: no layout pass."""
+
+    def __init__(self, title: Text | str | None, headers: list[str], rows: list[list[str]],
+                 styles: list[list[str]] | None = None, left: int = 0, wrap_last: bool = False):  # fmt: skip
+        self.title = Text(title) if isinstance(title, str) else title
+        self.headers, self.rows, self.styles, self.left = headers, rows, styles, left
+        self.wrap_last = wrap_last  # the last column is prose: wrapped in its own column when the rest fits
+
+    def widths(self) -> list[int]:
+        w = [len(h) for h in self.headers]
+        for r in self.rows:
+            for j, c in enumerate(r):
+                w[j] = max(w[j], len(c))
+        return w
+
+    def natural_width(self) -> int:
+        w = self.widths()
+        return sum(w) + 2 * (len(w) - 1)
+
+    def _cell(self, text: str, width: int, j: int) -> str:
+        return text.ljust(width) if j < self.left else text.rjust(width)
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        if self.title is not None:
+            yield self.title
+        w = self.widths()
+        last = options.max_width - (sum(w[:-1]) + 2 * (len(w) - 1))
+        wrapped = None
+        if self.natural_width() > options.max_width and self.wrap_last and last >= 24:
+            wrapped = [textwrap.wrap(r[-1], last, break_long_words=False) or [""] for r in self.rows]
+            if any(len(x) > last for lines in wrapped for x in lines):
+                wrapped = None
+            else:
+                w = [*w[:-1], min(w[-1], last)]
+        if wrapped is not None or self.natural_width() <= options.max_width:
+            yield Text(
+                "  ".join(self._cell(h, w[j], j) for j, h in enumerate(self.headers)).rstrip(), style="bold"
+            )
+            for k, r in enumerate(self.rows):
+                t = Text()
+                cells = r if wrapped is None else [*r[:-1], wrapped[k][0]]
+                for j, c in enumerate(cells):
+                    if j:
+                        t.append("  ")
+                    st = self.styles[k][j] if self.styles else ""
+                    t.append(self._cell(c, w[j], j), style=st)
+                t.rstrip()
+                yield t
+                for more in wrapped[k][1:] if wrapped is not None else []:
+                    yield Text(" " * (sum(w[:-1]) + 2 * (len(w) - 1)) + more)
+            return
+        for k, r in enumerate(self.rows):  # stacked: wraps at word boundaries, never cuts a number
+            t = Text(f"{self.headers[0]} {r[0]}" if self.headers[0] else r[0], style="bold")
+            for j in range(1, len(r)):
+                t.append("; " if j > 1 else "  ")
+                t.append(f"{self.headers[j]}: ", style="dim")
+                t.append(r[j], style=self.styles[k][j] if self.styles else "")
+            yield t
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        return Measurement(min(20, options.max_width), min(self.natural_width(), options.max_width))
+
+
+def lane_table(ar: AccessResult, i: int | None = None) -> Grid:
     """The explicit lane -> address -> bank table of one instruction (the worst by default); stacked per lane
     when a console is too narrow for its columns."""
     i = ar.worst if i is None else i
     rows = lane_rows(ar, i)
-    coord = "row, col" if ar.rows is not None else ("index" if ar.cols is not None else None)
-    t = Table(
-        title=f"{esc(ar.access.name)} @ {esc(ar.label(i))}: {int(ar.bank.wavefronts[i])} wavefronts "
-        f"(ideal {int(ar.bank.ideal_wavefronts[i])})",
-        title_justify="left",
-        box=None,
-        pad_edge=False,
-    )
-    t.add_column("lane", justify="right", no_wrap=True)
-    if coord:
-        t.add_column(coord, justify="right", no_wrap=True)
+    coord = ("stage, row, col" if ar.stages is not None else "row, col") if ar.rows is not None else (
+        "index" if ar.cols is not None else None)  # fmt: skip
+    title = Text(f"{printable(ar.access.name)} @ {printable(ar.label(i))}: {int(ar.bank.wavefronts[i])} wavefronts "
+                 f"(ideal {int(ar.bank.ideal_wavefronts[i])})", style="bold")  # fmt: skip
     cp = ar.bank.sources is not None
-    if cp:
-        t.add_column("source byte", justify="right", no_wrap=True)
-    t.add_column("byte addr", justify="right", no_wrap=True)
-    t.add_column("bank(s)", justify="right", no_wrap=True)
-    t.add_column("group" if cp else "phase", justify="right", no_wrap=True)
-    t.add_column("wavefront", justify="right", no_wrap=True)
+    heads = ["lane"] + ([coord] if coord else []) + (["source byte"] if cp else []) + \
+        ["byte addr", "bank(s)", "group" if cp else "phase", "wavefront"]  # fmt: skip
+    cells = []
     for r in rows:
         if not r["active"]:
             continue
-        cells = [str(r["lane"])]
-        if coord == "row, col":
-            cells.append(f"{r['row']}, {r['col']}")
+        c = [str(r["lane"])]
+        if ar.stages is not None:
+            rr = r["row"] - int(ar.stages[i, r["lane"]]) * ar.buffer.rows
+            c.append(f"{int(ar.stages[i, r['lane']])}, {rr}, {r['col']}")
+        elif coord == "row, col":
+            c.append(f"{r['row']}, {r['col']}")
         elif coord:
-            cells.append(str(r["index"]))
+            c.append(str(r["index"]))
         banks = r["banks"]
         if cp:
-            cells.append(str(r["source"]))
-        cells += [
-            str(r["address"]),
-            f"{banks[0]}" if len(banks) == 1 else f"{banks[0]}-{banks[-1]}",
-            str(r["phase"]),
-            ",".join(str(w) for w in r["wavefronts"]),
-        ]
-        t.add_row(*cells)
-    return Fit(t)
+            c.append(str(r["source"]))
+        c += [str(r["address"]), f"{banks[0]}" if len(banks) == 1 else f"{banks[0]}-{banks[-1]}", str(r["phase"]),
+              ",".join(str(w) for w in r["wavefronts"])]  # fmt: skip
+        cells.append(c)
+    return Grid(title, heads, cells)
 
 
 def phase_lines(ar: AccessResult, i: int | None = None) -> list[Text]:
@@ -187,7 +310,7 @@ def phase_lines(ar: AccessResult, i: int | None = None) -> list[Text]:
     if ar.bank.sources is not None:
         return _cp_async_lines(ar, i)
     out = []
-    for ph in ar.bank.detail(i):
+    for ph in instruction_detail(ar, i):
         per_bank = np.asarray(ph.words_per_bank)
         hot = int(per_bank.argmax())
         busy = ", ".join(f"b{k}:{int(per_bank[k])}" for k in np.flatnonzero(per_bank == per_bank.max())[:6])
@@ -205,7 +328,7 @@ def phase_lines(ar: AccessResult, i: int | None = None) -> list[Text]:
 
 def _cp_async_lines(ar: AccessResult, i: int) -> list[Text]:
     """cp.async: one line per group of lanes whose sources were read together, with its wavefront slots."""
-    groups = ar.bank.detail(i)
+    groups = instruction_detail(ar, i)
     out = []
     for g in groups:
         per_bank = np.asarray(g.words_per_bank)
