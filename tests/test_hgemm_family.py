@@ -228,8 +228,8 @@ def test_tiles_rank_hgemm_configurations_and_emit_specs(dtype):
             s.cfg.bm, s.cfg.bn, s.cfg.bk, s.cfg.stages)  # fmt: skip
         assert FAM.threads(cfg.params) == s.threads
         assert cfg.layouts["As"].swizzled and set(_degrees(cfg).values()) == {1.0}
-    # before sm_80 hgemm does not run: the model ranks its tiles alone (no kernel: section)
-    old = list(yaml.safe_load_all(yaml_specs(recommend(4096, 4096, 4096, dtype, "sm_75"), 1)))[0]
+    # before sm_80 hgemm does not run: the model ranks f16 tiles alone (no kernel: section)
+    old = list(yaml.safe_load_all(yaml_specs(recommend(4096, 4096, 4096, "f16", "sm_75"), 1)))[0]
     assert "kernel" not in old
 
 

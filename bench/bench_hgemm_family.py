@@ -1,0 +1,356 @@
+"""Issue 19 phase 2 on the GPU: the hgemm family as `smemtile verify` builds and launches it, against cuBLAS.
+
+Every kernel is the family's configuration of a spec (``smemtile tiles ... --format yaml``, resolved and fixed as
+``verify`` does), the generated body compiled by NVRTC for the device (``LoadedKernel``), launched step by step
+through the family's launch plan; its arrays are torch tensors (``bind``) so cuBLAS reads the very same A and B.
+Correctness first: the timed output against torch float64 on the GPU (max |C - ref| / max |ref| within the
+family's tolerance, every element written: the output is poisoned with NaN before the check).
+
+Reference: torch.matmul (cuBLAS, fp16/bf16 reduced-precision reductions off = fp32 accumulation), 16-bit C, into a
+fresh tensor and into a preallocated one; the faster is the reference. Where torch offers ``out_dtype`` (fp32 C
+from 16-bit inputs) that call is timed too, for the like-for-like fp32-C comparison. Timing: alternating rounds
+(order reversed every round), a 512 MiB memset before every timed call outside the events, CUDA events around
+the call alone; median and spread = (p90 - p10) / median.
+
+``power``: the clock and power each kernel runs at back to back (NVML, 1.5 s each; the phase-1 hypothesis that
+the 700 W cap, not stalls, holds mma.sync near 0.6x): ours, cuBLAS, and a registers-only mma.sync loop (8 warps
+per SM, 16 independent accumulators per warp, no memory traffic).
+
+``sanitize``: small problems through ``LoadedKernel.check`` (for compute-sanitizer memcheck / racecheck).
+
+    PYTHONPATH=. python3 bench/bench_hgemm_family.py bench t1.yaml t2.yaml --json $OUT/hgemm_family.json
+    PYTHONPATH=. python3 bench/bench_hgemm_family.py power t.yaml --json $OUT/power.json
+    PYTHONPATH=. python3 bench/bench_hgemm_family.py sanitize
+    python3 bench/bench_hgemm_family.py build t1.yaml ...    # CPU: fill the NVRTC cache ($SMEMTILE_CACHE_DIR)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+FLUSH_BYTES = 512 << 20
+# small problems for the sanitizers: ALIGN 1 (odd K), masked K tail, split K with column-major B, f16 C
+SANITIZE = [
+    ({}, {"M": 130, "N": 136, "K": 45, "beta": 0.5}),
+    ({"BM": 128, "BN": 128, "STAGES": 3}, {"M": 300, "N": 264, "K": 104, "dtype": "bf16"}),
+    (
+        {"BM": 64, "BN": 64, "WM": 32, "WN": 32, "SPLIT_K": 2},
+        {"M": 64, "N": 200, "K": 512, "b_layout": "col"},
+    ),
+    ({}, {"M": 256, "N": 128, "K": 96, "c_dtype": "f16", "alpha": 0.5}),
+]
+MMA_REGS = r"""
+extern "C" __global__ void __launch_bounds__(256, 1) mma_regs(float* out, int iters) {
+    // registers only: 16 independent m16n8k16 accumulators per warp, operands that are not constants
+    unsigned h = (threadIdx.x + 1u) * 2654435761u, a[4], b[2];
+    for (int i = 0; i < 4; ++i) { h = h * 1664525u + 1013904223u; a[i] = (h & 0x80008000u) | 0x3c003c00u | (h & 0x03ff03ffu); }
+    for (int i = 0; i < 2; ++i) { h = h * 1664525u + 1013904223u; b[i] = (h & 0x80008000u) | 0x3c003c00u | (h & 0x03ff03ffu); }
+    float acc[16][4] = {};
+    for (int it = 0; it < iters; ++it) {
+#pragma unroll
+        for (int j = 0; j < 16; ++j)
+            asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+                         "{%8,%9}, {%0,%1,%2,%3};\n"
+                         : "+f"(acc[j][0]), "+f"(acc[j][1]), "+f"(acc[j][2]), "+f"(acc[j][3])
+                         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    }
+    float s = 0.f;
+    for (int j = 0; j < 16; ++j) s += acc[j][0] + acc[j][1] + acc[j][2] + acc[j][3];
+    out[blockIdx.x * blockDim.x + threadIdx.x] = s;
+}
+"""
+
+
+def config_of(spec: str, arch: str | None = None, **problem):
+    """The configuration `smemtile verify SPEC` runs (the fixed variant), for ``arch``, problem keys changed."""
+    from smemtile.families import reconfigure
+    from smemtile.pipeline.fixes import variants
+    from smemtile.pipeline.specs import load
+
+    cfg = variants(load(spec))["fixed"]
+    return reconfigure(cfg, arch=arch or cfg.arch, problem=problem or None)
+
+
+def variants_of(spec: str, arch: str | None = None) -> dict:
+    """The spec's kernel and, for context, the family default tile (4 stages) and 16-bit C where allowed."""
+    from smemtile.families import reconfigure
+
+    cfg = config_of(spec, arch)
+    out = {"pick": cfg}
+    if cfg.params["STAGES"] != 4:
+        out["pick, 4 stages"] = reconfigure(cfg, params={"STAGES": 4})
+    if cfg.problem["dtype"] == "f16" and cfg.params["SPLIT_K"] == 1:
+        out["pick, f16 C"] = reconfigure(cfg, problem={"c_dtype": "f16"})
+    return out
+
+
+def build(specs: list[str], arch: str) -> None:
+    from smemtile.gpu.run import compile_config
+
+    for spec in specs:
+        for name, cfg in variants_of(spec, arch).items():
+            r = compile_config(cfg)
+            res = next(iter(r.resources.values()))
+            print(f"{spec} [{name}] NVRTC {r.nvrtc_version}: {res}")
+
+
+# ---- GPU ----------------------------------------------------------------------------------------------------------
+def torch_setup():
+    import torch
+
+    torch.cuda.init()
+    torch.zeros(1, device="cuda")
+    torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
+    torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
+    return torch
+
+
+def bind(k, arrays: dict) -> None:
+    """``LoadedKernel.prepare`` with the plan's arrays taken from torch tensors (same steps and arguments)."""
+    from smemtile.gpu.run import _ctype
+
+    scalars = {a.name for a in k.fam.host_args if not a.array}
+    launches = []
+    for step in k.shape.steps:
+        vals, types = [], []
+        for value, ctype in step.args:
+            if isinstance(value, str) and value in arrays:
+                vals.append(arrays[value].data_ptr())
+            elif isinstance(value, str) and value in scalars:
+                vals.append(float(k.cfg.problem[value]))
+            else:
+                vals.append(int(value))
+            types.append(_ctype(ctype))
+        launches.append((k.func if step.main else k._funcs[step.kernel], step, tuple(vals), tuple(types)))
+    k._launches = launches
+
+
+def stats(ts: list[float]) -> dict:
+    q = statistics.quantiles(ts, n=10)
+    med = statistics.median(ts)
+    return {
+        "median_ms": med,
+        "p10_ms": q[0],
+        "p90_ms": q[-1],
+        "spread": (q[-1] - q[0]) / med,
+        "runs": len(ts),
+    }
+
+
+def time_rounds(fns: dict, torch, rounds: int, flush) -> dict:
+    for fn in fns.values():
+        fn(), fn()
+    torch.cuda.synchronize()
+    times = {k: [] for k in fns}
+    names = list(fns)
+    for r in range(rounds):
+        evs = []
+        for name in names if r % 2 == 0 else names[::-1]:
+            flush.zero_()
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            fns[name]()
+            e.record()
+            evs.append((name, s, e))
+        torch.cuda.synchronize()
+        for name, s, e in evs:
+            times[name].append(s.elapsed_time(e))
+    return {k: stats(v) for k, v in times.items()}
+
+
+def operands(torch, cfg, seed: int = 0):
+    m, n, k = (int(cfg.problem[x]) for x in "MNK")
+    dt = {"f16": torch.float16, "bf16": torch.bfloat16}[cfg.problem["dtype"]]
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    a = torch.randn(m, k, device="cuda", generator=g).to(dt)
+    b = torch.randn(k, n, device="cuda", generator=g).to(dt)
+    return a, b
+
+
+def run_ours(torch, k, a, b, cfg):
+    """Bind ours to a, b and a fresh C of c_dtype; (launch function, C tensor, column-major B storage)."""
+    cdt = {"f32": torch.float32, "f16": torch.float16}[cfg.problem["c_dtype"]]
+    m, n = a.shape[0], b.shape[1]
+    bb = b.t().contiguous() if cfg.problem["b_layout"] == "col" else b
+    c = torch.full((m, n), float("nan"), device="cuda", dtype=cdt)
+    bind(k, {"A": a, "B": bb, "C": c})
+    return k.launch, c, bb
+
+
+def bench(specs: list[str], rounds: int) -> list[dict]:
+    from smemtile.gpu.run import open_device
+
+    torch = torch_setup()
+    dev = open_device(torch.cuda.current_device())
+    flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+    rows = []
+    for spec in specs:
+        rows.append(bench_one(torch, dev, flush, spec, rounds))
+        torch.cuda.empty_cache()
+    return rows
+
+
+def bench_one(torch, dev, flush, spec: str, rounds: int) -> dict:
+    from smemtile.families import FAMILIES
+    from smemtile.gpu.run import LoadedKernel
+
+    cfgs = variants_of(spec, dev.arch_name)
+    first = cfgs["pick"]
+    fam = FAMILIES[first.family]
+    a, b = operands(torch, first)
+    m, n, kk = a.shape[0], b.shape[1], a.shape[1]
+    ref = a.double() @ b.double()
+    scale = float(ref.abs().max())
+    flop = 2.0 * m * n * kk
+    fns, info, kernels, errs = {}, {}, [], {}
+    c16 = torch.empty(m, n, device="cuda", dtype=a.dtype)
+    fns["cuBLAS"] = lambda: torch.matmul(a, b)
+    fns["cuBLAS out=C"] = lambda: torch.matmul(a, b, out=c16)
+    try:
+        torch.mm(a, b, out_dtype=torch.float32)
+        fns["cuBLAS fp32 C"] = lambda: torch.mm(a, b, out_dtype=torch.float32)
+    except (TypeError, RuntimeError):
+        pass
+    for name in list(fns):
+        errs[name] = float((fns[name]().double() - ref).abs().max()) / scale
+    for name, cfg in cfgs.items():
+        k = LoadedKernel(cfg, dev)
+        kernels.append(k)
+        launch, c, _bb = run_ours(torch, k, a, b, cfg)
+        launch()
+        torch.cuda.synchronize()
+        written = bool(torch.isfinite(c).all())
+        errs[name] = float((c.double() - ref).abs().max()) / scale if written else float("inf")
+        info[name] = {"name_expression": fam.name_expression(cfg), "registers": k.registers,
+                      "local_bytes": k.local_bytes, "blocks_per_sm": k.driver_blocks,
+                      "c_dtype": cfg.problem["c_dtype"], "correct": written and errs[name] <= fam.tolerance}  # fmt: skip
+        fns[name] = launch
+    st = time_rounds(fns, torch, rounds, flush)
+    ref_name = min(("cuBLAS", "cuBLAS out=C"), key=lambda x: st[x]["median_ms"])
+    ref_ms = st[ref_name]["median_ms"]
+    line = {"spec": spec, "shape": [m, n, kk], "dtype": first.problem["dtype"], "cublas_call": ref_name,
+            "cublas_tflops": flop / ref_ms / 1e9, "cublas": st[ref_name], "cublas_all": {
+                x: {**st[x], "tflops": flop / st[x]["median_ms"] / 1e9, "rel_err": errs[x]}
+                for x in fns if x.startswith("cuBLAS")}, "ours": {}}  # fmt: skip
+    for name in cfgs:
+        s = st[name]
+        line["ours"][name] = {**info[name], **s, "tflops": flop / s["median_ms"] / 1e9,
+                              "ratio": ref_ms / s["median_ms"], "rel_err": errs[name]}  # fmt: skip
+    for k in kernels:
+        k.close()
+    return line
+
+
+def print_table(rows: list[dict]) -> None:
+    print(f"{'case':<22} {'kernel':<16} {'TFLOP/s':>8} {'x cuBLAS':>8} {'spread':>7} {'rel err':>8} ok")
+    for r in rows:
+        case = (
+            f"{r['shape'][0]}^3 {r['dtype']}" if len(set(r["shape"])) == 1 else f"{r['shape']} {r['dtype']}"
+        )
+        print(f"{case:<22} {'cuBLAS':<16} {r['cublas_tflops']:8.1f} {1.0:8.3f} {r['cublas']['spread']:7.1%}")
+        for name, o in r["ours"].items():
+            print(f"{'':<22} {name:<16} {o['tflops']:8.1f} {o['ratio']:8.3f} {o['spread']:7.1%} "
+                  f"{o['rel_err']:8.1e} {'yes' if o['correct'] else 'NO'}")  # fmt: skip
+
+
+def power(spec: str) -> dict:
+    from bench_hgemm import sustained
+
+    from smemtile.gpu.nvrtc import compile_cubin
+    from smemtile.gpu.run import LoadedKernel, open_device
+
+    torch = torch_setup()
+    dev = open_device(torch.cuda.current_device())
+    cfg = config_of(spec, dev.arch_name)
+    a, b = operands(torch, cfg)
+    k = LoadedKernel(cfg, dev)
+    launch, _, _ = run_ours(torch, k, a, b, cfg)
+    flop = 2.0 * a.shape[0] * b.shape[1] * a.shape[1]
+    out = {"spec": spec, "flop": flop}
+    for name, fn in (("ours", launch), ("cuBLAS", lambda: torch.matmul(a, b))):
+        out[name] = sustained(fn, torch)
+        out[name]["tflops"] = flop / out[name]["ms_per_call"] / 1e9
+    from cuda.bindings import driver as d
+
+    res = compile_cubin(MMA_REGS, [], dev.arch_name, filename="mma_regs.cu")
+    mod = d.cuModuleLoadData(res.cubin)[1]
+    func = d.cuModuleGetFunction(mod, b"mma_regs")[1]
+    blocks, iters = dev.sm_count, 16384
+    buf = torch.empty(blocks * 256, device="cuda")
+    import ctypes
+
+    args = ((buf.data_ptr(), iters), (ctypes.c_void_p, ctypes.c_int))
+
+    def regs():
+        d.cuLaunchKernel(func, blocks, 1, 1, 256, 1, 1, 0, d.CUstream(0), args, 0)
+
+    out["mma_regs"] = sustained(regs, torch)
+    out["mma_regs"]["tflops"] = (
+        blocks * 8 * iters * 16 * 2 * 16 * 8 * 16 / out["mma_regs"]["ms_per_call"] / 1e9
+    )
+    out["mma_regs"]["registers"] = next(iter(res.resources.values())).registers if res.resources else None
+    k.close()
+    return out
+
+
+def sanitize() -> int:
+    import numpy as np
+
+    from smemtile.families import FAMILIES, configure, reconfigure
+    from smemtile.gpu.run import LoadedKernel, open_device
+
+    dev = open_device(0)
+    fam = FAMILIES["hgemm"]
+    bad = 0
+    for params, problem in SANITIZE:
+        cfg = configure(fam, {**params, **problem}, {}, dev.arch_name)
+        cfg = reconfigure(cfg, layouts=fam.default_layouts(cfg))  # the kernel's swizzles
+        inputs = fam.make_inputs(cfg, np.random.default_rng(3))
+        k = LoadedKernel(cfg, dev)
+        try:
+            chk = k.check(inputs, fam.reference(cfg, inputs))
+        finally:
+            k.close()
+        bad += not chk.correct
+        print(
+            f"{fam.name_expression(cfg)} {problem}: correct={chk.correct} max_rel_error={chk.max_rel_error:.1e}"
+        )
+    return 1 if bad else 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("mode", choices=("bench", "power", "sanitize", "build"))
+    ap.add_argument("specs", nargs="*")
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--arch", default="sm_90")
+    args = ap.parse_args()
+    if args.mode == "build":
+        build(args.specs, args.arch)
+        return 0
+    if args.mode == "sanitize":
+        return sanitize()
+    doc = bench(args.specs, args.rounds) if args.mode == "bench" else power(args.specs[0])
+    if args.json:
+        args.json.write_text(json.dumps(doc, indent=1))
+    if args.mode == "bench":
+        print_table(doc)
+    else:
+        for name in ("ours", "cuBLAS", "mma_regs"):
+            r = doc[name]
+            print(f"{name:<9} {r.get('tflops', 0):7.1f} TFLOP/s at {r.get('sm_clock_mhz')} MHz, "
+                  f"{r.get('power_w') or 0:.0f} W, reasons {r.get('clock_event_reasons')}")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
