@@ -1,5 +1,6 @@
 """The fair benchmark of the generated kernels (issue 20): SGEMM against cuBLAS, the calibration sweep of the tile
-model, and the standard Triton matmul on the configurations `smemtile tiles --format triton` exports.
+model, and the standard Triton matmul on the configurations `smemtile tiles --format triton` exports (timed like
+the SGEMM: alternating rounds with torch.matmul, the same flush, median).
 
 Every SGEMM configuration is built and launched exactly as ``smemtile verify`` does it: the family's
 configuration (``smemtile.families.configure``, the fix search's layouts), the generated body compiled by NVRTC

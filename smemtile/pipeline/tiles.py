@@ -16,9 +16,15 @@ TILE_FAMILIES = {"f32": "sgemm", "f16": "hgemm", "bf16": "hgemm"}
 
 
 def recommend(m, n, k, dtype: str = "f32", arch: str | None = None, *, vendor: str | None = None,
-              gpu: str | None = None, sms: int | None = None) -> TileReport:  # fmt: skip
+              gpu: str | None = None, sms: int | None = None, triton: bool = False) -> TileReport:  # fmt: skip
     """The ranking of ``smemtile.model.tiling.recommend``, candidates checked by the family that generates them
-    (fp32: sgemm, f16/bf16: hgemm)."""
+    (fp32: sgemm, f16/bf16: hgemm). ``triton``: the tensor-core tiles as Triton runs them (no family's rules;
+    ranked with the Triton efficiency measured on the H200), for ``--format triton``."""
+    if triton and str(dtype).lower() != "f32":
+        return _recommend(m, n, k, dtype, arch, vendor=vendor, gpu=gpu, sms=sms)
+    own = _own_ranking(dtype, arch, vendor)
+    if own is not None:  # a family that ranks its own configurations for this target (wgmma on sm_90a)
+        return own.tile_report(m, n, k, str(dtype).lower(), str(arch), gpu=gpu, sms=sms)
     contract = None
     if (
         str(dtype).lower() in TILE_FAMILIES
@@ -40,19 +46,43 @@ def recommend(m, n, k, dtype: str = "f32", arch: str | None = None, *, vendor: s
     return _recommend(m, n, k, dtype, arch, vendor=vendor, gpu=gpu, sms=sms, contract=contract)
 
 
+def _own_ranking(dtype, arch, vendor):
+    """The family whose ``tiles_for(dtype, arch)`` claims this target (it ranks and screens its own candidates)."""
+    if (vendor or "nvidia").lower() != "nvidia" or arch is None:
+        return None
+    return next((f for f in FAMILIES.values() if hasattr(f, "tiles_for") and f.tiles_for(str(dtype).lower(),
+                                                                                         str(arch))), None)  # fmt: skip
+
+
 def command_line(p: Problem) -> str:
     vendor = " --vendor amd" if p.vendor == "amd" else ""
     return f"smemtile tiles {p.m} {p.n} {p.k} --dtype {p.dtype} --arch {p.arch}{vendor}"
 
 
 def triton_configs(report: TileReport, top: int) -> str:
-    """A Python list of ``triton.Config`` for ``@triton.autotune(configs=...)``, best first."""
+    """A Python list of ``triton.Config`` for ``@triton.autotune(configs=...)``, best first: #1 is the one to
+    use. On NVIDIA the tensor-core tiles are ranked by the roofline model times the efficiency the standard Triton
+    matmul measured on the H200 (``smemtile/model/data/triton_h200.json``), which also breaks its ties."""
+    from smemtile.model.tiling import TIE_RULE
+
     p = report.problem
-    lines = [f"# {command_line(p)} ({p.gpu.name}, {p.gpu.sms} {'CUs' if p.vendor == 'amd' else 'SMs'}): "
-             f"top {min(top, len(report.ranked))} of {len(report.ranked)} by the smemtile tile model"]  # fmt: skip
+    cal = report.calibration or {}
+    lines = [f"# {command_line(p)} --format triton ({p.gpu.name}, {p.gpu.sms} {'CUs' if p.vendor == 'amd' else 'SMs'}): "
+             f"top {min(top, len(report.ranked))} of {len(report.ranked)} by the smemtile tile model; #1 is the one to use"]  # fmt: skip
     if p.simt:
         lines.append("# fp32: ranked for SIMT FFMA (the sgemm family); tl.dot needs BLOCK_SIZE_K >= 16 and uses "
                      "TF32 unless input_precision='ieee'")  # fmt: skip
+    elif p.vendor == "nvidia":
+        lines.append(f"# ranked by the roofline model x the efficiency measured for (tile, warps, BLOCK_SIZE_K, "
+                     f"num_stages) with the standard Triton matmul on the {cal.get('gpu', 'H200')} "
+                     f"({cal.get('sweeps', ['?'])[0]}); expected error: {cal.get('expected_error', '?')}")  # fmt: skip
+        lines.append(f"# {TIE_RULE}")
+    else:
+        lines.append("# AMD: the matrix-core roofline model (no measurement here); waves_per_eu by the "
+                     "memory/compute-bound rule, each with its reason")  # fmt: skip
+    if any(s.cfg.split_k > 1 for s in report.ranked[:top]):
+        lines.append("# SPLIT_K > 1: a split-K matmul (each program adds its K slice into C, e.g. tl.atomic_add "
+                     "into an fp32 C zeroed first); the tutorial kernel has no SPLIT_K")  # fmt: skip
     lines += ["import triton", "", "configs = ["]
     for s in report.ranked[:top]:
         c = s.cfg
@@ -62,6 +92,8 @@ def triton_configs(report: TileReport, top: int) -> str:
             "BLOCK_SIZE_K": max(c.bk, 16),
             "GROUP_SIZE_M": c.group_m,
         }
+        if c.split_k > 1:
+            kw["SPLIT_K"] = c.split_k
         if p.vendor == "amd":
             kw["waves_per_eu"] = c.waves_per_eu
         args = ", ".join(f'"{k}": {v}' for k, v in kw.items())
@@ -84,6 +116,10 @@ def spec_doc(p: Problem, s: Scored, total: int) -> dict:
     doc["arch"] = p.arch
     doc["threads"] = s.threads
     doc["regs"] = s.regs  # the model's estimate; `smemtile verify --compile-only` reads the real count
+    owner = getattr(s.cfg, "family", None)
+    if owner in FAMILIES:  # a candidate the family ranked itself: its own spec body
+        doc.update(FAMILIES[owner].tile_spec(p, s))
+        return doc
     if p.simt:  # the sgemm family: its buffers and accesses are its own (`smemtile analyze` prints them)
         doc["tile"] = {"BM": c.bm, "BN": c.bn, "BK": c.bk, "TM": c.tm, "TN": c.tn}
         doc["stages"] = c.stages

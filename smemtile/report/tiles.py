@@ -22,22 +22,28 @@ def render_tiles(report: TileReport, top: int, rejected: int, width: int = 200) 
     unit = "CU" if amd else "SM"
     head = Text()
     head.append(f"smemtile tiles {p.m} x {p.n} x {p.k} {p.dtype}", style="bold")
-    head.append(f" on {p.arch} ({g.name}: {g.sms} {unit}s, {g.peak(p.dtype):g} TFLOP/s {p.dtype}, "
-                f"{g.dram_gbps:g} GB/s, L2 {g.l2_bytes >> 20} MiB; {g.source})\n")  # fmt: skip
-    kind = (
+    ops = "TOPS" if p.dtype == "i8" else "TFLOP/s"
+    head.append(f" on {p.arch} ({g.name}: {g.sms} {unit}s, {g.peak(p.dtype):g} {ops} {p.dtype}, "
+                f"{g.dram_gbps:g} GB/s, L2 {g.l2_bytes >> 20} MiB; {g.source_of(p.dtype)})\n")  # fmt: skip
+    # a family that ranks its own configurations names them in the header
+    own = getattr(report.ranked[0].cfg, "kind_text", None) if report.ranked else None
+    kind = own or (
         "SIMT FFMA, the sgemm family (generate / verify / tune can build these)"
         if p.simt
-        else (
-            "MFMA (wavefront 64), model only"
-            if amd
-            else "tensor-core mma tiles, model only (no codegen family)"
-        )
-    )
+        else ("MFMA (wavefront 64), model only" if amd else
+              "tensor-core mma tiles (the hgemm family's where it builds them, else as Triton runs them)")
+    )  # fmt: skip
     c = report.counts
     rej = ", ".join(f"{v} {k.removeprefix('rejected_').replace('_', ' ')}" for k, v in c.items()
-                    if k.startswith("rejected_"))  # fmt: skip
-    head.append(f"{kind}. {c['generated']} configurations: {c['ranked']} tile shapes ranked, "
-                f"{c['rejected']} rejected ({rej}).")  # fmt: skip
+                    if k.startswith("rejected_") and k != "rejected_shapes")  # fmt: skip
+    head.append(f"{kind}. {c['generated']} configurations: {c['ranked']} tile shapes ranked (the best stages / "
+                f"MIN_BLOCKS of each), {c['rejected']} configurations rejected ({rej}), listed below as "
+                f"{c.get('rejected_shapes', len(report.rejected))} shapes.")  # fmt: skip
+    cal = report.calibration or {}
+    if cal:
+        head.append(f"\nPredicted {ops}: {cal.get('model', '')} ({cal.get('file', '')}: {cal.get('gpu', '')}, "
+                    f"{', '.join(cal.get('sweeps', []))}, commit {cal.get('commit', '?')}); expected error: "
+                    f"{cal.get('expected_error', 'unknown')}.")  # fmt: skip
     wide = width >= 160  # the reasons go in a column, else in a numbered list under the table
     t = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
     shape = "tile (TMxTN)" if p.simt else "tile"
@@ -53,7 +59,8 @@ def render_tiles(report: TileReport, top: int, rejected: int, width: int = 200) 
                      no_wrap=col != "why this rank")  # fmt: skip
     for s in report.ranked[:top]:
         cf = s.cfg
-        tile = f"{cf.bm}x{cf.bn}x{cf.bk}" + (f" ({cf.tm}x{cf.tn})" if p.simt else "")
+        tile = getattr(cf, "tile_text", None)  # a family's own ranking names its knobs
+        tile = tile or f"{cf.bm}x{cf.bn}x{cf.bk}" + (f" ({cf.tm}x{cf.tn})" if p.simt else "")
         if cf.split_k > 1:
             tile += f" splitK {cf.split_k}"
         row = [str(s.rank), tile, str(cf.warps), str(cf.stages), str(cf.group_m), _kib(s.smem_bytes), str(s.regs),
@@ -75,13 +82,19 @@ def render_tiles(report: TileReport, top: int, rejected: int, width: int = 200) 
             f"{best.intensity:.0f} FLOP/B vs ridge {best.ridge:.0f}: {best.bound}-bound."))  # fmt: skip
     if rejected and report.rejected:
         shown = report.rejected[:rejected]
-        lines = [f"first {len(shown)} of {len(report.rejected)} rejected shapes:"]
+        lines = [f"first {len(shown)} of {len(report.rejected)} rejected shapes ({report.counts.get('rejected', '?')} "
+                 "configurations; +N alike = other stages / MIN_BLOCKS of the shape, same reason):"]  # fmt: skip
         for x in shown:
             more = f" (+{x.alike - 1} alike)" if x.alike > 1 else ""
             lines.append(f"  {x.cfg.label}{more} [{x.kind.replace('_', ' ')}]: {x.reason}")
         parts.append(Text("\n".join(lines)))
-    parts.append(Text("Model: predicted time = max(compute incl. waves x occupancy, DRAM, L2) + 15% of the other two, per "
-                      "smemtile/model/tiling.py; `--format json` has every factor.", style="dim"))  # fmt: skip
+    from smemtile.model.tiling import TIE_RULE
+
+    parts.append(Text(f"Ties: {TIE_RULE}.", style="dim"))
+    parts.append(Text("Model: smemtile/model/tiling.py states it (SIMT: the calibrated sgemm model; tensor cores: "
+                      "roofline x measured Triton efficiency); labels: compute-bound only above the ridge, "
+                      "latency-bound below it when the SMs still dominate; `--format json` has every factor.",
+                      style="dim"))  # fmt: skip
     return Group(*parts)
 
 
@@ -98,7 +111,10 @@ def render_tune(doc: dict) -> Group:
     ok = sorted((r for r in rows if r.get("status") == "ok"), key=lambda r: r["time_ms"])
     unit = "TFLOP/s" if ok and ok[0].get("unit") == "tflops" else "GB/s"
     t = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    workers = sorted({r["worker"] for r in ok if r.get("worker")})
     cols = ("#", "model", "configuration", "from", "pred.", unit, "ms", "regs", "spill", "blk", "cache")
+    if len(workers) > 1:  # timed on several GPUs: which one timed each (* = timed again, see first_timing)
+        cols += ("gpu",)
     for col in cols:
         left = col in ("configuration", "from")
         t.add_column(
@@ -107,10 +123,12 @@ def render_tune(doc: dict) -> Group:
     for r in ok:
         pred = f"{r['predicted']:.1f}" if r.get("predicted") is not None else "-"
         mr = f"#{r['model_rank']}" if r.get("model_rank") is not None else "-"
-        t.add_row(str(r["measured_rank"]), mr, esc(r["label"]), esc(r["source"]), pred, f"{r['value']:.1f}",
-                  f"{r['time_ms']:.3f}", str(r.get("registers", "-")), str(r.get("spill_bytes", "-")),
-                  str(r.get("blocks_per_sm", "-")), "hit" if r.get("cached") else "",
-                  style="bold" if r is ok[0] else None)  # fmt: skip
+        cells = [str(r["measured_rank"]), mr, esc(r["label"]), esc(r["source"]), pred, f"{r['value']:.1f}",
+                 f"{r['time_ms']:.3f}", str(r.get("registers", "-")), str(r.get("spill_bytes", "-")),
+                 str(r.get("blocks_per_sm", "-")), "hit" if r.get("cached") else ""]  # fmt: skip
+        if len(workers) > 1:
+            cells.append(esc(str(r.get("worker") or "-")) + ("*" if r.get("retimed") else ""))
+        t.add_row(*cells, style="bold" if r is ok[0] else None)
     parts = [head, Fit(t)]
     skipped = [r for r in rows if r.get("status") != "ok"]
     if skipped:
@@ -134,3 +152,20 @@ def render_tune(doc: dict) -> Group:
         lines.append(f"winner written to {doc['winner_spec']}; cache {doc['cache']}")
     parts.append(Text("\n".join(lines), style="bold"))
     return Group(*parts)
+
+
+def render_tune_run(run: dict) -> Text:
+    """The end of a ``tune`` run: where it ran, the counts, what was re-timed and what failed, and why."""
+    c = run["counts"]
+    slots = run.get("slots") or []
+    hosts = sorted({s.get("host") or "?" for s in slots})
+    lines = [f"{run.get('executor', 'local')}: {c['gpus']} GPU worker{'s' if c['gpus'] != 1 else ''} on "
+             f"{', '.join(printable(h) for h in hosts)}; {c['total']} configurations: {c['timed']} timed, "
+             f"{c['cached']} from the cache, {c['skipped']} skipped; {c.get('retimed', 0)} timed again "
+             f"({c.get('outliers', 0)} outliers); {run['wall_s']:.1f} s"]  # fmt: skip
+    if c.get("workers_lost") or c.get("requeued"):
+        lines.append(f"{c.get('workers_lost', 0)} GPU worker(s) left mid-run; {c.get('requeued', 0)} in-flight "
+                     "candidate(s) re-queued and timed elsewhere")  # fmt: skip
+    if run.get("failures"):
+        lines.append("failed: " + ", ".join(f"{f['count']} {printable(f['kind'])}" for f in run["failures"]))
+    return Text("\n".join(lines))

@@ -401,10 +401,10 @@ class _Ranker:
         full = {**self.fam.defaults(), **params}
         threads = self.fam.threads(full)
         c = TileConfig(full["BM"], full["BN"], full["BK"], threads // 32, full["STAGES"], full["GROUP_M"],
-                       full["TM"], full["TN"], split_k=full["SPLIT_K"])  # fmt: skip
-        label = f"{c.label} mb{full['MIN_BLOCKS']}"
+                       full["TM"], full["TN"], full["MIN_BLOCKS"], split_k=full["SPLIT_K"])  # fmt: skip
+        label = c.label
         ranked = self.by_label.get(c.label)
-        if ranked is not None and ranked.cfg.min_blocks == full["MIN_BLOCKS"]:
+        if ranked is not None:
             return Candidate(label, params, src, ranked.rank, ranked.tflops, ranked.reason)
         scored, rejected = evaluate(self.p, [c])
         if scored:
