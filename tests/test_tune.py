@@ -4,7 +4,9 @@ and, when a GPU is present, one real small sweep."""
 from __future__ import annotations
 
 import copy
+import functools
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -200,6 +202,8 @@ def test_cli_end_to_end_with_a_null_device(tmp_path, monkeypatch):
     r = CliRunner().invoke(main, args)
     assert r.exit_code == 0, r.output
     assert "Spearman" in r.output and "model's top-1" in r.output and "best:" in r.output
+    text = " ".join(r.output.split())
+    assert "local: 1 GPU worker on here; 5 configurations: 5 timed, 0 from the cache, 0 skipped" in text
     best = resolve(yaml.safe_load(out.read_text())).config
     assert best.family == "sgemm" and best.params["TM"] * best.params["TN"] == 64
     r2 = CliRunner().invoke(main, [*args, "--json"])
@@ -219,6 +223,10 @@ class _NullGpu(NullRunner):
 
         self.dev = _Dev()
 
+    def describe(self) -> dict:
+        return {"host": "here", "pid": 1, "uuid": "NULL-0", "arch": "sm_90", "device": self.dev.to_dict(),
+                "env": self.env}  # fmt: skip
+
 
 @pytest.mark.gpu
 def test_real_sweep_on_the_gpu(tmp_path):
@@ -229,3 +237,266 @@ def test_real_sweep_on_the_gpu(tmp_path):
     _, _, cands = plan(copy.deepcopy(doc), "s.yaml", top=2, arch=runner.arch.name)
     rows = sweep(doc, "s.yaml", "sgemm", cands, runner, ResultCache(tmp_path / "c.jsonl"))
     assert summarize(rows)["best"]["correct"] is True
+
+
+def test_cli_several_problems_from_shapes(tmp_path, monkeypatch):
+    """--shapes: every shape of every spec is one problem, each with its own rows, summary and winner spec."""
+    monkeypatch.setattr(tune_mod, "GpuRunner", lambda device, seed: _NullGpu())
+    spec = tmp_path / "s.yaml"
+    spec.write_text(yaml.safe_dump(sgemm_doc()))
+    shapes = tmp_path / "shapes.yaml"
+    shapes.write_text("- {M: 256, N: 256, K: 128}\n- {M: 512, N: 256, K: 256}\n")
+    outdir = tmp_path / "tuned"
+    args = ["tune", str(spec), "--shapes", str(shapes), "--top", "1", "--cache", str(tmp_path / "c.jsonl"),
+            "-o", str(outdir), "--json"]  # fmt: skip
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert [p["problem"]["M"] for p in d["problems"]] == [256, 512]
+    assert d["run"]["counts"]["timed"] == sum(len(p["rows"]) for p in d["problems"]) >= 4
+    assert d["run"]["counts"]["cached"] == 0 and d["run"]["failures"] == []
+    for p in d["problems"]:
+        best = resolve(yaml.safe_load(Path(p["winner_spec"]).read_text())).config
+        assert Path(p["winner_spec"]).parent == outdir and best.problem["M"] == p["problem"]["M"]
+        assert p["summary"]["best"]["label"] == min(p["rows"], key=lambda r: r["time_ms"])["label"]
+
+
+def test_cli_bad_shapes_and_executor_flags_exit_2_one_line(tmp_path):
+    shapes = tmp_path / "shapes.yaml"
+    shapes.write_text("- {M: 256, Q: 3}\n")
+    r = run_cli("tune", str(SGEMM), "--shapes", str(shapes), "--dry-run")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "--shapes" in r.stderr and "'Q'" in r.stderr and "allowed: M, N, K" in r.stderr
+    for args, word in ((["--executor", "ray"], "--executor"), (["--gpus", "0"], "--gpus"),
+                       (["--executor", "local", "--gpus", "2"], "--gpus")):  # fmt: skip
+        r = CliRunner().invoke(main, ["tune", str(SGEMM), *args])
+        assert r.exit_code == 2 and len(r.output.strip().splitlines()) == 1 and word in r.output, r.output
+
+
+def test_cli_dask_missing_is_one_line_exit_2(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "distributed", None)  # import distributed -> ImportError
+    r = CliRunner().invoke(main, ["tune", str(SGEMM), "--executor", "dask", "--simulate"])
+    assert r.exit_code == 2 and "pip install 'smemtile[cluster]'" in r.output
+    assert len(r.output.strip().splitlines()) == 1
+
+
+def test_dry_run_of_several_specs_lists_each_problem():
+    r = run_cli("tune", str(SGEMM), str(TRANSPOSE), "--dry-run", "--top", "2", "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert [p["family"] for p in d["problems"]] == ["sgemm", "transpose"] and d["dry_run"]
+
+
+# ---- the streamed sweep (smemtile.pipeline.schedule) on an in-process fake cluster --------------------------
+
+
+class _DevRunner:
+    """One fake GPU: time = 1 + 0.01 x (the candidate's place in ``order``) times the device's ``factor``."""
+
+    def __init__(self, uuid: str, order: list[str], factor: float = 1.0, clock: int = 1980, throttle=None):
+        self.uuid, self.order, self.factor, self.clock, self.seed = uuid, order, factor, clock, 1
+        self.throttle = throttle
+        self.arch = get_arch("sm_90")
+        self.env = {"device": "FAKE", "uuid": uuid}
+        self.calls: list[str] = []
+
+    def describe(self) -> dict:
+        return {
+            "host": "h",
+            "pid": 1,
+            "uuid": self.uuid,
+            "arch": "sm_90",
+            "device": {"name": "FAKE"},
+            "env": self.env,
+        }
+
+    def measure(self, cfg) -> dict:
+        label = shape_label(cfg.params)
+        self.calls.append(label)
+        t = (1 + 0.01 * self.order.index(label)) * self.factor
+        return {"status": "ok", "time_ms": t, "unit": "tflops", "value": 1 / t, "device_uuid": self.uuid,
+                "sm_clock_mhz": self.clock, "throttle": self.throttle}  # fmt: skip
+
+
+class _FakeCluster:
+    """The executor interface over threads: one fake GPU per slot. ``die`` = {slot: n}: that slot's n-th timing
+    never returns and the slot leaves the cluster (a killed worker); a fresh worker on the same GPU rejoins."""
+
+    name, seed, cpu_workers = "fake", 1, 2
+
+    def __init__(self, runners: list, die: dict | None = None):
+        from concurrent.futures import ThreadPoolExecutor
+
+        from smemtile.pipeline.executors import Slot
+
+        self.make_slot = lambda i, r: Slot(f"gpu{i}", f"addr{i}-{len(self.all)}", r.describe(), r.env)
+        self.all: list = []
+        self.runners = runners
+        for i, r in enumerate(runners):
+            self.all.append(self.make_slot(i, r))
+        self.die, self.count, self.left, self.joined = dict(die or {}), {}, [], []
+        self.cpu = ThreadPoolExecutor(2)
+
+    def slots(self):
+        return [s for s in self.all if not s.dead]
+
+    def poll(self):
+        left, joined = self.left, self.joined
+        self.left, self.joined = [], []
+        for s in self.all:
+            if s.name in left and not s.dead:
+                s.dead = True
+        self.all += joined
+        return joined, left
+
+    def prepare(self, doc, source, family, cand, arch):
+        from smemtile.pipeline.tune import prepare
+
+        return self.cpu.submit(prepare, doc, source, family, cand, arch)
+
+    def compile(self, cfg):
+        from concurrent.futures import Future
+
+        f = Future()
+        f.set_result({"compiled": None, "compile_s": 0.0})
+        return f
+
+    def time(self, slot, cfg, compiled):
+        import threading
+        from concurrent.futures import Future
+
+        from smemtile.gpu.tune import measure_row
+
+        f = Future()
+        n = self.count[slot.address] = self.count.get(slot.address, 0) + 1
+        i = int(slot.name[3:])
+        if self.die.get(slot.name) == n:
+            del self.die[slot.name]
+            self.left.append(slot.name)
+            self.joined.append(self.make_slot(i, self.runners[i]))
+            return f  # never completes: its worker is gone
+        threading.Thread(target=lambda: f.set_result(measure_row(self.runners[i], cfg))).start()
+        return f
+
+    def restart(self, slot):
+        return False
+
+    def close(self):
+        self.cpu.shutdown()
+
+
+@functools.lru_cache(maxsize=1)
+def _planned() -> tuple:
+    from smemtile.pipeline.tune import plan_problems
+
+    return tuple(plan_problems([("s.yaml", sgemm_doc())], None, top=3, arch="sm_90"))
+
+
+def _problems() -> list[dict]:
+    """One SGEMM problem, its model top 3 and the spec's own configuration (planned once: the ranker is slow)."""
+    return list(_planned())
+
+
+def test_a_worker_dying_mid_run_loses_only_its_in_flight_candidate(tmp_path):
+    from smemtile.pipeline.schedule import tune_problems
+
+    problems = _problems()
+    order = [shape_label(c.params) for c in problems[0]["candidates"]][::-1]
+    runners = [_DevRunner("FAKE-0", order), _DevRunner("FAKE-1", order)]
+    ex = _FakeCluster(runners, die={"gpu1": 2})
+    res = tune_problems(problems, ex, ResultCache(tmp_path / "c.jsonl"), retime_margin=0)
+    rows = res["rows"][0]
+    assert all(r["status"] == "ok" for r in rows) and len(rows) == len(order)
+    c = res["counts"]
+    assert c["requeued"] == 1 and c["workers_lost"] == 1 and c["timed"] == len(order)
+    assert [e["event"] for e in res["events"]][:1] == ["worker left"]
+    # the lost candidate was timed once, on a live worker; the best is the sequential sweep's
+    assert sorted(runners[0].calls + runners[1].calls) == sorted(order)
+    seq = summarize(
+        sweep(
+            sgemm_doc(),
+            "s.yaml",
+            "sgemm",
+            problems[0]["candidates"],
+            _DevRunner("FAKE-0", order),
+            ResultCache(None),
+        )
+    )
+    assert summarize(rows)["best"]["label"] == seq["best"]["label"] == problems[0]["candidates"][-1].label
+
+
+def test_throttled_results_are_retimed_and_winners_compared_on_one_device(tmp_path):
+    from smemtile.pipeline.schedule import tune_problems
+
+    problems = _problems()
+    labels = [shape_label(c.params) for c in problems[0]["candidates"]]
+    # device 1 runs 3% faster, but NVML says it is slowed down (and its clock is low): its results are outliers
+    hot = _DevRunner("FAKE-1", labels, factor=0.97, clock=1500, throttle=["hw_slowdown"])
+    runners = [_DevRunner("FAKE-0", labels), hot]
+    res = tune_problems(problems, _FakeCluster(runners), ResultCache(tmp_path / "c.jsonl"))
+    rows = res["rows"][0]
+    assert res["counts"]["outliers"] == len(hot.calls) >= 1  # every result of FAKE-1, timed again elsewhere
+    assert all(r["device_uuid"] == "FAKE-0" for r in rows)  # re-timed on the other device
+    assert all(r["first_timing"]["device_uuid"] == "FAKE-1" for r in rows if r.get("retimed"))
+    assert shape_label(summarize(rows)["best"]["params"]) == labels[0]
+
+
+def test_close_rivals_timed_on_another_device_are_timed_again_on_the_best_s(tmp_path):
+    from smemtile.pipeline.schedule import tune_problems
+
+    problems = _problems()
+    labels = [shape_label(c.params) for c in problems[0]["candidates"]]
+    fast = _DevRunner("FAKE-1", labels, factor=0.9)  # a faster device: its results look 10% better
+    runners = [_DevRunner("FAKE-0", labels), fast]
+    res = tune_problems(problems, _FakeCluster(runners), ResultCache(tmp_path / "c.jsonl"), retime_margin=0.2)
+    rows = res["rows"][0]
+    best = summarize(rows)["best"]
+    assert shape_label(best["params"]) == labels[0]  # on one device the true order shows again
+    retimed = [r for r in rows if r.get("retimed")]
+    assert retimed and all(r["device_uuid"] == best["device_uuid"] for r in retimed)
+    assert res["counts"]["retimed"] == len(retimed)
+
+
+def test_two_runs_sharing_a_cache_never_time_an_entry_twice(tmp_path):
+    import threading
+
+    from smemtile.pipeline.schedule import tune_problems
+
+    problems = _problems()
+    labels = [shape_label(c.params) for c in problems[0]["candidates"]]
+    runners = [_DevRunner("FAKE-0", labels)]
+    results = []
+
+    def one():
+        results.append(tune_problems(problems, _FakeCluster(runners), ResultCache(tmp_path / "c.jsonl")))
+
+    threads = [threading.Thread(target=one) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(runners[0].calls) == sorted(labels)  # each configuration timed once in all
+    assert sum(r["counts"]["timed"] for r in results) == len(labels)
+    assert [r["label"] for r in results[0]["rows"][0]] == [r["label"] for r in results[1]["rows"][0]]
+
+
+def test_local_executor_compiles_in_a_process_pool(tmp_path):
+    """--executor local with 2 compile processes gives the sequential sweep's rows and winner."""
+    from smemtile.gpu.tune import SimulatedRunner
+    from smemtile.pipeline.executors import make_executor
+    from smemtile.pipeline.schedule import tune_problems
+
+    problems = _problems()
+    ex = make_executor("local", runner="smemtile.gpu.tune:SimulatedRunner", seed=1, compile_workers=2)
+    try:
+        ex.start()
+        res = tune_problems(problems, ex, ResultCache(tmp_path / "c.jsonl"))
+    finally:
+        ex.close()
+    seq = sweep(
+        sgemm_doc(), "s.yaml", "sgemm", problems[0]["candidates"], SimulatedRunner(0, 1), ResultCache(None)
+    )
+    assert [(r["label"], r["time_ms"]) for r in res["rows"][0]] == [(r["label"], r["time_ms"]) for r in seq]
+    assert res["counts"]["compiled"] == res["counts"]["timed"] == len(seq)

@@ -1,7 +1,8 @@
-"""``smemtile tune SPEC``: time the model's best configurations on the GPU, cached and resumable."""
+"""``smemtile tune SPEC...``: time the model's best configurations on one or many GPUs, cached and resumable."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import click
@@ -20,35 +21,108 @@ Examples:
   smemtile tune samples/transpose_32x32.yaml --top 4 --json
   smemtile tiles 4096 4096 4096 --top 12 --format yaml > space.yaml
   smemtile tune samples/sgemm_float4.yaml --top 3 --space space.yaml -o best.yaml
+  smemtile tune samples/sgemm_default.yaml --executor dask --gpus all      # one worker per GPU
+  smemtile tune samples/sgemm_default.yaml --shapes shapes.yaml --executor dask://10.0.0.5:8786 -o tuned/
   smemtile tune samples/sgemm_float4.yaml --dry-run      # the plan and the cache, no GPU""",
 )
-@click.argument("spec", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("specs", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--shapes",
+    "shapes",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Problems to sweep: a YAML list of problem keys ([{M: 4096, N: 4096, K: 4096}, ...]) for every SPEC.",
+)
 @click.option("--top", "top", default="6", show_default=True, help="Time the model's top K configurations.")
-@click.option("--space", "space", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Extra configurations: a YAML list of parameter mappings, or specs (smemtile tiles --format yaml).")  # fmt: skip
-@click.option("-o", "--out", "out", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Write the winner as a spec here (default: SPEC's name + .tuned.yaml in the current folder).")  # fmt: skip
-@click.option("--cache", "cache_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Result cache (JSON lines; default ~/.cache/smemtile/tune.jsonl or $SMEMTILE_CACHE_DIR).")  # fmt: skip
+@click.option(
+    "--space",
+    "space",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Extra configurations: a YAML list of parameter mappings, or specs (smemtile tiles --format yaml).",
+)
+@click.option(
+    "--executor",
+    default="local",
+    show_default=True,
+    metavar="local|dask|dask://HOST:PORT",
+    help="local: this process times on one GPU while CPU processes compile; dask: a local Dask cluster with "
+    "one worker per GPU; dask://HOST:PORT: the GPU workers of a running scheduler (pip install "
+    "'smemtile[cluster]').",
+)
+@click.option(
+    "--gpus", default="all", show_default=True, metavar="all|N", help="How many GPUs (GPU workers) to use."
+)
+@click.option(
+    "--compile-workers",
+    type=click.IntRange(1),
+    default=None,
+    help="CPU processes that prepare and compile (default: the CPU cores not given to a GPU, at most 32).",
+)
+@click.option(
+    "-o",
+    "--out",
+    "out",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Write the winner as a spec here (default: SPEC's name + .tuned.yaml in the current folder); "
+    "with several problems a folder for one spec per problem.",
+)
+@click.option(
+    "--cache",
+    "cache_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Result cache (JSON lines; default ~/.cache/smemtile/tune.jsonl or $SMEMTILE_CACHE_DIR).",
+)
 @click.option("--force", is_flag=True, help="Measure again even when the cache has a result.")
 @click.option("--dry-run", is_flag=True, help="Print the plan (candidates, model ranks) without a GPU.")
-@click.option("--device", type=click.IntRange(0), default=0, show_default=True, help="CUDA device index.")
+@click.option("--device", type=click.IntRange(0), default=0, show_default=True,
+              help="CUDA device index (the local executor).")  # fmt: skip
 @click.option("--seed", type=int, default=1234, show_default=True, help="Seed of the random inputs.")
+@click.option(
+    "--simulate",
+    is_flag=True,
+    help="Time nothing: each GPU worker is a simulated device with made-up deterministic times (tries "
+    "a cluster's wiring without a GPU; cached under their own keys).",
+)
 @json_option
-def command(spec, top, space, out, cache_path, force, dry_run, device, seed, as_json) -> None:
-    """Generate, compile, check and time SPEC's kernel in the model's top configurations on the GPU.
+def command(
+    specs,
+    shapes,
+    top,
+    space,
+    executor,
+    gpus,
+    compile_workers,
+    out,
+    cache_path,
+    force,
+    dry_run,
+    device,
+    seed,
+    simulate,
+    as_json,
+) -> None:
+    """Generate, compile, check and time each SPEC's kernel in the model's top configurations on the GPU.
 
-    The candidates are the tile model's top K for SPEC's problem (`smemtile tiles`), SPEC's own configuration
-    and any --space. Each one is compiled for the device (NVRTC), checked against the float64 reference, then
-    timed with CUDA events; a failing one is recorded as skipped with its reason and the sweep goes on.
-    Results are cached on disk keyed by the kernel source, parameters, layouts, problem, device, driver and
-    NVRTC versions, so an interrupted sweep resumes. The report ranks the measured configurations against the
-    model (Spearman rank correlation, where the model's top-1 landed) and writes the winner as a spec.
+    The candidates are the tile model's top K for each problem (`smemtile tiles`), the spec's own configuration
+    and any --space; every SPEC and every --shapes entry is one problem. Candidates are prepared and compiled
+    (NVRTC) on CPU processes while others are checked against the float64 reference and timed with CUDA events,
+    one GPU worker per GPU. A failing one is recorded as skipped with its reason and the sweep goes on.
+    Results stream into a cache keyed by the kernel source, parameters, layouts, problem, the device (name,
+    UUID, clocks), driver and NVRTC versions, so an interrupted sweep resumes; a GPU worker that dies loses
+    only the candidates it was timing, which are timed elsewhere. Each result records the host, device, SM clock
+    and the spread of its runs; results from a throttled device are timed again, and the closest rivals of each
+    winner are timed again on the winner's device. The report ranks the measured configurations against the
+    model (Spearman rank correlation, where the model's top-1 landed) and writes each winner as a spec.
 
     \b
-    Exit codes: 0 a winner was found; 1 every configuration failed; 2 bad spec; 3 no CUDA GPU.
+    Exit codes: 0 a winner for every problem; 1 every configuration of a problem failed; 2 bad input (or dask
+    missing for --executor dask); 3 no CUDA GPU.
     """
-    from smemtile.pipeline.tune import load_docs, plan, space_entries
+    from smemtile.pipeline.executors import make_executor, parse_gpus
+    from smemtile.pipeline.tune import load_docs, plan_problems, shape_entries, space_entries
 
     try:
         k = int(str(top))
@@ -56,63 +130,139 @@ def command(spec, top, space, out, cache_path, force, dry_run, device, seed, as_
         raise SpecError(f"expected a positive integer, got {top!r}", key="--top") from None
     if k < 0:
         raise SpecError(f"must not be negative, got {k}", key="--top")
+    parse_gpus(gpus)
+    if executor != "local" and not executor.startswith("dask"):
+        raise SpecError(f"expected local, dask or dask://HOST:PORT, got {executor!r}", key="--executor")
     # fileio first: a regular file (never a FIFO or /dev/zero), at most 1 MiB, UTF-8; then the YAML parser
-    read_text(spec, what="spec")
-    if space:
-        read_text(space, what="--space file", key="--space")
-    docs = load_docs(spec)
-    if len(docs) != 1 or not isinstance(docs[0], dict):
-        raise SpecError("expected one spec document (a mapping)", source=str(spec))
-    doc = docs[0]
-    from smemtile.pipeline.specs import resolve
-
-    resolve(doc, str(spec))  # validate the spec itself first: bad input is exit 2
+    docs = []
+    for spec in specs:
+        read_text(spec, what="spec")
+        found = load_docs(spec)
+        if len(found) != 1 or not isinstance(found[0], dict):
+            raise SpecError("expected one spec document (a mapping)", source=str(spec))
+        docs.append((str(spec), found[0]))
+    for path, what, key in ((space, "--space file", "--space"), (shapes, "--shapes file", "--shapes")):
+        if path:
+            read_text(path, what=what, key=key)
     extra = space_entries(space) if space else None
-    runner = None
-    arch = None
-    if not dry_run:
-        from smemtile.gpu.tune import GpuRunner
+    shape_list = shape_entries(shapes) if shapes else None
+    arch0 = str(docs[0][1].get("arch", "sm_90"))
 
-        runner = GpuRunner(device, seed)  # NoDevice -> exit 3, one line
-        arch = runner.arch.name
-    family, problem, cands = plan(doc, str(spec), top=k, space=extra, arch=arch)
-    doc_out = {"spec": str(spec), "family": family, "problem": problem, "arch": arch or doc.get("arch"),
-               "candidates": [c.to_dict() for c in cands]}  # fmt: skip
+    def planned(arch: str) -> list[dict]:
+        return plan_problems(docs, shape_list, top=k, space=extra, arch=arch, shapes_source=str(shapes))
+
     if dry_run:
-        _dry_run(doc_out, cache_path, as_json)
+        problems = planned(arch0)  # validates every spec and shape: bad input is exit 2
+        _dry_run([_problem_doc(p, arch0) for p in problems], as_json)
         return
+    runner = "smemtile.gpu.tune:SimulatedRunner" if simulate else "smemtile.gpu.tune:GpuRunner"
+    ex = make_executor(executor, gpus=gpus, runner=runner, seed=seed, device=device,
+                       compile_workers=compile_workers)  # fmt: skip
+    try:
+        started: dict = {}
+        # the cluster starts (processes, one CUDA context per GPU) while this process plans on the spec's arch
+        t = threading.Thread(target=_start, args=(ex, started), daemon=True)
+        t.start()
+        problems = planned(arch0)
+        t.join()
+        if "error" in started:
+            raise started["error"]
+        arch = ex.slots()[0].info["arch"]
+        if arch != arch0:
+            problems = planned(arch)
+        _run(ex, problems, arch, specs, out, cache_path, force, as_json)
+    finally:
+        ex.close()
+
+
+def _start(ex, started: dict) -> None:
+    try:
+        ex.start()
+    except BaseException as e:  # re-raised in the main thread: NoDevice is exit 3, SpecError exit 2
+        started["error"] = e
+
+
+def _run(ex, problems, arch, specs, out, cache_path, force, as_json) -> None:
     from smemtile.cache import open_cache
-    from smemtile.pipeline.tune import summarize, sweep
+    from smemtile.pipeline.schedule import tune_problems
+    from smemtile.pipeline.tune import summarize
 
     cache = open_cache(cache_path, warn=lambda msg: click.echo(f"smemtile: warning: {msg}", err=True))
-    cache_file = cache.path
-    with _progress(len(cands), quiet=as_json) as tick:
-        rows = sweep(doc, str(spec), family, cands, runner, cache, force=force, progress=tick)
-    summary = summarize(rows)
-    doc_out.update(device=runner.dev.to_dict(), environment=runner.env, cache=str(cache_file), rows=rows,
-                   summary=summary)  # fmt: skip
-    if summary["best"] is not None:
-        doc_out["winner_spec"] = str(_write_winner(doc, spec, family, summary["best"], out))
+    slots = ex.slots()
+    total = sum(len(p["candidates"]) for p in problems)
+    with _progress(total, quiet=as_json) as tick:
+        result = tune_problems(problems, ex, cache, force=force, progress=tick)
+    docs = []
+    for p, rows in zip(problems, result["rows"], strict=True):
+        d = _problem_doc(p, arch)
+        d.update(device=slots[0].info["device"], rows=rows, summary=summarize(rows), cache=str(cache.path))
+        docs.append(d)
+    targets = _winner_paths(docs, specs, out)
+    for d, p, target in zip(docs, problems, targets, strict=True):
+        if d["summary"]["best"] is not None:
+            d["winner_spec"] = str(_write_winner(d, p["doc"], target))
+    run = {k: result[k] for k in ("counts", "failures", "skipped", "events", "slots", "wall_s")}
+    run["executor"] = ex.name
+    doc_out = {
+        "executor": ex.name,
+        "devices": result["slots"],
+        "cache": str(cache.path),
+        "run": run,
+        "problems": docs,
+    }
+    if len(docs) == 1:  # one problem: its keys at the top as well (the single-spec document scripts read)
+        doc_out = {**docs[0], "environment": slots[0].env, **doc_out}
     if as_json:
         emit_json(doc_out)
     else:
-        from smemtile.cli.common import console
-        from smemtile.report.tiles import render_tune
+        from smemtile.report.tiles import render_tune, render_tune_run
 
-        console().print(render_tune(doc_out))
-    if summary["best"] is None:
-        raise OutOfResources(
-            f"every one of the {len(rows)} configurations failed; first: {rows[0].get('reason')}"
-        )
+        con = console()
+        for d in docs:
+            con.print(render_tune(d))
+        con.print(render_tune_run(run))
+    failed = [d for d in docs if d["summary"]["best"] is None]
+    if failed:
+        d = failed[0]
+        first = d["rows"][0].get("reason") if d["rows"] else "no candidates"
+        raise OutOfResources(f"{d['spec']} {_label(d['problem'])}: every one of the {len(d['rows'])} "
+                             f"configurations failed; first: {first}")  # fmt: skip
 
 
-def _write_winner(doc: dict, spec: Path, family: str, best: dict, out: Path | None) -> Path:
+def _problem_doc(p: dict, arch: str) -> dict:
+    return {"spec": p["spec"], "family": p["family"], "problem": p["problem"], "arch": arch,
+            "candidates": [c.to_dict() for c in p["candidates"]]}  # fmt: skip
+
+
+def _label(problem: dict) -> str:
+    return "_".join(f"{k}{v}" for k, v in problem.items() if k not in ("alpha", "beta"))
+
+
+def _winner_paths(docs: list[dict], specs, out: Path | None) -> list[Path]:
+    """One problem: ``-o`` or ``<spec>.tuned.yaml`` here; several: ``<spec>.<problem>.tuned.yaml`` in ``-o``."""
+    if len(docs) == 1:
+        return [out or Path.cwd() / f"{Path(docs[0]['spec']).stem}.tuned.yaml"]
+    folder = out or Path.cwd()
+    if folder.exists() and not folder.is_dir():
+        raise SpecError("with several problems -o names a folder (one winner spec per problem)", key="-o")
+    folder.mkdir(parents=True, exist_ok=True)
+    paths, seen = [], set()
+    for i, d in enumerate(docs):
+        name = f"{Path(d['spec']).stem}.{_label(d['problem'])}.tuned.yaml"
+        if name in seen:
+            name = f"{Path(d['spec']).stem}.{i}.{_label(d['problem'])}.tuned.yaml"
+        seen.add(name)
+        paths.append(folder / name)
+    return paths
+
+
+def _write_winner(d: dict, doc: dict, target: Path) -> Path:
     import yaml
 
     from smemtile.pipeline.tune import respec
 
-    target = out or Path.cwd() / f"{spec.stem}.tuned.yaml"
-    new = respec(doc, family, best["params"], best.get("layouts"), str(spec))
+    best, spec = d["summary"]["best"], Path(d["spec"])
+    new = respec(doc, d["family"], best["params"], best.get("layouts"), str(spec))
     unit = "TFLOP/s" if best.get("unit") == "tflops" else "GB/s"
     head = (f"# smemtile tune {spec}: winner {best['label']}, {best['time_ms']:.4f} ms median, "
             f"{best['value']:.1f} {unit}\n")  # fmt: skip
@@ -120,46 +270,60 @@ def _write_winner(doc: dict, spec: Path, family: str, best: dict, out: Path | No
     return write_text_atomic(target, text, key="-o", inputs=[spec])  # fileio: O_EXCL temp file, fsync, rename
 
 
-def _dry_run(doc_out: dict, cache_path, as_json: bool) -> None:
+def _dry_run(docs: list[dict], as_json: bool) -> None:
     if as_json:
-        emit_json({**doc_out, "dry_run": True})
+        out = (
+            {**docs[0], "dry_run": True, "problems": docs}
+            if len(docs) == 1
+            else {"dry_run": True, "problems": docs}
+        )
+        emit_json(out)
         return
     con = console()
-    problem = ", ".join(f"{k}={v}" for k, v in doc_out["problem"].items())
-    con.print(f"[bold]smemtile tune --dry-run[/] {esc(doc_out['spec'])}: {esc(doc_out['family'])} "
-              f"{esc(problem)} on {esc(doc_out['arch'])}")  # fmt: skip
-    for i, c in enumerate(doc_out["candidates"], 1):
-        pred = f"{c['predicted']:.1f}" if c["predicted"] is not None else "-"
-        rank = c["model_rank"] if c["model_rank"] is not None else "-"
-        con.print(f"  {i:>2}. {esc(c['label']):<34} \\[{esc(c['source'])}] model #{rank}, predicted {pred}")
+    for d in docs:
+        problem = ", ".join(f"{k}={v}" for k, v in d["problem"].items())
+        con.print(f"[bold]smemtile tune --dry-run[/] {esc(d['spec'])}: {esc(d['family'])} "
+                  f"{esc(problem)} on {esc(d['arch'])}")  # fmt: skip
+        for i, c in enumerate(d["candidates"], 1):
+            pred = f"{c['predicted']:.1f}" if c["predicted"] is not None else "-"
+            rank = c["model_rank"] if c["model_rank"] is not None else "-"
+            con.print(
+                f"  {i:>2}. {esc(c['label']):<34} \\[{esc(c['source'])}] model #{rank}, predicted {pred}"
+            )
     con.print("Run without --dry-run on a GPU to compile, check and time them.")
 
 
 class _progress:
-    """A rich progress bar with ETA on stderr (stdout stays clean for --json)."""
+    """A rich progress bar on stderr (stdout stays clean for --json): compiled / timed / cached counts across
+    all workers and the ETA from the rate of timings so far."""
 
     def __init__(self, total: int, quiet: bool = False):
         self.total, self.quiet = total, quiet
 
     def __enter__(self):
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        self.p = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                          TextColumn("ETA"), TimeRemainingColumn(), console=console(stderr=True), transient=self.quiet)  # fmt: skip
+        self.p = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("ETA {task.fields[eta]}"),
+            console=console(stderr=True),
+            transient=self.quiet,
+        )
         self.p.__enter__()
-        self.task = self.p.add_task("tuning", total=self.total)
+        self.task = self.p.add_task("tuning", total=self.total, eta="-")
         return self._tick
 
-    def _tick(self, row: dict) -> None:
-        state = "cached" if row.get("cached") else row.get("status")
-        self.p.update(self.task, advance=1, description=f"{esc(row['label'][:40])} {state}")
+    def _tick(self, s: dict) -> None:
+        eta = "-" if s["eta_s"] is None else f"{int(s['eta_s']) // 60}:{int(s['eta_s']) % 60:02d}"
+        desc = (
+            f"compiled {s['compiled']} · timed {s['timed']} · cached {s['cached']} · skipped {s['skipped']}"
+            f"{' · requeued ' + str(s['requeued']) if s['requeued'] else ''} · {s['gpus']} GPU"
+            f"{'s' if s['gpus'] != 1 else ''}"
+        )
+        self.p.update(self.task, completed=s["done"], description=desc, eta=eta)
 
     def __exit__(self, *exc):
         return self.p.__exit__(*exc)

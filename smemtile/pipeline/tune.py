@@ -1,9 +1,12 @@
-"""``smemtile tune``: what to time (the family's model top-k, the spec's own configuration, any extra space)
-and the sweep that compiles, checks and times each candidate, cached and resumable.
+"""``smemtile tune``: what to time (the family's model top-k, the spec's own configuration, any extra space,
+for every spec and every --shapes entry), the configuration of each candidate, and the one-process sweep.
 
     family, problem, cands = plan(doc, source, top=6)
     rows = sweep(doc, source, family, cands, runner, cache)     # runner: smemtile.gpu.tune.GpuRunner
     summary = summarize(rows)
+
+    problems = plan_problems([(path, doc), ...], shapes, top=6)  # many problems, for the streamed sweep on
+    result = smemtile.pipeline.schedule.tune_problems(problems, executor, cache)   # many GPUs (executors.py)
 
 The runner launches each candidate through its family's launch plan (the generated helper's). A failing
 candidate is a skipped row with its reason, never an abort; deterministic failures are cached.
@@ -12,12 +15,14 @@ candidate is a skipped row with its reason, never an abort; deterministic failur
 from __future__ import annotations
 
 import copy
+import functools
+import json
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from smemtile.errors import CompileError, SmemtileError, SpecError
+from smemtile.errors import SmemtileError, SpecError
 from smemtile.families import FAMILIES, KernelConfig, get_family, reconfigure
 from smemtile.families.base import Candidate
 from smemtile.model.spec import load_yaml
@@ -37,12 +42,21 @@ def family_of(doc: dict, source: str) -> str:
             "the spec has no kernel: {family: ...} section, so there is nothing to tune", source=source
         )
     fam = get_family(kernel["family"])
-    if fam.ranker({pk.name: pk.default for pk in fam.problem_keys}, "sm_90", None) is None:
-        tunable = [n for n, f in FAMILIES.items() if f.ranker({pk.name: pk.default for pk in f.problem_keys},
-                                                              "sm_90", None) is not None]  # fmt: skip
-        raise SpecError(f"tune knows the families {', '.join(tunable)}, not {fam.name!r} (it has no tile model)",
-                        key="kernel.family", source=source)  # fmt: skip
+    if not _tunable(fam.name):
+        tunable = [n for n in FAMILIES if _tunable(n)]
+        raise SpecError(
+            f"tune knows the families {', '.join(tunable)}, not {fam.name!r} (it has no tile model)",
+            key="kernel.family",
+            source=source,
+        )
     return fam.name
+
+
+@functools.cache
+def _tunable(family: str) -> bool:
+    """Whether ``family`` has a tile model (asked once per process: building a ranker runs the model)."""
+    fam = FAMILIES[family]
+    return fam.ranker({pk.name: pk.default for pk in fam.problem_keys}, "sm_90", None) is not None
 
 
 def family_params(doc: dict, family: str) -> dict:
@@ -134,6 +148,57 @@ def space_entries(path: str | Path) -> list[dict]:
     return list(docs)
 
 
+def shape_entries(path: str | Path) -> list[dict]:
+    """A --shapes file: a YAML list of problem mappings (``[{M: 4096, N: 4096, K: 4096}, ...]``) or
+    ``{shapes: [...]}``; each entry sets some of the family's problem keys of every SPEC."""
+    docs = load_docs(path)
+    body = docs[0] if len(docs) == 1 else docs
+    if isinstance(body, dict) and "shapes" in body:
+        body = body["shapes"]
+    if not isinstance(body, list) or not body or not all(isinstance(e, dict) for e in body):
+        raise SpecError("expected a non-empty list of problem mappings such as {M: 4096, N: 4096, K: 4096}",
+                        key="--shapes", source=str(path))  # fmt: skip
+    return body
+
+
+def with_shape(doc: dict, family: str, shape: dict, source: str, index: int) -> dict:
+    """``doc`` with the problem keys of ``shape`` (a --shapes entry) set in its kernel section."""
+    allowed = [pk.name for pk in get_family(family).problem_keys]
+    unknown = [k for k in shape if k not in allowed]
+    if unknown:
+        raise SpecError(
+            f"shape {index}: {family} has no problem key {unknown[0]!r}; allowed: {', '.join(allowed)}",
+            key="--shapes",
+            source=source,
+        )
+    new = copy.deepcopy(doc)
+    new["kernel"] = {**new["kernel"], **shape}
+    return new
+
+
+def plan_problems(specs: list[tuple[str, dict]], shapes: list[dict] | None, *, top: int,
+                  space: list[dict] | None = None, arch: str | None = None,
+                  shapes_source: str = "--shapes") -> list[dict]:  # fmt: skip
+    """One entry per problem (every spec, times every --shapes entry): ``{"spec", "doc", "family", "problem",
+    "candidates"}``, each spec document validated first (bad input is exit 2)."""
+    from smemtile.pipeline.specs import resolve
+
+    out = []
+    for source, doc in specs:
+        family = family_of(doc, source)
+        for i, shape in enumerate(shapes or [None]):
+            d = doc if shape is None else with_shape(doc, family, shape, shapes_source, i)
+            try:
+                resolve(d, source)
+            except SpecError as e:
+                if shape is None:
+                    raise
+                raise SpecError(f"shape {i} {shape}: {e}", key="--shapes", source=shapes_source) from None
+            fam, problem, cands = plan(d, source, top=top, space=space, arch=arch)
+            out.append({"spec": source, "doc": d, "family": fam, "problem": problem, "candidates": cands})
+    return out
+
+
 def config_for(doc: dict, source: str, family: str, cand: Candidate, arch) -> KernelConfig:
     """The KernelConfig of ``cand`` for ``arch`` with the layouts the fix search picks for it (on what the
     kernel issues); parameters the model chose stay the tool's, so a spilling one may be relaxed."""
@@ -150,45 +215,68 @@ def config_for(doc: dict, source: str, family: str, cand: Candidate, arch) -> Ke
 
 def sweep(doc: dict, source: str, family: str, cands: list[Candidate], runner, cache, *,
           force: bool = False, progress: Callable[[dict], None] | None = None) -> list[dict]:  # fmt: skip
-    """Measure every candidate (or take it from the cache); a failing one is a skipped row, never an abort."""
-    from smemtile.gpu.tune import cache_key
+    """Measure every candidate one after another in this process (or take it from the cache); a failing one
+    is a skipped row, never an abort. ``smemtile.pipeline.schedule.tune_problems`` is the same on many
+    workers. Each key is claimed while it is measured, so a second process sharing the cache waits for the
+    result instead of timing it again."""
+    from smemtile.gpu.tune import cache_key, measure_row
 
     rows = []
     for cand in cands:
-        row: dict[str, Any] = {"label": cand.label, "params": cand.params, "source": cand.source,
-                               "model_rank": cand.model_rank, "predicted": cand.predicted,
-                               "model_reason": cand.model_reason}  # fmt: skip
-        try:
-            cfg = config_for(doc, source, family, cand, runner.arch)
-        except SmemtileError as e:
-            rows.append(
-                {**row, "status": "skipped", "reason": f"configuration refused: {e}", "cached": False}
-            )
+        row = candidate_row(cand)
+        prep = prepare(doc, source, family, cand, runner.arch)
+        if "refused" in prep:
+            rows.append({**row, "status": "skipped", "reason": prep["refused"], "cached": False})
             progress and progress(rows[-1])
             continue
-        row["name_expression"] = FAMILIES[family].name_expression(cfg)
-        row["layouts"] = {k: v.to_dict() for k, v in cfg.layouts.items()}
-        key = cache_key(cfg, runner.env, runner.seed)
-        hit = None if force else cache.get(key)
-        if hit is not None:
-            rows.append({**row, **hit, "cached": True})
-        else:
-            try:
-                m = runner.measure(cfg)
-            except CompileError as e:
-                m = {
-                    "status": "skipped",
-                    "reason": f"compile error: {str(e).splitlines()[0]}",
-                    "cacheable": True,
-                }
-            except Exception as e:  # a launch or driver failure: record, do not cache, carry on
-                first = str(e).splitlines()[0] if str(e) else ""
-                m = {"status": "skipped", "reason": f"{type(e).__name__}: {first}", "cacheable": False}
-            if m.pop("cacheable", True):
-                cache.put(key, m)
-            rows.append({**row, **m, "cached": False})
+        cfg = prep["cfg"]
+        row.update(name_expression=prep["name_expression"], layouts=prep["layouts"])
+        key = cache_key(cfg, runner.env, runner.seed, source=prep["source_hash"])
+        with cache.claim(key) as hit:
+            if hit is not None and not force:
+                rows.append({**row, **hit, "cached": True})
+            else:
+                m = measure_row(runner, cfg)
+                m.pop("broken", None)
+                if m.pop("cacheable", True):
+                    cache.put(key, m)
+                rows.append({**row, **m, "cached": False})
         progress and progress(rows[-1])
     return rows
+
+
+def candidate_row(cand: Candidate) -> dict[str, Any]:
+    """The part of a result row that comes from the plan."""
+    return {"label": cand.label, "params": cand.params, "source": cand.source, "model_rank": cand.model_rank,
+            "predicted": cand.predicted, "model_reason": cand.model_reason}  # fmt: skip
+
+
+def prepare(doc: dict, source: str, family: str, cand: Candidate, arch) -> dict:
+    """The configuration to compile for ``cand`` (pure Python, run on any CPU worker): ``{"cfg", "name_expression",
+    "layouts", "source_hash"}``, or ``{"refused": reason}`` when the family refuses it."""
+    from smemtile.gpu.tune import source_hash
+
+    key = json.dumps([doc, source, family, cand.params, cand.source, repr(arch)], sort_keys=True, default=str)
+    if key not in _PREPARED:
+        try:
+            cfg = config_for(doc, source, family, cand, arch)
+            out = {
+                "cfg": cfg,
+                "name_expression": FAMILIES[family].name_expression(cfg),
+                "source_hash": source_hash(cfg),
+                "layouts": {k: v.to_dict() for k, v in cfg.layouts.items()},
+            }
+        except SmemtileError as e:
+            out = {"refused": f"configuration refused: {e}"}
+        if len(_PREPARED) >= 4096:  # a long-lived worker keeps the most recent ones
+            del _PREPARED[next(iter(_PREPARED))]
+        _PREPARED[key] = out
+    return dict(_PREPARED[key])
+
+
+# prepare()'s results in this process: the fix search is deterministic and slow (~0.3 s), and a worker that
+# outlives one run (a dask:// cluster) prepares the same candidates again on a resume or the next run
+_PREPARED: dict[str, dict] = {}
 
 
 def summarize(rows: list[dict]) -> dict:
@@ -208,9 +296,12 @@ def summarize(rows: list[dict]) -> dict:
         out["rank_correlation_note"] = None
     else:
         out["rank_correlation"] = None
-        out["rank_correlation_note"] = ("the model predicts the same value for every measured configuration (a "
-                                        "tie): no ranking to correlate" if len(scored) >= 3 else
-                                        "fewer than 3 measured configurations with a prediction")  # fmt: skip
+        out["rank_correlation_note"] = (
+            "the model predicts the same value for every measured configuration (a "
+            "tie): no ranking to correlate"
+            if len(scored) >= 3
+            else "fewer than 3 measured configurations with a prediction"
+        )
     ranked = [r for r in ok if r.get("model_rank") is not None]
     if ok and ranked:
         top1 = min(ranked, key=lambda r: r["model_rank"])
