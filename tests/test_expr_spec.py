@@ -141,4 +141,4 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path, content, needle):
 
 def test_cli_missing_file(tmp_path):
     r = run_cli("analyze", str(tmp_path / "nope.yaml"), "--json")
-    assert r.returncode == 2 and "no such spec file" in r.stderr and r.stdout == ""
+    assert r.returncode == 2 and "no such spec" in r.stderr and r.stdout == ""

@@ -7,6 +7,7 @@ See docs/spec.md for every key and samples/ for examples.
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -80,6 +81,14 @@ BUILTIN_VARS = ("lane", "warp", "tid")
 MAX_INSTRUCTIONS = 1 << 16  # per access and in all (warps x loop values): bounds analyze's time and memory
 MAX_BUFFERS = 64
 MAX_ACCESSES = 256
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+# C++ keywords and the names the printed declarations use themselves (analyze part 3)
+CPP_RESERVED = frozenset(
+    "alignas alignof asm auto bool break case catch char class const constexpr continue decltype default delete do "
+    "double else enum explicit extern false float for friend goto if inline int long mutable namespace new noexcept "
+    "nullptr operator private protected public register return short signed sizeof static struct switch template "
+    "this throw true try typedef typename union unsigned using virtual void volatile while smem kernel".split()
+)
 DEFAULT_THREADS = 32  # without ``threads:`` one warp is analysed, and the report says so
 PROBLEM_KEYS = (
     "M",
@@ -315,7 +324,10 @@ def load_spec(path: str | Path) -> KernelSpec:
     return parse_spec(read_text(path, what="spec"), source=printable(path))
 
 
-class _StrictLoader(yaml.SafeLoader):
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser when present: ~5x faster
+
+
+class _StrictLoader(_SAFE_LOADER):
     """safe_load that refuses a key given twice in one mapping (YAML would silently keep the last)."""
 
 
@@ -356,8 +368,15 @@ def load_yaml(text: str, source: str, *, multi: bool = False) -> Any:
         )
     try:
         if multi:
-            return [d for d in yaml.load_all(text, Loader=_StrictLoader) if d is not None]
-        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+            docs = [d for d in yaml.load_all(text, Loader=_StrictLoader) if d is not None]
+        else:
+            docs = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+        deepest = _nesting(docs) - (1 if multi else 0)
+        if deepest > MAX_YAML_DEPTH:  # block-style nesting (indentation), which the bracket count cannot see
+            raise SpecError(
+                f"YAML nested {deepest} levels deep; a spec needs at most {MAX_YAML_DEPTH}", source=source
+            )
+        return docs
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -365,6 +384,21 @@ def load_yaml(text: str, source: str, *, multi: bool = False) -> Any:
         raise SpecError(f"malformed YAML{where}: {problem}", source=source) from None
     except RecursionError:
         raise SpecError("YAML nested too deeply", source=source) from None
+
+
+def _nesting(doc: Any) -> int:
+    """How deeply lists and mappings nest in ``doc`` (iterative: any depth is measured without recursion)."""
+    deepest, stack = 0, [(doc, 1)]
+    while stack:
+        node, d = stack.pop()
+        if isinstance(node, dict):
+            stack.extend((v, d + 1) for v in node.values())
+        elif isinstance(node, list):
+            stack.extend((v, d + 1) for v in node)
+        else:
+            continue
+        deepest = max(deepest, d)
+    return deepest
 
 
 def parse_spec(text: str, source: str = "<spec>") -> KernelSpec:
@@ -561,6 +595,11 @@ def _buffer(b: Any, i: int, env: dict, source: str) -> Buffer:
         if req not in b:
             raise SpecError(f"missing key {req!r}", key=where, source=source)
     name = str(b["name"])
+    if not _IDENT.fullmatch(name) or name in CPP_RESERVED:
+        why = "is reserved (a C++ keyword, or a name the printed declarations use)" if name in CPP_RESERVED else \
+            "is not a C++ identifier of at most 64 characters (letters, digits, _)"  # fmt: skip
+        raise SpecError(f"buffer name {printable(name)!r} {why}: it names the __shared__ array",
+                        key=f"buffers[{i}].name", source=source)  # fmt: skip
     where = f"buffers.{name}"
     dtype = str(b["dtype"])
     if dtype not in DTYPES:

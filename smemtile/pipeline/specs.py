@@ -20,12 +20,13 @@ import numpy as np
 from smemtile.errors import SpecError
 from smemtile.families import FAMILIES, KernelConfig, configure, get_family, reconfigure, split_params
 from smemtile.families.base import ContractViolation, Family
+from smemtile.fileio import SPEC_BUDGET, read_text
 from smemtile.model.analysis import AccessResult, analyze_spec
 from smemtile.model.arch import Arch
 from smemtile.model.layout import Layout
 from smemtile.model.spec import KernelSpec, load_yaml, spec_from_dict
 
-MAX_SPEC_BYTES = 1 << 20  # a spec is small; anything larger is refused before parsing
+MAX_SPEC_BYTES = SPEC_BUDGET  # a spec is small: anything larger is refused before it is read
 
 
 @dataclass(frozen=True)
@@ -47,25 +48,9 @@ class Resolved:
 
 
 def read_spec_text(path: str | Path) -> str:
-    p = Path(path)
-    try:
-        st = p.stat()
-    except OSError:
-        raise SpecError("no such spec file", source=str(path)) from None
-    import stat as _stat
-
-    if not _stat.S_ISREG(st.st_mode):
-        raise SpecError("not a regular file", source=str(path))
-    if st.st_size > MAX_SPEC_BYTES:
-        raise SpecError(f"{st.st_size} bytes; a spec is at most {MAX_SPEC_BYTES} bytes", source=str(path))
-    try:
-        data = p.read_bytes()
-    except OSError as e:
-        raise SpecError(f"cannot read: {e.strerror}", source=str(path)) from None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise SpecError(f"not UTF-8 text (byte {e.start})", source=str(path)) from None
+    """The spec's text through ``smemtile.fileio.read_text`` (the one reader: a regular file, at most 1 MiB,
+    strict UTF-8; FIFOs and devices refused before anything is opened)."""
+    return read_text(path, what="spec")
 
 
 def load(path: str | Path, *, arch: Arch | str | None = None) -> Resolved:
