@@ -5,13 +5,16 @@
 Spec (YAML)::
 
     arch: sm_90
-    tile: {BX: 32, BY: 8, R: 4}
+    tile: {BX: 32, BY: 8, R: 4, VEC: 4, RY: 4}
     kernel: {family: stencil2d, ny: 4096, nx: 4096}
 
-A block of BX x BY threads stages the (BY + 2R) x (BX + 2R) halo tile (element e = tid + i*THREADS, row-major:
-lanes past the tile idle), then each thread reads its 4R + 1 neighbours: the centre, R left/right pairs, R
-up/down pairs. Launch: grid = (ceil(nx/BX), ceil(ny/BY)), block = (BX, BY); shared memory static,
-(BY + 2R) * (BX + 2R + pad) * 4 bytes.
+A block of BX x BY threads computes a BX*VEC x BY*RY output tile (each thread VEC columns of RY rows). It stages
+the TH x TW halo tile, TH = BY*RY + 2R rows and TW = BX*VEC + 2*HX columns (HX = R rounded up to whole vectors),
+VEC elements per lane (vector e = tid + i*THREADS, row-major; lanes past the tile store their previous vector
+again), then each thread reads the RY + 2R vectors of its column window and, per output row, ceil(R/W) runs of
+W elements on each side of its centre vector. Every shared access moves W elements (W = VEC unless the layout
+breaks a vector's alignment). Launch: grid = (ceil(nx/(BX*VEC)), ceil(ny/(BY*RY))), block = (BX, BY); shared
+memory static, TH * (TW + pad) * 4 bytes.
 """
 
 from __future__ import annotations
@@ -28,12 +31,13 @@ class Stencil2d(Family):
     kernel = "stencil2d"
     signature = ("const float* in", "float* out", "int ny", "int nx", "const float* coeffs")
     params = (
-        Param(
-            "BX", 32, "output tile width = threads along x (divides 32 or a multiple of 32)", lo=1, hi=1024
-        ),
-        Param("BY", 8, "output tile height = threads along y", lo=1, hi=1024),
+        Param("BX", 32, "threads along x (divides 32 or a multiple of 32); the tile is BX*VEC columns", lo=1, hi=1024),
+        Param("BY", 8, "threads along y; the tile is BY*RY rows", lo=1, hi=1024),
         Param("R", 1, "stencil radius", (1, 2, 3, 4)),
-    )
+        Param("VEC", 4, "columns per thread, moved as one vector (4: float4 loads and stores)", (1, 2, 4)),
+        Param("RY", 4, "rows per thread (register blocking along y: RY + 2R column loads feed RY outputs)",
+              lo=1, hi=16),
+    )  # fmt: skip
     problem_keys = (ProblemKey("ny", 4096, "grid rows"), ProblemKey("nx", 4096, "grid columns"))
     host_args = (
         HostArg("in", "const float*", "in", ("ny", "nx"), "f32"),
@@ -42,6 +46,7 @@ class Stencil2d(Family):
         HostArg("nx", "int"),
         HostArg("coeffs", "const float*", "in", ("R + 1",), "f32"),
     )
+    layout_dependent_accesses = True  # the access width W follows the layout (a padded row breaks a float4)
     tolerance = 1e-5
     test_sizes = ({"ny": 64, "nx": 64}, {"ny": 1000, "nx": 999}, {"ny": 7, "nx": 300}, {"ny": 1, "nx": 1})
     bench_sizes = ({"ny": 8192, "nx": 8192},)
@@ -63,32 +68,52 @@ class Stencil2d(Family):
             out.append(f"BX={bx} must divide 32 or be a multiple of 32 so warps cover whole rows")
         return out
 
+    def halo_x(self, p: dict[str, int]) -> int:
+        """HX: the x halo, R rounded up to whole vectors (stencil2d.cu)."""
+        return -(-p["R"] // p["VEC"]) * p["VEC"]
+
+    def run(self, cfg: KernelConfig) -> int:
+        """W: elements per shared-memory access (stencil_smem_run in stencil2d.cu)."""
+        p, lay = cfg.params, cfg.layouts["tile"]
+        stride = p["BX"] * p["VEC"] + 2 * self.halo_x(p) + lay.pad
+        w = p["VEC"]
+        while w > 1 and (stride % w or (lay.swizzled and (1 << lay.swizzle.M) < w)):
+            w //= 2
+        return w
+
+    def constants(self, cfg: KernelConfig) -> dict[str, int]:
+        return {**super().constants(cfg), "HX": self.halo_x(cfg.params), "W": self.run(cfg)}
+
     def template_args(self, cfg: KernelConfig) -> list[str]:
         p = cfg.params
-        return [str(v) for v in (p["BX"], p["BY"], p["R"], *cfg.layouts["tile"].template_args())]
+        t = cfg.layouts["tile"].template_args()
+        return [str(v) for v in (p["BX"], p["BY"], p["R"], *t, p["VEC"], p["RY"])]
 
     def buffers(self, cfg: KernelConfig) -> list[dict]:
-        return [{"name": "tile", "dtype": "f32", "shape": ["BY + 2*R", "BX + 2*R"],
-                 "note": "input tile with an R-wide halo on every side"}]  # fmt: skip
+        return [{"name": "tile", "dtype": "f32", "shape": ["BY*RY + 2*R", "BX*VEC + 2*HX"],
+                 "note": "input tile with its halo: R rows above and below, HX columns left and right"}]  # fmt: skip
 
     def accesses(self, cfg: KernelConfig) -> list[dict]:
-        e, tw, n = "(tid + i*THREADS)", "(BX + 2*R)", "(BY + 2*R)*(BX + 2*R)"
-        y, x = "tid//BX + R", "tid%BX + R"
-        side = "(2*s - 1)*d"  # s = 0: -d, s = 1: +d
+        e, nv, th = "(tid + i*THREADS)", "((BX*VEC + 2*HX)//VEC)", "(BY*RY + 2*R)"
+        ry, cx = "(tid//BX)*RY", "(tid%BX)*VEC"
+        ee = f"({e} - THREADS*({e} >= {th}*{nv}))"  # past the tile: the lane's previous vector again
         return [
-            {"name": "halo_fill", "buffer": "tile", "op": "store", "width": 4, "role": "copy",
-             "row": f"{e}//{tw}", "col": f"{e}%{tw}", "active": f"{e} < {n}", "over": {"i": [0, f"cdiv({n}, THREADS)"]},
-             "note": "element e = tid + i*THREADS of the halo tile, row-major; lanes past the tile idle"},
-            {"name": "centre", "buffer": "tile", "op": "load", "width": 4, "role": "inner", "row": y, "col": x,
-             "note": "tile[ty + R][tx + R]"},
-            {"name": "left_right", "buffer": "tile", "op": "load", "width": 4, "role": "inner", "row": y,
-             "col": f"{x} + {side}", "over": {"d": [1, "R + 1"], "s": [0, 2]}, "note": "tile[ty + R][tx + R -+ d]"},
-            {"name": "up_down", "buffer": "tile", "op": "load", "width": 4, "role": "inner", "row": f"{y} + {side}",
-             "col": x, "over": {"d": [1, "R + 1"], "s": [0, 2]}, "note": "tile[ty + R -+ d][tx + R]"},
+            {"name": "halo_fill", "buffer": "tile", "op": "store", "width": "4*W", "role": "copy",
+             "row": f"{ee}//{nv}", "col": f"({ee}%{nv})*VEC + j",
+             "over": {"i": [0, f"cdiv({th}*{nv}, THREADS)"], "j": [0, "VEC", "W"]},
+             "note": "vector e = tid + i*THREADS of the halo tile, row-major; lanes past the tile store their "
+                     "previous vector (e - THREADS) again, so every lane of every warp stores"},
+            {"name": "column", "buffer": "tile", "op": "load", "width": "4*W", "role": "inner",
+             "row": f"{ry} + k", "col": f"HX + {cx} + j", "over": {"k": [0, "RY + 2*R"], "j": [0, "VEC", "W"]},
+             "note": "the column window: centre and up/down neighbours of the thread's RY output rows"},
+            {"name": "sides", "buffer": "tile", "op": "load", "width": "4*W", "role": "inner",
+             "row": f"{ry} + R + o", "col": f"HX + {cx} + s*(VEC + (2*m + 1)*W) - (m + 1)*W",
+             "over": {"o": [0, "RY"], "m": [0, "cdiv(R, W)"], "s": [0, 2]},
+             "note": "per output row, runs of W next to the centre vector, left (s = 0) and right (s = 1)"},
         ]  # fmt: skip
 
     def calls(self, cfg: KernelConfig) -> list[KernelCall]:
-        return [KernelCall(("in", "out", "ny", "nx", "coeffs"), ("cdiv(nx, BX)", "cdiv(ny, BY)", "1"),
+        return [KernelCall(("in", "out", "ny", "nx", "coeffs"), ("cdiv(nx, BX*VEC)", "cdiv(ny, BY*RY)", "1"),
                            ("BX", "BY", "1"))]  # fmt: skip
 
     def coefficients(self, r: int) -> np.ndarray:
@@ -119,7 +144,8 @@ class Stencil2d(Family):
         return "gbps", 2.0 * problem["ny"] * problem["nx"] * 4
 
     def small_problem(self, cfg: KernelConfig) -> dict:
-        return {"ny": 4 * cfg.params["BY"], "nx": 4 * cfg.params["BX"]}
+        p = cfg.params
+        return {"ny": 4 * p["BY"] * p["RY"], "nx": 4 * p["BX"] * p["VEC"]}
 
 
 FAMILY = Stencil2d()

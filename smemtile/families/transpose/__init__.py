@@ -7,14 +7,15 @@ Spec (YAML)::
     kernel: {family: transpose, rows: 8192, cols: 8192, dtype: f32}
     buffers: [{name: tile, dtype: f32, shape: [TILE, TILE], layout: {pad: 1}}]   # optional: the layout
 
-Whole tiles take the vector path: V elements per global access (VEC = 0 picks the widest of at most 16 bytes
-that fits the tile: 4 for fp32, 8 for fp16 with TILE 64), a warp covering 4 tile rows x 8 vectors; phase 1 stores
-runs of W elements (the widest run the layout keeps contiguous and aligned: W = V for a dense tile, 1 with
-pad 1), phase 2 reads one element per row. The accesses below describe that path (edge tiles take the scalar
-path: tile[ty + j][tx] and tile[tx][ty + j]); with VEC = 1 they describe the scalar path.
+A tile is TY input rows x TILE input columns (TY = TILE_Y, or TILE when TILE_Y = 0). Whole tiles take the vector
+path: V elements per global access (VEC = 0 picks the widest of at most 16 bytes that fits the tile: 4 for fp32,
+8 for fp16 with TILE 64), a warp covering 4 rows x 8 vectors; phase 1 stores runs of W elements (the widest run
+the layout keeps contiguous and aligned: W = V for a dense tile, 1 with pad 1), phase 2 reads one element per
+row. The accesses below describe that path (edge tiles take the scalar path: tile[ty + j][tx] and
+tile[c0 + tx][ty + j]); with VEC = 1 they describe the scalar path.
 
-Launch: grid = (ceil(cols/TILE), ceil(rows/TILE)), block = (TILE, BLOCK_ROWS); shared memory static,
-TILE * (TILE + pad) * element bytes.
+Launch: grid = (ceil(cols/TILE), ceil(rows/TY)), block = (TILE, BLOCK_ROWS); shared memory static,
+TY * (TILE + pad) * element bytes.
 """
 
 from __future__ import annotations
@@ -34,11 +35,17 @@ class Transpose(Family):
     kernel = "transpose"
     signature = ("const {T}* in", "{T}* out", "int rows", "int cols")
     params = (
-        # 64 x 4: 16 elements in flight per thread, the fastest measured on the H200 (0.93x device copy)
-        Param("TILE", 64, "square tile edge (a warp spans whole tile rows)", (32, 64)),
+        # 64 x 4 (16 elements per thread): 0.933x of a device copy on the H200 for fp32 8192^2, 64 x 8: 0.94x (within
+        # the 1.3 % spread; the sample ships it), fp16: 0.90x, TILE 128 x 8: 0.93x (bench/results/memory_h200_run2.json)
+        Param("TILE", 64, "tile edge: input columns = output rows per tile (a warp spans whole tile rows)",
+              (32, 64, 128)),
         Param("BLOCK_ROWS", 4, "thread rows; each thread moves TILE/BLOCK_ROWS elements", lo=1, hi=64),
         Param("VEC", 0, "elements per global access on whole tiles (0 = 16 bytes: 4 for fp32, 8 for fp16; "
               "1 = scalar only)", (0, 1, 2, 4, 8)),
+        Param("GROUP", 1, "launch order: tile rows per group, walked column by column (1 = row by row)",
+              lo=1, hi=256),
+        Param("TILE_Y", 0, "input rows = output columns per tile, a multiple of TILE (0 = TILE: square)",
+              (0, 32, 64, 128, 256, 512)),
     )  # fmt: skip
     problem_keys = (
         ProblemKey("rows", 8192, "rows of the input"),
@@ -75,14 +82,20 @@ class Transpose(Family):
     def elem_bytes(self, cfg: KernelConfig) -> int:
         return SIZES[cfg.problem["dtype"]]
 
+    def tile_y(self, p: dict[str, int]) -> int:
+        """TY: input rows per tile (TILE_Y, or TILE for a square tile)."""
+        return p["TILE_Y"] or p["TILE"]
+
     def vec(self, cfg: KernelConfig) -> int:
         """V: elements per global access of the vector path (transpose_auto_vec in transpose.cu for VEC = 0)."""
         p = cfg.params
         if p["VEC"]:
             return p["VEC"]
-        tile, warps = p["TILE"], p["TILE"] * p["BLOCK_ROWS"] // 32
+        tile, ty, warps = p["TILE"], self.tile_y(p), p["TILE"] * p["BLOCK_ROWS"] // 32
         v = 16 // self.elem_bytes(cfg)
-        while v > 1 and ((tile // v) % 8 or warps < 1 or ((tile // 4) * (tile // v // 8)) % warps):
+        while v > 1 and (
+            (tile // v) % 8 or (ty // v) % 8 or warps < 1 or ((ty // 4) * (tile // v // 8)) % warps
+        ):
             v //= 2
         return v
 
@@ -95,11 +108,18 @@ class Transpose(Family):
         return w
 
     def constants(self, cfg: KernelConfig) -> dict[str, int]:
-        return {**super().constants(cfg), "V": self.vec(cfg), "W": self.run(cfg)}
+        return {
+            **super().constants(cfg),
+            "TY": self.tile_y(cfg.params),
+            "V": self.vec(cfg),
+            "W": self.run(cfg),
+        }
 
     def violations(self, cfg: KernelConfig) -> list[str]:
         p, out = cfg.params, []
-        tile, rows = p["TILE"], p["BLOCK_ROWS"]
+        tile, rows, ty = p["TILE"], p["BLOCK_ROWS"], self.tile_y(p)
+        if ty % tile:
+            out.append(f"TILE_Y={ty} must be 0 (square) or a multiple of TILE={tile}")
         if tile % rows:
             out.append(f"BLOCK_ROWS={rows} must divide TILE={tile}")
         if tile * rows > 1024:
@@ -110,11 +130,10 @@ class Transpose(Family):
         if vec > 1 and not out:
             if vec * size > 16:
                 out.append(f"VEC={vec}: {vec * size} bytes per access; at most 16")
-            elif (tile // vec) % 8:
-                out.append(
-                    f"VEC={vec}: TILE/VEC={tile // vec} must be a multiple of 8 (8 lanes along a tile row)"
-                )
-            elif ((tile // 4) * (tile // vec // 8)) % (tile * rows // 32):
+            elif (tile // vec) % 8 or (ty // vec) % 8:
+                out.append(f"VEC={vec}: TILE/VEC={tile // vec} and TY/VEC={ty // vec} must be multiples of 8 (8 lanes "
+                           "along a row)")  # fmt: skip
+            elif ((ty // 4) * (tile // vec // 8)) % (tile * rows // 32):
                 out.append(f"VEC={vec}: the {tile * rows // 32} warps do not share the tile's 4 x 8-vector blocks "
                            "evenly")  # fmt: skip
         return out
@@ -122,10 +141,11 @@ class Transpose(Family):
     def template_args(self, cfg: KernelConfig) -> list[str]:
         p = cfg.params
         t = cfg.layouts["tile"].template_args()
-        return [CTYPES[cfg.problem["dtype"]], *(str(v) for v in (p["TILE"], p["BLOCK_ROWS"], *t, p["VEC"]))]
+        args = (p["TILE"], p["BLOCK_ROWS"], *t, p["VEC"], p["GROUP"], p["TILE_Y"])
+        return [CTYPES[cfg.problem["dtype"]], *(str(v) for v in args)]
 
     def buffers(self, cfg: KernelConfig) -> list[dict]:
-        return [{"name": "tile", "dtype": cfg.problem["dtype"], "shape": ["TILE", "TILE"],
+        return [{"name": "tile", "dtype": cfg.problem["dtype"], "shape": ["TY", "TILE"],
                  "note": "tile[r][c] = in[y0+r][x0+c]: written by rows, read by columns"}]  # fmt: skip
 
     def accesses(self, cfg: KernelConfig) -> list[dict]:
@@ -133,26 +153,33 @@ class Transpose(Family):
             # warp block b = warp + i*warps covers 4 tile rows x 8 vectors of V elements
             wb = "(warp + i*(THREADS//32))"
             row, col = f"({wb}//(TILE//V//8))*4 + lane//8", f"(({wb}%(TILE//V//8))*8 + lane%8)*V + e"
-            blocks = "(TILE//4)*(TILE//V//8)//(THREADS//32)"
+            orow, ocol = f"({wb}//(TY//V//8))*4 + lane//8", f"(({wb}%(TY//V//8))*8 + lane%8)*V + e"
+            blocks = "(TY//4)*(TILE//V//8)//(THREADS//32)"
             return [
                 {"name": "tile_write", "buffer": "tile", "op": "store", "width": self.elem_bytes(cfg) * self.run(cfg),
                  "role": "inner", "row": row, "col": col, "over": {"i": [0, blocks], "e": [0, "V", "W"]},
                  "note": "phase 1: W-element runs of each vector (whole vectors when the layout keeps them)"},
                 {"name": "tile_read", "buffer": "tile", "op": "load", "width": self.elem_bytes(cfg),
-                 "role": "inner", "row": col, "col": row, "over": {"i": [0, blocks], "e": [0, "V"]},
+                 "role": "inner", "row": ocol, "col": orow, "over": {"i": [0, blocks], "e": [0, "V"]},
                  "note": "phase 2: one element per tile row, down a column"},
             ]  # fmt: skip
+        tall = self.tile_y(cfg.params) != cfg.params["TILE"]  # output columns in chunks c0 of TILE
+        read_over = (
+            {"c0": [0, "TY", "TILE"], "j": [0, "TILE", "BLOCK_ROWS"]}
+            if tall
+            else {"j": [0, "TILE", "BLOCK_ROWS"]}
+        )
         return [
             {"name": "tile_write", "buffer": "tile", "op": "store", "width": self.elem_bytes(cfg), "role": "inner",
-             "row": "tid//TILE + j", "col": "tid%TILE", "over": {"j": [0, "TILE", "BLOCK_ROWS"]},
+             "row": "tid//TILE + j", "col": "tid%TILE", "over": {"j": [0, "TY", "BLOCK_ROWS"]},
              "note": "tile[ty + j][tx] = in[...]"},
             {"name": "tile_read", "buffer": "tile", "op": "load", "width": self.elem_bytes(cfg), "role": "inner",
-             "row": "tid%TILE", "col": "tid//TILE + j", "over": {"j": [0, "TILE", "BLOCK_ROWS"]},
-             "note": "out[...] = tile[tx][ty + j]"},
+             "row": "c0 + tid%TILE" if tall else "tid%TILE", "col": "tid//TILE + j", "over": read_over,
+             "note": "out[...] = tile[c0 + tx][ty + j]" if tall else "out[...] = tile[tx][ty + j]"},
         ]  # fmt: skip
 
     def calls(self, cfg: KernelConfig) -> list[KernelCall]:
-        return [KernelCall(("in", "out", "rows", "cols"), ("cdiv(cols, TILE)", "cdiv(rows, TILE)", "1"),
+        return [KernelCall(("in", "out", "rows", "cols"), ("cdiv(cols, TILE)", "cdiv(rows, TY)", "1"),
                            ("TILE", "BLOCK_ROWS", "1"))]  # fmt: skip
 
     def make_inputs(self, cfg: KernelConfig, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -169,7 +196,7 @@ class Transpose(Family):
         return "gbps", 2.0 * problem["rows"] * problem["cols"] * SIZES[problem["dtype"]]
 
     def small_problem(self, cfg: KernelConfig) -> dict:
-        return {"rows": 4 * cfg.params["TILE"], "cols": 4 * cfg.params["TILE"]}
+        return {"rows": 4 * self.tile_y(cfg.params), "cols": 4 * cfg.params["TILE"]}
 
     def ranker(self, problem: dict, arch: str, gpu: str | None):
         return _Ranker(self, problem, arch, gpu)
@@ -191,7 +218,9 @@ class _Ranker:
     def __call__(self, params: dict, src: str) -> Candidate:
         full = {**self.fam.defaults(), **params}
         label = f"TILE {full['TILE']} x BLOCK_ROWS {full['BLOCK_ROWS']}"
-        s = next((s for s in self.ranked if s.params() == {k: full[k] for k in ("TILE", "BLOCK_ROWS")}), None)
+        square = full["TILE_Y"] in (0, full["TILE"])
+        s = next((s for s in self.ranked if square and s.params() == {k: full[k] for k in ("TILE", "BLOCK_ROWS")}),
+                 None)  # fmt: skip
         if s is None:
             return Candidate(label, params, src, None, None, "outside the model's space")
         return Candidate(label, params, src, s.rank, s.gbps, s.reason)

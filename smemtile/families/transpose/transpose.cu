@@ -5,22 +5,26 @@
 // T is the element type moved as raw bits: float for fp32, unsigned short for fp16/bf16 (no arithmetic, so no
 // <cuda_fp16.h>, which NVRTC does not bundle).
 //
-// A block of TILE x BLOCK_ROWS threads moves one TILE x TILE tile; each thread handles TILE / BLOCK_ROWS
-// elements, all issued before the barrier so several global loads are in flight:
-//     phase 1: tile[ty + j][tx] = in[y0 + ty + j][x0 + tx]      a warp writes one tile row: conflict-free
-//     phase 2: out[x0 + ty + j][y0 + tx] = tile[tx][ty + j]     a warp reads one tile column: with PAD = 0 the
-//              32 lanes hit rows 0..31 of one column, stride TILE elements: a 32-way conflict for fp32 with
-//              TILE = 32. PAD = 1 (stride TILE + 1) or Swizzle<5,0,5> (col ^= row) makes both phases conflict-free.
+// A block of TILE x BLOCK_ROWS threads moves one tile of TY input rows x TILE input columns (TY = TILE_Y, or TILE
+// when TILE_Y = 0: square); the tile is TILE output rows of TY elements. Every load of a thread is issued before
+// the barrier, so several global loads are in flight. Scalar path:
+//     phase 1: tile[ty + j][tx] = in[y0 + ty + j][x0 + tx]                 j < TY: a warp writes one tile row
+//     phase 2: out[x0 + ty + j][y0 + c0 + tx] = tile[c0 + tx][ty + j]      c0 < TY step TILE, j < TILE: a warp
+//              reads one tile column: with PAD = 0 the 32 lanes hit rows c0..c0+31 of one column, stride TILE
+//              elements: a 32-way conflict for fp32 with TILE = 32. PAD = 1 (stride TILE + 1) or Swizzle<5,0,5>
+//              (col ^= row) makes both phases conflict-free.
 // Global accesses are coalesced in both phases (consecutive tx -> consecutive addresses). Edges are masked.
 //
 // Vector path (V = VEC elements per global access; VEC = 0 picks the widest of at most 16 bytes that fits the
-// tile, transpose_auto_vec: 4 for fp32, 8 for fp16 with TILE = 64; VEC = 1 is the scalar path only): whole tiles move V * sizeof(T) bytes per global load and store when rows and cols
-// are multiples of V and both pointers are V-aligned (checked at run time; edge tiles and other shapes take the
-// scalar path above). A warp covers 4 tile rows x 8 vectors (8 lanes per row: 128 contiguous bytes per row
-// with float4); warp block b = warp + i * warps, i < TILE*TILE / (32 * V * warps):
-//     row = (b / (TILE/V/8)) * 4 + lane / 8,   vcol = (b % (TILE/V/8)) * 8 + lane % 8
-//     phase 1: v = in[y0 + row][x0 + vcol*V ..];   tile (row, vcol*V + e) = v[e]      (V / W stores of W elements)
-//     phase 2: v[e] = tile (vcol*V + e, row);       out[x0 + row][y0 + vcol*V ..] = v (V scalar loads)
+// tile, transpose_auto_vec: 4 for fp32, 8 for fp16 with TILE = 64; VEC = 1 is the scalar path only): whole tiles
+// move V * sizeof(T) bytes per global load and store when rows and cols are multiples of V and both pointers are
+// V-aligned (checked at run time; edge tiles and other shapes take the scalar path above). A warp covers 4 rows x 8
+// vectors (8 lanes per row: 128 contiguous bytes per row with float4); warp block b = warp + i * warps,
+// i < TILE*TY / (32 * V * warps); CG = TILE/V/8 vector groups per input row, CGO = TY/V/8 per output row:
+//     phase 1: row = (b / CG) * 4 + lane / 8,    vcol = (b % CG) * 8 + lane % 8
+//              v = in[y0 + row][x0 + vcol*V ..];   tile (row, vcol*V + e) = v[e]      (V / W stores of W elements)
+//     phase 2: orow = (b / CGO) * 4 + lane / 8,  ovcol = (b % CGO) * 8 + lane % 8
+//              v[e] = tile (ovcol*V + e, orow);    out[x0 + orow][y0 + ovcol*V ..] = v (V scalar loads)
 // W = the widest run of at most V elements that the layout keeps contiguous and aligned (row stride a multiple
 // of W, swizzle granule of at least W elements): phase 1 stores each run as one W * sizeof(T)-byte access, so the
 // shared-memory instruction is exactly the one the bank analysis describes (dense fp32: W = 4, one 16-byte store;
@@ -28,16 +32,28 @@
 // fp32 with PAD = 1 (row stride 1 mod 32 words): lanes hit bank (row + 4*vcol + e) mod 32 in both phases, so
 // both are conflict-free.
 //
-// Shared memory (static, bytes) = TILE * (TILE + PAD) * sizeof(T).
-// Launch: grid = (ceil(cols / TILE), ceil(rows / TILE)), block = (TILE, BLOCK_ROWS).
+// A tall tile (TILE_Y > TILE) writes each output row in runs of TY elements (TY * sizeof(T) bytes) while the
+// blocks that run at the same time still read whole input rows between them.
+//
+// Launch order (GROUP): block (bx, by) of the grid takes tile (tx, ty) = (bx, by) when GROUP = 1. With GROUP > 1
+// the blocks are numbered in launch order, p = by * gridDim.x + bx, and walk groups of GROUP tile rows column by
+// column (Triton's grouped order):
+//     ty = first + (p % (GROUP * gridDim.x)) % rows_in_group,   tx = (p % (GROUP * gridDim.x)) / rows_in_group
+// so the blocks resident at one time (~8 per SM) cover a square-ish patch of tiles (with GROUP = 1 they read
+// whole input rows and write every output row a few hundred bytes at a time). Measured on the H200 (fp32 8192^2,
+// bench/results/memory_h200_run1.json): GROUP 8 and 32 are 2 % slower than GROUP 1.
+//
+// Shared memory (static, bytes) = TY * (TILE + PAD) * sizeof(T).
+// Launch: grid = (ceil(cols / TILE), ceil(rows / TY)), block = (TILE, BLOCK_ROWS).
 #include "smem_layout.cuh"
 
 namespace smemtile {
-// VEC = 0: the widest vector of at most 16 bytes whose 4 x 8-vector warp blocks tile the TILE x TILE tile
-// evenly over the block's warps (1 = the scalar path only).
-__host__ __device__ constexpr int transpose_auto_vec(int elem_bytes, int tile, int warps) {
+// VEC = 0: the widest vector of at most 16 bytes whose 4 x 8-vector warp blocks tile the TY x TILE tile (and
+// the TILE x TY output tile) evenly over the block's warps (1 = the scalar path only).
+__host__ __device__ constexpr int transpose_auto_vec(int elem_bytes, int tile, int ty, int warps) {
     int v = elem_bytes < 16 ? 16 / elem_bytes : 1;
-    while (v > 1 && ((tile / v) % 8 != 0 || warps < 1 || ((tile / 4) * (tile / v / 8)) % warps != 0)) v /= 2;
+    while (v > 1 && ((tile / v) % 8 != 0 || (ty / v) % 8 != 0 || warps < 1 || ((ty / 4) * (tile / v / 8)) % warps != 0))
+        v /= 2;
     return v;
 }
 // One st.shared of exactly BYTES bytes (inline PTX, so the compiler neither splits nor merges it: the
@@ -69,35 +85,47 @@ __host__ __device__ constexpr int transpose_smem_run(int v, int stride, int swz_
 }  // namespace smemtile
 
 template <typename T = float, int TILE = 64, int BLOCK_ROWS = 4, int PAD = 1, int SWZ_B = 0, int SWZ_M = 0,
-          int SWZ_S = 0, int VEC = 0>
+          int SWZ_S = 0, int VEC = 0, int GROUP = 1, int TILE_Y = 0>
 __global__ void __launch_bounds__(TILE * BLOCK_ROWS)
 transpose(const T* __restrict__ in, T* __restrict__ out, int rows, int cols) {
     static_assert(sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4 || sizeof(T) == 8,
                   "the element type must be 1, 2, 4 or 8 bytes");
-    static_assert(TILE % 32 == 0 && TILE <= 64, "TILE must be 32 or 64: a warp spans whole tile rows");
+    static_assert(TILE % 32 == 0 && TILE <= 128, "TILE must be 32, 64 or 128: a warp spans whole tile rows");
+    constexpr int TY = TILE_Y ? TILE_Y : TILE;  // input rows per tile = output columns per tile
+    static_assert(TY % TILE == 0, "TILE_Y must be 0 (square) or a multiple of TILE");
+    static_assert(GROUP >= 1, "GROUP (tile rows per group of the launch order) must be at least 1");
     static_assert(BLOCK_ROWS >= 1 && TILE % BLOCK_ROWS == 0, "BLOCK_ROWS must divide TILE (each thread moves TILE/BLOCK_ROWS elements)");
     static_assert(TILE * BLOCK_ROWS <= 1024, "a block has at most 1024 threads: TILE * BLOCK_ROWS <= 1024");
-    using L = smemtile::SmemTile<TILE, TILE, PAD, SWZ_B, SWZ_M, SWZ_S>;
+    using L = smemtile::SmemTile<TY, TILE, PAD, SWZ_B, SWZ_M, SWZ_S>;
     static_assert(L::kElems * sizeof(T) <= smemtile::kStaticSmemBytes, "the tile is static shared memory: at most 48 KiB");
     __shared__ __align__(16) T tile[L::kElems];
 
     const int tx = threadIdx.x, ty = threadIdx.y;
-    const int x0 = blockIdx.x * TILE, y0 = blockIdx.y * TILE;
+    int bx = blockIdx.x, by = blockIdx.y;
+    if constexpr (GROUP > 1) {  // grouped launch order (header comment); 64-bit: the grid may hold 2^46 blocks
+        const long long p = (long long)blockIdx.y * gridDim.x + blockIdx.x, per = (long long)GROUP * gridDim.x;
+        const long long in_group = p % per;
+        const int first = int(p / per) * GROUP, rows_in_group = min(int(gridDim.y) - first, GROUP);
+        by = first + int(in_group % rows_in_group);
+        bx = int(in_group / rows_in_group);
+    }
+    const int x0 = bx * TILE, y0 = by * TY;
 
-    constexpr int V = VEC ? VEC : smemtile::transpose_auto_vec(int(sizeof(T)), TILE, TILE * BLOCK_ROWS / 32);
+    constexpr int V = VEC ? VEC : smemtile::transpose_auto_vec(int(sizeof(T)), TILE, TY, TILE * BLOCK_ROWS / 32);
     if constexpr (V > 1) {
         static_assert(V == 2 || V == 4 || V == 8, "VEC must be 0 (16 bytes), 1, 2, 4 or 8 elements per access");
         static_assert(V * sizeof(T) <= 16, "a vector access moves at most 16 bytes");
         static_assert((TILE / V) % 8 == 0, "TILE/V must be a multiple of 8 (8 lanes along a tile row)");
         constexpr int WARPS = TILE * BLOCK_ROWS / 32;
-        constexpr int CG = TILE / V / 8;    // 8-vector column groups per tile row
-        constexpr int WB = (TILE / 4) * CG;  // warp blocks of 4 rows x 8 vectors
+        constexpr int CG = TILE / V / 8;     // 8-vector column groups per input row of the tile (phase 1)
+        constexpr int CGO = TY / V / 8;      // 8-vector column groups per output row of the tile (phase 2)
+        constexpr int WB = (TY / 4) * CG;    // warp blocks of 4 rows x 8 vectors (= (TILE / 4) * CGO)
         static_assert(TILE * BLOCK_ROWS % 32 == 0 && WB % WARPS == 0, "the warps must share the tile's warp blocks evenly");
         struct alignas(V * sizeof(T)) Vec { T e[V]; };
         const bool vec_ok = (rows % V == 0) && (cols % V == 0) &&
                             ((reinterpret_cast<unsigned long long>(in) | reinterpret_cast<unsigned long long>(out)) %
                                  (V * sizeof(T)) == 0) &&
-                            (y0 + TILE <= rows) && (x0 + TILE <= cols);
+                            (y0 + TY <= rows) && (x0 + TILE <= cols);
         if (vec_ok) {
             const int lin = ty * TILE + tx;
             const int lane = lin & 31, warp = lin >> 5;
@@ -121,26 +149,29 @@ transpose(const T* __restrict__ in, T* __restrict__ out, int rows, int cols) {
             }
             __syncthreads();
 #pragma unroll
-            for (int i = 0; i < WB / WARPS; ++i) {
+            for (int i = 0; i < WB / WARPS; ++i) {  // output row orow = tile column, V outputs from V tile rows
                 const int b = warp + i * WARPS;
-                const int row = (b / CG) * 4 + lane / 8, col = ((b % CG) * 8 + lane % 8) * V;
+                const int orow = (b / CGO) * 4 + lane / 8, ocol = ((b % CGO) * 8 + lane % 8) * V;
 #pragma unroll
-                for (int e = 0; e < V; ++e) v[i].e[e] = tile[L::offset(col + e, row)];
-                *reinterpret_cast<Vec*>(out + (long long)(x0 + row) * rows + y0 + col) = v[i];
+                for (int e = 0; e < V; ++e) v[i].e[e] = tile[L::offset(ocol + e, orow)];
+                *reinterpret_cast<Vec*>(out + (long long)(x0 + orow) * rows + y0 + ocol) = v[i];
             }
             return;
         }
     }
 
 #pragma unroll
-    for (int j = 0; j < TILE; j += BLOCK_ROWS) {
+    for (int j = 0; j < TY; j += BLOCK_ROWS) {
         const int y = y0 + ty + j, x = x0 + tx;
         if (y < rows && x < cols) tile[L::offset(ty + j, tx)] = in[(long long)y * cols + x];
     }
     __syncthreads();
 #pragma unroll
-    for (int j = 0; j < TILE; j += BLOCK_ROWS) {
-        const int y = x0 + ty + j, x = y0 + tx;  // output row = input column
-        if (y < cols && x < rows) out[(long long)y * rows + x] = tile[L::offset(tx, ty + j)];
+    for (int c0 = 0; c0 < TY; c0 += TILE) {  // the TY output columns in chunks of TILE (one chunk when square)
+#pragma unroll
+        for (int j = 0; j < TILE; j += BLOCK_ROWS) {
+            const int y = x0 + ty + j, x = y0 + c0 + tx;  // output row = input column
+            if (y < cols && x < rows) out[(long long)y * rows + x] = tile[L::offset(c0 + tx, ty + j)];
+        }
     }
 }
