@@ -140,3 +140,52 @@ def test_arch_for_cc():
 def test_device_limits_override_and_say_so():
     a = ARCHS["sm_90"].with_device_limits(max_threads_per_sm=1024)
     assert a.max_threads_per_sm == 1024 and "device" in a.source_of("max_threads_per_sm")
+
+
+# ---- the spec refuses what its arch lacks (one line, exit 2, naming the access or buffer) ---------------------------
+
+SPEC = "arch: {arch}\nthreads: 32\nbuffers: [{{name: S, dtype: {dtype}, shape: [16, 64]{layout}}}]\n" \
+       "accesses: [{{name: a, buffer: S, op: {op}, row: lane % 16, col: {col}}}]\n"  # fmt: skip
+CASES = {  # (dtype, op, col, layout) -> the first arch that has it and the one before
+    "ldmatrix": (("f16", "ldmatrix", "(lane // 16) * 8", ""), "sm_75", "sm_70", "access a of buffer S"),
+    "cp.async": (("f32", "cp.async", "0", ""), "sm_80", "sm_75", "access a of buffer S"),
+    "stmatrix": (("f16", "stmatrix", "(lane // 16) * 8", ""), "sm_90", "sm_89", "access a of buffer S"),
+    "bf16": (("bf16", "load", "0", ""), "sm_80", "sm_75", "buffer S is bf16"),
+    "tf32": (("tf32", "load", "0", ""), "sm_80", "sm_75", "buffer S is tf32"),
+    "fp8 e4m3": (("f8e4m3", "load", "0", ""), "sm_89", "sm_87", "buffer S is f8e4m3"),
+    "fp8 e5m2": (("f8e5m2", "load", "0", ""), "sm_89", "sm_87", "buffer S is f8e5m2"),
+    "TMA": (("f16", "load", "0", ", layout: {tma_swizzle: 128B}"), "sm_90", "sm_89", "tma_swizzle"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_spec_validation_matrix(case, tmp_path):
+    from conftest import run_cli
+
+    from smemtile.model.spec import parse_spec
+
+    (dtype, op, col, layout), first, before, names = CASES[case]
+    text = SPEC.format(dtype=dtype, op=op, col=col, layout=layout, arch="ARCH")
+    parse_spec(text.replace("ARCH", first))  # the first architecture that has it accepts it
+    parse_spec(text.replace("ARCH", "sm_121"))
+    with pytest.raises(SpecError) as e:
+        parse_spec(text.replace("ARCH", before))
+    msg = str(e.value)
+    assert (
+        f"needs {first} or later; the target is {before}" in msg and names in msg and e.value.exit_code == 2
+    )
+    f = tmp_path / "s.yaml"
+    f.write_text(text.replace("ARCH", before))
+    r = run_cli("analyze", str(f))
+    assert r.returncode == 2 and r.stdout == "" and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "Traceback" not in r.stderr and f"the target is {before}" in r.stderr
+
+
+def test_problem_dtype_is_checked_against_the_arch():
+    from smemtile.model.spec import parse_spec
+
+    text = ("arch: {arch}\nthreads: 32\nproblem: {{M: 64, N: 64, K: 64, dtype: bf16}}\nbuffers: [{{name: S, dtype: "
+            "f16, shape: [64]}}]\naccesses: [{{name: a, buffer: S, index: lane}}]\n")  # fmt: skip
+    assert parse_spec(text.format(arch="sm_80")).problem == {"M": 64, "N": 64, "K": 64, "dtype": "bf16"}
+    with pytest.raises(SpecError, match="problem.dtype: bf16 .* needs sm_80 or later; the target is sm_75"):
+        parse_spec(text.format(arch="sm_75"))
