@@ -66,9 +66,13 @@ def analyze(res: Resolved, regs: int | None = None, *, compile: bool = True) -> 
             "fixed": declarations(spec.buffers, fixes.layouts, spec.arch)}  # fmt: skip
     base = facts["baseline"]
 
+    seen: dict[int, tuple[int, str]] = {}
+
     def blocks_for_smem(smem: int) -> tuple[int, str]:
-        o = occupancy(spec.arch, base["threads"], base["regs"], *_split(spec, smem))
-        return o.active_blocks, o.limiter
+        if smem not in seen:
+            o = occupancy(spec.arch, base["threads"], base["regs"], *_split(spec, smem))
+            seen[smem] = (o.active_blocks, o.limiter)
+        return seen[smem]
 
     costs = fix_costs(spec, fixes, results, fixed_results, blocks_for_smem)
     tiles = tiles_part(res, facts, built)

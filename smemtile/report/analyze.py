@@ -303,7 +303,7 @@ def _part6(console: Console, rep: AnalyzeReport, brief: bool) -> None:
         if x["active_blocks"] >= 2 or (name == "baseline" and o["fixed"]["active_blocks"] < 2):
             continue
         if x["active_blocks"] == 1 and stated and "by design" in stated:
-            console.print(plain(f"note: {name}: 1 block per SM, {stated}", style="dim"))
+            console.print(plain(f"note: {name}: {stated}", style="dim"))
             continue
         console.print(plain(f"warning: {name}: {x['active_blocks']} block(s) per SM (limited by {x['limiter']}): a "
                             "barrier then idles the whole SM and one block's warps must hide all latency",
