@@ -77,7 +77,7 @@ def test_loop_step_survives_to_dict():
 
 def test_every_family_document_parses_as_a_spec():
     for fam in FAMILIES.values():
-        cfg = configure(fam, {}, {}, "sm_90")
+        cfg = configure(fam, {}, {}, fam.default_arch)
         doc = yaml.safe_load(yaml.safe_dump(fam.spec_doc(cfg)))
         spec = spec_from_dict(doc)
         assert [a.name for a in spec.accesses] == [a["name"] for a in fam.accesses(cfg)]

@@ -35,9 +35,8 @@ EXPECTED = {  # sample -> {access: worst wavefronts before}, {buffer: recommende
         {"As": "pad 4", "Bs": "row-major, no padding"},
         True,
     ),
-    # float4 fill and reads, 8 consecutive float4s of one row per quarter warp: 4 wavefronts each, the ideal
     "stencil_halo.yaml": (
-        {"halo_fill": 4, "column": 4, "sides": 4},
+        {"halo_fill": 1, "centre": 1, "left_right": 1, "up_down": 1},
         {"tile": "row-major, no padding"},
         True,
     ),
@@ -49,6 +48,12 @@ EXPECTED = {  # sample -> {access: worst wavefronts before}, {buffer: recommende
         True,
     ),
     # Hopper TMA tiles with 128B swizzle: the wgmma core-matrix reads and the stmatrix epilogue are ideal
+    # the wgmma_gemm family (sm_90a): TMA tiles with 128B swizzle, every access at its ideal wavefronts
+    "wgmma_gemm_bf16.yaml": (
+        {"A_wgmma": 4, "B_wgmma": 4, "C_stmatrix": 4},
+        {b: "TMA 128B swizzle (Swizzle<3,4,3> on bytes)" for b in ("As", "Bs", "Cs")},
+        True,
+    ),
     "tma_128b.yaml": (
         {"a_core": 4, "c_stmatrix": 4},
         {

@@ -89,8 +89,19 @@ A batch exits 0 whatever its rows report: a row with 0 blocks is data, with its 
 @click.option(
     "--batch", "batch", type=click.Path(dir_okay=False), help="CSV file of configurations ('-' = stdin)."
 )
+@click.option(
+    "--cluster",
+    default="1",
+    show_default=True,
+    help="CTAs per thread-block cluster (sm_90+): also report the clusters the whole GPU holds at once.",
+)
+@click.option(
+    "--sms", default=None, help="SMs of the GPU for --cluster (default: the arch's GPU row, 132 for sm_90)."
+)
 @json_option
-def command(arch, threads, regs, smem_static, smem_dynamic, carveout, opt_in, batch, as_json) -> None:
+def command(
+    arch, threads, regs, smem_static, smem_dynamic, carveout, opt_in, batch, cluster, sms, as_json
+) -> None:
     """How many blocks of a kernel fit on one SM, exactly as the CUDA driver computes it.
 
     Prints active blocks and warps per SM, occupancy, the binding limiter(s), the block limit of every
@@ -118,14 +129,31 @@ def command(arch, threads, regs, smem_static, smem_dynamic, carveout, opt_in, ba
         _carveout(carveout),
         opt_in,
     )
+    clusters = _clusters(a, r.active_blocks, cluster, sms)
     if as_json:
-        emit_json(r.to_dict())
+        emit_json({**r.to_dict(), "clusters": clusters})
     else:
         from smemtile.report.occupancy import render_occupancy
 
         console().print(render_occupancy(r, a))
+        if clusters["cluster"] > 1:
+            console().print(f"clusters of {clusters['cluster']}: {clusters['active_clusters']} active per GPU "
+                            f"({clusters['sms']} SMs; {clusters['source']})")  # fmt: skip
     if r.active_blocks == 0:
         raise OutOfResources(f"0 blocks fit on an {r.arch} SM: {r.reason}")
+
+
+def _clusters(a, blocks: int, cluster: str, sms: str | None) -> dict:
+    """Active clusters per GPU (smemtile.model.occupancy.active_clusters) for --cluster and --sms."""
+    from smemtile.model.occupancy import active_clusters
+    from smemtile.model.tiling_gpus import get_gpu
+
+    size = parse_int(cluster, "--cluster", 1)
+    if size > 16:
+        raise SpecError(f"{size} CTAs per cluster; at most 16 (8 portable)", key="--cluster")
+    gpu = get_gpu(None, getattr(a, "base", a.name))
+    n = parse_int(sms, "--sms", 1) if sms is not None else gpu.sms
+    return {**active_clusters(blocks, size, n, gpu.key if sms is None else None), "sms": n}
 
 
 CHUNK_ROWS = 50_000  # rows parsed, checked and computed at a time: memory is bounded whatever the file's size

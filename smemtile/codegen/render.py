@@ -107,6 +107,8 @@ def launch_helper(cfg: KernelConfig) -> str:
     expr = fam.name_expression(cfg)
     plan = fam.launch(cfg)
     ints = [a.name for a in fam.host_args if a.ctype == "int"]
+    maps = fam.tensor_maps(cfg)
+    map_names = {t.name for t in maps}
     lines = [
         f"// Launch plan of {fam.name} (smemtile.families.{fam.name}): the same expressions `smemtile generate --json`,",
         "// `verify` and `tune` evaluate. For the spec's problem ("
@@ -118,6 +120,8 @@ def launch_helper(cfg: KernelConfig) -> str:
     if ints:
         lines.append(f"    if ({' || '.join(f'{n} < 1' for n in ints)}) return cudaErrorInvalidValue;")
     lines.append("    cudaError_t err = cudaSuccess;")
+    if maps:
+        lines += _tensor_map_lines(fam, cfg, maps, consts)
     for call in fam.calls(cfg):
         guard_expr = parse_expr(call.when)
         if guard_expr.names <= set(consts):  # decided by the template parameters: emit the step or not
@@ -128,7 +132,8 @@ def launch_helper(cfg: KernelConfig) -> str:
             when = guard_expr.cpp(consts, "(long long){}")
         grid = [parse_expr(g).cpp(consts, "(long long){}") for g in call.grid]
         block = [parse_expr(b).cpp(consts) for b in call.block]
-        args = [a if a in host else parse_expr(a).cpp(consts) for a in call.args]
+        args = [a if a in host or a in map_names else parse_expr(a).cpp(consts) for a in call.args]
+        cluster = [parse_expr(c).cpp(consts) for c in call.cluster]
         guard = when not in ("1", "int(1)")
         ind = "        "
         if call.doc:
@@ -150,7 +155,23 @@ def launch_helper(cfg: KernelConfig) -> str:
                 lines.append(f"{ind}err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, "
                              "(int)smem);")  # fmt: skip
                 lines.append(f"{ind}if (err != cudaSuccess) return err;")
-            lines.append(f"{ind}kernel<<<{dims}, smem, stream>>>({', '.join(args)});")
+            if cluster != ["1", "1", "1"]:  # a cluster launch: cudaLaunchKernelEx with the cluster dimension
+                lines += [f"{ind}cudaLaunchConfig_t config = {{}};",
+                          f"{ind}config.gridDim = dim3((unsigned)gx, (unsigned)gy, (unsigned)gz);",
+                          f"{ind}config.blockDim = dim3({', '.join(block)});",
+                          f"{ind}config.dynamicSmemBytes = smem;",
+                          f"{ind}config.stream = stream;",
+                          f"{ind}cudaLaunchAttribute attr[1];",
+                          f"{ind}attr[0].id = cudaLaunchAttributeClusterDimension;",
+                          f"{ind}attr[0].val.clusterDim.x = {cluster[0]};",
+                          f"{ind}attr[0].val.clusterDim.y = {cluster[1]};",
+                          f"{ind}attr[0].val.clusterDim.z = {cluster[2]};",
+                          f"{ind}config.attrs = attr;",
+                          f"{ind}config.numAttrs = 1;",
+                          f"{ind}err = cudaLaunchKernelEx(&config, kernel, {', '.join(args)});",
+                          f"{ind}if (err != cudaSuccess) return err;"]  # fmt: skip
+            else:
+                lines.append(f"{ind}kernel<<<{dims}, smem, stream>>>({', '.join(args)});")
         else:
             lines.append(f"{ind}{call.kernel}<<<{dims}, 0, stream>>>({', '.join(args)});")
         lines.append(f"{ind}err = cudaGetLastError();")
@@ -158,6 +179,49 @@ def launch_helper(cfg: KernelConfig) -> str:
         lines.append("    }")
     lines += ["    return cudaSuccess;", "}"]
     return "\n".join(lines)
+
+
+# spec dtype -> CUtensorMapDataType
+TMA_DTYPES = {"f16": "FLOAT16", "bf16": "BFLOAT16", "f32": "FLOAT32", "tf32": "TFLOAT32", "f64": "FLOAT64",
+              "u8": "UINT8", "i8": "UINT8", "u16": "UINT16", "i16": "UINT16", "u32": "UINT32", "i32": "INT32",
+              "u64": "UINT64", "i64": "INT64", "f8e4m3": "UINT8", "f8e5m2": "UINT8"}  # fmt: skip
+
+
+def _tensor_map_lines(fam: Family, cfg: KernelConfig, maps, consts: dict) -> list[str]:
+    """C++ that encodes the plan's TMA descriptors with the driver's cuTensorMapEncodeTiled, reached through the
+    runtime's entry-point query (no -lcuda), from the same expressions the Python launcher evaluates."""
+    ind = "    "
+    arrays = {a.name: a for a in fam.host_args if a.array}
+    out = [f"{ind}// TMA descriptors (CUtensorMap, passed by value as __grid_constant__ kernel parameters)",
+           f"{ind}static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;",
+           f"{ind}if (encode == nullptr) {{",
+           f"{ind}    cudaDriverEntryPointQueryResult found;",
+           f"{ind}    err = cudaGetDriverEntryPointByVersion(\"cuTensorMapEncodeTiled\", reinterpret_cast<void**>(&encode), "
+           "12000, cudaEnableDefault, &found);",
+           f"{ind}    if (err != cudaSuccess) return err;",
+           f"{ind}    if (found != cudaDriverEntryPointSuccess || encode == nullptr) return cudaErrorNotSupported;",
+           f"{ind}}}"]  # fmt: skip
+    for t in maps:
+        dtype = TMA_DTYPES[fam.array_dtype(cfg, arrays[t.array])]
+        dims = ", ".join(f"(cuuint64_t)({parse_expr(d).cpp(consts)})" for d in t.dims)
+        stride = parse_expr(t.row_stride).cpp(consts, "(long long){}")
+        box = ", ".join(f"(cuuint32_t)({parse_expr(b).cpp(consts)})" for b in t.box)
+        when = parse_expr(t.when).cpp(consts)
+        if t.doc:
+            out.append(f"{ind}// {t.name}: {_clean(t.doc)}")
+        out += [f"{ind}smemtile::TensorMap {t.name} = {{}};",
+                f"{ind}if ({when}) {{",
+                f"{ind}    const cuuint64_t dims[2] = {{{dims}}};",
+                f"{ind}    const cuuint64_t strides[1] = {{(cuuint64_t)({stride})}};",
+                f"{ind}    const cuuint32_t box[2] = {{{box}}};",
+                f"{ind}    const cuuint32_t unit[2] = {{1, 1}};",
+                f"{ind}    if (encode(reinterpret_cast<CUtensorMap*>(&{t.name}), CU_TENSOR_MAP_DATA_TYPE_{dtype}, 2, "
+                f"(void*){t.array}, dims, strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, "
+                f"CU_TENSOR_MAP_SWIZZLE_{t.swizzle.upper()}, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, "
+                "CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)",
+                f"{ind}        return cudaErrorInvalidValue;",
+                f"{ind}}}"]  # fmt: skip
+    return out
 
 
 def instantiation(cfg: KernelConfig) -> str:
@@ -176,6 +240,8 @@ def body(cfg: KernelConfig) -> str:
         instantiation(cfg),
         "",
         "#if !defined(__CUDACC_RTC__)  // host launch helper: nvcc only",
+        *(["#include <cuda.h>  // CUtensorMap, cuTensorMapEncodeTiled's types", "#include <cudaTypedefs.h>"]
+          if fam.tensor_maps(cfg) else []),
         launch_helper(cfg),
         "#endif",
         "",
@@ -205,7 +271,7 @@ def _header(
     for b in spec.buffers:
         note = next((x.get("note", "") for x in fam.buffers(cfg) if x["name"] == b.name), "")
         dims = " x ".join(map(str, b.shape))
-        out.append(f"//   {b.name} [{dims}] {b.dtype}: {cfg.layouts[b.name].describe()}  ({_clean(note)})")
+        out.append(f"//   {b.name} [{dims}] {b.dtype}: {b.layout.describe()}  ({_clean(note)})")
     for note in cfg.notes:
         out.append(f"// Note: {_clean(note)}")
     out.append(
@@ -239,6 +305,15 @@ def _header(
     out.append(
         f"// Launch: {steps}; dynamic shared memory {plan.dynamic_smem_bytes} bytes (launch_{fam.name}() below)."
     )
+    if plan.cluster != (1, 1, 1):
+        out.append(
+            f"// Clusters of {plan.cluster} CTAs (cudaLaunchKernelEx with cudaLaunchAttributeClusterDimension)."
+        )
+    for t in plan.tensor_maps:
+        out.append(
+            f"// TMA map {t.name}: {t.array} dims {list(t.dims)}, row stride {t.strides[0]} B, box "
+            f"{list(t.box)}, SWIZZLE_{t.swizzle.upper()}" + ("" if t.active else " (not used: zero-filled)")
+        )
     return "\n".join(out)
 
 

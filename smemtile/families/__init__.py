@@ -29,6 +29,7 @@ _REGISTRY = {
     "transpose": "transpose",
     "stencil2d": "stencil2d",
     "hgemm": "hgemm",
+    "wgmma_gemm": "wgmma_gemm",
 }
 
 FAMILIES: dict[str, Family] = {
@@ -115,7 +116,10 @@ def configure(
     full = fam.derive(full, set(tparams), arch)
     problem = check_problem(fam, problem)
     lay = {k: Layout.of(v) for k, v in (layouts or {}).items()}
-    for b in fam.buffers(KernelConfig(fam.name, full, lay, arch, problem)):
+    own = KernelConfig(fam.name, full, lay, arch, problem)
+    for name, layout in fam.default_layouts(own).items():  # layouts the kernel fixes (a TMA swizzle mode)
+        lay.setdefault(name, layout)
+    for b in fam.buffers(own):
         lay.setdefault(b["name"], Layout())
     defaulted = tuple(k for k in full if k not in tparams)
     cfg = KernelConfig(fam.name, full, lay, arch, problem, notes=tuple(notes), defaulted=defaulted,

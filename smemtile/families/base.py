@@ -93,10 +93,49 @@ class KernelCall:
     params: tuple[str, ...] = ()
     when: str = "1"
     doc: str = ""
+    cluster: tuple[str, str, str] = ("1", "1", "1")  # CTAs per cluster (the grid is a multiple of it)
 
     @property
     def main(self) -> bool:
         return self.kernel is None
+
+
+@dataclass(frozen=True)
+class TensorMapArg:
+    """A TMA descriptor (``CUtensorMap``, 128 bytes) the launch plan encodes on the host before the kernel runs:
+    ``cuTensorMapEncodeTiled`` over host array ``array``. The Python launcher (smemtile.gpu.run) and the generated
+    C++ helper make the same call from the same expressions; the kernel takes it by value as
+    ``const __grid_constant__ smemtile::TensorMap NAME``. Dimensions are innermost first (a row-major
+    ``rows x cols`` array is ``dims = (cols, rows)``); ``row_stride`` is in bytes. When ``when`` is 0 a zero-filled
+    map is passed (the kernel must not use it)."""
+
+    name: str
+    array: str
+    dims: tuple[str, str]
+    row_stride: str
+    box: tuple[str, str]
+    swizzle: str = "128B"  # none | 32B | 64B | 128B (CU_TENSOR_MAP_SWIZZLE_*)
+    when: str = "1"
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class TensorMapPlan:
+    """A :class:`TensorMapArg` evaluated for one problem (what cuTensorMapEncodeTiled receives)."""
+
+    name: str
+    array: str
+    dtype: str  # spec dtype of the array (the map's CU_TENSOR_MAP_DATA_TYPE_*)
+    dims: tuple[int, ...]
+    strides: tuple[int, ...]  # bytes, dims 1..
+    box: tuple[int, ...]
+    swizzle: str
+    active: bool
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "array": self.array, "dtype": self.dtype, "dims": list(self.dims),
+                "strides": list(self.strides), "box": list(self.box), "swizzle": self.swizzle,
+                "active": self.active}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -109,10 +148,11 @@ class Step:
     dynamic_smem_bytes: int
     args: tuple[tuple[Any, str], ...]  # (value or host-array name, C++ type)
     main: bool
+    cluster: tuple[int, int, int] = (1, 1, 1)
 
     def to_dict(self) -> dict:
         return {"kernel": self.kernel, "grid": list(self.grid), "block": list(self.block),
-                "dynamic_smem_bytes": self.dynamic_smem_bytes, "main": self.main}  # fmt: skip
+                "cluster": list(self.cluster), "dynamic_smem_bytes": self.dynamic_smem_bytes, "main": self.main}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -126,15 +166,23 @@ class LaunchConfig:
     static_smem_bytes: int
     cluster: tuple[int, int, int] = (1, 1, 1)
     steps: tuple[Step, ...] = ()
+    tensor_maps: tuple[TensorMapPlan, ...] = ()  # encoded on the host before the steps run
 
     @property
     def threads(self) -> int:
         return self.block[0] * self.block[1] * self.block[2]
 
+    @property
+    def cluster_size(self) -> int:
+        return self.cluster[0] * self.cluster[1] * self.cluster[2]
+
     def to_dict(self) -> dict:
-        return {"grid": list(self.grid), "block": list(self.block), "cluster": list(self.cluster),
-                "dynamic_smem_bytes": self.dynamic_smem_bytes, "static_smem_bytes": self.static_smem_bytes,
-                "steps": [s.to_dict() for s in self.steps]}  # fmt: skip
+        d = {"grid": list(self.grid), "block": list(self.block), "cluster": list(self.cluster),
+             "dynamic_smem_bytes": self.dynamic_smem_bytes, "static_smem_bytes": self.static_smem_bytes,
+             "steps": [s.to_dict() for s in self.steps]}  # fmt: skip
+        if self.tensor_maps:
+            d["tensor_maps"] = [t.to_dict() for t in self.tensor_maps]
+        return d
 
 
 @dataclass(frozen=True)
@@ -216,6 +264,7 @@ class Family:
     test_sizes: tuple[dict, ...] = ()
     bench_sizes: tuple[dict, ...] = ()
     summary: str = ""  # one line for --help and docs
+    default_arch: str = "sm_90"  # the target the defaults are for (docs, tests); sm_90a for wgmma code
     output: str = ""  # the host array the reference describes (default: the first out/inout array)
 
     # ---- each family ----------------------------------------------------------------------------------
@@ -311,6 +360,18 @@ class Family:
     def stages(self, p: dict[str, int]) -> int:
         return 1
 
+    def tensor_maps(self, cfg: KernelConfig) -> list[TensorMapArg]:
+        """TMA descriptors the launch plan encodes before the kernel (none by default)."""
+        return []
+
+    def default_layouts(self, cfg: KernelConfig) -> dict[str, Layout]:
+        """Layouts of buffers the kernel fixes itself (e.g. a TMA swizzle mode); the rest default to dense."""
+        return {}
+
+    def decode_output(self, cfg: KernelConfig, raw: np.ndarray) -> np.ndarray:
+        """The output array as numbers for the comparison (bf16 travels as raw bits: decoded here)."""
+        return raw
+
     # ---- shared --------------------------------------------------------------------------------------
     def defaults(self) -> dict[str, int]:
         return {p.name: p.default for p in self.params}
@@ -382,6 +443,8 @@ class Family:
         static, dynamic = self.smem_split(cfg)
         steps = []
         main = None
+        maps = self._tensor_map_plans(cfg, env)
+        names = {m.name for m in maps}
         for call in self.calls(cfg):
             if not _eval(call.when, env, f"{self.name} launch guard"):
                 continue
@@ -394,13 +457,30 @@ class Family:
                         key="kernel")  # fmt: skip
             kernel = self.name_expression(cfg) if call.main else call.kernel
             types = self._param_types(cfg, call)
-            args = tuple((self._arg_value(a, env), t) for a, t in zip(call.args, types, strict=True))
-            step = Step(kernel, grid, block, dynamic if call.main else 0, args, call.main)  # type: ignore[arg-type]
+            args = tuple((a if a in names else self._arg_value(a, env), t)
+                         for a, t in zip(call.args, types, strict=True))  # fmt: skip
+            cluster = tuple(_eval(c, env, f"{self.name} cluster") for c in call.cluster)
+            if any(c < 1 for c in cluster) or any(g % c for g, c in zip(grid, cluster, strict=True)):
+                raise ContractViolation(
+                    f"{self.name}: grid {grid} is not a whole number of clusters {cluster}"
+                )
+            step = Step(kernel, grid, block, dynamic if call.main else 0, args, call.main, cluster)  # type: ignore[arg-type]
             steps.append(step)
             if call.main:
                 main = step
         assert main is not None, f"{self.name}: the launch plan has no main kernel"
-        return LaunchConfig(main.grid, main.block, dynamic, static, steps=tuple(steps))
+        return LaunchConfig(main.grid, main.block, dynamic, static, main.cluster, tuple(steps), maps)
+
+    def _tensor_map_plans(self, cfg: KernelConfig, env: dict) -> tuple[TensorMapPlan, ...]:
+        out = []
+        arrays = {a.name: a for a in self.host_args if a.array}
+        for t in self.tensor_maps(cfg):
+            what = f"{self.name} tensor map {t.name}"
+            out.append(TensorMapPlan(
+                t.name, t.array, self.array_dtype(cfg, arrays[t.array]),
+                tuple(_eval(x, env, what) for x in t.dims), (_eval(t.row_stride, env, what),),
+                tuple(_eval(x, env, what) for x in t.box), t.swizzle, bool(_eval(t.when, env, what))))  # fmt: skip
+        return tuple(out)
 
     def _param_types(self, cfg: KernelConfig, call: KernelCall) -> list[str]:
         decls = self.signature if call.main else call.params
@@ -521,5 +601,6 @@ def check_problem(fam: Family, problem: dict) -> dict:
 
 __all__ = [
     "FAIL", "NA", "PASS", "ContractViolation", "Family", "HostArg", "Item", "KernelCall", "KernelConfig",
-    "LaunchConfig", "Param", "ProblemKey", "Step", "check_problem", "field", "with_params",
+    "LaunchConfig", "Param", "ProblemKey", "Step", "TensorMapArg", "TensorMapPlan", "check_problem", "field",
+    "with_params",
 ]  # fmt: skip

@@ -284,6 +284,29 @@ def compile_config(cfg, *, source: str | None = None):
                          filename=f"{fam.name}.cu")  # fmt: skip
 
 
+_TMA_DTYPES = {"f16": "FLOAT16", "bf16": "BFLOAT16", "f32": "FLOAT32", "tf32": "TFLOAT32", "f64": "FLOAT64",
+               "u8": "UINT8", "i8": "UINT8", "u16": "UINT16", "i16": "UINT16", "u32": "UINT32", "i32": "INT32",
+               "u64": "UINT64", "i64": "INT64"}  # fmt: skip
+
+
+def _encode_tensor_map(t, address: int):
+    """cuTensorMapEncodeTiled for one planned map (smemtile.families.base.TensorMapPlan) over ``address``; an
+    inactive map is a zero-filled CUtensorMap (the kernel does not use it)."""
+    d = _driver()
+    if not t.active:
+        return d.CUtensorMap()
+    u64, u32 = d.cuuint64_t, d.cuuint32_t
+    res = d.cuTensorMapEncodeTiled(
+        getattr(d.CUtensorMapDataType, f"CU_TENSOR_MAP_DATA_TYPE_{_TMA_DTYPES[t.dtype]}"), len(t.dims), address,
+        [u64(x) for x in t.dims], [u64(x) for x in t.strides], [u32(x) for x in t.box], [u32(1)] * len(t.dims),
+        d.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        getattr(d.CUtensorMapSwizzle, f"CU_TENSOR_MAP_SWIZZLE_{t.swizzle.upper()}"),
+        d.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        d.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)  # fmt: skip
+    return _ok(res, f"cuTensorMapEncodeTiled({t.name}: dims {list(t.dims)}, strides {list(t.strides)}, box "
+               f"{list(t.box)}, {t.swizzle})")  # fmt: skip
+
+
 class LoadedKernel:
     """A family configuration compiled for the current device, loaded, with its driver-side numbers.
 
@@ -328,7 +351,14 @@ class LoadedKernel:
         self.driver_blocks = int(
             _ok(d.cuOccupancyMaxActiveBlocksPerMultiprocessor(self.func, self.threads, dyn), "cuOccupancy")
         )
+        # clusters of the whole GPU that can be resident at once (cuOccupancyMaxActiveClusters; without clusters
+        # every block is its own cluster: blocks per SM x SMs)
+        self.driver_clusters = self.driver_blocks * device.sm_count
+        if self.shape.cluster_size > 1:
+            self.driver_clusters = int(_ok(d.cuOccupancyMaxActiveClusters(self.func, self._launch_config(None, 0)),
+                                           "cuOccupancyMaxActiveClusters"))  # fmt: skip
         self._buffers: dict[str, DeviceBuffer] = {}
+        self._maps: dict = {}
         self._launches: list | None = None
 
     # ---- ptxas (compile-time) numbers, for cross-checking -------------------------------------------------
@@ -369,13 +399,25 @@ class LoadedKernel:
                     raise ValueError(f"{arg.name}: input shape {host.shape}, the plan expects {shape}")
                 bufs[arg.name] = DeviceBuffer.from_array(host)
         self._buffers = bufs
+        self.bind({name: b.addr for name, b in bufs.items()})
+
+    def bind(self, pointers: dict[str, int]) -> None:
+        """Bind the plan's arguments to device arrays by name (``prepare`` binds its own; a benchmark may pass
+        arrays it allocated, e.g. torch tensors' ``data_ptr()``): tensor maps encoded, steps ready to launch."""
+        fam, cfg = self.fam, self.cfg
+        addrs = {name: int(p) for name, p in pointers.items()}
+        self._maps = {t.name: _encode_tensor_map(t, addrs[t.array]) for t in self.shape.tensor_maps}
         scalars = {a.name: a for a in fam.host_args if not a.array}
         launches = []
         for step in self.shape.steps:
             vals, types = [], []
             for value, ctype in step.args:
-                if isinstance(value, str) and value in bufs:
-                    vals.append(bufs[value].addr)
+                if isinstance(value, str) and value in self._maps:  # a CUtensorMap, passed by value
+                    vals.append(self._maps[value])
+                    types.append(None)
+                    continue
+                if isinstance(value, str) and value in addrs:
+                    vals.append(addrs[value])
                 elif isinstance(value, str) and value in scalars:
                     vals.append(float(cfg.problem[value]))
                 else:
@@ -390,9 +432,28 @@ class LoadedKernel:
         d = _driver()
         assert self._launches is not None, "prepare() first"
         for func, step, vals, types in self._launches:
-            res = d.cuLaunchKernel(func, *step.grid, *step.block, step.dynamic_smem_bytes, d.CUstream(stream),
-                                   (vals, types), 0)  # fmt: skip
+            if step.cluster != (1, 1, 1):  # a cluster launch needs the launch attribute: cuLaunchKernelEx
+                res = d.cuLaunchKernelEx(self._launch_config(step, stream), func, (vals, types), 0)
+            else:
+                res = d.cuLaunchKernel(func, *step.grid, *step.block, step.dynamic_smem_bytes, d.CUstream(stream),
+                                       (vals, types), 0)  # fmt: skip
             _ok((res[0],) if isinstance(res, tuple) else (res,), f"cuLaunchKernel({step.kernel})")
+
+    def _launch_config(self, step, stream):
+        """CUlaunchConfig of ``step`` (the main kernel's grid, block and shared memory) with its cluster size."""
+        d = _driver()
+        step = step if step is not None else next(s for s in self.shape.steps if s.main)
+        cfg = d.CUlaunchConfig()
+        cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = step.grid
+        cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = step.block
+        cfg.sharedMemBytes = step.dynamic_smem_bytes
+        cfg.hStream = d.CUstream(stream)
+        attr = d.CUlaunchAttribute()
+        attr.id = d.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = step.cluster
+        cfg.attrs = [attr]
+        cfg.numAttrs = 1
+        return cfg
 
     def synchronize(self) -> None:
         _ok(_driver().cuCtxSynchronize(), "cuCtxSynchronize (the kernel faulted?)")
@@ -411,7 +472,8 @@ class LoadedKernel:
         self.prepare(inputs)
         self.launch()
         self.synchronize()
-        return compare(reference, self.output(), self.fam.tolerance, exact=self.fam.exact)
+        got = self.fam.decode_output(self.cfg, self.output())
+        return compare(reference, got, self.fam.tolerance, exact=self.fam.exact)
 
     def time(
         self,

@@ -483,3 +483,33 @@ def occupancy(
         if blocks == 0
         else None,
     )
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Thread-block clusters (sm_90+): how many clusters the whole GPU holds at once.
+
+# cuOccupancyMaxActiveClusters measured on the H200 (132 SMs, 2026-11-30) for the wgmma_gemm family's default kernel
+# (1 block of 384 threads per SM, 225 KB of shared memory), identical in two runs: (gpu, cluster size) -> clusters
+# (bench/results/wgmma_h200.json, "max_active_clusters"). 4 and 8 fall short of 132 / size: the GPCs' SM counts.
+MEASURED_CLUSTERS: dict[tuple[str, int], int] = {("h200", 2): 66, ("h200", 4): 30, ("h200", 8): 15}
+
+
+def active_clusters(blocks_per_sm: int, cluster: int, sms: int, gpu: str | None = None) -> dict:
+    """Clusters of ``cluster`` CTAs resident on the GPU at once, with where the number comes from.
+
+    A cluster's CTAs run together on the SMs of one GPC, so a GPC of ``g`` SMs holds ``floor(g * blocks / cluster)``
+    of them and the GPU the sum over its GPCs. The GPC sizes are not public, so without a measurement this is
+    the upper bound ``floor(sms * blocks / cluster)`` (exact for cluster 1). ``gpu`` ("h200") picks a measured
+    value of ``cuOccupancyMaxActiveClusters`` when one is recorded for one block per SM."""
+    if cluster < 1 or blocks_per_sm < 0 or sms < 1:
+        raise ValueError(f"cluster {cluster}, blocks per SM {blocks_per_sm}, SMs {sms}: out of range")
+    bound = sms * blocks_per_sm // cluster
+    measured = MEASURED_CLUSTERS.get((str(gpu or "").lower(), cluster)) if blocks_per_sm == 1 else None
+    if cluster == 1:
+        return {"active_clusters": bound, "cluster": 1, "source": "blocks per SM x SMs (clusters of 1)"}
+    if measured is not None:
+        return {"active_clusters": measured, "cluster": cluster, "upper_bound": bound,
+                "source": f"cuOccupancyMaxActiveClusters measured on the {gpu} (bench/results/wgmma_h200.json)"}  # fmt: skip
+    return {"active_clusters": bound, "cluster": cluster, "upper_bound": bound,
+            "source": "upper bound floor(SMs x blocks per SM / cluster): the GPC sizes are not known; the driver's "
+                      "cuOccupancyMaxActiveClusters can be lower"}  # fmt: skip

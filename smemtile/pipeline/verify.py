@@ -127,7 +127,8 @@ def on_gpu(spec: Path, cfgs: dict[str, KernelConfig], device: int, seed: int) ->
 
     dev = open_device(device)  # NoDevice -> exit 3, one line
     arch = get_arch(dev.arch_name)
-    dcfgs = {v: reconfigure(c, arch=arch) for v, c in cfgs.items()}
+    # the spec's target when it is this device's compute capability (sm_90a code runs on a 9.0 device)
+    dcfgs = {v: reconfigure(c, arch=c.arch if c.arch.cc == arch.cc else arch) for v, c in cfgs.items()}
     first = next(iter(dcfgs.values()))
     fam = FAMILIES[first.family]
     inputs = fam.make_inputs(first, np.random.default_rng(seed))
@@ -161,6 +162,7 @@ def on_gpu(spec: Path, cfgs: dict[str, KernelConfig], device: int, seed: int) ->
                 "spills_source": "ptxas" if ptx.get("spills") is not None else "driver LOCAL_SIZE_BYTES (ptxas log empty)",
                 "source": "driver (CU_FUNC_ATTRIBUTE_*)",
                 "ptxas": ptx or None,
+                "clusters": _clusters(k, model, dev),
                 "occupancy": {"model": model,
                               "driver": {"active_blocks": k.driver_blocks, "active_warps": drv_warps,
                                          "occupancy": drv_warps / max_warps if max_warps else None},
@@ -183,6 +185,16 @@ def on_gpu(spec: Path, cfgs: dict[str, KernelConfig], device: int, seed: int) ->
             k.close()
         rows.append(row)
     return document(spec, first, rows, compile_only=False, device=dev.to_dict())
+
+
+def _clusters(k, model: dict, dev) -> dict:
+    """Clusters resident on the whole GPU: the driver's cuOccupancyMaxActiveClusters next to the model's."""
+    from smemtile.model.occupancy import active_clusters
+
+    size = k.shape.cluster_size
+    m = active_clusters(int(model.get("active_blocks") or 0), size, dev.sm_count)
+    return {"cluster": list(k.shape.cluster), "driver": k.driver_clusters, "model": m["active_clusters"],
+            "model_source": m["source"], "agree": m["active_clusters"] == k.driver_clusters}  # fmt: skip
 
 
 # ---- Nsight Compute -----------------------------------------------------------------------------------------

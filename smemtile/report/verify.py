@@ -80,6 +80,11 @@ def render(doc: dict) -> None:
             )
         if r.get("mismatch_text"):
             con.print(f"  [red]{esc(r['variant'])}: {esc(r['mismatch_text'])}[/]")
+        cl = r.get("clusters")
+        if cl and cl["cluster"] != [1, 1, 1]:  # cluster launches: how many clusters the whole GPU holds
+            con.print(f"  {esc(r['variant'])}: clusters of {cl['cluster'][0]}x{cl['cluster'][1]}x{cl['cluster'][2]}: "
+                      f"{cl['driver']} active clusters per GPU (cuOccupancyMaxActiveClusters), model {cl['model']}"
+                      + ("" if cl["agree"] else f" ({esc(cl['model_source'])})"))  # fmt: skip
     if doc.get("speedup"):
         b = next(r for r in doc["variants"] if r["variant"] == "baseline")
         f = next(r for r in doc["variants"] if r["variant"] == "fixed")
