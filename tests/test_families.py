@@ -128,9 +128,19 @@ def test_transpose_and_stencil_launch():
                   {"tile": {"pad": 2}}, "sm_80")  # fmt: skip
     lt = FAMILIES["transpose"].launch(t)
     assert lt.grid == (2, 4, 1) and lt.block == (32, 8, 1) and lt.static_smem_bytes == 32 * 34 * 2
+    # a tall tile: TILE_Y input rows per tile, grid y over them
+    tr = FAMILIES["transpose"]
+    tt = configure(tr, {"TILE": 32, "BLOCK_ROWS": 8, "TILE_Y": 128, "rows": 300, "cols": 33}, {}, "sm_90")
+    assert tr.launch(tt).grid == (2, 3, 1) and tr.smem_bytes(tt) == 128 * 32 * 4
+    # default stencil: 32 x 8 threads, each a float4 of 4 rows: a 128 x 32 output tile, halo HX = 4 (whole float4s)
     s = configure("stencil2d", {"R": 3, "ny": 17, "nx": 65}, {}, "sm_80")
     ls = FAMILIES["stencil2d"].launch(s)
-    assert ls.grid == (3, 3, 1) and ls.static_smem_bytes == (8 + 6) * (32 + 6) * 4
+    assert ls.grid == (1, 1, 1) and ls.block == (32, 8, 1)
+    assert ls.static_smem_bytes == (32 + 6) * (128 + 8) * 4
+    # one output per thread
+    s1 = configure("stencil2d", {"R": 3, "VEC": 1, "RY": 1, "ny": 17, "nx": 65}, {}, "sm_80")
+    ls1 = FAMILIES["stencil2d"].launch(s1)
+    assert ls1.grid == (3, 3, 1) and ls1.static_smem_bytes == (8 + 6) * (32 + 6) * 4
 
 
 def _degree(family, params, layouts, name):
@@ -171,11 +181,21 @@ def test_bank_table_baseline_vs_fixed():
     # 8 words of one bank per quarter, the quarters pipelined -> 11 wavefronts against 4 (measured on the H200)
     assert _degree("sgemm", {**SG128, "A_VEC": 0}, {}, "As_copy") == 2.75
     assert _degree("sgemm", {**SG128, "A_VEC": 0}, {"As": {"pad": 4}}, "As_copy") == 1
-    # the stencil's halo fill: lanes past the tile idle (the last instruction is partial) and conflict-free
+    # the stencil's halo fill: 40 x 34 float4s over 256 threads, 6 per thread; in the last round the lanes past the
+    # tile store their previous float4 again, so all 8 warps issue all 6 stores with every lane on, conflict-free
     st = configure("stencil2d", {"R": 4}, {}, "sm_90")
-    fill = next(r for r in __import__("smemtile.codegen.analysis", fromlist=["x"]).access_results(st)
-                if r.access.name == "halo_fill")  # fmt: skip
-    assert fill.bank.active.sum() == (8 + 8) * (32 + 8) and len(fill.bank.wavefronts) == 20
+    results = __import__("smemtile.codegen.analysis", fromlist=["x"]).access_results(st)
+    res = {r.access.name: r for r in results}
+    fill = res["halo_fill"]
+    assert fill.bank.active.all() and len(fill.bank.wavefronts) == 6 * 8 and set(fill.bank.wavefronts) == {4}
+    cells = {(int(r), int(c)) for r, c in zip(fill.rows.ravel(), fill.cols.ravel(), strict=True)}
+    # every float4 of the halo tile, once or twice
+    assert cells == {(r, 4 * v) for r in range(40) for v in range(34)}
+    # the reads: RY + 2R = 12 column float4s and one float4 each side of each of the RY = 4 rows, per thread
+    assert {n: len(res[n].bank.wavefronts) // 8 for n in ("column", "sides")} == {"column": 12, "sides": 8}
+    assert _degree("stencil2d", {"R": 4}, {}, "sides") == 1
+    # pad 1 breaks the float4s into 4-byte accesses 16 bytes apart per lane: 4-way (measured: tests/test_ncu.py)
+    assert _degree("stencil2d", {"R": 4}, {"tile": {"pad": 1}}, "column") == 4
 
 
 @pytest.mark.parametrize("family, params, lay", [

@@ -38,6 +38,9 @@ CASES = [
     ("transpose", {}, {"rows": 512, "cols": 256, "dtype": "bf16"}),
     ("stencil2d", {"R": 1}, {"ny": 1000, "nx": 999}),
     ("stencil2d", {"R": 4, "BX": 64, "BY": 4}, {"ny": 7, "nx": 300}),
+    # a tall transpose tile (TILE_Y 128) with ragged edges; a stencil whose rows are not float4-aligned (nx % 4)
+    ("transpose", {"TILE": 32, "BLOCK_ROWS": 8, "TILE_Y": 128}, {"rows": 1000, "cols": 777}),
+    ("stencil2d", {"R": 3, "RY": 8, "BY": 4}, {"ny": 301, "nx": 1001}),
     # hgemm: masked K tail with 16-byte copies; split K with column-major B; the 2-byte copy path with f16 C
     ("hgemm", {}, {"M": 1000, "N": 1000, "K": 336, "alpha": 0.75, "beta": -1.25, "dtype": "bf16"}),
     (

@@ -35,8 +35,9 @@ EXPECTED = {  # sample -> {access: worst wavefronts before}, {buffer: recommende
         {"As": "pad 4", "Bs": "row-major, no padding"},
         True,
     ),
+    # float4 fill and reads, 8 consecutive float4s of one row per quarter warp: 4 wavefronts each, the ideal
     "stencil_halo.yaml": (
-        {"halo_fill": 1, "centre": 1, "left_right": 1, "up_down": 1},
+        {"halo_fill": 4, "column": 4, "sides": 4},
         {"tile": "row-major, no padding"},
         True,
     ),
