@@ -118,8 +118,8 @@ def command(
     model (Spearman rank correlation, where the model's top-1 landed) and writes each winner as a spec.
 
     \b
-    Exit codes: 0 a winner for every problem; 1 every configuration of a problem failed; 2 bad input (or dask
-    missing for --executor dask); 3 no CUDA GPU.
+    Exit codes: 0 a winner for every problem; 1 every configuration of a problem
+    failed; 2 bad input (or dask missing for --executor dask); 3 no CUDA GPU.
     """
     from smemtile.pipeline.executors import make_executor, parse_gpus
     from smemtile.pipeline.tune import load_docs, plan_problems, shape_entries, space_entries

@@ -98,6 +98,7 @@ class _Run:
         self.to_compile: collections.deque = collections.deque()
         self.ready: collections.deque = collections.deque()  # (item, purpose, slot or None, avoid uuid)
         self.cpu_in_flight = 0
+        self.compiling = 0
         self.counts = collections.Counter()
         self.assigned = collections.Counter()  # timings given to each slot
         self.log: list[dict] = []
@@ -170,11 +171,13 @@ class _Run:
     def _feed_cpu(self) -> None:
         # enough in flight to keep every CPU worker busy and, when compiles are quick, every GPU fed
         limit = max(2 * self.ex.cpu_workers, 4 * len(self.slots), 2)
-        waiting = len(self.ready) + sum(s.in_flight for s in self.slots.values())
+        # compiled or compiling but not yet timed: enough for every CPU worker, a few per GPU
+        waiting = len(self.ready) + sum(s.in_flight for s in self.slots.values()) + self.compiling
         ahead = max(4 * max(1, len(self.slots)), self.ex.cpu_workers)
         while self.cpu_in_flight < limit and self.to_compile and waiting < ahead:
             it = self.to_compile.popleft()
             self.cpu_in_flight += 1
+            self.compiling += 1
             waiting += 1
             self._watch(self.ex.compile(it.prep["cfg"]), "compiled", it)
         while self.cpu_in_flight < limit and self.to_prepare and len(self.to_compile) + waiting < ahead:
@@ -228,6 +231,7 @@ class _Run:
 
     def _on_compiled(self, it: _Item, h) -> None:
         self.cpu_in_flight -= 1
+        self.compiling -= 1
         try:
             res = h.result()
         except Exception as e:
