@@ -42,12 +42,6 @@ EXPECTED = {  # sample -> {access: worst wavefronts before}, {buffer: recommende
         True,
     ),
     "raw_addresses.yaml": ({"v4_stride2": 8, "ldsm": 32}, {}, None),
-    # dense hgemm tiles: ldmatrix 4-way (A, 64-byte rows) and 8-way (B, .trans down 256-byte rows)
-    "hgemm_bf16.yaml": (
-        {"A_copy": 8, "B_copy": 4, "A_frag": 16, "B_frag": 32},
-        {"As": "Swizzle<2,3,3>", "Bs": "pad 8"},
-        True,
-    ),
     # Hopper TMA tiles with 128B swizzle: the wgmma core-matrix reads and the stmatrix epilogue are ideal
     # the wgmma_gemm family (sm_90a): TMA tiles with 128B swizzle, every access at its ideal wavefronts
     "wgmma_gemm_bf16.yaml": (
@@ -61,6 +55,12 @@ EXPECTED = {  # sample -> {access: worst wavefronts before}, {buffer: recommende
             "As": "TMA 128B swizzle (Swizzle<3,4,3> on bytes)",
             "Cs": "TMA 128B swizzle (Swizzle<3,4,3> on bytes), base 32768",
         },
+        True,
+    ),
+    # dense hgemm tiles: ldmatrix 4-way (A, 64-byte rows) and 8-way (B, .trans down 256-byte rows)
+    "hgemm_bf16.yaml": (
+        {"A_copy": 8, "B_copy": 4, "A_frag": 16, "B_frag": 32},
+        {"As": "Swizzle<2,3,3>", "Bs": "pad 8"},
         True,
     ),
 }
