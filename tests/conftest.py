@@ -43,16 +43,27 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
-def run_cli(*args: str, input: str | None = None) -> subprocess.CompletedProcess:
-    """Run ``python -m smemtile ARGS`` in a subprocess, the way a user does."""
-    return subprocess.run(
-        [sys.executable, "-m", "smemtile", *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        input=input,
-        timeout=300,
-    )
+def run_cli(*args: str, input: str | None = None, process: bool = False):
+    """Run ``smemtile ARGS`` from the repository root: in this process through click (fast: most tests), or
+    with ``process=True`` as ``python -m smemtile ARGS`` in a subprocess, the way a user does (signals, stream
+    encodings, the real exit path). In process, an exception that escapes the command is re-raised: a bug is a
+    test error, never a quiet exit 1. Returns returncode, stdout and stderr like subprocess.run."""
+    if process:
+        return subprocess.run([sys.executable, "-m", "smemtile", *args], capture_output=True, text=True, cwd=ROOT,
+                              input=input, timeout=300)  # fmt: skip
+    from click.testing import CliRunner
+
+    from smemtile.cli import main
+
+    old = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        r = CliRunner().invoke(main, list(args), input=input, catch_exceptions=True)
+    finally:
+        os.chdir(old)
+    if r.exception is not None and not isinstance(r.exception, SystemExit):
+        raise r.exception
+    return SimpleNamespace(returncode=r.exit_code, stdout=r.stdout, stderr=r.stderr)
 
 
 def nvcc_path() -> str | None:

@@ -256,7 +256,8 @@ def test_fuzz_batch_csv(rows, header, as_json):
     data = text.encode("utf-8", "surrogatepass")
     r = CliRunner().invoke(main, ["occupancy", "--batch", "-", *(["--json"] if as_json else [])], input=data)
     assert r.exception is None or isinstance(r.exception, SystemExit), repr(r.exception)
-    assert r.exit_code in (0, 1, 2), (r.exit_code, r.stderr)
+    # 3 only for a row asking for `auto` (this machine's GPU) where there is none: the documented no-GPU exit
+    assert r.exit_code in (0, 1, 2) or (r.exit_code == 3 and "CUDA" in r.stderr), (r.exit_code, r.stderr)
     assert "Traceback" not in r.stderr
     if r.exit_code == 0:
         assert r.stderr == ""

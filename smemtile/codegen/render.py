@@ -109,11 +109,10 @@ def launch_helper(cfg: KernelConfig) -> str:
     ints = [a.name for a in fam.host_args if a.ctype == "int"]
     maps = fam.tensor_maps(cfg)
     map_names = {t.name for t in maps}
+    # nothing problem-specific here: the body (what NVRTC compiles and caches) is the same for every size
     lines = [
         f"// Launch plan of {fam.name} (smemtile.families.{fam.name}): the same expressions `smemtile generate --json`,",
-        "// `verify` and `tune` evaluate. For the spec's problem ("
-        + ", ".join(f"{k}={v}" for k, v in cfg.problem.items())
-        + f"): grid {tuple(plan.grid)}, block {tuple(plan.block)}, dynamic shared memory {plan.dynamic_smem_bytes} B.",
+        "// `verify` and `tune` evaluate (the header above gives their values for the spec's problem).",
         "// Returns the first CUDA error (an invalid size gives cudaErrorInvalidValue before anything runs).",
         f"inline cudaError_t launch_{fam.name}({params}, cudaStream_t stream = 0) {{",
     ]
@@ -292,7 +291,8 @@ def _header(
     )
     if extra.get("ptxas"):
         r = extra["ptxas"]
-        out.append(f"// ptxas ({cfg.arch.name}): {r['registers']} registers, {r['spills']} bytes spilled, "
+        nvrtc = f", NVRTC {extra['nvrtc_version']}" if extra.get("nvrtc_version") else ""
+        out.append(f"// ptxas ({cfg.arch.name}{nvrtc}): {r['registers']} registers, {r['spills']} bytes spilled, "
                    f"{r['static_smem_bytes']} bytes static shared memory.")  # fmt: skip
     if extra.get("occupancy"):
         o = extra["occupancy"]

@@ -261,6 +261,9 @@ class Family:
     layout_dependent_accesses: bool = False  # the instructions change with the layout (fix search re-derives)
     tolerance: float = 1e-5  # max relative error against the float64 reference
     exact: bool = False  # bit-exact comparison (copies)
+    # which peak `verify` may divide by: "fp32" (the FFMA peak from the driver's clocks), "memory" (DRAM), or
+    # None when no peak the driver can give applies (tensor-core kernels: compare with cuBLAS in bench/)
+    peak: str | None = "fp32"
     test_sizes: tuple[dict, ...] = ()
     bench_sizes: tuple[dict, ...] = ()
     summary: str = ""  # one line for --help and docs

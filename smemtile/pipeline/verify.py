@@ -175,7 +175,7 @@ def on_gpu(spec: Path, cfgs: dict[str, KernelConfig], device: int, seed: int) ->
                 "time_ms": timing.median_ms,
                 "timing": timing.to_dict(),
                 unit: value,
-                "peak_fraction": (value / peak[unit]) if peak.get(unit) else None,
+                "peak_fraction": (value / peak[unit]) if fam.peak and peak.get(unit) else None,
                 "notes": list(cfg.notes),
             }  # fmt: skip
             if k.static_smem != k.shape.static_smem_bytes:

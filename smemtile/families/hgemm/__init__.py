@@ -99,6 +99,7 @@ class Hgemm(Family):
     name = "hgemm"
     summary = "fp16/bf16 tensor-core GEMM (mma.sync m16n8k16, ldmatrix, swizzled cp.async ring), split K"
     file = "hgemm.cu"
+    peak = None
     kernel = "hgemm"
     signature = ("int M", "int N", "int K", "float alpha", "const {T}* A", "int lda", "const {T}* B", "int ldb",
                  "float beta", "{TC}* C", "int ldc")  # fmt: skip

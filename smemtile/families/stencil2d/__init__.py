@@ -28,6 +28,7 @@ class Stencil2d(Family):
     name = "stencil2d"
     summary = "2-D star stencil of radius 1..4 (fp32) through a halo tile"
     file = "stencil2d.cu"
+    peak = "memory"
     kernel = "stencil2d"
     signature = ("const float* in", "float* out", "int ny", "int nx", "const float* coeffs")
     params = (

@@ -32,6 +32,7 @@ class Transpose(Family):
     name = "transpose"
     summary = "matrix transpose through a shared tile (fp32, fp16, bf16), vector path for whole tiles"
     file = "transpose.cu"
+    peak = "memory"
     kernel = "transpose"
     signature = ("const {T}* in", "{T}* out", "int rows", "int cols")
     params = (

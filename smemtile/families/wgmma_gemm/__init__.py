@@ -99,6 +99,7 @@ class WgmmaGemm(Family):
         "Hopper GEMM C = A @ B.T (bf16/fp16, fp32 accumulation): TMA, mbarriers, wgmma, clusters (sm_90a)"
     )
     file = "wgmma_gemm.cu"
+    peak = None
     kernel = "wgmma_gemm"
     signature = ("int M", "int N", "int K", "const __grid_constant__ smemtile::TensorMap tmA",
                  "const __grid_constant__ smemtile::TensorMap tmB", "const __grid_constant__ smemtile::TensorMap tmC",
