@@ -50,7 +50,6 @@ from __future__ import annotations
 import numpy as np
 
 from smemtile.families.base import (
-    Family,
     HostArg,
     Item,
     KernelCall,
@@ -59,6 +58,7 @@ from smemtile.families.base import (
     ProblemKey,
     with_params,
 )
+from smemtile.families.gemm import GemmFamily, gemm_reference
 from smemtile.model.arch import Arch
 from smemtile.model.layout import Layout, Swizzle
 
@@ -95,7 +95,7 @@ def to_float64(a: np.ndarray, dtype: str) -> np.ndarray:
     return a.astype(np.float64)
 
 
-class Hgemm(Family):
+class Hgemm(GemmFamily):
     name = "hgemm"
     summary = "fp16/bf16 tensor-core GEMM (mma.sync m16n8k16, ldmatrix, swizzled cp.async ring), split K"
     file = "hgemm.cu"
@@ -339,11 +339,6 @@ class Hgemm(Family):
                        ("cdiv(M, BM) * cdiv(N, BN)", "1", "SPLIT_K"), ("THREADS", "1", "1")),
         ]  # fmt: skip
 
-    def reads(self, cfg: KernelConfig, array: str) -> bool:
-        if array == "C":  # beta = 0 never reads C (nor does the split-K preparation)
-            return float(cfg.problem["beta"]) != 0.0
-        return True
-
     # ---- reference -----------------------------------------------------------------------------------------
     def make_inputs(self, cfg: KernelConfig, rng: np.random.Generator) -> dict[str, np.ndarray]:
         m, n, k = (int(cfg.problem[x]) for x in "MNK")
@@ -363,20 +358,8 @@ class Hgemm(Family):
         a, b = to_float64(inputs["A"], dt), to_float64(inputs["B"], dt)
         if self.b_col(cfg):
             b = b.T
-        alpha, beta = float(cfg.problem["alpha"]), float(cfg.problem["beta"])
-        out = alpha * (a @ b)
-        return out + beta * inputs["C"].astype(np.float64) if beta != 0.0 else out
-
-    def work(self, problem: dict) -> tuple[str, float]:
-        return "tflops", 2.0 * problem["M"] * problem["N"] * problem["K"]
-
-    def small_problem(self, cfg: KernelConfig) -> dict:
-        p = cfg.params
-        return {"M": 2 * p["BM"], "N": 2 * p["BN"], "K": 8 * p["BK"] * p["SPLIT_K"]}
-
-    def repeats_per_block(self, cfg: KernelConfig) -> int:
-        p = cfg.params
-        return -(-int(cfg.problem["K"]) // (p["BK"] * p["SPLIT_K"]))
+        q = cfg.problem
+        return gemm_reference(a, b, inputs["C"], float(q["alpha"]), float(q["beta"]))
 
     def one_block_reason(self, cfg: KernelConfig, occ: dict) -> str | None:
         p = cfg.params

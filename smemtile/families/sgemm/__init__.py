@@ -39,7 +39,6 @@ from smemtile.families.base import (
     NA,
     PASS,
     Candidate,
-    Family,
     HostArg,
     Item,
     KernelCall,
@@ -48,6 +47,7 @@ from smemtile.families.base import (
     ProblemKey,
     with_params,
 )
+from smemtile.families.gemm import GemmFamily, gemm_reference
 from smemtile.model.arch import Arch
 
 LANES_M, LANES_N = 4, 8  # a warp's lanes as a 4 (m) x 8 (n) grid
@@ -55,7 +55,7 @@ LM = "(((lane >> 1) & 1) | ((lane >> 2) & 2))"
 LN = "((lane & 1) | ((lane >> 1) & 2) | ((lane >> 2) & 4))"
 
 
-class Sgemm(Family):
+class Sgemm(GemmFamily):
     name = "sgemm"
     summary = "fp32 GEMM (FFMA), register-blocked, cp.async pipeline, split K"
     file = "sgemm.cu"
@@ -258,11 +258,6 @@ class Sgemm(Family):
                        ("cdiv(M, BM) * cdiv(N, BN)", "SPLIT_K", "1"), ("THREADS", "1", "1")),
         ]  # fmt: skip
 
-    def reads(self, cfg: KernelConfig, array: str) -> bool:
-        if array == "C":  # beta = 0 never reads C (the split-K preparation writes zeros without reading)
-            return float(cfg.problem["beta"]) != 0.0
-        return True
-
     def make_inputs(self, cfg: KernelConfig, rng: np.random.Generator) -> dict[str, np.ndarray]:
         m, n, k = (int(cfg.problem[x]) for x in "MNK")
         return {
@@ -272,21 +267,8 @@ class Sgemm(Family):
         }
 
     def reference(self, cfg: KernelConfig, inputs: dict[str, np.ndarray]) -> np.ndarray:
-        a, b, c = (inputs[x].astype(np.float64) for x in ("A", "B", "C"))
-        alpha, beta = float(cfg.problem["alpha"]), float(cfg.problem["beta"])
-        out = alpha * (a @ b)
-        return out + beta * c if beta != 0.0 else out
-
-    def work(self, problem: dict) -> tuple[str, float]:
-        return "tflops", 2.0 * problem["M"] * problem["N"] * problem["K"]
-
-    def small_problem(self, cfg: KernelConfig) -> dict:
-        p = cfg.params
-        return {"M": 2 * p["BM"], "N": 2 * p["BN"], "K": 8 * p["BK"] * p["SPLIT_K"]}
-
-    def repeats_per_block(self, cfg: KernelConfig) -> int:
-        p = cfg.params
-        return -(-int(cfg.problem["K"]) // (p["BK"] * p["SPLIT_K"]))
+        q = cfg.problem
+        return gemm_reference(inputs["A"], inputs["B"], inputs["C"], float(q["alpha"]), float(q["beta"]))
 
     def one_block_reason(self, cfg: KernelConfig, occ: dict) -> str | None:
         if cfg.params["MIN_BLOCKS"] == 1:

@@ -43,7 +43,6 @@ from smemtile.families.base import (
     FAIL,
     NA,
     PASS,
-    Family,
     HostArg,
     Item,
     KernelCall,
@@ -52,6 +51,7 @@ from smemtile.families.base import (
     ProblemKey,
     TensorMapArg,
 )
+from smemtile.families.gemm import GemmFamily
 from smemtile.model.arch import Arch
 from smemtile.model.layout import Layout
 
@@ -92,7 +92,7 @@ def bf16_value(bits: np.ndarray) -> np.ndarray:
     return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 
-class WgmmaGemm(Family):
+class WgmmaGemm(GemmFamily):
     name = "wgmma_gemm"
     default_arch = "sm_90a"
     summary = (
@@ -324,15 +324,12 @@ class WgmmaGemm(Family):
     def decode_output(self, cfg: KernelConfig, raw: np.ndarray) -> np.ndarray:
         return bf16_value(raw) if cfg.problem["dtype"] == "bf16" else raw
 
-    def work(self, problem: dict) -> tuple[str, float]:
-        return "tflops", 2.0 * problem["M"] * problem["N"] * problem["K"]
+    def k_step(self, cfg: KernelConfig) -> int:
+        return BK
 
     def small_problem(self, cfg: KernelConfig) -> dict:
-        p = cfg.params
-        return {"M": 2 * p["BM"] * p["CLUSTER"], "N": 2 * p["BN"], "K": 8 * BK}
-
-    def repeats_per_block(self, cfg: KernelConfig) -> int:
-        return -(-int(cfg.problem["K"]) // BK)
+        p = cfg.params  # whole clusters along M
+        return {**super().small_problem(cfg), "M": 2 * p["BM"] * p["CLUSTER"]}
 
     def one_block_reason(self, cfg: KernelConfig, occ: dict) -> str | None:
         p = cfg.params
