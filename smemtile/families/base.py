@@ -538,6 +538,22 @@ PIPELINE_ITEMS = (
 )
 
 
+def barrier_follows_each_wait(ptx: str) -> bool:
+    """In PTX order, after every ``cp.async.wait_group`` a ``bar.sync``/``barrier.sync`` comes before the next
+    shared load (``ld.shared`` or ``ldmatrix``); the final drain wait, followed by no shared load, passes. The
+    checklist's 'barrier after the wait' item, read from the compiled artefact."""
+    ok, pending = True, False
+    for line in ptx.splitlines():
+        s = line.strip()
+        if s.startswith("cp.async.wait_group"):
+            pending = True
+        elif pending and (s.startswith("bar.sync") or s.startswith("barrier.sync")):
+            pending = False
+        elif pending and (s.startswith("ld.shared") or s.startswith("ldmatrix")):
+            ok, pending = False, False
+    return ok
+
+
 def _decl_type(decl: str) -> str:
     """'const float* A' -> 'const float*'."""
     return decl.rsplit(" ", 1)[0].strip()

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from smemtile.families.base import FAIL, NA, PASS, Item, KernelConfig
+from smemtile.families.base import FAIL, NA, PASS, Item, KernelConfig, barrier_follows_each_wait
 from smemtile.model.layout import Layout
 
 TEXT = {
@@ -51,7 +51,7 @@ def _from_ptx(fam, cfg: KernelConfig, ptx: str) -> list[Item]:
     items.append(Item("wait_group", TEXT["wait_group"], PASS if ok else FAIL,
                       f"PTX wait_group values {sorted(set(waits))}; {stages} stages need {want} in the K loop "
                       f"({stages - 1} tiles in flight, at most {want} pending) and 0 for the drain"))  # fmt: skip
-    barrier_ok = _barrier_follows_each_wait(ptx)
+    barrier_ok = barrier_follows_each_wait(ptx)
     items.append(Item("barrier_after_wait", TEXT["barrier_after_wait"], PASS if barrier_ok else FAIL,
                       "every cp.async.wait_group in the PTX is followed by bar.sync before the next ld.shared or "
                       "ldmatrix" if barrier_ok else "a shared load follows a wait_group before any bar.sync"))  # fmt: skip
@@ -124,18 +124,3 @@ def _swizzle_proof(fam, cfg: KernelConfig) -> Item:
         return Item("swizzle_proof", TEXT["swizzle_proof"], NA,
                     f"no buffer has a swizzle or padding: {text}; `smemtile analyze` shows the fix")  # fmt: skip
     return Item("swizzle_proof", TEXT["swizzle_proof"], PASS, f"every access at its ideal wavefronts: {text}")
-
-
-def _barrier_follows_each_wait(ptx: str) -> bool:
-    """In PTX order, after every ``cp.async.wait_group`` a ``bar.sync``/``barrier.sync`` comes before the next
-    ``ld.shared`` or ``ldmatrix`` (the final drain wait, followed by no shared load, passes)."""
-    ok, pending = True, False
-    for line in ptx.splitlines():
-        s = line.strip()
-        if s.startswith("cp.async.wait_group"):
-            pending = True
-        elif pending and (s.startswith("bar.sync") or s.startswith("barrier.sync")):
-            pending = False
-        elif pending and (s.startswith("ld.shared") or s.startswith("ldmatrix")):
-            ok, pending = False, False
-    return ok

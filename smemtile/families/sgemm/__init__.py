@@ -45,6 +45,7 @@ from smemtile.families.base import (
     KernelConfig,
     Param,
     ProblemKey,
+    barrier_follows_each_wait,
     with_params,
 )
 from smemtile.families.gemm import GemmFamily, gemm_reference
@@ -316,7 +317,7 @@ class Sgemm(GemmFamily):
         items.append(Item("wait_group", _PIPELINE[1][1], PASS if ok else FAIL,
                           f"PTX wait_group values {sorted(set(waits))}; {stages} stages need {want} in the K loop "
                           f"({stages - 1} tiles in flight, at most {want} pending) and 0 for the drain"))  # fmt: skip
-        barrier_ok = _barrier_follows_each_wait(ptx)
+        barrier_ok = barrier_follows_each_wait(ptx)
         items.append(Item("barrier_after_wait", _PIPELINE[2][1], PASS if barrier_ok else FAIL,
                           "every cp.async.wait_group in the PTX is followed by bar.sync before the next shared "
                           "load" if barrier_ok else "a shared load follows a wait_group before any bar.sync"))  # fmt: skip
@@ -401,23 +402,6 @@ _PIPELINE = (
     ("barrier_after_wait", "a barrier after the wait and before reading the newly filled buffer"),
     ("ring_index", "the ring-buffer index advances every iteration"),
 )
-
-
-def _barrier_follows_each_wait(ptx: str) -> bool:
-    """In PTX order, after every ``cp.async.wait_group`` a ``bar.sync``/``barrier.sync`` comes before the next
-    ``ld.shared`` (the final drain wait, followed by no shared load, passes)."""
-    ok = True
-    pending = False
-    for line in ptx.splitlines():
-        s = line.strip()
-        if s.startswith("cp.async.wait_group"):
-            pending = True
-        elif pending and (s.startswith("bar.sync") or s.startswith("barrier.sync")):
-            pending = False
-        elif pending and s.startswith("ld.shared"):
-            ok = False
-            pending = False
-    return ok
 
 
 FAMILY = Sgemm()
