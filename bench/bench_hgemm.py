@@ -38,6 +38,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from timing import stats, time_rounds  # noqa: E402
+
 FAMILIES = ROOT / "smemtile" / "families"
 SOURCE = FAMILIES / "hgemm" / "hgemm.cu"
 HEADER = FAMILIES / "smem_layout.cuh"
@@ -419,28 +423,6 @@ def check_small(mod: Module, torch, log, sizes=None) -> list[dict]:
 
 
 # ---- timing ---------------------------------------------------------------------------------------------------------
-def time_rounds(fns: dict, torch, rounds: int, flush) -> dict[str, list[float]]:
-    """Alternating rounds (order reversed every round); a 512 MiB memset before each call, outside the events."""
-    names = list(fns)
-    for name in names:  # warm-up
-        for _ in range(2):
-            fns[name]()
-    torch.cuda.synchronize()
-    times = {k: [] for k in names}
-    for r in range(rounds):
-        order = names if r % 2 == 0 else names[::-1]
-        evs = []
-        for name in order:
-            flush.zero_()
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            fns[name]()
-            e.record()
-            evs.append((name, s, e))
-        torch.cuda.synchronize()
-        for name, s, e in evs:
-            times[name].append(s.elapsed_time(e))
-    return times
 
 
 def sustained(fn, torch, seconds: float = 1.5) -> dict:
@@ -489,13 +471,6 @@ def sustained(fn, torch, seconds: float = 1.5) -> dict:
             "power_w": statistics.median(x[2] for x in half) if half else None,
             "clock_event_reasons": hex(reasons), "sw_power_cap": bool(reasons & 0x4),
             "hw_slowdown": bool(reasons & 0x8), "samples": len(half)}  # fmt: skip
-
-
-def stats(ts: list[float]) -> dict:
-    q = statistics.quantiles(ts, n=10) if len(ts) >= 2 else [ts[0]] * 9
-    med = statistics.median(ts)
-    return {"median_ms": med, "min_ms": min(ts), "max_ms": max(ts), "p10_ms": q[0], "p90_ms": q[-1],
-            "spread": (q[-1] - q[0]) / med, "runs": len(ts)}  # fmt: skip
 
 
 def bench_shape(mods: dict, shape, t: str, torch, rounds: int, flush, log, sustain=()) -> list[dict]:

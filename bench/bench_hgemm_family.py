@@ -28,13 +28,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
+
+from timing import stats, time_rounds  # noqa: E402
 
 FLUSH_BYTES = 512 << 20
 # small problems for the sanitizers: ALIGN 1 (odd K), masked K tail, split K with column-major B, f16 C
@@ -113,59 +114,6 @@ def torch_setup():
     return torch
 
 
-def bind(k, arrays: dict) -> None:
-    """``LoadedKernel.prepare`` with the plan's arrays taken from torch tensors (same steps and arguments)."""
-    from smemtile.gpu.run import _ctype
-
-    scalars = {a.name for a in k.fam.host_args if not a.array}
-    launches = []
-    for step in k.shape.steps:
-        vals, types = [], []
-        for value, ctype in step.args:
-            if isinstance(value, str) and value in arrays:
-                vals.append(arrays[value].data_ptr())
-            elif isinstance(value, str) and value in scalars:
-                vals.append(float(k.cfg.problem[value]))
-            else:
-                vals.append(int(value))
-            types.append(_ctype(ctype))
-        launches.append((k.func if step.main else k._funcs[step.kernel], step, tuple(vals), tuple(types)))
-    k._launches = launches
-
-
-def stats(ts: list[float]) -> dict:
-    q = statistics.quantiles(ts, n=10)
-    med = statistics.median(ts)
-    return {
-        "median_ms": med,
-        "p10_ms": q[0],
-        "p90_ms": q[-1],
-        "spread": (q[-1] - q[0]) / med,
-        "runs": len(ts),
-    }
-
-
-def time_rounds(fns: dict, torch, rounds: int, flush) -> dict:
-    for fn in fns.values():
-        fn(), fn()
-    torch.cuda.synchronize()
-    times = {k: [] for k in fns}
-    names = list(fns)
-    for r in range(rounds):
-        evs = []
-        for name in names if r % 2 == 0 else names[::-1]:
-            flush.zero_()
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            fns[name]()
-            e.record()
-            evs.append((name, s, e))
-        torch.cuda.synchronize()
-        for name, s, e in evs:
-            times[name].append(s.elapsed_time(e))
-    return {k: stats(v) for k, v in times.items()}
-
-
 def operands(torch, cfg, seed: int = 0):
     m, n, k = (int(cfg.problem[x]) for x in "MNK")
     dt = {"f16": torch.float16, "bf16": torch.bfloat16}[cfg.problem["dtype"]]
@@ -181,7 +129,7 @@ def run_ours(torch, k, a, b, cfg):
     m, n = a.shape[0], b.shape[1]
     bb = b.t().contiguous() if cfg.problem["b_layout"] == "col" else b
     c = torch.full((m, n), float("nan"), device="cuda", dtype=cdt)
-    bind(k, {"A": a, "B": bb, "C": c})
+    k.bind({"A": a.data_ptr(), "B": bb.data_ptr(), "C": c.data_ptr()})
     return k.launch, c, bb
 
 
@@ -233,7 +181,7 @@ def bench_one(torch, dev, flush, spec: str, rounds: int) -> dict:
                       "local_bytes": k.local_bytes, "blocks_per_sm": k.driver_blocks,
                       "c_dtype": cfg.problem["c_dtype"], "correct": written and errs[name] <= fam.tolerance}  # fmt: skip
         fns[name] = launch
-    st = time_rounds(fns, torch, rounds, flush)
+    st = {name: stats(ts) for name, ts in time_rounds(fns, torch, rounds, flush).items()}
     ref_name = min(("cuBLAS", "cuBLAS out=C"), key=lambda x: st[x]["median_ms"])
     ref_ms = st[ref_name]["median_ms"]
     line = {"spec": spec, "shape": [m, n, kk], "dtype": first.problem["dtype"], "cublas_call": ref_name,

@@ -42,6 +42,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from timing import stats, time_rounds  # noqa: E402
 
 FLUSH_BYTES = 512 << 20
 CANONICAL = {"M": 4096, "N": 4096, "K": 4096}
@@ -312,28 +315,6 @@ class Cublas:
             raise RuntimeError(f"cublasSgemm_v2 returned {st}")
 
 
-def bind(k, arrays: dict) -> None:
-    """``LoadedKernel.prepare`` with the plan's arrays taken from torch tensors (same steps, same argument
-    order and types: the binding code of prepare, minus the upload)."""
-    from smemtile.gpu.run import _ctype
-
-    scalars = {a.name for a in k.fam.host_args if not a.array}
-    launches = []
-    for step in k.shape.steps:
-        vals, types = [], []
-        for value, ctype in step.args:
-            if isinstance(value, str) and value in arrays:
-                vals.append(arrays[value].data_ptr())
-            elif isinstance(value, str) and value in scalars:
-                vals.append(float(k.cfg.problem[value]))
-            else:
-                vals.append(int(value))
-            types.append(_ctype(ctype))
-        func = k.func if step.main else k._funcs[step.kernel]
-        launches.append((func, step, tuple(vals), tuple(types)))
-    k._launches = launches
-
-
 def load(params: dict, shape, dev):
     from smemtile.gpu.run import LoadedKernel
 
@@ -363,37 +344,6 @@ class Problem:
 
     def free(self) -> None:
         del self.a, self.b, self.c, self.c2, self.ref
-
-
-def stats(ts: list[float]) -> dict:
-    q = statistics.quantiles(ts, n=10) if len(ts) >= 2 else [ts[0]] * 9
-    med = statistics.median(ts)
-    return {"median_ms": med, "min_ms": min(ts), "max_ms": max(ts), "p10_ms": q[0], "p90_ms": q[-1],
-            "spread": (q[-1] - q[0]) / med, "runs": len(ts)}  # fmt: skip
-
-
-def time_rounds(fns: dict, torch, rounds: int, flush) -> dict[str, list[float]]:
-    """Alternating rounds (order reversed every round); the 512 MiB memset before each call, outside the events."""
-    names = list(fns)
-    for name in names:
-        for _ in range(2):
-            fns[name]()
-    torch.cuda.synchronize()
-    times = {k: [] for k in names}
-    for r in range(rounds):
-        order = names if r % 2 == 0 else names[::-1]
-        evs = []
-        for name in order:
-            flush.zero_()
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            fns[name]()
-            e.record()
-            evs.append((name, s, e))
-        torch.cuda.synchronize()
-        for name, s, e in evs:
-            times[name].append(s.elapsed_time(e))
-    return times
 
 
 _SMALL: dict[int, tuple] = {}
@@ -455,7 +405,7 @@ def step_bench(ctx, rounds: int, variants: bool, log) -> list[dict]:
                 if label not in checked:
                     checked[label] = small_checks(o["params"], dev, log)
                 kern = load(o["params"], shape, dev)
-                bind(kern, {"A": prob.a, "B": prob.b, "C": prob.c})
+                kern.bind({"A": prob.a.data_ptr(), "B": prob.b.data_ptr(), "C": prob.c.data_ptr()})
                 prob.c.fill_(float("nan"))
                 kern.launch()
                 torch.cuda.synchronize()
@@ -586,7 +536,7 @@ def step_sweep(
             try:
                 kern = load(p, shape, dev)
                 try:
-                    bind(kern, {"A": prob.a, "B": prob.b, "C": prob.c})
+                    kern.bind({"A": prob.a.data_ptr(), "B": prob.b.data_ptr(), "C": prob.c.data_ptr()})
                     prob.c.fill_(float("nan"))
                     kern.launch()
                     torch.cuda.synchronize()

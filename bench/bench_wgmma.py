@@ -29,7 +29,6 @@ import argparse
 import datetime
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -37,6 +36,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from timing import stats, time_rounds  # noqa: E402
 
 FLUSH_BYTES = 512 << 20
 CANONICAL = {"M": 4096, "N": 4096, "K": 4096}
@@ -290,34 +292,6 @@ def run_checks(labels: list[str], dtypes: list[str], small: bool, log, deadline_
 
 
 # ---- timing (parent, GPU) -----------------------------------------------------------------------------------------
-def stats(ts: list[float]) -> dict:
-    q = statistics.quantiles(ts, n=10) if len(ts) >= 2 else [ts[0]] * 9
-    med = statistics.median(ts)
-    return {"median_ms": med, "min_ms": min(ts), "max_ms": max(ts), "p10_ms": q[0], "p90_ms": q[-1],
-            "spread": (q[-1] - q[0]) / med, "runs": len(ts)}  # fmt: skip
-
-
-def time_rounds(fns: dict, torch, rounds: int, flush) -> dict[str, list[float]]:
-    names = list(fns)
-    for name in names:
-        for _ in range(3):
-            fns[name]()
-    torch.cuda.synchronize()
-    times: dict[str, list[float]] = {k: [] for k in names}
-    for r in range(rounds):
-        order = names if r % 2 == 0 else names[::-1]
-        evs = []
-        for name in order:
-            flush.zero_()
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            fns[name]()
-            e.record()
-            evs.append((name, s, e))
-        torch.cuda.synchronize()
-        for name, s, e in evs:
-            times[name].append(s.elapsed_time(e))
-    return times
 
 
 def bench_shape(shape, dt: str, labels: list[str], dev, torch, flush, rounds: int, log) -> list[dict]:
@@ -350,7 +324,7 @@ def bench_shape(shape, dt: str, labels: list[str], dev, torch, flush, rounds: in
         kern.bind({"A": a.data_ptr(), "B": b.data_ptr(), "C": c.data_ptr()})
         kernels[lb], outs[lb] = kern, c
         fns[lb] = kern.launch
-    times = time_rounds(fns, torch, rounds, flush)
+    times = time_rounds(fns, torch, rounds, flush, warmup=3)
     flop = 2.0 * m * n * k
     base = stats(times["cuBLAS"])
     rows = [{"shape": list(shape), "dtype": dt, "name": "cuBLAS", **base, "tflops": flop / base["median_ms"] / 1e9,

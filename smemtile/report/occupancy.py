@@ -159,25 +159,19 @@ def batch_header(index_width: int) -> str:
     return _batch_format(index_width).format(*_BATCH_HEAD)
 
 
+def _columns(res: BatchOccupancy, bits: list[int]) -> list:
+    """The per-row values both batch renderings print, as Python lists (one column each)."""
+    return [res.arch, res.threads.tolist(), res.regs.tolist(), res.smem_static.tolist(), res.smem_dynamic.tolist(),
+            res.carveout.tolist(), res.opt_in.tolist(), res.active_blocks.tolist(), res.active_warps.tolist(),
+            res.occupancy.tolist(), bits]  # fmt: skip
+
+
 def batch_lines(res: BatchOccupancy, start: int = 1, index_width: int = 1) -> str:
     """The lines of ``res``, numbered from ``start`` (a chunk of a streamed batch)."""
     fmt = _batch_format(index_width)
     bits = res.limiting_factors.tolist()
     names = {b: next((n for n in LIMITERS if b & LIMIT_BITS[n]), "blocks") for b in set(bits)}
-    rows = zip(
-        res.arch,
-        res.threads.tolist(),
-        res.regs.tolist(),
-        res.smem_static.tolist(),
-        res.smem_dynamic.tolist(),
-        res.carveout.tolist(),
-        res.opt_in.tolist(),
-        res.active_blocks.tolist(),
-        res.active_warps.tolist(),
-        res.occupancy.tolist(),
-        bits,
-        strict=True,
-    )
+    rows = zip(*_columns(res, bits), strict=True)
     out = []
     for i, (a, th, rg, s, d, c, o, b, w, occ, lim) in enumerate(rows, start):
         limiter = ("cannot run: " if b == 0 else "") + _SHORT[names[lim]]
@@ -204,21 +198,7 @@ def batch_json(res: BatchOccupancy) -> str:
         per_bits[b] = (json.dumps(names[0]), json.dumps(names), reason)
     arch = {a: json.dumps(a) for a in set(res.arch)}
     limits = [["null" if v == UNLIMITED else str(v) for v in res.limits[k].tolist()] for k in LIMITERS]
-    rows = zip(
-        res.arch,
-        res.threads.tolist(),
-        res.regs.tolist(),
-        res.smem_static.tolist(),
-        res.smem_dynamic.tolist(),
-        res.carveout.tolist(),
-        res.opt_in.tolist(),
-        res.active_blocks.tolist(),
-        res.active_warps.tolist(),
-        res.occupancy.tolist(),
-        bits,
-        *limits,
-        strict=True,
-    )
+    rows = zip(*_columns(res, bits), *limits, strict=True)
     fmt = _ROW_JSON.format
     out = []
     for a, th, rg, s, d, c, o, b, w, occ, lb, *lim in rows:

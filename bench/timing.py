@@ -1,0 +1,40 @@
+"""What the GPU benchmarks share: ours and the reference timed in alternating rounds (order reversed every
+round, so a drifting power-capped clock hits both alike), a 512 MiB write before every timed call (outside the
+CUDA events, so L2 starts cold), and the summary statistics every results file records."""
+
+from __future__ import annotations
+
+import statistics
+
+
+def stats(ts: list[float]) -> dict:
+    """Median, extremes, p10/p90 and spread = (p90 - p10) / median of a list of milliseconds."""
+    q = statistics.quantiles(ts, n=10) if len(ts) >= 2 else [ts[0]] * 9
+    med = statistics.median(ts)
+    return {"median_ms": med, "min_ms": min(ts), "max_ms": max(ts), "p10_ms": q[0], "p90_ms": q[-1],
+            "spread": (q[-1] - q[0]) / med, "runs": len(ts)}  # fmt: skip
+
+
+def time_rounds(fns: dict, torch, rounds: int, flush, *, warmup: int = 2) -> dict[str, list[float]]:
+    """Milliseconds per call of each ``fns[name]()`` over ``rounds`` alternating rounds; ``flush`` (a torch
+    tensor of 512 MiB) is zeroed before each call, outside the events."""
+    names = list(fns)
+    for name in names:
+        for _ in range(warmup):
+            fns[name]()
+    torch.cuda.synchronize()
+    times: dict[str, list[float]] = {k: [] for k in names}
+    for r in range(rounds):
+        order = names if r % 2 == 0 else names[::-1]
+        evs = []
+        for name in order:
+            flush.zero_()
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            fns[name]()
+            e.record()
+            evs.append((name, s, e))
+        torch.cuda.synchronize()
+        for name, s, e in evs:
+            times[name].append(s.elapsed_time(e))
+    return times
