@@ -98,6 +98,51 @@ def simt_cap(threads: int, min_blocks: int) -> int:
     return min(255, (65536 // (threads * max(1, min_blocks))) // 8 * 8)
 
 
+def shape_features(m: int, n: int, k: int) -> tuple[float, float, float, float]:
+    """Where a GEMM shape sits for the local correction: log2 M, N, K and whether lda or ldb is unaligned."""
+    return (
+        math.log2(max(m, 1)),
+        math.log2(max(n, 1)),
+        math.log2(max(k, 1)),
+        1.0 if (k % 4 or n % 4) else 0.0,
+    )
+
+
+def _local_weights(q: dict, m: int, n: int, k: int) -> list[float]:
+    """Gaussian weight of every fitting shape of ``q["local_bias"]`` for (m, n, k); cached per constants."""
+    lb = q["local_bias"]
+    memo = lb.setdefault("_memo", {})
+    if (m, n, k) not in memo:
+        x = shape_features(m, n, k)
+        s, u = lb["sigma"], lb["unaligned_distance"]
+        memo[(m, n, k)] = [
+            math.exp(-(sum((a - b) ** 2 for a, b in zip(x[:3], e["x"][:3], strict=True))
+                       + (u * (x[3] - e["x"][3])) ** 2) / (2 * s * s))
+            for e in lb["shapes"]
+        ]  # fmt: skip
+    return memo[(m, n, k)]
+
+
+def tile_correction(q: dict, m: int, n: int, k: int, c: TileConfig) -> float | None:
+    """log(predicted / measured) the model divides out for this tile: the residual of the tile on the fitting
+    shapes near (m, n, k) (Gaussian weights in log2 M, N, K; unaligned shapes apart), shrunk toward the tile's
+    mean residual over all fitting shapes; None for a tile never measured on a fitting shape."""
+    key = f"{c.bm}x{c.bn}x{c.bk} {c.tm}x{c.tn}"
+    glob = q.get("tile_bias", {}).get(key)
+    lb = q.get("local_bias")
+    if lb is None:
+        return glob
+    wsum = lb["prior"] if glob is not None else 0.0
+    acc = wsum * (glob or 0.0)
+    sk = "sk" if c.split_k > 1 else "1"
+    for w, e in zip(_local_weights(q, m, n, k), lb["shapes"], strict=True):
+        r = e["bias"].get(f"{key} {sk}")
+        if r is not None:
+            acc += w * r
+            wsum += w
+    return acc / wsum if wsum > 0 else glob
+
+
 def simt_time(m: int, n: int, k: int, c: TileConfig, threads: int, b: int, sms: int, *, consts: dict | None = None,
               lanes: float = 128.0) -> dict:  # fmt: skip
     """Predicted seconds of one sgemm launch (and the parts) with ``b`` resident blocks per SM."""
@@ -137,7 +182,7 @@ def simt_time(m: int, n: int, k: int, c: TileConfig, threads: int, b: int, sms: 
         t_sm *= 1 + q.get("unaligned", 0.0)
     t_split = m * n * 4 * z * 2 / (q["atom_gbps"] * 1e9) + LAUNCH_S if z > 1 else 0.0
     # the fitted per-tile correction (tiles measured on the fitting shapes); others carry the fit's p90 error
-    bias = q.get("tile_bias", {}).get(f"{c.bm}x{c.bn}x{c.bk} {c.tm}x{c.tn}")
+    bias = tile_correction(q, m, n, k, c)
     if "tile_bias" in q:
         t_sm *= math.exp(-bias) if bias is not None else 1 + q["unmeasured_penalty"]
     t = t_sm + t_split + q["launch_us"] * 1e-6
