@@ -11,11 +11,14 @@ A tile is TY input rows x TILE input columns (TY = TILE_Y, or TILE when TILE_Y =
 path: V elements per global access (VEC = 0 picks the widest of at most 16 bytes that fits the tile: 4 for fp32,
 8 for fp16 with TILE 64), a warp covering 4 rows x 8 vectors; phase 1 stores runs of W elements (the widest run
 the layout keeps contiguous and aligned: W = V for a dense tile, 1 with pad 1), phase 2 reads one element per
-row. The accesses below describe that path (edge tiles take the scalar path: tile[ty + j][tx] and
-tile[c0 + tx][ty + j]); with VEC = 1 they describe the scalar path.
+row (PACK = P > 1: P consecutive elements of a row per load, P output rows per thread, the P x V block transposed
+in registers; for fp16, P = 2 moves half2 pairs as 32-bit words). The accesses below describe that path (edge
+tiles take the scalar path: tile[ty + j][tx] and tile[c0 + tx][ty + j]); with VEC = 1 they describe the scalar
+path. TILES = n: a block moves n tiles one below the other, the next tile's loads in flight while one is staged.
 
-Launch: grid = (ceil(cols/TILE), ceil(rows/TY)), block = (TILE, BLOCK_ROWS); shared memory static,
-TY * (TILE + pad) * element bytes.
+Launch: grid = (ceil(cols/TILE), ceil(rows/(TY*TILES))), block = (TILE, BLOCK_ROWS); shared memory static,
+TY * (TILE + pad) * element bytes. A spec without a tile gets the calibrated model's pick for its dtype and
+shape (model/tiling_transpose.py: what measured fastest on the H200, carried to the shape).
 """
 
 from __future__ import annotations
@@ -47,6 +50,12 @@ class Transpose(Family):
               lo=1, hi=256),
         Param("TILE_Y", 0, "input rows = output columns per tile, a multiple of TILE (0 = TILE: square)",
               (0, 32, 64, 128, 256, 512)),
+        Param("PACK", 1, "elements per phase-2 shared load = output rows per thread (whole tiles; 2 for 16-bit "
+              "types: 4-byte loads of 2 x 2 blocks swapped in registers)", (1, 2, 4, 8)),
+        Param("TILES", 1, "tiles per block, one below the other; the next tile's loads are in flight while one is "
+              "staged", (1, 2, 4)),
+        Param("STREAM", 0, "1: the whole tiles' global loads and stores are evict-first (ld/st.global.cs: data used "
+              "once); 0: plain", (0, 1)),
     )  # fmt: skip
     problem_keys = (
         ProblemKey("rows", 8192, "rows of the input"),
@@ -68,6 +77,7 @@ class Transpose(Family):
         {"rows": 33, "cols": 2049},
         {"rows": 1, "cols": 5},
         {"rows": 513, "cols": 257, "dtype": "f16"},
+        {"rows": 456, "cols": 264},  # whole tiles, then an edge tile below them in the same block (TILES = 2)
     )
     bench_sizes = ({"rows": 8192, "cols": 8192},)
 
@@ -137,12 +147,40 @@ class Transpose(Family):
             elif ((ty // 4) * (tile // vec // 8)) % (tile * rows // 32):
                 out.append(f"VEC={vec}: the {tile * rows // 32} warps do not share the tile's 4 x 8-vector blocks "
                            "evenly")  # fmt: skip
+        pack = p["PACK"]
+        if pack > 1 and not out:
+            lay = cfg.layouts.get("tile")
+            per_thread = (ty // 4) * (tile // vec // 8) // (tile * rows // 32) if vec > 1 else 0
+            if vec < 2:
+                out.append(f"PACK={pack} needs the vector path (VEC > 1)")
+            elif pack * size > 16:
+                out.append(f"PACK={pack}: {pack * size} bytes per shared load; at most 16")
+            elif per_thread % pack:
+                out.append(f"PACK={pack} must divide the {per_thread} vectors each thread moves per tile "
+                           f"(fewer BLOCK_ROWS)")  # fmt: skip
+            elif lay is not None and (
+                (tile + lay.pad) % pack or (lay.swizzled and (1 << lay.swizzle.M) < pack)
+            ):
+                out.append(
+                    f"PACK={pack} reads {pack} consecutive elements of a tile row: the layout must keep them "
+                    f"contiguous and aligned (pad a multiple of {pack}, swizzle M >= {pack.bit_length() - 1})"
+                )
         return out
 
     def template_args(self, cfg: KernelConfig) -> list[str]:
         p = cfg.params
         t = cfg.layouts["tile"].template_args()
-        args = (p["TILE"], p["BLOCK_ROWS"], *t, p["VEC"], p["GROUP"], p["TILE_Y"])
+        args = (
+            p["TILE"],
+            p["BLOCK_ROWS"],
+            *t,
+            p["VEC"],
+            p["GROUP"],
+            p["TILE_Y"],
+            p["PACK"],
+            p["TILES"],
+            p["STREAM"],
+        )
         return [CTYPES[cfg.problem["dtype"]], *(str(v) for v in args)]
 
     def buffers(self, cfg: KernelConfig) -> list[dict]:
@@ -156,13 +194,20 @@ class Transpose(Family):
             row, col = f"({wb}//(TILE//V//8))*4 + lane//8", f"(({wb}%(TILE//V//8))*8 + lane%8)*V + e"
             orow, ocol = f"({wb}//(TY//V//8))*4 + lane//8", f"(({wb}%(TY//V//8))*8 + lane%8)*V + e"
             blocks = "(TY//4)*(TILE//V//8)//(THREADS//32)"
+            read = {"name": "tile_read", "buffer": "tile", "op": "load", "width": self.elem_bytes(cfg),
+                    "role": "inner", "row": ocol, "col": orow, "over": {"i": [0, blocks], "e": [0, "V"]},
+                    "note": "phase 2: one element per tile row, down a column"}  # fmt: skip
+            if cfg.params["PACK"] > 1:  # PACK consecutive elements of a tile row = PACK output rows per load
+                orow0 = f"({wb}//(TY//V//8))*(4*PACK) + (lane//8)*PACK"
+                read = {**read, "width": self.elem_bytes(cfg) * cfg.params["PACK"], "col": orow0,
+                        "over": {"i": [0, f"{blocks}//PACK"], "e": [0, "V"]},
+                        "note": "phase 2: PACK elements of each of V tile rows (a PACK x V block, transposed in "
+                                "registers into PACK output vectors)"}  # fmt: skip
             return [
                 {"name": "tile_write", "buffer": "tile", "op": "store", "width": self.elem_bytes(cfg) * self.run(cfg),
                  "role": "inner", "row": row, "col": col, "over": {"i": [0, blocks], "e": [0, "V", "W"]},
                  "note": "phase 1: W-element runs of each vector (whole vectors when the layout keeps them)"},
-                {"name": "tile_read", "buffer": "tile", "op": "load", "width": self.elem_bytes(cfg),
-                 "role": "inner", "row": ocol, "col": orow, "over": {"i": [0, blocks], "e": [0, "V"]},
-                 "note": "phase 2: one element per tile row, down a column"},
+                read,
             ]  # fmt: skip
         tall = self.tile_y(cfg.params) != cfg.params["TILE"]  # output columns in chunks c0 of TILE
         read_over = (
@@ -180,7 +225,7 @@ class Transpose(Family):
         ]  # fmt: skip
 
     def calls(self, cfg: KernelConfig) -> list[KernelCall]:
-        return [KernelCall(("in", "out", "rows", "cols"), ("cdiv(cols, TILE)", "cdiv(rows, TY)", "1"),
+        return [KernelCall(("in", "out", "rows", "cols"), ("cdiv(cols, TILE)", "cdiv(rows, TY*TILES)", "1"),
                            ("TILE", "BLOCK_ROWS", "1"))]  # fmt: skip
 
     def make_inputs(self, cfg: KernelConfig, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -197,14 +242,18 @@ class Transpose(Family):
         return "gbps", 2.0 * problem["rows"] * problem["cols"] * SIZES[problem["dtype"]]
 
     def small_problem(self, cfg: KernelConfig) -> dict:
-        return {"rows": 4 * self.tile_y(cfg.params), "cols": 4 * cfg.params["TILE"]}
+        return {"rows": 4 * self.tile_y(cfg.params) * cfg.params["TILES"], "cols": 4 * cfg.params["TILE"]}
+
+    def repeats_per_block(self, cfg: KernelConfig) -> int:
+        return cfg.params["TILES"]
 
     def ranker(self, problem: dict, arch: str, gpu: str | None):
         return _Ranker(self, problem, arch, gpu)
 
 
 class _Ranker:
-    """The bandwidth model's ranking of transpose tiles for one problem (model/tiling_transpose.py)."""
+    """The calibrated ranking of transpose configurations for one problem (model/tiling_transpose.py): per
+    element size, what measured fastest on the H200 carried to this shape; ``generate`` without a tile uses #1."""
 
     def __init__(self, fam: Transpose, problem: dict, arch: str, gpu: str | None):
         from smemtile.model.tiling_transpose import rank_transpose
@@ -214,17 +263,19 @@ class _Ranker:
                                      gpu=gpu)  # fmt: skip
 
     def top(self, k: int) -> list[dict]:
-        return [s.params() for s in self.ranked[:k]]
+        return [s.params_dict() for s in self.ranked[:k]]
 
     def __call__(self, params: dict, src: str) -> Candidate:
+        from smemtile.model.tiling_transpose import PARAMS, label
+
         full = {**self.fam.defaults(), **params}
-        label = f"TILE {full['TILE']} x BLOCK_ROWS {full['BLOCK_ROWS']}"
-        square = full["TILE_Y"] in (0, full["TILE"])
-        s = next((s for s in self.ranked if square and s.params() == {k: full[k] for k in ("TILE", "BLOCK_ROWS")}),
-                 None)  # fmt: skip
+        name = label(full)
+        s = None
+        if full["GROUP"] == 1 and full["VEC"] == 0:
+            s = next((s for s in self.ranked if dict(s.params) == {k: full[k] for k in PARAMS}), None)
         if s is None:
-            return Candidate(label, params, src, None, None, "outside the model's space")
-        return Candidate(label, params, src, s.rank, s.gbps, s.reason)
+            return Candidate(name, params, src, None, None, "outside the model's candidates")
+        return Candidate(name, params, src, s.rank, s.gbps, s.reason)
 
 
 FAMILY = Transpose()

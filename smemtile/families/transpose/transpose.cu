@@ -28,9 +28,23 @@
 // W = the widest run of at most V elements that the layout keeps contiguous and aligned (row stride a multiple
 // of W, swizzle granule of at least W elements): phase 1 stores each run as one W * sizeof(T)-byte access, so the
 // shared-memory instruction is exactly the one the bank analysis describes (dense fp32: W = 4, one 16-byte store;
-// PAD = 1: W = 1, four 4-byte stores). Phase 2 reads one element per row (a column), always scalar.
+// PAD = 1: W = 1, four 4-byte stores). With PACK = 1, phase 2 reads one element per row (a column).
 // fp32 with PAD = 1 (row stride 1 mod 32 words): lanes hit bank (row + 4*vcol + e) mod 32 in both phases, so
 // both are conflict-free.
+//
+// PACK = P > 1 (phase 2 of whole tiles): each thread reads P consecutive elements of each of V tile rows, one
+// P * sizeof(T)-byte load per row, and transposes the P x V block in registers into P output vectors (rows
+// orow0 .. orow0 + P - 1). For fp16, P = 2 moves 2 x 2 blocks as 32-bit words (half2 pairs; the swap is a PRMT
+// per output word): half the shared loads of P = 1, 4 bytes wide, so the bank analysis is the fp32 one. A warp
+// block covers 4P output rows x 8 vectors, i < NI / P (NI = vectors per thread per tile):
+//     phase 2: orow0 = (b / CGO) * 4P + (lane / 8) * P,  ovcol = (b % CGO) * 8 + lane % 8
+//              w[e] = tile (ovcol*V + e, orow0 .. orow0 + P - 1);   out[x0 + orow0 + p][y0 + ovcol*V + e] = w[e][p]
+// The layout must keep P elements contiguous and aligned (row stride a multiple of P, swizzle granule >= P):
+// PAD = 1 cannot; the fix search picks a swizzle (fp32: Swizzle<3,2,6>, fp16: Swizzle<3,3,6|7>, conflict-free).
+//
+// TILES = n: a block moves n tiles one below the other (input rows y0 = yb + t * TY); the loads of tile t + 1
+// are issued before tile t goes through shared memory, so they are in flight while it is staged and stored.
+// STREAM = 1: the whole tiles' global loads and stores are evict-first (ld/st.global.cs).
 //
 // A tall tile (TILE_Y > TILE) writes each output row in runs of TY elements (TY * sizeof(T) bytes) while the
 // blocks that run at the same time still read whole input rows between them.
@@ -44,7 +58,7 @@
 // bench/results/memory_h200_run1.json): GROUP 8 and 32 are 2 % slower than GROUP 1.
 //
 // Shared memory (static, bytes) = TY * (TILE + PAD) * sizeof(T).
-// Launch: grid = (ceil(cols / TILE), ceil(rows / TY)), block = (TILE, BLOCK_ROWS).
+// Launch: grid = (ceil(cols / TILE), ceil(rows / (TY * TILES))), block = (TILE, BLOCK_ROWS).
 #include "smem_layout.cuh"
 
 namespace smemtile {
@@ -76,6 +90,54 @@ __device__ __forceinline__ void st_shared_bits(void* dst, const void* src) {
         asm volatile("st.shared.b8 [%0], %1;" ::"r"(a), "r"(unsigned(*reinterpret_cast<const unsigned char*>(src))) : "memory");
     }
 }
+// One ld.shared of exactly BYTES bytes (4, 8 or 16; inline PTX, issued as written). src must be BYTES-aligned.
+template <int BYTES>
+__device__ __forceinline__ void ld_shared_bits(void* dst, const void* src) {
+    const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(src));
+    if constexpr (BYTES == 16) {
+        uint4 v;
+        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a) : "memory");
+        *reinterpret_cast<uint4*>(dst) = v;
+    } else if constexpr (BYTES == 8) {
+        uint2 v;
+        asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(a) : "memory");
+        *reinterpret_cast<uint2*>(dst) = v;
+    } else {
+        static_assert(BYTES == 4, "a packed shared-memory load moves 4, 8 or 16 bytes");
+        unsigned v;
+        asm volatile("ld.shared.b32 %0, [%1];" : "=r"(v) : "r"(a) : "memory");
+        *reinterpret_cast<unsigned*>(dst) = v;
+    }
+}
+// A global vector access of BYTES bytes; STREAM = 1 marks it evict-first in L1 and L2 (ld/st.global.cs: the data
+// is used once), 0 is a plain access.
+template <int BYTES, int STREAM, typename V>
+__device__ __forceinline__ V ld_global(const V* src) {
+    if constexpr (STREAM && BYTES == 16) {
+        uint4 r;
+        asm("ld.global.cs.v4.b32 {%0, %1, %2, %3}, [%4];" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(src));
+        return *reinterpret_cast<V*>(&r);
+    } else if constexpr (STREAM && BYTES == 8) {
+        uint2 r;
+        asm("ld.global.cs.v2.b32 {%0, %1}, [%2];" : "=r"(r.x), "=r"(r.y) : "l"(src));
+        return *reinterpret_cast<V*>(&r);
+    } else {
+        static_assert(!STREAM || BYTES == 8 || BYTES == 16, "STREAM = 1 needs 8- or 16-byte vectors");
+        return *src;
+    }
+}
+template <int BYTES, int STREAM, typename V>
+__device__ __forceinline__ void st_global(V* dst, const V& v) {
+    if constexpr (STREAM && BYTES == 16) {
+        const uint4 r = *reinterpret_cast<const uint4*>(&v);
+        asm volatile("st.global.cs.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "r"(r.x), "r"(r.y), "r"(r.z), "r"(r.w) : "memory");
+    } else if constexpr (STREAM && BYTES == 8) {
+        const uint2 r = *reinterpret_cast<const uint2*>(&v);
+        asm volatile("st.global.cs.v2.b32 [%0], {%1, %2};" ::"l"(dst), "r"(r.x), "r"(r.y) : "memory");
+    } else {
+        *dst = v;
+    }
+}
 // The widest run of at most v consecutive elements that a (stride, swizzle) layout keeps contiguous and aligned.
 __host__ __device__ constexpr int transpose_smem_run(int v, int stride, int swz_b, int swz_m) {
     int w = v;
@@ -85,7 +147,8 @@ __host__ __device__ constexpr int transpose_smem_run(int v, int stride, int swz_
 }  // namespace smemtile
 
 template <typename T = float, int TILE = 64, int BLOCK_ROWS = 4, int PAD = 1, int SWZ_B = 0, int SWZ_M = 0,
-          int SWZ_S = 0, int VEC = 0, int GROUP = 1, int TILE_Y = 0>
+          int SWZ_S = 0, int VEC = 0, int GROUP = 1, int TILE_Y = 0, int PACK = 1, int TILES = 1,
+          int STREAM = 0>
 __global__ void __launch_bounds__(TILE * BLOCK_ROWS)
 transpose(const T* __restrict__ in, T* __restrict__ out, int rows, int cols) {
     static_assert(sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4 || sizeof(T) == 8,
@@ -94,6 +157,7 @@ transpose(const T* __restrict__ in, T* __restrict__ out, int rows, int cols) {
     constexpr int TY = TILE_Y ? TILE_Y : TILE;  // input rows per tile = output columns per tile
     static_assert(TY % TILE == 0, "TILE_Y must be 0 (square) or a multiple of TILE");
     static_assert(GROUP >= 1, "GROUP (tile rows per group of the launch order) must be at least 1");
+    static_assert(TILES >= 1 && TILES <= 4, "TILES (tiles per block, one below the other) must be 1..4");
     static_assert(BLOCK_ROWS >= 1 && TILE % BLOCK_ROWS == 0, "BLOCK_ROWS must divide TILE (each thread moves TILE/BLOCK_ROWS elements)");
     static_assert(TILE * BLOCK_ROWS <= 1024, "a block has at most 1024 threads: TILE * BLOCK_ROWS <= 1024");
     using L = smemtile::SmemTile<TY, TILE, PAD, SWZ_B, SWZ_M, SWZ_S>;
@@ -109,36 +173,52 @@ transpose(const T* __restrict__ in, T* __restrict__ out, int rows, int cols) {
         by = first + int(in_group % rows_in_group);
         bx = int(in_group / rows_in_group);
     }
-    const int x0 = bx * TILE, y0 = by * TY;
+    const int x0 = bx * TILE, yb = by * (TY * TILES);  // the block's tiles start at input rows yb + t * TY
 
     constexpr int V = VEC ? VEC : smemtile::transpose_auto_vec(int(sizeof(T)), TILE, TY, TILE * BLOCK_ROWS / 32);
+    bool vec_ok = false;  // this block's whole tiles take the vector path
+    if constexpr (V > 1) {
+        // (offsets inside a tile are 32-bit: TY rows of the input and TILE rows of the output stay below 2^31)
+        vec_ok = (rows % V == 0) && (cols % V == 0) && (x0 + TILE <= cols) &&
+                 (long long)TY * cols < (1LL << 31) && (long long)TILE * rows < (1LL << 31) &&
+                 ((reinterpret_cast<unsigned long long>(in) | reinterpret_cast<unsigned long long>(out)) % (V * sizeof(T)) == 0);
+    }
     if constexpr (V > 1) {
         static_assert(V == 2 || V == 4 || V == 8, "VEC must be 0 (16 bytes), 1, 2, 4 or 8 elements per access");
         static_assert(V * sizeof(T) <= 16, "a vector access moves at most 16 bytes");
+        static_assert(STREAM == 0 || STREAM == 1, "STREAM is 0 (plain global accesses) or 1 (evict-first .cs)");
         static_assert((TILE / V) % 8 == 0, "TILE/V must be a multiple of 8 (8 lanes along a tile row)");
         constexpr int WARPS = TILE * BLOCK_ROWS / 32;
         constexpr int CG = TILE / V / 8;     // 8-vector column groups per input row of the tile (phase 1)
         constexpr int CGO = TY / V / 8;      // 8-vector column groups per output row of the tile (phase 2)
         constexpr int WB = (TY / 4) * CG;    // warp blocks of 4 rows x 8 vectors (= (TILE / 4) * CGO)
         static_assert(TILE * BLOCK_ROWS % 32 == 0 && WB % WARPS == 0, "the warps must share the tile's warp blocks evenly");
+        constexpr int NI = WB / WARPS;       // vectors per thread per tile
+        constexpr int P = PACK;              // elements per phase-2 shared load = output rows per thread
+        static_assert(P == 1 || P == 2 || P == 4 || P == 8, "PACK must be 1, 2, 4 or 8");
+        static_assert(P * sizeof(T) <= 16, "a phase-2 shared load moves at most 16 bytes: PACK * sizeof(T) <= 16");
+        static_assert(NI % P == 0, "PACK must divide the vectors each thread moves per tile");
+        static_assert(P == 1 || (L::kStride % P == 0 && (SWZ_B == 0 || (1 << SWZ_M) >= P)),
+                      "PACK > 1 reads PACK consecutive elements of a tile row: the layout must keep them contiguous "
+                      "and aligned (row stride a multiple of PACK, swizzle granule 2^M >= PACK)");
         struct alignas(V * sizeof(T)) Vec { T e[V]; };
-        const bool vec_ok = (rows % V == 0) && (cols % V == 0) &&
-                            ((reinterpret_cast<unsigned long long>(in) | reinterpret_cast<unsigned long long>(out)) %
-                                 (V * sizeof(T)) == 0) &&
-                            (y0 + TY <= rows) && (x0 + TILE <= cols);
-        if (vec_ok) {
-            const int lin = ty * TILE + tx;
-            const int lane = lin & 31, warp = lin >> 5;
-            Vec v[WB / WARPS];
+        struct alignas(P * sizeof(T)) Pk { T e[P]; };
+        constexpr int W = smemtile::transpose_smem_run(V, L::kStride, SWZ_B, SWZ_M);
+        const int lin = ty * TILE + tx;
+        const int lane = lin & 31, warp = lin >> 5;
+        // phase 1 of tile t: NI vectors per thread, all loads issued before any is used
+        auto load = [&](Vec (&v)[NI], int y0) {
 #pragma unroll
-            for (int i = 0; i < WB / WARPS; ++i) {  // all loads first: WB/WARPS vectors in flight per thread
+            for (int i = 0; i < NI; ++i) {
                 const int b = warp + i * WARPS;
                 const int row = (b / CG) * 4 + lane / 8, vcol = (b % CG) * 8 + lane % 8;
-                v[i] = *reinterpret_cast<const Vec*>(in + (long long)(y0 + row) * cols + x0 + vcol * V);
+                v[i] = smemtile::ld_global<sizeof(Vec), STREAM>(reinterpret_cast<const Vec*>(in + ((long long)y0 * cols + x0) + (row * cols + vcol * V)));
             }
-            constexpr int W = smemtile::transpose_smem_run(V, L::kStride, SWZ_B, SWZ_M);
+        };
+        // the stage through shared memory: W-element runs of each vector in, PACK-element runs down a column out
+        auto stage = [&](const Vec (&v)[NI], int y0) {
 #pragma unroll
-            for (int i = 0; i < WB / WARPS; ++i) {
+            for (int i = 0; i < NI; ++i) {
                 const int b = warp + i * WARPS;
                 const int row = (b / CG) * 4 + lane / 8, col = ((b % CG) * 8 + lane % 8) * V;
 #pragma unroll
@@ -148,30 +228,80 @@ transpose(const T* __restrict__ in, T* __restrict__ out, int rows, int cols) {
                 }
             }
             __syncthreads();
+            if constexpr (P == 1) {
 #pragma unroll
-            for (int i = 0; i < WB / WARPS; ++i) {  // output row orow = tile column, V outputs from V tile rows
-                const int b = warp + i * WARPS;
-                const int orow = (b / CGO) * 4 + lane / 8, ocol = ((b % CGO) * 8 + lane % 8) * V;
+                for (int i = 0; i < NI; ++i) {  // output row orow = tile column, V outputs from V tile rows
+                    const int b = warp + i * WARPS;
+                    const int orow = (b / CGO) * 4 + lane / 8, ocol = ((b % CGO) * 8 + lane % 8) * V;
+                    Vec o;
 #pragma unroll
-                for (int e = 0; e < V; ++e) v[i].e[e] = tile[L::offset(ocol + e, orow)];
-                *reinterpret_cast<Vec*>(out + (long long)(x0 + orow) * rows + y0 + ocol) = v[i];
+                    for (int e = 0; e < V; ++e) o.e[e] = tile[L::offset(ocol + e, orow)];
+                    smemtile::st_global<sizeof(Vec), STREAM>(reinterpret_cast<Vec*>(out + ((long long)x0 * rows + y0) + (orow * rows + ocol)), o);
+                }
+            } else {
+#pragma unroll
+                for (int i = 0; i < NI / P; ++i) {  // P output rows orow0..orow0+P-1 from one load per tile row
+                    const int b = warp + i * WARPS;
+                    const int orow0 = (b / CGO) * (4 * P) + (lane / 8) * P, ocol = ((b % CGO) * 8 + lane % 8) * V;
+                    Pk w[V];  // w[e].e[p] = tile (ocol + e, orow0 + p): a P x V block, transposed in registers
+#pragma unroll
+                    for (int e = 0; e < V; ++e) smemtile::ld_shared_bits<P * sizeof(T)>(&w[e], &tile[L::offset(ocol + e, orow0)]);
+#pragma unroll
+                    for (int p = 0; p < P; ++p) {
+                        Vec o;
+#pragma unroll
+                        for (int e = 0; e < V; ++e) o.e[e] = w[e].e[p];
+                        smemtile::st_global<sizeof(Vec), STREAM>(reinterpret_cast<Vec*>(out + ((long long)x0 * rows + y0) + ((orow0 + p) * rows + ocol)), o);
+                    }
+                }
             }
-            return;
+        };
+        if (vec_ok && yb + TY <= rows) {
+            // Tiles one below the other; tile t + 1's loads are issued before tile t goes through shared memory,
+            // so they are in flight while tile t is stored (TILES = 1: one tile, the plain kernel).
+            Vec v[NI];
+            load(v, yb);
+#pragma unroll
+            for (int t = 0; t < TILES; ++t) {
+                const int y0 = yb + t * TY;
+                if (t > 0) {
+                    if (y0 + TY > rows) break;  // the rest are edge tiles: scalar path below
+                    __syncthreads();  // every thread has read tile t - 1 out of shared memory
+                }
+                if (t + 1 < TILES && y0 + 2 * TY <= rows) {
+                    Vec n[NI];
+                    load(n, y0 + TY);
+                    stage(v, y0);
+#pragma unroll
+                    for (int i = 0; i < NI; ++i) v[i] = n[i];
+                } else {
+                    stage(v, y0);
+                }
+            }
+            if (TILES == 1 || yb + TILES * TY <= rows) return;  // else the scalar loop syncs before its tile
         }
     }
 
+    // Scalar path: edge tiles (and every tile when V = 1 or the shape is not V-aligned), each masked.
+#pragma unroll 1
+    for (int t = 0; t < TILES; ++t) {
+        const int y0 = yb + t * TY;
+        if (y0 >= rows) break;
+        if (vec_ok && y0 + TY <= rows) continue;  // done by the vector path above
+        if (t > 0) __syncthreads();
 #pragma unroll
-    for (int j = 0; j < TY; j += BLOCK_ROWS) {
-        const int y = y0 + ty + j, x = x0 + tx;
-        if (y < rows && x < cols) tile[L::offset(ty + j, tx)] = in[(long long)y * cols + x];
-    }
-    __syncthreads();
+        for (int j = 0; j < TY; j += BLOCK_ROWS) {
+            const int y = y0 + ty + j, x = x0 + tx;
+            if (y < rows && x < cols) tile[L::offset(ty + j, tx)] = in[(long long)y * cols + x];
+        }
+        __syncthreads();
 #pragma unroll
-    for (int c0 = 0; c0 < TY; c0 += TILE) {  // the TY output columns in chunks of TILE (one chunk when square)
+        for (int c0 = 0; c0 < TY; c0 += TILE) {  // the TY output columns in chunks of TILE (one chunk when square)
 #pragma unroll
-        for (int j = 0; j < TILE; j += BLOCK_ROWS) {
-            const int y = x0 + ty + j, x = y0 + c0 + tx;  // output row = input column
-            if (y < cols && x < rows) out[(long long)y * rows + x] = tile[L::offset(c0 + tx, ty + j)];
+            for (int j = 0; j < TILE; j += BLOCK_ROWS) {
+                const int y = x0 + ty + j, x = y0 + c0 + tx;  // output row = input column
+                if (y < cols && x < rows) out[(long long)y * rows + x] = tile[L::offset(c0 + tx, ty + j)];
+            }
         }
     }
 }

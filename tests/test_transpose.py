@@ -1,0 +1,240 @@
+"""The transpose family's paths (PACK: P-element phase-2 loads transposed in registers; TILES: several tiles per
+block with the next one's loads in flight; STREAM: evict-first global accesses): the accesses it reports are the
+instructions the kernel issues (SASS widths and counts from an NVRTC build), they move every tile element exactly
+once, the family's rules refuse what the kernel's static_asserts refuse, and on a GPU every candidate of the
+tile model is bit-exact on the family's test sizes."""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import pytest
+
+from smemtile.families import FAMILIES, configure
+from smemtile.families.base import ContractViolation
+from smemtile.model.analysis import analyze_spec
+from smemtile.model.tiling_transpose import candidates, geometry, label, split_bytes
+
+FAM = FAMILIES["transpose"]
+
+
+def _layout(p: dict, dtype: str) -> dict:
+    """The layout the fix search picks for these candidates (checked in test_fix_search_layouts)."""
+    e = 4 if dtype == "f32" else 2
+    if e == 4:
+        return {"pad": 1} if p.get("PACK", 1) == 1 else {"swizzle": [3, 2, 6]}
+    return {"swizzle": [3, 3, 7 if p["TILE"] == 128 else 6]}
+
+
+def _cfg(p: dict, dtype: str, rows: int = 8192, cols: int = 8192):
+    return configure(
+        "transpose", {**p, "rows": rows, "cols": cols, "dtype": dtype}, {"tile": _layout(p, dtype)}
+    )
+
+
+ALL = [(dt, p) for dt in ("f32", "f16") for p in candidates(dt)]
+
+
+@pytest.mark.parametrize(("dtype", "p"), ALL, ids=lambda x: x if isinstance(x, str) else label(x))
+def test_every_tile_element_is_written_and_read_exactly_once(dtype, p):
+    """Phase 1's runs and phase 2's PACK-element loads, over all warps and loop values, tile the TY x TILE tile."""
+    cfg = _cfg(p, dtype)
+    geo = geometry(p, 4 if dtype == "f32" else 2)
+    for r in analyze_spec(FAM.spec(cfg)):
+        elems = r.access.width // (4 if dtype == "f32" else 2)
+        hits = np.zeros((geo.ty, geo.tile), np.int64)
+        for k in range(elems):
+            np.add.at(hits, (r.rows.ravel(), r.cols.ravel() + k), 1)
+        assert (hits == 1).all(), (r.access.name, hits.min(), hits.max())
+        assert r.conflict_free, (r.access.name, r.wavefronts, r.ideal)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "p", "read_width", "reads"),
+    [
+        ("f16", {"TILE": 64, "BLOCK_ROWS": 4, "PACK": 2}, 4, 8),  # half2 pairs: 8 LDS.32 for 2 output vectors
+        ("f16", {"TILE": 128, "BLOCK_ROWS": 4, "PACK": 4}, 8, 8),
+        ("f32", {"TILE": 64, "BLOCK_ROWS": 8, "PACK": 2}, 8, 4),
+        ("f32", {"TILE": 64, "BLOCK_ROWS": 4, "PACK": 4}, 16, 4),  # a 4 x 4 block per LDS.128 group
+        ("f32", {"TILE": 64, "BLOCK_ROWS": 8}, 4, 8),
+    ],
+)
+def test_pack_accesses(dtype, p, read_width, reads):
+    acc = {a["name"]: a for a in FAM.accesses(_cfg(p, dtype))}
+    r = {x.access.name: x for x in analyze_spec(FAM.spec(_cfg(p, dtype)))}
+    assert acc["tile_read"]["width"] == read_width
+    assert len(r["tile_read"].loop_values) // (FAM.threads(_cfg(p, dtype).params) // 32) == reads
+
+
+def test_tiles_grid_and_small_problem():
+    cfg = configure("transpose", {"TILE": 64, "BLOCK_ROWS": 8, "TILES": 2, "rows": 1000, "cols": 777})
+    assert FAM.launch(cfg).grid == (13, 8, 1)  # ceil(777/64), ceil(1000/128)
+    assert FAM.small_problem(cfg) == {"rows": 512, "cols": 256}
+    assert FAM.repeats_per_block(cfg) == 2
+
+
+@pytest.mark.parametrize(
+    ("p", "layout", "dtype", "message"),
+    [
+        ({"PACK": 2}, {"pad": 1}, "f32", "must keep them contiguous"),
+        ({"PACK": 4, "BLOCK_ROWS": 8}, {"swizzle": [3, 2, 6]}, "f32", "must divide the 2 vectors"),
+        ({"PACK": 8}, {"swizzle": [3, 3, 6]}, "f32", "32 bytes per shared load"),
+        ({"PACK": 2, "VEC": 1}, {"swizzle": [3, 3, 6]}, "f16", "needs the vector path"),
+        ({"PACK": 4, "BLOCK_ROWS": 2}, {"swizzle": [3, 1, 6]}, "f16", "swizzle M >= 2"),
+    ],
+)
+def test_pack_rules(p, layout, dtype, message):
+    with pytest.raises(ContractViolation, match=message):
+        configure("transpose", {"TILE": 64, "BLOCK_ROWS": 4, **p, "dtype": dtype}, {"tile": layout})
+
+
+def test_split_bytes_counts_edge_tiles():
+    # 7000 x 9000 f16, TILE 128: 54 whole tile rows (6912) x 70 whole tile columns (8960)
+    vec, scalar = split_bytes({"TILE": 128, "BLOCK_ROWS": 8}, 7000, 9000, 2)
+    assert vec == 2 * 6912 * 8960 * 2 and vec + scalar == 2 * 7000 * 9000 * 2
+    assert split_bytes({"TILE": 64, "BLOCK_ROWS": 4}, 7001, 9000, 4) == (0.0, 2 * 7001 * 9000 * 4)  # 7001 % 4
+
+
+# ---- the kernel's instructions against the accesses (NVRTC + a disassembler, no GPU) ----------------------
+
+
+def _sass_widths(cfg) -> collections.Counter:
+    pytest.importorskip("cuda.bindings.nvrtc")
+    from smemtile.gpu.microkernel import find_disassembler, sass_opcodes
+    from smemtile.gpu.ncu_parse import classify
+    from smemtile.gpu.run import compile_config
+
+    tool = find_disassembler()
+    if tool is None:
+        pytest.skip("no cuobjdump or nvdisasm")
+    ops = next(iter(sass_opcodes(compile_config(cfg).cubin, tool).values()))
+    return collections.Counter((c.op, c.width) for c in map(classify, ops) if c is not None)
+
+
+def _expected(cfg) -> collections.Counter:
+    """Per thread: every loop-value combination of each access is one instruction (the vector path), plus the
+    scalar path for edge tiles (TY / BLOCK_ROWS element stores and as many loads)."""
+    out: collections.Counter = collections.Counter()
+    warps = FAM.threads(cfg.params) // 32
+    for r in analyze_spec(FAM.spec(cfg)):
+        out[(r.access.op, r.access.width)] += len(r.loop_values) // warps
+    e, ty = FAM.elem_bytes(cfg), FAM.tile_y(cfg.params)
+    out[("store", e)] += ty // cfg.params["BLOCK_ROWS"]
+    out[("load", e)] += ty // cfg.params["BLOCK_ROWS"]
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("dtype", "p"),
+    [
+        ("f16", {"TILE": 64, "BLOCK_ROWS": 4, "PACK": 2}),
+        ("f16", {"TILE": 128, "BLOCK_ROWS": 8, "PACK": 2}),
+        ("f16", {"TILE": 128, "BLOCK_ROWS": 8}),
+        ("f32", {"TILE": 64, "BLOCK_ROWS": 8, "PACK": 2, "STREAM": 1}),
+        ("f32", {"TILE": 64, "BLOCK_ROWS": 4, "PACK": 4}),
+        ("f32", {"TILE": 64, "BLOCK_ROWS": 8}),
+    ],
+    ids=lambda x: x if isinstance(x, str) else label(x),
+)
+def test_sass_matches_the_accesses(dtype, p):
+    """The shared-memory instructions ptxas emits, by (op, width), are exactly the accesses' instructions plus the
+    scalar edge path: no load split, merged or narrowed (PACK's loads are inline PTX)."""
+    cfg = _cfg(p, dtype)
+    assert _sass_widths(cfg) == _expected(cfg)
+
+
+# ---- on the GPU ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("dtype", "p"), ALL, ids=lambda x: x if isinstance(x, str) else label(x))
+def test_candidates_are_exact_on_the_gpu(dtype, p):
+    """Every candidate of the tile model, with the fix search's layout, bit for bit on the family's test sizes
+    (ragged, V-misaligned, edge tiles below whole ones) and a whole-tile size, in its own dtype."""
+    from smemtile.gpu.run import LoadedKernel, open_device
+
+    dev = open_device(0)
+    rng = np.random.default_rng(3)
+    for size in [*FAM.test_sizes, {"rows": 1024, "cols": 768}]:
+        cfg = _cfg(p, size.get("dtype", dtype), size["rows"], size["cols"])
+        inputs = FAM.make_inputs(cfg, rng)
+        k = LoadedKernel(cfg, dev)
+        try:
+            chk = k.check(inputs, FAM.reference(cfg, inputs))
+        finally:
+            k.close()
+        assert chk.correct, (size, chk.mismatch.describe() if chk.mismatch else chk)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    ("dtype", "p"),
+    [
+        ("f16", {"TILE": 128, "BLOCK_ROWS": 8, "PACK": 2}),
+        ("f32", {"TILE": 64, "BLOCK_ROWS": 4, "PACK": 4}),
+        ("f16", {"TILE": 64, "BLOCK_ROWS": 4, "PACK": 2, "TILES": 2}),
+    ],  # fmt: skip
+    ids=lambda x: x if isinstance(x, str) else label(x),
+)
+def test_verify_ncu_matches_the_pack_accesses(tmp_path, dtype, p):
+    """verify --ncu: every shared-memory instruction of the PACK path measured as the model says, dense
+    (baseline) and with the fix search's swizzle."""
+    import json
+    import shutil
+
+    import yaml
+    from conftest import run_cli
+
+    if shutil.which("ncu") is None:
+        pytest.skip("ncu not on PATH")
+    spec = tmp_path / "t.yaml"
+    spec.write_text(yaml.safe_dump({"arch": "sm_90", "tile": p, "kernel": {"family": "transpose", "rows": 4096,
+                                                                           "cols": 4096, "dtype": dtype}}))  # fmt: skip
+    r = run_cli("verify", str(spec), "--ncu", "--json")
+    assert r.returncode == 0, r.stderr
+    n = json.loads(r.stdout)["ncu"]
+    assert n["available"] and n["match"] is True, n
+
+
+@pytest.mark.gpu
+def test_generated_helper_is_correct_for_transpose(tmp_path):
+    """The user's path for the transpose cases of test_helper_gpu.py (new paths included): generate, nvcc, the
+    launch_transpose() helper, bit for bit."""
+    import os
+    import subprocess
+    from concurrent.futures import ThreadPoolExecutor
+
+    from harness import read_output, run_arguments
+    from test_helper_gpu import CASES, _build
+
+    from smemtile.gpu.run import compare
+    from smemtile.pipeline.fixes import variants
+    from smemtile.pipeline.specs import resolve
+
+    cases = [(p, q) for f, p, q in CASES if f == "transpose"]
+    cfgs = [variants(resolve({"arch": "sm_90", "tile": p, "kernel": {"family": "transpose", **q}}))["fixed"]
+            for p, q in cases]  # fmt: skip
+    works = [tmp_path / f"case{i}" for i in range(len(cfgs))]
+    for w in works:
+        w.mkdir()
+    with ThreadPoolExecutor(max_workers=min(16, os.cpu_count() or 4)) as pool:
+        exes = list(pool.map(_build, cfgs, works))
+    failures = []
+    for i, (cfg, exe, work) in enumerate(zip(cfgs, exes, works, strict=True)):
+        inputs = FAM.make_inputs(cfg, np.random.default_rng(100 + i))
+        argv, env, out = run_arguments(cfg, inputs, work)
+        res = subprocess.run(
+            [str(exe), *argv], capture_output=True, text=True, env={**os.environ, **env}, timeout=300
+        )
+        name = f"{FAM.name_expression(cfg)} {cfg.problem}"
+        if res.returncode != 0:
+            failures.append(f"{name}: exit {res.returncode} {res.stderr.strip()}")
+            continue
+        chk = compare(
+            FAM.reference(cfg, inputs), FAM.decode_output(cfg, read_output(cfg, out)), 0.0, exact=True
+        )
+        if not chk.correct:
+            failures.append(f"{name}: {chk.mismatch.describe()}")
+    assert not failures, failures
