@@ -16,9 +16,17 @@ other round), ``--rounds`` (>= 15) rounds after 3 warm-up calls each; before eve
 = (p90 - p10) / median, GB/s = (read + write bytes) / median, ratio = copy median / ours median, and the median
 of the per-round ratios (each against the copy timed in the same round).
 
-    PYTHONPATH=. python bench/bench_memory.py --list [--plan sweep|final]      # the plan (no GPU)
-    PYTHONPATH=. python bench/bench_memory.py --prebuild DIR [--plan ...]      # NVRTC cubins into a cache (no GPU)
-    SMEMTILE_CACHE_DIR=DIR PYTHONPATH=. python bench/bench_memory.py --plan sweep --json $OUT/memory.json
+Plan ``run4`` (issue 20, the transpose line): every candidate of the transpose model
+(``smemtile.model.tiling_transpose.CANDIDATES``) for f32 and f16, each with the layout the fix search gives it
+(what ``generate`` builds), at 6 shapes: 3 labelled ``fit`` (the model's constants are fitted on them only) and 3
+``held_out`` (scored, never fitted), one ragged in each group. Timing through ``bench/timing.py`` (torch events,
+a 512 MiB tensor zeroed before every timed call, alternating rounds), the copy is ``cuMemcpyDtoDAsync``.
+
+    PYTHONPATH=. python bench/bench_memory.py --list [--plan sweep|final|run4]      # the plan (no GPU)
+    PYTHONPATH=. python bench/bench_memory.py --prebuild DIR [--plan ...]           # NVRTC cubins + DIR/plan.json
+    SMEMTILE_CACHE_DIR=DIR PYTHONPATH=. python bench/bench_memory.py --plan run4 --plan-file DIR/plan.json \
+        --json $OUT/memory.json
+    PYTHONPATH=. python bench/bench_memory.py --fit bench/results/memory_h200_run4.json    # the model's data file
 """
 
 from __future__ import annotations
@@ -43,6 +51,9 @@ sys.path.insert(0, str(ROOT))
 
 from smemtile.families import FAMILIES, configure  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from timing import stats, time_rounds  # noqa: E402
+
 FLUSH_BYTES = 512 << 20
 ARCH = "sm_90"
 
@@ -60,6 +71,12 @@ class Case:
     family: str
     problem: dict
     configs: tuple[Config, ...]
+    role: str = ""  # run4: "fit" (the model is fitted on it) or "held_out" (only scored)
+
+
+# run4: (role, rows, cols); one ragged shape in each group (edge tiles take the scalar path)
+RUN4_SHAPES = (("fit", 8192, 8192), ("fit", 4096, 4096), ("fit", 5000, 6000),
+               ("held_out", 4096, 16384), ("held_out", 16384, 4096), ("held_out", 7000, 9000))  # fmt: skip
 
 
 def pad1():
@@ -151,7 +168,39 @@ def sample_config(name: str) -> Config:
     return Config(f"sample {name}", dict(cfg.params), {k: v.to_dict() for k, v in cfg.layouts.items()})
 
 
+def fixed_layouts(params: dict, dtype: str) -> dict:
+    """The layouts the fix search gives a kernel spec with this tile (what `generate` and `verify` build)."""
+    from smemtile.pipeline.fixes import variants
+    from smemtile.pipeline.specs import resolve
+
+    doc = {"arch": ARCH, "tile": dict(params), "kernel": {"family": "transpose", "rows": 8192, "cols": 8192,
+                                                         "dtype": dtype}}  # fmt: skip
+    cfg = variants(resolve(doc))["fixed"]
+    return {k: v.to_dict() for k, v in cfg.layouts.items()}
+
+
+def run4_cases() -> list[Case]:
+    from smemtile.model.tiling_transpose import DEFAULTS, candidates, label
+
+    cases = []
+    for dt in ("f32", "f16"):
+        cfgs = []
+        for p in candidates(dt):
+            params = {k: v for k, v in p.items() if k in ("TILE", "BLOCK_ROWS") or v != DEFAULTS[k]}
+            cfgs.append(Config(label(p), params, fixed_layouts(params, dt)))
+        for role, rows, cols in RUN4_SHAPES:
+            extra: tuple[Config, ...] = ()
+            if (rows, cols) == (8192, 8192) and dt == "f32":
+                extra = (sample_config("transpose_32x32"),
+                         Config("T64x8 swz326", {"TILE": 64, "BLOCK_ROWS": 8}, swz(3, 2, 6)))  # fmt: skip
+            cases.append(Case(f"transpose {dt} {rows}x{cols}", "transpose", {"rows": rows, "cols": cols, "dtype": dt},
+                              (*cfgs, *extra), role))  # fmt: skip
+    return cases
+
+
 def plan_cases(plan: str) -> list[Case]:
+    if plan == "run4":
+        return run4_cases()
     cases = []
     for dt in ("f32", "f16"):
         cfgs = transpose_configs(dt, plan)
@@ -293,44 +342,7 @@ class Copy:
         self.dst.free()
 
 
-def time_rounds(entries: dict, rounds: int) -> dict[str, list[float]]:
-    """Alternating rounds; a 512 MiB memset before every timed call; events around the call alone."""
-    from cuda.bindings import driver as d
-
-    from smemtile.gpu.run import DeviceBuffer, _ok
-
-    scratch = DeviceBuffer(FLUSH_BYTES)
-    start, end = _ok(d.cuEventCreate(0), "event"), _ok(d.cuEventCreate(0), "event")
-    s0 = d.CUstream(0)
-    for e in entries.values():  # warm-up
-        for _ in range(3):
-            e.launch()
-    _ok(d.cuCtxSynchronize(), "sync")
-    times: dict[str, list[float]] = {k: [] for k in entries}
-    names = list(entries)
-    try:
-        for rnd in range(rounds):
-            for i, name in enumerate(names if rnd % 2 == 0 else names[::-1]):
-                _ok(d.cuMemsetD8Async(scratch.ptr, (rnd + i) & 0xFF, FLUSH_BYTES, s0), "memset")
-                _ok(d.cuEventRecord(start, s0), "record")
-                entries[name].launch()
-                _ok(d.cuEventRecord(end, s0), "record")
-                _ok(d.cuEventSynchronize(end), "sync")
-                times[name].append(float(_ok(d.cuEventElapsedTime(start, end), "elapsed")))
-    finally:
-        d.cuEventDestroy(start)
-        d.cuEventDestroy(end)
-        scratch.free()
-    return times
-
-
-def stats(ts: list[float]) -> dict:
-    q = np.percentile(ts, [10, 50, 90])
-    return {"median_ms": float(q[1]), "p10_ms": float(q[0]), "p90_ms": float(q[2]), "min_ms": min(ts),
-            "spread": float((q[2] - q[0]) / q[1]), "runs": len(ts)}  # fmt: skip
-
-
-def run_case(case: Case, dev, rounds: int, log) -> dict:
+def run_case(case: Case, dev, rounds: int, log, torch, flush) -> dict:
     from smemtile.codegen.render import body
     from smemtile.gpu.run import LoadedKernel
 
@@ -350,7 +362,7 @@ def run_case(case: Case, dev, rounds: int, log) -> dict:
         cfg = full_config(case, c)
         src = body(cfg)
         row: dict = {"label": c.label, "params": cfg.params, "layouts": c.layouts,
-                     "name_expression": fam.name_expression(cfg)}  # fmt: skip
+                     "name_expression": fam.name_expression(cfg), "problem": dict(cfg.problem)}  # fmt: skip
         try:
             small = []
             for size in fam.test_sizes:
@@ -382,7 +394,8 @@ def run_case(case: Case, dev, rounds: int, log) -> dict:
         rows.append(row)
     copy = Copy(int(nbytes // 2))
     try:
-        times = time_rounds({"copy": copy, **loaded}, rounds)
+        fns = {"copy": copy.launch, **{label: k.launch for label, k in loaded.items()}}
+        times = time_rounds(fns, torch, rounds, flush, warmup=3)
     finally:
         copy.close()
         for k in loaded.values():
@@ -395,13 +408,100 @@ def run_case(case: Case, dev, rounds: int, log) -> dict:
         st = stats(ts)
         row.update(st, gbps=nbytes / (st["median_ms"] * 1e-3) / 1e9, ratio=cs["median_ms"] / st["median_ms"],
                    ratio_rounds=statistics.median(c / t for c, t in zip(times["copy"], ts, strict=True)))  # fmt: skip
-    return {"case": case.name, "family": case.family, "problem": case.problem, "bytes": nbytes,
+    return {"case": case.name, "family": case.family, "problem": case.problem, "role": case.role, "bytes": nbytes,
             "copy": {**cs, "gbps": nbytes / (cs["median_ms"] * 1e-3) / 1e9}, "configs": rows}  # fmt: skip
+
+
+def save_plan(cases: list[Case], path: Path) -> None:
+    """The resolved plan (layouts from the fix search included), so the GPU machine does not redo the search."""
+    path.write_text(json.dumps([{"name": c.name, "family": c.family, "problem": c.problem, "role": c.role,
+                                 "configs": [{"label": x.label, "params": x.params, "layouts": x.layouts}
+                                             for x in c.configs]} for c in cases], indent=1))  # fmt: skip
+
+
+def load_plan(path: Path) -> list[Case]:
+    return [Case(d["name"], d["family"], d["problem"], tuple(Config(**x) for x in d["configs"]), d["role"])
+            for d in json.loads(path.read_text())]  # fmt: skip
+
+
+def torch_setup():
+    import torch
+
+    torch.cuda.init()
+    torch.zeros(1, device="cuda")
+    return torch
+
+
+def fit_transpose(results: Path, out: Path) -> dict:
+    """Fit smemtile/model/tiling_transpose.py's constants on the run's ``fit`` shapes; score the held-out ones."""
+    from smemtile.model import tiling_transpose as tt
+
+    doc = json.loads(results.read_text())
+    rows, copies, held = [], [], []
+    for case in doc["cases"]:
+        if case["family"] != "transpose" or case.get("role") not in ("fit", "held_out"):
+            continue
+        elem = tt.ELEM[case["problem"]["dtype"]]
+        cands = {tt.label(c) for c in tt.candidates(case["problem"]["dtype"])}
+        for r in case["configs"]:
+            if r["label"] not in cands or "median_ms" not in r:
+                continue
+            row = {"label": r["label"], "elem": elem, "rows": case["problem"]["rows"], "cols": case["problem"]["cols"],
+                   "time_us": r["median_ms"] * 1e3, "params": {k: r["params"][k] for k in tt.PARAMS},
+                   "ratio": r["ratio"], "case": case["case"]}  # fmt: skip
+            (rows if case["role"] == "fit" else held).append(row)
+        if case["role"] == "fit":
+            copies.append((float(case["bytes"]), case["copy"]["median_ms"] * 1e3))
+    constants = tt.fit(rows)
+    cal = {"what": "constants of the transpose model, smemtile.model.tiling_transpose (time = t0 + bytes / bw per "
+                   "candidate, edge-tile bytes / kappa per element size)",
+           "gpu": doc["versions"]["gpu"], "gpu_key": "h200", "sms": doc["versions"]["sm_count"], "archs": ["sm_90"],
+           "run": f"bench/results/{results.name}", "commit": doc.get("commit", ""), "date": doc["date"][:10],
+           "method": "per candidate: weighted least squares on relative time error over the shapes labelled fit "
+                     "(t0 >= 0), kappa per element size on a grid; held-out shapes scored after the fit, never "
+                     "fitted (bench/bench_memory.py --fit)",
+           "fit_shapes": sorted({r["case"] for r in rows}), "held_out_shapes": sorted({r["case"] for r in held}),
+           "copy": tt.copy_fit(copies), "constants": constants}  # fmt: skip
+    # held-out scoring: per case, the relative error of every candidate, the model's #1 against the measured best
+    report = []
+    for elem in sorted({r["elem"] for r in held}):
+        errs = []
+        for case in sorted({r["case"] for r in held if r["elem"] == elem}):
+            mine = [r for r in held if r["case"] == case]
+            dt = "f32" if elem == 4 else "f16"
+            for r in mine:
+                t = tt.predict_time_us(r["params"], r["rows"], r["cols"], dt, cal)
+                r["pred_us"] = t
+                errs.append(abs(t - r["time_us"]) / r["time_us"])
+            ranked = tt.rank_transpose(mine[0]["rows"], mine[0]["cols"], dt, "sm_90", calibration=cal)
+            best = min(mine, key=lambda r: r["time_us"])
+            pick = next(r for r in mine if r["label"] == ranked[0].label)
+            measured_order = sorted(mine, key=lambda r: r["time_us"])
+            report.append({"case": case, "pick": pick["label"], "pick_ratio": pick["ratio"],
+                           "best": best["label"], "best_ratio": best["ratio"],
+                           "pick_vs_best": best["time_us"] / pick["time_us"],
+                           "pick_measured_rank": 1 + measured_order.index(pick),
+                           "spearman": _spearman([r["pred_us"] for r in mine], [r["time_us"] for r in mine])})  # fmt: skip
+        constants[str(elem)]["held_out_median_error"] = statistics.median(errs)
+        constants[str(elem)]["held_out_max_error"] = max(errs)
+    cal["held_out"] = report
+    out.write_text(json.dumps(cal, indent=1) + "\n")
+    return cal
+
+
+def _spearman(a: list[float], b: list[float]) -> float:
+    ra = {i: r for r, i in enumerate(sorted(range(len(a)), key=lambda i: a[i]))}
+    rb = {i: r for r, i in enumerate(sorted(range(len(b)), key=lambda i: b[i]))}
+    n = len(a)
+    return 1 - 6 * sum((ra[i] - rb[i]) ** 2 for i in range(n)) / (n * (n * n - 1)) if n > 1 else float("nan")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--plan", default="sweep", choices=("sweep", "final"))
+    ap.add_argument("--plan", default="sweep", choices=("sweep", "final", "run4"))
+    ap.add_argument(
+        "--plan-file", type=Path, help="the resolved plan --prebuild wrote (skips the fix search)"
+    )
     ap.add_argument("--only", default="", help="run only cases whose name contains this text")
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--json", type=Path)
@@ -411,20 +511,35 @@ def main() -> int:
         "--prebuild", type=Path, help="compile every configuration into this NVRTC cache (no GPU)"
     )
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 2)
+    ap.add_argument("--fit", type=Path, help="fit the transpose model on this run4 results file (no GPU)")
     ap.add_argument(
-        "--profile", default="", help="launch the first configuration with this label 3 times (for ncu)"
+        "--fit-out", type=Path, default=ROOT / "smemtile" / "model" / "data" / "transpose_h200.json"
     )
     a = ap.parse_args()
-    cases = [c for c in plan_cases(a.plan) if a.only in c.name]
+    if a.fit:
+        cal = fit_transpose(a.fit, a.fit_out)
+        for r in cal["held_out"]:
+            print(f"{r['case']:30s} pick {r['pick']:18s} {r['pick_ratio']:.3f}x  best {r['best']:18s} "
+                  f"{r['best_ratio']:.3f}x  pick/best {r['pick_vs_best']:.3f}  rank {r['pick_measured_rank']}  "
+                  f"spearman {r['spearman']:.2f}")  # fmt: skip
+        for elem, c in cal["constants"].items():
+            print(f"elem {elem}: kappa {c['kappa']:.2f}, held-out median error {c['held_out_median_error']:.1%}, "
+                  f"max {c['held_out_max_error']:.1%}")  # fmt: skip
+        print(f"wrote {a.fit_out}")
+        return 0
+    cases = load_plan(a.plan_file) if a.plan_file else plan_cases(a.plan)
+    cases = [c for c in cases if a.only in c.name]
     if a.list:
         for case in cases:
-            print(case.name, case.problem)
+            print(case.name, case.problem, case.role)
             for c in case.configs:
                 cfg = full_config(case, c)
                 print(f"  {c.label:24s} {FAMILIES[case.family].name_expression(cfg)}")
         return 0
     if a.prebuild:
         os.environ["SMEMTILE_CACHE_DIR"] = str(a.prebuild)
+        a.prebuild.mkdir(parents=True, exist_ok=True)
+        save_plan(cases, a.prebuild / "plan.json")
         compile_all(cases, a.workers)
         return 0
     assert a.rounds >= 15, "at least 15 rounds"
@@ -433,7 +548,9 @@ def main() -> int:
     )  # cache hits when prebuilt; else in parallel on this machine's cores
     from smemtile.gpu.run import open_device
 
-    dev = open_device(0)
+    torch = torch_setup()
+    dev = open_device(torch.cuda.current_device())
+    flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
     t_start = time.perf_counter()
 
     def log(msg: str) -> None:
@@ -443,17 +560,20 @@ def main() -> int:
            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
            "commit": a.commit, "family_sources": source_sha256(), "versions": versions(dev), "plan": a.plan,
            "method": {"rounds": a.rounds, "flush_bytes": FLUSH_BYTES, "order": "alternating, reversed every other round",
+                      "timing": "bench/timing.py: torch CUDA events around each call, a 512 MiB tensor zeroed "
+                                "before it (outside the events)",
                       "reference": "cuMemcpyDtoDAsync of one array (read + write bytes = the kernel's)",
                       "spread": "(p90 - p10) / median"}, "cases": []}  # fmt: skip
     for case in cases:
         log(f"{case.name}: {len(case.configs)} configurations")
-        doc["cases"].append(run_case(case, dev, a.rounds, log))
+        doc["cases"].append(run_case(case, dev, a.rounds, log, torch, flush))
+        torch.cuda.empty_cache()
         if a.json:
             a.json.write_text(json.dumps(doc, indent=1))
     print()
     for cd in doc["cases"]:
-        print(f"{cd['case']}: copy {cd['copy']['gbps']:.0f} GB/s ({cd['copy']['median_ms']:.4f} ms, "
-              f"spread {cd['copy']['spread']:.1%})")  # fmt: skip
+        print(f"{cd['case']} ({cd.get('role') or '-'}): copy {cd['copy']['gbps']:.0f} GB/s "
+              f"({cd['copy']['median_ms']:.4f} ms, spread {cd['copy']['spread']:.1%})")  # fmt: skip
         for r in sorted(cd["configs"], key=lambda r: -r.get("ratio", 0)):
             if "ratio" in r:
                 print(f"  {r['label']:24s} {r['gbps']:7.0f} GB/s  {r['ratio']:.3f}x (rounds {r['ratio_rounds']:.3f})"

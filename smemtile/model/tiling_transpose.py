@@ -1,87 +1,348 @@
-"""Tile shapes for the ``transpose`` family (TILE x TILE through shared memory, BLOCK_ROWS thread rows), ranked
-by a bandwidth model, so ``smemtile tune`` can time the most promising ones first. Pure Python.
+"""Tile configurations for the ``transpose`` family, ranked per element size by a model calibrated on the H200.
 
-Model: a transpose moves 2 x rows x cols x elem bytes and is bound by DRAM. Each thread keeps TILE/BLOCK_ROWS
-independent loads in flight, so an SM holds ``active_threads x TILE/BLOCK_ROWS x elem`` bytes in flight;
-Little's law needs ``bandwidth_per_SM x latency`` (1 us under load, assumed) to reach the copy bandwidth:
-``GB/s = copy_bw x min(1, in_flight / needed) x useful / (rows, cols rounded up to TILE)``.
+The model in one screen. A transpose moves ``2 x rows x cols x elem`` bytes and is bound by DRAM; what decides
+its last 5-10 % (launch order, run length of the writes, bytes in flight, block size) is invisible to a bank or
+occupancy count, so each candidate's speed is *measured*, and the model only carries it to other shapes:
+
+    time(c, shape) = t0[c] + (vector_bytes + scalar_bytes / KAPPA) / bw[c]
+
+- ``vector_bytes``: the bytes of whole tiles (they take the kernel's vector path: 16-byte global accesses);
+  ``scalar_bytes``: the edge tiles (masked, one element per access) and every tile when rows or cols is not a
+  multiple of the vector width; KAPPA (< 1, per element size) is how much slower a byte of the scalar path is.
+- ``t0[c]`` (launch, ramp-up, the last wave's tail) and ``bw[c]`` (steady bandwidth) per candidate, KAPPA per
+  element size: weighted least squares on relative time error over the shapes labelled ``fit`` of a sweep
+  (``bench/bench_memory.py --plan run4``, then ``--fit``); the shapes labelled ``held_out`` are never fitted,
+  only scored (the expected error ``tiles`` states is theirs).
+- predicted GB/s = 2 x rows x cols x elem / time; ratio to a device copy of the same bytes uses the copy's own
+  fit, ``copy_t0 + bytes / copy_bw``.
+
+The constants are data: ``smemtile/model/data/transpose_h200.json`` (GPU, run, commit, fit and held-out shapes,
+per-candidate constants and the held-out errors). Ties (within 0.05 %) go to fewer threads per block, then the
+family's candidate order. Without a calibration for the target (another architecture, no data file), the
+candidates are ranked by Little's law alone (bytes in flight per SM against DRAM bandwidth x 1 us), stated as
+uncalibrated.
+
+Candidates per element size (``CANDIDATES``) are the configurations the sweep measures, every one the family
+builds (the layout is the fix search's: pad 1 or a swizzle, conflict-free in both phases).
 """
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import asdict, dataclass
+from functools import lru_cache
+from importlib import resources
 
 from smemtile.model.tiling_gpus import get_gpu
 
-LATENCY_S = 1e-6
+LATENCY_S = 1e-6  # the uncalibrated fallback's DRAM latency under load (Little's law)
 ELEM = {"f32": 4, "f16": 2, "bf16": 2}
+DATA_FILE = "transpose_h200.json"
+PARAMS = ("TILE", "BLOCK_ROWS", "TILE_Y", "PACK", "TILES", "STREAM")  # what a candidate sets (GROUP stays 1)
+DEFAULTS = {"TILE": 64, "BLOCK_ROWS": 4, "TILE_Y": 0, "PACK": 1, "TILES": 1, "STREAM": 0}
+TIE = 5e-4  # predicted times within 0.05 % are a tie
+
+
+def _c(tile: int, br: int, **kw: int) -> dict:
+    return {**DEFAULTS, "TILE": tile, "BLOCK_ROWS": br, **kw}
+
+
+# Per element size (bytes): the candidate configurations. 4 bytes: V = 4 (float4 global accesses); 2 bytes: V = 8.
+CANDIDATES: dict[int, tuple[dict, ...]] = {
+    4: (
+        _c(64, 8),                    # the shipped sample (0.942x in run 2)
+        _c(64, 4),                    # the family's parameter defaults (0.933x)
+        _c(64, 8, PACK=2),            # 8-byte phase-2 loads: 2 output rows per thread
+        _c(64, 4, PACK=2),
+        _c(64, 4, PACK=4),            # 16-byte phase-2 loads: a 4 x 4 block transposed in registers
+        _c(64, 16, TILES=2),          # 1024 threads, the second tile's loads in flight while the first is staged
+        _c(64, 8, TILES=2),
+        _c(64, 8, PACK=2, TILES=2),
+        _c(64, 8, STREAM=1),          # evict-first global accesses
+        _c(64, 8, PACK=2, STREAM=1),
+        _c(64, 16, TILE_Y=128),       # tall tile: 512-byte output runs
+        _c(32, 8),                    # the 32 x 32 classic (0.864x)
+    ),
+    2: (
+        _c(128, 8),                   # best of run 2 (0.928x)
+        _c(64, 4),                    # the family's parameter defaults (0.900x)
+        _c(128, 8, PACK=2),           # half2 pairs: 4-byte phase-2 loads, 2 x 2 blocks swapped in registers
+        _c(64, 4, PACK=2),
+        _c(128, 4, PACK=2),
+        _c(128, 4, PACK=4),           # 8-byte phase-2 loads, 4 output rows per thread
+        _c(64, 2, PACK=4),
+        _c(64, 8, TILE_Y=128, PACK=2),
+        _c(128, 8, PACK=2, TILES=2),
+        _c(64, 8, TILES=2),
+        _c(64, 4, PACK=2, TILES=2),
+        _c(128, 8, PACK=2, STREAM=1),
+        _c(64, 16, TILE_Y=128, TILES=2),
+        _c(64, 8),                    # one vector per thread (0.84x in run 2)
+    ),
+}  # fmt: skip
+
+
+def label(p: dict) -> str:
+    """A short name: ``T128x8``, ``T64xY128x8``, then `` P2`` (PACK), `` 2tiles``, `` cs`` (STREAM)."""
+    q = {**DEFAULTS, **p}
+    ty = f"xY{q['TILE_Y']}" if q["TILE_Y"] and q["TILE_Y"] != q["TILE"] else ""
+    out = f"T{q['TILE']}{ty}x{q['BLOCK_ROWS']}"
+    if q["PACK"] > 1:
+        out += f" P{q['PACK']}"
+    if q["TILES"] > 1:
+        out += f" {q['TILES']}tiles"
+    if q["STREAM"]:
+        out += " cs"
+    if q.get("GROUP", 1) > 1:
+        out += f" G{q['GROUP']}"
+    return out
+
+
+def candidates(dtype: str) -> list[dict]:
+    """The candidate configurations (family parameters) for ``dtype``."""
+    return [dict(c) for c in CANDIDATES[_elem(dtype)]]
+
+
+def _elem(dtype: str) -> int:
+    e = ELEM.get(str(dtype).lower())
+    if e is None:
+        raise ValueError(f"transpose dtype {dtype!r}: one of {', '.join(ELEM)}")
+    return e
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """What a candidate does per block (the family's own arithmetic, transpose_auto_vec and the tile shape)."""
+
+    tile: int
+    ty: int
+    threads: int
+    vec: int  # elements per global access on whole tiles
+    per_thread: int  # vectors each thread loads per tile
+    smem_bytes: int  # the tile, assuming pad 1 for 4-byte PACK 1 (the fix search's pick) and none otherwise
+
+
+def geometry(p: dict, elem: int) -> Geometry:
+    q = {**DEFAULTS, **p}
+    tile, br = q["TILE"], q["BLOCK_ROWS"]
+    ty = q["TILE_Y"] or tile
+    threads, warps = tile * br, tile * br // 32
+    v = 16 // elem
+    while v > 1 and ((tile // v) % 8 or (ty // v) % 8 or warps < 1 or ((ty // 4) * (tile // v // 8)) % warps):
+        v //= 2
+    per = (ty // 4) * (tile // v // 8) // warps if v > 1 and warps else 0
+    pad = 1 if elem == 4 and q["PACK"] == 1 else 0
+    return Geometry(tile, ty, threads, v, per, ty * (tile + pad) * elem)
+
+
+def split_bytes(p: dict, rows: int, cols: int, elem: int) -> tuple[float, float]:
+    """(bytes through whole tiles on the vector path, bytes through the scalar path), reads + writes."""
+    g = geometry(p, elem)
+    total = 2.0 * rows * cols * elem
+    if g.vec < 2 or rows % g.vec or cols % g.vec:
+        return 0.0, total
+    whole = 2.0 * (cols // g.tile * g.tile) * (rows // g.ty * g.ty) * elem
+    return whole, total - whole
 
 
 @dataclass(frozen=True)
 class TransposeScored:
-    tile: int
-    block_rows: int
+    params: tuple  # ((name, value), ...) of PARAMS
+    label: str
     threads: int
-    regs: int
     smem_bytes: int
     blocks_per_sm: int
-    occupancy: float
-    in_flight_bytes: int
-    latency_eff: float
-    pad_eff: float
+    in_flight_bytes: int  # per SM, the loads of every resident block's tiles
+    vector_fraction: float  # of the bytes, through whole tiles (vector path)
+    time_us: float
     gbps: float
+    copy_ratio: float | None  # predicted time of a device copy of the same bytes / this one (calibrated only)
+    calibrated: bool
     rank: int = 0
     reason: str = ""
 
     @property
-    def label(self) -> str:
-        return f"TILE {self.tile} x BLOCK_ROWS {self.block_rows}"
+    def tile(self) -> int:
+        return dict(self.params)["TILE"]
 
-    def params(self) -> dict:
-        return {"TILE": self.tile, "BLOCK_ROWS": self.block_rows}
+    @property
+    def block_rows(self) -> int:
+        return dict(self.params)["BLOCK_ROWS"]
+
+    def params_dict(self) -> dict:
+        """The family parameters this candidate sets (defaults left out)."""
+        return {k: v for k, v in self.params if k in ("TILE", "BLOCK_ROWS") or v != DEFAULTS[k]}
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "label": self.label}
+        d = asdict(self)
+        d["params"] = self.params_dict()
+        return d
+
+
+@lru_cache(maxsize=4)
+def load_calibration(name: str = DATA_FILE) -> dict | None:
+    """The calibration data file shipped with the package (None when absent)."""
+    try:
+        text = resources.files("smemtile.model").joinpath("data", name).read_text()
+    except (FileNotFoundError, OSError):
+        return None
+    return json.loads(text)
+
+
+def _key(p: dict) -> str:
+    return label(p)
+
+
+def predict_time_us(p: dict, rows: int, cols: int, dtype: str, cal: dict) -> float | None:
+    """The calibrated time of candidate ``p`` (None when the calibration has no constants for it)."""
+    elem = _elem(dtype)
+    per = cal["constants"].get(str(elem), {})
+    c = per.get("candidates", {}).get(_key(p))
+    if c is None:
+        return None
+    vec, scalar = split_bytes(p, rows, cols, elem)
+    return c["t0_us"] + (vec + scalar / per["kappa"]) / (c["bw_gbps"] * 1e3)
+
+
+def copy_time_us(nbytes: float, cal: dict) -> float:
+    cp = cal["copy"]
+    return cp["t0_us"] + nbytes / (cp["bw_gbps"] * 1e3)
+
+
+def calibration_applies(arch: str, gpu_key: str, cal: dict | None) -> bool:
+    return cal is not None and arch in cal.get("archs", ()) and gpu_key == cal.get("gpu_key")
 
 
 def rank_transpose(rows: int, cols: int, dtype: str = "f32", arch: str = "sm_90", *, gpu: str | None = None,
-                   sms: int | None = None) -> list[TransposeScored]:  # fmt: skip
-    """Every TILE / BLOCK_ROWS the transpose contract allows, best predicted bandwidth first."""
+                   sms: int | None = None, calibration: dict | None = None) -> list[TransposeScored]:  # fmt: skip
+    """Every candidate for ``dtype``, best predicted first (calibrated where the data file covers the target)."""
     from smemtile.model.arch import get_arch
     from smemtile.model.occupancy import occupancy
 
     a = get_arch(arch)
     g = get_gpu(gpu, a.base, sms=sms)
-    e = ELEM.get(dtype, 4)
-    need = g.dram_gbps * 1e9 / g.sms * LATENCY_S
-    out = []
-    for tile in (32, 64):
-        for br in (1, 2, 4, 8, 16, 32):
-            threads = tile * br
-            if tile % br or not 64 <= threads <= 1024:
-                continue
-            per_thread = tile // br
-            regs = (
-                20 + 2 * per_thread
-            )  # addresses + the values of the unrolled loop (32x8 f32: 28, ptxas 28-30)
-            smem = tile * (tile + 1) * e
-            occ = occupancy(a, threads, regs, smem, 0)
-            if occ.active_blocks == 0:
-                continue
-            in_flight = occ.active_blocks * threads * per_thread * e
-            lat = min(1.0, in_flight / need)
-            pad = rows * cols / (math.ceil(rows / tile) * tile * math.ceil(cols / tile) * tile)
-            out.append(TransposeScored(tile, br, threads, regs, smem, occ.active_blocks, occ.occupancy, in_flight,
-                                       lat, pad, g.dram_gbps * lat * pad))  # fmt: skip
-    out.sort(key=lambda s: (-round(s.gbps, 6), abs(s.threads - 256), s.tile))
+    elem = _elem(dtype)
+    cal = calibration if calibration is not None else load_calibration()
+    use_cal = calibration_applies(a.base, g.key, cal) and sms in (None, cal.get("sms"))
+    need = g.dram_gbps * 1e9 / g.sms * LATENCY_S  # bytes in flight per SM that cover the latency
+    total = 2.0 * rows * cols * elem
+    scored = []
+    for i, p in enumerate(candidates(dtype)):
+        geo = geometry(p, elem)
+        occ = occupancy(a, geo.threads, 32, geo.smem_bytes, 0)
+        if occ.active_blocks == 0:
+            continue
+        in_flight = occ.active_blocks * geo.threads * geo.per_thread * geo.vec * elem * p["TILES"]
+        vec, _ = split_bytes(p, rows, cols, elem)
+        t = predict_time_us(p, rows, cols, dtype, cal) if use_cal else None
+        calibrated = t is not None
+        if t is None:  # Little's law: bandwidth = DRAM x min(1, in flight / needed); edge tiles 3x slower
+            eff = g.dram_gbps * min(1.0, in_flight / need)
+            t = (vec + 3.0 * (total - vec)) / (eff * 1e3)
+        ratio = copy_time_us(total, cal) / t if calibrated else None
+        key = (t, geo.threads, i)
+        scored.append((key, TransposeScored(tuple((k, p[k]) for k in PARAMS), label(p), geo.threads,
+                                            geo.smem_bytes, occ.active_blocks, in_flight, vec / total, t,
+                                            total / (t * 1e3), ratio, calibrated)))  # fmt: skip
+    # calibrated candidates first; times within TIE of each other are ordered by threads, then candidate order
+    scored.sort(key=lambda x: (not x[1].calibrated, x[0][0]))
+    out: list[TransposeScored] = []
+    i = 0
+    while i < len(scored):
+        j = i + 1
+        while (j < len(scored) and scored[j][1].calibrated == scored[i][1].calibrated
+               and scored[j][0][0] <= scored[i][0][0] * (1 + TIE)):  # fmt: skip
+            j += 1
+        out += [s for _, s in sorted(scored[i:j], key=lambda x: x[0][1:])]
+        i = j
     top = out[0] if out else None
     ranked = []
-    for i, s in enumerate(out):
-        if s is top:
-            why = f"best: {s.in_flight_bytes // 1024} KiB in flight per SM covers {need / 1024:.0f} KiB (Little's law)"
-        else:
-            why = (f"{top.gbps / s.gbps - 1:+.1%} vs #1: {s.in_flight_bytes // 1024} KiB in flight per SM "
-                   f"({s.blocks_per_sm} blocks x {s.threads} threads x {s.tile // s.block_rows} elements)")  # fmt: skip
-        ranked.append(TransposeScored(**{**asdict(s), "rank": i + 1, "reason": why}))
+    for n, s in enumerate(out):
+        ranked.append(TransposeScored(**{**asdict(s), "rank": n + 1, "reason": _reason(s, top, cal, need)}))
     return ranked
+
+
+def _reason(s: TransposeScored, top: TransposeScored | None, cal: dict | None, need: float) -> str:
+    if not s.calibrated:
+        return (f"uncalibrated (Little's law): {s.in_flight_bytes // 1024} KiB in flight per SM of "
+                f"{need / 1024:.0f} KiB needed")  # fmt: skip
+    src = f"calibrated on the {cal['gpu']} ({cal['run']})" if cal else "calibrated"
+    ratio = f", {s.copy_ratio:.3f}x a device copy" if s.copy_ratio else ""
+    edge = f"; {1 - s.vector_fraction:.1%} of the bytes in edge tiles" if s.vector_fraction < 0.9995 else ""
+    if top is None or s is top or s.label == top.label:
+        return f"best: {s.gbps:.0f} GB/s predicted{ratio}{edge} ({src})"
+    return f"{top.time_us / s.time_us - 1:+.1%} vs #1: {s.gbps:.0f} GB/s predicted{ratio}{edge}"
+
+
+def expected_error(dtype: str, cal: dict | None = None) -> float | None:
+    """The calibration's median relative time error on the held-out shapes for this element size."""
+    cal = cal if cal is not None else load_calibration()
+    if cal is None:
+        return None
+    return cal["constants"].get(str(_elem(dtype)), {}).get("held_out_median_error")
+
+
+def fit(rows: list[dict]) -> dict:
+    """Fit the constants from measured rows ``{"label", "elem", "rows", "cols", "time_us", "params"}`` (the
+    shapes labelled fit only): per element size KAPPA on a grid, per candidate (t0, bw) by least squares on
+    relative error with t0 >= 0. Returns ``{elem: {"kappa", "candidates": {label: {"t0_us", "bw_gbps",
+    "fit_points", "fit_max_error"}}}}``."""
+    out: dict = {}
+    for elem in sorted({r["elem"] for r in rows}):
+        mine = [r for r in rows if r["elem"] == elem]
+        best = None
+        for kappa in [k / 100 for k in range(10, 101)]:
+            cons, err = {}, 0.0
+            for lab in sorted({r["label"] for r in mine}):
+                pts = [r for r in mine if r["label"] == lab]
+                xs = []
+                for r in pts:
+                    v, s = split_bytes(r["params"], r["rows"], r["cols"], elem)
+                    xs.append((v + s / kappa) / 1e3)  # GB-ish units: x / bw_gbps = microseconds
+                t0, inv = _lsq_rel(xs, [r["time_us"] for r in pts])
+                errs = [abs(t0 + inv * x - r["time_us"]) / r["time_us"] for x, r in zip(xs, pts, strict=True)]
+                err += sum(e * e for e in errs)
+                cons[lab] = {
+                    "t0_us": t0,
+                    "bw_gbps": 1.0 / inv,
+                    "fit_points": len(pts),
+                    "fit_max_error": max(errs),
+                }
+            if best is None or err < best[0] - 1e-15:
+                best = (err, kappa, cons)
+        assert best is not None
+        out[str(elem)] = {"kappa": best[1], "candidates": best[2]}
+    return out
+
+
+def _lsq_rel(xs: list[float], ts: list[float]) -> tuple[float, float]:
+    """(t0, inv) minimising sum(((t0 + inv x) - t) / t)^2 with t0 >= 0 (inv > 0)."""
+    w = [1.0 / t for t in ts]
+    # normal equations of the weighted problem: rows (w, w x), targets w t = 1
+    a11 = sum(wi * wi for wi in w)
+    a12 = sum(wi * wi * x for wi, x in zip(w, xs, strict=True))
+    a22 = sum((wi * x) ** 2 for wi, x in zip(w, xs, strict=True))
+    b1 = sum(wi * wi * t for wi, t in zip(w, ts, strict=True))
+    b2 = sum(wi * wi * x * t for wi, x, t in zip(w, xs, ts, strict=True))
+    det = a11 * a22 - a12 * a12
+    if len(xs) >= 2 and abs(det) > 1e-12 * max(a11 * a22, 1e-300):
+        t0 = (b1 * a22 - b2 * a12) / det
+        inv = (a11 * b2 - a12 * b1) / det
+        if t0 >= 0 and inv > 0:
+            return t0, inv
+    inv = b2 / a22  # t0 = 0: time proportional to bytes
+    return 0.0, inv
+
+
+def copy_fit(points: list[tuple[float, float]]) -> dict:
+    """``{"t0_us", "bw_gbps"}`` of the device copy from (bytes, microseconds) points."""
+    t0, inv = _lsq_rel([b / 1e3 for b, _ in points], [t for _, t in points])
+    return {"t0_us": t0, "bw_gbps": 1.0 / inv}
+
+
+def waves(p: dict, rows: int, cols: int, elem: int, blocks_per_sm: int, sms: int) -> float:
+    """Blocks of the grid / resident blocks of the GPU (a diagnostic the notes quote)."""
+    g = geometry(p, elem)
+    blocks = math.ceil(cols / g.tile) * math.ceil(rows / (g.ty * p.get("TILES", 1)))
+    return blocks / max(1, blocks_per_sm * sms)
