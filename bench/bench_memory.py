@@ -222,26 +222,47 @@ def full_config(case: Case, c: Config, problem: dict | None = None):
     return configure(case.family, {**c.params, **(problem or case.problem)}, c.layouts, ARCH)
 
 
+def small_config(case: Case, c: Config, size: dict):
+    """The configuration at one of the family's test sizes, or None when the family refuses it there."""
+    from smemtile.families.base import ContractViolation
+
+    try:
+        return full_config(case, c, {**case.problem, **size})
+    except ContractViolation:
+        return None
+
+
 # ---- compile (no GPU) ---------------------------------------------------------------------------------------
 
 
 def _compile_one(args) -> tuple[str, str]:
-    family, params, layouts = args
+    """One NVRTC build: the timed configuration's text, instantiated for ``small`` (a test size's problem, which
+    may change the element type) when given, as run_case's checks load it."""
+    family, params, layouts, small = args
+    from smemtile.codegen.render import body
     from smemtile.gpu.run import compile_config
 
     cfg = configure(family, params, layouts, ARCH)
+    target = configure(family, {**params, **small}, layouts, ARCH) if small else cfg
     t0 = time.perf_counter()
-    compile_config(cfg)
-    return FAMILIES[family].name_expression(cfg), f"{time.perf_counter() - t0:.1f} s"
+    compile_config(target, source=body(cfg))
+    return FAMILIES[family].name_expression(target), f"{time.perf_counter() - t0:.1f} s"
 
 
 def compile_all(cases: list[Case], workers: int, quiet: bool = False) -> None:
     jobs = {}
     for case in cases:
+        fam = FAMILIES[case.family]
         for c in case.configs:
             cfg = full_config(case, c)
-            jobs[(FAMILIES[case.family].name_expression(cfg), cfg.problem.get("rows"), cfg.problem.get("ny"))] = (
-                case.family, {**c.params, **case.problem}, c.layouts)  # fmt: skip
+            params = {**c.params, **case.problem}
+            jobs[(fam.name_expression(cfg), "")] = (case.family, params, c.layouts, {})
+            # checks load the timed text for each test size (another dtype: new code)
+            for size in fam.test_sizes:
+                scfg = small_config(case, c, size)
+                if scfg is not None and fam.name_expression(scfg) != fam.name_expression(cfg):
+                    jobs[(fam.name_expression(scfg), fam.name_expression(cfg))] = (case.family, params, c.layouts,
+                                                                                   dict(size))  # fmt: skip
     with ProcessPoolExecutor(workers) as ex:
         done = list(ex.map(_compile_one, jobs.values()))
     if not quiet:
@@ -366,7 +387,12 @@ def run_case(case: Case, dev, rounds: int, log, torch, flush) -> dict:
         try:
             small = []
             for size in fam.test_sizes:
-                scfg = full_config(case, c, {**case.problem, **size})
+                scfg = small_config(case, c, size)
+                if (
+                    scfg is None
+                ):  # a test size in another dtype this configuration cannot take (fp16: fewer vectors)
+                    small.append({"problem": size, "skipped": "the family refuses this configuration there"})
+                    continue
                 k = LoadedKernel(scfg, dev, source=src)  # the timed kernel's text; the small problem's launch
                 try:
                     sin = fam.make_inputs(scfg, rng)
@@ -380,7 +406,8 @@ def run_case(case: Case, dev, rounds: int, log, torch, flush) -> dict:
             k.launch()
             k.synchronize()
             ok, err = check_output(fam, ref, k.output())
-            row.update(correct=ok and all(s["correct"] for s in small), max_rel_error=err, registers=k.registers,
+            row.update(correct=ok and all(s.get("correct", True) for s in small), max_rel_error=err,
+                       registers=k.registers,
                        static_smem_bytes=k.static_smem, local_bytes=k.local_bytes, blocks_per_sm=k.driver_blocks,
                        launch=k.shape.to_dict())  # fmt: skip
             if row["correct"]:
