@@ -198,9 +198,23 @@ def run4_cases() -> list[Case]:
     return cases
 
 
+# run 5: the candidates added after run 4 (full occupancy for TILES), with run 4's best as controls
+RUN5_CONTROLS = {"f32": ("T64x8",), "f16": ("T128x4 P2", "T128x8 P2", "T64xY128x16 2tiles")}
+
+
 def plan_cases(plan: str) -> list[Case]:
     if plan == "run4":
         return run4_cases()
+    if plan == "run5":
+        from smemtile.model.tiling_transpose import candidates, label
+
+        out = []
+        for case in run4_cases():
+            dt = case.problem["dtype"]
+            new = {label(p) for p in candidates(dt) if p.get("MIN_BLOCKS", 1) > 1}
+            keep = tuple(c for c in case.configs if c.label in new or c.label in RUN5_CONTROLS[dt])
+            out.append(Case(case.name, case.family, case.problem, keep, case.role))
+        return out
     cases = []
     for dt in ("f32", "f16"):
         cfgs = transpose_configs(dt, plan)
@@ -479,7 +493,8 @@ def fit_transpose(results: Path, out: Path) -> dict:
             (rows if case["role"] == "fit" else held).append(row)
         if case["role"] == "fit":
             copies.append((float(case["bytes"]), case["copy"]["median_ms"] * 1e3))
-    constants = tt.fit(rows)
+    fitted = tt.fit(rows)
+    constants = fitted["constants"]
     cal = {"what": "constants of the transpose model, smemtile.model.tiling_transpose (time = t0 + bytes / bw per "
                    "candidate, edge-tile bytes / kappa per element size)",
            "gpu": doc["versions"]["gpu"], "gpu_key": "h200", "sms": doc["versions"]["sm_count"], "archs": ["sm_90"],
@@ -488,7 +503,7 @@ def fit_transpose(results: Path, out: Path) -> dict:
                      "(t0 >= 0), kappa per element size on a grid; held-out shapes scored after the fit, never "
                      "fitted (bench/bench_memory.py --fit)",
            "fit_shapes": sorted({r["case"] for r in rows}), "held_out_shapes": sorted({r["case"] for r in held}),
-           "copy": tt.copy_fit(copies), "constants": constants}  # fmt: skip
+           "copy": tt.copy_fit(copies), "model": fitted["model"], "constants": constants}  # fmt: skip
     # held-out scoring: per case, the relative error of every candidate, the model's #1 against the measured best
     report = []
     for elem in sorted({r["elem"] for r in held}):
@@ -525,7 +540,7 @@ def _spearman(a: list[float], b: list[float]) -> float:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--plan", default="sweep", choices=("sweep", "final", "run4"))
+    ap.add_argument("--plan", default="sweep", choices=("sweep", "final", "run4", "run5"))
     ap.add_argument(
         "--plan-file", type=Path, help="the resolved plan --prebuild wrote (skips the fix search)"
     )
@@ -550,9 +565,9 @@ def main() -> int:
                   f"{r['best_ratio']:.3f}x  pick/best {r['pick_vs_best']:.3f}  rank {r['pick_measured_rank']}  "
                   f"spearman {r['spearman']:.2f}")  # fmt: skip
         for elem, c in cal["constants"].items():
-            print(f"elem {elem}: kappa {c['kappa']:.2f}, held-out median error {c['held_out_median_error']:.1%}, "
+            print(f"elem {elem}: held-out median error {c['held_out_median_error']:.1%}, "
                   f"max {c['held_out_max_error']:.1%}")  # fmt: skip
-        print(f"wrote {a.fit_out}")
+        print(f"model {cal['model']}; wrote {a.fit_out}")
         return 0
     cases = load_plan(a.plan_file) if a.plan_file else plan_cases(a.plan)
     cases = [c for c in cases if a.only in c.name]

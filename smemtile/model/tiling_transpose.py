@@ -4,15 +4,25 @@ The model in one screen. A transpose moves ``2 x rows x cols x elem`` bytes and 
 its last 5-10 % (launch order, run length of the writes, bytes in flight, block size) is invisible to a bank or
 occupancy count, so each candidate's speed is *measured*, and the model only carries it to other shapes:
 
-    time(c, shape) = t0[c] + (vector_bytes + scalar_bytes / KAPPA) / bw[c]
+    time(c, shape) = t0[c] + (vector_bytes + scalar_bytes / KAPPA + PHI_LINE x line_bytes) / bw[c]
+                     + MU[c] x sector_bytes / bw[c]
 
 - ``vector_bytes``: the bytes of whole tiles (they take the kernel's vector path: 16-byte global accesses);
   ``scalar_bytes``: the edge tiles (masked, one element per access) and every tile when rows or cols is not a
-  multiple of the vector width; KAPPA (< 1, per element size) is how much slower a byte of the scalar path is.
-- ``t0[c]`` (launch, ramp-up, the last wave's tail) and ``bw[c]`` (steady bandwidth) per candidate, KAPPA per
-  element size: weighted least squares on relative time error over the shapes labelled ``fit`` of a sweep
-  (``bench/bench_memory.py --plan run4``, then ``--fit``); the shapes labelled ``held_out`` are never fitted,
-  only scored (the expected error ``tiles`` states is theirs).
+  multiple of the vector width; KAPPA (<= 1) is how much slower a byte of the scalar path is.
+- misalignment: each side (the reads of input rows, the writes of output rows) moves its bytes in runs of
+  ``TILE x elem`` (input) and ``TY x TILES x elem`` (output) bytes. When the side's row pitch is a multiple of 32
+  but not of 128 bytes, every run starts inside a 128-byte line: ``line_bytes = side_bytes x 128 / run``. When it
+  is not a multiple of 32, every run starts inside a 32-byte sector (partial sectors read and written): the
+  side's bytes count ``sector_bytes``, with a per-candidate weight MU[c] (measured: fp16 5000 x 6000, output pitch
+  16 mod 32, costs 512-thread tall tiles 13 % and 256-thread square ones 21 %; no run-length law fits it). A
+  device copy of contiguous bytes pays neither. A candidate with no sector-misaligned fit shape uses the median
+  MU of its element size (fp32 has none: MU = 0, stated).
+- ``t0[c]`` (launch, ramp-up, the last wave's tail), ``bw[c]`` (steady bandwidth) and MU[c] per candidate; KAPPA
+  and PHI_LINE shared: weighted least squares on relative time error over the shapes labelled ``fit`` of a sweep
+  (``bench/bench_memory.py --plan run4``, then ``--fit``; the shared constants on a grid, KAPPA >= 0.25: the
+  scalar path still moves whole 64/128-byte warp rows); the shapes labelled ``held_out`` are never fitted, only
+  scored (the expected error ``tiles`` states is theirs).
 - predicted GB/s = 2 x rows x cols x elem / time; ratio to a device copy of the same bytes uses the copy's own
   fit, ``copy_t0 + bytes / copy_bw``.
 
@@ -34,13 +44,15 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 from importlib import resources
 
+import numpy as np
+
 from smemtile.model.tiling_gpus import get_gpu
 
 LATENCY_S = 1e-6  # the uncalibrated fallback's DRAM latency under load (Little's law)
 ELEM = {"f32": 4, "f16": 2, "bf16": 2}
 DATA_FILE = "transpose_h200.json"
-PARAMS = ("TILE", "BLOCK_ROWS", "TILE_Y", "PACK", "TILES", "STREAM")  # what a candidate sets (GROUP stays 1)
-DEFAULTS = {"TILE": 64, "BLOCK_ROWS": 4, "TILE_Y": 0, "PACK": 1, "TILES": 1, "STREAM": 0}
+PARAMS = ("TILE", "BLOCK_ROWS", "TILE_Y", "PACK", "TILES", "STREAM", "MIN_BLOCKS")  # what a candidate sets
+DEFAULTS = {"TILE": 64, "BLOCK_ROWS": 4, "TILE_Y": 0, "PACK": 1, "TILES": 1, "STREAM": 0, "MIN_BLOCKS": 1}
 TIE = 5e-4  # predicted times within 0.05 % are a tie
 
 
@@ -63,6 +75,7 @@ CANDIDATES: dict[int, tuple[dict, ...]] = {
         _c(64, 8, PACK=2, STREAM=1),
         _c(64, 16, TILE_Y=128),       # tall tile: 512-byte output runs
         _c(32, 8),                    # the 32 x 32 classic (0.864x)
+        _c(64, 16, TILES=4, MIN_BLOCKS=2),  # run 5: 4 tiles per block, registers held to 2 blocks/SM
     ),
     2: (
         _c(128, 8),                   # best of run 2 (0.928x)
@@ -79,6 +92,11 @@ CANDIDATES: dict[int, tuple[dict, ...]] = {
         _c(128, 8, PACK=2, STREAM=1),
         _c(64, 16, TILE_Y=128, TILES=2),
         _c(64, 8),                    # one vector per thread (0.84x in run 2)
+        # run 5: TILES with the registers held to full occupancy (32 registers, no spills, ptxas 13.0)
+        _c(128, 8, PACK=2, TILES=2, MIN_BLOCKS=2),
+        _c(64, 8, TILES=2, MIN_BLOCKS=4),
+        _c(64, 8, TILE_Y=128, TILES=2, MIN_BLOCKS=4),
+        _c(64, 16, TILE_Y=128, TILES=4, MIN_BLOCKS=2),
     ),
 }  # fmt: skip
 
@@ -94,6 +112,8 @@ def label(p: dict) -> str:
         out += f" {q['TILES']}tiles"
     if q["STREAM"]:
         out += " cs"
+    if q["MIN_BLOCKS"] > 1:
+        out += f" mb{q['MIN_BLOCKS']}"
     if q.get("GROUP", 1) > 1:
         out += f" G{q['GROUP']}"
     return out
@@ -144,6 +164,21 @@ def split_bytes(p: dict, rows: int, cols: int, elem: int) -> tuple[float, float]
         return 0.0, total
     whole = 2.0 * (cols // g.tile * g.tile) * (rows // g.ty * g.ty) * elem
     return whole, total - whole
+
+
+def misaligned_bytes(p: dict, rows: int, cols: int, elem: int) -> tuple[float, float]:
+    """(line_bytes, sector_bytes): see the module docstring (the runs of each side whose pitch is not line or
+    sector aligned)."""
+    q = {**DEFAULTS, **p}
+    g = geometry(q, elem)
+    side = float(rows) * cols * elem
+    line = sector = 0.0
+    for pitch, run in ((cols * elem, g.tile * elem), (rows * elem, g.ty * q["TILES"] * elem)):
+        if pitch % 32:
+            sector += side
+        elif pitch % 128:
+            line += side * 128 / run
+    return line, sector
 
 
 @dataclass(frozen=True)
@@ -201,8 +236,11 @@ def predict_time_us(p: dict, rows: int, cols: int, dtype: str, cal: dict) -> flo
     c = per.get("candidates", {}).get(_key(p))
     if c is None:
         return None
+    m = cal["model"]
     vec, scalar = split_bytes(p, rows, cols, elem)
-    return c["t0_us"] + (vec + scalar / per["kappa"]) / (c["bw_gbps"] * 1e3)
+    line, sector = misaligned_bytes(p, rows, cols, elem)
+    x = vec + scalar / m["kappa"] + m["phi_line"] * line + c["mu_sector"] * sector
+    return c["t0_us"] + x / (c["bw_gbps"] * 1e3)
 
 
 def copy_time_us(nbytes: float, cal: dict) -> float:
@@ -285,59 +323,71 @@ def expected_error(dtype: str, cal: dict | None = None) -> float | None:
 
 def fit(rows: list[dict]) -> dict:
     """Fit the constants from measured rows ``{"label", "elem", "rows", "cols", "time_us", "params"}`` (the
-    shapes labelled fit only): per element size KAPPA on a grid, per candidate (t0, bw) by least squares on
-    relative error with t0 >= 0. Returns ``{elem: {"kappa", "candidates": {label: {"t0_us", "bw_gbps",
-    "fit_points", "fit_max_error"}}}}``."""
-    out: dict = {}
-    for elem in sorted({r["elem"] for r in rows}):
-        mine = [r for r in rows if r["elem"] == elem]
-        best = None
-        for kappa in [k / 100 for k in range(10, 101)]:
-            cons, err = {}, 0.0
-            for lab in sorted({r["label"] for r in mine}):
-                pts = [r for r in mine if r["label"] == lab]
-                xs = []
-                for r in pts:
-                    v, s = split_bytes(r["params"], r["rows"], r["cols"], elem)
-                    xs.append((v + s / kappa) / 1e3)  # GB-ish units: x / bw_gbps = microseconds
-                t0, inv = _lsq_rel(xs, [r["time_us"] for r in pts])
-                errs = [abs(t0 + inv * x - r["time_us"]) / r["time_us"] for x, r in zip(xs, pts, strict=True)]
-                err += sum(e * e for e in errs)
-                cons[lab] = {
-                    "t0_us": t0,
-                    "bw_gbps": 1.0 / inv,
-                    "fit_points": len(pts),
-                    "fit_max_error": max(errs),
-                }
+    shapes labelled fit only): KAPPA and PHI_LINE on a grid, shared; per candidate (t0, bw, MU) by least squares
+    on relative error (t0, MU >= 0; MU only where the candidate has a sector-misaligned point, else the median of
+    its element size). Returns ``{"model": {"kappa", "phi_line"}, "constants": {elem: {"candidates": {label:
+    {"t0_us", "bw_gbps", "mu_sector", "fit_points", "fit_max_error"}}}}}``."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["elem"], r["label"]), []).append(r)
+    parts = {}  # per group and point: (vector, scalar, line, sector) bytes
+    for key, pts in groups.items():
+        parts[key] = [(*split_bytes(r["params"], r["rows"], r["cols"], key[0]),
+                       *misaligned_bytes(r["params"], r["rows"], r["cols"], key[0])) for r in pts]  # fmt: skip
+    best = None
+    for kappa in [k / 20 for k in range(5, 21)]:
+        for phi_line in [k / 20 for k in range(0, 41)]:
+            err, cons = 0.0, {}
+            for key, pts in groups.items():
+                xs = [(v + s / kappa + phi_line * ml) / 1e3 for v, s, ml, _ in parts[key]]
+                zs = [ms / 1e3 for *_, ms in parts[key]]
+                ts = [r["time_us"] for r in pts]
+                sol = _lsq_rel(xs, zs, ts)
+                err += sum(e * e for e in sol[3])
+                cons[key] = sol
             if best is None or err < best[0] - 1e-15:
-                best = (err, kappa, cons)
-        assert best is not None
-        out[str(elem)] = {"kappa": best[1], "candidates": best[2]}
+                best = (err, kappa, phi_line, cons)
+    assert best is not None
+    _, kappa, phi_line, cons = best
+    out: dict = {"model": {"kappa": kappa, "phi_line": phi_line}, "constants": {}}
+    for (elem, lab), (t0, inv, mu, errs) in sorted(cons.items()):
+        per = out["constants"].setdefault(str(elem), {"candidates": {}})
+        per["candidates"][lab] = {"t0_us": t0, "bw_gbps": 1.0 / inv, "mu_sector": mu,
+                                  "fit_points": len(errs), "fit_max_error": max(errs)}  # fmt: skip
+    for per in out["constants"].values():  # candidates without a sector-misaligned fit point: the median MU
+        mus = sorted(c["mu_sector"] for c in per["candidates"].values() if c["mu_sector"] is not None)
+        per["mu_sector_median"] = mus[len(mus) // 2] if mus else 0.0
+        for c in per["candidates"].values():
+            if c["mu_sector"] is None:
+                c["mu_sector"] = per["mu_sector_median"]
     return out
 
 
-def _lsq_rel(xs: list[float], ts: list[float]) -> tuple[float, float]:
-    """(t0, inv) minimising sum(((t0 + inv x) - t) / t)^2 with t0 >= 0 (inv > 0)."""
-    w = [1.0 / t for t in ts]
-    # normal equations of the weighted problem: rows (w, w x), targets w t = 1
-    a11 = sum(wi * wi for wi in w)
-    a12 = sum(wi * wi * x for wi, x in zip(w, xs, strict=True))
-    a22 = sum((wi * x) ** 2 for wi, x in zip(w, xs, strict=True))
-    b1 = sum(wi * wi * t for wi, t in zip(w, ts, strict=True))
-    b2 = sum(wi * wi * x * t for wi, x, t in zip(w, xs, ts, strict=True))
-    det = a11 * a22 - a12 * a12
-    if len(xs) >= 2 and abs(det) > 1e-12 * max(a11 * a22, 1e-300):
-        t0 = (b1 * a22 - b2 * a12) / det
-        inv = (a11 * b2 - a12 * b1) / det
-        if t0 >= 0 and inv > 0:
-            return t0, inv
-    inv = b2 / a22  # t0 = 0: time proportional to bytes
-    return 0.0, inv
+def _lsq_rel(
+    xs: list[float], zs: list[float], ts: list[float]
+) -> tuple[float, float, float | None, list[float]]:
+    """(t0, inv, mu, relative errors) minimising sum(((t0 + inv (x + mu z)) - t) / t)^2 with t0 >= 0 and mu >= 0;
+    mu is None (not fitted) when no point has z > 0."""
+    a = np.array([[1.0, x, z] for x, z in zip(xs, zs, strict=True)]) / np.array(ts)[:, None]
+    b = np.ones(len(ts))
+    cols = [0, 1, 2] if any(z > 0 for z in zs) else [0, 1]
+    for keep in (cols, [c for c in cols if c != 0], [c for c in cols if c != 2]):  # drop t0 or mu if negative
+        sol, *_ = np.linalg.lstsq(a[:, keep], b, rcond=None)
+        full = dict(zip(keep, sol, strict=True))
+        t0, inv, w = full.get(0, 0.0), full.get(1, 0.0), full.get(2, 0.0)
+        if t0 >= 0 and inv > 0 and w >= 0:
+            break
+    else:  # time proportional to bytes
+        t0, w = 0.0, 0.0
+        inv = float(np.sum(a[:, 1]) / np.sum(a[:, 1] ** 2))
+    errs = [abs(t0 + inv * x + w * z - t) / t for x, z, t in zip(xs, zs, ts, strict=True)]
+    mu = float(w / inv) if 2 in cols else None
+    return float(t0), float(inv), mu, errs
 
 
 def copy_fit(points: list[tuple[float, float]]) -> dict:
     """``{"t0_us", "bw_gbps"}`` of the device copy from (bytes, microseconds) points."""
-    t0, inv = _lsq_rel([b / 1e3 for b, _ in points], [t for _, t in points])
+    t0, inv, _, _ = _lsq_rel([b / 1e3 for b, _ in points], [0.0] * len(points), [t for _, t in points])
     return {"t0_us": t0, "bw_gbps": 1.0 / inv}
 
 

@@ -56,6 +56,8 @@ class Transpose(Family):
               "staged", (1, 2, 4)),
         Param("STREAM", 0, "1: the whole tiles' global loads and stores are evict-first (ld/st.global.cs: data used "
               "once); 0: plain", (0, 1)),
+        Param("MIN_BLOCKS", 1, "blocks per SM the registers must allow (__launch_bounds__' second argument)",
+              lo=1, hi=32),
     )  # fmt: skip
     problem_keys = (
         ProblemKey("rows", 8192, "rows of the input"),
@@ -180,6 +182,7 @@ class Transpose(Family):
             p["PACK"],
             p["TILES"],
             p["STREAM"],
+            p["MIN_BLOCKS"],
         )
         return [CTYPES[cfg.problem["dtype"]], *(str(v) for v in args)]
 

@@ -45,6 +45,8 @@
 // TILES = n: a block moves n tiles one below the other (input rows y0 = yb + t * TY); the loads of tile t + 1
 // are issued before tile t goes through shared memory, so they are in flight while it is staged and stored.
 // STREAM = 1: the whole tiles' global loads and stores are evict-first (ld/st.global.cs).
+// MIN_BLOCKS = n: __launch_bounds__(threads, n), so ptxas keeps the registers at what n blocks per SM allow
+// (TILES = 2 needs a second set of vectors: without it fp16 128 x 8 takes 38 registers and 1 block/SM).
 //
 // A tall tile (TILE_Y > TILE) writes each output row in runs of TY elements (TY * sizeof(T) bytes) while the
 // blocks that run at the same time still read whole input rows between them.
@@ -148,8 +150,8 @@ __host__ __device__ constexpr int transpose_smem_run(int v, int stride, int swz_
 
 template <typename T = float, int TILE = 64, int BLOCK_ROWS = 4, int PAD = 1, int SWZ_B = 0, int SWZ_M = 0,
           int SWZ_S = 0, int VEC = 0, int GROUP = 1, int TILE_Y = 0, int PACK = 1, int TILES = 1,
-          int STREAM = 0>
-__global__ void __launch_bounds__(TILE * BLOCK_ROWS)
+          int STREAM = 0, int MIN_BLOCKS = 1>
+__global__ void __launch_bounds__(TILE * BLOCK_ROWS, MIN_BLOCKS > 1 ? MIN_BLOCKS : 0)  // 0: no minimum (as if omitted)
 transpose(const T* __restrict__ in, T* __restrict__ out, int rows, int cols) {
     static_assert(sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4 || sizeof(T) == 8,
                   "the element type must be 1, 2, 4 or 8 bytes");
@@ -158,6 +160,7 @@ transpose(const T* __restrict__ in, T* __restrict__ out, int rows, int cols) {
     static_assert(TY % TILE == 0, "TILE_Y must be 0 (square) or a multiple of TILE");
     static_assert(GROUP >= 1, "GROUP (tile rows per group of the launch order) must be at least 1");
     static_assert(TILES >= 1 && TILES <= 4, "TILES (tiles per block, one below the other) must be 1..4");
+    static_assert(MIN_BLOCKS >= 1, "MIN_BLOCKS (blocks per SM the registers must allow) is at least 1");
     static_assert(BLOCK_ROWS >= 1 && TILE % BLOCK_ROWS == 0, "BLOCK_ROWS must divide TILE (each thread moves TILE/BLOCK_ROWS elements)");
     static_assert(TILE * BLOCK_ROWS <= 1024, "a block has at most 1024 threads: TILE * BLOCK_ROWS <= 1024");
     using L = smemtile::SmemTile<TY, TILE, PAD, SWZ_B, SWZ_M, SWZ_S>;
