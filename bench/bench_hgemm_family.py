@@ -38,15 +38,19 @@ sys.path.insert(0, str(ROOT / "bench"))
 from timing import stats, time_rounds  # noqa: E402
 
 FLUSH_BYTES = 512 << 20
-# small problems for the sanitizers: ALIGN 1 (odd K), masked K tail, split K with column-major B, f16 C
+# small problems for the sanitizers: 4-byte register copies (K odd: ALIGN 2 now) with bf16 C, the 2-byte ones
+# (ALIGN 1), masked K tail, split K with column-major B, f16 C, and odd K and N (row-major B, the N edge, bf16 C)
 SANITIZE = [
     ({}, {"M": 130, "N": 136, "K": 45, "beta": 0.5}),
+    ({}, {"M": 130, "N": 136, "K": 45, "beta": 0.5, "dtype": "bf16", "c_dtype": "bf16"}),
+    ({"ALIGN": 1}, {"M": 130, "N": 136, "K": 45, "beta": 0.5}),
     ({"BM": 128, "BN": 128, "STAGES": 3}, {"M": 300, "N": 264, "K": 104, "dtype": "bf16"}),
     (
         {"BM": 64, "BN": 64, "WM": 32, "WN": 32, "SPLIT_K": 2},
         {"M": 64, "N": 200, "K": 512, "b_layout": "col"},
     ),
     ({}, {"M": 256, "N": 128, "K": 96, "c_dtype": "f16", "alpha": 0.5}),
+    ({"STAGES": 3}, {"M": 200, "N": 131, "K": 1023, "dtype": "bf16", "c_dtype": "bf16"}),
 ]
 MMA_REGS = r"""
 extern "C" __global__ void __launch_bounds__(256, 1) mma_regs(float* out, int iters) {
@@ -93,14 +97,192 @@ def variants_of(spec: str, arch: str | None = None) -> dict:
     return out
 
 
-def build(specs: list[str], arch: str) -> None:
+def build(specs: list[str], arch: str, run6: bool = False) -> None:
     from smemtile.gpu.run import compile_config
 
-    for spec in specs:
-        for name, cfg in variants_of(spec, arch).items():
-            r = compile_config(cfg)
-            res = next(iter(r.resources.values()))
-            print(f"{spec} [{name}] NVRTC {r.nvrtc_version}: {res}")
+    todo = [(spec, name, cfg) for spec in specs for name, cfg in variants_of(spec, arch).items()]
+    if run6:
+        todo += [(c["case"], name, cfg) for c in run6_cases(arch) for name, cfg in c["configs"].items()]
+        todo += [("sanitize", str(problem), cfg) for (params, problem), cfg in zip(SANITIZE, sanitize_configs(arch),
+                                                                                   strict=True)]  # fmt: skip
+    for case, name, cfg in todo:
+        r = compile_config(cfg)
+        res = next(iter(r.resources.values()))
+        print(f"{case} [{name}] NVRTC {r.nvrtc_version}: {res}")
+
+
+# ---- run 6 (issue 19 phase 3): every case from `smemtile tiles`, ranked by this commit's model ---------------------
+# (M, N, K, dtypes, tiles ranks timed besides #1, variants of #1): the square picks with 3 stages beside them (the
+# model's depth rule) and bf16 C; the skinny pick beside the next BN-128 tile and the two best split-K candidates
+# (one of them phase 1's 64x128x64 w4 s4 SPLIT_K 2); the odd-K pick through the 4-byte copies (ALIGN 2, the
+# family's choice now) beside the 2-byte ones (ALIGN 1, phase 1's 0.70x) and the 2-blocks/SM runner-up.
+RUN6 = [
+    (4096, 4096, 4096, ("f16", "bf16"), "square"),
+    (8192, 8192, 8192, ("f16", "bf16"), "square"),
+    (64, 8192, 4096, ("f16", "bf16"), "skinny"),
+    (4095, 4097, 1023, ("f16", "bf16"), "odd"),
+]
+
+
+def _tiles_config(p, s, total: int, arch: str):
+    """The configuration `smemtile tiles ... --format yaml` writes for candidate ``s``, resolved as verify does."""
+    from smemtile.families import reconfigure
+    from smemtile.pipeline.fixes import variants
+    from smemtile.pipeline.specs import resolve
+    from smemtile.pipeline.tiles import spec_doc
+
+    cfg = variants(resolve(spec_doc(p, s, total)))["fixed"]
+    return reconfigure(cfg, arch=arch)
+
+
+def run6_cases(arch: str = "sm_90") -> list[dict]:
+    """Every configuration run 6 times, named by its tiles rank (one compile per name expression)."""
+    from smemtile.families import reconfigure
+    from smemtile.pipeline.tiles import recommend
+
+    out = []
+    for m, n, k, dtypes, kind in RUN6:
+        for dt in dtypes:
+            r = recommend(m, n, k, dt, "sm_90")
+            total = len(r.ranked)
+            top = r.ranked[0]
+            pick = _tiles_config(r.problem, top, total, arch)
+            cfgs = {f"pick #1 {top.cfg.label}": pick}
+            if kind == "square":
+                cfgs["pick, 3 stages"] = reconfigure(pick, params={"STAGES": 3})
+                if dt == "bf16" and m == 4096:
+                    cfgs["pick, bf16 C"] = reconfigure(pick, problem={"c_dtype": "bf16"})
+            elif kind == "skinny":
+                more = [s for s in r.ranked[1:] if s.cfg.bn >= 128 and s.cfg.split_k == 1][:1]
+                more += [s for s in r.ranked if s.cfg.split_k > 1][:1]
+                more += [s for s in r.ranked if s.cfg.label == "64x128x64 w4 s4 g8 splitk2"]
+                for s in more:
+                    cfgs.setdefault(f"#{s.rank} {s.cfg.label}", _tiles_config(r.problem, s, total, arch))
+            else:
+                cfgs["pick, ALIGN 1"] = reconfigure(pick, params={"ALIGN": 1})
+                s = r.ranked[1]
+                cfgs[f"#{s.rank} {s.cfg.label}"] = _tiles_config(r.problem, s, total, arch)
+            out.append({"case": f"{m}x{n}x{k} {dt}", "shape": [m, n, k], "dtype": dt, "configs": cfgs,
+                        "ranks": {f"#{s.rank} {s.cfg.label}": {"tflops_predicted": s.tflops, "reason": s.reason}
+                                  for s in r.ranked[:3]}})  # fmt: skip
+    return out
+
+
+# ---- calibration of the tile model's hgemm factors (CPU, from the recorded runs) --------------------------------
+PHASE1 = (
+    ROOT / "bench/results/hgemm_h200.json"
+)  # run 3 (commit 10517bf): 13 tilings, stages 3-5, skinny, split K
+PHASE2 = ROOT / "bench/results/hgemm_family_h200.json"  # runs 4-5: the family's picks, 3 vs 4 stages
+
+
+def _square_times() -> dict:
+    """{(source, shape, dtype, BM, BN, MIN_BLOCKS): {(BK, STAGES): median ms}} of the swizzled square runs."""
+    groups: dict = {}
+    for e in json.loads(PHASE1.read_text())["entries"]:
+        q = e["params"]
+        if len(set(e["shape"])) != 1 or q["layout"] != "swizzle" or q["group_m"] != 8 or q["b_col"]:
+            continue
+        key = ("run3", tuple(e["shape"]), e["dtype"], q["bm"], q["bn"], q["min_blocks"])
+        groups.setdefault(key, {})[(q["bk"], q["stages"])] = e["ours"]["median_ms"]
+    fam = json.loads(PHASE2.read_text())
+    for run in ("run4", "run5"):
+        for row in fam[run]["bench"]:
+            for o in row["ours"].values():
+                if o["c_dtype"] != "f32":
+                    continue
+                args = [x.strip() for x in o["name_expression"].split("<", 1)[1].rstrip(">").split(",")]
+                bm, bn, bk, stages, mb = (int(args[i]) for i in (3, 4, 5, 8, 11))
+                key = (run, tuple(row["shape"]), row["dtype"], bm, bn, mb)
+                groups.setdefault(key, {})[(bk, stages)] = o["median_ms"]
+    return groups
+
+
+def _skinny_points() -> list[tuple]:
+    """(dtype, TileConfig, measured ms) of phase 1's 64 x 8192 x 4096 runs whose warp split is the model's."""
+    from smemtile.families.hgemm.tiles import warp_tile
+    from smemtile.model.tiling import TileConfig
+
+    out = []
+    for e in json.loads(PHASE1.read_text())["entries"]:
+        q = e["params"]
+        if e["shape"] != [64, 8192, 4096]:
+            continue
+        warps = (q["bm"] // q["wm"]) * (q["bn"] // q["wn"])
+        if warp_tile(q["bm"], q["bn"], warps) != (q["wm"], q["wn"]):
+            continue  # the model scores every tile with its own warp split
+        c = TileConfig(q["bm"], q["bn"], q["bk"], warps, q["stages"], q["group_m"], split_k=q["split_k"])
+        out.append((e["dtype"], c, e["ours"]["median_ms"]))
+    return out
+
+
+def _predict(cal: dict, dtype: str, shape, c) -> float:
+    """The tile model's predicted ms for one configuration under the calibration ``cal``."""
+    from smemtile.families import FAMILIES
+    from smemtile.families.hgemm.tiles import Contract
+    from smemtile.model.arch import get_arch
+    from smemtile.model.tiling import make_problem
+    from smemtile.model.tiling_model import evaluate
+
+    m, n, k = shape
+    contract = Contract(FAMILIES["hgemm"], get_arch("sm_90"), {"M": m, "N": n, "K": k})
+    contract.calibration = cal
+    scored, rejected = evaluate(make_problem(m, n, k, dtype, "sm_90", contract=contract), [c])
+    assert scored, rejected
+    return scored[0].time_s * 1e3
+
+
+def calibrate() -> dict:
+    """The factors of smemtile/families/hgemm/calibration_h200.yaml from the recorded runs: the relative speed
+    of each BK:STAGES against BK 32, 4 stages of the same tile and run (geometric mean); the L2 load latency
+    from the 3-stage runs (where the floor binds: t = rounds x K tiles x L / 2); the DRAM one fitted to phase
+    1's 64 x 8192 x 4096 runs (least squares in log time through the whole model); split K's atomics at the
+    sgemm calibration's measured fp32 atomic rate."""
+    import math
+    import statistics
+
+    from smemtile.model.tiling_model import load_calibration
+
+    groups = _square_times()
+    ratios: dict = {}
+    l2 = []
+    for (_src, shape, _dt, bm, bn, mb), t in groups.items():
+        ref = t.get((32, 4))
+        for (bk, st), ms in t.items():
+            if ref is not None:
+                ratios.setdefault(f"{bk}:{st}", []).append(ref / ms)
+            if (bk, st) == (32, 3) and mb == 1:
+                m, n, k = shape
+                rounds = math.ceil(math.ceil(m / bm) * math.ceil(n / bn) / 132)
+                l2.append(2 * ms * 1e3 / (rounds * k / bk))
+    stages = {key: statistics.geometric_mean(v) for key, v in sorted(ratios.items())}
+    top = max(stages.values())
+    stages = {key: round(v / top, 4) for key, v in stages.items()}
+    counts = {key: len(v) for key, v in sorted(ratios.items())}
+    stages["unmeasured"] = min(stages.values())
+    atom = load_calibration("sgemm_h200.json")
+    cal = {"stages": stages, "latency_us": {"l2": round(statistics.geometric_mean(l2), 3), "dram": 1.0},
+           "atom_gbps": round(atom["constants"]["atom_gbps"], 1), "gpu_key": "h200", "gpu": "NVIDIA H200",
+           "family": "hgemm", "file": "-"}  # fmt: skip
+    pts = _skinny_points()
+
+    def loss(lat: float) -> float:
+        c2 = {**cal, "latency_us": {**cal["latency_us"], "dram": lat}}
+        return sum(math.log(_predict(c2, dt, (64, 8192, 4096), c) / ms) ** 2 for dt, c, ms in pts)
+
+    grid = [round(0.5 + 0.05 * i, 2) for i in range(51)]
+    cal["latency_us"]["dram"] = min(grid, key=loss)
+    fit = [{"dtype": dt, "config": c.label, "measured_ms": ms, "model_ms": _predict(cal, dt, (64, 8192, 4096), c)}
+           for dt, c, ms in pts]  # fmt: skip
+    sq = []
+    for (src, shape, dt, bm, bn, mb), t in groups.items():
+        from smemtile.model.tiling import TileConfig
+
+        for (bk, st), ms in t.items():
+            c = TileConfig(bm, bn, bk, 8 if mb == 1 and bm * bn > 16384 else 4, st, 8)
+            sq.append({"source": src, "shape": shape, "dtype": dt, "config": c.label, "measured_ms": ms,
+                       "model_ms": _predict(cal, dt, shape, c)})  # fmt: skip
+    return {"calibration": cal, "stage_comparisons": counts, "l2_latency_points_us": l2, "skinny_fit": fit,
+            "square_fit": sq}  # fmt: skip
 
 
 # ---- GPU ----------------------------------------------------------------------------------------------------------
@@ -125,7 +307,7 @@ def operands(torch, cfg, seed: int = 0):
 
 def run_ours(torch, k, a, b, cfg):
     """Bind ours to a, b and a fresh C of c_dtype; (launch function, C tensor, column-major B storage)."""
-    cdt = {"f32": torch.float32, "f16": torch.float16}[cfg.problem["c_dtype"]]
+    cdt = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[cfg.problem["c_dtype"]]
     m, n = a.shape[0], b.shape[1]
     bb = b.t().contiguous() if cfg.problem["b_layout"] == "col" else b
     c = torch.full((m, n), float("nan"), device="cuda", dtype=cdt)
@@ -133,25 +315,32 @@ def run_ours(torch, k, a, b, cfg):
     return k.launch, c, bb
 
 
-def bench(specs: list[str], rounds: int) -> list[dict]:
+def bench(specs: list[str], rounds: int, run6: bool = False, out: Path | None = None) -> list[dict]:
     from smemtile.gpu.run import open_device
 
     torch = torch_setup()
     dev = open_device(torch.cuda.current_device())
     flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+    todo = [(spec, variants_of(spec, dev.arch_name), {}) for spec in specs]
+    if run6:
+        todo += [(c["case"], c["configs"], {"ranks": c["ranks"]}) for c in run6_cases(dev.arch_name)]
     rows = []
-    for spec in specs:
-        rows.append(bench_one(torch, dev, flush, spec, rounds))
+    for label, cfgs, extra in todo:
+        rows.append({**bench_configs(torch, dev, flush, label, cfgs, rounds), **extra})
+        print_table(rows[-1:], head=len(rows) == 1)
+        if out:  # after every case: a run cut short keeps what it measured
+            out.write_text(json.dumps(rows, indent=1))
         torch.cuda.empty_cache()
     return rows
 
 
-def bench_one(torch, dev, flush, spec: str, rounds: int) -> dict:
+def bench_configs(torch, dev, flush, label: str, cfgs: dict, rounds: int) -> dict:
+    """cuBLAS and every configuration of ``cfgs`` (one problem), checked against float64, then timed in
+    alternating rounds."""
     from smemtile.families import FAMILIES
     from smemtile.gpu.run import LoadedKernel
 
-    cfgs = variants_of(spec, dev.arch_name)
-    first = cfgs["pick"]
+    first = next(iter(cfgs.values()))
     fam = FAMILIES[first.family]
     a, b = operands(torch, first)
     m, n, kk = a.shape[0], b.shape[1], a.shape[1]
@@ -178,13 +367,15 @@ def bench_one(torch, dev, flush, spec: str, rounds: int) -> dict:
         written = bool(torch.isfinite(c).all())
         errs[name] = float((c.double() - ref).abs().max()) / scale if written else float("inf")
         info[name] = {"name_expression": fam.name_expression(cfg), "registers": k.registers,
-                      "local_bytes": k.local_bytes, "blocks_per_sm": k.driver_blocks,
-                      "c_dtype": cfg.problem["c_dtype"], "correct": written and errs[name] <= fam.tolerance}  # fmt: skip
+                      "local_bytes": k.local_bytes, "blocks_per_sm": k.driver_blocks, "align": fam.align(cfg),
+                      "split_k": cfg.params["SPLIT_K"], "c_dtype": cfg.problem["c_dtype"],
+                      "tolerance": fam.tolerance_for(cfg),
+                      "correct": written and errs[name] <= fam.tolerance_for(cfg)}  # fmt: skip
         fns[name] = launch
     st = {name: stats(ts) for name, ts in time_rounds(fns, torch, rounds, flush).items()}
     ref_name = min(("cuBLAS", "cuBLAS out=C"), key=lambda x: st[x]["median_ms"])
     ref_ms = st[ref_name]["median_ms"]
-    line = {"spec": spec, "shape": [m, n, kk], "dtype": first.problem["dtype"], "cublas_call": ref_name,
+    line = {"spec": label, "shape": [m, n, kk], "dtype": first.problem["dtype"], "cublas_call": ref_name,
             "cublas_tflops": flop / ref_ms / 1e9, "cublas": st[ref_name], "cublas_all": {
                 x: {**st[x], "tflops": flop / st[x]["median_ms"] / 1e9, "rel_err": errs[x]}
                 for x in fns if x.startswith("cuBLAS")}, "ours": {}}  # fmt: skip
@@ -197,8 +388,9 @@ def bench_one(torch, dev, flush, spec: str, rounds: int) -> dict:
     return line
 
 
-def print_table(rows: list[dict]) -> None:
-    print(f"{'case':<22} {'kernel':<16} {'TFLOP/s':>8} {'x cuBLAS':>8} {'spread':>7} {'rel err':>8} ok")
+def print_table(rows: list[dict], head: bool = True) -> None:
+    if head:
+        print(f"{'case':<22} {'kernel':<16} {'TFLOP/s':>8} {'x cuBLAS':>8} {'spread':>7} {'rel err':>8} ok")
     for r in rows:
         case = (
             f"{r['shape'][0]}^3 {r['dtype']}" if len(set(r["shape"])) == 1 else f"{r['shape']} {r['dtype']}"
@@ -206,7 +398,7 @@ def print_table(rows: list[dict]) -> None:
         print(f"{case:<22} {'cuBLAS':<16} {r['cublas_tflops']:8.1f} {1.0:8.3f} {r['cublas']['spread']:7.1%}")
         for name, o in r["ours"].items():
             print(f"{'':<22} {name:<16} {o['tflops']:8.1f} {o['ratio']:8.3f} {o['spread']:7.1%} "
-                  f"{o['rel_err']:8.1e} {'yes' if o['correct'] else 'NO'}")  # fmt: skip
+                  f"{o['rel_err']:8.1e} {'yes' if o['correct'] else 'NO'} {o['registers']} regs")  # fmt: skip
 
 
 def power(spec: str) -> dict:
@@ -249,18 +441,27 @@ def power(spec: str) -> dict:
     return out
 
 
+def sanitize_configs(arch: str) -> list:
+    from smemtile.families import FAMILIES, configure, reconfigure
+
+    fam = FAMILIES["hgemm"]
+    out = []
+    for params, problem in SANITIZE:
+        cfg = configure(fam, {**params, **problem}, {}, arch)
+        out.append(reconfigure(cfg, layouts=fam.default_layouts(cfg)))  # the kernel's swizzles
+    return out
+
+
 def sanitize() -> int:
     import numpy as np
 
-    from smemtile.families import FAMILIES, configure, reconfigure
+    from smemtile.families import FAMILIES
     from smemtile.gpu.run import LoadedKernel, open_device
 
     dev = open_device(0)
     fam = FAMILIES["hgemm"]
     bad = 0
-    for params, problem in SANITIZE:
-        cfg = configure(fam, {**params, **problem}, {}, dev.arch_name)
-        cfg = reconfigure(cfg, layouts=fam.default_layouts(cfg))  # the kernel's swizzles
+    for (_params, problem), cfg in zip(SANITIZE, sanitize_configs(dev.arch_name), strict=True):
         inputs = fam.make_inputs(cfg, np.random.default_rng(3))
         k = LoadedKernel(cfg, dev)
         try:
@@ -268,31 +469,42 @@ def sanitize() -> int:
         finally:
             k.close()
         bad += not chk.correct
-        print(
-            f"{fam.name_expression(cfg)} {problem}: correct={chk.correct} max_rel_error={chk.max_rel_error:.1e}"
-        )
+        print(f"{fam.name_expression(cfg)} {problem}: correct={chk.correct} max_rel_error={chk.max_rel_error:.1e} "
+              f"ALIGN {fam.align(cfg)}")  # fmt: skip
     return 1 if bad else 0
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("mode", choices=("bench", "power", "sanitize", "build"))
+    ap.add_argument("mode", choices=("bench", "power", "sanitize", "build", "calibrate"))
     ap.add_argument("specs", nargs="*")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--arch", default="sm_90")
+    ap.add_argument(
+        "--run6", action="store_true", help="the issue 19 phase 3 cases (tiles picks of this commit)"
+    )
     args = ap.parse_args()
     if args.mode == "build":
-        build(args.specs, args.arch)
+        build(args.specs, args.arch, args.run6)
         return 0
     if args.mode == "sanitize":
         return sanitize()
-    doc = bench(args.specs, args.rounds) if args.mode == "bench" else power(args.specs[0])
+    if args.mode == "calibrate":
+        doc = calibrate()
+        if args.json:
+            args.json.write_text(json.dumps(doc, indent=1, default=list))
+        print(json.dumps(doc["calibration"], indent=1))
+        for f in doc["skinny_fit"]:
+            print(f"{f['dtype']:5} {f['config']:<34} measured {f['measured_ms'] * 1e3:6.1f} us, model "
+                  f"{f['model_ms'] * 1e3:6.1f} us")  # fmt: skip
+        return 0
+    doc = (
+        bench(args.specs, args.rounds, args.run6, args.json) if args.mode == "bench" else power(args.specs[0])
+    )
     if args.json:
         args.json.write_text(json.dumps(doc, indent=1))
-    if args.mode == "bench":
-        print_table(doc)
-    else:
+    if args.mode != "bench":
         for name in ("ours", "cuBLAS", "mma_regs"):
             r = doc[name]
             print(f"{name:<9} {r.get('tflops', 0):7.1f} TFLOP/s at {r.get('sm_clock_mhz')} MHz, "

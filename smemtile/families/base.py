@@ -375,6 +375,10 @@ class Family:
         """The output array as numbers for the comparison (bf16 travels as raw bits: decoded here)."""
         return raw
 
+    def tolerance_for(self, cfg: KernelConfig) -> float:
+        """The check's tolerance for this configuration (``tolerance`` unless the output type changes it)."""
+        return self.tolerance
+
     # ---- shared --------------------------------------------------------------------------------------
     def defaults(self) -> dict[str, int]:
         return {p.name: p.default for p in self.params}

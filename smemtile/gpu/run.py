@@ -473,7 +473,7 @@ class LoadedKernel:
         self.launch()
         self.synchronize()
         got = self.fam.decode_output(self.cfg, self.output())
-        return compare(reference, got, self.fam.tolerance, exact=self.fam.exact)
+        return compare(reference, got, self.fam.tolerance_for(self.cfg), exact=self.fam.exact)
 
     def time(
         self,

@@ -38,6 +38,8 @@ MODEL_TEXT = {
     "eff": f"mma: min(1, warps/{MMA_W_SAT})**{MMA_X}, capped by Little's law on (stages-1) tiles in flight vs "
     f"{MEM_LATENCY_S * 1e9:.0f} ns",
     "inner": "mma cycles / max(mma cycles, ldmatrix + copy bytes at 128 B/clk/SM) per k step",
+    "family": "a generating family's own tiles (hgemm): x its measured BK / stages factor, t_sm >= rounds x K "
+    "tiles x latency / (stages-1) (L2, or DRAM below the ridge), + split K's atomics; the family's calibration file",
     "t_dram": "waves x (r*BM + c*BN) x K bytes in the GROUP_SIZE_M launch order, >= A+B; A+B <= L2/2: read once",
     "t_l2": "tiles x (BM+BN) x K bytes / L2 bandwidth (2.5x DRAM, assumed)",
     "padding": "useful MNK / (tiles rounded up to BM, BN, BK)",
@@ -72,6 +74,13 @@ def calibration_info(p: Problem) -> dict:
                  "and clock; expect more than the H200's held-out error")}  # fmt: skip
     d = load_calibration("triton_h200.json")
     nv = p.vendor == "nvidia"
+    fam = family_calibration(p)
+    if fam is not None:  # a family's own tiles with its measured factors (stages, load latency, split K)
+        same = p.gpu.key == fam["gpu_key"]
+        return {"model": f"tensor-core roofline x the {fam['family']} family's measured factors",
+                "file": fam["file"], "gpu": fam["gpu"], "sweeps": list(fam["sources"]), "commit": fam["commit"],
+                "date": fam["date"], "applies": same, "expected_error": fam["expected_error"] if same else
+                f"factors measured on the {fam['gpu']}, not this GPU: use them to order, not to promise"}  # fmt: skip
     if p.contract is not None:  # a family's own tiles: the roofline model alone
         return {"model": "tensor-core roofline (the generating family's tiles; no measured factors)",
                 "file": "smemtile/model/tiling_model.py", "gpu": p.gpu.name, "sweeps": [], "commit": "-",
@@ -364,6 +373,23 @@ def _dram_bytes(p: Problem, c: TileConfig, slots: int, group: int) -> float:
 USE_MEASURED = True  # bench/tune_h200.py turns it off while it fits the factors (no circularity)
 
 
+def family_calibration(p: Problem) -> dict | None:
+    """The generating family's measured factors for its own tensor-core tiles (``p.contract.calibration``: data
+    the family ships with its provenance, e.g. smemtile/families/hgemm/calibration_h200.yaml), or None.
+    Keys: ``stages`` (relative speed per "BK:STAGES", "unmeasured" for the rest), ``latency_us`` {l2, dram} (a
+    block's K tile takes at least latency / (STAGES - 1): Little's law on the tiles in flight), ``atom_gbps``
+    (split K's fp32 atomics into C)."""
+    if p.simt or p.vendor != "nvidia" or p.contract is None or not USE_MEASURED:
+        return None
+    return getattr(p.contract, "calibration", None)
+
+
+def family_stage_factor(fam: dict, c: TileConfig) -> float:
+    """The family's measured relative speed of BK and the pipeline depth (1.0: the fastest measured)."""
+    st = fam["stages"]
+    return float(st.get(f"{c.bk}:{c.stages}", st["unmeasured"]))
+
+
 def measured_eff(p: Problem, c: TileConfig) -> float:
     """sgemm: the tile's speed relative to the best on the fitting shapes (a tie-break only; 0.5 if never
     measured). Tensor-core tiles as Triton runs them (no family contract): measured / roofline-model TFLOP/s of
@@ -376,6 +402,9 @@ def measured_eff(p: Problem, c: TileConfig) -> float:
         rel = load_calibration("sgemm_h200.json").get("measured_tiles", {})
         key = f"{c.bm}x{c.bn}x{c.bk} {c.tm}x{c.tn}"
         return float(rel.get(f"{key} s{c.stages}", 0.99 * rel.get(key, 0.5)))
+    fam = family_calibration(p)
+    if fam is not None:
+        return family_stage_factor(fam, c)
     if p.contract is not None:
         return 1.0
     d = load_calibration("triton_h200.json")
@@ -437,6 +466,19 @@ def _score(p: Problem, c: TileConfig, r: dict, b: int, limiter: str, occ: float)
         full, rem = divmod(busiest, b)
         t_sm = full * b * t_tile / eff(b) + (rem * t_tile / eff(rem) if rem else 0.0)
         lat_eff = eff(min(b, busiest))
+        fam = family_calibration(p)
+        t_atom = 0.0
+        if fam is not None:
+            # the family's measured floor: a block has STAGES-1 K tiles in flight, each waits the load latency
+            # (L2-resident operands, or streamed from DRAM when the problem is below the ridge)
+            stream = p.flops / dram < ridge
+            floor = kt * fam["latency_us"]["dram" if stream else "l2"] * 1e-6 / max(c.stages - 1, 1)
+            rounds_t = full * max(b * t_tile / eff(b), floor) + (
+                max(rem * t_tile / eff(rem), floor) if rem else 0.0
+            )
+            lat_eff *= t_sm / rounds_t
+            t_sm = rounds_t
+            t_atom = 2 * p.m * p.n * 4 * z / (fam["atom_gbps"] * 1e9) if z > 1 else 0.0
         parts = {"compute": t_sm, "dram": t_dram, "l2": t_l2}
         bound = max(parts, key=parts.get)
         # Overlap is imperfect: OVERLAP of the non-binding times shows through (favours high-intensity tiles).
@@ -445,6 +487,7 @@ def _score(p: Problem, c: TileConfig, r: dict, b: int, limiter: str, occ: float)
             + OVERLAP * (sum(parts.values()) - parts[bound])
             + LAUNCH_S
             + (LAUNCH_S if z > 1 else 0)
+            + t_atom
         )
     intensity = p.flops / dram
     if bound == "compute" and intensity < ridge:
@@ -497,9 +540,12 @@ def explain(s: Scored, top: Scored, p: Problem, ranked: list[Scored] | None = No
     head = f"{_bound_text(s)}, {s.waves:.2f} waves ({s.wave_eff:.0%} full), {s.blocks_per_sm} blk/{unit} ({s.limiter})"
     if c.split_k > 1:
         head += f", split K {c.split_k} fills the {unit}s"
+    fam = family_calibration(p)
     if not p.simt and p.vendor == "nvidia" and p.contract is None:
         head += (f", Triton measured {s.measured_eff:.2f}x the roofline model for {c.bm}x{c.bn}, BK {c.bk}, "
                  f"{c.stages} stages, {c.warps} warps")  # fmt: skip
+    elif fam is not None:
+        head += f", BK {c.bk} / {c.stages} stages: {fam['family']} measured {s.measured_eff:.3f}x the fastest depth"
     if s.hint:
         head += f"; {s.hint}"
     if s.cfg == top.cfg:
@@ -509,6 +555,9 @@ def explain(s: Scored, top: Scored, p: Problem, ranked: list[Scored] | None = No
         why = (
             "measured faster on the H200" if s.measured_eff < top.measured_eff else "fewer stages / less smem"
         )
+        if fam is not None and s.measured_eff < top.measured_eff:
+            why = (f"BK {top.cfg.bk} / {top.cfg.stages} stages measured faster: {top.measured_eff:.3f} vs "
+                   f"{s.measured_eff:.3f}, {fam['family']} on the {fam['gpu']}")  # fmt: skip
         return f"ties #1 (within 0.5% predicted); below it by the tie rule ({why} wins)"
     tile = (
         f"{c.tm}x{c.tn} register tile" if c.tm else f"{s.threads // (64 if p.vendor == 'amd' else 32)} warps"
@@ -522,6 +571,8 @@ def explain(s: Scored, top: Scored, p: Problem, ranked: list[Scored] | None = No
                     f"{c.stages} vs {top.cfg.stages} stages)"),
         "inner": (top.inner_eff / s.inner_eff, f"inner loop {s.inner_eff:.0%} vs {top.inner_eff:.0%} ({tile})"),
         "measured": (top.measured_eff / s.measured_eff if not p.simt else 1.0,
+                     f"BK {c.bk} / {c.stages} stages: {fam['family']} measured {s.measured_eff:.3f}x vs "
+                     f"{top.measured_eff:.3f}x for #1 (BK {top.cfg.bk} / {top.cfg.stages} stages)" if fam else
                      f"BK {c.bk} / {c.stages} stages / {c.warps} warps: Triton measured {s.measured_eff:.2f}x the "
                      f"roofline vs {top.measured_eff:.2f}x for #1"),
         "padding": (top.pad_eff / s.pad_eff, f"{1 - s.pad_eff:.0%} of the computed tiles is padding"),

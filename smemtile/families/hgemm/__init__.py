@@ -5,13 +5,15 @@ Spec (YAML)::
     arch: sm_90
     tile: {BM: 256, BN: 128, BK: 32, WM: 64, WN: 64}   # any parameter below; the rest take their defaults
     stages: 4
-    kernel: {family: hgemm, M: 4096, N: 4096, K: 4096, dtype: bf16}   # c_dtype f32|f16, b_layout row|col
+    kernel: {family: hgemm, M: 4096, N: 4096, K: 4096, dtype: bf16}   # c_dtype f32|f16|bf16, b_layout row|col
     buffers:                                                            # optional: the layouts
       - {name: As, dtype: bf16, shape: [BM, BK], layout: {swizzle: [2, 3, 3]}, stages: 4}
       - {name: Bs, dtype: bf16, shape: [BK, BN], layout: {swizzle: [3, 3, 4]}, stages: 4}
 
 A (M x K) is row-major; B is K x N row-major (``b_layout: row``, read with ``ldmatrix.trans``) or column-major
-(``b_layout: col``: element (k, n) at B[n * K + k], Bs holds [BN][BK]); C is M x N row-major, fp32 or fp16.
+(``b_layout: col``: element (k, n) at B[n * K + k], Bs holds [BN][BK]); C is M x N row-major, fp32, fp16 or
+bf16 (bf16 arrays travel as raw bits: ``make_inputs`` and ``decode_output``; checked at 4e-3, half a bf16 ulp
+being 2e-3 of a value, :meth:`Hgemm.tolerance_for`).
 Warp w owns the WM x WN warp tile at ((w // (BN/WN)) * WM, (w % (BN/WN)) * WN): WM/16 x WN/8 mma.sync.m16n8k16
 tiles. Per K tile of BK: 16-byte ``cp.async.cg`` copies fill one slot of a STAGES-deep ring; per k16 step every
 warp loads its fragments with ``ldmatrix.x4`` (double-buffered over the k16 steps) and issues the mma.sync.
@@ -31,8 +33,10 @@ copies and the ldmatrix phases are then conflict-free with no padding. These are
 (:meth:`Hgemm.default_layouts`, the kernel's own template defaults and what ``smemtile tiles`` emits; measured
 3.2x faster than dense rows and 6 % faster than 8 elements of padding on the H200, bench/NOTES.md). A spec that
 lists a buffer without ``layout:`` gets it dense: ``smemtile analyze`` then shows the conflicts and the fix.
-Without 16-byte alignment (ALIGN 1: K, or N for row-major B, not a multiple of 8) the copies are 2-byte global
-loads through registers and ``st.shared.v4`` (the same shared addresses, op ``store``).
+Without 16-byte alignment (K, or N for row-major B, not a multiple of 8) the copies go through registers and
+``st.shared.v4`` (the same shared addresses, op ``store``): ALIGN 2 (the family's choice) reads each chunk as
+4-byte words (a 2 mod 4 chunk: two 2-byte loads around three words, funnel-shifted) and issues a K tile's loads
+before its stores; ALIGN 1 (phase 1's path) reads 2-byte elements, one chunk at a time.
 
 Launch: grid = (ceil(M/BM) * ceil(N/BN) in GROUP_M order, 1, SPLIT_K), block = (BM/WM) * (BN/WN) * 32 threads;
 shared memory always dynamic: STAGES * (BM*(BK + pad_As) + Bs rows * (Bs cols + pad_Bs)) * 2 bytes (the launch
@@ -41,8 +45,8 @@ when beta = 0) and the K slices add alpha * A_z @ B_z into C with fp32 atomics (
 
 Defaults: 256 x 128 x 32, 8 warps of 64 x 64, 4 stages (the fastest of 13 tilings measured on the H200,
 bench/NOTES.md, issue 19); MIN_BLOCKS from the register estimate of the tile model (1 for 8 warps of 64 x 64,
-2 for 4); ALIGN 0 picks 8 when the problem allows 16-byte copies, else 1. C in bf16 (the kernel's TC = bf16) is
-not offered: smemtile's checker reads bf16 arrays as raw bits, so it could not verify it.
+2 for 4); ALIGN 0 picks 8 when the problem allows 16-byte copies, else 2. ``smemtile tiles`` ranks the family's
+tiles with its measured factors (``calibration_h200.yaml``: depth, load latency, split K; see tiles.py).
 """
 
 from __future__ import annotations
@@ -63,7 +67,7 @@ from smemtile.model.arch import Arch
 from smemtile.model.layout import Layout, Swizzle
 
 T_CTYPES = {"f16": "smemtile::f16", "bf16": "smemtile::bf16"}
-C_CTYPES = {"f32": "float", "f16": "smemtile::f16"}
+C_CTYPES = {"f32": "float", "f16": "smemtile::f16", "bf16": "smemtile::bf16"}
 CHUNK = 8  # elements per 16-byte copy (2-byte elements)
 
 
@@ -115,8 +119,9 @@ class Hgemm(GemmFamily):
               lo=1, hi=64),
         Param("MIN_BLOCKS", 1, "__launch_bounds__ minimum blocks per SM (caps registers); default from the "
               "register estimate and shared memory", (1, 2, 3, 4)),
-        Param("ALIGN", 0, "copies: 8 = 16-byte cp.async (K and ldb multiples of 8), 1 = 2-byte loads through "
-              "registers (any size), 0 = 8 when the problem allows it, else 1", (0, 1, 8)),
+        Param("ALIGN", 0, "copies: 8 = 16-byte cp.async (K and ldb multiples of 8), 2 = 4-byte loads through "
+              "registers, a tile's loads before its stores (any size), 1 = 2-byte loads, a chunk at a time (any "
+              "size), 0 = 8 when the problem allows it, else 2", (0, 1, 2, 8)),
     )  # fmt: skip
     problem_keys = (
         ProblemKey("M", 4096, "rows of A and C"),
@@ -141,14 +146,17 @@ class Hgemm(GemmFamily):
     )
     smem_kind = "dynamic"  # extern __shared__ always (smem_split)
     # max |C - ref| / max |ref|: fp16 C rounds to 11 bits (half an ulp is 4.9e-4 of a value); fp32 C measured
-    # ~1e-6 (exact products, fp32 sums; bench/NOTES.md)
+    # ~1e-6 (exact products, fp32 sums; bench/NOTES.md); bf16 C rounds to 8 bits (half an ulp: 2^-9 = 2.0e-3 of a
+    # value): TOLERANCE_BF16_C (tolerance_for)
     tolerance = 1e-3
+    TOLERANCE_BF16_C = 4e-3
     test_sizes = (
         {"M": 256, "N": 128, "K": 64},
         {"M": 257, "N": 131, "K": 77, "beta": 0.5},
         {"M": 1000, "N": 1000, "K": 333, "alpha": 0.75, "beta": -1.25, "dtype": "bf16"},
         {"M": 33, "N": 4, "K": 1, "b_layout": "col"},
         {"M": 512, "N": 384, "K": 1024, "c_dtype": "f16"},
+        {"M": 300, "N": 264, "K": 1023, "beta": 0.5, "dtype": "bf16", "c_dtype": "bf16"},
     )
     bench_sizes = ({"M": 4096, "N": 4096, "K": 4096}, {"M": 8192, "N": 8192, "K": 8192},
                    {"M": 64, "N": 8192, "K": 4096}, {"M": 4095, "N": 4097, "K": 1023})  # fmt: skip
@@ -172,9 +180,10 @@ class Hgemm(GemmFamily):
 
     def align(self, cfg: KernelConfig) -> int:
         """The kernel's ALIGN: 8 (16-byte cp.async) needs lda = K and ldb (N row-major, K column-major) to be
-        multiples of 8 elements; ALIGN 0 picks it when the problem allows."""
+        multiples of 8 elements; ALIGN 0 picks it when the problem allows, else 2 (4-byte loads through registers,
+        any alignment; bench/NOTES.md, issue 19 phase 3)."""
         a = cfg.params["ALIGN"]
-        return a if a else (8 if self.aligned_problem(cfg) else 1)
+        return a if a else (8 if self.aligned_problem(cfg) else 2)
 
     def aligned_problem(self, cfg: KernelConfig) -> bool:
         ldb = cfg.problem["K"] if self.b_col(cfg) else cfg.problem["N"]
@@ -288,7 +297,8 @@ class Hgemm(GemmFamily):
         col = self.b_col(cfg)
         vec = self.align(cfg) == 8
         op = "cp.async" if vec else "store"
-        how = "16-byte cp.async.cg" if vec else "2-byte global loads, one st.shared.v4 (ALIGN 1)"
+        how = ("16-byte cp.async.cg" if vec else "4-byte global loads, one st.shared.v4 (ALIGN 2)"
+               if self.align(cfg) == 2 else "2-byte global loads, one st.shared.v4 (ALIGN 1)")  # fmt: skip
         ca = "(tid + i*THREADS)"
         a_row, a_col = f"{ca} // (BK//8)", f"({ca} % (BK//8)) * 8"
         a_copy = {"name": "A_copy", "buffer": "As", "op": op, "width": 16, "role": "copy", "row": a_row,
@@ -349,8 +359,8 @@ class Hgemm(GemmFamily):
             return _bf16_bits(x) if dt == "bf16" else x.astype(np.float16)
 
         c = rng.standard_normal((m, n), dtype=np.float32)
-        return {"A": operand((m, k)), "B": operand((n, k) if self.b_col(cfg) else (k, n)),
-                "C": c if cdt == "f32" else c.astype(np.float16)}  # fmt: skip
+        cc = {"f32": c, "f16": c.astype(np.float16), "bf16": _bf16_bits(c)}[cdt]
+        return {"A": operand((m, k)), "B": operand((n, k) if self.b_col(cfg) else (k, n)), "C": cc}
 
     def reference(self, cfg: KernelConfig, inputs: dict[str, np.ndarray]) -> np.ndarray:
         """float64 of the fp16/bf16 inputs (exactly the values the kernel multiplies)."""
@@ -359,7 +369,15 @@ class Hgemm(GemmFamily):
         if self.b_col(cfg):
             b = b.T
         q = cfg.problem
-        return gemm_reference(a, b, inputs["C"], float(q["alpha"]), float(q["beta"]))
+        c = to_float64(inputs["C"], q["c_dtype"]) if "C" in inputs else None
+        return gemm_reference(a, b, c, float(q["alpha"]), float(q["beta"]))
+
+    def decode_output(self, cfg: KernelConfig, raw: np.ndarray) -> np.ndarray:
+        """C as numbers: bf16 C travels as raw bits."""
+        return to_float64(raw, "bf16") if cfg.problem["c_dtype"] == "bf16" else raw
+
+    def tolerance_for(self, cfg: KernelConfig) -> float:
+        return self.TOLERANCE_BF16_C if cfg.problem["c_dtype"] == "bf16" else self.tolerance
 
     def one_block_reason(self, cfg: KernelConfig, occ: dict) -> str | None:
         p = cfg.params

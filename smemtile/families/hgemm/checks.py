@@ -4,7 +4,7 @@ commit_group        cp.async.commit_group count in the PTX (prologue + K loops)
 wait_group          every cp.async.wait_group N in the K loops is STAGES-2 (STAGES-1 tiles in flight), 0 drains
 barrier_after_wait  a bar.sync follows every wait_group before the next ld.shared / ldmatrix
 ring_index          n/a: the slot offsets live in registers (a stale slot is a wrong result: verify)
-copy_alignment      ALIGN 8: 16-byte cp.async.cg in the PTX and lda = K, ldb multiples of 8 elements
+copy_alignment      ALIGN 8: 16-byte cp.async.cg in the PTX and lda = K, ldb multiples of 8 elements (ALIGN 2, 1: n/a)
 mma_fragments       ldmatrix.x4 (.trans for row-major B) and mma.sync.m16n8k16 of the problem's dtype
 swizzle_proof       every copy and fragment access at its ideal wavefronts under the buffers' layouts
 """
@@ -66,9 +66,15 @@ def _from_ptx(fam, cfg: KernelConfig, ptx: str) -> list[Item]:
                           "bases are 256-byte aligned; a misaligned pointer makes the kernel write NaN tiles, "
                           "never fault)"))  # fmt: skip
     else:
+        how = (
+            "4-byte global loads through registers (a chunk that starts 2 mod 4 bytes: two 2-byte loads "
+            "around three words)"
+            if fam.align(cfg) == 2
+            else "2-byte global loads through registers"
+        )
         items.append(Item("copy_alignment", TEXT["copy_alignment"], NA,
-                          "ALIGN 1: K or ldb is not a multiple of 8, so the copies are 2-byte global loads "
-                          "through registers (any alignment)"))  # fmt: skip
+                          f"ALIGN {fam.align(cfg)}: K or ldb is not a multiple of 8, so the copies are {how}: any "
+                          "alignment, every load inside its chunk"))  # fmt: skip
     dt = cfg.problem["dtype"]
     mma = re.search(rf"mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.{dt}\.{dt}\.f32", ptx)
     trans = not fam.b_col(cfg)

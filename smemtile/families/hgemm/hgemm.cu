@@ -16,8 +16,9 @@
 //   SPLIT_K      K slices (blockIdx.z), fp32 atomics into C (TC = float only)
 //   MIN_BLOCKS   __launch_bounds__ minimum blocks per SM (registers <= 65536 / (THREADS * MIN_BLOCKS))
 //   ALIGN        8: 16-byte cp.async copies, needs lda, ldb % 8 == 0 and 16-byte aligned A, B (else the kernel
-//                writes NaN to its C tiles instead of faulting); 1: any lda, ldb, alignment (2-byte loads through
-//                registers: correct, slow)
+//                writes NaN to its C tiles instead of faulting); 2: any lda, ldb, alignment: 4-byte loads through
+//                registers (fetch8_words), every load of a K tile issued before its shared stores; 1: any, 2-byte
+//                loads, one chunk at a time (the first unaligned path: correct, slowest)
 //   PAD_A, SWZ_A_B/M/S, PAD_B, SWZ_B_B/M/S: the SmemTile layouts of As and Bs (defaults: the conflict-free
 //                swizzles below; PAD % 8 == 0, swizzle M >= 3 so that 16-byte granules stay whole)
 //
@@ -38,7 +39,7 @@
 // Global sources of the copies: A chunk (row r, column c) of K tile kt reads A[(m0 + r) * lda + kt*BK + c]; rows
 // past M are clamped to row M-1 (B_COL: rows past N to N-1), whose values only reach accumulators that are never
 // stored; B row-major chunks keep their columns below N (zero-filled beyond). Every address stays inside the
-// operands. Full K tiles take unmasked copies; the partial last one (and ALIGN 1) the masked ones.
+// operands. Full K tiles take unmasked copies; the partial last one (and every tile with ALIGN 1) the masked ones.
 //
 // ---- Shared-memory accesses: lane -> (row, col), elements of 2 bytes (smemtile spec expressions) -------------------
 // Notation: tid = threadIdx.x, lane = tid % 32, warp = tid / 32, THREADS, WARPS_N = BN/WN.
@@ -58,7 +59,7 @@
 //   B fragments, B_COL (ldmatrix.x4), nj, kk:                 Bs  row = (warp % WARPS_N)*WN + nj*16 + lane % 8
 //                                                                       + (lane // 16) * 8                  (n)
 //                                                                 col = kk*16 + ((lane // 8) % 2) * 8         (k)
-//   (ALIGN 1: the same chunks, written by st.shared.v4 from registers instead of cp.async.)
+//   (ALIGN 1 and 2: the same chunks, written by st.shared.v4 from registers instead of cp.async.)
 // The epilogue does not touch shared memory. Lane l of an ldmatrix.x4 gives the row address of matrix l // 8,
 // row l % 8; the four matrices are a0..a3 of mma's A operand, or b0, b1 of the n8 tiles 2nj and 2nj+1.
 // smemtile/families/hgemm/__init__.py (Hgemm.accesses) holds these as spec expressions, the family's one copy.
@@ -223,6 +224,38 @@ __device__ __forceinline__ void cp_async_wait() {
 __device__ __forceinline__ void st_shared_v4(unsigned dst, unsigned a, unsigned b, unsigned c, unsigned d) {
     asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
 }
+// One 16-byte chunk of 8 elements through registers (ALIGN 1 and 2): the first n elements at p, zeros beyond,
+// as the four 32-bit words of st.shared.v4 (the first element in the low half). fetch_masked: 2-byte loads.
+__host__ __device__ __forceinline__ void fetch_masked(const unsigned short* p, int n, unsigned (&w)[4]) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+        const unsigned lo = 2 * e < n ? p[2 * e] : 0u;
+        const unsigned hi = 2 * e + 1 < n ? p[2 * e + 1] : 0u;
+        w[e] = lo | (hi << 16);
+    }
+}
+// fetch8_words (ALIGN 2): all 8 elements valid, p only 2-byte aligned (odd leading dimensions). A 4-byte aligned
+// p takes four 4-byte loads; otherwise (p = 2 mod 4) the element before and after three aligned words are 2-byte
+// loads and the words are funnel-shifted into place:
+//     p = 2 mod 4:   | h0 | x0 = e1 e2 | x1 = e3 e4 | x2 = e5 e6 | h4 |   ->  w = (e0 e1)(e2 e3)(e4 e5)(e6 e7)
+// Every load stays inside the chunk's 16 bytes (memcheck-clean at the ends of the arrays); in a warp the two
+// cases are predicated, not branched: 3 loads always, then 1 (aligned) or 2 (not) more.
+__host__ __device__ __forceinline__ void fetch8_words(const unsigned short* p, unsigned (&w)[4]) {
+    const bool mis = (reinterpret_cast<unsigned long long>(p) & 2) != 0;
+    const unsigned* q = reinterpret_cast<const unsigned*>(p + (mis ? 1 : 0));
+    const unsigned x0 = q[0], x1 = q[1], x2 = q[2];
+    unsigned x3 = 0u, h0 = 0u, h4 = 0u;
+    if (mis) {
+        h0 = p[0];
+        h4 = p[7];
+    } else {
+        x3 = q[3];
+    }
+    w[0] = mis ? h0 | (x0 << 16) : x0;
+    w[1] = mis ? (x0 >> 16) | (x1 << 16) : x1;
+    w[2] = mis ? (x1 >> 16) | (x2 << 16) : x2;
+    w[3] = mis ? (x2 >> 16) | (h4 << 16) : x3;
+}
 template <bool TRANS>
 __device__ __forceinline__ void ldsm_x4(unsigned addr, unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 750
@@ -382,9 +415,10 @@ hgemm(int M, int N, int K, float alpha, const T* __restrict__ A, int lda, const 
     static_assert(SPLIT_K == 1 || smemtile::same_type<TC, float>::value,
                   "SPLIT_K > 1 adds the K slices into C with fp32 atomics: C must be float");
     static_assert(MIN_BLOCKS >= 1, "MIN_BLOCKS (blocks per SM for __launch_bounds__) must be at least 1");
-    static_assert(ALIGN == 8 || ALIGN == 1,
-                  "ALIGN must be 8 (16-byte cp.async: lda, ldb % 8 == 0, A and B 16-byte aligned) or 1 (any "
-                  "leading dimension and alignment: 2-byte loads through registers, slow)");
+    static_assert(ALIGN == 8 || ALIGN == 2 || ALIGN == 1,
+                  "ALIGN must be 8 (16-byte cp.async: lda, ldb % 8 == 0, A and B 16-byte aligned), 2 (any leading "
+                  "dimension: 4-byte loads through registers, a tile's loads before its stores) or 1 (any: 2-byte "
+                  "loads, one chunk at a time)");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
     static_assert(__CUDA_ARCH__ >= 800, "hgemm needs sm_80 or newer (cp.async, bf16 mma.sync)");
 #endif
@@ -418,7 +452,7 @@ hgemm(int M, int N, int K, float alpha, const T* __restrict__ A, int lda, const 
 
     const int k_tiles = (K + BK - 1) / BK;
     if constexpr (ALIGN == 8) {
-        // The 16-byte copies need lda, ldb % 8 == 0 and 16-byte aligned A, B; the host picks ALIGN = 1 otherwise.
+        // The 16-byte copies need lda, ldb % 8 == 0 and 16-byte aligned A, B; the host picks ALIGN 2 otherwise.
         // A misuse is made visible without faulting: this block's C tile becomes NaN.
         const bool vec = ((lda | ldb) & 7) == 0 &&
                          ((reinterpret_cast<unsigned long long>(A) | reinterpret_cast<unsigned long long>(B)) & 15) == 0;
@@ -520,7 +554,7 @@ hgemm(int M, int N, int K, float alpha, const T* __restrict__ A, int lda, const 
             }
     };
 
-    // ---- main loop: 16-byte cp.async (ALIGN 8) or 2-byte loads through registers (ALIGN 1) ---------------
+    // ---- main loop: 16-byte cp.async (ALIGN 8) or loads through registers (ALIGN 2: 4-byte words, 1: 2-byte) ----
     {
         constexpr bool VEC = ALIGN == 8;
         // One 16-byte chunk: its first n elements, the rest zero-filled (src points inside the operand).
@@ -529,20 +563,47 @@ hgemm(int M, int N, int K, float alpha, const T* __restrict__ A, int lda, const 
                 smemtile::cp_async_16(dst, src, 2 * n);
             } else {
                 unsigned w[4];
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const unsigned lo = 2 * e < n ? src[2 * e] : 0u;
-                    const unsigned hi = 2 * e + 1 < n ? src[2 * e + 1] : 0u;
-                    w[e] = lo | (hi << 16);
-                }
+                smemtile::fetch_masked(src, n, w);
                 smemtile::st_shared_v4(dst, w[0], w[1], w[2], w[3]);
             }
         };
         // issue(k0, sa): the A and B chunks of the K tile at k0 into the stage at sa (As; Bs follows); then the
-        // source pointers move to the next tile. FULL: the tile lies inside K and the operands are 16-byte
-        // aligned, so no k masks (the common case; the compiler keeps the pass offsets in registers).
+        // source pointers move to the next tile. FULL: the tile lies inside K (and, ALIGN 8, the operands are
+        // 16-byte aligned), so no k masks (the common case; the compiler keeps the pass offsets in registers).
         auto issue = [&](const bool full, int k0, unsigned sa) {  // inlined with a constant `full`
             const int a_kvalid = full ? 8 : max(0, min(8, K - (k0 + a_col)));
+            if constexpr (ALIGN == 2) {
+                if (full) {
+                    // the tile's chunks in batches of COPY_BATCH: every load of a batch, then its shared stores
+                    // (one exposed load latency per batch, not per chunk; a batch's words fit the registers the
+                    // 64 x 64 warp tile leaves; bench/NOTES.md, issue 19 phase 3)
+                    constexpr int CHUNKS = A_ITERS + B_ITERS, COPY_BATCH = 6;
+#pragma unroll
+                    for (int c0 = 0; c0 < CHUNKS; c0 += COPY_BATCH) {
+                        unsigned w[COPY_BATCH][4];
+#pragma unroll
+                        for (int c = c0; c < min(CHUNKS, c0 + COPY_BATCH); ++c) {
+                            if (c < A_ITERS) {
+                                smemtile::fetch8_words(a_next + a_pass(c), w[c - c0]);
+                            } else if (B_COL || b_nvalid == 8) {
+                                smemtile::fetch8_words(b_next + b_pass(c - A_ITERS), w[c - c0]);
+                            } else {  // the N edge of row-major B: the valid columns, zeros beyond
+                                smemtile::fetch_masked(
+                                    b_nvalid ? b_next + b_pass(c - A_ITERS) : reinterpret_cast<const unsigned short*>(B),
+                                    b_nvalid, w[c - c0]);
+                            }
+                        }
+#pragma unroll
+                        for (int c = c0; c < min(CHUNKS, c0 + COPY_BATCH); ++c) {
+                            const unsigned dst = c < A_ITERS ? sa + 2 * a_dst_off(c) : sa + A_BYTES + 2 * b_dst_off(c - A_ITERS);
+                            smemtile::st_shared_v4(dst, w[c - c0][0], w[c - c0][1], w[c - c0][2], w[c - c0][3]);
+                        }
+                    }
+                    a_next += BK;
+                    b_next += b_tile;
+                    return;
+                }
+            }
 #pragma unroll
             for (int i = 0; i < A_ITERS; ++i) {
                 if (full) {
@@ -570,7 +631,7 @@ hgemm(int M, int N, int K, float alpha, const T* __restrict__ A, int lda, const 
             b_next += b_tile;
         };
         // tiles [0, full_tiles) take the unmasked copies
-        const int full_tiles = VEC ? K / BK : 0;
+        const int full_tiles = ALIGN != 1 ? K / BK : 0;
         auto issue_tile = [&](int t, unsigned sa) {
             if (t < full_tiles) {
                 issue(true, t * BK, sa);
@@ -596,17 +657,20 @@ hgemm(int M, int N, int K, float alpha, const T* __restrict__ A, int lda, const 
         auto tile = [&](const bool steady, int kt) {
 #pragma unroll
             for (int kk = 0; kk < KSTEPS; ++kk) {
-                // (the masked copies go first: their registers are free again before the fragments arrive)
+                // (copies through registers, and the masked ones, go first: their registers are free again before
+                // the fragments of step 1 arrive; 16-byte cp.async need none and go after them)
                 // (the last tile loads no fragments of a tile after it: `verify --ncu` counts every ldmatrix)
-                if (steady || (kk != 0 && (kk + 1 < KSTEPS || kt + 1 < k_tiles)))
-                    load_frags((kk + 1) & 1, smem0 + read_off, (kk + 1) % KSTEPS);
+                if (kk != 0 || (steady && ALIGN == 8)) {
+                    if (steady || kk + 1 < KSTEPS || kt + 1 < k_tiles)
+                        load_frags((kk + 1) & 1, smem0 + read_off, (kk + 1) % KSTEPS);
+                }
                 if (kk == 0) {
                     if (steady) {
                         issue(true, (kt + STAGES - 1) * BK, smem0 + write_off);
                     } else {
                         issue_tile(kt + STAGES - 1, smem0 + write_off);
-                        load_frags(1, smem0 + read_off, 1);
                     }
+                    if (!steady || ALIGN != 8) load_frags(1, smem0 + read_off, 1);
                     smemtile::cp_async_commit();
                     write_off = write_off + STAGE == RING ? 0 : write_off + STAGE;
                 }

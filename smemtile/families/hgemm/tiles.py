@@ -5,10 +5,29 @@ hgemm parameters with the warp tile the model itself assumes (:func:`warp_tile`,
 ``tiling_model._mma_resources``: the split of the warps whose WM + WN is smallest, taller on ties) and the
 kernel's conflict-free swizzles. ``tile_contract`` refuses what hgemm.cu's static_asserts refuse (BK 16, WN 8,
 uneven copies, ...), so every ranked candidate generates; ``tile_spec`` writes the spec `generate` and `verify`
-take, with MIN_BLOCKS = the blocks per SM the model counted on.
+take, with MIN_BLOCKS = the blocks per SM the model counted on and SPLIT_K (fp32 C) where the model split K.
+
+The contract also carries the family's measured factors (:func:`calibration`, ``calibration_h200.yaml``, data
+with provenance, written by ``bench/bench_hgemm_family.py calibrate``), which the tile model applies to these
+tiles only (smemtile.model.tiling_model.family_calibration):
+
+    factor              value (H200)                          from
+    BK:STAGES speed     32:4 1.0, 32:5 0.993, 64:4 0.989,     median times of the same tile, shape and run
+                        64:3 0.987, 32:3 0.965, others 0.965  (phase 1 run 3, phase 2 runs 4-5)
+    load latency        1.22 us (L2), 1.35 us (below ridge)   a K tile >= latency / (STAGES - 1): 3-stage runs;
+                                                              the 64x8192x4096 runs through the whole model
+    split K atomics     1776 GB/s                             the sgemm calibration's fp32 atomic rate
+
+With odd leading dimensions (the register copies) a BK 64+ tile beside 64 x 64 accumulators spills under ptxas
+13.0 (8-96 bytes measured here), so the contract leaves it out.
 """
 
 from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+
+import yaml
 
 from smemtile.errors import SpecError
 from smemtile.families.base import Candidate, KernelConfig
@@ -27,7 +46,16 @@ def tile_params(c) -> dict:
     """hgemm template parameters of a tile-model candidate (TileConfig)."""
     wt = warp_tile(c.bm, c.bn, c.warps)
     wm, wn = wt if wt else (16, 8)  # no split: the contract names the broken rule
-    return {"BM": c.bm, "BN": c.bn, "BK": c.bk, "WM": wm, "WN": wn, "STAGES": c.stages, "GROUP_M": c.group_m}
+    return {
+        "BM": c.bm,
+        "BN": c.bn,
+        "BK": c.bk,
+        "WM": wm,
+        "WN": wn,
+        "STAGES": c.stages,
+        "GROUP_M": c.group_m,
+        "SPLIT_K": c.split_k,
+    }
 
 
 def _config(fam, params: dict, problem: dict, arch: Arch, check: bool) -> KernelConfig:
@@ -40,28 +68,56 @@ def _config(fam, params: dict, problem: dict, arch: Arch, check: bool) -> Kernel
     return configure(fam, {**params, **problem}, layouts, arch, check=check)
 
 
-def tile_contract(fam, arch: Arch, problem: dict):
-    """``contract(tile) -> (broken rules, threads, smem bytes)`` for the tile model, or None where hgemm does not
-    run (before sm_80: the model then ranks its tiles alone)."""
-    if arch.cc < (8, 0):
-        return None
-    seen: dict[tuple, tuple] = {}
+CALIBRATION = "calibration_h200.yaml"
 
-    def contract(c):
+
+@cache
+def calibration() -> dict:
+    """hgemm's measured factors for the tile model (stages, load latency, split K's atomics), with provenance:
+    ``calibration_h200.yaml`` next to this file (written by ``bench/bench_hgemm_family.py calibrate``)."""
+    doc = yaml.safe_load(resources.files(__package__).joinpath(CALIBRATION).read_text())
+    return {**doc, "family": "hgemm", "file": f"smemtile/families/hgemm/{CALIBRATION}"}
+
+
+class Contract:
+    """``contract(tile) -> (broken rules, threads, smem bytes)`` for the tile model; ``calibration`` carries the
+    family's measured factors (smemtile.model.tiling_model.family_calibration reads it)."""
+
+    def __init__(self, fam, arch: Arch, problem: dict):
+        self.fam, self.arch, self.problem = fam, arch, problem
+        self.calibration = calibration()
+        self.seen: dict[tuple, tuple] = {}
+
+    def __call__(self, c):
         params = tile_params(c)
         key = tuple(v for k, v in params.items() if k != "GROUP_M")  # the block order breaks no rule
-        if key in seen:
-            return seen[key]
+        if key in self.seen:
+            return self.seen[key]
         try:
-            cfg = _config(fam, {**params, "MIN_BLOCKS": 1}, problem, arch, check=False)
-            bad = [f"hgemm: {b}" for b in fam.problems(cfg, accesses=False)]
+            cfg = _config(self.fam, {**params, "MIN_BLOCKS": 1}, self.problem, self.arch, check=False)
+            bad = [f"hgemm: {b}" for b in self.fam.problems(cfg, accesses=False)]
+            if (
+                not bad
+                and self.fam.align(cfg) != 8
+                and params["BK"] > 32
+                and params["WM"] * params["WN"] >= 4096
+            ):
+                bad = [f"hgemm: registers: the copies through registers (ALIGN {self.fam.align(cfg)}: K or ldb not a "
+                       f"multiple of 8) of BK {params['BK']} beside {params['WM']}x{params['WN']} accumulators spill "
+                       "(ptxas 13.0: 8-96 bytes); BK 32 does not"]  # fmt: skip
         except SpecError as e:
             bad = [f"hgemm: {e}"]
-        out = (bad, fam.threads(params), 0 if bad else fam.smem_bytes(cfg))
-        seen[key] = out
+        out = (bad, self.fam.threads(params), 0 if bad else self.fam.smem_bytes(cfg))
+        self.seen[key] = out
         return out
 
-    return contract
+
+def tile_contract(fam, arch: Arch, problem: dict):
+    """The tile model's contract (:class:`Contract`), or None where hgemm does not run (before sm_80: the model
+    then ranks its tiles alone)."""
+    if arch.cc < (8, 0):
+        return None
+    return Contract(fam, arch, problem)
 
 
 def tile_spec(fam, p, s) -> dict | None:
@@ -74,6 +130,8 @@ def tile_spec(fam, p, s) -> dict | None:
     cfg = _config(fam, params, {"M": p.m, "N": p.n, "K": p.k, "dtype": p.dtype}, arch, check=True)
     kernel = {"family": fam.name, "M": p.m, "N": p.n, "K": p.k, "dtype": p.dtype, "GROUP_M": params["GROUP_M"],
               "MIN_BLOCKS": params["MIN_BLOCKS"]}  # fmt: skip
+    if params["SPLIT_K"] > 1:  # the K slices add into fp32 C with atomics (the family's default c_dtype)
+        kernel["SPLIT_K"] = params["SPLIT_K"]
     return {
         "tile": {k: params[k] for k in ("BM", "BN", "BK", "WM", "WN")},
         "stages": params["STAGES"],
@@ -106,7 +164,15 @@ class Ranker:
 
         full = {**self.fam.defaults(), **params}
         warps = self.fam.threads(full) // 32
-        c = TileConfig(full["BM"], full["BN"], full["BK"], warps, full["STAGES"], full["GROUP_M"])
+        c = TileConfig(
+            full["BM"],
+            full["BN"],
+            full["BK"],
+            warps,
+            full["STAGES"],
+            full["GROUP_M"],
+            split_k=full["SPLIT_K"],
+        )
         label = f"{c.label} {full['WM']}x{full['WN']} mb{full['MIN_BLOCKS']}"
         ranked = self.by_label.get(c.label)
         same_warps = warp_tile(c.bm, c.bn, c.warps) == (full["WM"], full["WN"])
