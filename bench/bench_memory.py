@@ -473,35 +473,56 @@ def torch_setup():
     return torch
 
 
-def fit_transpose(results: Path, out: Path) -> dict:
-    """Fit smemtile/model/tiling_transpose.py's constants on the run's ``fit`` shapes; score the held-out ones."""
+def fit_transpose(results: list[Path], out: Path) -> dict:
+    """Fit smemtile/model/tiling_transpose.py's constants on the runs' ``fit`` shapes; score the held-out ones.
+
+    Several runs combine through their copies: each (shape, candidate) gets the median of its ratios to the copy
+    of the same run, and its time is the first run's copy time of that shape / that ratio (so one run's clock or
+    DRAM drift does not move the candidates it timed against the others)."""
     from smemtile.model import tiling_transpose as tt
 
-    doc = json.loads(results.read_text())
-    rows, copies, held = [], [], []
-    for case in doc["cases"]:
-        if case["family"] != "transpose" or case.get("role") not in ("fit", "held_out"):
-            continue
-        elem = tt.ELEM[case["problem"]["dtype"]]
-        cands = {tt.label(c) for c in tt.candidates(case["problem"]["dtype"])}
-        for r in case["configs"]:
-            if r["label"] not in cands or "median_ms" not in r:
+    docs = [json.loads(r.read_text()) for r in results]
+    doc = docs[0]
+    ratios: dict[tuple, list[float]] = {}
+    meta: dict[tuple, dict] = {}
+    copy_us: dict[str, float] = {}
+    shape_of: dict[str, dict] = {}
+    for d in docs:
+        for case in d["cases"]:
+            if case["family"] != "transpose" or case.get("role") not in ("fit", "held_out"):
                 continue
-            row = {"label": r["label"], "elem": elem, "rows": case["problem"]["rows"], "cols": case["problem"]["cols"],
-                   "time_us": r["median_ms"] * 1e3, "params": {k: r["params"][k] for k in tt.PARAMS},
-                   "ratio": r["ratio"], "case": case["case"]}  # fmt: skip
-            (rows if case["role"] == "fit" else held).append(row)
+            copy_us.setdefault(case["case"], case["copy"]["median_ms"] * 1e3)
+            shape_of.setdefault(case["case"], case)
+            cands = {tt.label(c) for c in tt.candidates(case["problem"]["dtype"])}
+            for r in case["configs"]:
+                if r["label"] in cands and "ratio" in r:
+                    ratios.setdefault((case["case"], r["label"]), []).append(r["ratio"])
+                    meta[(case["case"], r["label"])] = r
+    rows, copies, held = [], [], []
+    for (name, lab), rs in sorted(ratios.items()):
+        case, r = shape_of[name], meta[(name, lab)]
+        ratio = statistics.median(rs)
+        row = {"label": lab, "elem": tt.ELEM[case["problem"]["dtype"]], "rows": case["problem"]["rows"],
+               "cols": case["problem"]["cols"], "time_us": copy_us[name] / ratio, "ratio": ratio, "runs": len(rs),
+               "params": {k: r["params"].get(k, tt.DEFAULTS[k]) for k in tt.PARAMS}, "case": name}  # fmt: skip
+        (rows if case["role"] == "fit" else held).append(row)
+    for name, case in shape_of.items():
         if case["role"] == "fit":
-            copies.append((float(case["bytes"]), case["copy"]["median_ms"] * 1e3))
+            copies.append((float(case["bytes"]), copy_us[name]))
     fitted = tt.fit(rows)
     constants = fitted["constants"]
-    cal = {"what": "constants of the transpose model, smemtile.model.tiling_transpose (time = t0 + bytes / bw per "
-                   "candidate, edge-tile bytes / kappa per element size)",
+    cal = {"what": "constants of the transpose model, smemtile.model.tiling_transpose: per candidate time = t0 + "
+                   "(vector bytes + edge bytes / kappa + phi_line x line-misaligned run bytes + mu x sector-"
+                   "misaligned side bytes) / bw",
            "gpu": doc["versions"]["gpu"], "gpu_key": "h200", "sms": doc["versions"]["sm_count"], "archs": ["sm_90"],
-           "run": f"bench/results/{results.name}", "commit": doc.get("commit", ""), "date": doc["date"][:10],
-           "method": "per candidate: weighted least squares on relative time error over the shapes labelled fit "
-                     "(t0 >= 0), kappa per element size on a grid; held-out shapes scored after the fit, never "
-                     "fitted (bench/bench_memory.py --fit)",
+           "run": ", ".join(f"bench/results/{r.name}" for r in results),
+           "commit": ", ".join(d.get("commit", "") for d in docs), "date": docs[-1]["date"][:10],
+           "method": "the ratios to the same run's copy, median over runs, times = the first run's copy / ratio; per "
+                     "candidate (t0, bw, mu) by least squares on relative time error over the shapes labelled fit "
+                     "(t0, mu >= 0; mu only where a fit shape's pitch is sector-misaligned, else the median), kappa "
+                     "(>= 0.25) and phi_line on a grid; held-out shapes scored after the fit, never fitted "
+                     "(bench/bench_memory.py --fit). The misalignment terms were added after run 4's held-out "
+                     "7000 x 9000 showed the effect: their form saw that shape, their constants did not",
            "fit_shapes": sorted({r["case"] for r in rows}), "held_out_shapes": sorted({r["case"] for r in held}),
            "copy": tt.copy_fit(copies), "model": fitted["model"], "constants": constants}  # fmt: skip
     # held-out scoring: per case, the relative error of every candidate, the model's #1 against the measured best
@@ -553,7 +574,9 @@ def main() -> int:
         "--prebuild", type=Path, help="compile every configuration into this NVRTC cache (no GPU)"
     )
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 2)
-    ap.add_argument("--fit", type=Path, help="fit the transpose model on this run4 results file (no GPU)")
+    ap.add_argument(
+        "--fit", type=Path, nargs="+", help="fit the transpose model on these results files (no GPU)"
+    )
     ap.add_argument(
         "--fit-out", type=Path, default=ROOT / "smemtile" / "model" / "data" / "transpose_h200.json"
     )

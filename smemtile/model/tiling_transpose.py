@@ -23,8 +23,10 @@ occupancy count, so each candidate's speed is *measured*, and the model only car
   (``bench/bench_memory.py --plan run4``, then ``--fit``; the shared constants on a grid, KAPPA >= 0.25: the
   scalar path still moves whole 64/128-byte warp rows); the shapes labelled ``held_out`` are never fitted, only
   scored (the expected error ``tiles`` states is theirs).
-- predicted GB/s = 2 x rows x cols x elem / time; ratio to a device copy of the same bytes uses the copy's own
-  fit, ``copy_t0 + bytes / copy_bw``.
+- predicted GB/s = 2 x rows x cols x elem / time; the ratio to a device copy of the same bytes divides by the
+  copy's measured bandwidth at the fitted sizes, interpolated in log(bytes). Below the smallest fitted size
+  (64 MiB fp16, 128 MiB fp32: smaller problems live in L2 and were not measured) a candidate keeps the
+  efficiency it has there.
 
 The constants are data: ``smemtile/model/data/transpose_h200.json`` (GPU, run, commit, fit and held-out shapes,
 per-candidate constants and the held-out errors). Ties (within 0.05 %) go to fewer threads per block, then the
@@ -194,6 +196,8 @@ class TransposeScored:
     gbps: float
     copy_ratio: float | None  # predicted time of a device copy of the same bytes / this one (calibrated only)
     calibrated: bool
+    elem: int = 4
+    bytes: float = 0.0  # read + written
     rank: int = 0
     reason: str = ""
 
@@ -240,12 +244,25 @@ def predict_time_us(p: dict, rows: int, cols: int, dtype: str, cal: dict) -> flo
     vec, scalar = split_bytes(p, rows, cols, elem)
     line, sector = misaligned_bytes(p, rows, cols, elem)
     x = vec + scalar / m["kappa"] + m["phi_line"] * line + c["mu_sector"] * sector
-    return c["t0_us"] + x / (c["bw_gbps"] * 1e3)
+    # below the smallest fitted size (L2-sized problems are not measured) the efficiency of that size: the bytes
+    # scaled up to it, the time scaled back down (the shape's edge and misaligned fractions kept)
+    scale = max(1.0, per.get("min_fit_bytes", 0.0) / (vec + scalar))
+    return (c["t0_us"] + scale * x / (c["bw_gbps"] * 1e3)) / scale
 
 
 def copy_time_us(nbytes: float, cal: dict) -> float:
-    cp = cal["copy"]
-    return cp["t0_us"] + nbytes / (cp["bw_gbps"] * 1e3)
+    """The device copy's time: its measured bandwidth at the fitted sizes, interpolated in log(bytes) (held
+    constant outside them)."""
+    pts = sorted(cal["copy"]["points"])
+    bw = [b / t for b, t in pts]
+    x = math.log(nbytes)
+    if x <= math.log(pts[0][0]):
+        return nbytes / bw[0]
+    for (b0, _), (b1, _), g0, g1 in zip(pts, pts[1:], bw, bw[1:], strict=False):  # consecutive pairs
+        if x <= math.log(b1):
+            f = (x - math.log(b0)) / (math.log(b1) - math.log(b0)) if b1 > b0 else 0.0
+            return nbytes / (g0 + f * (g1 - g0))
+    return nbytes / bw[-1]
 
 
 def calibration_applies(arch: str, gpu_key: str, cal: dict | None) -> bool:
@@ -282,7 +299,7 @@ def rank_transpose(rows: int, cols: int, dtype: str = "f32", arch: str = "sm_90"
         key = (t, geo.threads, i)
         scored.append((key, TransposeScored(tuple((k, p[k]) for k in PARAMS), label(p), geo.threads,
                                             geo.smem_bytes, occ.active_blocks, in_flight, vec / total, t,
-                                            total / (t * 1e3), ratio, calibrated)))  # fmt: skip
+                                            total / (t * 1e3), ratio, calibrated, elem, total)))  # fmt: skip
     # calibrated candidates first; times within TIE of each other are ordered by threads, then candidate order
     scored.sort(key=lambda x: (not x[1].calibrated, x[0][0]))
     out: list[TransposeScored] = []
@@ -308,6 +325,8 @@ def _reason(s: TransposeScored, top: TransposeScored | None, cal: dict | None, n
     src = f"calibrated on the {cal['gpu']} ({cal['run']})" if cal else "calibrated"
     ratio = f", {s.copy_ratio:.3f}x a device copy" if s.copy_ratio else ""
     edge = f"; {1 - s.vector_fraction:.1%} of the bytes in edge tiles" if s.vector_fraction < 0.9995 else ""
+    if cal and s.bytes < cal["constants"].get(str(s.elem), {}).get("min_fit_bytes", 0):
+        edge += f"; below the calibrated sizes (>= {cal['constants'][str(s.elem)]['min_fit_bytes'] / 2**20:.0f} MiB)"
     if top is None or s is top or s.label == top.label:
         return f"best: {s.gbps:.0f} GB/s predicted{ratio}{edge} ({src})"
     return f"{top.time_us / s.time_us - 1:+.1%} vs #1: {s.gbps:.0f} GB/s predicted{ratio}{edge}"
@@ -354,6 +373,10 @@ def fit(rows: list[dict]) -> dict:
         per = out["constants"].setdefault(str(elem), {"candidates": {}})
         per["candidates"][lab] = {"t0_us": t0, "bw_gbps": 1.0 / inv, "mu_sector": mu,
                                   "fit_points": len(errs), "fit_max_error": max(errs)}  # fmt: skip
+    for (elem, _), pts in groups.items():
+        per = out["constants"][str(elem)]
+        sizes = [2.0 * r["rows"] * r["cols"] * elem for r in pts]
+        per["min_fit_bytes"] = min([per.get("min_fit_bytes", float("inf")), *sizes])
     for per in out["constants"].values():  # candidates without a sector-misaligned fit point: the median MU
         mus = sorted(c["mu_sector"] for c in per["candidates"].values() if c["mu_sector"] is not None)
         per["mu_sector_median"] = mus[len(mus) // 2] if mus else 0.0
@@ -386,9 +409,11 @@ def _lsq_rel(
 
 
 def copy_fit(points: list[tuple[float, float]]) -> dict:
-    """``{"t0_us", "bw_gbps"}`` of the device copy from (bytes, microseconds) points."""
-    t0, inv, _, _ = _lsq_rel([b / 1e3 for b, _ in points], [0.0] * len(points), [t for _, t in points])
-    return {"t0_us": t0, "bw_gbps": 1.0 / inv}
+    """``{"points": [[bytes, microseconds], ...]}`` of the device copy (the median where a size repeats)."""
+    by: dict[float, list[float]] = {}
+    for b, t in points:
+        by.setdefault(float(b), []).append(t)
+    return {"points": [[b, sorted(ts)[len(ts) // 2]] for b, ts in sorted(by.items())]}
 
 
 def waves(p: dict, rows: int, cols: int, elem: int, blocks_per_sm: int, sms: int) -> float:
