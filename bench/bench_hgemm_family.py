@@ -38,11 +38,12 @@ sys.path.insert(0, str(ROOT / "bench"))
 from timing import stats, time_rounds  # noqa: E402
 
 FLUSH_BYTES = 512 << 20
-# small problems for the sanitizers: 4-byte register copies (K odd: ALIGN 2 now) with bf16 C, the 2-byte ones
-# (ALIGN 1), masked K tail, split K with column-major B, f16 C, and odd K and N (row-major B, the N edge, bf16 C)
+# small problems for the sanitizers: the 4-byte register copies (ALIGN 2) and the 2-byte ones (ALIGN 1, the
+# family's choice for odd K), bf16 C, masked K tail, split K with column-major B, f16 C, and odd K and N (row-major
+# B, the N edge, bf16 C). Run 6 ran the first two and the last with ALIGN 2 (then the default): 0 errors, 0 hazards
 SANITIZE = [
-    ({}, {"M": 130, "N": 136, "K": 45, "beta": 0.5}),
-    ({}, {"M": 130, "N": 136, "K": 45, "beta": 0.5, "dtype": "bf16", "c_dtype": "bf16"}),
+    ({"ALIGN": 2}, {"M": 130, "N": 136, "K": 45, "beta": 0.5}),
+    ({"ALIGN": 2}, {"M": 130, "N": 136, "K": 45, "beta": 0.5, "dtype": "bf16", "c_dtype": "bf16"}),
     ({"ALIGN": 1}, {"M": 130, "N": 136, "K": 45, "beta": 0.5}),
     ({"BM": 128, "BN": 128, "STAGES": 3}, {"M": 300, "N": 264, "K": 104, "dtype": "bf16"}),
     (
@@ -50,7 +51,7 @@ SANITIZE = [
         {"M": 64, "N": 200, "K": 512, "b_layout": "col"},
     ),
     ({}, {"M": 256, "N": 128, "K": 96, "c_dtype": "f16", "alpha": 0.5}),
-    ({"STAGES": 3}, {"M": 200, "N": 131, "K": 1023, "dtype": "bf16", "c_dtype": "bf16"}),
+    ({"STAGES": 3, "ALIGN": 2}, {"M": 200, "N": 131, "K": 1023, "dtype": "bf16", "c_dtype": "bf16"}),
 ]
 MMA_REGS = r"""
 extern "C" __global__ void __launch_bounds__(256, 1) mma_regs(float* out, int iters) {
@@ -137,7 +138,7 @@ def _tiles_config(p, s, total: int, arch: str):
 
 def run6_cases(arch: str = "sm_90") -> list[dict]:
     """Every configuration run 6 times, named by its tiles rank (one compile per name expression)."""
-    from smemtile.families import reconfigure
+    from smemtile.families import FAMILIES, reconfigure
     from smemtile.pipeline.tiles import recommend
 
     out = []
@@ -159,7 +160,8 @@ def run6_cases(arch: str = "sm_90") -> list[dict]:
                 for s in more:
                     cfgs.setdefault(f"#{s.rank} {s.cfg.label}", _tiles_config(r.problem, s, total, arch))
             else:
-                cfgs["pick, ALIGN 1"] = reconfigure(pick, params={"ALIGN": 1})
+                other = 2 if FAMILIES["hgemm"].align(pick) == 1 else 1  # the register copies not picked
+                cfgs[f"pick, ALIGN {other}"] = reconfigure(pick, params={"ALIGN": other})
                 s = r.ranked[1]
                 cfgs[f"#{s.rank} {s.cfg.label}"] = _tiles_config(r.problem, s, total, arch)
             out.append({"case": f"{m}x{n}x{k} {dt}", "shape": [m, n, k], "dtype": dt, "configs": cfgs,
@@ -169,10 +171,28 @@ def run6_cases(arch: str = "sm_90") -> list[dict]:
 
 
 # ---- calibration of the tile model's hgemm factors (CPU, from the recorded runs) --------------------------------
-PHASE1 = (
-    ROOT / "bench/results/hgemm_h200.json"
-)  # run 3 (commit 10517bf): 13 tilings, stages 3-5, skinny, split K
-PHASE2 = ROOT / "bench/results/hgemm_family_h200.json"  # runs 4-5: the family's picks, 3 vs 4 stages
+# phase 1 run 3 (commit 10517bf): 13 tilings, stages 3-5, skinny, split K; phase 2 runs 4-5: the family's picks,
+# 3 vs 4 stages; phase 3 run 6: picks, 3 vs 4 stages, skinny (BK 128, split K), the register copies
+PHASE1 = ROOT / "bench/results/hgemm_h200.json"
+PHASE2 = ROOT / "bench/results/hgemm_family_h200.json"
+PHASE3 = ROOT / "bench/results/hgemm_family_h200_run6.json"
+
+
+def _family_rows() -> list[tuple[str, dict, dict]]:
+    """(run, bench row, its timed kernel with the template arguments parsed) of runs 4-6."""
+    fam = json.loads(PHASE2.read_text())
+    runs = [(run, fam[run]["bench"]) for run in ("run4", "run5")]
+    if PHASE3.exists():
+        runs.append(("run6", json.loads(PHASE3.read_text())["bench"]))
+    out = []
+    for run, rows in runs:
+        for row in rows:
+            for o in row["ours"].values():
+                args = [x.strip() for x in o["name_expression"].split("<", 1)[1].rstrip(">").split(",")]
+                t = dict(zip(("BM", "BN", "BK", "WM", "WN", "STAGES", "GROUP_M", "SPLIT_K", "MIN_BLOCKS", "ALIGN"),
+                             (int(a) for a in args[3:13]), strict=True))  # fmt: skip
+                out.append((run, row, {**o, **t, "b_col": args[2] == "true"}))
+    return out
 
 
 def _square_times() -> dict:
@@ -184,21 +204,17 @@ def _square_times() -> dict:
             continue
         key = ("run3", tuple(e["shape"]), e["dtype"], q["bm"], q["bn"], q["min_blocks"])
         groups.setdefault(key, {})[(q["bk"], q["stages"])] = e["ours"]["median_ms"]
-    fam = json.loads(PHASE2.read_text())
-    for run in ("run4", "run5"):
-        for row in fam[run]["bench"]:
-            for o in row["ours"].values():
-                if o["c_dtype"] != "f32":
-                    continue
-                args = [x.strip() for x in o["name_expression"].split("<", 1)[1].rstrip(">").split(",")]
-                bm, bn, bk, stages, mb = (int(args[i]) for i in (3, 4, 5, 8, 11))
-                key = (run, tuple(row["shape"]), row["dtype"], bm, bn, mb)
-                groups.setdefault(key, {})[(bk, stages)] = o["median_ms"]
+    for run, row, o in _family_rows():
+        if o["c_dtype"] != "f32" or len(set(row["shape"])) != 1 or o["SPLIT_K"] != 1 or o["ALIGN"] != 8:
+            continue
+        key = (run, tuple(row["shape"]), row["dtype"], o["BM"], o["BN"], o["MIN_BLOCKS"])
+        groups.setdefault(key, {})[(o["BK"], o["STAGES"])] = o["median_ms"]
     return groups
 
 
 def _skinny_points() -> list[tuple]:
-    """(dtype, TileConfig, measured ms) of phase 1's 64 x 8192 x 4096 runs whose warp split is the model's."""
+    """(dtype, TileConfig, measured ms) of the 64 x 8192 x 4096 runs (phase 1's whose warp split is the model's,
+    run 6's tiles candidates)."""
     from smemtile.families.hgemm.tiles import warp_tile
     from smemtile.model.tiling import TileConfig
 
@@ -212,6 +228,11 @@ def _skinny_points() -> list[tuple]:
             continue  # the model scores every tile with its own warp split
         c = TileConfig(q["bm"], q["bn"], q["bk"], warps, q["stages"], q["group_m"], split_k=q["split_k"])
         out.append((e["dtype"], c, e["ours"]["median_ms"]))
+    for _run, row, o in _family_rows():  # run 6: the tiles picks (BK 128) and split K
+        if row["shape"] == [64, 8192, 4096]:
+            warps = (o["BM"] // o["WM"]) * (o["BN"] // o["WN"])
+            c = TileConfig(o["BM"], o["BN"], o["BK"], warps, o["STAGES"], o["GROUP_M"], split_k=o["SPLIT_K"])
+            out.append((row["dtype"], c, o["median_ms"]))
     return out
 
 

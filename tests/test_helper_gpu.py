@@ -58,7 +58,11 @@ CASES = [
     ),
     ("hgemm", {"BM": 128, "BN": 128, "STAGES": 3}, {"M": 257, "N": 131, "K": 77, "c_dtype": "f16"}),
     # hgemm with bf16 C (raw bits through the helper) and the 4-byte register copies (K odd: ALIGN 2)
-    ("hgemm", {"STAGES": 3}, {"M": 300, "N": 264, "K": 1023, "beta": 0.5, "dtype": "bf16", "c_dtype": "bf16"}),
+    (
+        "hgemm",
+        {"STAGES": 3, "ALIGN": 2},
+        {"M": 300, "N": 264, "K": 1023, "beta": 0.5, "dtype": "bf16", "c_dtype": "bf16"},
+    ),
     # wgmma_gemm (sm_90a): TMA tails in M, N, K and masked stores (N % 8 != 0); fp16 with TMA stores, 128 x 128
     ("wgmma_gemm", {}, {"M": 1000, "N": 1001, "K": 333, "dtype": "bf16"}),
     ("wgmma_gemm", {"BN": 128}, {"M": 520, "N": 1024, "K": 264, "dtype": "f16"}),

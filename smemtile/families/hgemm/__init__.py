@@ -34,9 +34,10 @@ copies and the ldmatrix phases are then conflict-free with no padding. These are
 3.2x faster than dense rows and 6 % faster than 8 elements of padding on the H200, bench/NOTES.md). A spec that
 lists a buffer without ``layout:`` gets it dense: ``smemtile analyze`` then shows the conflicts and the fix.
 Without 16-byte alignment (K, or N for row-major B, not a multiple of 8) the copies go through registers and
-``st.shared.v4`` (the same shared addresses, op ``store``): ALIGN 2 (the family's choice) reads each chunk as
-4-byte words (a 2 mod 4 chunk: two 2-byte loads around three words, funnel-shifted) and issues a K tile's loads
-before its stores; ALIGN 1 (phase 1's path) reads 2-byte elements, one chunk at a time.
+``st.shared.v4`` (the same shared addresses, op ``store``): ALIGN 1 (the family's choice) reads 2-byte elements,
+one chunk at a time; ALIGN 2 reads each chunk as 4-byte words (a 2 mod 4 chunk: two 2-byte loads around three
+words, funnel-shifted) and issues a K tile's loads before its stores, measured 7 % slower on the H200 (0.71x vs
+0.76x cuBLAS at 4095x4097x1023, run 6).
 
 Launch: grid = (ceil(M/BM) * ceil(N/BN) in GROUP_M order, 1, SPLIT_K), block = (BM/WM) * (BN/WN) * 32 threads;
 shared memory always dynamic: STAGES * (BM*(BK + pad_As) + Bs rows * (Bs cols + pad_Bs)) * 2 bytes (the launch
@@ -45,7 +46,7 @@ when beta = 0) and the K slices add alpha * A_z @ B_z into C with fp32 atomics (
 
 Defaults: 256 x 128 x 32, 8 warps of 64 x 64, 4 stages (the fastest of 13 tilings measured on the H200,
 bench/NOTES.md, issue 19); MIN_BLOCKS from the register estimate of the tile model (1 for 8 warps of 64 x 64,
-2 for 4); ALIGN 0 picks 8 when the problem allows 16-byte copies, else 2. ``smemtile tiles`` ranks the family's
+2 for 4); ALIGN 0 picks 8 when the problem allows 16-byte copies, else 1. ``smemtile tiles`` ranks the family's
 tiles with its measured factors (``calibration_h200.yaml``: depth, load latency, split K; see tiles.py).
 """
 
@@ -119,9 +120,9 @@ class Hgemm(GemmFamily):
               lo=1, hi=64),
         Param("MIN_BLOCKS", 1, "__launch_bounds__ minimum blocks per SM (caps registers); default from the "
               "register estimate and shared memory", (1, 2, 3, 4)),
-        Param("ALIGN", 0, "copies: 8 = 16-byte cp.async (K and ldb multiples of 8), 2 = 4-byte loads through "
-              "registers, a tile's loads before its stores (any size), 1 = 2-byte loads, a chunk at a time (any "
-              "size), 0 = 8 when the problem allows it, else 2", (0, 1, 2, 8)),
+        Param("ALIGN", 0, "copies: 8 = 16-byte cp.async (K and ldb multiples of 8), 1 = 2-byte loads through "
+              "registers, a chunk at a time (any size), 2 = 4-byte loads, a tile's loads before its stores (any "
+              "size; measured 7 % slower than 1), 0 = 8 when the problem allows it, else 1", (0, 1, 2, 8)),
     )  # fmt: skip
     problem_keys = (
         ProblemKey("M", 4096, "rows of A and C"),
@@ -180,10 +181,11 @@ class Hgemm(GemmFamily):
 
     def align(self, cfg: KernelConfig) -> int:
         """The kernel's ALIGN: 8 (16-byte cp.async) needs lda = K and ldb (N row-major, K column-major) to be
-        multiples of 8 elements; ALIGN 0 picks it when the problem allows, else 2 (4-byte loads through registers,
-        any alignment; bench/NOTES.md, issue 19 phase 3)."""
+        multiples of 8 elements; ALIGN 0 picks it when the problem allows, else 1 (2-byte loads through registers,
+        any alignment: 0.76x cuBLAS at 4095x4097x1023 against 0.71x for ALIGN 2's 4-byte loads, H200 run 6,
+        bench/NOTES.md issue 19 phase 3)."""
         a = cfg.params["ALIGN"]
-        return a if a else (8 if self.aligned_problem(cfg) else 2)
+        return a if a else (8 if self.aligned_problem(cfg) else 1)
 
     def aligned_problem(self, cfg: KernelConfig) -> bool:
         ldb = cfg.problem["K"] if self.b_col(cfg) else cfg.problem["N"]

@@ -16,9 +16,10 @@
 //   SPLIT_K      K slices (blockIdx.z), fp32 atomics into C (TC = float only)
 //   MIN_BLOCKS   __launch_bounds__ minimum blocks per SM (registers <= 65536 / (THREADS * MIN_BLOCKS))
 //   ALIGN        8: 16-byte cp.async copies, needs lda, ldb % 8 == 0 and 16-byte aligned A, B (else the kernel
-//                writes NaN to its C tiles instead of faulting); 2: any lda, ldb, alignment: 4-byte loads through
-//                registers (fetch8_words), every load of a K tile issued before its shared stores; 1: any, 2-byte
-//                loads, one chunk at a time (the first unaligned path: correct, slowest)
+//                writes NaN to its C tiles instead of faulting); 1: any lda, ldb, alignment: 2-byte loads through
+//                registers, one chunk at a time (the host's choice for odd leading dimensions); 2: any: 4-byte
+//                loads (fetch8_words), every load of a K tile issued before its shared stores (measured 7 %
+//                slower than 1 on the H200, bench/NOTES.md issue 19 phase 3)
 //   PAD_A, SWZ_A_B/M/S, PAD_B, SWZ_B_B/M/S: the SmemTile layouts of As and Bs (defaults: the conflict-free
 //                swizzles below; PAD % 8 == 0, swizzle M >= 3 so that 16-byte granules stay whole)
 //
@@ -452,7 +453,7 @@ hgemm(int M, int N, int K, float alpha, const T* __restrict__ A, int lda, const 
 
     const int k_tiles = (K + BK - 1) / BK;
     if constexpr (ALIGN == 8) {
-        // The 16-byte copies need lda, ldb % 8 == 0 and 16-byte aligned A, B; the host picks ALIGN 2 otherwise.
+        // The 16-byte copies need lda, ldb % 8 == 0 and 16-byte aligned A, B; the host picks ALIGN 1 otherwise.
         // A misuse is made visible without faulting: this block's C tile becomes NaN.
         const bool vec = ((lda | ldb) & 7) == 0 &&
                          ((reinterpret_cast<unsigned long long>(A) | reinterpret_cast<unsigned long long>(B)) & 15) == 0;
