@@ -368,7 +368,19 @@ def main() -> None:
     ap.add_argument(
         "--loso", action="store_true", help="leave-one-fitting-shape-out scores of the local correction"
     )
+    ap.add_argument("--picks", type=Path, help="write the installed model's top 3 per held-out shape (an "
+                    "--extra-pool file for bench_kernels.py: every #1 gets measured) and exit")  # fmt: skip
     args = ap.parse_args()
+    if args.picks:
+        from bench_kernels import HELD_OUT
+
+        from smemtile.pipeline.tiles import recommend
+
+        picks = [{"shape": list(s), "params": c.cfg.sgemm_params()} for s in HELD_OUT
+                 for c in recommend(*s, "f32", "sm_90").ranked[:3]]  # fmt: skip
+        args.picks.write_text(json.dumps(picks, indent=1) + "\n")
+        print(f"{len(picks)} picks -> {args.picks}")
+        return
     rows = [r for r in load_rows(args.sweeps) if "x".join(map(str, r["shape"])) not in args.skip]
     now = datetime.date.today().isoformat()
     if args.loso:
