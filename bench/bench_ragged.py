@@ -13,6 +13,9 @@ Steps (``run --steps``):
   rounds, order reversed every round, a 512 MiB memset before every timed call outside the events, median and
   spread = (p90 - p10) / median; bench/timing.py), with torch.matmul and cublasSgemm_v2 (TF32 off) in the same
   rounds; each output checked against torch float64 first.
+* ``bk``: bench/bench_kernels.py's bench and sweep steps in this process (its h200.json and sweep_h200.json under
+  OUT/bk): the issue-20 cases through tiles' picks with 4096^3 and 8192^3 as the aligned control, and the
+  calibration pool swept on ``--shapes``.
 * ``memcheck``: the new kernel of a few configurations on small ragged sizes under ``compute-sanitizer --tool
   memcheck`` (cuMemAlloc'd arrays of the exact size: a read past A or B is reported).
 
@@ -316,6 +319,28 @@ def step_memcheck_inner(dev) -> None:
             k.close()
 
 
+def run_bench_kernels(dev, head: dict, args, log) -> None:
+    """``bench_kernels.py run --steps bench,sweep --fit --shapes <args.shapes>``, writing its h200.json and
+    sweep_h200.json under ``args.out / "bk"``: the issue-20 cases (tiles' picks, the sample, 4096^3 and 8192^3)
+    and the calibration pool on the given shapes."""
+    import torch
+    from bench_kernels import FIT, HELD_OUT, POOL, Cublas, step_bench, step_sweep
+
+    out = args.out / "bk"
+    out.mkdir(parents=True, exist_ok=True)
+    ctx = {"torch": torch, "dev": dev, "flush": torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda"),
+           "cublas": Cublas(), "keep": []}  # fmt: skip
+    doc = {**head, "entries": step_bench(ctx, 15, False, log)}
+    (out / "h200.json").write_text(json.dumps(doc, indent=1, default=str))
+    shapes = [("held_out", s) for s in HELD_OUT] + [("fit", s) for s in FIT]
+    shapes = [(r, s) for r, s in shapes if "x".join(map(str, s)) in args.shapes]
+    res = step_sweep(ctx, shapes, POOL, log, time.time() + args.sweep_budget_s)
+    (out / "sweep_h200.json").write_text(
+        json.dumps({**head, "pool": len(POOL), "shapes": res}, indent=1, default=str)
+    )
+    del ctx
+
+
 def cmd_run(args) -> None:
     from smemtile.gpu.run import open_device
 
@@ -350,6 +375,8 @@ def cmd_run(args) -> None:
                 doc["check"] = step_check(dev, log)
             elif step == "ab":
                 doc["ab"] = step_ab(dev, log, args.rounds)
+            elif step == "bk":  # bench_kernels.py's bench and sweep steps, in this process (same JSON files)
+                run_bench_kernels(dev, head, args, log)
             elif step == "memcheck":
                 cmd = ["compute-sanitizer", "--tool", "memcheck", "--print-limit", "20", sys.executable,
                        str(Path(__file__).resolve()), "run", "--out", str(args.out), "--steps", "memcheck-inner"]  # fmt: skip
@@ -371,9 +398,16 @@ def main() -> None:
     b.add_argument("--jobs", type=int, default=2)
     r = sub.add_parser("run", help="measure on the GPU")
     r.add_argument("--out", type=Path, required=True)
-    r.add_argument("--steps", default="check,ab,memcheck")
+    r.add_argument("--steps", default="check,ab,bk,memcheck")
     r.add_argument("--rounds", type=int, default=25)
     r.add_argument("--memcheck-timeout", type=float, default=150.0)
+    r.add_argument(
+        "--shapes",
+        nargs="*",
+        default=["4095x4097x1023", "2999x3001x3003", "1999x6001x1500"],
+        help="the bk step's sweep shapes (bench_kernels' held-out and fit lists)",
+    )
+    r.add_argument("--sweep-budget-s", type=float, default=120.0)
     args = ap.parse_args()
     {"build": cmd_build, "run": cmd_run}[args.cmd](args)
 
