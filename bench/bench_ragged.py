@@ -9,7 +9,7 @@ Steps (``run --steps``):
   and below BN, tiny K), launched as ``verify`` does (``LoadedKernel``, the family's launch plan, poisoned
   output) against numpy float64; then base pointers 4, 8 and 12 bytes past a 16-byte boundary (torch tensors
   bound with ``LoadedKernel.bind``, against torch float64).
-* ``ab``: old (v16) and new kernels of AB_CONFIGS on AB_SHAPES, timed as bench/bench_kernels.py times (alternating
+* ``ab``: this tree's kernel, the v16 one and this tree's with v16's A loads (VARIANTS) of AB_CONFIGS on AB_SHAPES, timed as bench/bench_kernels.py times (alternating
   rounds, order reversed every round, a 512 MiB memset before every timed call outside the events, median and
   spread = (p90 - p10) / median; bench/timing.py), with torch.matmul and cublasSgemm_v2 (TF32 off) in the same
   rounds; each output checked against torch float64 first.
@@ -84,6 +84,7 @@ MISALIGNED_CONFIGS = [0, 2, 4, 8]  # indices into CHECKS
 AB_CONFIGS = [_c(128, 128, 8, 16, 8, 3, 2), _c(128, 128, 8, 8, 16, 3, 2), _c(128, 64, 8, 8, 8, 3, 3),
               _c(64, 64, 8, 8, 8, 3, 4), _c(128, 64, 16, 8, 8, 3, 3), _c(256, 128, 8, 16, 8, 2, 1)]  # fmt: skip
 AB_SHAPES = [(4095, 4097, 1023), (2999, 3001, 3003), (1999, 6001, 1500), (4096, 4096, 4096)]
+VARIANTS = ["", "v16", "a4"]  # see _key
 MEMCHECK = [0, 2, 4, 7, 8]  # indices into CHECKS
 MEMCHECK_SIZES = [SIZES[0], SIZES[2], SIZES[6], SIZES[7]]
 
@@ -92,9 +93,11 @@ def _layouts(lay: dict) -> dict:
     return {"As": {"pad": A_PAD}, **lay}
 
 
-def _key(params: dict, lay: dict, old: bool = False) -> str:
+def _key(params: dict, lay: dict, variant: str = "") -> str:
+    """Names a build: variant "" is this tree's kernel, "v16" the version-16 kernel, "a4" this tree's with four
+    4-byte loads per A float4 on the unaligned path (SMEMTILE_SGEMM_A_REALIGN 0)."""
     tag = "" if not lay else " " + json.dumps(lay, sort_keys=True)
-    return ("v16 " if old else "") + cfg_label(params) + tag
+    return (f"{variant} " if variant else "") + cfg_label(params) + tag
 
 
 def _configure(params: dict, lay: dict, problem: dict, arch: str = "sm_90"):
@@ -117,11 +120,15 @@ def _build_one(job) -> tuple[str, str, str]:
     from smemtile.codegen.render import body
     from smemtile.gpu.run import compile_config
 
-    params, lay, old_cu = job
-    key = _key(params, lay, old_cu is not None)
+    params, lay, variant, old_cu = job
+    key = _key(params, lay, variant)
     try:
         cfg = _configure(params, lay, {"M": 4096, "N": 4096, "K": 4096})
-        src = body(cfg) if old_cu is None else _old_body(body(cfg), old_cu)
+        src = body(cfg)
+        if variant == "v16":
+            src = _old_body(src, old_cu)
+        elif variant == "a4":
+            src = "#define SMEMTILE_SGEMM_A_REALIGN 0\n" + src
         res = next(iter(compile_config(cfg, source=src).resources.values()))
         return key, f"{res.registers} regs, {res.spills} B spilled", src
     except Exception as e:  # report, never abort the batch
@@ -134,12 +141,12 @@ def cmd_build(args) -> None:
     os.environ["SMEMTILE_CACHE_DIR"] = str(CACHE)
     old_cu = subprocess.run(["git", "show", f"{V16_COMMIT}:smemtile/families/sgemm/sgemm.cu"], cwd=ROOT,
                             capture_output=True, text=True, check=True).stdout  # fmt: skip
-    jobs = [(p, lay, None) for p, lay in CHECKS] + [(p, {}, None) for p in AB_CONFIGS]
-    jobs += [(p, {}, old_cu) for p in AB_CONFIGS]
+    jobs = [(p, lay, "", old_cu) for p, lay in CHECKS]
+    jobs += [(p, {}, v, old_cu) for p in AB_CONFIGS for v in VARIANTS]
     seen, uniq = set(), []
     for j in jobs:
-        if _key(j[0], j[1], j[2] is not None) not in seen:
-            seen.add(_key(j[0], j[1], j[2] is not None))
+        if _key(j[0], j[1], j[2]) not in seen:
+            seen.add(_key(j[0], j[1], j[2]))
             uniq.append(j)
     CACHE.mkdir(parents=True, exist_ok=True)
     sources = {}
@@ -155,11 +162,11 @@ def _sources() -> dict:
     return json.loads(SOURCES.read_text())
 
 
-def _load(params: dict, lay: dict, problem: dict, dev, old: bool = False):
+def _load(params: dict, lay: dict, problem: dict, dev, variant: str = ""):
     from smemtile.gpu.run import LoadedKernel
 
     return LoadedKernel(_configure(params, lay, problem, dev.arch_name), dev,
-                        source=_sources()[_key(params, lay, old)])  # fmt: skip
+                        source=_sources()[_key(params, lay, variant)])  # fmt: skip
 
 
 def step_check(dev, log) -> dict:
@@ -257,10 +264,10 @@ def step_ab(dev, log, rounds: int) -> list[dict]:
         prob = Problem(torch, shape, seed=3)
         fns, meta, kernels = {}, {}, []
         for params in AB_CONFIGS:
-            for old in (False, True):
-                label = _key(params, {}, old)
+            for variant in VARIANTS:
+                label = _key(params, {}, variant)
                 try:
-                    k = _load(params, {}, {"M": m, "N": n, "K": kk}, dev, old)
+                    k = _load(params, {}, {"M": m, "N": n, "K": kk}, dev, variant)
                     k.bind({"A": prob.a.data_ptr(), "B": prob.b.data_ptr(), "C": prob.c.data_ptr()})
                     prob.c.fill_(float("nan"))
                     k.launch()
@@ -268,7 +275,7 @@ def step_ab(dev, log, rounds: int) -> list[dict]:
                     err = prob.error(prob.c)
                     meta[label] = {"registers": k.registers, "spill_bytes": k.local_bytes,
                                    "blocks_per_sm": k.driver_blocks, "rel_err_fp64": err, "params": params,
-                                   "kernel": "v16" if old else "new"}  # fmt: skip
+                                   "kernel": variant or "this tree"}  # fmt: skip
                     kernels.append(k)
                     if err <= tol:
                         fns[label] = k.launch

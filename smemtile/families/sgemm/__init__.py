@@ -213,8 +213,8 @@ class Sgemm(GemmFamily):
     def accesses(self, cfg: KernelConfig) -> list[dict]:
         p = cfg.params
         copy_op = "cp.async" if p["CP_ASYNC"] else "store"
-        k_odd, n_odd = int(cfg.problem["K"]) % 4 != 0, int(cfg.problem["N"]) % 4 != 0
-        # The steady state's copies (the unmasked loop); A and B assumed 16-byte aligned, as cudaMalloc gives them
+        k_unaligned, n_unaligned = int(cfg.problem["K"]) % 4 != 0, int(cfg.problem["N"]) % 4 != 0
+        # The steady state's copies (the unmasked loop); A assumed 16-byte aligned, as cudaMalloc gives it
         fast = bool(p["CP_ASYNC"] and p["A_VEC"])
         if p["A_VEC"]:
             # chunk c = tid + i*THREADS is the float4 A[m][k..k+3], r = c//2, m = r % BM,
@@ -223,7 +223,7 @@ class Sgemm(GemmFamily):
             col = "((tid + i*THREADS)//2) % BM"
             note = "float4 of A in registers -> 4 transposed 4-byte stores"
             lay = cfg.layouts.get("As")
-            if fast and k_odd and p["STAGES"] >= 3 and not (lay is not None and lay.swizzled):
+            if fast and k_unaligned and p["STAGES"] >= 3 and not (lay is not None and lay.swizzled):
                 # odd K (lda % 4 != 0): the aligned float4 starting s = (m*K) % 4 floats early; k < 0 is the
                 # previous K tile's last k, in the previous stage (the same banks: a stage is BK*(BM+pad) floats)
                 row = f"({row} - ((({col}) * K) % 4)) % BK"
@@ -240,37 +240,20 @@ class Sgemm(GemmFamily):
                       "col": col, "over": {"i": [0, "BM*BK//THREADS"]}, "note": "A[m][k] -> As[k][m], 4 bytes"}  # fmt: skip
             if copy_op == "cp.async":  # where each lane's word comes from: row-major A, leading dimension K
                 a_copy["source"] = f"({col}) * K + {row}"
-        extra = []
-        if not n_odd:  # ldb = N keeps float4 rows aligned: 16-byte copies
+        if not n_unaligned:  # ldb = N keeps float4 rows aligned: 16-byte copies
             b_row, b_col = "(tid + j*THREADS)//(BN//4)", "((tid + j*THREADS) % (BN//4))*4"
             b_copy = {"name": "Bs_copy", "buffer": "Bs", "op": copy_op, "width": 16, "role": "copy", "row": b_row,
                       "col": b_col, "over": {"j": [0, "BK*BN//4//THREADS"]}, "note": "B rows, 16 bytes per lane"}  # fmt: skip
-        elif fast:
-            # odd N: lane l of a B row (s = (k*N) % 4 floats past a 16-byte boundary) loads the aligned float4 at
-            # column 4l-s and stores element e = (t + rot) % 4 to Bs[k][4l-s+e] at store t, rot = lane//8 (+ s
-            # when BN/4 < 32 lanes hold a row), 0 for l = 0, whose elements left of the tile go to its last place
-            b_row, bl = "((tid + j*THREADS)//(BN//4))", "(tid % (BN//4))"
-            s_ = f"(({b_row}*N) % 4)"
-            rot = f"(({bl} != 0) * ((lane//8 + (BN//4 < 32)*{s_}) % 4))"
-            n_ = f"({bl}*4 - {s_} + (t + {rot}) % 4)"
-            b_copy = {"name": "Bs_copy", "buffer": "Bs", "op": "store", "width": 4, "role": "copy", "row": b_row,
-                      "col": f"max({n_}, ({n_} < 0) * (3 - {s_}))", "over": {"j": [0, "BK*BN//4//THREADS"], "t": [0, 4]},
-                      "note": "aligned float4 of a B row (odd N) -> 4 rotated 4-byte stores"}  # fmt: skip
-            extra.append({"name": "Bs_tail", "buffer": "Bs", "op": "cp.async", "width": 4, "role": "copy",
-                          "row": b_row, "col": f"BN - {s_} + {bl}", "active": f"{bl} < {s_}",
-                          "source": f"{b_row} * N + BN - {s_} + {bl}", "over": {"j": [0, "BK*BN//4//THREADS"]},
-                          "note": "the last s floats of a B row (odd N), 4 bytes from the lanes l < s"})  # fmt: skip
         else:  # rows of B are not 16-byte aligned: the kernel copies one element per lane (b_vec false)
             b_row, b_col = "(tid + j*THREADS)//BN", "(tid + j*THREADS) % BN"
             b_copy = {"name": "Bs_copy", "buffer": "Bs", "op": copy_op, "width": 4, "role": "copy", "row": b_row,
                       "col": b_col, "over": {"j": [0, "BK*BN//THREADS"]},
                       "note": "B rows, 4 bytes per lane (N is not a multiple of 4)"}  # fmt: skip
-        if b_copy["op"] == "cp.async":  # row-major B, leading dimension N
+        if copy_op == "cp.async":  # row-major B, leading dimension N
             b_copy["source"] = f"({b_row}) * N + {b_col}"
         return [
             a_copy,
             b_copy,
-            *extra,
             {"name": "As_read", "buffer": "As", "op": "load", "width": 16, "role": "inner", "row": "k",
              "col": f"(warp//(BN//(8*TN)))*4*TM + {LM}*4 + 16*i", "over": {"k": [0, "BK"], "i": [0, "TM//4"]},
              "note": "float4 of As[k] along m (8-lane broadcasts)"},

@@ -29,13 +29,13 @@
 //   B: chunk c = tid + i * THREADS, k = c / (BN/4), n = (c % (BN/4)) * 4: 16-byte cp.async when B is 16-byte
 //      aligned and ldb % 4 == 0 (checked at run time, uniform per launch), 4-byte copies otherwise.
 //   Whole tiles take an unmasked path (every K tile but a partial last one, A_VEC = 1): A rows past M are
-//   clamped to row M-1 and B columns past N zero-filled (16-byte copies) or clamped; those values only reach
-//   rows >= M or columns >= N of C, which are never stored. With lda or ldb not a multiple of 4 (odd K or N)
-//   or a base not 16-byte aligned, the unmasked path still loads every float4 of A and B with one aligned
-//   16-byte load and realigns it on the way into shared memory (see "Unaligned A or B" below: A's float4
-//   starting s floats early, its first s floats stored as the previous K tile's last k; B's float4 into
-//   registers, four 4-byte stores, the row's last s floats by 4-byte cp.async). The partial K tile and
-//   A_VEC = 0 take the masked copies (zero-filled edges).
+//   clamped to row M-1 and B columns past N zero-filled (16-byte copies) or clamped to column N-1 (4-byte
+//   copies); those values only reach rows >= M or columns >= N of C, which are never stored. With lda not a
+//   multiple of 4 (odd K) or A not 16-byte aligned, the unmasked path still loads every A float4 with one
+//   aligned 16-byte load, starting s floats early, and stores its first s floats as the previous K tile's last
+//   k (see "Unaligned A" below; 3+ stages); with ldb not a multiple of 4 (odd N) it copies B with 4-byte
+//   cp.async (the element -> shared mapping of the masked copies). The partial K tile and A_VEC = 0 take the
+//   masked copies (zero-filled edges).
 //
 // Pipeline, sm_80+ (CP_ASYNC): STAGES-deep ring of shared buffers.
 //     prologue: tiles 0 .. STAGES-2 issued, one commit_group per tile (empty groups keep the count uniform)
@@ -72,6 +72,12 @@
 // A_VEC = 0, then to MIN_BLOCKS = 1, for whatever the user left at its default).
 #include "smem_layout.cuh"
 
+// 1: the unaligned path realigns A's float4s (below); 0: four 4-byte loads per A float4 there (version 16's copy,
+// kept for side-by-side measurements: bench/bench_ragged.py builds its variant with -D... in the source).
+#ifndef SMEMTILE_SGEMM_A_REALIGN
+#define SMEMTILE_SGEMM_A_REALIGN 1
+#endif
+
 namespace smemtile {
 
 template <int BM, int BN, int BK, int TM, int TN, int STAGES, int PAD_A, int PAD_B>
@@ -95,11 +101,12 @@ __device__ __forceinline__ void cp_async_4(float* dst, const float* src, int src
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(src_bytes));
 #endif
 }
-__device__ __forceinline__ void cp_async_4_if(float* dst, const float* src, bool on) {  // predicated, no branch
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
-    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %2, 0;\n @p cp.async.ca.shared.global [%0], [%1], 4;\n}\n"
-                 ::"r"(smem_u32(dst)), "l"(src), "r"(static_cast<int>(on)));
-#endif
+// A float4 from global memory, said so (LDG.128): a pointer the compiler cannot place in an address space (the
+// realigned A pointers) would otherwise become a generic load (LD.128), measured ~5 % slower at 4096^3.
+__device__ __forceinline__ float4 ldg4(const float* p) {
+    float4 v;
+    asm("ld.global.v4.f32 {%0, %1, %2, %3}, [%4];\n" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p));
+    return v;
 }
 __device__ __forceinline__ void cp_async_16(float* dst, const float* src, int src_bytes) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
@@ -271,7 +278,6 @@ sgemm(int M, int N, int K, float alpha, const float* __restrict__ A, int lda, co
 
     // A tile kt -> registers (A_VEC): unmasked float4 loads for whole tiles, masked loads on the edges.
     float4 ra[A_VEC ? A_ITEMS : 1];
-    float4 rbu[CP_ASYNC ? B_VEC_PER_THREAD : 1];  // B float4s of the realigned (unaligned B) copies
     auto load_a = [&](int kt) {
         const int k0 = kt * BK;
         {
@@ -342,10 +348,12 @@ sgemm(int M, int N, int K, float alpha, const float* __restrict__ A, int lda, co
         };
 
         // Unmasked copies (tiles kt < fast_end): every K tile but a partial last one (A_VEC). Edge rows of A are
-        // clamped to row M-1 and B columns past N are zero-filled (16-byte copies) or clamped: those values only
-        // reach rows >= M / columns >= N of C, which are never stored. The pointers advance one K tile per issue,
-        // starting at tile STAGES-1 (the prologue issues 0..STAGES-2).
-        // A and B 16-byte aligned: float4 loads of A, 16-byte cp.async of B (one basic block per step).
+        // clamped to row M-1 and B columns past N are zero-filled (16-byte copies) or clamped to column N-1
+        // (4-byte copies): those values only reach rows >= M / columns >= N of C, which are never stored.
+        // The pointers advance one K tile per issue, starting at tile STAGES-1 (the prologue issues 0..STAGES-2).
+        // A and B 16-byte aligned: float4 loads of A, 16-byte cp.async of B (one basic block per step). Otherwise
+        // (lda or ldb not a multiple of 4, e.g. odd K or N, or a base not 16-byte aligned) the same loop with the
+        // copies below, still unmasked.
         const int fast_end = A_VEC ? K / BK : 0;
         const float* a_next[A_PASSES];
 #pragma unroll
@@ -354,13 +362,19 @@ sgemm(int M, int N, int K, float alpha, const float* __restrict__ A, int lda, co
         const int b_left = N - (n0 + b_n);  // columns this thread's chunks keep (same for every j)
         const int b_bytes = b_left >= 4 ? 16 : (b_left > 0 ? b_left * 4 : 0);
         const long long b_step = (long long)BK * ldb;
-        // b_vec: this thread's first 16-byte chunk; otherwise the start of its first B row (realigned copies)
-        const float* b_next = B + (long long)(b_k + (STAGES - 1) * BK) * ldb + (b_vec && b_bytes ? n0 + b_n : 0);
+        // 4-byte B copies: element e = tid + i * THREADS is Bs[e / BN][e % BN]; with THREADS % BN == 0 or
+        // BN % THREADS == 0 its column is tid % BN + a compile-time offset, so a thread needs B4_COLS columns.
+        constexpr bool B4_REGULAR = THREADS % BN == 0 || BN % THREADS == 0;
+        constexpr int B4_COLS = BN > THREADS ? BN / THREADS : 1;
+        const float* b_next = b_vec ? B + (long long)(b_k + (STAGES - 1) * BK) * ldb + (b_bytes ? n0 + b_n : 0)
+                                    : B + (long long)((STAGES - 1) * BK + (BN > THREADS ? 0 : tid / BN)) * ldb;
+        int b4_col[B4_COLS];
+#pragma unroll
+        for (int c = 0; c < B4_COLS; ++c) b4_col[c] = min(n0 + tid % BN + c * THREADS, N - 1);
         auto issue_fast = [&](int slot) {
             float* bs = Bs(slot);
 #pragma unroll
-            for (int i = 0; i < A_ITEMS; ++i)
-                ra[i] = *reinterpret_cast<const float4*>(a_next[i % A_PASSES] + a_koff(i));
+            for (int i = 0; i < A_ITEMS; ++i) ra[i] = smemtile::ldg4(a_next[i % A_PASSES] + a_koff(i));
 #pragma unroll
             for (int j = 0; j < B_VEC_PER_THREAD; ++j)
                 smemtile::cp_async_16(bs + LB::offset(b_k + b_koff(j), b_n), b_next + (long long)b_koff(j) * ldb, b_bytes);
@@ -369,62 +383,43 @@ sgemm(int M, int N, int K, float alpha, const float* __restrict__ A, int lda, co
             b_next += b_step;
         };
 
-        // Unaligned A or B (lda or ldb not a multiple of 4 floats, e.g. odd K or N, or a base not 16-byte
-        // aligned): still one aligned 16-byte global load per float4, realigned on the way into shared memory.
-        //   A (STAGES >= 3): a row whose start lies s floats past a 16-byte boundary is read as the aligned float4s
-        //     starting s floats early: the lane of k offset 4j (j = 0, 1 of a run of 8) loads A[m][k0+4j-s .. +3]
-        //     and stores element q to As[4j-s+q][m]. The s elements with k < k0 are the last k of the previous K
-        //     tile, written into its slot: with STAGES >= 3 that slot (tile kt+STAGES-2) is not read before the
-        //     next barrier. So every float of A is loaded once, in 16 bytes; the last fast tile's tail is patched
-        //     after the loop (the masked path's loads do not supply it). STAGES = 2 (the previous slot is the one
-        //     being read): four 4-byte loads per float4.
-        //   B: lane l of the BN/4 lanes of a B row whose start lies s floats past a boundary loads the aligned
-        //     float4 B[k][n0+4l-s .. +3] into registers and, after the step's math, stores element e to
-        //     Bs[k][4l-s+e] (where 4l-s+e >= 0): four 4-byte stores, store t writing element (t + rot) % 4 with
-        //     rot = lane/8 (+ s where a warp holds rows of different s), so that each store's 8-lane groups fall
-        //     into different bank quarters (1 wavefront, 2 where lane l = 0 redirects, see b_dst below).
-        //     Bs[k][BN-s .. BN-1] come by 4-byte cp.async from the lanes l < s.
-        //   Fast tiles with unaligned B are those with (kt+1)*BK < K, so that B's last row is never read this way:
-        //   an aligned float4 then reaches at most 3 floats before a row's start or past column N-1 (columns past
-        //   N are clamped to the float4 holding column N-1), inside the previous or next row.
-        constexpr bool A_REALIGN = A_VEC && STAGES >= 3 && SWZ_A_B == 0;  // rows linear: k < 0 is the last stage
-        constexpr int B_ROWS = THREADS / (BN / 4);  // B rows one copy pass covers
-        const int fast_end_u = A_VEC ? (b_vec ? K / BK : (K - 1) / BK) : 0;
-        const int b_l = tid % (BN / 4);  // lane within its B row (b_n = 4 * b_l)
+        // Unaligned A (lda not a multiple of 4 floats, e.g. odd K, or A not 16-byte aligned), STAGES >= 3 and
+        // unswizzled As: still one aligned 16-byte load per float4. A row whose start lies s floats past a 16-byte
+        // boundary is read as the aligned float4s starting s floats early: the lane at k offset 4j of a run of 8
+        // loads A[m][k0+4j-s .. +3] and stores element q to As[4j-s+q][m]. The s elements with k < k0 are the last
+        // k of the previous K tile, which go to its slot: with 3+ stages that slot (tile kt+STAGES-2) is not read
+        // before the next barrier, and the A slots are contiguous, so that is the same store with a negative row
+        // (slot 0 wraps to the last). Every float of A is loaded once; the last fast tile's last s k are patched
+        // after the loop (the masked path does not load them this way). STAGES = 2 (the previous slot is the one
+        // being read) or a swizzled As: four 4-byte loads per float4.
+        // Unaligned B (ldb not a multiple of 4): 4-byte cp.async, the element -> shared mapping of the masked
+        // copies (measured: a float4 through registers and four 4-byte stores was 2-9 % slower, bench/NOTES.md).
+        constexpr bool A_REALIGN = SMEMTILE_SGEMM_A_REALIGN && A_VEC && STAGES >= 3 && SWZ_A_B == 0;
         int a_s[A_PASSES], a_off[A_PASSES];  // A row of pass p: floats past its 16-byte boundary, As offset of k = -s
-        // B rows of this thread (one set for all passes when B_ROWS % 4 == 0: every pass has the same shift s).
-        // b_next points at the first row's aligned float4, column n0 + b_n - s (clamped to the float4 holding
-        // column N-1; b_src[h] - b_src[0] for the other rows); the lanes l < s also copy B[k][n0+BN-s+l] (4 bytes),
-        // BN - 3l floats further on, to Bs offset b_tail (kNoTail: none, or its column is past N). Store t writes
-        // element (t + rot) % 4 of the float4 (rot = lane / 8, + s when a warp spans rows of different s) to Bs
-        // offset b_dst[t] = Bs[b_k][b_n - s + e]. Lane l = 0 keeps the elements in order (rot = 0), so the ones left of
-        // the tile (e < s) come first; they go to the place of its last store (e = 3), which then overwrites them
-        // (one thread, program order).
-        constexpr int B_SHIFTS = B_ROWS % 4 == 0 && SWZ_B_B == 0 ? 1 : B_VEC_PER_THREAD;
-        int b_src[B_SHIFTS], b_tail[B_SHIFTS], b_rot[B_SHIFTS], b_dst[B_SHIFTS][4];
-        constexpr int kNoTail = -(1 << 30);
         auto issue_fast_unaligned = [&](int slot) {
+            float* bs = Bs(slot);
 #pragma unroll
             for (int i = 0; i < A_ITEMS; ++i) {
                 const float* p = a_next[i % A_PASSES] + a_koff(i);
                 if (A_REALIGN || a_vec) {
-                    ra[i] = *reinterpret_cast<const float4*>(p);  // a_next is aligned (A_REALIGN: moved back by s)
+                    ra[i] = smemtile::ldg4(p);  // a_next is aligned (A_REALIGN: moved back by s)
                 } else {
                     ra[i] = make_float4(p[0], p[1], p[2], p[3]);
                 }
             }
-            float* bs = Bs(slot);
             if (b_vec) {
 #pragma unroll
                 for (int j = 0; j < B_VEC_PER_THREAD; ++j)
                     smemtile::cp_async_16(bs + LB::offset(b_k + b_koff(j), b_n), b_next + (long long)b_koff(j) * ldb, b_bytes);
             } else {
 #pragma unroll
-                for (int j = 0; j < B_VEC_PER_THREAD; ++j) {
-                    const int h = j % B_SHIFTS;
-                    const float* src = b_next + (long long)b_koff(j) * ldb + (h ? b_src[h] - b_src[0] : 0);
-                    rbu[j] = *reinterpret_cast<const float4*>(src);
-                    smemtile::cp_async_4_if(bs + b_tail[h] + b_koff(j) * LB::kStride, src + (BN - 3 * b_l), b_tail[h] != kNoTail);
+                for (int i = 0; i < B_PER_THREAD; ++i) {
+                    // e = tid + i * THREADS: k = e / BN, column tid % BN + (i * THREADS) % BN (B4_REGULAR)
+                    const int k = BN > THREADS ? (i * THREADS) / BN : tid / BN + (i * THREADS) / BN;
+                    const int c = BN > THREADS ? ((i * THREADS) % BN) / THREADS : 0;
+                    const int n = tid % BN + c * THREADS;
+                    const int krow = BN > THREADS ? k : (i * THREADS) / BN;  // b_next already holds tid / BN
+                    smemtile::cp_async_4(bs + LB::offset(k, n), b_next + (long long)krow * ldb + b4_col[c], 4);
                 }
             }
 #pragma unroll
@@ -437,14 +432,14 @@ sgemm(int M, int N, int K, float alpha, const float* __restrict__ A, int lda, co
                 if (slot != 0) {  // k < 0 lands in the previous slot, right below this one
 #pragma unroll
                     for (int i = 0; i < A_ITEMS; ++i) {
-                        float* d = as + a_off[i % A_PASSES] + a_koff(i) * LA::kStride + (a_moff(i) - a_moff(i % A_PASSES));
+                        float* d = as + a_off[i % A_PASSES] + a_koff(i) * LA::kStride;
                         d[0] = ra[i].x, d[LA::kStride] = ra[i].y, d[2 * LA::kStride] = ra[i].z, d[3 * LA::kStride] = ra[i].w;
                     }
                 } else {  // slot 0: k < 0 wraps to the last slot
 #pragma unroll
                     for (int i = 0; i < A_ITEMS; ++i) {
                         const int p = i % A_PASSES;
-                        float* d = as + a_off[p] + a_koff(i) * LA::kStride + (a_moff(i) - a_moff(p));
+                        float* d = as + a_off[p] + a_koff(i) * LA::kStride;
                         const float v[4] = {ra[i].x, ra[i].y, ra[i].z, ra[i].w};
 #pragma unroll
                         for (int q = 0; q < 4; ++q) {
@@ -455,18 +450,6 @@ sgemm(int M, int N, int K, float alpha, const float* __restrict__ A, int lda, co
                 }
             } else {
                 store_a(As(slot));
-            }
-            if (!b_vec) {
-                float* bs = Bs(slot);
-#pragma unroll
-                for (int j = 0; j < B_VEC_PER_THREAD; ++j) {
-                    const int h = j % B_SHIFTS;
-                    float4 c = rbu[j];  // rotated left by rot
-                    if (b_rot[h] & 1) c = make_float4(c.y, c.z, c.w, c.x);
-                    if (b_rot[h] & 2) c = make_float4(c.z, c.w, c.x, c.y);
-                    float* d = bs + b_koff(j) * LB::kStride;
-                    d[b_dst[h][0]] = c.x, d[b_dst[h][1]] = c.y, d[b_dst[h][2]] = c.z, d[b_dst[h][3]] = c.w;
-                }
             }
         };
 
@@ -492,31 +475,14 @@ sgemm(int M, int N, int K, float alpha, const float* __restrict__ A, int lda, co
                 read_slot = (read_slot + 1 == STAGES) ? 0 : read_slot + 1;
                 write_slot = (write_slot + 1 == STAGES) ? 0 : write_slot + 1;
             }
-        } else if (kt + STAGES - 1 < fast_end_u) {  // the same with realigned copies (uniform branches)
+        } else if ((B4_REGULAR || b_vec) && kt + STAGES - 1 < fast_end) {  // the same, realigned / 4-byte copies
 #pragma unroll
             for (int p = 0; p < A_PASSES; ++p) {
                 a_s[p] = A_REALIGN ? static_cast<int>((reinterpret_cast<unsigned long long>(a_next[p]) >> 2) & 3) : 0;
                 a_next[p] -= a_s[p];
                 a_off[p] = (a_k - a_s[p]) * LA::kStride + a_m + a_moff(p);
             }
-            if (!b_vec) {  // b_next is the start of this thread's first B row: move it to the float4
-#pragma unroll
-                for (int h = 0; h < B_SHIFTS; ++h) {
-                    const int sh = static_cast<int>((reinterpret_cast<unsigned long long>(b_next + (long long)b_koff(h) * ldb) >> 2) & 3);
-                    const int k = b_k + b_koff(h);  // row of pass h; offsets below are relative to pass h's row
-                    b_src[h] = min(n0 + b_n - sh, N - 1 - ((sh + N - 1) & 3));
-                    b_tail[h] = b_l < sh && n0 + BN - sh + b_l < N ? LB::offset(k, BN - sh + b_l) - b_koff(h) * LB::kStride
-                                                                    : kNoTail;
-                    b_rot[h] = b_l == 0 ? 0 : ((lane >> 3) + (BN / 4 >= 32 ? 0 : sh)) & 3;
-#pragma unroll
-                    for (int t = 0; t < 4; ++t) {
-                        const int n = b_n - sh + ((t + b_rot[h]) & 3);
-                        b_dst[h][t] = LB::offset(k, n >= 0 ? n : 3 - sh) - b_koff(h) * LB::kStride;
-                    }
-                }
-                b_next += b_src[0];
-            }
-            for (; kt + STAGES - 1 < fast_end_u; ++kt) {
+            for (; kt + STAGES - 1 < fast_end; ++kt) {
                 smemtile::cp_async_wait<STAGES - 2>();
                 __syncthreads();
                 issue_fast_unaligned(write_slot);
@@ -529,7 +495,7 @@ sgemm(int M, int N, int K, float alpha, const float* __restrict__ A, int lda, co
             if constexpr (A_REALIGN) {
                 // The last fast tile's last s k of each row come from the next tile's first aligned float4, which
                 // the masked path does not load that way: fill them now (read at step kt+STAGES-2 > kt, after the
-                // next barrier). a_next points at that float4 (k = k0 - s).
+                // next barrier). a_next points at that float4 (k = k0 - s); the s floats are inside the row.
                 if (a_k == 0) {
                     float* as = As(write_slot == 0 ? STAGES - 1 : write_slot - 1);
 #pragma unroll
