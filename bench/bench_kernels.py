@@ -151,12 +151,12 @@ _SOURCES: dict[tuple, str] = {}
 
 
 def canonical_source(params: dict, arch: str = "sm_90") -> str:
-    """The generated body for the canonical problem (one cubin per configuration, whatever the shape)."""
+    """The generated body for the canonical problem (one cubin per configuration, whatever the shape), always
+    rendered from this tree: the NVRTC cache is keyed by the source text, so a kernel change can never be timed
+    with a cubin of the old text (session 3 found a `sources.json` read back here doing exactly that)."""
     from smemtile.codegen.render import body
 
     key = (cfg_label(params), arch)
-    if not _SOURCES and (CACHE / "sources.json").exists():  # rendered by `build` from this same tree
-        _SOURCES.update({(k, arch): v for k, v in json.loads((CACHE / "sources.json").read_text()).items()})
     if key not in _SOURCES:
         _SOURCES[key] = body(configure_sgemm(params, tuple(CANONICAL.values()), arch))
     return _SOURCES[key]
@@ -253,7 +253,7 @@ def cmd_build(args) -> None:
         for label, what, src in ex.map(_build_one, cfgs):
             sources[label] = src
             print(f"  {label:<36} {what}", flush=True)
-    (CACHE / "sources.json").write_text(json.dumps(sources))
+    (CACHE / "sources.json").write_text(json.dumps(sources))  # a record of what was built; never read back
     if args.strip_ptx:  # the carried cache needs the cubins only
         for f in (CACHE / "nvrtc").glob("*.json"):
             doc = json.loads(f.read_text())
