@@ -243,7 +243,8 @@ def tiles_part(res: Resolved, facts: dict, built: dict) -> dict:
         fam = FAMILIES[cfg.family]
         d["problem"] = {k: v for k, v in cfg.problem.items()}
         try:
-            ranker = fam.ranker(cfg.problem, spec.arch.base, None)
+            keys = {k: cfg.params[k] for k in getattr(fam, "ranker_keys", ())}  # part of the problem (R)
+            ranker = fam.ranker({**cfg.problem, **keys}, spec.arch.base, None)
         except SmemtileError as e:
             d["missing"] = f"the {fam.name} tile model cannot rank this problem: {e}"
             return d

@@ -107,7 +107,9 @@ def plan(doc: dict, source: str, *, top: int, space: list[dict] | None = None, a
     fam = get_family(family)
     problem = problem_of(doc, family)
     arch = arch or str(doc.get("arch", "sm_90"))
-    scorer = fam.ranker(problem, arch, gpu)
+    # the template parameters a family's model reads as part of the problem (the stencil's radius R)
+    keys = {k: v for k, v in family_params(doc, family).items() if k in getattr(fam, "ranker_keys", ())}
+    scorer = fam.ranker({**problem, **keys}, arch, gpu)
     out: dict[tuple, Candidate] = {}
 
     def add(params: dict, src: str) -> None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from smemtile.errors import SpecError
 from smemtile.families.base import Candidate, Family, HostArg, KernelCall, KernelConfig, Param, ProblemKey
 
 CTYPES = {"f32": "float", "f16": "unsigned short", "bf16": "unsigned short"}
@@ -261,7 +262,8 @@ class _Ranker:
     def __init__(self, fam: Transpose, problem: dict, arch: str, gpu: str | None):
         from smemtile.model.tiling_transpose import rank_transpose
 
-        self.fam = fam
+        self.fam, self.arch = fam, arch
+        self.problem = {k: problem[k] for k in ("rows", "cols", "dtype")}
         self.ranked = rank_transpose(int(problem["rows"]), int(problem["cols"]), str(problem["dtype"]), arch,
                                      gpu=gpu)  # fmt: skip
 
@@ -279,6 +281,56 @@ class _Ranker:
         if s is None:
             return Candidate(name, params, src, None, None, "outside the model's candidates")
         return Candidate(name, params, src, s.rank, s.gbps, s.reason)
+
+    # presentation (``smemtile tiles --family transpose``): what the ranking left out and where its numbers come from
+
+    def rejections(self) -> list[dict]:
+        """The candidates of the other element size: refused by the family for this dtype (its own rule), or
+        buildable but never measured at this element size (the model's constants are per candidate)."""
+        from smemtile.families import configure
+        from smemtile.model.tiling_transpose import CANDIDATES, ELEM, label
+
+        dtype = str(self.problem["dtype"])
+        mine = {label(p) for p in CANDIDATES[ELEM[dtype]]}
+        out = []
+        for elem, cands in CANDIDATES.items():
+            for p in cands:
+                if elem == ELEM[dtype] or label(p) in mine:
+                    continue
+                try:
+                    why = self.fam.problems(configure(self.fam, {**p, **self.problem}, arch=self.arch, check=False),
+                                            accesses=False)  # fmt: skip
+                except SpecError as e:
+                    why = [str(e)]
+                kind = "rules" if why else "uncalibrated"
+                reason = why[0] if why else (f"builds, but was measured for {elem}-byte elements only: the model "
+                                             f"has no constants for it at {ELEM[dtype]} bytes")  # fmt: skip
+                params = {
+                    k: v for k, v in p.items() if k in ("TILE", "BLOCK_ROWS") or v != self.fam.defaults()[k]
+                }
+                out.append({"params": params, "label": label(p), "kind": kind, "reason": reason})
+        return out
+
+    def provenance(self) -> dict:
+        from smemtile.model.tiling_transpose import DATA_FILE, expected_error, load_calibration
+
+        cal = load_calibration() or {}
+        calibrated = bool(self.ranked and self.ranked[0].calibrated)
+        return {
+            "model": "per candidate time = t0 + bytes / bw (+ edge tiles / kappa + misaligned runs), measured "
+            "constants carried to the shape (smemtile/model/tiling_transpose.py)",
+            "source": "smemtile/model/tiling_transpose.py",
+            "file": f"smemtile/model/data/{DATA_FILE}",
+            "gpu": cal.get("gpu"),
+            "runs": cal.get("run"),
+            "commit": cal.get("commit"),
+            "calibrated": calibrated,
+            "expected_error": expected_error(str(self.problem["dtype"]), cal) if calibrated else None,
+            "expected_error_of": "median |time error|, held out: "
+            + ", ".join(
+                x for x in cal.get("held_out_shapes", []) if f" f{8 * SIZES[self.problem['dtype']]} " in x
+            ),
+        }
 
 
 FAMILY = Transpose()
