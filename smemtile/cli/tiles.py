@@ -1,4 +1,5 @@
-"""``smemtile tiles M N K``: ranked block-tile configurations for a GEMM, with reasons and exports."""
+"""``smemtile tiles M N K``: ranked block-tile configurations for a GEMM, with reasons and exports;
+``smemtile tiles --family transpose|stencil2d ROWS COLS``: that family's own candidates, ranked by its model."""
 
 from __future__ import annotations
 
@@ -17,17 +18,26 @@ Examples:
   smemtile tiles 4096 4096 4096 --dtype f32 --arch sm_90
   smemtile tiles 8192 8192 1024 --dtype f16 --arch sm_90 --format triton
   smemtile tiles 64 4096 4096 --dtype bf16 --arch gfx942 --vendor amd --top 5
-  smemtile tiles 4096 4096 4096 --top 1 --format yaml > tile.yaml && smemtile verify tile.yaml""",
+  smemtile tiles 4096 4096 4096 --top 1 --format yaml > tile.yaml && smemtile verify tile.yaml
+  smemtile tiles --family transpose 8192 8192 --dtype f16
+  smemtile tiles --family stencil2d 8192 8192 --radius 4 --top 5
+  smemtile tiles --family transpose 8K 8K --top 1 --format yaml > t.yaml
+  smemtile generate t.yaml -o transpose.cu""",
 )
-@click.argument("m")
-@click.argument("n")
-@click.argument("k")
+@click.argument("sizes", nargs=-1, metavar="M N K | ROWS COLS")
+@click.option(
+    "--family",
+    default=None,
+    help="The kernel family: transpose (ROWS COLS, --dtype f32|f16|bf16) or stencil2d (NY NX, --radius) rank "
+    "their own configurations; sgemm, hgemm or wgmma_gemm (M N K) must be the one --dtype/--arch imply.",
+)
 @click.option(
     "--dtype",
-    default="f32",
-    show_default=True,
-    help="f32 (SIMT sgemm), tf32, f16, bf16, f8e4m3, f8e5m2 (sm_89+) or i8 (tensor / matrix cores).",
+    default=None,
+    help="f32 (SIMT sgemm; the default), tf32, f16, bf16, f8e4m3, f8e5m2 (sm_89+) or i8 (tensor / matrix cores); "
+    "with --family transpose: f32, f16 or bf16.",
 )
+@click.option("--radius", default=None, help="--family stencil2d: the stencil radius R (1-4).")
 @click.option(
     "--arch",
     default=None,
@@ -37,34 +47,55 @@ Examples:
 @click.option(
     "--gpu", default=None, help="GPU row for the roofline (h200, h100, a100, mi300x, ...; default per arch)."
 )
-@click.option("--sms", default=None, help="Override the GPU's SM (CU) count.")
+@click.option("--sms", default=None, help="Override the GPU's SM (CU) count (GEMM tiles).")
 @click.option("--top", default="10", show_default=True, help="How many ranked configurations to print.")
 @click.option(
     "--rejected", "n_rejected", default="8", show_default=True, help="How many rejected ones to show."
 )
 @click.option(
-    "--format", "fmt", default="table", show_default=True, help="table, json, yaml (specs) or triton."
+    "--format",
+    "fmt",
+    default="table",
+    show_default=True,
+    help="table, json, yaml (specs) or triton (GEMM only).",
 )
 @json_option
-def command(m, n, k, dtype, arch, vendor, gpu, sms, top, n_rejected, fmt, as_json) -> None:
-    """Recommend block tiles (BM, BN, BK), warps, stages and GROUP_SIZE_M for C[M,N] = A[M,K] @ B[K,N].
+def command(sizes, family, dtype, radius, arch, vendor, gpu, sms, top, n_rejected, fmt, as_json) -> None:
+    """Recommend block tiles (BM, BN, BK), warps, stages and GROUP_SIZE_M for C[M,N] = A[M,K] @ B[K,N], or, with
+    --family transpose|stencil2d, that family's configurations for a ROWS x COLS problem.
 
-    Candidates come from the problem and the architecture (mma / SIMT shapes, smaller tiles when M or N is
+    GEMM: candidates come from the problem and the architecture (mma / SIMT shapes, smaller tiles when M or N is
     small), are pruned by per-block limits and the occupancy model (every rejection keeps its reason), and are
     ranked by a stated model: wave quantisation over the SMs, occupancy, inner-loop efficiency, arithmetic
     intensity against the roofline, DRAM traffic with and without L2 grouping, and padding waste.
 
+    Memory-bound families: every configuration the family can generate is checked by the family's own rules
+    (rejections keep its reason) and ranked by its model calibrated on the H200 (predicted GB/s, the fraction of
+    a device copy of the same bytes, the expected error, whether the H200 runs timed it).
+
     \b
-    --format triton prints a list of triton.Config; yaml prints specs (one document per candidate) that
-    `smemtile verify` / `generate` / `tune --space` accept; json (or --json) has every factor.
+    --format triton prints a list of triton.Config (GEMM); yaml prints specs
+    (one document per candidate) that `smemtile verify` / `generate` /
+    `tune --space` accept; json (or --json) has every factor.
     """
-    from smemtile.pipeline.tiles import recommend
+    from smemtile.pipeline.tiles import ranked_families
 
     fmt = "json" if as_json else str(fmt).lower()
     if fmt not in FORMATS:
         raise SpecError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}", key="--format")
     top_n = parse_int(top, "--top", 1)
     rej_n = parse_int(n_rejected, "--rejected", 0)
+    if family is not None and str(family) in ranked_families():
+        return _family(str(family), sizes, dtype, radius, arch, vendor, gpu, sms, top_n, rej_n, fmt)
+    if radius is not None:
+        raise SpecError("--radius is the stencil2d family's (use --family stencil2d NY NX --radius R)",
+                        key="--radius")  # fmt: skip
+    if len(sizes) != 3:
+        fams = " or ".join(ranked_families())
+        raise SpecError(f"takes M N K (3 sizes) for a GEMM, got {len(sizes)}; ROWS COLS need --family {fams}",
+                        key="sizes")  # fmt: skip
+    m, n, k = sizes
+    dtype = "f32" if dtype is None else dtype
     n_sms = None if sms is None else parse_int(sms, "--sms", 1)
     if (
         str(arch).lower() == "auto"
@@ -74,6 +105,10 @@ def command(m, n, k, dtype, arch, vendor, gpu, sms, top, n_rejected, fmt, as_jso
         attrs = device_attributes(0)
         arch = f"sm_{attrs['cc_major']}{attrs['cc_minor']}"
         n_sms = n_sms or attrs["sm_count"]
+    if family is not None:
+        _check_gemm_family(str(family), dtype, arch, vendor)
+    from smemtile.pipeline.tiles import recommend
+
     report = recommend(m, n, k, dtype, arch, vendor=vendor, gpu=gpu, sms=n_sms, triton=fmt == "triton")
     if not report.ranked:
         raise OutOfResources(f"no configuration fits {report.problem.arch}: {report.rejected[0].reason}"
@@ -95,3 +130,49 @@ def command(m, n, k, dtype, arch, vendor, gpu, sms, top, n_rejected, fmt, as_jso
 
         con = console()
         con.print(render_tiles(report, top_n, rej_n, width=con.width))
+
+
+def _check_gemm_family(family: str, dtype: str, arch, vendor) -> None:
+    """``--family`` with M N K names the family the dtype and arch already imply (it picks nothing else)."""
+    from smemtile.families import FAMILIES
+    from smemtile.pipeline.tiles import implied_gemm_family, ranked_families
+
+    implied = implied_gemm_family(dtype, arch, vendor)
+    if family == implied:
+        return
+    if family not in FAMILIES:
+        raise SpecError(f"unknown family {family!r}; tiles ranks {', '.join(ranked_families())} (ROWS COLS) and "
+                        "the GEMM families sgemm, hgemm, wgmma_gemm (M N K)", key="--family")  # fmt: skip
+    target = f"--dtype {dtype} on {arch or 'sm_90'}"
+    if implied is None:
+        raise SpecError(f"no family generates {target} tiles (the ranking is the model's only); drop --family",
+                        key="--family")  # fmt: skip
+    raise SpecError(f"{target} is ranked by the {implied} family, not {family}", key="--family")
+
+
+def _family(family, sizes, dtype, radius, arch, vendor, gpu, sms, top_n, rej_n, fmt) -> None:
+    from smemtile.pipeline.tiles import family_json_doc, family_tiles, family_yaml_specs
+
+    if fmt == "triton":
+        raise SpecError("--format triton is for GEMM tiles", key="--format")
+    if sms is not None or (vendor or "nvidia").lower() != "nvidia":
+        raise SpecError(f"--family {family} ranks for an NVIDIA GPU's own SM count (no --sms, no --vendor amd)",
+                        key="--sms" if sms is not None else "--vendor")  # fmt: skip
+    if str(arch).lower() == "auto":
+        from smemtile.gpu.device import device_attributes
+
+        attrs = device_attributes(0)
+        arch = f"sm_{attrs['cc_major']}{attrs['cc_minor']}"
+    rep = family_tiles(family, sizes, dtype=dtype, keys={"R": radius}, arch=arch, gpu=gpu)
+    if not rep.ranked:
+        raise OutOfResources(f"no {family} configuration fits: {rep.rejected[0]['reason']}"
+                             if rep.rejected else "no candidates")  # fmt: skip
+    if fmt == "json":
+        emit_json(family_json_doc(rep, top_n, rej_n))
+    elif fmt == "yaml":
+        click.echo(family_yaml_specs(rep, top_n), nl=False)
+    else:
+        from smemtile.report.tiles_family import render_family_tiles
+
+        con = console()
+        con.print(render_family_tiles(rep, top_n, rej_n, width=con.width))
