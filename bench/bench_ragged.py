@@ -1,6 +1,9 @@
-"""Issue 20's ragged SGEMM (session 3): the sgemm family's realigned copies for unaligned A or B (lda or ldb not a
-multiple of 4 floats, or a base pointer not 16-byte aligned) on the H200, against the version-16 kernel (commit
-3c6a8fc: four 4-byte loads per A float4, one 4-byte cp.async per B float) and cuBLAS, in the same process.
+"""Issue 20's ragged SGEMM (session 3): the sgemm family's unaligned path (lda or ldb not a multiple of 4 floats,
+or a base pointer not 16-byte aligned; A realigned) on the H200, against the version-16 kernel (commit 3c6a8fc:
+four 4-byte loads per A float4, one 4-byte cp.async per B float) and cuBLAS, in the same process.
+
+Build with a fresh cache: ``rm -rf .cache/tiles_nvrtc`` first (bench_kernels.py's build reuses a sources.json it
+finds there instead of rendering this tree's kernel; see bench/NOTES.md, "Ragged SGEMM (session 3)").
 
 Steps (``run --steps``):
 
@@ -9,8 +12,8 @@ Steps (``run --steps``):
   and below BN, tiny K), launched as ``verify`` does (``LoadedKernel``, the family's launch plan, poisoned
   output) against numpy float64; then base pointers 4, 8 and 12 bytes past a 16-byte boundary (torch tensors
   bound with ``LoadedKernel.bind``, against torch float64).
-* ``ab``: this tree's kernel, the v16 one and this tree's with v16's A loads (VARIANTS) of AB_CONFIGS on AB_SHAPES, timed as bench/bench_kernels.py times (alternating
-  rounds, order reversed every round, a 512 MiB memset before every timed call outside the events, median and
+* ``ab``: this tree's kernel, the v16 one and this tree's with v16's A loads (VARIANTS) of AB_CONFIGS on
+  AB_SHAPES, timed as bench/bench_kernels.py times (alternating rounds, order reversed every round, a 512 MiB memset before every timed call outside the events, median and
   spread = (p90 - p10) / median; bench/timing.py), with torch.matmul and cublasSgemm_v2 (TF32 off) in the same
   rounds; each output checked against torch float64 first.
 * ``bk``: bench/bench_kernels.py's bench and sweep steps in this process (its h200.json and sweep_h200.json under

@@ -72,8 +72,9 @@
 // A_VEC = 0, then to MIN_BLOCKS = 1, for whatever the user left at its default).
 #include "smem_layout.cuh"
 
-// 1: the unaligned path realigns A's float4s (below); 0: four 4-byte loads per A float4 there (version 16's copy,
-// kept for side-by-side measurements: bench/bench_ragged.py builds its variant with -D... in the source).
+// 1: the unaligned path realigns A's float4s (below); 0: four 4-byte loads per A float4 there (version 16's copy;
+// bench/bench_ragged.py builds that variant by defining it first: measured equal or faster on 2 of the 3 ragged
+// shapes, bench/NOTES.md "Ragged SGEMM (session 3)").
 #ifndef SMEMTILE_SGEMM_A_REALIGN
 #define SMEMTILE_SGEMM_A_REALIGN 1
 #endif
@@ -393,7 +394,8 @@ sgemm(int M, int N, int K, float alpha, const float* __restrict__ A, int lda, co
         // after the loop (the masked path does not load them this way). STAGES = 2 (the previous slot is the one
         // being read) or a swizzled As: four 4-byte loads per float4.
         // Unaligned B (ldb not a multiple of 4): 4-byte cp.async, the element -> shared mapping of the masked
-        // copies (measured: a float4 through registers and four 4-byte stores was 2-9 % slower, bench/NOTES.md).
+        // copies. (A float4 through registers and four 4-byte stores, session 3's run 1, was 24-29 % faster for the
+        // 128x128 tiles at ldb = 4097 and within 4 % at ldb = 6001: not restored yet, see bench/NOTES.md.)
         constexpr bool A_REALIGN = SMEMTILE_SGEMM_A_REALIGN && A_VEC && STAGES >= 3 && SWZ_A_B == 0;
         int a_s[A_PASSES], a_off[A_PASSES];  // A row of pass p: floats past its 16-byte boundary, As offset of k = -s
         auto issue_fast_unaligned = [&](int slot) {
