@@ -45,6 +45,7 @@ from bench_kernels import A_PAD, CACHE, FLUSH_BYTES, _c, cfg_label  # noqa: E402
 from timing import stats, time_rounds  # noqa: E402
 
 V16_COMMIT = "3c6a8fc"  # the sgemm.cu of NOTES' version 16 (bench/results/h200.json, run 3)
+PRE16_COMMIT = "0e50b42"  # the sgemm.cu before version 16 (what issue 20's 0.818x measured: the stale cache)
 SOURCES = CACHE / "ragged_sources.json"  # rendered bodies, both kernels (`build` writes it)
 
 # (params, layouts): the tiles picks of the ragged shapes, the sample, and the paths the realigned copies take
@@ -87,7 +88,7 @@ MISALIGNED_CONFIGS = [0, 2, 4, 8]  # indices into CHECKS
 AB_CONFIGS = [_c(128, 128, 8, 16, 8, 3, 2), _c(128, 128, 8, 8, 16, 3, 2), _c(128, 64, 8, 8, 8, 3, 3),
               _c(64, 64, 8, 8, 8, 3, 4), _c(128, 64, 16, 8, 8, 3, 3), _c(256, 128, 8, 16, 8, 2, 1)]  # fmt: skip
 AB_SHAPES = [(4095, 4097, 1023), (2999, 3001, 3003), (1999, 6001, 1500), (4096, 4096, 4096)]
-VARIANTS = ["", "v16", "a4"]  # see _key
+VARIANTS = ["", "v16", "a4", "pre16"]  # see _key
 MEMCHECK = [0, 2, 4, 7, 8]  # indices into CHECKS
 MEMCHECK_SIZES = [SIZES[0], SIZES[2], SIZES[6], SIZES[7]]
 
@@ -98,7 +99,8 @@ def _layouts(lay: dict) -> dict:
 
 def _key(params: dict, lay: dict, variant: str = "") -> str:
     """Names a build: variant "" is this tree's kernel, "v16" the version-16 kernel, "a4" this tree's with four
-    4-byte loads per A float4 on the unaligned path (SMEMTILE_SGEMM_A_REALIGN 0)."""
+    4-byte loads per A float4 on the unaligned path (SMEMTILE_SGEMM_A_REALIGN 0), "pre16" the kernel before
+    version 16 (same template signature)."""
     tag = "" if not lay else " " + json.dumps(lay, sort_keys=True)
     return (f"{variant} " if variant else "") + cfg_label(params) + tag
 
@@ -123,13 +125,13 @@ def _build_one(job) -> tuple[str, str, str]:
     from smemtile.codegen.render import body
     from smemtile.gpu.run import compile_config
 
-    params, lay, variant, old_cu = job
+    params, lay, variant, old_cus = job
     key = _key(params, lay, variant)
     try:
         cfg = _configure(params, lay, {"M": 4096, "N": 4096, "K": 4096})
         src = body(cfg)
-        if variant == "v16":
-            src = _old_body(src, old_cu)
+        if variant in ("v16", "pre16"):
+            src = _old_body(src, old_cus[variant])
         elif variant == "a4":
             src = "#define SMEMTILE_SGEMM_A_REALIGN 0\n" + src
         res = next(iter(compile_config(cfg, source=src).resources.values()))
@@ -142,8 +144,9 @@ def cmd_build(args) -> None:
     from concurrent.futures import ProcessPoolExecutor
 
     os.environ["SMEMTILE_CACHE_DIR"] = str(CACHE)
-    old_cu = subprocess.run(["git", "show", f"{V16_COMMIT}:smemtile/families/sgemm/sgemm.cu"], cwd=ROOT,
-                            capture_output=True, text=True, check=True).stdout  # fmt: skip
+    old_cu = {v: subprocess.run(["git", "show", f"{c}:smemtile/families/sgemm/sgemm.cu"], cwd=ROOT,
+                                capture_output=True, text=True, check=True).stdout
+              for v, c in (("v16", V16_COMMIT), ("pre16", PRE16_COMMIT))}  # fmt: skip
     jobs = [(p, lay, "", old_cu) for p, lay in CHECKS]
     jobs += [(p, {}, v, old_cu) for p in AB_CONFIGS for v in VARIANTS]
     seen, uniq = set(), []

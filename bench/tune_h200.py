@@ -90,12 +90,15 @@ def commit() -> str:
 
 def load_rows(paths: list[Path]) -> list[dict]:
     """Every timed sgemm row of the sweeps; a later file's row replaces an earlier one of the same config and
-    shape (a re-measurement, e.g. after a kernel change)."""
+    shape (a re-measurement), and a later shape marked ``"replaces": true`` (a re-sweep after a kernel change)
+    drops every earlier row of that shape."""
     out: dict[tuple, dict] = {}
     for path in paths:
         d = json.loads(Path(path).read_text())
         for s in d["shapes"].values():
             shape = tuple(s["shape"])
+            if s.get("replaces", False):  # a re-sweep after a kernel change: the shape's older rows go
+                out = {key: v for key, v in out.items() if key[0] != shape}
             ref = max((r["tflops"] for r in s["rows"] if "reference" in r), default=None)
             for r in s["rows"]:
                 if "config" in r and "time_ms" in r:
@@ -370,6 +373,8 @@ def main() -> None:
     )
     ap.add_argument("--picks", type=Path, help="write the installed model's top 3 per held-out shape (an "
                     "--extra-pool file for bench_kernels.py: every #1 gets measured) and exit")  # fmt: skip
+    ap.add_argument("--held-out-from", type=Path, nargs="*", default=[],
+                    help="the held-out rows come from these sweeps only (a validation run after the fit)")  # fmt: skip
     args = ap.parse_args()
     if args.picks:
         from bench_kernels import HELD_OUT
@@ -382,6 +387,12 @@ def main() -> None:
         print(f"{len(picks)} picks -> {args.picks}")
         return
     rows = [r for r in load_rows(args.sweeps) if "x".join(map(str, r["shape"])) not in args.skip]
+    if (
+        args.held_out_from
+    ):  # score only on these (measured after the model was frozen); older held-out rows go
+        rows = [r for r in rows if r["role"] == "fit"] + [
+            r for r in load_rows(args.held_out_from) if r["role"] == "held_out"
+        ]
     now = datetime.date.today().isoformat()
     if args.loso:
         grid = [{}] + [{"sigma": s, "prior": p, "unaligned_distance": 2.0} for s in (0.5, 0.75, 1.0, 1.5, 2.0)
@@ -407,7 +418,8 @@ def main() -> None:
         held = score([r for r in rows if r["role"] == "held_out"], q)
         doc = {"what": "constants of the SIMT (sgemm) tile model, smemtile.model.tiling_model.simt_time",
                "gpu": "NVIDIA H200", "gpu_key": "h200", "sms": 132, "arch": "sm_90",
-               "sweeps": [str(p) for p in args.sweeps], "commit": commit(), "date": now,
+               "sweeps": [str(p) for p in args.sweeps], "held_out_sweeps": [str(p) for p in args.held_out_from],
+               "commit": commit(), "date": now,
                "method": "weighted least squares on log(predicted / measured time) over the fitting shapes only "
                          "(bench/tune_h200.py); the held-out shapes are scored after the fit, never fitted",
                "fit_shapes": sorted(fit_s["shapes"]), "held_out_shapes": sorted(held["shapes"]),
