@@ -213,26 +213,13 @@ class Sgemm(GemmFamily):
     def accesses(self, cfg: KernelConfig) -> list[dict]:
         p = cfg.params
         copy_op = "cp.async" if p["CP_ASYNC"] else "store"
-        k_unaligned, n_unaligned = int(cfg.problem["K"]) % 4 != 0, int(cfg.problem["N"]) % 4 != 0
-        # The steady state's copies (the unmasked loop); A assumed 16-byte aligned, as cudaMalloc gives it
-        fast = bool(p["CP_ASYNC"] and p["A_VEC"])
         if p["A_VEC"]:
             # chunk c = tid + i*THREADS is the float4 A[m][k..k+3], r = c//2, m = r % BM,
             # k = (r//BM)*8 + (c%2)*4; stored transposed as four 4-byte stores As[k+q][m]
-            row = "(((tid + i*THREADS)//2)//BM)*8 + (tid%2)*4 + q"
-            col = "((tid + i*THREADS)//2) % BM"
-            note = "float4 of A in registers -> 4 transposed 4-byte stores"
-            lay = cfg.layouts.get("As")
-            if fast and k_unaligned and p["STAGES"] >= 3 and not (lay is not None and lay.swizzled):
-                # odd K (lda % 4 != 0): the aligned float4 starting s = (m*K) % 4 floats early; k < 0 is the
-                # previous K tile's last k, in the previous stage (the same banks: a stage is BK*(BM+pad) floats)
-                row = f"({row} - ((({col}) * K) % 4)) % BK"
-                note = (
-                    "aligned float4 of A (s = (m*K) % 4 floats early: odd K) -> 4 transposed 4-byte stores "
-                    "As[k-s+q][m]; k-s+q < 0 is the previous stage's last k"
-                )
-            a_copy = {"name": "As_copy", "buffer": "As", "op": "store", "width": 4, "role": "copy", "row": row,
-                      "col": col, "over": {"i": [0, "BM*BK//4//THREADS"], "q": [0, 4]}, "note": note}  # fmt: skip
+            a_copy = {"name": "As_copy", "buffer": "As", "op": "store", "width": 4, "role": "copy",
+                      "row": "(((tid + i*THREADS)//2)//BM)*8 + (tid%2)*4 + q", "col": "((tid + i*THREADS)//2) % BM",
+                      "over": {"i": [0, "BM*BK//4//THREADS"], "q": [0, 4]},
+                      "note": "float4 of A in registers -> 4 transposed 4-byte stores"}  # fmt: skip
         else:
             # element e = tid + i*THREADS: k = (e//8//BM)*8 + e%8, m = (e//8) % BM, one 4-byte copy A[m][k] -> As[k][m]
             row, col = "((tid + i*THREADS)//8//BM)*8 + tid%8", "((tid + i*THREADS)//8) % BM"
@@ -240,7 +227,7 @@ class Sgemm(GemmFamily):
                       "col": col, "over": {"i": [0, "BM*BK//THREADS"]}, "note": "A[m][k] -> As[k][m], 4 bytes"}  # fmt: skip
             if copy_op == "cp.async":  # where each lane's word comes from: row-major A, leading dimension K
                 a_copy["source"] = f"({col}) * K + {row}"
-        if not n_unaligned:  # ldb = N keeps float4 rows aligned: 16-byte copies
+        if int(cfg.problem["N"]) % 4 == 0:  # ldb = N keeps float4 rows aligned: 16-byte copies
             b_row, b_col = "(tid + j*THREADS)//(BN//4)", "((tid + j*THREADS) % (BN//4))*4"
             b_copy = {"name": "Bs_copy", "buffer": "Bs", "op": copy_op, "width": 16, "role": "copy", "row": b_row,
                       "col": b_col, "over": {"j": [0, "BK*BN//4//THREADS"]}, "note": "B rows, 16 bytes per lane"}  # fmt: skip

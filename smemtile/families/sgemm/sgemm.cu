@@ -28,13 +28,9 @@
 //      (k-major with stride BM: 8-way bank conflict when PAD = 0 and no swizzle). Holds no registers.
 //   B: chunk c = tid + i * THREADS, k = c / (BN/4), n = (c % (BN/4)) * 4: 16-byte cp.async when B is 16-byte
 //      aligned and ldb % 4 == 0 (checked at run time, uniform per launch), 4-byte copies otherwise.
-//   Whole tiles take an unmasked path (every K tile but a partial last one, A_VEC = 1): A rows past M are
-//   clamped to row M-1 and B columns past N zero-filled (16-byte copies) or clamped to column N-1 (4-byte
-//   copies); those values only reach rows >= M or columns >= N of C, which are never stored. With lda not a
-//   multiple of 4 (odd K) or A not 16-byte aligned, the unmasked path still loads every A float4 with one
-//   aligned 16-byte load, starting s floats early, and stores its first s floats as the previous K tile's last
-//   k (see "Unaligned A" below; 3+ stages); with ldb not a multiple of 4 (odd N) it copies B with 4-byte
-//   cp.async (the element -> shared mapping of the masked copies). The partial K tile and A_VEC = 0 take the
+//   Whole tiles take an unmasked path (every K tile but a partial last one, A and B 16-byte aligned): A rows
+//   past M are clamped to row M-1 and B chunks past N zero-filled; those values only reach rows >= M or
+//   columns >= N of C, which are never stored. The partial K tile, unaligned A or B and A_VEC = 0 take the
 //   masked copies (zero-filled edges).
 //
 // Pipeline, sm_80+ (CP_ASYNC): STAGES-deep ring of shared buffers.
@@ -63,21 +59,12 @@
 // MaxDynamicSharedMemorySize) before launching. Launch: grid = (ceil(M/BM) * ceil(N/BN), SPLIT_K),
 // block = (BM/WM) * (BN/WN) * 32 threads.
 //
-// Registers: a 16x8 or 8x16 thread tile (128 accumulators) needs about 230-255 registers: with 4 warps
-// (128x128) MIN_BLOCKS = 2 gives 255 per thread and two independent blocks per SM, so one block's barrier wait is
-// covered by the other's FFMAs (0.94-0.96x cuBLAS on the H200, the fastest measured; the template's default
-// 256x128 block of 8 warps runs 1 block per SM at 0.90-0.91x, bench/results/h200.json). An 8x8 tile with MIN_BLOCKS = 2 gets 128 per thread (256 threads); its 64
-// accumulators, fragments and the A_VEC registers fit that exactly for BK = 8, STAGES = 2 on sm_90 (ptxas
-// 13.0), while other stage counts or archs may spill a few values (the family's relax() then falls back to
-// A_VEC = 0, then to MIN_BLOCKS = 1, for whatever the user left at its default).
+// Registers: the default 16x8 thread tile (128 accumulators) needs about 227 registers: MIN_BLOCKS = 1, one block
+// of 8 warps per SM. An 8x8 tile with MIN_BLOCKS = 2 gets 128 per thread (256 threads); its 64 accumulators,
+// fragments and the A_VEC registers fit that exactly for BK = 8, STAGES = 2 on sm_90 (ptxas 13.0), while other
+// stage counts or archs may spill a few values (the family's relax() then falls back to A_VEC = 0, then to
+// MIN_BLOCKS = 1, for whatever the user left at its default).
 #include "smem_layout.cuh"
-
-// 1: the unaligned path realigns A's float4s (below); 0: four 4-byte loads per A float4 there (version 16's copy;
-// bench/bench_ragged.py builds that variant by defining it first: measured equal or faster on 2 of the 3 ragged
-// shapes, bench/NOTES.md "Ragged SGEMM (session 3)").
-#ifndef SMEMTILE_SGEMM_A_REALIGN
-#define SMEMTILE_SGEMM_A_REALIGN 1
-#endif
 
 namespace smemtile {
 
@@ -101,13 +88,6 @@ __device__ __forceinline__ void cp_async_4(float* dst, const float* src, int src
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(src_bytes));
 #endif
-}
-// A float4 from global memory, said so (LDG.128): a pointer the compiler cannot place in an address space (the
-// realigned A pointers) would otherwise become a generic load (LD.128), measured ~5 % slower at 4096^3.
-__device__ __forceinline__ float4 ldg4(const float* p) {
-    float4 v;
-    asm("ld.global.v4.f32 {%0, %1, %2, %3}, [%4];\n" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p));
-    return v;
 }
 __device__ __forceinline__ void cp_async_16(float* dst, const float* src, int src_bytes) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
@@ -138,7 +118,7 @@ extern "C" __global__ void smemtile_sgemm_splitk_prepare(float* __restrict__ C, 
     }
 }
 
-// Defaults = the family's (smemtile/families/sgemm); the fastest measured tile is samples/sgemm_default.yaml's.
+// Defaults = the family's (smemtile/families/sgemm), the fastest measured on the H200 (bench/NOTES.md).
 template <int BM = 256, int BN = 128, int BK = 8, int TM = 16, int TN = 8, int STAGES = 3, bool CP_ASYNC = true,
           int PAD_A = 4, int SWZ_A_B = 0, int SWZ_A_M = 0, int SWZ_A_S = 0,
           int PAD_B = 0, int SWZ_B_B = 0, int SWZ_B_M = 0, int SWZ_B_S = 0, int GROUP_M = 8, int MIN_BLOCKS = 1,
@@ -187,9 +167,8 @@ sgemm(int M, int N, int K, float alpha, const float* __restrict__ A, int lda, co
         extern __shared__ float4 smem_dynamic[];
         smem = reinterpret_cast<float*>(smem_dynamic);
     }
-    // The A slots first, then the B slots: As(slot)[k] with k < 0 is As(slot - 1)[BK + k] (unaligned A, below).
-    auto As = [&](int slot) { return smem + slot * LA::kElems; };
-    auto Bs = [&](int slot) { return smem + STAGES * LA::kElems + slot * LB::kElems; };
+    auto As = [&](int slot) { return smem + slot * Shape::kStageFloats; };
+    auto Bs = [&](int slot) { return smem + slot * Shape::kStageFloats + LA::kElems; };
 
     if constexpr (SPLIT_K > 1) {  // slice blockIdx.y: K range [kz, kz + kc), kc a multiple of BK
         const int kc = (K + BK * SPLIT_K - 1) / (BK * SPLIT_K) * BK;
@@ -348,111 +327,30 @@ sgemm(int M, int N, int K, float alpha, const float* __restrict__ A, int lda, co
             }
         };
 
-        // Unmasked copies (tiles kt < fast_end): every K tile but a partial last one (A_VEC). Edge rows of A are
-        // clamped to row M-1 and B columns past N are zero-filled (16-byte copies) or clamped to column N-1
-        // (4-byte copies): those values only reach rows >= M / columns >= N of C, which are never stored.
+        // Unmasked copies (tiles kt < fast_end): every K tile but a partial last one, when A and B are 16-byte
+        // aligned. Edge rows of A are clamped to row M-1 and B chunks past column N are zero-filled or, when
+        // wholly outside, read column 0: those values only reach rows >= M / columns >= N of C, never stored.
         // The pointers advance one K tile per issue, starting at tile STAGES-1 (the prologue issues 0..STAGES-2).
-        // A and B 16-byte aligned: float4 loads of A, 16-byte cp.async of B (one basic block per step). Otherwise
-        // (lda or ldb not a multiple of 4, e.g. odd K or N, or a base not 16-byte aligned) the same loop with the
-        // copies below, still unmasked.
-        const int fast_end = A_VEC ? K / BK : 0;
+        const int fast_end = (A_VEC && a_vec && b_vec) ? K / BK : 0;
         const float* a_next[A_PASSES];
 #pragma unroll
         for (int p = 0; p < A_PASSES; ++p)
             a_next[p] = A + (long long)min(m0 + a_m + a_moff(p), M - 1) * lda + a_k + (STAGES - 1) * BK;
         const int b_left = N - (n0 + b_n);  // columns this thread's chunks keep (same for every j)
         const int b_bytes = b_left >= 4 ? 16 : (b_left > 0 ? b_left * 4 : 0);
+        const float* b_next = B + (long long)(b_k + (STAGES - 1) * BK) * ldb + (b_bytes ? n0 + b_n : 0);
         const long long b_step = (long long)BK * ldb;
-        // 4-byte B copies: element e = tid + i * THREADS is Bs[e / BN][e % BN]; with THREADS % BN == 0 or
-        // BN % THREADS == 0 its column is tid % BN + a compile-time offset, so a thread needs B4_COLS columns.
-        constexpr bool B4_REGULAR = THREADS % BN == 0 || BN % THREADS == 0;
-        constexpr int B4_COLS = BN > THREADS ? BN / THREADS : 1;
-        const float* b_next = b_vec ? B + (long long)(b_k + (STAGES - 1) * BK) * ldb + (b_bytes ? n0 + b_n : 0)
-                                    : B + (long long)((STAGES - 1) * BK + (BN > THREADS ? 0 : tid / BN)) * ldb;
-        int b4_col[B4_COLS];
-#pragma unroll
-        for (int c = 0; c < B4_COLS; ++c) b4_col[c] = min(n0 + tid % BN + c * THREADS, N - 1);
         auto issue_fast = [&](int slot) {
             float* bs = Bs(slot);
 #pragma unroll
-            for (int i = 0; i < A_ITEMS; ++i) ra[i] = smemtile::ldg4(a_next[i % A_PASSES] + a_koff(i));
+            for (int i = 0; i < A_ITEMS; ++i)
+                ra[i] = *reinterpret_cast<const float4*>(a_next[i % A_PASSES] + a_koff(i));
 #pragma unroll
             for (int j = 0; j < B_VEC_PER_THREAD; ++j)
                 smemtile::cp_async_16(bs + LB::offset(b_k + b_koff(j), b_n), b_next + (long long)b_koff(j) * ldb, b_bytes);
 #pragma unroll
             for (int p = 0; p < A_PASSES; ++p) a_next[p] += BK;
             b_next += b_step;
-        };
-
-        // Unaligned A (lda not a multiple of 4 floats, e.g. odd K, or A not 16-byte aligned), STAGES >= 3 and
-        // unswizzled As: still one aligned 16-byte load per float4. A row whose start lies s floats past a 16-byte
-        // boundary is read as the aligned float4s starting s floats early: the lane at k offset 4j of a run of 8
-        // loads A[m][k0+4j-s .. +3] and stores element q to As[4j-s+q][m]. The s elements with k < k0 are the last
-        // k of the previous K tile, which go to its slot: with 3+ stages that slot (tile kt+STAGES-2) is not read
-        // before the next barrier, and the A slots are contiguous, so that is the same store with a negative row
-        // (slot 0 wraps to the last). Every float of A is loaded once; the last fast tile's last s k are patched
-        // after the loop (the masked path does not load them this way). STAGES = 2 (the previous slot is the one
-        // being read) or a swizzled As: four 4-byte loads per float4.
-        // Unaligned B (ldb not a multiple of 4): 4-byte cp.async, the element -> shared mapping of the masked
-        // copies. (A float4 through registers and four 4-byte stores, session 3's run 1, was 24-29 % faster for the
-        // 128x128 tiles at ldb = 4097 and within 4 % at ldb = 6001: not restored yet, see bench/NOTES.md.)
-        constexpr bool A_REALIGN = SMEMTILE_SGEMM_A_REALIGN && A_VEC && STAGES >= 3 && SWZ_A_B == 0;
-        int a_s[A_PASSES], a_off[A_PASSES];  // A row of pass p: floats past its 16-byte boundary, As offset of k = -s
-        auto issue_fast_unaligned = [&](int slot) {
-            float* bs = Bs(slot);
-#pragma unroll
-            for (int i = 0; i < A_ITEMS; ++i) {
-                const float* p = a_next[i % A_PASSES] + a_koff(i);
-                if (A_REALIGN || a_vec) {
-                    ra[i] = smemtile::ldg4(p);  // a_next is aligned (A_REALIGN: moved back by s)
-                } else {
-                    ra[i] = make_float4(p[0], p[1], p[2], p[3]);
-                }
-            }
-            if (b_vec) {
-#pragma unroll
-                for (int j = 0; j < B_VEC_PER_THREAD; ++j)
-                    smemtile::cp_async_16(bs + LB::offset(b_k + b_koff(j), b_n), b_next + (long long)b_koff(j) * ldb, b_bytes);
-            } else {
-#pragma unroll
-                for (int i = 0; i < B_PER_THREAD; ++i) {
-                    // e = tid + i * THREADS: k = e / BN, column tid % BN + (i * THREADS) % BN (B4_REGULAR)
-                    const int k = BN > THREADS ? (i * THREADS) / BN : tid / BN + (i * THREADS) / BN;
-                    const int c = BN > THREADS ? ((i * THREADS) % BN) / THREADS : 0;
-                    const int n = tid % BN + c * THREADS;
-                    const int krow = BN > THREADS ? k : (i * THREADS) / BN;  // b_next already holds tid / BN
-                    smemtile::cp_async_4(bs + LB::offset(k, n), b_next + (long long)krow * ldb + b4_col[c], 4);
-                }
-            }
-#pragma unroll
-            for (int p = 0; p < A_PASSES; ++p) a_next[p] += BK;
-            b_next += b_step;
-        };
-        auto store_unaligned = [&](int slot) {
-            if constexpr (A_REALIGN) {
-                float* as = As(slot);
-                if (slot != 0) {  // k < 0 lands in the previous slot, right below this one
-#pragma unroll
-                    for (int i = 0; i < A_ITEMS; ++i) {
-                        float* d = as + a_off[i % A_PASSES] + a_koff(i) * LA::kStride;
-                        d[0] = ra[i].x, d[LA::kStride] = ra[i].y, d[2 * LA::kStride] = ra[i].z, d[3 * LA::kStride] = ra[i].w;
-                    }
-                } else {  // slot 0: k < 0 wraps to the last slot
-#pragma unroll
-                    for (int i = 0; i < A_ITEMS; ++i) {
-                        const int p = i % A_PASSES;
-                        float* d = as + a_off[p] + a_koff(i) * LA::kStride;
-                        const float v[4] = {ra[i].x, ra[i].y, ra[i].z, ra[i].w};
-#pragma unroll
-                        for (int q = 0; q < 4; ++q) {
-                            const bool back = a_koff(i) == 0 && q < 3 && a_k - a_s[p] + q < 0;
-                            d[q * LA::kStride + (back ? STAGES * LA::kElems : 0)] = v[q];
-                        }
-                    }
-                }
-            } else {
-                store_a(As(slot));
-            }
         };
 
         // Prologue: STAGES-1 tiles in flight, one group each.
@@ -466,49 +364,15 @@ sgemm(int M, int N, int K, float alpha, const float* __restrict__ A, int lda, co
         }
         int read_slot = 0, write_slot = STAGES - 1;
         int kt = 0;
-        if (a_vec && b_vec) {
-            for (; kt + STAGES - 1 < fast_end; ++kt) {  // steady state: unmasked, a tile issued every step
-                smemtile::cp_async_wait<STAGES - 2>();  // tile kt (this thread's copies) has landed
-                __syncthreads();                        // all copies landed; slot write_slot no longer read
-                issue_fast(write_slot);
-                smemtile::cp_async_commit();
-                compute(As(read_slot), Bs(read_slot));
-                store_a(As(write_slot));  // read from step kt + STAGES - 1 on, after later barriers
-                read_slot = (read_slot + 1 == STAGES) ? 0 : read_slot + 1;
-                write_slot = (write_slot + 1 == STAGES) ? 0 : write_slot + 1;
-            }
-        } else if ((B4_REGULAR || b_vec) && kt + STAGES - 1 < fast_end) {  // the same, realigned / 4-byte copies
-#pragma unroll
-            for (int p = 0; p < A_PASSES; ++p) {
-                a_s[p] = A_REALIGN ? static_cast<int>((reinterpret_cast<unsigned long long>(a_next[p]) >> 2) & 3) : 0;
-                a_next[p] -= a_s[p];
-                a_off[p] = (a_k - a_s[p]) * LA::kStride + a_m + a_moff(p);
-            }
-            for (; kt + STAGES - 1 < fast_end; ++kt) {
-                smemtile::cp_async_wait<STAGES - 2>();
-                __syncthreads();
-                issue_fast_unaligned(write_slot);
-                smemtile::cp_async_commit();
-                compute(As(read_slot), Bs(read_slot));
-                store_unaligned(write_slot);
-                read_slot = (read_slot + 1 == STAGES) ? 0 : read_slot + 1;
-                write_slot = (write_slot + 1 == STAGES) ? 0 : write_slot + 1;
-            }
-            if constexpr (A_REALIGN) {
-                // The last fast tile's last s k of each row come from the next tile's first aligned float4, which
-                // the masked path does not load that way: fill them now (read at step kt+STAGES-2 > kt, after the
-                // next barrier). a_next points at that float4 (k = k0 - s); the s floats are inside the row.
-                if (a_k == 0) {
-                    float* as = As(write_slot == 0 ? STAGES - 1 : write_slot - 1);
-#pragma unroll
-                    for (int p = 0; p < A_PASSES; ++p) {
-#pragma unroll
-                        for (int q = 0; q < 3; ++q) {
-                            if (q < a_s[p]) as[LA::offset(BK - a_s[p] + q, a_m + a_moff(p))] = a_next[p][q];
-                        }
-                    }
-                }
-            }
+        for (; kt + STAGES - 1 < fast_end; ++kt) {  // steady state: unmasked, a tile issued every step
+            smemtile::cp_async_wait<STAGES - 2>();  // tile kt (this thread's copies) has landed
+            __syncthreads();                        // all copies landed; slot write_slot no longer read
+            issue_fast(write_slot);
+            smemtile::cp_async_commit();
+            compute(As(read_slot), Bs(read_slot));
+            store_a(As(write_slot));  // read from step kt + STAGES - 1 on, after later barriers
+            read_slot = (read_slot + 1 == STAGES) ? 0 : read_slot + 1;
+            write_slot = (write_slot + 1 == STAGES) ? 0 : write_slot + 1;
         }
         for (; kt < k_tiles; ++kt) {  // the rest: masked copies (partial K tile, unaligned A or B), drain
             smemtile::cp_async_wait<STAGES - 2>();  // tile kt (this thread's copies) has landed
