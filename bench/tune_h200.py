@@ -375,6 +375,8 @@ def main() -> None:
                     "--extra-pool file for bench_kernels.py: every #1 gets measured) and exit")  # fmt: skip
     ap.add_argument("--held-out-from", type=Path, nargs="*", default=[],
                     help="the held-out rows come from these sweeps only (a validation run after the fit)")  # fmt: skip
+    ap.add_argument("--rescore", action="store_true",
+                    help="score the installed constants on --held-out-from and update only its error fields")  # fmt: skip
     args = ap.parse_args()
     if args.picks:
         from bench_kernels import HELD_OUT
@@ -402,6 +404,23 @@ def main() -> None:
             print(f"{name:<60} within 5%: {v['within_5']}/{len(v['per_shape'])} within 10%: {v['within_10']} "
                   f"mean gap {v['mean_gap']:.3f} max {v['max_gap']:.3f} min Spearman {v['min_spearman']:.2f}")  # fmt: skip
         (args.out / "loso.json").write_text(json.dumps(res, indent=1))
+        return
+    if (
+        args.rescore
+    ):  # the installed (frozen) constants scored on --held-out-from: only the error fields change
+        from smemtile.model.tiling_model import simt_constants
+
+        path = args.out / "sgemm_h200.json"
+        doc = json.loads(path.read_text())
+        q = simt_constants()
+        held = score([r for r in rows if r["role"] == "held_out"], q)
+        doc["held_out_sweeps"] = [str(p) for p in args.held_out_from]
+        doc["held_out_shapes"] = sorted(held["shapes"])
+        doc["error"]["held_out"] = {k: held[k] for k in ("median", "p90", "n")} | {"shapes": held["shapes_n"]}
+        doc["per_shape"]["held_out"] = held["shapes"]
+        doc["held_out_tiles_top1"] = tiles_top1([r for r in rows if r["role"] == "held_out"])
+        path.write_text(json.dumps(doc, indent=1) + "\n")
+        print(f"held-out median {held['median']:.3f} p90 {held['p90']:.3f} ({held['n']} configurations)")
         return
     if args.evaluate:
         from smemtile.model.tiling_model import simt_constants
