@@ -149,3 +149,24 @@ def test_arch_override_to_sm75_uses_register_double_buffering(tmp_path: Path):
     assert doc["ptxas"]["spills"] == 0
     assert any("no cp.async" in n for n in doc["notes"])
     assert "cp_async" not in doc["name_expression"] and ", false," in doc["name_expression"]
+
+
+@pytest.mark.parametrize(
+    ("kernel", "needle"),
+    [
+        ("{family: sgemm, M: 4096, N: 4096, K: 4096}", "TFLOP/s predicted"),
+        ("{family: transpose, rows: 8192, cols: 8192, dtype: f16}", "GB/s predicted"),
+        ("{family: stencil2d, ny: 4096, nx: 4096, R: 2}", "R=2 (BX="),  # R alone is the problem, not a tile
+    ],
+)
+def test_generate_without_a_tile_prints_the_models_pick_and_reason(tmp_path: Path, kernel, needle):
+    """Issue 20: a kernel spec without a tile gets the tile model's #1, and the text output says which and why."""
+    spec = tmp_path / "k.yaml"
+    spec.write_text(f"arch: sm_90\nkernel: {kernel}\n")
+    r = run_cli("generate", str(spec), "-o", str(tmp_path / "k.cu"), "--no-compile")
+    assert r.returncode == 0, r.stderr
+    text = " ".join((r.stdout + r.stderr).split())
+    assert "no tile given: the tile model's #1" in text and needle in text and "best:" in text
+    j = json.loads(run_cli("generate", str(spec), "--json", "--no-compile").stdout)
+    (note,) = [n for n in j["notes"] if n.startswith("no tile given")]
+    assert j["params"]["R"] == 2 if "stencil" in kernel else note

@@ -146,6 +146,9 @@ def _summary(con, gk, built, output, variant) -> None:
         f"grid {tuple(d['grid'])}, block {tuple(d['block'])}, dynamic shared memory {d['dynamic_smem_bytes']} B "
         f"(total {d['smem_bytes']} B per block)",
     ]
+    from rich.markup import escape
+
+    lines += [escape(n) for n in d.get("notes", [])]  # e.g. the tile model's pick when the spec gives no tile
     if "ptxas" in gk.extra:
         p = gk.extra["ptxas"]
         lines.append(

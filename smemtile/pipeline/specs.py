@@ -125,9 +125,11 @@ def kernel_config(spec: KernelSpec, doc: dict, *, check: bool = True, retarget: 
         params[k] = v
     notes: list[str] = []
     suggested: tuple[str, ...] = ()
-    if not params:  # no tile given: the family's tile model picks one for this problem
-        params, notes = _model_pick(fam, problem, spec.arch)
-        suggested = tuple(params)
+    if not set(params) - set(fam.problem_params):  # no tile given: the family's tile model picks one
+        kept = dict(params)
+        params, notes = _model_pick(fam, problem, spec.arch, kept)
+        params = {**params, **kept}
+        suggested = tuple(k for k in params if k not in kept)
     if retarget:
         params, more = fam.retarget(params, spec.arch)
         notes = [*notes, *more]
@@ -135,9 +137,10 @@ def kernel_config(spec: KernelSpec, doc: dict, *, check: bool = True, retarget: 
                      check=check, notes=tuple(notes), suggested=suggested)  # fmt: skip
 
 
-def _model_pick(fam: Family, problem: dict, arch: Arch) -> tuple[dict, list[str]]:
-    """The tile model's #1 for the problem (the family's ranker, as `smemtile tiles` ranks), with the reason."""
-    full = {pk.name: problem.get(pk.name, pk.default) for pk in fam.problem_keys}
+def _model_pick(fam: Family, problem: dict, arch: Arch, kept: dict | None = None) -> tuple[dict, list[str]]:
+    """The tile model's #1 for the problem (the family's ranker, as `smemtile tiles` ranks), with the reason;
+    ``kept``: the family's problem parameters the spec gave (stencil2d's R), part of the problem here."""
+    full = {pk.name: problem.get(pk.name, pk.default) for pk in fam.problem_keys} | (kept or {})
     try:
         ranker = fam.ranker(full, arch.name, None)
         top = ranker.top(1) if ranker is not None else []
@@ -146,8 +149,15 @@ def _model_pick(fam: Family, problem: dict, arch: Arch) -> tuple[dict, list[str]
     if not top:
         return {}, []
     best = getattr(ranker, "report", None)
-    why = best.ranked[0].reason if best is not None and getattr(best, "ranked", None) else "the model's #1"
-    pred = f", {best.ranked[0].tflops:.1f} TFLOP/s predicted" if best is not None and best.ranked else ""
+    if best is not None and getattr(best, "ranked", None):  # the GEMM tile model
+        why, pred = best.ranked[0].reason, f", {best.ranked[0].tflops:.1f} TFLOP/s predicted"
+    elif getattr(ranker, "ranked", None):  # a memory-bound family's ranking (GB/s)
+        first = ranker.ranked[0]
+        why = getattr(first, "reason", "") or "the model's #1"
+        gbps = getattr(first, "gbps", None)
+        pred = f", {gbps:.0f} GB/s predicted" if gbps else ""
+    else:
+        why, pred = "the model's #1", ""
     size = ", ".join(f"{k}={v}" for k, v in full.items() if isinstance(v, int))
     pick = ", ".join(f"{k}={v}" for k, v in top[0].items())
     return dict(top[0]), [
