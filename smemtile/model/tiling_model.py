@@ -4,13 +4,11 @@ calibrated constants are data (``smemtile/model/data/*.json``, each naming its G
 
 from __future__ import annotations
 
-import json
 import math
-from functools import cache
-from importlib import resources
 
 import numpy as np
 
+from smemtile.model.data_files import read_data
 from smemtile.model.tiling import (
     A_PAD_SIMT,
     LAUNCH_S,
@@ -49,10 +47,9 @@ MODEL_TEXT = {
 
 
 # ---- calibration data -------------------------------------------------------------------------------------------
-@cache
 def load_calibration(name: str) -> dict:
     """A calibration file of ``smemtile/model/data`` (constants with their provenance)."""
-    return json.loads(resources.files("smemtile.model").joinpath("data", name).read_text())
+    return read_data(name)
 
 
 def simt_constants() -> dict:

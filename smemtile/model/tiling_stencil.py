@@ -42,15 +42,13 @@ grid holds 9 measured ones), so within its resolution the measured ones come fir
 from __future__ import annotations
 
 import itertools
-import json
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from functools import lru_cache
-from importlib import resources
 
 import numpy as np
 
+from smemtile.model.data_files import read_data
 from smemtile.model.tiling_gpus import get_gpu
 
 DATA_FILE = "stencil_h200.json"
@@ -108,14 +106,9 @@ def grid_blocks(p: dict, ny: int, nx: int) -> int:
     return math.ceil(nx / (q["BX"] * q["VEC"])) * math.ceil(ny / (q["BY"] * q["RY"]))
 
 
-@lru_cache(maxsize=4)
 def load_calibration(name: str = DATA_FILE) -> dict | None:
     """The calibration data file shipped with the package (None when absent)."""
-    try:
-        text = resources.files("smemtile.model").joinpath("data", name).read_text()
-    except (FileNotFoundError, OSError):
-        return None
-    return json.loads(text)
+    return read_data(name, required=False)
 
 
 def copy_time_us(nbytes: float, points: list) -> float:

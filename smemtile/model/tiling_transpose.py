@@ -40,14 +40,12 @@ builds (the layout is the fix search's: pad 1 or a swizzle, conflict-free in bot
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass
-from functools import lru_cache
-from importlib import resources
 
 import numpy as np
 
+from smemtile.model.data_files import read_data
 from smemtile.model.tiling_gpus import get_gpu
 
 LATENCY_S = 1e-6  # the uncalibrated fallback's DRAM latency under load (Little's law)
@@ -219,14 +217,9 @@ class TransposeScored:
         return d
 
 
-@lru_cache(maxsize=4)
 def load_calibration(name: str = DATA_FILE) -> dict | None:
     """The calibration data file shipped with the package (None when absent)."""
-    try:
-        text = resources.files("smemtile.model").joinpath("data", name).read_text()
-    except (FileNotFoundError, OSError):
-        return None
-    return json.loads(text)
+    return read_data(name, required=False)
 
 
 def _key(p: dict) -> str:
