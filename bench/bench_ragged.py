@@ -1,9 +1,11 @@
 """Issue 20's ragged SGEMM (session 3): the sgemm family's unaligned path (lda or ldb not a multiple of 4 floats,
-or a base pointer not 16-byte aligned; A realigned) on the H200, against the version-16 kernel (commit 3c6a8fc:
-four 4-byte loads per A float4, one 4-byte cp.async per B float) and cuBLAS, in the same process.
+or a base pointer not 16-byte aligned) on the H200, this tree's kernel against two earlier ones (commit 3c6a8fc,
+"v16": an unmasked loop of four 4-byte loads per A float4 and one 4-byte cp.async per B float; commit 0596837,
+"v18": A realigned from aligned 16-byte loads) and cuBLAS, in the same process. Since be7a787 this tree's kernel
+is the one before version 16, which measured faster than both (bench/NOTES.md, "Session 3, continued").
 
-Build with a fresh cache: ``rm -rf .cache/tiles_nvrtc`` first (bench_kernels.py's build reuses a sources.json it
-finds there instead of rendering this tree's kernel; see bench/NOTES.md, "Ragged SGEMM (session 3)").
+The kernel bodies are rendered from this tree at build time (bench_kernels.py no longer reads a sources.json
+back; a stale one had timed an old kernel text for a whole session).
 
 Steps (``run --steps``):
 
@@ -12,14 +14,14 @@ Steps (``run --steps``):
   and below BN, tiny K), launched as ``verify`` does (``LoadedKernel``, the family's launch plan, poisoned
   output) against numpy float64; then base pointers 4, 8 and 12 bytes past a 16-byte boundary (torch tensors
   bound with ``LoadedKernel.bind``, against torch float64).
-* ``ab``: this tree's kernel, the v16 one and this tree's with v16's A loads (VARIANTS) of AB_CONFIGS on
+* ``ab``: this tree's kernel, the v16 and the v18 one (VARIANTS) of AB_CONFIGS on
   AB_SHAPES, timed as bench/bench_kernels.py times (alternating rounds, order reversed every round, a 512 MiB memset before every timed call outside the events, median and
   spread = (p90 - p10) / median; bench/timing.py), with torch.matmul and cublasSgemm_v2 (TF32 off) in the same
   rounds; each output checked against torch float64 first.
 * ``bk``: bench/bench_kernels.py's bench and sweep steps in this process (its h200.json and sweep_h200.json under
   OUT/bk): the issue-20 cases through tiles' picks with 4096^3 and 8192^3 as the aligned control, and the
   calibration pool swept on ``--shapes``.
-* ``memcheck``: the new kernel of a few configurations on small ragged sizes under ``compute-sanitizer --tool
+* ``memcheck``: this tree's kernel of a few configurations on small ragged sizes under ``compute-sanitizer --tool
   memcheck`` (cuMemAlloc'd arrays of the exact size: a read past A or B is reported).
 
     python bench/bench_ragged.py build                                  # CPU: cubins into .cache (carry it)
@@ -45,7 +47,9 @@ from bench_kernels import A_PAD, CACHE, FLUSH_BYTES, _c, cfg_label  # noqa: E402
 from timing import stats, time_rounds  # noqa: E402
 
 V16_COMMIT = "3c6a8fc"  # the sgemm.cu of NOTES' version 16 (bench/results/h200.json, run 3)
-PRE16_COMMIT = "0e50b42"  # the sgemm.cu before version 16 (what issue 20's 0.818x measured: the stale cache)
+V18_COMMIT = (
+    "0596837"  # session 3's realigned-A kernel (reverted in be7a787: this tree is the kernel before v16)
+)
 SOURCES = CACHE / "ragged_sources.json"  # rendered bodies, both kernels (`build` writes it)
 
 # (params, layouts): the tiles picks of the ragged shapes, the sample, and the paths the realigned copies take
@@ -88,7 +92,7 @@ MISALIGNED_CONFIGS = [0, 2, 4, 8]  # indices into CHECKS
 AB_CONFIGS = [_c(128, 128, 8, 16, 8, 3, 2), _c(128, 128, 8, 8, 16, 3, 2), _c(128, 64, 8, 8, 8, 3, 3),
               _c(64, 64, 8, 8, 8, 3, 4), _c(128, 64, 16, 8, 8, 3, 3), _c(256, 128, 8, 16, 8, 2, 1)]  # fmt: skip
 AB_SHAPES = [(4095, 4097, 1023), (2999, 3001, 3003), (1999, 6001, 1500), (4096, 4096, 4096)]
-VARIANTS = ["", "v16", "a4", "pre16"]  # see _key
+VARIANTS = ["", "v16", "v18"]  # see _key
 MEMCHECK = [0, 2, 4, 7, 8]  # indices into CHECKS
 MEMCHECK_SIZES = [SIZES[0], SIZES[2], SIZES[6], SIZES[7]]
 
@@ -98,9 +102,8 @@ def _layouts(lay: dict) -> dict:
 
 
 def _key(params: dict, lay: dict, variant: str = "") -> str:
-    """Names a build: variant "" is this tree's kernel, "v16" the version-16 kernel, "a4" this tree's with four
-    4-byte loads per A float4 on the unaligned path (SMEMTILE_SGEMM_A_REALIGN 0), "pre16" the kernel before
-    version 16 (same template signature)."""
+    """Names a build: variant "" is this tree's kernel (since be7a787 the one before version 16), "v16" the
+    version-16 kernel, "v18" session 3's realigned-A kernel (same template signature)."""
     tag = "" if not lay else " " + json.dumps(lay, sort_keys=True)
     return (f"{variant} " if variant else "") + cfg_label(params) + tag
 
@@ -130,10 +133,8 @@ def _build_one(job) -> tuple[str, str, str]:
     try:
         cfg = _configure(params, lay, {"M": 4096, "N": 4096, "K": 4096})
         src = body(cfg)
-        if variant in ("v16", "pre16"):
+        if variant in ("v16", "v18"):
             src = _old_body(src, old_cus[variant])
-        elif variant == "a4":
-            src = "#define SMEMTILE_SGEMM_A_REALIGN 0\n" + src
         res = next(iter(compile_config(cfg, source=src).resources.values()))
         return key, f"{res.registers} regs, {res.spills} B spilled", src
     except Exception as e:  # report, never abort the batch
@@ -146,7 +147,7 @@ def cmd_build(args) -> None:
     os.environ["SMEMTILE_CACHE_DIR"] = str(CACHE)
     old_cu = {v: subprocess.run(["git", "show", f"{c}:smemtile/families/sgemm/sgemm.cu"], cwd=ROOT,
                                 capture_output=True, text=True, check=True).stdout
-              for v, c in (("v16", V16_COMMIT), ("pre16", PRE16_COMMIT))}  # fmt: skip
+              for v, c in (("v16", V16_COMMIT), ("v18", V18_COMMIT))}  # fmt: skip
     jobs = [(p, lay, "", old_cu) for p, lay in CHECKS]
     jobs += [(p, {}, v, old_cu) for p in AB_CONFIGS for v in VARIANTS]
     seen, uniq = set(), []
