@@ -135,9 +135,21 @@ def decode_utf8(data: bytes, path: object, *, line_offset: int = 0, key: str | N
 
 def read_bytes(path: str | os.PathLike, *, what: str = "spec", budget: int = SPEC_BUDGET,
                key: str | None = None) -> bytes:  # fmt: skip
-    """The bytes of a regular file of at most ``budget`` bytes (checked before and while reading)."""
-    fd, st = open_regular(path, what=what, key=key)
+    """The bytes of a regular file, or of stdin for ``-``, of at most ``budget`` bytes (checked before and
+    while reading)."""
     too_big = f"is over the {what} size budget of {_size(budget)}; a {what} must be at most {budget} bytes"
+    if str(path) == "-":  # e.g. `smemtile tiles ... --format yaml | smemtile generate - -o k.cu`
+        stream = sys.stdin.buffer if sys.stdin is not None else None
+        if stream is None:
+            raise _fail("<stdin>", "stdin is closed", key)
+        try:
+            data = stream.read(budget + 1)
+        except OSError as e:
+            raise _fail("<stdin>", f"cannot read: {_reason(e)}", key) from None
+        if len(data) > budget:
+            raise _fail("<stdin>", too_big, key)
+        return data
+    fd, st = open_regular(path, what=what, key=key)
     with os.fdopen(fd, "rb") as f:
         if st.st_size > budget:
             raise _fail(path, f"{too_big} (it has {st.st_size})", key)
@@ -153,7 +165,8 @@ def read_bytes(path: str | os.PathLike, *, what: str = "spec", budget: int = SPE
 def read_text(path: str | os.PathLike, *, what: str = "spec", budget: int = SPEC_BUDGET,
               key: str | None = None) -> str:  # fmt: skip
     """The text of a small user file (a spec, a ``--space`` list): regular file, <= ``budget``, strict UTF-8."""
-    return decode_utf8(read_bytes(path, what=what, budget=budget, key=key), path, key=key)
+    data = read_bytes(path, what=what, budget=budget, key=key)
+    return decode_utf8(data, "<stdin>" if str(path) == "-" else path, key=key)
 
 
 def read_blocks(path: str | os.PathLike, *, what: str = "file", key: str | None = None,

@@ -170,3 +170,18 @@ def test_generate_without_a_tile_prints_the_models_pick_and_reason(tmp_path: Pat
     j = json.loads(run_cli("generate", str(spec), "--json", "--no-compile").stdout)
     (note,) = [n for n in j["notes"] if n.startswith("no tile given")]
     assert j["params"]["R"] == 2 if "stencil" in kernel else note
+
+
+def test_tiles_yaml_piped_into_generate_and_analyze(tmp_path: Path):
+    """`smemtile tiles ... --format yaml | smemtile generate - -o k.cu`: '-' reads the spec from stdin (the same
+    budget and strict UTF-8 as a file), for generate, analyze and verify; errors name <stdin>."""
+    y = run_cli("tiles", "4095", "4097", "1023", "--top", "1", "--format", "yaml", process=True)
+    assert y.returncode == 0, y.stderr
+    out = tmp_path / "k.cu"
+    g = run_cli("generate", "-", "-o", str(out), "--no-compile", input=y.stdout, process=True)
+    assert g.returncode == 0, g.stderr
+    assert "sgemm<" in out.read_text() and "no tile given" not in g.stderr  # the tiles pick is the tile
+    a = run_cli("analyze", "-", "--json", input=y.stdout, process=True)
+    assert a.returncode == 0 and json.loads(a.stdout)
+    bad = run_cli("generate", "-", "--no-compile", input="arch: [\n", process=True)
+    assert bad.returncode == 2 and "<stdin>" in bad.stderr and "Traceback" not in bad.stderr

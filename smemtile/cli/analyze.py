@@ -16,7 +16,7 @@ from smemtile.fileio import printable
 
 
 @click.command("analyze")
-@click.argument("spec", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("spec", type=click.Path(dir_okay=False, path_type=Path, allow_dash=True))
 @json_option
 @click.option(
     "--brief",

@@ -15,7 +15,9 @@ def _write_atomic(path: Path, text: str, spec: str | None = None) -> None:
     input spec and device nodes; keeps an existing file's mode)."""
     from smemtile.fileio import write_text_atomic
 
-    write_text_atomic(path, text, key="-o", inputs=[spec] if spec else (), make_parents=True)
+    write_text_atomic(
+        path, text, key="-o", inputs=[spec] if spec and str(spec) != "-" else (), make_parents=True
+    )
 
 
 @click.command(
@@ -27,9 +29,10 @@ Examples:
   smemtile generate samples/transpose_32x32.yaml --diff
   smemtile generate samples/sgemm_float4.yaml --json
   smemtile generate samples/sgemm_float4.yaml --arch sm_75 -o sgemm_turing.cu
+  smemtile tiles 4096 4096 4096 --top 1 --format yaml | smemtile generate - -o sgemm.cu
 """,
 )
-@click.argument("spec", type=click.Path(exists=True, dir_okay=False))
+@click.argument("spec", type=click.Path(exists=True, dir_okay=False, allow_dash=True))
 @click.option(
     "-o",
     "--output",

@@ -13,7 +13,7 @@ VARIANTS = ("baseline", "fixed")
 
 
 @click.command("verify")
-@click.argument("spec", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("spec", type=click.Path(dir_okay=False, path_type=Path, allow_dash=True))
 @json_option
 @click.option(
     "--compile-only",

@@ -56,10 +56,11 @@ def read_spec_text(path: str | Path) -> str:
 def load(path: str | Path, *, arch: Arch | str | None = None) -> Resolved:
     """Read, validate and resolve a spec file (``arch`` overrides the spec's architecture)."""
     text = read_spec_text(path)
-    doc = load_yaml(text, str(path))
+    name = "<stdin>" if str(path) == "-" else str(path)
+    doc = load_yaml(text, name)
     if not isinstance(doc, dict):
-        raise SpecError("the spec must be a YAML mapping with arch, buffers and accesses", source=str(path))
-    return resolve(doc, str(path), arch=arch)
+        raise SpecError("the spec must be a YAML mapping with arch, buffers and accesses", source=name)
+    return resolve(doc, name, arch=arch)
 
 
 def resolve(doc: dict, source: str = "<spec>", *, arch: Arch | str | None = None) -> Resolved:
