@@ -97,14 +97,9 @@ def command(sizes, family, dtype, radius, arch, vendor, gpu, sms, top, n_rejecte
     m, n, k = sizes
     dtype = "f32" if dtype is None else dtype
     n_sms = None if sms is None else parse_int(sms, "--sms", 1)
-    if (
-        str(arch).lower() == "auto"
-    ):  # this machine's GPU: its arch and SM count (NoDevice, exit 3, without one)
-        from smemtile.gpu.device import device_attributes
-
-        attrs = device_attributes(0)
-        arch = f"sm_{attrs['cc_major']}{attrs['cc_minor']}"
-        n_sms = n_sms or attrs["sm_count"]
+    if str(arch).lower() == "auto":
+        arch, dev_sms = _this_gpu()
+        n_sms = n_sms or dev_sms
     if family is not None:
         _check_gemm_family(str(family), dtype, arch, vendor)
     from smemtile.pipeline.tiles import recommend
@@ -130,6 +125,14 @@ def command(sizes, family, dtype, radius, arch, vendor, gpu, sms, top, n_rejecte
 
         con = console()
         con.print(render_tiles(report, top_n, rej_n, width=con.width))
+
+
+def _this_gpu() -> tuple[str, int]:
+    """``--arch auto``: this machine's GPU, its arch and SM count (NoDevice, exit 3, without one)."""
+    from smemtile.gpu.device import device_attributes
+
+    attrs = device_attributes(0)
+    return f"sm_{attrs['cc_major']}{attrs['cc_minor']}", attrs["sm_count"]
 
 
 def _check_gemm_family(family: str, dtype: str, arch, vendor) -> None:
@@ -159,10 +162,7 @@ def _family(family, sizes, dtype, radius, arch, vendor, gpu, sms, top_n, rej_n, 
         raise SpecError(f"--family {family} ranks for an NVIDIA GPU's own SM count (no --sms, no --vendor amd)",
                         key="--sms" if sms is not None else "--vendor")  # fmt: skip
     if str(arch).lower() == "auto":
-        from smemtile.gpu.device import device_attributes
-
-        attrs = device_attributes(0)
-        arch = f"sm_{attrs['cc_major']}{attrs['cc_minor']}"
+        arch, _ = _this_gpu()
     rep = family_tiles(family, sizes, dtype=dtype, keys={"R": radius}, arch=arch, gpu=gpu)
     if not rep.ranked:
         raise OutOfResources(f"no {family} configuration fits: {rep.rejected[0]['reason']}"
