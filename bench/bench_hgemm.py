@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from timing import stats, time_rounds  # noqa: E402
+from timing import environment, stats, time_rounds  # noqa: E402
 
 FAMILIES = ROOT / "smemtile" / "families"
 SOURCE = FAMILIES / "hgemm" / "hgemm.cu"
@@ -618,23 +618,14 @@ def load_or_compile(variants: list[Variant], arch: str, built_path: Path | None,
 
 
 def versions(torch) -> dict:
-    import cuda.bindings
-    from cuda.bindings import driver, nvrtc
-
-    drv = driver.cuDriverGetVersion()[1]
-    nv = nvrtc.nvrtcVersion()
-    try:
-        smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version,clocks.max.sm,power.limit",
-                              "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()  # fmt: skip
-    except OSError:
-        smi = ""
+    env = environment()
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "gpu": torch.cuda.get_device_name(),
-        "nvidia_smi": smi,
-        "cuda_driver_api": f"{drv // 1000}.{drv % 1000 // 10}",
+        "nvidia_smi": env["nvidia_smi"],
+        "cuda_driver_api": env["cuda_driver_api"],
         "versions": {"torch": torch.__version__, "torch_cuda": torch.version.cuda,
-                     "cuda-bindings": getattr(cuda.bindings, "__version__", "?"), "nvrtc": f"{nv[1]}.{nv[2]}"},
+                     "cuda-bindings": env["cuda_bindings"], "nvrtc": env["nvrtc"]},
         "cublas_settings": "torch.matmul, allow_fp16/bf16_reduced_precision_reduction = False",
         "timing": f"{FLUSH_BYTES >> 20} MiB memset before every call (outside the events), alternating rounds",
     }  # fmt: skip

@@ -34,7 +34,6 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 import time
 import traceback
@@ -44,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from timing import stats, time_rounds  # noqa: E402
+from timing import environment, stats, time_rounds  # noqa: E402
 
 FLUSH_BYTES = 512 << 20
 CANONICAL = {"M": 4096, "N": 4096, "K": 4096}
@@ -758,16 +757,8 @@ def _triton_shape(torch, dname: str, shape, configs, warm: dict, deadline: float
 
 # ---- run ----------------------------------------------------------------------------------------------------------
 def versions(torch, dev) -> dict:
-    import cuda.bindings
-    from cuda.bindings import driver, nvrtc
-
-    drv = driver.cuDriverGetVersion()[1]
-    nv = nvrtc.nvrtcVersion()
-    try:
-        smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version,clocks.max.sm,power.limit",
-                              "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()  # fmt: skip
-    except OSError:
-        smi = ""
+    env = environment()
+    smi = env["nvidia_smi"]
     try:
         import triton
 
@@ -778,9 +769,9 @@ def versions(torch, dev) -> dict:
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "gpu": dev.name, "sms": dev.sm_count, "nvidia_smi": smi,
         "driver": smi.split(",")[0].strip() if smi else None,
-        "cuda_driver_api": f"{drv // 1000}.{drv % 1000 // 10}",
+        "cuda_driver_api": env["cuda_driver_api"],
         "versions": {"torch": torch.__version__, "torch_cuda": torch.version.cuda, "triton": tv,
-                     "cuda-bindings": getattr(cuda.bindings, "__version__", "?"), "nvrtc": f"{nv[1]}.{nv[2]}"},
+                     "cuda-bindings": env["cuda_bindings"], "nvrtc": env["nvrtc"]},
         "commit": os.environ.get("SMEMTILE_COMMIT", "unknown"),
         "reference": "faster of torch.matmul (allow_tf32 False) and cublasSgemm_v2 (default math), same A and B",
         "timing": f"{FLUSH_BYTES >> 20} MiB memset before every timed call (outside the events), alternating "

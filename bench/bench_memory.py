@@ -37,7 +37,6 @@ import hashlib
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
@@ -52,7 +51,7 @@ sys.path.insert(0, str(ROOT))
 from smemtile.families import FAMILIES, configure  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from timing import stats, time_rounds  # noqa: E402
+from timing import environment, stats, time_rounds  # noqa: E402
 
 FLUSH_BYTES = 512 << 20
 ARCH = "sm_90"
@@ -334,20 +333,11 @@ def check_output(fam, ref: np.ndarray, got: np.ndarray) -> tuple[bool, float]:
 
 
 def versions(dev) -> dict:
-    import cuda.bindings
-    from cuda.bindings import driver
-
-    from smemtile.gpu.nvrtc import nvrtc_version
-
-    try:
-        smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,clocks.max.sm,power.limit",
-                              "--format=csv,noheader"], capture_output=True, text=True, timeout=30).stdout.strip()  # fmt: skip
-    except (OSError, subprocess.SubprocessError):
-        smi = ""
-    drv = driver.cuDriverGetVersion()[1]
-    return {"gpu": dev.name, "cc": f"{dev.cc[0]}.{dev.cc[1]}", "sm_count": dev.sm_count, "nvidia_smi": smi,
-            "cuda_driver": f"{drv // 1000}.{drv % 1000 // 10}", "cuda_bindings": cuda.bindings.__version__,
-            "nvrtc": nvrtc_version(), "numpy": np.__version__, "python": sys.version.split()[0]}  # fmt: skip
+    env = environment()
+    return {"gpu": dev.name, "cc": f"{dev.cc[0]}.{dev.cc[1]}", "sm_count": dev.sm_count,
+            "nvidia_smi": env["nvidia_smi"], "cuda_driver": env["cuda_driver_api"],
+            "cuda_bindings": env["cuda_bindings"], "nvrtc": env["nvrtc"], "numpy": np.__version__,
+            "python": sys.version.split()[0]}  # fmt: skip
 
 
 def source_sha256() -> dict:

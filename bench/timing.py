@@ -38,3 +38,23 @@ def time_rounds(fns: dict, torch, rounds: int, flush, *, warmup: int = 2) -> dic
         for name, s, e in evs:
             times[name].append(s.elapsed_time(e))
     return times
+
+
+def environment() -> dict:
+    """What every results file records of the machine: ``nvidia-smi``'s line (driver, max SM clock, power
+    limit; "" without it), the CUDA driver API version, cuda-bindings' and NVRTC's versions. Each benchmark
+    files them under its own keys."""
+    import subprocess
+
+    import cuda.bindings
+    from cuda.bindings import driver, nvrtc
+
+    try:
+        smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version,clocks.max.sm,power.limit",
+                              "--format=csv,noheader"], capture_output=True, text=True, timeout=30).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        smi = ""
+    drv = driver.cuDriverGetVersion()[1]
+    nv = nvrtc.nvrtcVersion()
+    return {"nvidia_smi": smi, "cuda_driver_api": f"{drv // 1000}.{drv % 1000 // 10}",
+            "cuda_bindings": getattr(cuda.bindings, "__version__", "?"), "nvrtc": f"{nv[1]}.{nv[2]}"}  # fmt: skip

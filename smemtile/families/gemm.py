@@ -20,6 +20,9 @@ def gemm_reference(
 class GemmFamily(Family):
     """Shared behaviour of the GEMM families (each still declares its own parameters, accesses and launch)."""
 
+    def stages(self, p: dict[str, int]) -> int:
+        return p["STAGES"]  # every GEMM family pipelines its K tiles through STAGES shared-memory slots
+
     def split_k(self, cfg: KernelConfig) -> int:
         return int(cfg.params.get("SPLIT_K", 1))
 

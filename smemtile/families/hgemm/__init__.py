@@ -173,9 +173,6 @@ class Hgemm(GemmFamily):
         return (f"threads = {threads} but (BM/WM) * (BN/WN) warps of the {p['BM']}x{p['BN']} tile with "
                 f"{p['WM']}x{p['WN']} warp tiles need {implied}")  # fmt: skip
 
-    def stages(self, p: dict[str, int]) -> int:
-        return p["STAGES"]
-
     def b_col(self, cfg: KernelConfig) -> bool:
         return cfg.problem["b_layout"] == "col"
 

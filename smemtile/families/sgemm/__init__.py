@@ -118,9 +118,6 @@ class Sgemm(GemmFamily):
         return (f"the thread layout does not cover the tile: BM*BN = {p['BM'] * p['BN']} but threads*TM*TN = "
                 f"{threads * p['TM'] * p['TN']} (with TM={p['TM']}, TN={p['TN']} it needs {implied} threads)")  # fmt: skip
 
-    def stages(self, p: dict[str, int]) -> int:
-        return p["STAGES"]
-
     def derive(self, params: dict[str, int], user: set[str], arch: Arch) -> dict[str, int]:
         p = dict(params)
         if "CP_ASYNC" not in user:

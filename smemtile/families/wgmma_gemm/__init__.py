@@ -155,9 +155,6 @@ class WgmmaGemm(GemmFamily):
     def threads(self, p: dict[str, int]) -> int:
         return (p["CONSUMERS"] + p["WS"]) * 128
 
-    def stages(self, p: dict[str, int]) -> int:
-        return p["STAGES"]
-
     def derive(self, params: dict[str, int], user: set[str], arch: Arch) -> dict[str, int]:
         p = dict(params)
         if "SETMAXNREG" not in user:  # the register split needs a producer and pays with two consumers
