@@ -168,8 +168,7 @@ def fit_simt(rows: list[dict]) -> tuple[dict, dict]:
 
     res = least_squares(resid, X0, bounds=(LO, HI))
     q = consts_of(res.x, registers)
-    shapes_bias = local_residuals(rows, q)
-    q["tile_bias"] = tile_bias(rows, q)
+    q["tile_bias"], shapes_bias = tile_residuals(rows, q)
     q["local_bias"] = {**LOCAL, "shapes": shapes_bias}
     q["unmeasured_penalty"] = 0.0
     e = [abs(math.log(predict(r, q) / r["t"])) for r in fit]
@@ -244,36 +243,38 @@ def measured_tiles(rows: list[dict]) -> dict:
     return {k: round(math.exp(sum(v) / len(v)), 4) for k, v in sorted(acc.items())}
 
 
-def tile_bias(rows: list[dict], q: dict) -> dict:
-    """Per tile (BMxBNxBK TMxTN): the mean log(predicted / measured time) of the fitted model over the fitting
-    shapes, a correction ``simt_time`` divides out (tiles never measured get none, and rank with the penalty)."""
-    acc: dict[str, list[float]] = {}
-    for r in rows:
-        if r["role"] == "fit" and r["p"].get("SPLIT_K", 1) == 1:
-            acc.setdefault(tile_key(r["p"]), []).append(math.log(predict(r, q) / r["t"]))
-    return {k: round(sum(v) / len(v), 4) for k, v in sorted(acc.items())}
-
-
 # The local correction's width in log2 units of M, N, K (sigma), the weight of the tile's global mean residual
 # against the nearby shapes' (prior), and how far an unaligned shape sits from an aligned one: chosen by
 # leave-one-fitting-shape-out (``--loso``), never on the held-out shapes.
 LOCAL = {"sigma": 1.0, "prior": 0.3, "unaligned_distance": 2.0}
 
 
-def local_residuals(rows: list[dict], q: dict) -> list[dict]:
-    """Per fitting shape: its features and the mean log(predicted / measured) of each tile ("tile sk|1") under the
-    fitted model without corrections (``tile_correction`` weighs them by the distance to the problem)."""
+def tile_residuals(rows: list[dict], q: dict) -> tuple[dict, list[dict]]:
+    """log(predicted / measured) of every fitting row under the fitted model without corrections, once, summed up
+    two ways: per tile (BMxBNxBK TMxTN, split-K rows left out) over all fitting shapes, the ``tile_bias``
+    ``simt_time`` divides out (tiles never measured get none, and rank with the penalty); and per fitting shape,
+    its features and the mean of each tile ("tile sk|1"), which ``tile_correction`` weighs by the distance to the
+    problem."""
     from smemtile.model.tiling_model import shape_features
 
     q = {k: v for k, v in q.items() if k not in ("tile_bias", "local_bias")}
+    tiles: dict[str, list[float]] = {}
     per: dict[tuple, dict[str, list[float]]] = {}
     for r in rows:
-        if r["role"] == "fit":
-            key = f"{tile_key(r['p'])} {'sk' if r['p'].get('SPLIT_K', 1) > 1 else '1'}"
-            per.setdefault(r["shape"], {}).setdefault(key, []).append(math.log(predict(r, q) / r["t"]))
-    return [{"shape": list(s), "x": list(shape_features(*s)),
-             "bias": {k: round(sum(v) / len(v), 4) for k, v in sorted(d.items())}}
-            for s, d in sorted(per.items())]  # fmt: skip
+        if r["role"] != "fit":
+            continue
+        e = math.log(predict(r, q) / r["t"])
+        split = r["p"].get("SPLIT_K", 1) > 1
+        if not split:
+            tiles.setdefault(tile_key(r["p"]), []).append(e)
+        per.setdefault(r["shape"], {}).setdefault(f"{tile_key(r['p'])} {'sk' if split else '1'}", []).append(
+            e
+        )
+    bias = {k: round(sum(v) / len(v), 4) for k, v in sorted(tiles.items())}
+    local = [{"shape": list(s), "x": list(shape_features(*s)),
+              "bias": {k: round(sum(v) / len(v), 4) for k, v in sorted(d.items())}}
+             for s, d in sorted(per.items())]  # fmt: skip
+    return bias, local
 
 
 def loso(rows: list[dict], grid: list[dict]) -> dict:
