@@ -149,16 +149,10 @@ def _model_pick(fam: Family, problem: dict, arch: Arch, kept: dict | None = None
         top = []
     if not top:
         return {}, []
-    best = getattr(ranker, "report", None)
-    if best is not None and getattr(best, "ranked", None):  # the GEMM tile model
-        why, pred = best.ranked[0].reason, f", {best.ranked[0].tflops:.1f} TFLOP/s predicted"
-    elif getattr(ranker, "ranked", None):  # a memory-bound family's ranking (GB/s)
-        first = ranker.ranked[0]
-        why = getattr(first, "reason", "") or "the model's #1"
-        gbps = getattr(first, "gbps", None)
-        pred = f", {gbps:.0f} GB/s predicted" if gbps else ""
-    else:
-        why, pred = "the model's #1", ""
+    first = ranker(top[0], "model")  # the ranker's own account of its #1 (as `smemtile tune` reads it)
+    why = first.model_reason or "the model's #1"
+    unit, digits = ("TFLOP/s", 1) if fam.work(full)[0] == "tflops" else ("GB/s", 0)
+    pred = f", {first.predicted:.{digits}f} {unit} predicted" if first.predicted else ""
     size = ", ".join(f"{k}={v}" for k, v in full.items() if isinstance(v, int))
     pick = ", ".join(f"{k}={v}" for k, v in top[0].items())
     return dict(top[0]), [
