@@ -477,18 +477,13 @@ def sanitize() -> int:
     import numpy as np
 
     from smemtile.families import FAMILIES
-    from smemtile.gpu.run import LoadedKernel, open_device
+    from smemtile.gpu.run import check_config, open_device
 
     dev = open_device(0)
     fam = FAMILIES["hgemm"]
     bad = 0
     for (_params, problem), cfg in zip(SANITIZE, sanitize_configs(dev.arch_name), strict=True):
-        inputs = fam.make_inputs(cfg, np.random.default_rng(3))
-        k = LoadedKernel(cfg, dev)
-        try:
-            chk = k.check(inputs, fam.reference(cfg, inputs))
-        finally:
-            k.close()
+        chk = check_config(cfg, dev, np.random.default_rng(3))
         bad += not chk.correct
         print(f"{fam.name_expression(cfg)} {problem}: correct={chk.correct} max_rel_error={chk.max_rel_error:.1e} "
               f"ALIGN {fam.align(cfg)}")  # fmt: skip

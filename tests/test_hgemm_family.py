@@ -467,16 +467,11 @@ GPU_CASES = [
 @pytest.mark.gpu
 @pytest.mark.parametrize(("params", "problem"), GPU_CASES, ids=lambda x: str(x))
 def test_correct_on_the_gpu(params, problem):
-    from smemtile.gpu.run import LoadedKernel, open_device
+    from smemtile.gpu.run import check_config, open_device
 
     dev = open_device(0)
     cfg = _swizzled({**params, **problem}, dev.arch_name)
-    inputs = FAM.make_inputs(cfg, np.random.default_rng(7))
-    k = LoadedKernel(cfg, dev)
-    try:
-        chk = k.check(inputs, FAM.reference(cfg, inputs))
-    finally:
-        k.close()
+    chk = check_config(cfg, dev, np.random.default_rng(7))
     assert chk.correct, chk.mismatch.describe() if chk.mismatch else chk
     limit = {"f32": 1e-5, "f16": 1e-3, "bf16": 4e-3}[problem.get("c_dtype", "f32")]
     assert chk.max_rel_error <= limit

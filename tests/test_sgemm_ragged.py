@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from smemtile.codegen.analysis import access_results
-from smemtile.families import FAMILIES, configure
+from smemtile.families import configure
 
 SG16x8 = {"BM": 128, "BN": 128, "BK": 8, "TM": 16, "TN": 8, "STAGES": 3, "MIN_BLOCKS": 2}
 SG64 = {"BM": 64, "BN": 64, "BK": 8, "TM": 8, "TN": 8, "STAGES": 3, "MIN_BLOCKS": 4}
@@ -63,15 +63,9 @@ GPU_CASES = [
 @pytest.mark.gpu
 @pytest.mark.parametrize("params, problem", GPU_CASES)
 def test_ragged_results_on_the_gpu(params, problem):
-    from smemtile.gpu.run import LoadedKernel, open_device
+    from smemtile.gpu.run import check_config, open_device
 
     dev = open_device(0)
-    fam = FAMILIES["sgemm"]
     cfg = configure("sgemm", {**params, **problem}, PAD4, dev.arch_name)
-    k = LoadedKernel(cfg, dev)
-    try:
-        inputs = fam.make_inputs(cfg, np.random.default_rng(7))
-        res = k.check(inputs, fam.reference(cfg, inputs))
-    finally:
-        k.close()
+    res = check_config(cfg, dev, np.random.default_rng(7))
     assert res.correct, res.mismatch.describe() if res.mismatch else res

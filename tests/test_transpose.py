@@ -270,7 +270,7 @@ def test_candidates_are_exact_on_the_gpu(dtype, p):
     """Every candidate of the tile model, with the fix search's layout, bit for bit on the family's test sizes
     (ragged, V-misaligned, edge tiles below whole ones) and a whole-tile size, in its own dtype."""
     from smemtile.families.base import ContractViolation
-    from smemtile.gpu.run import LoadedKernel, open_device
+    from smemtile.gpu.run import check_config, open_device
 
     dev = open_device(0)
     rng = np.random.default_rng(3)
@@ -281,12 +281,7 @@ def test_candidates_are_exact_on_the_gpu(dtype, p):
         except ContractViolation:  # a size of another dtype the candidate's PACK does not fit (refused, as
             continue  # generate refuses it): bench_memory skips it the same way
         ran += 1
-        inputs = FAM.make_inputs(cfg, rng)
-        k = LoadedKernel(cfg, dev)
-        try:
-            chk = k.check(inputs, FAM.reference(cfg, inputs))
-        finally:
-            k.close()
+        chk = check_config(cfg, dev, rng)
         assert chk.correct, (size, chk.mismatch.describe() if chk.mismatch else chk)
     assert ran >= 3
 

@@ -534,3 +534,17 @@ class LoadedKernel:
                 _driver().cuModuleUnload(self.module)
             finally:
                 self.module = None
+
+
+def check_config(cfg, dev, rng) -> CheckResult:
+    """Build ``cfg`` on ``dev``, run its plan once on the family's random inputs (drawn from ``rng``) with poisoned
+    outputs, and compare with the family's float64 reference (what ``verify`` checks)."""
+    from smemtile.families import FAMILIES
+
+    fam = FAMILIES[cfg.family]
+    inputs = fam.make_inputs(cfg, rng)
+    k = LoadedKernel(cfg, dev)
+    try:
+        return k.check(inputs, fam.reference(cfg, inputs))
+    finally:
+        k.close()
