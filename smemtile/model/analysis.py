@@ -156,44 +156,28 @@ def analyze_access(spec: KernelSpec, access: Access, layout: Layout | None = Non
             if stages is not None:
                 rows = stages * buf.rows + rows
             if elems > 1:
-                bad = (cols % elems) != 0
-                if bad.any():
-                    i, lane = (int(x) for x in np.argwhere(bad)[0])
-                    raise fail(
-                        f"has col {int(cols[i, lane])}, not a multiple of {elems}: a {access.width}-byte access "
-                        f"of {buf.dtype} needs aligned vectors",
-                        i,
-                        lane,
-                    )
+                fail.check((cols % elems) != 0, None,
+                           lambda i, lane: f"has col {int(cols[i, lane])}, not a multiple of {elems}: a "
+                                           f"{access.width}-byte access of {buf.dtype} needs aligned vectors")  # fmt: skip
             off = lay.offset(rows, cols, buf.cols)
         addr = off * buf.elem_bytes
     if active is not None:
         addr = np.where(active, addr, 0)
     total = buf.bytes(lay) // buf.stages  # accesses address the first stage of a buffer with `stages:`
     span = elems * buf.elem_bytes  # bytes one lane touches
-    bad = (addr < 0) | (addr + span > total)
-    if bad.any():
-        i, lane = (int(x) for x in np.argwhere(bad)[0])
-        raise fail(f"byte offset {int(addr[i, lane])} ({span} bytes) is outside 0..{total - 1} ({total} bytes)", i,
-                   lane)  # fmt: skip
+    fail.check((addr < 0) | (addr + span > total), None,
+               lambda i, lane: f"byte offset {int(addr[i, lane])} ({span} bytes) is outside 0..{total - 1} "
+                               f"({total} bytes)")  # fmt: skip
     align = 16 if access.op in ("ldmatrix", "stmatrix") else access.width
-    bad = addr % align != 0
-    if active is not None:
-        bad &= active
-    if bad.any():
-        i, lane = (int(x) for x in np.argwhere(bad)[0])
-        raise fail(f"address {int(addr[i, lane])} is not aligned to {align} bytes: a misaligned {access.op} "
-                   "faults", i, lane)  # fmt: skip
+    fail.check(addr % align != 0, active,
+               lambda i, lane: f"address {int(addr[i, lane])} is not aligned to {align} bytes: a misaligned "
+                               f"{access.op} faults")  # fmt: skip
     src = None
     if access.source is not None:
         src = _full(access.source(env), n) * buf.elem_bytes
-        bad = src % access.width != 0
-        if active is not None:
-            bad &= active
-        if bad.any():
-            i, lane = (int(x) for x in np.argwhere(bad)[0])
-            raise fail(f"source {int(src[i, lane])} is not aligned to {access.width} bytes (cp.async needs aligned "
-                       "sources)", i, lane)  # fmt: skip
+        fail.check(src % access.width != 0, active,
+                   lambda i, lane: f"source {int(src[i, lane])} is not aligned to {access.width} bytes (cp.async "
+                                   "needs aligned sources)")  # fmt: skip
     try:
         bank = analyze_addresses(addr, access.op, access.width, access.matrices, sources=src, active=active)
     except SpecError as e:
@@ -219,15 +203,17 @@ class _Failure:
         ctx = ", ".join([f"warp {int(self.warp[i])}"] + [f"{k}={x}" for k, x in self.loops[i].items()])
         return SpecError(f"lane {lane} {message} ({self.what}, {ctx})", key=self.key, source=self.source)
 
-    def bounds(self, v: np.ndarray, lo: int, hi: int, what: str, active: np.ndarray | None) -> None:
-        bad = (v < lo) | (v >= hi)
+    def check(self, bad: np.ndarray, active: np.ndarray | None, message) -> None:
+        """Raise for the first active lane where ``bad`` holds; ``message(i, lane)`` says what is wrong there."""
         if active is not None:
-            bad &= active
+            bad = bad & active
         if bad.any():
             i, lane = (int(x) for x in np.argwhere(bad)[0])
-            raise self(
-                f"has {what} = {int(v[i, lane])}, outside {self.shape}; allowed {lo}..{hi - 1}", i, lane
-            )
+            raise self(message(i, lane), i, lane)
+
+    def bounds(self, v: np.ndarray, lo: int, hi: int, what: str, active: np.ndarray | None) -> None:
+        self.check((v < lo) | (v >= hi), active,
+                   lambda i, lane: f"has {what} = {int(v[i, lane])}, outside {self.shape}; allowed {lo}..{hi - 1}")  # fmt: skip
 
 
 def analyze_spec(spec: KernelSpec, layouts: dict[str, Layout] | None = None) -> tuple[AccessResult, ...]:
