@@ -265,7 +265,7 @@ class Family:
     # None when no peak the driver can give applies (tensor-core kernels: compare with cuBLAS in bench/)
     peak: str | None = "fp32"
     # parameters that describe the problem rather than the tile (stencil2d's radius R): giving them alone still
-    # lets the tile model pick the tile, and the ranker sees them with the problem
+    # lets the tile model pick the tile, and every ranker call receives them with the problem
     problem_params: tuple[str, ...] = ()
     test_sizes: tuple[dict, ...] = ()
     bench_sizes: tuple[dict, ...] = ()

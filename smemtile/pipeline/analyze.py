@@ -243,7 +243,7 @@ def tiles_part(res: Resolved, facts: dict, built: dict) -> dict:
         fam = FAMILIES[cfg.family]
         d["problem"] = {k: v for k, v in cfg.problem.items()}
         try:
-            keys = {k: cfg.params[k] for k in getattr(fam, "ranker_keys", ())}  # part of the problem (R)
+            keys = {k: cfg.params[k] for k in fam.problem_params}  # part of the problem (R)
             ranker = fam.ranker({**cfg.problem, **keys}, spec.arch.base, None)
         except SmemtileError as e:
             d["missing"] = f"the {fam.name} tile model cannot rank this problem: {e}"

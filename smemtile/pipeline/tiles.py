@@ -191,7 +191,7 @@ def json_doc(report: TileReport, top: int, rejected: int) -> dict:
 
 # ---- tiles --family NAME ROWS COLS: a kernel family's own candidates, ranked by its model ----------------------
 
-# the options that give a family's ranker_keys (template parameters that are part of the problem for its model)
+# the options that give a family's problem_params (template parameters that are part of the problem for its model)
 KEY_OPTIONS = {"R": "--radius"}
 
 
@@ -295,7 +295,7 @@ def family_tiles(family: str, sizes, *, dtype: str | None = None, keys: dict | N
     elif dt != "f32":
         raise SpecError(f"{family} computes in fp32 only; drop --dtype {dt}", key="--dtype")
     given = {k: v for k, v in (keys or {}).items() if v is not None}
-    need = tuple(getattr(fam, "ranker_keys", ()))
+    need = tuple(fam.problem_params)
     for k in need:
         if k not in given:
             raise SpecError(f"--family {family} needs {KEY_OPTIONS.get(k, k)} (its {k}: the model ranks for one "

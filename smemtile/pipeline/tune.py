@@ -108,7 +108,7 @@ def plan(doc: dict, source: str, *, top: int, space: list[dict] | None = None, a
     problem = problem_of(doc, family)
     arch = arch or str(doc.get("arch", "sm_90"))
     # the template parameters a family's model reads as part of the problem (the stencil's radius R)
-    keys = {k: v for k, v in family_params(doc, family).items() if k in getattr(fam, "ranker_keys", ())}
+    keys = {k: v for k, v in family_params(doc, family).items() if k in fam.problem_params}
     scorer = fam.ranker({**problem, **keys}, arch, gpu)
     out: dict[tuple, Candidate] = {}
 

@@ -33,7 +33,9 @@ class Stencil2d(Family):
     name = "stencil2d"
     summary = "2-D star stencil of radius 1..4 (fp32) through a halo tile"
     file = "stencil2d.cu"
-    problem_params = ("R",)  # the radius is the problem's: a spec giving only R still gets the model's tile
+    # the radius is the user's stencil, not a tile choice: a spec giving only R still gets the model's tile, and
+    # every caller that ranks (generate, analyze, tune, tiles --radius) passes it with the problem
+    problem_params = ("R",)
     peak = "memory"
     kernel = "stencil2d"
     signature = ("const float* in", "float* out", "int ny", "int nx", "const float* coeffs")
@@ -153,10 +155,6 @@ class Stencil2d(Family):
     def small_problem(self, cfg: KernelConfig) -> dict:
         p = cfg.params
         return {"ny": 4 * p["BY"] * p["RY"], "nx": 4 * p["BX"] * p["VEC"]}
-
-    # template parameters the tile model reads as part of the problem: the radius is the user's stencil, not a
-    # choice (callers that rank a spec's configuration pass it with the problem)
-    ranker_keys = ("R",)
 
     def ranker(self, problem: dict, arch: str, gpu: str | None):
         return _Ranker(self, problem, arch, gpu)
