@@ -87,6 +87,13 @@ def _fail(path: object, message: str, key: str | None = None) -> SpecError:
     return SpecError(message, source=printable(path), key=key)
 
 
+def _stdin(key: str | None):
+    """The binary stdin a ``-`` path reads, or SpecError when there is none."""
+    if sys.stdin is None:
+        raise _fail("<stdin>", "stdin is closed", key)
+    return sys.stdin.buffer
+
+
 def _reason(e: OSError) -> str:
     if e.errno == errno.ENOTDIR:
         return "a parent of this path is a file, not a folder"
@@ -139,11 +146,8 @@ def read_bytes(path: str | os.PathLike, *, what: str = "spec", budget: int = SPE
     while reading)."""
     too_big = f"is over the {what} size budget of {_size(budget)}; a {what} must be at most {budget} bytes"
     if str(path) == "-":  # e.g. `smemtile tiles ... --format yaml | smemtile generate - -o k.cu`
-        stream = sys.stdin.buffer if sys.stdin is not None else None
-        if stream is None:
-            raise _fail("<stdin>", "stdin is closed", key)
         try:
-            data = stream.read(budget + 1)
+            data = _stdin(key).read(budget + 1)
         except OSError as e:
             raise _fail("<stdin>", f"cannot read: {_reason(e)}", key) from None
         if len(data) > budget:
@@ -175,10 +179,7 @@ def read_blocks(path: str | os.PathLike, *, what: str = "file", key: str | None 
     ``BLOCK`` bytes each), decoded strictly (the error names the line). Memory stays bounded whatever the size:
     a line still without its end after ``line_budget`` bytes is refused."""
     if str(path) == "-":
-        stream = sys.stdin.buffer if sys.stdin is not None else None
-        if stream is None:
-            raise _fail("<stdin>", "stdin is closed", key)
-        yield from iter_blocks(stream, "<stdin>", key=key, line_budget=line_budget)
+        yield from iter_blocks(_stdin(key), "<stdin>", key=key, line_budget=line_budget)
         return
     fd, _ = open_regular(path, what=what, key=key)
     with os.fdopen(fd, "rb") as f:
