@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from timing import environment, stats, time_rounds  # noqa: E402
+from timing import environment, stats, tee_log, time_rounds  # noqa: E402
 
 FLUSH_BYTES = 512 << 20
 CANONICAL = {"M": 4096, "N": 4096, "K": 4096}
@@ -787,12 +787,7 @@ def cmd_run(args) -> None:
     t_start = time.time()
     deadline = t_start + args.budget_s
     args.out.mkdir(parents=True, exist_ok=True)
-    logf = (args.out / "log.txt").open("a")
-
-    def log(s: str) -> None:
-        print(s, flush=True)
-        logf.write(s + "\n")
-        logf.flush()
+    log = tee_log(args.out / "log.txt")
 
     os.environ.setdefault("SMEMTILE_CACHE_DIR", str(CACHE))
     torch.backends.cuda.matmul.allow_tf32 = False

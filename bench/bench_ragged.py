@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_kernels import A_PAD, CACHE, FLUSH_BYTES, _c, cfg_label  # noqa: E402
-from timing import stats, time_rounds  # noqa: E402
+from timing import stats, tee_log, time_rounds  # noqa: E402
 
 V16_COMMIT = "3c6a8fc"  # the sgemm.cu of NOTES' version 16 (bench/results/h200.json, run 3)
 V18_COMMIT = (
@@ -366,12 +366,7 @@ def cmd_run(args) -> None:
     from bench_kernels import versions
 
     args.out.mkdir(parents=True, exist_ok=True)
-    logf = (args.out / "ragged_log.txt").open("a")
-
-    def log(s: str) -> None:
-        print(s, flush=True)
-        logf.write(s + "\n")
-        logf.flush()
+    log = tee_log(args.out / "ragged_log.txt")
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.set_float32_matmul_precision("highest")

@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from timing import stats, time_rounds  # noqa: E402
+from timing import stats, tee_log, time_rounds  # noqa: E402
 
 FLUSH_BYTES = 512 << 20
 CANONICAL = {"M": 4096, "N": 4096, "K": 4096}
@@ -374,12 +374,7 @@ def sh(cmd: str, timeout: int = 120) -> str:
 def cmd_run(args) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    logf = open(out / "wgmma_log.txt", "w")
-
-    def log(s: str) -> None:
-        print(s, flush=True)
-        logf.write(s + "\n")
-        logf.flush()
+    log = tee_log(out / "wgmma_log.txt", "w")
 
     doc: dict = {"date": datetime.date.today().isoformat(), "variants": VARIANTS}
     t_start = time.time()

@@ -58,3 +58,16 @@ def environment() -> dict:
     nv = nvrtc.nvrtcVersion()
     return {"nvidia_smi": smi, "cuda_driver_api": f"{drv // 1000}.{drv % 1000 // 10}",
             "cuda_bindings": getattr(cuda.bindings, "__version__", "?"), "nvrtc": f"{nv[1]}.{nv[2]}"}  # fmt: skip
+
+
+def tee_log(path, mode: str = "a"):
+    """``log(line)``: print the line (flushed) and append it to ``path`` (flushed), so a run cut short by its
+    time limit still leaves its log."""
+    f = open(path, mode)  # noqa: SIM115 (kept open for the run; the process exit closes it)
+
+    def log(s: str) -> None:
+        print(s, flush=True)
+        f.write(s + "\n")
+        f.flush()
+
+    return log
