@@ -201,6 +201,11 @@ def score(rows: list[dict], q: dict) -> dict:
     return out
 
 
+def error_summary(sc: dict) -> dict:
+    """The calibration file's error line of a ``score``: median, p90, configurations and shapes."""
+    return {k: sc[k] for k in ("median", "p90", "n")} | {"shapes": sc["shapes_n"]}
+
+
 def tiles_top1(rows: list[dict]) -> dict:
     """For every shape: ``smemtile tiles``' #1 over the whole candidate space (installed calibration), whether
     it was measured, and its gap to the best measured configuration."""
@@ -417,7 +422,7 @@ def main() -> None:
         held = score([r for r in rows if r["role"] == "held_out"], q)
         doc["held_out_sweeps"] = [str(p) for p in args.held_out_from]
         doc["held_out_shapes"] = sorted(held["shapes"])
-        doc["error"]["held_out"] = {k: held[k] for k in ("median", "p90", "n")} | {"shapes": held["shapes_n"]}
+        doc["error"]["held_out"] = error_summary(held)
         doc["per_shape"]["held_out"] = held["shapes"]
         doc["held_out_tiles_top1"] = tiles_top1([r for r in rows if r["role"] == "held_out"])
         path.write_text(json.dumps(doc, indent=1) + "\n")
@@ -444,8 +449,7 @@ def main() -> None:
                          "(bench/tune_h200.py); the held-out shapes are scored after the fit, never fitted",
                "fit_shapes": sorted(fit_s["shapes"]), "held_out_shapes": sorted(held["shapes"]),
                "constants": q, "fit_info": info, "measured_tiles": measured_tiles(rows),
-               "error": {"fit": {k: fit_s[k] for k in ("median", "p90", "n")} | {"shapes": fit_s["shapes_n"]},
-                         "held_out": {k: held[k] for k in ("median", "p90", "n")} | {"shapes": held["shapes_n"]}},
+               "error": {"fit": error_summary(fit_s), "held_out": error_summary(held)},
                "per_shape": {"fit": fit_s["shapes"], "held_out": held["shapes"]}}  # fmt: skip
         q["local_bias"].pop("_memo", None)
         doc["local_correction"] = (
