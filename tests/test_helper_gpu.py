@@ -137,9 +137,9 @@ def test_tiles_picks_grid_in_the_helper_equals_json(tmp_path):
         )
 
 
-@pytest.mark.gpu
-def test_generated_helper_is_correct_on_the_gpu(tmp_path):
-    cfgs = _configs()
+def run_helpers(cfgs: list, tmp_path: Path) -> tuple[list[str], list[dict]]:
+    """Each configuration's generated .cu plus a user's main(), built by nvcc (in parallel), run on random inputs
+    through launch_<family>(), its output compared with the family's float64 reference: (failures, report)."""
     works = [tmp_path / f"case{i}" for i in range(len(cfgs))]
     for w in works:
         w.mkdir()
@@ -163,6 +163,12 @@ def test_generated_helper_is_correct_on_the_gpu(tmp_path):
                        "max_rel_error": chk.max_rel_error})  # fmt: skip
         if not chk.correct:
             failures.append(f"{label}: {chk.mismatch.describe()}")
+    return failures, report
+
+
+@pytest.mark.gpu
+def test_generated_helper_is_correct_on_the_gpu(tmp_path):
+    failures, report = run_helpers(_configs(), tmp_path)
     out_dir = os.environ.get("SMEMTILE_TEST_REPORT")
     if out_dir:
         (Path(out_dir) / "helper_gpu.json").write_text(json.dumps(report, indent=1))

@@ -320,39 +320,13 @@ def test_verify_ncu_matches_the_pack_accesses(tmp_path, dtype, p):
 def test_generated_helper_is_correct_for_transpose(tmp_path):
     """The user's path for the transpose cases of test_helper_gpu.py (new paths included): generate, nvcc, the
     launch_transpose() helper, bit for bit."""
-    import os
-    import subprocess
-    from concurrent.futures import ThreadPoolExecutor
+    from test_helper_gpu import CASES, run_helpers
 
-    from harness import read_output, run_arguments
-    from test_helper_gpu import CASES, _build
-
-    from smemtile.gpu.run import compare
     from smemtile.pipeline.fixes import variants
     from smemtile.pipeline.specs import resolve
 
     cases = [(p, q) for f, p, q in CASES if f == "transpose"]
     cfgs = [variants(resolve({"arch": "sm_90", "tile": p, "kernel": {"family": "transpose", **q}}))["fixed"]
             for p, q in cases]  # fmt: skip
-    works = [tmp_path / f"case{i}" for i in range(len(cfgs))]
-    for w in works:
-        w.mkdir()
-    with ThreadPoolExecutor(max_workers=min(16, os.cpu_count() or 4)) as pool:
-        exes = list(pool.map(_build, cfgs, works))
-    failures = []
-    for i, (cfg, exe, work) in enumerate(zip(cfgs, exes, works, strict=True)):
-        inputs = FAM.make_inputs(cfg, np.random.default_rng(100 + i))
-        argv, env, out = run_arguments(cfg, inputs, work)
-        res = subprocess.run(
-            [str(exe), *argv], capture_output=True, text=True, env={**os.environ, **env}, timeout=300
-        )
-        name = f"{FAM.name_expression(cfg)} {cfg.problem}"
-        if res.returncode != 0:
-            failures.append(f"{name}: exit {res.returncode} {res.stderr.strip()}")
-            continue
-        chk = compare(
-            FAM.reference(cfg, inputs), FAM.decode_output(cfg, read_output(cfg, out)), 0.0, exact=True
-        )
-        if not chk.correct:
-            failures.append(f"{name}: {chk.mismatch.describe()}")
+    failures, _ = run_helpers(cfgs, tmp_path)
     assert not failures, failures
