@@ -47,6 +47,11 @@ from timing import environment, stats, tee_log, time_rounds  # noqa: E402
 
 FLUSH_BYTES = 512 << 20
 CANONICAL = {"M": 4096, "N": 4096, "K": 4096}
+CANONICAL_RAGGED = (
+    4095,
+    4097,
+    1023,
+)  # any K or N not a multiple of 4 renders the same text (RAGGED, session 4)
 CACHE = ROOT / ".cache" / "tiles_nvrtc"  # carried to the GPU machine (ignored by git)
 A_PAD = 4  # the fix search's As layout for every sgemm configuration here (checked by `build`)
 
@@ -107,7 +112,10 @@ FIT = [(3072, 3072, 3072), (1536, 1536, 1536), (768, 768, 768), (2048, 8192, 204
        (128, 4096, 8192), (4096, 128, 8192), (32, 16384, 2048), (512, 512, 16384), (1999, 6001, 1500),
        # session 3 (measured before the model that uses them was fitted; regimes the first ten covered thinly)
        (1280, 1280, 1280), (2560, 2560, 2560), (4608, 4608, 2048), (1536, 3072, 6144), (12288, 64, 2048),
-       (64, 12288, 2048), (2560, 1024, 12288), (3001, 2047, 2045)]  # fmt: skip
+       (64, 12288, 2048), (2560, 1024, 12288), (3001, 2047, 2045),
+       # session 4: unaligned shapes for the RAGGED loop (with 1999x6001x1500 and 3001x2047x2045 re-swept) and
+       # skinny N neighbours (the held-out 8192x64x4096's #1 was a split-K tile no fitting shape had measured)
+       (2047, 4093, 2050), (6000, 2999, 1536), (1535, 1537, 4099), (16384, 64, 2048), (4096, 64, 8192)]  # fmt: skip
 HELD_OUT = [(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (6144, 6144, 6144), (8192, 8192, 8192),
             (4095, 4097, 1023), (2999, 3001, 3003), (64, 8192, 4096), (8192, 64, 4096), (1024, 1024, 32768)]  # fmt: skip
 
@@ -149,15 +157,26 @@ def configure_sgemm(params: dict, shape: tuple[int, int, int], arch: str = "sm_9
 _SOURCES: dict[tuple, str] = {}
 
 
-def canonical_source(params: dict, arch: str = "sm_90") -> str:
-    """The generated body for the canonical problem (one cubin per configuration, whatever the shape), always
-    rendered from this tree: the NVRTC cache is keyed by the source text, so a kernel change can never be timed
-    with a cubin of the old text (session 3 found a `sources.json` read back here doing exactly that)."""
+def canonical_shape(shape=None) -> tuple[int, int, int]:
+    """The problem a configuration's text is rendered for: the generated kernel depends on the shape only
+    through whether K or N is a multiple of 4 (the family's RAGGED), so one aligned and one unaligned canonical
+    problem stand for every shape."""
+    return (
+        CANONICAL_RAGGED
+        if shape is not None and (shape[1] % 4 or shape[2] % 4)
+        else tuple(CANONICAL.values())
+    )
+
+
+def canonical_source(params: dict, arch: str = "sm_90", shape=None) -> str:
+    """The generated body for ``shape``'s canonical problem (one cubin per configuration and alignment class),
+    always rendered from this tree: the NVRTC cache is keyed by the source text, so a kernel change can never be
+    timed with a cubin of the old text (session 3 found a `sources.json` read back here doing exactly that)."""
     from smemtile.codegen.render import body
 
-    key = (cfg_label(params), arch)
+    key = (cfg_label(params), arch, canonical_shape(shape))
     if key not in _SOURCES:
-        _SOURCES[key] = body(configure_sgemm(params, tuple(CANONICAL.values()), arch))
+        _SOURCES[key] = body(configure_sgemm(params, key[2], arch))
     return _SOURCES[key]
 
 
@@ -218,13 +237,17 @@ def all_configs(extra_files: list[Path] = ()) -> list[dict]:
 def _build_one(params: dict) -> tuple[str, str, str]:
     from smemtile.gpu.run import compile_config
 
-    src = ""
+    src, what = "", []
     try:
-        src = canonical_source(params)
-        cfg = configure_sgemm(params, tuple(CANONICAL.values()))
-        r = compile_config(cfg, source=src)
-        res = next(iter(r.resources.values()))
-        return cfg_label(params), f"{res.registers} regs, {res.spills} B spilled", src
+        for shape in (
+            None,
+            CANONICAL_RAGGED,
+        ):  # the aligned and the unaligned text (the same one unless RAGGED)
+            src = canonical_source(params, shape=shape)
+            r = compile_config(configure_sgemm(params, canonical_shape(shape)), source=src)
+            res = next(iter(r.resources.values()))
+            what.append(f"{res.registers} regs, {res.spills} B spilled")
+        return cfg_label(params), " / ".join(dict.fromkeys(what)), src
     except Exception as e:  # report, never abort the batch
         return cfg_label(params), f"FAILED {type(e).__name__}: {str(e).splitlines()[0]}", src
 
@@ -320,7 +343,8 @@ class Cublas:
 def load(params: dict, shape, dev):
     from smemtile.gpu.run import LoadedKernel
 
-    return LoadedKernel(configure_sgemm(params, shape, dev.arch_name), dev, source=canonical_source(params))
+    return LoadedKernel(configure_sgemm(params, shape, dev.arch_name), dev,
+                        source=canonical_source(params, shape=shape))  # fmt: skip
 
 
 class Problem:
@@ -363,7 +387,7 @@ def small_checks(params: dict, dev, log) -> dict:
     for size in fam.test_sizes:
         shape = (size["M"], size["N"], size["K"])
         cfg = configure("sgemm", {**params, **size}, {"As": {"pad": A_PAD}}, dev.arch_name)
-        k = LoadedKernel(cfg, dev, source=canonical_source(params))
+        k = LoadedKernel(cfg, dev, source=canonical_source(params, shape=shape))
         try:
             if n not in _SMALL:  # fresh random inputs per size, the float64 reference once
                 inputs = fam.make_inputs(cfg, np.random.default_rng(100 + n))

@@ -1,8 +1,8 @@
-"""Issue 20's ragged SGEMM (session 3): the sgemm family's unaligned path (lda or ldb not a multiple of 4 floats,
-or a base pointer not 16-byte aligned) on the H200, this tree's kernel against two earlier ones (commit 3c6a8fc,
-"v16": an unmasked loop of four 4-byte loads per A float4 and one 4-byte cp.async per B float; commit 0596837,
-"v18": A realigned from aligned 16-byte loads) and cuBLAS, in the same process. Since be7a787 this tree's kernel
-is the one before version 16, which measured faster than both (bench/NOTES.md, "Session 3, continued").
+"""Issue 20's ragged SGEMM: the sgemm family's unaligned paths (lda or ldb not a multiple of 4 floats, or a base
+pointer not 16-byte aligned) on the H200, this tree's kernel against earlier ones (``--variants``: "prev" = 4516a58,
+the masked copies only; "v16" = 3c6a8fc; "v18" = 0596837; or NAME=FILE, an experiment's sgemm.cu) and cuBLAS, in
+the same process. Every configuration is built twice, for an aligned and an unaligned problem (keys "u ..."): the
+family compiles its RAGGED loop in only for the latter (session 4, bench/NOTES.md).
 
 The kernel bodies are rendered from this tree at build time (bench_kernels.py no longer reads a sources.json
 back; a stale one had timed an old kernel text for a whole session).
@@ -14,7 +14,7 @@ Steps (``run --steps``):
   and below BN, tiny K), launched as ``verify`` does (``LoadedKernel``, the family's launch plan, poisoned
   output) against numpy float64; then base pointers 4, 8 and 12 bytes past a 16-byte boundary (torch tensors
   bound with ``LoadedKernel.bind``, against torch float64).
-* ``ab``: this tree's kernel, the v16 and the v18 one (VARIANTS) of AB_CONFIGS on
+* ``ab``: this tree's kernel and the ``--variants`` ones of AB_CONFIGS on
   AB_SHAPES, timed as bench/bench_kernels.py times (alternating rounds, order reversed every round, a 512 MiB memset before every timed call outside the events, median and
   spread = (p90 - p10) / median; bench/timing.py), with torch.matmul and cublasSgemm_v2 (TF32 off) in the same
   rounds; each output checked against torch float64 first.
@@ -24,8 +24,8 @@ Steps (``run --steps``):
 * ``memcheck``: this tree's kernel of a few configurations on small ragged sizes under ``compute-sanitizer --tool
   memcheck`` (cuMemAlloc'd arrays of the exact size: a read past A or B is reported).
 
-    python bench/bench_ragged.py build                                  # CPU: cubins into .cache (carry it)
-    PYTHONPATH=. python bench/bench_ragged.py run --out $OUT            # GPU
+    python bench/bench_ragged.py build [--variants prev]                # CPU: cubins into .cache (carry it)
+    PYTHONPATH=. python bench/bench_ragged.py run --out $OUT [--variants prev]    # GPU
 """
 
 from __future__ import annotations
@@ -43,13 +43,17 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_kernels import A_PAD, CACHE, FLUSH_BYTES, _c, cfg_label  # noqa: E402
+from bench_kernels import A_PAD, CACHE, CANONICAL_RAGGED, FLUSH_BYTES, _c, cfg_label  # noqa: E402
 from timing import stats, tee_log, time_rounds  # noqa: E402
 
 V16_COMMIT = "3c6a8fc"  # the sgemm.cu of NOTES' version 16 (bench/results/h200.json, run 3)
 V18_COMMIT = (
     "0596837"  # session 3's realigned-A kernel (reverted in be7a787: this tree is the kernel before v16)
 )
+PREV_COMMIT = (
+    "4516a58"  # session 4's baseline: the kernel before the all-cp.async unaligned path (pre16 text)
+)
+COMMITS = {"v16": V16_COMMIT, "v18": V18_COMMIT, "prev": PREV_COMMIT}
 SOURCES = CACHE / "ragged_sources.json"  # rendered bodies, both kernels (`build` writes it)
 
 # (params, layouts): the tiles picks of the ragged shapes, the sample, and the paths the realigned copies take
@@ -69,6 +73,12 @@ CHECKS: list[tuple[dict, dict]] = [
     (_c(128, 128, 8, 16, 8, 3, 2), {"As": {"pad": 0}}),  # dense As (2-way copies, same path)
     (_c(128, 128, 8, 16, 8, 3, 2), {"As": {"swizzle": [3, 2, 5]}}),  # swizzled As: 4-byte A loads
     (_c(128, 128, 8, 16, 8, 3, 2), {"Bs": {"swizzle": [3, 2, 3]}}),  # swizzled Bs: a shift per pass
+    # RAGGED = 1 forced where the family leaves it off (the unaligned 4-byte loop with every layout)
+    ({**_c(128, 128, 8, 16, 8, 3, 2), "RAGGED": 1}, {}),
+    ({**_c(128, 128, 8, 16, 8, 3, 2), "RAGGED": 1}, {"As": {"pad": 0}}),
+    ({**_c(128, 128, 8, 16, 8, 3, 2), "RAGGED": 1}, {"As": {"swizzle": [3, 2, 5]}}),
+    ({**_c(128, 128, 8, 16, 8, 3, 2), "RAGGED": 1}, {"Bs": {"swizzle": [3, 2, 3]}}),
+    ({**_c(64, 128, 8, 8, 16, 3, 4), "RAGGED": 1}, {}),
 ]
 SIZES = [
     {"M": 257, "N": 131, "K": 77, "beta": 0.5},  # the family's ragged test size
@@ -87,13 +97,15 @@ SIZES = [
 # base pointers past a 16-byte boundary (bytes for A, B): torch tensors viewed from an offset
 MISALIGNED = [((0, 4), (512, 512, 512)), ((4, 0), (512, 512, 512)), ((8, 12), (300, 301, 302)),
               ((12, 8), (1000, 1003, 500))]  # fmt: skip
-MISALIGNED_CONFIGS = [0, 2, 4, 8]  # indices into CHECKS
+MISALIGNED_CONFIGS = [0, 2, 4, 8, 15]  # indices into CHECKS
 
-AB_CONFIGS = [_c(128, 128, 8, 16, 8, 3, 2), _c(128, 128, 8, 8, 16, 3, 2), _c(128, 64, 8, 8, 8, 3, 3),
-              _c(64, 64, 8, 8, 8, 3, 4), _c(128, 64, 16, 8, 8, 3, 3), _c(256, 128, 8, 16, 8, 2, 1)]  # fmt: skip
+AB_CONFIGS = [_c(128, 128, 8, 8, 16, 2, 2), _c(128, 128, 8, 16, 8, 3, 2), _c(128, 128, 8, 8, 16, 3, 2), _c(128, 64, 8, 8, 8, 3, 3),
+              _c(64, 64, 8, 8, 8, 3, 4), _c(128, 64, 16, 8, 8, 3, 3), _c(256, 128, 8, 16, 8, 2, 1),
+              _c(128, 128, 8, 8, 8, 3, 1), _c(128, 128, 16, 8, 8, 3, 1),
+              {**_c(128, 128, 8, 8, 16, 2, 2), "RAGGED": 1}, {**_c(128, 128, 8, 16, 8, 3, 2), "RAGGED": 1}]  # fmt: skip
 AB_SHAPES = [(4095, 4097, 1023), (2999, 3001, 3003), (1999, 6001, 1500), (4096, 4096, 4096)]
-VARIANTS = ["", "v16", "v18"]  # see _key
-MEMCHECK = [0, 2, 4, 7, 8]  # indices into CHECKS
+VARIANTS = ["", "prev"]  # see _key; "v16" and "v18" (COMMITS) were last timed in session 3
+MEMCHECK = [0, 2, 4, 7, 8, 15, 17]  # indices into CHECKS
 MEMCHECK_SIZES = [SIZES[0], SIZES[2], SIZES[6], SIZES[7]]
 
 
@@ -101,11 +113,18 @@ def _layouts(lay: dict) -> dict:
     return {"As": {"pad": A_PAD}, **lay}
 
 
-def _key(params: dict, lay: dict, variant: str = "") -> str:
-    """Names a build: variant "" is this tree's kernel (since be7a787 the one before version 16), "v16" the
-    version-16 kernel, "v18" session 3's realigned-A kernel (same template signature)."""
+def _ragged(problem: dict) -> bool:
+    """The family's RAGGED class of a problem (K or N not a multiple of 4): the kernel text differs by it."""
+    return bool(problem["K"] % 4 or problem["N"] % 4)
+
+
+def _key(params: dict, lay: dict, variant: str = "", ragged: bool = False) -> str:
+    """Names a build: variant "" is this tree's kernel, the others the sgemm.cu of a commit in COMMITS ("prev" the
+    kernel before the all-cp.async unaligned path, "v16" version 16, "v18" session 3's realigned-A kernel; same
+    template signature)."""
     tag = "" if not lay else " " + json.dumps(lay, sort_keys=True)
-    return (f"{variant} " if variant else "") + cfg_label(params) + tag
+    forced = f" RAGGED={params['RAGGED']}" if "RAGGED" in params else ""
+    return (f"{variant} " if variant else "") + ("u " if ragged else "") + cfg_label(params) + forced + tag
 
 
 def _configure(params: dict, lay: dict, problem: dict, arch: str = "sm_90"):
@@ -121,19 +140,26 @@ def _old_body(new_body: str, old_cu: str) -> str:
 
     new = inline_headers(FAMILIES["sgemm"].source()).rstrip()
     assert new in new_body
-    return new_body.replace(new, inline_headers(old_cu).rstrip())
+    old = inline_headers(old_cu).rstrip()
+    if "int RAGGED" not in old:  # kernels before RAGGED (session 4): same instantiation, the argument unused
+        old = old.replace(
+            "int A_VEC = 1, int SPLIT_K = 1>", "int A_VEC = 1, int SPLIT_K = 1, int RAGGED = 0>"
+        )
+    return new_body.replace(new, old)
 
 
 def _build_one(job) -> tuple[str, str, str]:
     from smemtile.codegen.render import body
     from smemtile.gpu.run import compile_config
 
-    params, lay, variant, old_cus = job
-    key = _key(params, lay, variant)
+    params, lay, variant, old_cus, ragged = job
+    key = _key(params, lay, variant, ragged)
     try:
-        cfg = _configure(params, lay, {"M": 4096, "N": 4096, "K": 4096})
+        cfg = _configure(
+            params, lay, dict(zip("MNK", CANONICAL_RAGGED if ragged else (4096, 4096, 4096), strict=True))
+        )
         src = body(cfg)
-        if variant in ("v16", "v18"):
+        if variant:
             src = _old_body(src, old_cus[variant])
         res = next(iter(compile_config(cfg, source=src).resources.values()))
         return key, f"{res.registers} regs, {res.spills} B spilled", src
@@ -141,19 +167,38 @@ def _build_one(job) -> tuple[str, str, str]:
         return key, f"FAILED {type(e).__name__}: {str(e).splitlines()[0]}", ""
 
 
+def _set_variants(spec: str) -> dict[str, str]:
+    """``--variants a,b=path.cu``: the kernel variants besides this tree's, each a commit of COMMITS or a file
+    (an experiment's sgemm.cu). Returns name -> path for the files."""
+    files = {}
+    VARIANTS[:] = [""]
+    for v in filter(None, spec.split(",")):
+        name, _, path = v.partition("=")
+        if path:
+            files[name] = path
+        elif name not in COMMITS:
+            raise SystemExit(
+                f"--variants: unknown variant {name!r} (commits: {', '.join(COMMITS)}; or NAME=FILE)"
+            )
+        VARIANTS.append(name)
+    return files
+
+
 def cmd_build(args) -> None:
     from concurrent.futures import ProcessPoolExecutor
 
     os.environ["SMEMTILE_CACHE_DIR"] = str(CACHE)
-    old_cu = {v: subprocess.run(["git", "show", f"{c}:smemtile/families/sgemm/sgemm.cu"], cwd=ROOT,
-                                capture_output=True, text=True, check=True).stdout
-              for v, c in (("v16", V16_COMMIT), ("v18", V18_COMMIT))}  # fmt: skip
-    jobs = [(p, lay, "", old_cu) for p, lay in CHECKS]
-    jobs += [(p, {}, v, old_cu) for p in AB_CONFIGS for v in VARIANTS]
+    files = _set_variants(args.variants)
+    old_cu = {v: Path(files[v]).read_text() if v in files else
+              subprocess.run(["git", "show", f"{COMMITS[v]}:smemtile/families/sgemm/sgemm.cu"], cwd=ROOT,
+                             capture_output=True, text=True, check=True).stdout
+              for v in VARIANTS if v}  # fmt: skip
+    jobs = [(p, lay, "", old_cu, r) for p, lay in CHECKS for r in (False, True)]
+    jobs += [(p, {}, v, old_cu, r) for p in AB_CONFIGS for v in VARIANTS for r in (False, True)]
     seen, uniq = set(), []
     for j in jobs:
-        if _key(j[0], j[1], j[2]) not in seen:
-            seen.add(_key(j[0], j[1], j[2]))
+        if _key(j[0], j[1], j[2], j[4]) not in seen:
+            seen.add(_key(j[0], j[1], j[2], j[4]))
             uniq.append(j)
     CACHE.mkdir(parents=True, exist_ok=True)
     sources = {}
@@ -173,7 +218,7 @@ def _load(params: dict, lay: dict, problem: dict, dev, variant: str = ""):
     from smemtile.gpu.run import LoadedKernel
 
     return LoadedKernel(_configure(params, lay, problem, dev.arch_name), dev,
-                        source=_sources()[_key(params, lay, variant)])  # fmt: skip
+                        source=_sources()[_key(params, lay, variant, _ragged(problem))])  # fmt: skip
 
 
 def step_check(dev, log) -> dict:
@@ -358,6 +403,8 @@ def run_bench_kernels(dev, head: dict, args, log) -> None:
 def cmd_run(args) -> None:
     from smemtile.gpu.run import open_device
 
+    _set_variants(args.variants)
+
     os.environ.setdefault("SMEMTILE_CACHE_DIR", str(CACHE))
     if args.steps == "memcheck-inner":
         step_memcheck_inner(open_device(0))
@@ -405,7 +452,9 @@ def main() -> None:
     sub = ap.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="compile both kernels' configurations into the NVRTC cache (CPU)")
     b.add_argument("--jobs", type=int, default=2)
-    r = sub.add_parser("run", help="measure on the GPU")
+    for p in (b, r := sub.add_parser("run", help="measure on the GPU")):
+        p.add_argument("--variants", default="prev", help="kernels besides this tree's: commits of COMMITS "
+                       "(prev, v16, v18) or NAME=FILE (an sgemm.cu); the same list for build and run")  # fmt: skip
     r.add_argument("--out", type=Path, required=True)
     r.add_argument("--steps", default="check,ab,bk,memcheck")
     r.add_argument("--rounds", type=int, default=25)

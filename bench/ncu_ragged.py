@@ -1,6 +1,7 @@
-"""Why version 16 / 18 lost to the kernel before them at 4095x4097x1023 (bench/NOTES.md, "Session 3,
-continued"): one launch of each variant (bench_ragged.py's builds: this tree = the kernel before v16, v16, v18) of
-the 128x128x8 8x16 and 16x8 tiles at an unaligned and an aligned shape, to run under Nsight Compute:
+"""One launch of each kernel variant (bench_ragged.py's builds: "" = this tree, "prev", "v16", "v18") of a few tiles
+at unaligned and aligned shapes, to run under Nsight Compute. Session 3 asked why version 16 / 18 lost to the
+kernel before them at 4095x4097x1023 (``--session3``); session 4 why the all-cp.async unaligned loop helps 8x8 tiles
+and hurts 128x128 8x16 / 16x8 ones (the default; bench/NOTES.md):
 
     python bench/bench_ragged.py build                                            # CPU (carry .cache)
     ncu --clock-control none -k regex:sgemm --metrics <list> python3 bench/ncu_ragged.py > $OUT/ncu.txt
@@ -19,9 +20,10 @@ sys.path.insert(0, str(ROOT / "bench"))
 from bench_kernels import Problem, _c  # noqa: E402
 from bench_ragged import _load  # noqa: E402
 
-CONFIGS = [_c(128, 128, 8, 8, 16, 3, 2), _c(128, 128, 8, 16, 8, 3, 2)]
-SHAPES = [(4095, 4097, 1023), (4096, 4096, 1024)]
-VARIANTS = ["", "v16", "v18"]
+SESSION3 = ([_c(128, 128, 8, 8, 16, 3, 2), _c(128, 128, 8, 16, 8, 3, 2)], [(4095, 4097, 1023), (4096, 4096, 1024)],
+            ["", "v16", "v18"])  # fmt: skip
+SESSION4 = ([_c(128, 128, 8, 8, 16, 2, 2), _c(128, 64, 8, 8, 8, 3, 3)], [(4095, 4097, 1023), (4096, 4096, 1024)],
+            ["", "prev"])  # fmt: skip
 
 
 def main() -> None:
@@ -29,6 +31,7 @@ def main() -> None:
 
     from smemtile.gpu.run import open_device
 
+    CONFIGS, SHAPES, VARIANTS = SESSION3 if "--session3" in sys.argv else SESSION4
     dev = open_device(0)
     n = 0
     for shape in SHAPES:

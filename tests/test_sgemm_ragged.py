@@ -1,7 +1,9 @@
 """The sgemm family on unaligned problems (odd K or N, issue 20's ragged shapes): the B copy the family reports
-for each alignment of N (the bank model's input) covers the tile exactly, and on a GPU the results for every
-K % 4 and N % 4. (Session 3's realigned-A kernel was measured slower than this one on 4095x4097x1023 and on the
-aligned shapes, bench/NOTES.md "Ragged SGEMM (session 3)": it was reverted, and its tests with it.)"""
+for each alignment of N (the bank model's input) covers the tile exactly; RAGGED (the unmasked 4-byte loop) is
+compiled in exactly where the measured rule says, and its A copy covers the tile conflict-free; on a GPU the
+results for every K % 4 and N % 4, with RAGGED on, off and forced. (Session 3's realigned-A kernel was measured
+slower than this one on 4095x4097x1023 and on the aligned shapes, bench/NOTES.md "Ragged SGEMM (session 3)": it
+was reverted, and its tests with it.)"""
 
 from __future__ import annotations
 
@@ -47,6 +49,61 @@ def test_cp_async_a_copy_has_no_realignment():
     assert (res["Bs_copy"].access.op, res["Bs_copy"].access.width) == ("cp.async", 4)
 
 
+SG8x8 = {"BM": 128, "BN": 64, "BK": 16, "TM": 8, "TN": 8, "STAGES": 3, "MIN_BLOCKS": 3}
+
+
+@pytest.mark.parametrize(
+    ("params", "problem", "on"),
+    [
+        (SG8x8, {"M": 2999, "N": 3001, "K": 3003}, True),  # 8x8 tiles: on for unaligned problems
+        (SG8x8, {"M": 4096, "N": 4096, "K": 4096}, False),  # aligned: never compiled in
+        (SG8x8, {"M": 4095, "N": 4096, "K": 4096}, False),  # M alone does not matter (lda = K, ldb = N)
+        (SG16x8, {"M": 4095, "N": 4097, "K": 1023}, False),  # 128 accumulators, 2 blocks/SM, A unaligned
+        (SG16x8, {"M": 1999, "N": 6001, "K": 1500}, True),  # ... only B unaligned: on (measured faster)
+        ({**SG16x8, "MIN_BLOCKS": 1, "BM": 256}, {"M": 4095, "N": 4097, "K": 1023}, True),  # 1 block/SM
+        ({**SG8x8, "MIN_BLOCKS": 4, "BK": 8}, {"M": 2999, "N": 3001, "K": 3003}, False),  # cap 128 registers
+        ({**SG16x8, "RAGGED": 1}, {"M": 4095, "N": 4097, "K": 1023}, True),  # forced on
+        ({**SG8x8, "RAGGED": 2}, {"M": 2999, "N": 3001, "K": 3003}, False),  # forced off
+        ({**SG8x8, "A_VEC": 0}, {"M": 2999, "N": 3001, "K": 3003}, False),  # the 4-byte cp.async A copy
+    ],
+)
+def test_ragged_rule(params, problem, on):
+    """The family's RAGGED (template argument, last) follows tiling_model.ragged_loop, the measured rule."""
+    from smemtile.families import FAMILIES
+    from smemtile.model.tiling_model import ragged_loop
+
+    fam = FAMILIES["sgemm"]
+    cfg = configure("sgemm", {**params, **problem}, PAD4, "sm_90")
+    assert fam.ragged(cfg) is on
+    assert fam.template_args(cfg)[-1] == str(int(on))
+    assert ("As_copy_ragged" in {a["name"] for a in fam.accesses(cfg)}) is on
+    p = cfg.params
+    if not p["RAGGED"] and p["A_VEC"]:
+        assert on == ragged_loop(p["BM"], p["BN"], p["BK"], p["TM"], p["TN"], fam.threads(p), p["MIN_BLOCKS"],
+                                 problem["K"], problem["N"])  # fmt: skip
+
+
+def test_ragged_a_copy_covers_the_tile_conflict_free():
+    """RAGGED's A copy (8 consecutive k of 4 rows per warp, transposed into As[k][m]) writes every As cell once
+    and, with the fix's PAD 4, takes one wavefront per instruction; dense, 8 (the rows of a warp fall 4 apart)."""
+    res = _results(SG8x8, {"M": 2999, "N": 3001, "K": 3003})
+    r = res["As_copy_ragged"]
+    assert _cells(r) == collections.Counter({(kk, m): 1 for kk in range(16) for m in range(128)})
+    assert (r.wavefronts, r.ideal) == (1, 1)
+    dense = _results(SG8x8, {"M": 2999, "N": 3001, "K": 3003}, {})["As_copy_ragged"]
+    assert (dense.wavefronts, dense.ideal) == (8, 1)
+
+
+def test_ragged_explicit_on_needs_a_tile_it_can_split():
+    """RAGGED=1 where the 8-k runs of A cannot split over the threads is a violation naming the rule."""
+    from smemtile.families import FAMILIES
+
+    cfg = configure("sgemm", {"BM": 16, "BN": 96, "BK": 8, "TM": 4, "TN": 4, "RAGGED": 1, "M": 999, "N": 999,
+                              "K": 999}, PAD4, "sm_90", check=False)  # 96 threads, 128 A elements  # fmt: skip
+    bad = FAMILIES["sgemm"].violations(cfg)
+    assert any("RAGGED=1 copies A as runs of 8 k" in b for b in bad), bad
+
+
 # ---- on the GPU -------------------------------------------------------------------------------------------------
 
 GPU_CASES = [
@@ -57,6 +114,13 @@ GPU_CASES = [
     (SG64, {"M": 129, "N": 1027, "K": 259, "beta": -1.25}),
     ({**SG16x8, "STAGES": 2}, {"M": 130, "N": 1026, "K": 518}),
     ({**SG64, "BK": 16, "TM": 4}, {"M": 200, "N": 1023, "K": 1024}),
+    # RAGGED on (8x8, and 16x8 where only B is unaligned), forced on where the rule leaves it off, forced off
+    (SG8x8, {"M": 257, "N": 131, "K": 77, "beta": 0.5}),
+    (SG8x8, {"M": 1000, "N": 1001, "K": 333, "alpha": 0.75, "beta": -1.25}),
+    (SG16x8, {"M": 130, "N": 1027, "K": 516}),
+    ({**SG16x8, "RAGGED": 1}, {"M": 257, "N": 131, "K": 77}),
+    ({**SG16x8, "RAGGED": 1, "SPLIT_K": 2}, {"M": 300, "N": 258, "K": 517}),
+    ({**SG8x8, "RAGGED": 2}, {"M": 129, "N": 1027, "K": 259}),
 ]
 
 

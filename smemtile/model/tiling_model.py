@@ -104,6 +104,25 @@ def simt_cap(threads: int, min_blocks: int) -> int:
     return min(255, (65536 // (threads * max(1, min_blocks))) // 8 * 8)
 
 
+def ragged_loop(
+    bm: int, bn: int, bk: int, tm: int, tn: int, threads: int, min_blocks: int, k: int, n: int
+) -> bool:
+    """Whether the sgemm kernel for this tile and problem compiles in its unmasked 4-byte loop for unaligned
+    whole tiles (the family's RAGGED 0 = auto; K or N not a multiple of 4). Measured on the H200 against the
+    masked copies (bench/bench_ragged.py ab, session 4: 4095x4097x1023, 2999x3001x3003, 1999x6001x1500):
+    8x8 tiles +4-22 %, 256x128 16x8 at 1 block/SM +2-11 %; 128-accumulator tiles at 2+ blocks/SM lose 14-17 %
+    where A is unaligned (K % 4 != 0: ptxas schedules their FFMA loop worse) and gain 7-11 % where only B is.
+    Off where the register cap is 128 or less (ptxas spills with the extra loop; not measured)."""
+    if not (k % 4 or n % 4):
+        return False
+    per_pass = max(1, threads // 8)
+    if (bm * bk) % threads or (bm % per_pass and per_pass % bm) or (threads % bn and bn % threads):
+        return False  # the 8-k runs of A or the one-element B copies do not split over the threads
+    if tm * tn >= 128 and min_blocks >= 2 and k % 4:
+        return False
+    return 65536 // (max(32, threads) * max(1, min_blocks)) > 128
+
+
 def shape_features(m: int, n: int, k: int) -> tuple[float, float, float, float]:
     """Where a GEMM shape sits for the local correction: log2 M, N, K and whether lda or ldb is unaligned."""
     return (
@@ -182,10 +201,11 @@ def simt_time(m: int, n: int, k: int, c: TileConfig, threads: int, b: int, sms: 
     need = simt_registers(c, threads, q)
     squeeze = max(0.0, need - simt_cap(threads, c.min_blocks)) / need
     t_sm *= 1 + q["squeeze"] * squeeze
-    if (
-        k % 4 or n % 4
-    ):  # lda or ldb not a multiple of 4: 4-byte copies of A and/or B (the kernel's unaligned path)
-        t_sm *= 1 + q.get("unaligned", 0.0)
+    if k % 4 or n % 4:  # lda or ldb not a multiple of 4: 4-byte copies (the masked path, or RAGGED's loop)
+        ragged = ragged_loop(c.bm, c.bn, c.bk, c.tm, c.tn, threads, c.min_blocks, k, n)
+        t_sm *= 1 + (
+            q.get("unaligned_ragged", q.get("unaligned", 0.0)) if ragged else q.get("unaligned", 0.0)
+        )
     t_split = m * n * 4 * z * 2 / (q["atom_gbps"] * 1e9) + LAUNCH_S if z > 1 else 0.0
     # the fitted per-tile correction (tiles measured on the fitting shapes); others carry the fit's p90 error
     bias = tile_correction(q, m, n, k, c)

@@ -79,6 +79,9 @@ class Sgemm(GemmFamily):
               (0, 1)),
         Param("SPLIT_K", 1, "K slices (grid y); > 1 adds alpha*A@B into C with atomics after C = beta*C",
               lo=1, hi=64),
+        Param("RAGGED", 0, "unaligned whole tiles (K or N not a multiple of 4): 1 = an unmasked loop of 4-byte "
+              "copies (A through registers, 8 k x 4 rows per warp), 2 = the masked copies; 0 picks 1 for such "
+              "problems except 128-accumulator tiles at 2+ blocks/SM (measured slower there), else 2", (0, 1, 2)),
     )  # fmt: skip
     problem_keys = (
         ProblemKey("M", 4096, "rows of A and C"),
@@ -177,6 +180,8 @@ class Sgemm(GemmFamily):
                 )
             if lay is not None and lay.swizzled and lay.swizzle.M < 2:
                 out.append(f"{b}: swizzle M={lay.swizzle.M} splits float4s; the inner loop needs M >= 2")
+        if p["RAGGED"] == 1 and p["A_VEC"] and p["CP_ASYNC"]:
+            out += self._ragged_shape_errors(p)
         stages, cp = p["STAGES"], bool(p["CP_ASYNC"])
         if cp and not cfg.arch.has_cp_async:
             out.append(f"cp.async needs sm_80 or newer; {cfg.arch.name} must use CP_ASYNC=0 "
@@ -189,6 +194,30 @@ class Sgemm(GemmFamily):
             )
         return out
 
+    def ragged(self, cfg: KernelConfig) -> bool:
+        """Whether the kernel compiles in the unmasked 4-byte loop for unaligned whole tiles (template RAGGED):
+        RAGGED 1 / 2 say so; 0 (auto) follows the tile model's rule, measured on the H200
+        (smemtile.model.tiling_model.ragged_loop: K or N not a multiple of 4, where the generated launch passes
+        lda = K and ldb = N, and not where it measured slower)."""
+        from smemtile.model.tiling_model import ragged_loop
+
+        p = cfg.params
+        if p["RAGGED"] or not p["A_VEC"] or not p["CP_ASYNC"]:
+            return p["RAGGED"] == 1 and bool(p["A_VEC"]) and bool(p["CP_ASYNC"])
+        return ragged_loop(p["BM"], p["BN"], p["BK"], p["TM"], p["TN"], self.threads(p), p["MIN_BLOCKS"],
+                           int(cfg.problem["K"]), int(cfg.problem["N"]))  # fmt: skip
+
+    def _ragged_shape_errors(self, p: dict[str, int]) -> list[str]:
+        threads, out = self.threads(p), []
+        per_pass = threads // 8
+        if (p["BM"] * p["BK"]) % threads or (p["BM"] % per_pass and per_pass % p["BM"]):
+            out.append(f"RAGGED=1 copies A as runs of 8 k per thread: BM*BK={p['BM'] * p['BK']} must split over "
+                       f"{threads} threads and BM={p['BM']}, threads/8={per_pass} must divide one another")  # fmt: skip
+        if threads % p["BN"] and p["BN"] % threads:
+            out.append(f"RAGGED=1 copies B one element per thread: threads={threads} and BN={p['BN']} must divide "
+                       "one another")  # fmt: skip
+        return out
+
     def smem_hint(self, cfg: KernelConfig) -> str:
         return "; reduce BK or STAGES"
 
@@ -196,7 +225,7 @@ class Sgemm(GemmFamily):
         p = cfg.params
         a, b = cfg.layouts["As"].template_args(), cfg.layouts["Bs"].template_args()
         vals = [p["BM"], p["BN"], p["BK"], p["TM"], p["TN"], p["STAGES"], "true" if p["CP_ASYNC"] else "false",
-                *a, *b, p["GROUP_M"], p["MIN_BLOCKS"], p["A_VEC"], p["SPLIT_K"]]  # fmt: skip
+                *a, *b, p["GROUP_M"], p["MIN_BLOCKS"], p["A_VEC"], p["SPLIT_K"], int(self.ragged(cfg))]  # fmt: skip
         return [str(v) for v in vals]
 
     def buffers(self, cfg: KernelConfig) -> list[dict]:
@@ -224,6 +253,13 @@ class Sgemm(GemmFamily):
                       "col": col, "over": {"i": [0, "BM*BK//THREADS"]}, "note": "A[m][k] -> As[k][m], 4 bytes"}  # fmt: skip
             if copy_op == "cp.async":  # where each lane's word comes from: row-major A, leading dimension K
                 a_copy["source"] = f"({col}) * K + {row}"
+        ragged = []
+        if self.ragged(cfg):  # unaligned whole tiles (RAGGED): the A_VEC = 0 mapping, through registers
+            ragged = [{"name": "As_copy_ragged", "buffer": "As", "op": "store", "width": 4, "role": "copy",
+                       "row": "((tid + i*THREADS)//8//BM)*8 + tid%8", "col": "((tid + i*THREADS)//8) % BM",
+                       "over": {"i": [0, "BM*BK//THREADS"]},
+                       "note": "unaligned whole tiles (RAGGED=1): A[m][k] through registers, 8 k x 4 rows per "
+                               "warp; As_copy is then the prologue's and the partial K tile's"}]  # fmt: skip
         if int(cfg.problem["N"]) % 4 == 0:  # ldb = N keeps float4 rows aligned: 16-byte copies
             b_row, b_col = "(tid + j*THREADS)//(BN//4)", "((tid + j*THREADS) % (BN//4))*4"
             b_copy = {"name": "Bs_copy", "buffer": "Bs", "op": copy_op, "width": 16, "role": "copy", "row": b_row,
@@ -237,6 +273,7 @@ class Sgemm(GemmFamily):
             b_copy["source"] = f"({b_row}) * N + {b_col}"
         return [
             a_copy,
+            *ragged,
             b_copy,
             {"name": "As_read", "buffer": "As", "op": "load", "width": 16, "role": "inner", "row": "k",
              "col": f"(warp//(BN//(8*TN)))*4*TM + {LM}*4 + 16*i", "over": {"k": [0, "BK"], "i": [0, "TM//4"]},

@@ -31,7 +31,12 @@
 //   Whole tiles take an unmasked path (every K tile but a partial last one, A and B 16-byte aligned): A rows
 //   past M are clamped to row M-1 and B chunks past N zero-filled; those values only reach rows >= M or
 //   columns >= N of C, which are never stored. The partial K tile, unaligned A or B and A_VEC = 0 take the
-//   masked copies (zero-filled edges).
+//   masked copies (zero-filled edges), except with RAGGED = 1 (the family sets it for problems whose K or N is
+//   not a multiple of 4): unaligned whole tiles then take an unmasked loop of 4-byte copies, A through registers
+//   as 8 consecutive k of 4 rows per warp instruction, B by 4-byte cp.async, edge rows and columns clamped
+//   (0.86-0.90x cuBLAS at 2999x3001x3003 with 128x64 tiles against 0.73-0.80x masked; bench/NOTES.md, session 4).
+//   It stays out of the kernel otherwise: its mere presence made ptxas schedule the aligned loop of 128x128
+//   8x16 tiles 4-6 % slower.
 //
 // Pipeline, sm_80+ (CP_ASYNC): STAGES-deep ring of shared buffers.
 //     prologue: tiles 0 .. STAGES-2 issued, one commit_group per tile (empty groups keep the count uniform)
@@ -42,7 +47,8 @@
 //               compute from slot t % STAGES
 //               A_VEC: store the A registers into slot (t-1) % STAGES (read from step t+STAGES-1 on, after
 //               the barriers in between)
-//     The loop runs twice: unmasked copies while whole tiles remain, then the masked copies and the drain.
+//     The loop runs two or three times: unmasked copies while whole tiles remain (the 16-byte loop, or with
+//     RAGGED the 4-byte one for unaligned A or B), then the masked copies and the drain.
 // sm_70/75 (no CP_ASYNC): register double-buffering over two shared slots: the next tile's global loads go to
 // registers before the current tile's math and are stored to the other slot after it; one barrier per step.
 //
@@ -122,7 +128,7 @@ extern "C" __global__ void smemtile_sgemm_splitk_prepare(float* __restrict__ C, 
 template <int BM = 256, int BN = 128, int BK = 8, int TM = 16, int TN = 8, int STAGES = 3, bool CP_ASYNC = true,
           int PAD_A = 4, int SWZ_A_B = 0, int SWZ_A_M = 0, int SWZ_A_S = 0,
           int PAD_B = 0, int SWZ_B_B = 0, int SWZ_B_M = 0, int SWZ_B_S = 0, int GROUP_M = 8, int MIN_BLOCKS = 1,
-          int A_VEC = 1, int SPLIT_K = 1>
+          int A_VEC = 1, int SPLIT_K = 1, int RAGGED = 0>
 __global__ void __launch_bounds__(smemtile::SgemmShape<BM, BN, BK, TM, TN, STAGES, PAD_A, PAD_B>::kThreads, MIN_BLOCKS)
 sgemm(int M, int N, int K, float alpha, const float* __restrict__ A, int lda, const float* __restrict__ B, int ldb,
       float beta, float* __restrict__ C, int ldc) {
@@ -151,6 +157,7 @@ sgemm(int M, int N, int K, float alpha, const float* __restrict__ A, int lda, co
     static_assert(CP_ASYNC || STAGES == 2, "without cp.async the kernel double-buffers: STAGES must be 2");
     static_assert(GROUP_M >= 1, "GROUP_M (block rows per L2 group) must be at least 1");
     static_assert(SPLIT_K >= 1, "SPLIT_K (K slices, blockIdx.y) must be at least 1");
+    static_assert(RAGGED == 0 || RAGGED == 1, "RAGGED: 1 compiles in the unmasked loop for unaligned A or B, 0 not");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
     static_assert(!CP_ASYNC, "cp.async needs sm_80 or newer");
 #endif
@@ -364,15 +371,89 @@ sgemm(int M, int N, int K, float alpha, const float* __restrict__ A, int lda, co
         }
         int read_slot = 0, write_slot = STAGES - 1;
         int kt = 0;
-        for (; kt + STAGES - 1 < fast_end; ++kt) {  // steady state: unmasked, a tile issued every step
-            smemtile::cp_async_wait<STAGES - 2>();  // tile kt (this thread's copies) has landed
-            __syncthreads();                        // all copies landed; slot write_slot no longer read
-            issue_fast(write_slot);
-            smemtile::cp_async_commit();
-            compute(As(read_slot), Bs(read_slot));
-            store_a(As(write_slot));  // read from step kt + STAGES - 1 on, after later barriers
-            read_slot = (read_slot + 1 == STAGES) ? 0 : read_slot + 1;
-            write_slot = (write_slot + 1 == STAGES) ? 0 : write_slot + 1;
+        if constexpr (!RAGGED) {  // (a RAGGED kernel is built for lda = K or ldb = N not a multiple of 4)
+            for (; kt + STAGES - 1 < fast_end; ++kt) {  // steady state: unmasked, a tile issued every step
+                smemtile::cp_async_wait<STAGES - 2>();  // tile kt (this thread's copies) has landed
+                __syncthreads();                        // all copies landed; slot write_slot no longer read
+                issue_fast(write_slot);
+                smemtile::cp_async_commit();
+                compute(As(read_slot), Bs(read_slot));
+                store_a(As(write_slot));  // read from step kt + STAGES - 1 on, after later barriers
+                read_slot = (read_slot + 1 == STAGES) ? 0 : read_slot + 1;
+                write_slot = (write_slot + 1 == STAGES) ? 0 : write_slot + 1;
+            }
+        }
+        if constexpr (RAGGED && A_VEC) {
+            // Unaligned whole tiles (RAGGED = 1: lda or ldb not a multiple of 4, or a base pointer off 16 bytes):
+            // unmasked copies without float4s. A goes through registers in the A_VEC = 0 mapping, element
+            // e = tid + i * THREADS, r = e / 8, m = r % BM, k = (r / BM) * 8 + e % 8: a warp instruction reads 8
+            // consecutive k of 4 rows (4-8 sectors, where the four 4-byte loads of an A_VEC float4 touch 16 rows
+            // each) and its transposed store As[k][m] is conflict-free for a row stride of 4 mod 32 words (PAD 4).
+            // (A 4-byte cp.async of the same mapping measured slower: the copy's shared writes follow the global
+            // sectors, 4-8 wavefronts each.) Rows past M read row M-1 (clamped), values that only reach rows of C
+            // that are never stored. B: 16-byte copies when B is aligned; else one 4-byte cp.async per element,
+            // e = tid + i * THREADS -> Bs[e / BN][e % BN], its column clamped to N-1 the same way.
+            constexpr int A0_ROWS_PER_PASS = THREADS / 8;
+            static_assert((BM * BK) % THREADS == 0 && (BM % A0_ROWS_PER_PASS == 0 || A0_ROWS_PER_PASS % BM == 0),
+                          "RAGGED = 1 copies A in runs of 8 k per thread: BM*BK % threads == 0 and BM, threads/8 "
+                          "dividing one another");
+            static_assert(THREADS % BN == 0 || BN % THREADS == 0,
+                          "RAGGED = 1 copies B one element per thread: threads and BN must divide one another");
+            constexpr int A0_ITEMS = BM * BK / THREADS;
+            constexpr int A0_PASSES = BM % A0_ROWS_PER_PASS == 0 ? BM / A0_ROWS_PER_PASS : 1;
+            constexpr int A0_RUNS_PER_PASS = BM % A0_ROWS_PER_PASS != 0 ? A0_ROWS_PER_PASS / BM : 1;
+            constexpr int B4_COLS = BN > THREADS ? BN / THREADS : 1;  // columns one thread copies
+            auto a0_moff = [](int i) { return (i % A0_PASSES) * (BM % A0_ROWS_PER_PASS == 0 ? A0_ROWS_PER_PASS : 0); };
+            auto a0_koff = [](int i) { return (i / A0_PASSES) * A0_RUNS_PER_PASS * 8; };
+            const int a0_m = (tid / 8) % BM, a0_k = (tid / 8) / BM * 8 + tid % 8;
+            const int a0_last = M - 1 - (m0 + a0_m);  // row offsets past it are clamped (negative: row M-1)
+            const float* a0_next = A + (long long)(m0 + a0_m) * lda + a0_k + (STAGES - 1) * BK;
+            const float* b4_next = B + (long long)((STAGES - 1) * BK + (BN > THREADS ? 0 : tid / BN)) * ldb;
+            int b4_col[B4_COLS];
+#pragma unroll
+            for (int c = 0; c < B4_COLS; ++c) b4_col[c] = min(n0 + tid % BN + c * THREADS, N - 1);
+            float ra0[A0_ITEMS];
+            auto load_a0 = [&]() {
+#pragma unroll
+                for (int i = 0; i < A0_ITEMS; ++i)
+                    ra0[i] = a0_next[(long long)min(a0_moff(i), a0_last) * lda + a0_koff(i)];
+                a0_next += BK;
+            };
+            auto store_a0 = [&](float* as) {  // registers -> As[k][m]: 8 k x 4 m per warp instruction
+#pragma unroll
+                for (int i = 0; i < A0_ITEMS; ++i) as[LA::offset(a0_k + a0_koff(i), a0_m + a0_moff(i))] = ra0[i];
+            };
+            auto issue_b = [&](float* bs) {
+                if (b_vec) {
+#pragma unroll
+                    for (int j = 0; j < B_VEC_PER_THREAD; ++j)
+                        smemtile::cp_async_16(bs + LB::offset(b_k + b_koff(j), b_n), b_next + (long long)b_koff(j) * ldb, b_bytes);
+                    b_next += b_step;
+                } else {
+#pragma unroll
+                    for (int i = 0; i < B_PER_THREAD; ++i) {
+                        // e = tid + i * THREADS: row e / BN, column tid % BN + c * THREADS
+                        const int k = BN > THREADS ? (i * THREADS) / BN : tid / BN + (i * THREADS) / BN;
+                        const int c = BN > THREADS ? ((i * THREADS) % BN) / THREADS : 0;
+                        const int krow = BN > THREADS ? k : (i * THREADS) / BN;  // b4_next holds tid / BN
+                        smemtile::cp_async_4(bs + LB::offset(k, tid % BN + c * THREADS), b4_next + (long long)krow * ldb + b4_col[c], 4);
+                    }
+                    b4_next += b_step;
+                }
+            };
+            {
+                for (; kt + STAGES - 1 < K / BK; ++kt) {  // steady state: unmasked, A without float4 loads
+                    smemtile::cp_async_wait<STAGES - 2>();
+                    __syncthreads();
+                    load_a0();
+                    issue_b(Bs(write_slot));
+                    smemtile::cp_async_commit();
+                    compute(As(read_slot), Bs(read_slot));
+                    store_a0(As(write_slot));
+                    read_slot = (read_slot + 1 == STAGES) ? 0 : read_slot + 1;
+                    write_slot = (write_slot + 1 == STAGES) ? 0 : write_slot + 1;
+                }
+            }
         }
         for (; kt < k_tiles; ++kt) {  // the rest: masked copies (partial K tile, unaligned A or B), drain
             smemtile::cp_async_wait<STAGES - 2>();  // tile kt (this thread's copies) has landed
