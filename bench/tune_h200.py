@@ -32,7 +32,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 DATA = ROOT / "smemtile" / "model" / "data"
 PARAMS = ["f_ghz", "alpha", "beta", "beta_b", "gamma", "phi", "q", "r", "lat_a_us", "lat_b_us", "bar_cyc",
-          "atom_gbps", "squeeze", "launch_us", "icache_kb", "icache_pen", "unaligned", "e16", "e32", "e64"]  # fmt: skip
+          "atom_gbps", "squeeze", "launch_us", "icache_kb", "icache_pen", "unaligned", "e16", "e32", "e64",
+          "unaligned_ragged"]  # fmt: skip
 X0 = [
     1.8,
     1.0,
@@ -54,8 +55,31 @@ X0 = [
     0.8,
     0.9,
     0.95,
+    0.1,
 ]
-LO = [1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 50.0, 0.0, 0.0, 8.0, 0.0, 0.0, 0.3, 0.3, 0.3]
+LO = [
+    1.0,
+    0.0,
+    0.0,
+    0.0,
+    0.0,
+    0.0,
+    0.0,
+    0.0,
+    0.0,
+    0.0,
+    0.0,
+    50.0,
+    0.0,
+    0.0,
+    8.0,
+    0.0,
+    0.0,
+    0.3,
+    0.3,
+    0.3,
+    0.0,
+]
 HI = [
     1.98,
     4.0,
@@ -77,6 +101,7 @@ HI = [
     1.2,
     1.2,
     1.2,
+    1.0,
 ]
 
 
