@@ -384,8 +384,8 @@ sgemm(int M, int N, int K, float alpha, const float* __restrict__ A, int lda, co
             }
         }
         if constexpr (RAGGED && A_VEC) {
-            // Unaligned whole tiles (RAGGED = 1: lda or ldb not a multiple of 4, or a base pointer off 16 bytes):
-            // unmasked copies without float4s. A goes through registers in the A_VEC = 0 mapping, element
+            // Whole tiles of a RAGGED kernel (built for lda = K or ldb = N not a multiple of 4; the 16-byte loop
+            // above is compiled out): unmasked copies without float4 loads of A. A goes through registers in the A_VEC = 0 mapping, element
             // e = tid + i * THREADS, r = e / 8, m = r % BM, k = (r / BM) * 8 + e % 8: a warp instruction reads 8
             // consecutive k of 4 rows (4-8 sectors, where the four 4-byte loads of an A_VEC float4 touch 16 rows
             // each) and its transposed store As[k][m] is conflict-free for a row stride of 4 mod 32 words (PAD 4).
@@ -441,18 +441,16 @@ sgemm(int M, int N, int K, float alpha, const float* __restrict__ A, int lda, co
                     b4_next += b_step;
                 }
             };
-            {
-                for (; kt + STAGES - 1 < K / BK; ++kt) {  // steady state: unmasked, A without float4 loads
-                    smemtile::cp_async_wait<STAGES - 2>();
-                    __syncthreads();
-                    load_a0();
-                    issue_b(Bs(write_slot));
-                    smemtile::cp_async_commit();
-                    compute(As(read_slot), Bs(read_slot));
-                    store_a0(As(write_slot));
-                    read_slot = (read_slot + 1 == STAGES) ? 0 : read_slot + 1;
-                    write_slot = (write_slot + 1 == STAGES) ? 0 : write_slot + 1;
-                }
+            for (; kt + STAGES - 1 < K / BK; ++kt) {  // steady state: unmasked, A without float4 loads
+                smemtile::cp_async_wait<STAGES - 2>();
+                __syncthreads();
+                load_a0();
+                issue_b(Bs(write_slot));
+                smemtile::cp_async_commit();
+                compute(As(read_slot), Bs(read_slot));
+                store_a0(As(write_slot));
+                read_slot = (read_slot + 1 == STAGES) ? 0 : read_slot + 1;
+                write_slot = (write_slot + 1 == STAGES) ? 0 : write_slot + 1;
             }
         }
         for (; kt < k_tiles; ++kt) {  // the rest: masked copies (partial K tile, unaligned A or B), drain
