@@ -386,13 +386,14 @@ sgemm(int M, int N, int K, float alpha, const float* __restrict__ A, int lda, co
         if constexpr (RAGGED && A_VEC) {
             // Whole tiles of a RAGGED kernel (built for lda = K or ldb = N not a multiple of 4; the 16-byte loop
             // above is compiled out): unmasked copies without float4 loads of A. A goes through registers in the
-            // A_VEC = 0 mapping, element e = tid + i * THREADS, r = e / 8, m = r % BM, k = (r / BM) * 8 + e % 8: a warp instruction reads 8
-            // consecutive k of 4 rows (4-8 sectors, where the four 4-byte loads of an A_VEC float4 touch 16 rows
-            // each) and its transposed store As[k][m] is conflict-free for a row stride of 4 mod 32 words (PAD 4).
-            // (A 4-byte cp.async of the same mapping measured slower: the copy's shared writes follow the global
-            // sectors, 4-8 wavefronts each.) Rows past M read row M-1 (clamped), values that only reach rows of C
-            // that are never stored. B: 16-byte copies when B is aligned; else one 4-byte cp.async per element,
-            // e = tid + i * THREADS -> Bs[e / BN][e % BN], its column clamped to N-1 the same way.
+            // A_VEC = 0 mapping, element e = tid + i * THREADS, r = e / 8, m = r % BM, k = (r / BM) * 8 + e % 8:
+            // a warp instruction reads 8 consecutive k of 4 rows (4-8 sectors, where the four 4-byte loads of an
+            // A_VEC float4 touch 16 rows each) and its transposed store As[k][m] is conflict-free for a row
+            // stride of 4 mod 32 words (PAD 4). (A 4-byte cp.async of the same mapping measured slower: the
+            // copy's shared writes follow the global sectors, 4-8 wavefronts each.) Rows past M read row M-1
+            // (clamped): their values only reach rows of C that are never stored. B: 16-byte copies when B is
+            // aligned; else one 4-byte cp.async per element, e = tid + i * THREADS -> Bs[e / BN][e % BN], its
+            // column clamped to N-1 the same way.
             constexpr int A0_ROWS_PER_PASS = THREADS / 8;
             static_assert((BM * BK) % THREADS == 0 && (BM % A0_ROWS_PER_PASS == 0 || A0_ROWS_PER_PASS % BM == 0),
                           "RAGGED = 1 copies A in runs of 8 k per thread: BM*BK % threads == 0 and BM, threads/8 "
