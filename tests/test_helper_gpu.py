@@ -32,6 +32,12 @@ CASES = [
         {"M": 64, "N": 1000, "K": 5000},
     ),
     ("sgemm", {"BM": 64, "TM": 8, "STAGES": 2, "SPLIT_K": 8}, {"M": 100, "N": 300, "K": 9000, "beta": 0.5}),
+    # the RAGGED loop (unaligned K and N, an 8x8 tile) with split K
+    (
+        "sgemm",
+        {"BM": 128, "BN": 64, "BK": 16, "TM": 8, "TN": 8, "MIN_BLOCKS": 3, "SPLIT_K": 2},
+        {"M": 999, "N": 1001, "K": 2003, "beta": 0.5},
+    ),
     ("transpose", {}, {"rows": 1000, "cols": 777}),
     ("transpose", {"TILE": 32, "BLOCK_ROWS": 8}, {"rows": 1024, "cols": 2048}),
     ("transpose", {"VEC": 1}, {"rows": 513, "cols": 257, "dtype": "f16"}),
