@@ -62,6 +62,8 @@ class Config:
     label: str
     params: dict
     layouts: dict = field(default_factory=dict)
+    # plan spearman: the frozen model's rank, GB/s, time and ratio to a copy, computed when the plan is written
+    predicted: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -167,13 +169,12 @@ def sample_config(name: str) -> Config:
     return Config(f"sample {name}", dict(cfg.params), {k: v.to_dict() for k, v in cfg.layouts.items()})
 
 
-def fixed_layouts(params: dict, dtype: str) -> dict:
+def fixed_layouts(family: str, params: dict, problem: dict) -> dict:
     """The layouts the fix search gives a kernel spec with this tile (what `generate` and `verify` build)."""
     from smemtile.pipeline.fixes import variants
     from smemtile.pipeline.specs import resolve
 
-    doc = {"arch": ARCH, "tile": dict(params), "kernel": {"family": "transpose", "rows": 8192, "cols": 8192,
-                                                         "dtype": dtype}}  # fmt: skip
+    doc = {"arch": ARCH, "tile": dict(params), "kernel": {"family": family, **problem}}
     cfg = variants(resolve(doc))["fixed"]
     return {k: v.to_dict() for k, v in cfg.layouts.items()}
 
@@ -186,7 +187,8 @@ def run4_cases() -> list[Case]:
         cfgs = []
         for p in candidates(dt):
             params = {k: v for k, v in p.items() if k in ("TILE", "BLOCK_ROWS") or v != DEFAULTS[k]}
-            cfgs.append(Config(label(p), params, fixed_layouts(params, dt)))
+            cfgs.append(Config(label(p), params, fixed_layouts("transpose", params, {"rows": 8192, "cols": 8192,
+                                                                                     "dtype": dt})))  # fmt: skip
         for role, rows, cols in RUN4_SHAPES:
             extra: tuple[Config, ...] = ()
             if (rows, cols) == (8192, 8192) and dt == "f32":
@@ -201,9 +203,63 @@ def run4_cases() -> list[Case]:
 RUN5_CONTROLS = {"f32": ("T64x8",), "f16": ("T128x4 P2", "T128x8 P2", "T64xY128x16 2tiles")}
 
 
+# plan spearman (session 4): the frozen memory models over their whole ranked lists, on held-out shapes only.
+# Per shape the family's candidates as `smemtile tiles --family` ranks them, sampled deterministically: the
+# model's top SPEARMAN_TOP, then SPEARMAN_SPREAD more at evenly spaced ranks of the rest (the last included).
+# A list no longer than that is taken whole (transpose: its 13 fp32 / 18 fp16 calibrated candidates).
+SPEARMAN_TOP, SPEARMAN_SPREAD = 12, 24
+SPEARMAN_STENCIL = ((8192, 8192), (1, 2, 3, 4))  # stencil_h200.json: fitted at 4096^2, 8192^2 held out
+
+
+def spread_ranks(n: int, top: int = SPEARMAN_TOP, spread: int = SPEARMAN_SPREAD) -> list[int]:
+    """Indices (0-based) into a ranked list of ``n``: the first ``top``, then ``spread`` evenly spaced over the
+    rest, the last included; every index when ``n <= top + spread``."""
+    if n <= top + spread:
+        return list(range(n))
+    rest = n - top
+    return list(range(top)) + [top + round(i * (rest - 1) / (spread - 1)) for i in range(spread)]
+
+
+def ranked_configs(family: str, problem: dict, keys: dict) -> tuple[Config, ...]:
+    """The sampled candidates of ``smemtile tiles --family`` for one problem, each with the fix search's layouts
+    (what ``generate`` builds from the printed spec) and the model's prediction."""
+    from smemtile.pipeline.tiles import family_tiles
+
+    sizes = [problem[pk.name] for pk in FAMILIES[family].problem_keys if pk.kind == "int"]
+    ranked = family_tiles(family, sizes, dtype=problem.get("dtype"), keys=keys, arch=ARCH).ranked
+    out = []
+    for i in spread_ranks(len(ranked)):
+        s = ranked[i]
+        params = {**s.params_dict(), **keys}
+        pred = {
+            "rank": s.rank,
+            "of": len(ranked),
+            "gbps": s.gbps,
+            "time_us": s.time_us,
+            "copy_ratio": s.copy_ratio,
+        }
+        out.append(Config(s.label, params, fixed_layouts(family, params, problem), pred))
+    return tuple(out)
+
+
+def spearman_cases() -> list[Case]:
+    (ny, nx), radii = SPEARMAN_STENCIL
+    cases = [Case(f"stencil R{r} {ny}x{nx}", "stencil2d", {"ny": ny, "nx": nx},
+                  ranked_configs("stencil2d", {"ny": ny, "nx": nx}, {"R": r}), "held_out") for r in radii]  # fmt: skip
+    for dt in ("f32", "f16"):
+        for role, rows, cols in RUN4_SHAPES:
+            if role == "held_out":
+                problem = {"rows": rows, "cols": cols, "dtype": dt}
+                cases.append(Case(f"transpose {dt} {rows}x{cols}", "transpose", problem,
+                                  ranked_configs("transpose", problem, {}), role))  # fmt: skip
+    return cases
+
+
 def plan_cases(plan: str) -> list[Case]:
     if plan == "run4":
         return run4_cases()
+    if plan == "spearman":
+        return spearman_cases()
     if plan == "run5":
         from smemtile.model.tiling_transpose import candidates, label
 
@@ -388,6 +444,8 @@ def run_case(case: Case, dev, rounds: int, log, torch, flush) -> dict:
         src = body(cfg)
         row: dict = {"label": c.label, "params": cfg.params, "layouts": c.layouts,
                      "name_expression": fam.name_expression(cfg), "problem": dict(cfg.problem)}  # fmt: skip
+        if c.predicted:
+            row["predicted"] = c.predicted
         try:
             small = []
             for size in fam.test_sizes:
@@ -446,8 +504,9 @@ def run_case(case: Case, dev, rounds: int, log, torch, flush) -> dict:
 def save_plan(cases: list[Case], path: Path) -> None:
     """The resolved plan (layouts from the fix search included), so the GPU machine does not redo the search."""
     path.write_text(json.dumps([{"name": c.name, "family": c.family, "problem": c.problem, "role": c.role,
-                                 "configs": [{"label": x.label, "params": x.params, "layouts": x.layouts}
-                                             for x in c.configs]} for c in cases], indent=1))  # fmt: skip
+                                 "configs": [{"label": x.label, "params": x.params, "layouts": x.layouts,
+                                              "predicted": x.predicted} for x in c.configs]}
+                                for c in cases], indent=1))  # fmt: skip
 
 
 def load_plan(path: Path) -> list[Case]:
@@ -549,9 +608,57 @@ def _spearman(a: list[float], b: list[float]) -> float:
     return 1 - 6 * sum((ra[i] - rb[i]) ** 2 for i in range(n)) / (n * (n * n - 1)) if n > 1 else float("nan")
 
 
+MODEL_DATA = ("stencil_h200.json", "transpose_h200.json")
+
+
+def model_data_sha256() -> dict:
+    """The memory models' data files as this run read them (the plan's predictions come from these)."""
+    d = ROOT / "smemtile" / "model" / "data"
+    return {n: hashlib.sha256((d / n).read_bytes()).hexdigest()[:16] for n in MODEL_DATA}
+
+
+def score_spearman(path: Path) -> list[dict]:
+    """Per case of a plan-spearman results file, the frozen model's predictions (made when the plan was written)
+    against the measurement: Spearman of predicted and measured GB/s over every timed configuration and over the
+    model's top SPEARMAN_TOP, the model's #1 against the best measured, the median |time error| and |copy-ratio
+    error|. Written into the file under ``scores``."""
+    from smemtile.model.tiling_model import spearman
+
+    doc = json.loads(path.read_text())
+    scores = []
+    for case in doc["cases"]:
+        rows = [r for r in case["configs"] if "gbps" in r and r.get("predicted")]
+        top = [r for r in rows if r["predicted"]["rank"] <= SPEARMAN_TOP]
+        pick = next((r for r in rows if r["predicted"]["rank"] == 1), None)
+        order = sorted(rows, key=lambda r: -r["gbps"])
+
+        def rho(rs: list[dict]) -> float:
+            return spearman([r["predicted"]["gbps"] for r in rs], [r["gbps"] for r in rs])
+
+        scores.append({"case": case["case"], "role": case["role"], "swept": len(case["configs"]),
+                       "timed": len(rows), "ranked": rows[0]["predicted"]["of"] if rows else 0,
+                       "spearman": rho(rows), "spearman_top": rho(top), "top": len(top),
+                       "pick": pick and pick["label"], "pick_ratio": pick and pick["ratio"],
+                       "pick_measured_rank": pick and 1 + order.index(pick),
+                       "best": order[0]["label"], "best_ratio": order[0]["ratio"],
+                       "pick_vs_best": pick and pick["gbps"] / order[0]["gbps"],
+                       "top_measured_spread": 1 - min(r["gbps"] for r in top) / max(r["gbps"] for r in top),
+                       "measured_ratio_range": [order[-1]["ratio"], order[0]["ratio"]],
+                       "median_time_error": statistics.median(abs(r["predicted"]["time_us"] / (r["median_ms"] * 1e3)
+                                                                  - 1) for r in rows),
+                       "median_ratio_error": statistics.median(abs(r["predicted"]["copy_ratio"] / r["ratio"] - 1)
+                                                               for r in rows)})  # fmt: skip
+    doc["scores"] = scores
+    doc["sampling"] = (f"per shape the model's top {SPEARMAN_TOP} of `smemtile tiles --family`, then "
+                       f"{SPEARMAN_SPREAD} evenly spaced ranks of the rest, the last included (bench_memory."
+                       f"spread_ranks); a shorter list whole")  # fmt: skip
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    return scores
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--plan", default="sweep", choices=("sweep", "final", "run4", "run5"))
+    ap.add_argument("--plan", default="sweep", choices=("sweep", "final", "run4", "run5", "spearman"))
     ap.add_argument(
         "--plan-file", type=Path, help="the resolved plan --prebuild wrote (skips the fix search)"
     )
@@ -570,7 +677,16 @@ def main() -> int:
     ap.add_argument(
         "--fit-out", type=Path, default=ROOT / "smemtile" / "model" / "data" / "transpose_h200.json"
     )
+    ap.add_argument("--score", type=Path, help="score a plan-spearman results file in place (no GPU)")
     a = ap.parse_args()
+    if a.score:
+        for r in score_spearman(a.score):
+            print(f"{r['case']:28s} {r['timed']:2d}/{r['swept']:2d} of {r['ranked']:3d}  spearman {r['spearman']:5.2f}"
+                  f"  top{r['top']} {r['spearman_top']:5.2f} (measured within {r['top_measured_spread']:.1%})  "
+                  f"#1 {r['pick']} {r['pick_ratio']:.3f}x rank {r['pick_measured_rank']}, best {r['best']} "
+                  f"{r['best_ratio']:.3f}x: #1/best {r['pick_vs_best']:.3f}  median |err| time "
+                  f"{r['median_time_error']:.1%} ratio {r['median_ratio_error']:.1%}")  # fmt: skip
+        return 0
     if a.fit:
         cal = fit_transpose(a.fit, a.fit_out)
         for r in cal["held_out"]:
@@ -613,7 +729,8 @@ def main() -> int:
 
     doc = {"what": "issue 20: transpose and stencil2d vs device-to-device copy of the same bytes",
            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-           "commit": a.commit, "family_sources": source_sha256(), "versions": versions(dev), "plan": a.plan,
+           "commit": a.commit, "family_sources": source_sha256(), "model_data": model_data_sha256(),
+           "versions": versions(dev), "plan": a.plan,
            "method": {"rounds": a.rounds, "flush_bytes": FLUSH_BYTES, "order": "alternating, reversed every other round",
                       "timing": "bench/timing.py: torch CUDA events around each call, a 512 MiB tensor zeroed "
                                 "before it (outside the events)",
