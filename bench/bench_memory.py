@@ -22,11 +22,17 @@ Plan ``run4`` (issue 20, the transpose line): every candidate of the transpose m
 ``held_out`` (scored, never fitted), one ragged in each group. Timing through ``bench/timing.py`` (torch events,
 a 512 MiB tensor zeroed before every timed call, alternating rounds), the copy is ``cuMemcpyDtoDAsync``.
 
-    PYTHONPATH=. python bench/bench_memory.py --list [--plan sweep|final|run4]      # the plan (no GPU)
+Plan ``spearman`` (session 4): the frozen models over their whole ranked lists on their held-out shapes (stencil
+R 1-4 at 8192^2: the top 12 of `smemtile tiles --family stencil2d` and 24 evenly spaced ranks down to the last;
+transpose: every calibrated candidate), each configuration carrying the model's prediction from when the plan was
+written; ``--score FILE`` adds Spearman, the #1 against the best measured and the median errors to the file.
+
+    PYTHONPATH=. python bench/bench_memory.py --list [--plan sweep|final|run4|spearman]   # the plan (no GPU)
     PYTHONPATH=. python bench/bench_memory.py --prebuild DIR [--plan ...]           # NVRTC cubins + DIR/plan.json
     SMEMTILE_CACHE_DIR=DIR PYTHONPATH=. python bench/bench_memory.py --plan run4 --plan-file DIR/plan.json \
         --json $OUT/memory.json
     PYTHONPATH=. python bench/bench_memory.py --fit bench/results/memory_h200_run4.json    # the model's data file
+    PYTHONPATH=. python bench/bench_memory.py --score bench/results/memory_h200_session4_spearman.json
 """
 
 from __future__ import annotations
