@@ -133,3 +133,13 @@ def test_ragged_results_on_the_gpu(params, problem):
     cfg = configure("sgemm", {**params, **problem}, PAD4, dev.arch_name)
     res = check_config(cfg, dev, np.random.default_rng(7))
     assert res.correct, res.mismatch.describe() if res.mismatch else res
+
+
+def test_generated_header_says_what_auto_chose():
+    """RAGGED 0 (auto) is printed with what it resolved to, as the instantiation's last argument has it."""
+    from smemtile.codegen.render import render
+
+    for problem, want in (({"M": 2999, "N": 3001, "K": 3003}, 1), ({"M": 4096, "N": 4096, "K": 4096}, 2)):
+        k = render(configure("sgemm", {**SG8x8, **problem}, PAD4, "sm_90"))
+        assert f"RAGGED=0 (auto: {want})" in k.header
+        assert k.name_expression.endswith(f", {int(want == 1)}>")

@@ -281,6 +281,11 @@ class Family:
         """Defaults that depend on the architecture or on other parameters (only for keys not in ``user``)."""
         return params
 
+    def auto_values(self, cfg: KernelConfig) -> dict[str, int]:
+        """What the parameters left at 0 = auto resolve to for this problem (the generated file's header says
+        so next to the 0), e.g. sgemm's RAGGED, hgemm's ALIGN."""
+        return {}
+
     def violations(self, cfg: KernelConfig) -> list[str]:
         """Every broken family-specific constraint, in words (the shared ones are in :meth:`problems`)."""
         return []

@@ -184,6 +184,9 @@ class Hgemm(GemmFamily):
         a = cfg.params["ALIGN"]
         return a if a else (8 if self.aligned_problem(cfg) else 1)
 
+    def auto_values(self, cfg: KernelConfig) -> dict[str, int]:
+        return {"ALIGN": self.align(cfg)} if cfg.params["ALIGN"] == 0 else {}
+
     def aligned_problem(self, cfg: KernelConfig) -> bool:
         ldb = cfg.problem["K"] if self.b_col(cfg) else cfg.problem["N"]
         return cfg.problem["K"] % CHUNK == 0 and ldb % CHUNK == 0

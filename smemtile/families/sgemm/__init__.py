@@ -81,7 +81,8 @@ class Sgemm(GemmFamily):
               lo=1, hi=64),
         Param("RAGGED", 0, "unaligned whole tiles (K or N not a multiple of 4): 1 = an unmasked loop of 4-byte "
               "copies (A through registers, 8 k x 4 rows per warp), 2 = the masked copies; 0 picks 1 for such "
-              "problems except 128-accumulator tiles at 2+ blocks/SM (measured slower there), else 2", (0, 1, 2)),
+              "problems where it measured faster (not for 128-accumulator tiles at 2+ blocks/SM with K % 4 != 0, "
+              "nor at register caps <= 128), else 2", (0, 1, 2)),
     )  # fmt: skip
     problem_keys = (
         ProblemKey("M", 4096, "rows of A and C"),
@@ -206,6 +207,9 @@ class Sgemm(GemmFamily):
             return p["RAGGED"] == 1 and bool(p["A_VEC"]) and bool(p["CP_ASYNC"])
         return ragged_loop(p["BM"], p["BN"], p["BK"], p["TM"], p["TN"], self.threads(p), p["MIN_BLOCKS"],
                            int(cfg.problem["K"]), int(cfg.problem["N"]))  # fmt: skip
+
+    def auto_values(self, cfg: KernelConfig) -> dict[str, int]:
+        return {"RAGGED": 1 if self.ragged(cfg) else 2} if cfg.params["RAGGED"] == 0 else {}
 
     def _ragged_shape_errors(self, p: dict[str, int]) -> list[str]:
         threads, out = self.threads(p), []
