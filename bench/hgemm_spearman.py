@@ -1,0 +1,166 @@
+"""Issue 20, "Spearman between predicted and measured >= 0.7 per family", for the tensor-core family: the hgemm
+tile model (the roofline with hgemm's measured factors, smemtile/families/hgemm/calibration_h200.yaml) over its
+whole ranked list, on shapes no hgemm run has measured (the factors came from 4096^3, 8192^3, 64x8192x4096 and
+4095x4097x1023; bench/NOTES.md, issue 19).
+
+Per shape, the candidates ``smemtile tiles M N K --dtype`` ranks, sampled as bench_memory.py's plan spearman does
+(the model's top 12, then 24 at evenly spaced ranks of the rest, the last included), each configured as
+``generate`` builds the printed spec (the family's swizzles, MIN_BLOCKS from the model's blocks per SM). On the
+GPU each is checked against float64 and timed with cuBLAS in the same alternating rounds
+(bench_hgemm_family.bench_configs: 512 MiB flush before every call, median, spread). ``score`` gives per shape the
+Spearman of predicted and measured TFLOP/s, over the whole sample and over the top 12, the #1's gap to the best
+measured and the median |error|.
+
+    python bench/hgemm_spearman.py build                     # CPU: NVRTC cubins into .cache/hgemm_sp (carry it)
+    PYTHONPATH=. python3 bench/hgemm_spearman.py run --out $OUT/hgemm_spearman.json      # GPU
+    python bench/hgemm_spearman.py score bench/results/hgemm_h200_session4_spearman.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from bench_memory import _spearman, spread_ranks  # noqa: E402
+
+CACHE = ROOT / ".cache" / "hgemm_sp"
+ARCH = "sm_90"
+# never measured by an hgemm run: a square between the fitted ones, a wide one in bf16, a deep-K one
+SHAPES = [(6144, 6144, 6144, "f16"), (2048, 8192, 4096, "bf16"), (3072, 5120, 8192, "f16")]
+
+
+def plan() -> list[dict]:
+    """Per shape: the sampled candidates with the model's rank and prediction, and the configuration."""
+    from smemtile.families import FAMILIES
+    from smemtile.families.hgemm.tiles import _config, tile_params
+    from smemtile.model.arch import get_arch
+
+    fam, arch, out = FAMILIES["hgemm"], get_arch(ARCH), []
+    for m, n, k, dt in SHAPES:
+        problem = {"M": m, "N": n, "K": k, "dtype": dt}
+        ranked = fam.ranker(problem, ARCH, None).report.ranked
+        for i in spread_ranks(len(ranked)):
+            s = ranked[i]
+            params = {**tile_params(s.cfg), "MIN_BLOCKS": max(1, min(4, s.blocks_per_sm))}
+            out.append({"shape": [m, n, k, dt], "label": s.cfg.label, "rank": s.rank, "of": len(ranked),
+                        "predicted_tflops": s.tflops, "params": params,
+                        "cfg": _config(fam, params, problem, arch, check=True)})  # fmt: skip
+    return out
+
+
+def cmd_build(args) -> None:
+    from concurrent.futures import ProcessPoolExecutor
+
+    os.environ["SMEMTILE_CACHE_DIR"] = str(CACHE)
+    todo = plan()
+    print(f"{len(todo)} configurations on {len(SHAPES)} shapes into {CACHE}", flush=True)
+    with ProcessPoolExecutor(args.jobs) as ex:
+        for e, what in zip(todo, ex.map(_build_one, [e["cfg"] for e in todo]), strict=True):
+            print(f"  {' x '.join(map(str, e['shape']))} #{e['rank']:<4} {e['label']:<34} {what}", flush=True)
+
+
+def _build_one(cfg) -> str:
+    from smemtile.gpu.run import compile_config
+
+    try:
+        res = next(iter(compile_config(cfg).resources.values()))
+        return f"{res.registers} regs, {res.spills} B spilled"
+    except Exception as e:  # report, never abort the batch
+        return f"FAILED {type(e).__name__}: {str(e).splitlines()[0]}"
+
+
+def cmd_run(args) -> None:
+    import subprocess
+
+    from bench_hgemm_family import FLUSH_BYTES, bench_configs, torch_setup
+
+    from smemtile.gpu.run import open_device
+
+    os.environ.setdefault("SMEMTILE_CACHE_DIR", str(CACHE))
+    torch = torch_setup()
+    dev = open_device(torch.cuda.current_device())
+    flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                            text=True).stdout.strip()  # fmt: skip
+    todo, rows = plan(), []
+    for shape in SHAPES:
+        mine = [e for e in todo if tuple(e["shape"]) == shape]
+        line = bench_configs(torch, dev, flush, " x ".join(map(str, shape)), {e["label"]: e["cfg"] for e in mine},
+                             args.rounds)  # fmt: skip
+        for e in mine:
+            o = line["ours"][e["label"]]
+            rows.append({k: v for k, v in e.items() if k != "cfg"} | {"measured_tflops": o["tflops"],
+                        "ratio": o["ratio"], "spread": o["spread"], "correct": o["correct"],
+                        "registers": o["registers"], "rel_err": o["rel_err"],
+                        "cublas_tflops": line["cublas_tflops"]})  # fmt: skip
+            print(f"{' x '.join(map(str, shape)):<22} #{e['rank']:<4} {e['label']:<34} predicted "
+                  f"{e['predicted_tflops']:6.1f} measured {o['tflops']:6.1f} ({o['ratio']:.3f}x cuBLAS) "
+                  f"{'ok' if o['correct'] else 'WRONG'}", flush=True)  # fmt: skip
+        args.out.write_text(json.dumps({"commit": commit, "gpu": torch.cuda.get_device_name(), "rounds": args.rounds,
+                                        "rows": rows}, indent=1))  # fmt: skip
+        torch.cuda.empty_cache()
+
+
+def score(rows: list[dict]) -> dict:
+    """Per shape: Spearman (predicted vs measured TFLOP/s) over the correct rows and over the model's top 12, the
+    #1's gap to the best measured, the median |predicted / measured - 1|."""
+    out = {}
+    for key in dict.fromkeys(" x ".join(map(str, r["shape"])) for r in rows):
+        mine = sorted((r for r in rows if " x ".join(map(str, r["shape"])) == key and r["correct"]),
+                      key=lambda r: r["rank"])  # fmt: skip
+        top = mine[:12]
+        best = max(r["measured_tflops"] for r in mine)
+        out[key] = {
+            "n": len(mine),
+            "of": mine[0]["of"],
+            "spearman": _spearman(
+                [r["predicted_tflops"] for r in mine], [r["measured_tflops"] for r in mine]
+            ),
+            "spearman_top12": _spearman(
+                [r["predicted_tflops"] for r in top], [r["measured_tflops"] for r in top]
+            ),
+            "top1": mine[0]["label"],
+            "top1_gap_to_best": 1 - mine[0]["measured_tflops"] / best,
+            "top1_ratio_to_cublas": mine[0]["ratio"],
+            "best_measured": max(mine, key=lambda r: r["measured_tflops"])["label"],
+            "median_abs_error": statistics.median(
+                abs(r["predicted_tflops"] / r["measured_tflops"] - 1) for r in mine
+            ),
+        }
+    return out
+
+
+def cmd_score(args) -> None:
+    doc = json.loads(args.results.read_text())
+    doc["score"] = score(doc["rows"])
+    args.results.write_text(json.dumps(doc, indent=1))
+    for key, s in doc["score"].items():
+        print(f"{key:<24} n {s['n']:>2} of {s['of']:<4} Spearman {s['spearman']:.2f} (top 12 {s['spearman_top12']:.2f}) "
+              f"#1 {s['top1']} gap {s['top1_gap_to_best']:.1%} ({s['top1_ratio_to_cublas']:.3f}x cuBLAS) "
+              f"median |error| {s['median_abs_error']:.1%}")  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help="compile every sampled configuration (CPU)")
+    b.add_argument("--jobs", type=int, default=1)
+    r = sub.add_parser("run", help="check and time on the GPU")
+    r.add_argument("--out", type=Path, required=True)
+    r.add_argument("--rounds", type=int, default=9)
+    s = sub.add_parser("score", help="Spearman and the #1's gap per shape, into the results file")
+    s.add_argument("results", type=Path)
+    args = ap.parse_args()
+    {"build": cmd_build, "run": cmd_run, "score": cmd_score}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    main()
