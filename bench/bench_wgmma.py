@@ -294,7 +294,12 @@ def run_checks(labels: list[str], dtypes: list[str], small: bool, log, deadline_
 # ---- timing (parent, GPU) -----------------------------------------------------------------------------------------
 
 
-def bench_shape(shape, dt: str, labels: list[str], dev, torch, flush, rounds: int, log) -> list[dict]:
+def bench_shape(shape, dt: str, labels: list[str], dev, torch, flush, rounds: int, log,
+                cfgs: dict | None = None) -> list[dict]:  # fmt: skip
+    """cuBLAS and the kernels of ``labels`` (VARIANTS, or the configurations ``cfgs`` maps them to) on one
+    shape: checked against fp32 (relative Frobenius error), timed in the same alternating rounds."""
+    from smemtile.gpu.run import LoadedKernel
+
     m, n, k = shape
     ld = -(-k // 8) * 8
     tdt = torch.bfloat16 if dt == "bf16" else torch.float16
@@ -316,7 +321,7 @@ def bench_shape(shape, dt: str, labels: list[str], dev, torch, flush, rounds: in
     fns["cuBLAS"] = cublas
     for lb in labels:
         try:
-            kern = load(lb, {"M": m, "N": n, "K": k}, dt, dev)
+            kern = LoadedKernel(cfgs[lb], dev) if cfgs else load(lb, {"M": m, "N": n, "K": k}, dt, dev)
         except Exception as e:  # a configuration that cannot run here is data
             log(f"  {lb}: not loaded: {e}")
             continue

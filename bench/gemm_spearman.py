@@ -1,19 +1,20 @@
-"""Issue 20, "Spearman between predicted and measured >= 0.7 per family", for the tensor-core family: the hgemm
-tile model (the roofline with hgemm's measured factors, smemtile/families/hgemm/calibration_h200.yaml) over its
-whole ranked list, on shapes no hgemm run has measured (the factors came from 4096^3, 8192^3, 64x8192x4096 and
-4095x4097x1023; bench/NOTES.md, issue 19).
+"""Issue 20, "Spearman between predicted and measured >= 0.7 per family", for the tensor-core families: the
+tile model of ``hgemm`` (the roofline with hgemm's measured factors, smemtile/families/hgemm/calibration_h200.yaml,
+from 4096^3, 8192^3, 64x8192x4096 and 4095x4097x1023) and of ``wgmma_gemm`` (the roofline with its measured
+tile efficiency, families/wgmma_gemm/tiles.py, from 4096^3 and 8192^3) over their whole ranked lists, on shapes
+none of their runs measured.
 
-Per shape, the candidates ``smemtile tiles M N K --dtype`` ranks, sampled as bench_memory.py's plan spearman does
-(the model's top 12, then 24 at evenly spaced ranks of the rest, the last included), each configured as
-``generate`` builds the printed spec (the family's swizzles, MIN_BLOCKS from the model's blocks per SM). On the
-GPU each is checked against float64 and timed with cuBLAS in the same alternating rounds
-(bench_hgemm_family.bench_configs: 512 MiB flush before every call, median, spread). ``score`` gives per shape the
-Spearman of predicted and measured TFLOP/s, over the whole sample and over the top 12, the #1's gap to the best
-measured and the median |error|.
+Per shape, the candidates ``smemtile tiles M N K --dtype [--arch sm_90a]`` ranks, sampled as bench_memory.py's
+plan spearman does (the model's top 12, then 24 at evenly spaced ranks of the rest, the last included; wgmma_gemm
+ranks 24 tile shapes: all of them), each configured as ``generate`` builds the printed spec. On the GPU each is
+checked (hgemm: against float64, bench_hgemm_family.bench_configs; wgmma_gemm: relative Frobenius error against
+fp32 at most 5e-3, bf16 rounding alone gives ~1e-3, bench_wgmma.bench_shape) and timed with cuBLAS in the same
+alternating rounds (512 MiB flush before every call, median, spread). ``score`` gives per shape the Spearman of predicted and measured TFLOP/s, over the whole sample
+and over the top 12, the #1's gap to the best measured and the median |error|.
 
-    python bench/hgemm_spearman.py build                     # CPU: NVRTC cubins into .cache/hgemm_sp (carry it)
-    PYTHONPATH=. python3 bench/hgemm_spearman.py run --out $OUT/hgemm_spearman.json      # GPU
-    python bench/hgemm_spearman.py score bench/results/hgemm_h200_session4_spearman.json
+    python bench/gemm_spearman.py build [--family wgmma_gemm]   # CPU: NVRTC cubins into .cache/gemm_sp (carry)
+    PYTHONPATH=. python3 bench/gemm_spearman.py run --family F --out $OUT/F_spearman.json     # GPU
+    python bench/gemm_spearman.py score bench/results/hgemm_h200_session4_spearman.json
 """
 
 from __future__ import annotations
@@ -31,28 +32,33 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_memory import _spearman, spread_ranks  # noqa: E402
 
-CACHE = ROOT / ".cache" / "hgemm_sp"
-ARCH = "sm_90"
-# never measured by an hgemm run: a square between the fitted ones, a wide one in bf16, a deep-K one
-SHAPES = [(6144, 6144, 6144, "f16"), (2048, 8192, 4096, "bf16"), (3072, 5120, 8192, "f16")]
+CACHE = ROOT / ".cache" / "gemm_sp"
+ARCH = {"hgemm": "sm_90", "wgmma_gemm": "sm_90a"}
+# never measured by the family's runs: a square between the fitted ones, a wide one in bf16, a deep-K one
+SHAPES = {"hgemm": [(6144, 6144, 6144, "f16"), (2048, 8192, 4096, "bf16"), (3072, 5120, 8192, "f16")],
+          "wgmma_gemm": [(6144, 6144, 6144, "bf16"), (2048, 8192, 4096, "bf16"), (3072, 5120, 8192, "f16")]}  # fmt: skip
 
 
-def plan() -> list[dict]:
+def plan(family: str) -> list[dict]:
     """Per shape: the sampled candidates with the model's rank and prediction, and the configuration."""
-    from smemtile.families import FAMILIES
+    from smemtile.families import FAMILIES, configure
     from smemtile.families.hgemm.tiles import _config, tile_params
     from smemtile.model.arch import get_arch
 
-    fam, arch, out = FAMILIES["hgemm"], get_arch(ARCH), []
-    for m, n, k, dt in SHAPES:
+    fam, arch, out = FAMILIES[family], get_arch(ARCH[family]), []
+    for m, n, k, dt in SHAPES[family]:
         problem = {"M": m, "N": n, "K": k, "dtype": dt}
-        ranked = fam.ranker(problem, ARCH, None).report.ranked
+        ranked = fam.ranker(problem, arch.name, None).report.ranked
         for i in spread_ranks(len(ranked)):
             s = ranked[i]
-            params = {**tile_params(s.cfg), "MIN_BLOCKS": max(1, min(4, s.blocks_per_sm))}
+            if family == "hgemm":  # as tile_spec prints it: the family's swizzles, MIN_BLOCKS from the model
+                params = {**tile_params(s.cfg), "MIN_BLOCKS": max(1, min(4, s.blocks_per_sm))}
+                cfg = _config(fam, params, problem, arch, check=True)
+            else:
+                params = s.cfg.params()
+                cfg = configure(fam, {**params, **problem}, {}, arch)
             out.append({"shape": [m, n, k, dt], "label": s.cfg.label, "rank": s.rank, "of": len(ranked),
-                        "predicted_tflops": s.tflops, "params": params,
-                        "cfg": _config(fam, params, problem, arch, check=True)})  # fmt: skip
+                        "predicted_tflops": s.tflops, "params": params, "cfg": cfg})  # fmt: skip
     return out
 
 
@@ -60,8 +66,11 @@ def cmd_build(args) -> None:
     from concurrent.futures import ProcessPoolExecutor
 
     os.environ["SMEMTILE_CACHE_DIR"] = str(CACHE)
-    todo = plan()
-    print(f"{len(todo)} configurations on {len(SHAPES)} shapes into {CACHE}", flush=True)
+    todo = plan(args.family)
+    print(
+        f"{args.family}: {len(todo)} configurations on {len(SHAPES[args.family])} shapes into {CACHE}",
+        flush=True,
+    )
     with ProcessPoolExecutor(args.jobs) as ex:
         for e, what in zip(todo, ex.map(_build_one, [e["cfg"] for e in todo]), strict=True):
             print(f"  {' x '.join(map(str, e['shape']))} #{e['rank']:<4} {e['label']:<34} {what}", flush=True)
@@ -81,6 +90,7 @@ def cmd_run(args) -> None:
     import subprocess
 
     from bench_hgemm_family import FLUSH_BYTES, bench_configs, torch_setup
+    from bench_wgmma import bench_shape
 
     from smemtile.gpu.run import open_device
 
@@ -90,22 +100,31 @@ def cmd_run(args) -> None:
     flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                             text=True).stdout.strip()  # fmt: skip
-    todo, rows = plan(), []
-    for shape in SHAPES:
+    todo, rows = plan(args.family), []
+    for shape in SHAPES[args.family]:
         mine = [e for e in todo if tuple(e["shape"]) == shape]
-        line = bench_configs(torch, dev, flush, " x ".join(map(str, shape)), {e["label"]: e["cfg"] for e in mine},
-                             args.rounds)  # fmt: skip
+        cfgs = {e["label"]: e["cfg"] for e in mine}
+        if args.family == "hgemm":
+            ours = bench_configs(torch, dev, flush, " x ".join(map(str, shape)), cfgs, args.rounds)["ours"]
+        else:  # wgmma_gemm: bench_wgmma's path (K-major B, TMA descriptors), checked against fp32
+            got = bench_shape(
+                shape[:3], shape[3], list(cfgs), dev, torch, flush, args.rounds, print, cfgs=cfgs
+            )
+            ours = {r["name"]: {"tflops": r["tflops"], "ratio": r["vs_cublas"], "spread": r["spread"],
+                                "correct": r["rel_error_fro"] <= 5e-3, "registers": r["registers"],
+                                "rel_err": r["rel_error_fro"]} for r in got if r["name"] != "cuBLAS"}  # fmt: skip
         for e in mine:
-            o = line["ours"][e["label"]]
+            o = ours.get(e["label"])
+            if o is None:  # not loaded (reported by the bench)
+                continue
             rows.append({k: v for k, v in e.items() if k != "cfg"} | {"measured_tflops": o["tflops"],
                         "ratio": o["ratio"], "spread": o["spread"], "correct": o["correct"],
-                        "registers": o["registers"], "rel_err": o["rel_err"],
-                        "cublas_tflops": line["cublas_tflops"]})  # fmt: skip
+                        "registers": o["registers"], "rel_err": o["rel_err"]})  # fmt: skip
             print(f"{' x '.join(map(str, shape)):<22} #{e['rank']:<4} {e['label']:<34} predicted "
                   f"{e['predicted_tflops']:6.1f} measured {o['tflops']:6.1f} ({o['ratio']:.3f}x cuBLAS) "
                   f"{'ok' if o['correct'] else 'WRONG'}", flush=True)  # fmt: skip
-        args.out.write_text(json.dumps({"commit": commit, "gpu": torch.cuda.get_device_name(), "rounds": args.rounds,
-                                        "rows": rows}, indent=1))  # fmt: skip
+        args.out.write_text(json.dumps({"family": args.family, "commit": commit, "gpu": torch.cuda.get_device_name(),
+                                        "rounds": args.rounds, "rows": rows}, indent=1))  # fmt: skip
         torch.cuda.empty_cache()
 
 
@@ -154,6 +173,8 @@ def main() -> None:
     b = sub.add_parser("build", help="compile every sampled configuration (CPU)")
     b.add_argument("--jobs", type=int, default=1)
     r = sub.add_parser("run", help="check and time on the GPU")
+    for p in (b, r):
+        p.add_argument("--family", choices=sorted(SHAPES), default="hgemm")
     r.add_argument("--out", type=Path, required=True)
     r.add_argument("--rounds", type=int, default=9)
     s = sub.add_parser("score", help="Spearman and the #1's gap per shape, into the results file")
