@@ -27,7 +27,13 @@ R 1-4 at 8192^2: the top 12 of `smemtile tiles --family stencil2d` and 24 evenly
 transpose: every calibrated candidate), each configuration carrying the model's prediction from when the plan was
 written; ``--score FILE`` adds Spearman, the #1 against the best measured and the median errors to the file.
 
-    PYTHONPATH=. python bench/bench_memory.py --list [--plan sweep|final|run4|spearman]   # the plan (no GPU)
+Plan ``heldout`` (session 4, continued): the same sampling and scoring for the models refitted on everything up to
+plan spearman, on shapes none of the earlier runs measured (stencil R 1-4 at 6144^2 and 2048 x 16384; transpose
+f32 and f16 at 5000 x 7000, 12288 x 6144 and 8192 x 5000). The small-size checks draw their inputs and float64
+reference once per case and test size (the reference does not depend on the tile), every configuration is
+checked against them.
+
+    PYTHONPATH=. python bench/bench_memory.py --list [--plan sweep|final|run4|spearman|heldout]   # (no GPU)
     PYTHONPATH=. python bench/bench_memory.py --prebuild DIR [--plan ...]           # NVRTC cubins + DIR/plan.json
     SMEMTILE_CACHE_DIR=DIR PYTHONPATH=. python bench/bench_memory.py --plan run4 --plan-file DIR/plan.json \
         --json $OUT/memory.json
@@ -261,7 +267,33 @@ def spearman_cases() -> list[Case]:
     return cases
 
 
+# plan heldout (session 4, continued): the refitted models (frozen at the commit the run records) on shapes no
+# earlier run measured, sampled as plan spearman samples (stencil: the top 12 and 24 evenly spaced ranks down to
+# the last of 319-325; transpose: every calibrated candidate, 13 fp32 / 18 fp16). Transpose shapes: both row
+# pitches 16 mod 32 bytes in fp16 (5000 x 7000), an aligned non-square (12288 x 6144), only the input pitch
+# 16 mod 32 bytes in fp16 (8192 x 5000: the output side aligned).
+HELDOUT_STENCIL = (((6144, 6144), (2048, 16384)), (1, 2, 3, 4))
+HELDOUT_TRANSPOSE = ((5000, 7000), (12288, 6144), (8192, 5000))
+
+
+def heldout_cases() -> list[Case]:
+    shapes, radii = HELDOUT_STENCIL
+    cases = []
+    for dt in ("f32", "f16"):
+        for rows, cols in HELDOUT_TRANSPOSE:
+            problem = {"rows": rows, "cols": cols, "dtype": dt}
+            cases.append(Case(f"transpose {dt} {rows}x{cols}", "transpose", problem,
+                              ranked_configs("transpose", problem, {}), "held_out"))  # fmt: skip
+    for ny, nx in shapes:
+        for r in radii:
+            cases.append(Case(f"stencil R{r} {ny}x{nx}", "stencil2d", {"ny": ny, "nx": nx},
+                              ranked_configs("stencil2d", {"ny": ny, "nx": nx}, {"R": r}), "held_out"))  # fmt: skip
+    return cases
+
+
 def plan_cases(plan: str) -> list[Case]:
+    if plan == "heldout":
+        return heldout_cases()
     if plan == "run4":
         return run4_cases()
     if plan == "spearman":
@@ -445,6 +477,8 @@ def run_case(case: Case, dev, rounds: int, log, torch, flush) -> dict:
     log(f"  reference {time.perf_counter() - t0:.1f} s")
     unit, nbytes = fam.work(base.problem)
     rows, loaded = [], {}
+    # per test size: the inputs and their reference, drawn once per case (the reference does not depend on the tile)
+    small_refs: dict[int, tuple] = {}
     for c in case.configs:
         cfg = full_config(case, c)
         src = body(cfg)
@@ -454,7 +488,7 @@ def run_case(case: Case, dev, rounds: int, log, torch, flush) -> dict:
             row["predicted"] = c.predicted
         try:
             small = []
-            for size in fam.test_sizes:
+            for si, size in enumerate(fam.test_sizes):
                 scfg = small_config(case, c, size)
                 if (
                     scfg is None
@@ -463,8 +497,10 @@ def run_case(case: Case, dev, rounds: int, log, torch, flush) -> dict:
                     continue
                 k = LoadedKernel(scfg, dev, source=src)  # the timed kernel's text; the small problem's launch
                 try:
-                    sin = fam.make_inputs(scfg, rng)
-                    chk = k.check(sin, fam.reference(scfg, sin))
+                    if si not in small_refs:
+                        sin = fam.make_inputs(scfg, rng)
+                        small_refs[si] = (sin, fam.reference(scfg, sin))
+                    chk = k.check(*small_refs[si])
                 finally:
                     k.close()
                 small.append({"problem": size, "correct": chk.correct, "max_rel_error": chk.max_rel_error})
@@ -528,16 +564,13 @@ def torch_setup():
     return torch
 
 
-def fit_transpose(results: list[Path], out: Path) -> dict:
-    """Fit smemtile/model/tiling_transpose.py's constants on the runs' ``fit`` shapes; score the held-out ones.
-
-    Several runs combine through their copies: each (shape, candidate) gets the median of its ratios to the copy
-    of the same run, and its time is the first run's copy time of that shape / that ratio (so one run's clock or
-    DRAM drift does not move the candidates it timed against the others)."""
+def transpose_rows(results: list[Path]) -> tuple[list[dict], list[tuple[float, float]], list[dict]]:
+    """(rows, copy points, docs) of the transpose cases of ``results``: each (shape, candidate) the median of its
+    ratios to the copy of the same run, its time the first run's copy time of that shape / that ratio (so one
+    run's clock or DRAM drift does not move the candidates it timed against the others)."""
     from smemtile.model import tiling_transpose as tt
 
     docs = [json.loads(r.read_text()) for r in results]
-    doc = docs[0]
     ratios: dict[tuple, list[float]] = {}
     meta: dict[tuple, dict] = {}
     copy_us: dict[str, float] = {}
@@ -553,56 +586,82 @@ def fit_transpose(results: list[Path], out: Path) -> dict:
                 if r["label"] in cands and "ratio" in r:
                     ratios.setdefault((case["case"], r["label"]), []).append(r["ratio"])
                     meta[(case["case"], r["label"])] = r
-    rows, copies, held = [], [], []
+    rows = []
     for (name, lab), rs in sorted(ratios.items()):
         case, r = shape_of[name], meta[(name, lab)]
         ratio = statistics.median(rs)
-        row = {"label": lab, "elem": tt.ELEM[case["problem"]["dtype"]], "rows": case["problem"]["rows"],
-               "cols": case["problem"]["cols"], "time_us": copy_us[name] / ratio, "ratio": ratio, "runs": len(rs),
-               "params": {k: r["params"].get(k, tt.DEFAULTS[k]) for k in tt.PARAMS}, "case": name}  # fmt: skip
-        (rows if case["role"] == "fit" else held).append(row)
-    for name, case in shape_of.items():
-        if case["role"] == "fit":
-            copies.append((float(case["bytes"]), copy_us[name]))
+        rows.append({"label": lab, "elem": tt.ELEM[case["problem"]["dtype"]], "rows": case["problem"]["rows"],
+                     "cols": case["problem"]["cols"], "time_us": copy_us[name] / ratio, "ratio": ratio,
+                     "runs": len(rs), "params": {k: r["params"].get(k, tt.DEFAULTS[k]) for k in tt.PARAMS},
+                     "case": name})  # fmt: skip
+    copies = [(float(case["bytes"]), copy_us[name]) for name, case in shape_of.items()]
+    return rows, copies, docs
+
+
+def transpose_loso(rows: list[dict], copies: list) -> dict:
+    """Leave-one-shape-out per element size: the model fitted on the other shapes, scored on the left-out one
+    (median |time error|, Spearman of predicted and measured times over its candidates); the pooled median."""
+    from smemtile.model import tiling_model
+    from smemtile.model import tiling_transpose as tt
+
+    out: dict = {}
+    for elem in sorted({r["elem"] for r in rows}):
+        mine = [r for r in rows if r["elem"] == elem]
+        folds, pooled = {}, []
+        for case in sorted({r["case"] for r in mine}):
+            train = [r for r in mine if r["case"] != case]
+            test = [r for r in mine if r["case"] == case]
+            cal = {"copy": tt.copy_fit(copies), **tt.fit(train)}
+            dt = "f32" if elem == 4 else "f16"
+            pred = [tt.predict_time_us(r["params"], r["rows"], r["cols"], dt, cal) for r in test]
+            errs = [abs(p / r["time_us"] - 1) for p, r in zip(pred, test, strict=True)]
+            pooled += errs
+            folds[case] = {"median_error": statistics.median(errs),
+                           "spearman": tiling_model.spearman(pred, [r["time_us"] for r in test])}  # fmt: skip
+            print(f"  LOSO {case:28s} median |err| {folds[case]['median_error']:.1%}  spearman "
+                  f"{folds[case]['spearman']:.2f}", flush=True)  # fmt: skip
+        out[str(elem)] = {"folds": folds, "median_error": statistics.median(pooled), "max_error": max(pooled),
+                          "mean_spearman": statistics.fmean(f["spearman"] for f in folds.values())}  # fmt: skip
+    return out
+
+
+def fit_transpose(results: list[Path], out: Path, loso: dict | None = None) -> dict:
+    """Fit smemtile/model/tiling_transpose.py's constants on every transpose shape of ``results`` (since session
+    4 all of them are fit data: runs 4 and 5's fit and held-out shapes, the session-4 sweep); the expected error
+    is the leave-one-shape-out median (``loso``, computed here when not given)."""
+    from smemtile.model import tiling_transpose as tt
+
+    rows, copies, docs = transpose_rows(results)
+    loso = loso or transpose_loso(rows, copies)
     fitted = tt.fit(rows)
     constants = fitted["constants"]
+    for elem, per in constants.items():
+        per["held_out_median_error"] = loso[elem]["median_error"]
+        per["held_out_max_error"] = loso[elem]["max_error"]
+        mine = [r for r in rows if str(r["elem"]) == elem]
+        e = [abs(tt.predict_time_us(r["params"], r["rows"], r["cols"], "f32" if elem == "4" else "f16",
+                                    {"copy": {"points": []}, **fitted}) / r["time_us"] - 1) for r in mine]  # fmt: skip
+        per["fit_median_error"], per["fit_max_error"] = statistics.median(e), max(e)
+    shapes = sorted({r["case"] for r in rows})
     cal = {"what": "constants of the transpose model, smemtile.model.tiling_transpose: per candidate time = t0 + "
-                   "(vector bytes + edge bytes / kappa + phi_line x line-misaligned run bytes + mu x sector-"
-                   "misaligned side bytes) / bw",
-           "gpu": doc["versions"]["gpu"], "gpu_key": "h200", "sms": doc["versions"]["sm_count"], "archs": ["sm_90"],
-           "run": ", ".join(f"bench/results/{r.name}" for r in results),
+                   "(vector bytes + edge bytes / kappa + phi_line x line-misaligned run bytes + mu_in x input-side "
+                   "sector-misaligned bytes + mu_out x output-side sector-misaligned bytes) / bw",
+           "gpu": docs[0]["versions"]["gpu"], "gpu_key": "h200", "sms": docs[0]["versions"]["sm_count"],
+           "archs": ["sm_90"], "run": ", ".join(f"bench/results/{r.name}" for r in results),
            "commit": ", ".join(d.get("commit", "") for d in docs), "date": docs[-1]["date"][:10],
            "method": "the ratios to the same run's copy, median over runs, times = the first run's copy / ratio; per "
-                     "candidate (t0, bw, mu) by least squares on relative time error over the shapes labelled fit "
-                     "(t0, mu >= 0; mu only where a fit shape's pitch is sector-misaligned, else the median), kappa "
-                     "(>= 0.25) and phi_line on a grid; held-out shapes scored after the fit, never fitted "
-                     "(bench/bench_memory.py --fit). The misalignment terms were added after run 4's held-out "
-                     "7000 x 9000 showed the effect: their form saw that shape, their constants did not",
-           "fit_shapes": sorted({r["case"] for r in rows}), "held_out_shapes": sorted({r["case"] for r in held}),
-           "copy": tt.copy_fit(copies), "model": fitted["model"], "constants": constants}  # fmt: skip
-    # held-out scoring: per case, the relative error of every candidate, the model's #1 against the measured best
-    report = []
-    for elem in sorted({r["elem"] for r in held}):
-        errs = []
-        for case in sorted({r["case"] for r in held if r["elem"] == elem}):
-            mine = [r for r in held if r["case"] == case]
-            dt = "f32" if elem == 4 else "f16"
-            for r in mine:
-                t = tt.predict_time_us(r["params"], r["rows"], r["cols"], dt, cal)
-                r["pred_us"] = t
-                errs.append(abs(t - r["time_us"]) / r["time_us"])
-            ranked = tt.rank_transpose(mine[0]["rows"], mine[0]["cols"], dt, "sm_90", calibration=cal)
-            best = min(mine, key=lambda r: r["time_us"])
-            pick = next(r for r in mine if r["label"] == ranked[0].label)
-            measured_order = sorted(mine, key=lambda r: r["time_us"])
-            report.append({"case": case, "pick": pick["label"], "pick_ratio": pick["ratio"],
-                           "best": best["label"], "best_ratio": best["ratio"],
-                           "pick_vs_best": best["time_us"] / pick["time_us"],
-                           "pick_measured_rank": 1 + measured_order.index(pick),
-                           "spearman": _spearman([r["pred_us"] for r in mine], [r["time_us"] for r in mine])})  # fmt: skip
-        constants[str(elem)]["held_out_median_error"] = statistics.median(errs)
-        constants[str(elem)]["held_out_max_error"] = max(errs)
-    cal["held_out"] = report
+                     "candidate (t0, bw, mu_out) by least squares on relative time error over every shape (t0, "
+                     "mu_out >= 0; mu_out only where a shape's output pitch is sector-misaligned, else the "
+                     "median), per element size kappa (>= 0.25), phi_line and mu_in on a grid (bench/bench_memory.py "
+                     "--fit). Since session 4 every measured shape is fit data (the session-4 sweep was scored as "
+                     "held out first); the form (a misalignment weight per side: mu_out per candidate, mu_in per "
+                     "element size) was chosen among six by leave-one-shape-out on these shapes (bench/NOTES.md, "
+                     "bench/results/memory_h200_session4_form_choice.json), and the expected error is the "
+                     "leave-one-shape-out median until a held-out sweep replaces it",
+           "fit_shapes": shapes,
+           "held_out_shapes": [f"transpose {dt} leave-one-shape-out over the fit shapes (cross-validation)"
+                               for dt in ("f16", "f32")],
+           "loso": loso, "copy": tt.copy_fit(copies), "model": fitted["model"], "constants": constants}  # fmt: skip
     out.write_text(json.dumps(cal, indent=1) + "\n")
     return cal
 
@@ -664,7 +723,9 @@ def score_spearman(path: Path) -> list[dict]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--plan", default="sweep", choices=("sweep", "final", "run4", "run5", "spearman"))
+    ap.add_argument(
+        "--plan", default="sweep", choices=("sweep", "final", "run4", "run5", "spearman", "heldout")
+    )
     ap.add_argument(
         "--plan-file", type=Path, help="the resolved plan --prebuild wrote (skips the fix search)"
     )
@@ -695,13 +756,9 @@ def main() -> int:
         return 0
     if a.fit:
         cal = fit_transpose(a.fit, a.fit_out)
-        for r in cal["held_out"]:
-            print(f"{r['case']:30s} pick {r['pick']:18s} {r['pick_ratio']:.3f}x  best {r['best']:18s} "
-                  f"{r['best_ratio']:.3f}x  pick/best {r['pick_vs_best']:.3f}  rank {r['pick_measured_rank']}  "
-                  f"spearman {r['spearman']:.2f}")  # fmt: skip
         for elem, c in cal["constants"].items():
-            print(f"elem {elem}: held-out median error {c['held_out_median_error']:.1%}, "
-                  f"max {c['held_out_max_error']:.1%}")  # fmt: skip
+            print(f"elem {elem}: {c['model']}; fit median error {c['fit_median_error']:.1%}, leave-one-shape-out "
+                  f"median {c['held_out_median_error']:.1%}, max {c['held_out_max_error']:.1%}")  # fmt: skip
         print(f"model {cal['model']}; wrote {a.fit_out}")
         return 0
     cases = load_plan(a.plan_file) if a.plan_file else plan_cases(a.plan)

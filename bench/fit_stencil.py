@@ -1,18 +1,28 @@
 """The stencil2d tile model's data file, ``smemtile/model/data/stencil_h200.json`` (no GPU).
 
     PYTHONPATH=. python bench/fit_stencil.py table     # NVRTC + the bank model for every candidate, R = 1..4
-    PYTHONPATH=. python bench/fit_stencil.py fit       # the constants from the H200 runs, scored on the held-out
+    PYTHONPATH=. python bench/fit_stencil.py cv        # the candidate forms, leave-one-radius-out (fit rows only)
+    PYTHONPATH=. python bench/fit_stencil.py fit       # the shipped form's constants from every fit row
 
 ``table``: every candidate of ``smemtile.model.tiling_stencil.candidates()`` the family's rules accept, at each
 radius, compiled with NVRTC for sm_90 as ``verify`` builds it (dense tile): registers and spilled bytes, and the
 shared-memory wavefronts of one block from the bank model on the family's own accesses. Written into the data
 file under ``candidates`` (with the compiler and the sha256 of stencil2d.cu they were computed from).
 
-``fit``: the stencil cases of ``bench/results/memory_h200_run1.json`` and ``run3.json`` (H200, 15 and 20
-alternating rounds against a device copy timed in the same rounds). Every 4096^2 measurement is labelled ``fit``,
-every 8192^2 one ``held_out``: the constants are fitted on the first only (``tiling_stencil.fit``), then both are
-scored. Each row keeps the blocks per SM it ran with (run 1's kernel text had slightly different registers);
-the copy's measured times at both sizes are the reference curve (the copy is not the fitted kernel).
+``fit``: the stencil cases of ``bench/results/memory_h200_run1.json``, ``run3.json`` (H200, 15 and 20 alternating
+rounds against a device copy timed in the same rounds; 4096^2 and 8192^2) and ``memory_h200_session4_spearman.json``
+(session 4: 36 configurations per radius spanning the model's whole ranking at 8192^2, 30 rounds). Since session 4
+every one of these rows is fit data (the session-4 sweep was scored as held out first, then became fit data); the
+held-out test is a sweep of shapes none of these measured (``bench/bench_memory.py --plan heldout``). Each row keeps
+the blocks per SM it ran with (run 1's kernel text had slightly different registers); the copy's measured times
+at both sizes are the reference curve (the copy is not the fitted kernel). Wavefronts are the table's (dense tile),
+the ones the model ranks with, also for the session-4 configurations the fix search padded.
+
+``cv``: each form of ``tiling_stencil.FORMS`` fitted on three radii and scored on the fourth (every fit row of it:
+median |time error|; Spearman over the session-4 sweep of that radius), written into the data file under
+``form_choice``; the shipped form (``tiling_stencil.FORM``) is the one with the lowest mean of the four
+medians, and its leave-one-radius-out median is the expected error ``tiles`` states until a held-out sweep
+replaces it.
 """
 
 from __future__ import annotations
@@ -34,8 +44,9 @@ from smemtile.model import tiling_stencil as ts  # noqa: E402
 
 DATA = ROOT / "smemtile" / "model" / "data" / ts.DATA_FILE
 RUNS = (("run1", ROOT / "bench" / "results" / "memory_h200_run1.json"),
-        ("run3", ROOT / "bench" / "results" / "memory_h200_run3.json"))  # fmt: skip
-FIT_N, HELD_N, SMS = 4096, 8192, 132
+        ("run3", ROOT / "bench" / "results" / "memory_h200_run3.json"),
+        ("session4", ROOT / "bench" / "results" / "memory_h200_session4_spearman.json"))  # fmt: skip
+SMS, RATE_MAX = 132, 1980.0  # one shared-memory wavefront per clock at the H200's 1980 MHz
 
 
 def source_sha() -> str:
@@ -70,28 +81,26 @@ def table(workers: int) -> dict:
 
 
 def measured_rows() -> list[dict]:
-    fam = FAMILIES["stencil2d"]
-    from smemtile.model.analysis import analyze_spec
-
+    """Every correct stencil measurement of RUNS (the sample's explicit-layout copy of the default left out), with
+    the inputs the model takes; all of them are fit rows."""
+    table = json.loads(DATA.read_text())["candidates"]
     rows = []
     for run, path in RUNS:
         d = json.loads(path.read_text())
         for case in d["cases"]:
             if case["family"] != "stencil2d":
                 continue
-            n = case["problem"]["ny"]
+            ny, nx = case["problem"]["ny"], case["problem"]["nx"]
             for x in case["configs"]:
-                if x["label"].startswith("sample") or not x["correct"]:
+                if x["label"].startswith("sample") or not x.get("correct") or "median_ms" not in x:
                     continue  # the sample is the default configuration with an explicit dense layout
                 p = dict(x["params"])
                 r = p.pop("R")
-                cfg = configure(fam, {**p, "R": r, "ny": n, "nx": n})
-                wf = sum(int(a.bank.wavefronts.sum()) for a in analyze_spec(fam.spec(cfg)))
-                rows.append({"run": run, "commit": d["commit"], "R": r, "params": p, "label": ts.label(p),
-                             "ny": n, "nx": case["problem"]["nx"], "time_us": x["median_ms"] * 1e3,
-                             "copy_us": case["copy"]["median_ms"] * 1e3, "ratio": x["ratio"],
-                             "spread": x["spread"], "blocks_per_sm": x["blocks_per_sm"], "wavefronts_block": wf,
-                             "set": "fit" if n == FIT_N else "held_out"})  # fmt: skip
+                lab = ts.label(p)
+                rows.append({"run": run, "commit": d["commit"], "R": r, "params": p, "label": lab, "ny": ny,
+                             "nx": nx, "time_us": x["median_ms"] * 1e3, "copy_us": case["copy"]["median_ms"] * 1e3,
+                             "ratio": x["ratio"], "spread": x["spread"], "blocks_per_sm": x["blocks_per_sm"],
+                             "wavefronts_block": table[str(r)][lab][2], "set": "fit"})  # fmt: skip
     return rows
 
 
@@ -101,17 +110,37 @@ def spearman(a: list[float], b: list[float]) -> float:
     return float(sp(a, b))
 
 
-def fit(cand: dict) -> dict:
+def cross_validate(rows: list[dict], forms=None, warps_range=range(1, 65)) -> dict:
+    """Per form: fitted on three radii, scored on the fourth (median |time error| over all its rows, Spearman of
+    predicted and measured times over its session-4 sweep), and the mean of the four."""
+    out = {}
+    for form in forms or ts.FORMS:
+        per = {}
+        for r_ in ts.RADII:
+            train = [r for r in rows if r["R"] != r_]
+            test = [r for r in rows if r["R"] == r_]
+            c = ts.fit(train, SMS, warps_range, form=form, rate_max=RATE_MAX)
+            e = ts.errors(test, c, SMS)
+            sweep = [(r, x) for r, x in zip(test, e, strict=True) if r["run"] == "session4"]
+            rho = spearman([r["time_us"] * (1 + x) for r, x in sweep], [r["time_us"] for r, _ in sweep])
+            per[f"R{r_}"] = {"median_error": statistics.median(abs(x) for x in e), "spearman_sweep": rho,
+                             "rows": len(test)}  # fmt: skip
+        out[form] = {"held_out_radius": per,
+                     "mean_median_error": statistics.fmean(v["median_error"] for v in per.values()),
+                     "mean_spearman": statistics.fmean(v["spearman_sweep"] for v in per.values())}  # fmt: skip
+        print(f"{form:46s} " + " ".join(f"{k} {v['median_error']:.1%}/{v['spearman_sweep']:.2f}"
+                                       for k, v in per.items())
+              + f"  mean {out[form]['mean_median_error']:.1%} / {out[form]['mean_spearman']:.3f}", flush=True)  # fmt: skip
+    return out
+
+
+def fit(cand: dict, old: dict) -> dict:
     rows = measured_rows()
-    fit_rows = [r for r in rows if r["set"] == "fit"]
-    held = [r for r in rows if r["set"] == "held_out"]
-    consts = ts.fit(fit_rows, SMS)
-    e_signed = ts.errors(fit_rows, consts, SMS)
+    form_choice = old.get("form_choice") or cross_validate(rows)
+    consts = ts.fit(rows, SMS, form=ts.FORM, rate_max=RATE_MAX)
+    e_signed = ts.errors(rows, consts, SMS)
     e_fit = [abs(e) for e in e_signed]
     mid = statistics.median(e_signed)
-    e_held = ts.errors(held, consts, SMS)
-    for r, e in zip(held, e_held, strict=True):
-        r["error"] = e
     copy: dict[float, list[float]] = {}
     for r in rows:
         copy.setdefault(8.0 * r["ny"] * r["nx"], []).append(r["copy_us"])
@@ -122,71 +151,53 @@ def fit(cand: dict) -> dict:
     for per in measured.values():
         for lab in per:
             per[lab] = {k: statistics.median(v) for k, v in per[lab].items()}
-    doc = {
-        "what": "constants of the stencil2d model, smemtile.model.tiling_stencil: time = t0 + smax_p(copy(bytes), "
-        "rounds x L + wavefronts per SM / rate)",
+    chosen = form_choice[ts.FORM]
+    shapes = sorted({(r["ny"], r["nx"]) for r in rows})
+    return {
+        "what": "constants of the stencil2d model, smemtile.model.tiling_stencil: time = t0 + smax_p(smax_p("
+        "copy(bytes), rounds x L + wavefronts per SM / (rate x min(1, warps / WARPS)) + global-load warp "
+        "instructions per SM x load), blocks per SM x block)",
         "gpu": "NVIDIA H200",
         "gpu_key": "h200",
         "sms": SMS,
         "archs": ["sm_90"],
         "run": ", ".join(str(p.relative_to(ROOT)) for _, p in RUNS),
         "commit": ", ".join(sorted({r["commit"] for r in rows})),
-        "date": "2026-11-30",
-        "method": "relative time error, least squares over the rows labelled fit (every stencil measurement at "
-        f"{FIT_N}^2, R 1-4, runs 1 and 3: 48 rows), L, rate, WARPS and p on a refined grid, t0 >= 0 in "
-        f"closed form; the rows labelled held_out ({HELD_N}^2, 48 rows) never fitted, only scored "
-        "(bench/fit_stencil.py fit). Each row keeps the blocks per SM it ran with; wavefronts from "
-        "smemtile's bank model on the family's accesses. The form: of six tried (with or without the "
-        "occupancy term min(1, warps / WARPS), with or without a per-round tail term), the one with the "
-        "lowest leave-one-configuration-out error on the fit rows (an exploratory script, not kept: 1.9 % "
-        "median; without the occupancy term 2.7 %). The held-out rows were not a clean test of that choice: the form without the "
-        "occupancy term had been scored on them first (1.4 % median error against this one's 4.2 %, "
-        "which predicts the 8192^2 times about 4 % long), the tail terms were tried after that, and "
-        "the 8192^2 ratios were in bench/NOTES.md throughout",
-        "fit_shapes": [f"stencil R1-4 {FIT_N}^2"],
-        "held_out_shapes": [f"stencil R1-4 {HELD_N}^2"],
-        "min_fit_bytes": 8.0 * FIT_N * FIT_N,
+        "date": "2026-12-01",
+        "method": "relative time error, least squares over every row of the runs (all labelled fit: R 1-4 at "
+        f"4096^2 and 8192^2, {len(rows)} rows; session 4's sweep of 144 configurations spanning the ranking "
+        "was scored as held out first, then became fit data), Levenberg-Marquardt for t0, L, rate (at most "
+        "one wavefront per clock), p, load and block for every WARPS 1..64 (bench/fit_stencil.py fit). The "
+        f"form ({ts.FORM!r}) was chosen among tiling_stencil.FORMS by leave-one-radius-out on the fit rows "
+        "only (form_choice: median |time error| of the held-out radius, Spearman over its session-4 sweep); "
+        "the expected error until a held-out sweep is scored is that cross-validated median",
+        "fit_shapes": [
+            f"stencil R1-4 {ny}^2" if ny == nx else f"stencil R1-4 {ny}x{nx}" for ny, nx in shapes
+        ],
+        "held_out_shapes": ["leave-one-radius-out over the fit rows (cross-validation)"],
+        "min_fit_bytes": 8.0 * min(ny * nx for ny, nx in shapes),
         "copy": {"points": [[b, statistics.median(v)] for b, v in sorted(copy.items())]},
         "model": consts,
+        "fit_rows": len(rows),
         "fit_median_error": statistics.median(e_fit),
         "fit_max_error": max(e_fit),
         "tie_band": statistics.median(abs(e - mid) for e in e_signed),
-        "held_out_median_error": statistics.median(abs(e) for e in e_held),
-        "held_out_max_error": max(abs(e) for e in e_held),
+        "held_out_median_error": statistics.fmean(
+            v["median_error"] for v in chosen["held_out_radius"].values()
+        ),
+        "held_out_max_error": max(v["median_error"] for v in chosen["held_out_radius"].values()),
+        "form": ts.FORM,
+        "form_choice": form_choice,
         "compiler": cand["compiler"],
         "source_sha256": cand["source_sha256"],
         "measured": measured,
-        "held_out": [],
         "candidates": cand["rows"],
     }
-    for (
-        r_
-    ) in ts.RADII:  # per radius: the model's order of the measured configurations against the measured one
-        hr = [r for r in held if r["R"] == r_]
-        pred = [float(ts.model_time_us(*ts.fit_inputs(r, SMS), consts)) for r in hr]
-        meas = [r["time_us"] for r in hr]
-        ranked, _ = ts.rank_stencil(HELD_N, HELD_N, r_, calibration=doc)
-        order = {s.label: s.rank for s in ranked}
-        by_label: dict[str, list[float]] = {}
-        for r in hr:
-            by_label.setdefault(r["label"], []).append(r["ratio"])
-        med = {k: statistics.median(v) for k, v in by_label.items()}
-        best = max(med, key=med.get)
-        pick = min(med, key=lambda k: order.get(k, 10**9))
-        doc["held_out"].append({
-            "case": f"stencil R{r_} {HELD_N}^2", "model_1": ranked[0].label,
-            "model_1_measured": ranked[0].label in med, "pick_among_measured": pick, "pick_rank": order.get(pick),
-            "pick_ratio": med[pick], "best": best, "best_ratio": med[best], "pick_vs_best": med[pick] / med[best],
-            "default_rank": order.get(ts.label(ts.DEFAULTS)), "spearman": spearman(pred, meas),
-            "median_error": statistics.median(abs(r["error"]) for r in hr),
-            "max_error": max(abs(r["error"]) for r in hr),
-        })  # fmt: skip
-    return doc
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=("table", "fit"))
+    ap.add_argument("what", choices=("table", "cv", "fit"))
     ap.add_argument("--workers", type=int, default=2)
     a = ap.parse_args()
     old = json.loads(DATA.read_text()) if DATA.exists() else {}
@@ -194,10 +205,11 @@ def main() -> int:
         cand = table(a.workers)
         doc = {**old, "compiler": cand["compiler"], "source_sha256": cand["source_sha256"],
                "candidates": cand["rows"]}  # fmt: skip
+    elif a.what == "cv":
+        doc = {**old, "form_choice": cross_validate(measured_rows())}
     else:
-        doc = fit(
-            {"compiler": old["compiler"], "source_sha256": old["source_sha256"], "rows": old["candidates"]}
-        )
+        cand = {"compiler": old["compiler"], "source_sha256": old["source_sha256"], "rows": old["candidates"]}
+        doc = fit(cand, old)
     text = json.dumps(doc, indent=1)
     text = re.sub(
         r"\[\s+([-\d.e+]+),\s+([-\d.e+]+)(?:,\s+([-\d.e+]+))?\s+\]",  # short lists on one line
@@ -205,7 +217,11 @@ def main() -> int:
         text,
     )
     DATA.write_text(text + "\n")
-    print(json.dumps({k: v for k, v in doc.items() if k not in ("candidates", "measured")}, indent=1))
+    print(
+        json.dumps(
+            {k: v for k, v in doc.items() if k not in ("candidates", "measured", "form_choice")}, indent=1
+        )
+    )
     return 0
 
 

@@ -1,5 +1,5 @@
-"""bench/bench_memory.py's plan ``spearman`` (issue 20's rank test of the frozen memory models): which
-configurations it sweeps per held-out shape, and how a results file is scored. No GPU; the fix search's layouts
+"""bench/bench_memory.py's plans ``spearman`` and ``heldout`` (issue 20's rank test of the frozen memory models):
+which configurations they sweep per held-out shape, and how a results file is scored. No GPU; the fix search's layouts
 are stubbed (the plan takes them from ``smemtile.pipeline.fixes``, which its own tests cover)."""
 
 from __future__ import annotations
@@ -23,14 +23,25 @@ def bench_memory():
 
 
 @cache
-def cases() -> tuple:
+def cases(plan: str = "heldout") -> tuple:
     bm = bench_memory()
     mp = pytest.MonkeyPatch()
     mp.setattr(bm, "fixed_layouts", lambda family, params, problem: {})
     try:
-        return tuple(bm.plan_cases("spearman"))
+        return tuple(bm.plan_cases(plan))
     finally:
         mp.undo()
+
+
+def measured_before() -> set:
+    """(family, problem) of every case of every committed results file but the held-out sweep's own."""
+    out = set()
+    for path in (ROOT / "bench" / "results").glob("memory_*.json"):
+        if path.name == "memory_h200_session4_heldout.json":
+            continue
+        for case in json.loads(path.read_text()).get("cases", []):
+            out.add((case["family"], json.dumps(case["problem"], sort_keys=True)))
+    return out
 
 
 def data(name: str) -> dict:
@@ -47,11 +58,26 @@ def test_spread_ranks_top_then_even_to_the_last():
     assert bm.spread_ranks(18) == list(range(18))  # a short list is swept whole
 
 
+def test_the_held_out_shapes_were_never_measured_or_fitted():
+    """Plan heldout: every shape is new (no committed results file before it measured it), and none is a fit
+    shape of the data files."""
+    before = measured_before()
+    fit = set(data("stencil_h200.json")["fit_shapes"]) | set(data("transpose_h200.json")["fit_shapes"])
+    for c in cases():
+        assert (c.family, json.dumps(c.problem, sort_keys=True)) not in before, c.name
+        assert c.name not in fit and c.role == "held_out"
+    # and the session-4 sweep (plan spearman) is fit data now
+    for c in cases("spearman"):
+        assert (c.family, json.dumps(c.problem, sort_keys=True)) in before
+
+
 def test_stencil_cases_span_the_ranking_on_held_out_shapes():
     st = [c for c in cases() if c.family == "stencil2d"]
-    held = data("stencil_h200.json")["held_out_shapes"]
-    assert held == ["stencil R1-4 8192^2"] and [c.problem for c in st] == [{"ny": 8192, "nx": 8192}] * 4
-    assert sorted(c.configs[0].params["R"] for c in st) == [1, 2, 3, 4]
+    assert sorted({json.dumps(c.problem) for c in st}) == [
+        '{"ny": 2048, "nx": 16384}',
+        '{"ny": 6144, "nx": 6144}',
+    ]
+    assert sorted(c.configs[0].params["R"] for c in st) == [1, 1, 2, 2, 3, 3, 4, 4]
     for c in st:
         ranks = [x.predicted["rank"] for x in c.configs]
         n = c.configs[0].predicted["of"]
@@ -63,16 +89,18 @@ def test_stencil_cases_span_the_ranking_on_held_out_shapes():
         assert all(x.params["R"] == c.configs[0].params["R"] for x in c.configs)
 
 
-def test_transpose_cases_are_the_held_out_shapes_with_every_candidate():
+def test_transpose_cases_cover_the_misalignment_classes_with_every_candidate():
+    """fp16 5000 x 7000: both row pitches 16 mod 32 bytes; 8192 x 5000: the input pitch only; 12288 x 6144:
+    aligned, not square. Every candidate (13 fp32, 18 fp16: fewer than 30, all the model ranks)."""
     from smemtile.model.tiling_transpose import candidates
 
     tr = [c for c in cases() if c.family == "transpose"]
-    cal = data("transpose_h200.json")
-    assert sorted(c.name for c in tr) == sorted(cal["held_out_shapes"])
-    assert not {c.name for c in tr} & set(cal["fit_shapes"])
+    assert len(tr) == 6
+    pitch = {c.name: (c.problem["cols"] * 2 % 32, c.problem["rows"] * 2 % 32) for c in tr if "f16" in c.name}
+    assert pitch == {"transpose f16 5000x7000": (16, 16), "transpose f16 8192x5000": (16, 0),
+                     "transpose f16 12288x6144": (0, 0)}  # fmt: skip
     for c in tr:
         n = len(candidates(c.problem["dtype"]))
-        # 13 fp32, 18 fp16 candidates: fewer than 30, so every one of them
         assert len(c.configs) == n == c.configs[0].predicted["of"]
         assert [x.predicted["rank"] for x in c.configs] == list(range(1, n + 1))
 

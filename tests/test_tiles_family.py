@@ -1,6 +1,6 @@
 """``smemtile tiles --family transpose|stencil2d``: the families' own candidates ranked by their models, the
-stencil2d model against the committed H200 measurements (fitted on 4096^2, scored on the held-out 8192^2), its
-data file's provenance, the family rankers that generate / tune / analyze use, and the CLI (arity errors, json,
+stencil2d model against the committed H200 measurements (fitted on every row of runs 1, 3 and session 4's sweep,
+its form chosen by leave-one-radius-out), its data file's provenance, the family rankers that generate / tune / analyze use, and the CLI (arity errors, json,
 yaml that generate takes unchanged, 80 columns, the GEMM form unchanged)."""
 
 from __future__ import annotations
@@ -48,9 +48,12 @@ def cal() -> dict:
 def test_stencil_data_names_its_provenance_and_the_shipped_kernel():
     c = cal()
     assert c["gpu"] == "NVIDIA H200" and c["sms"] == 132 and c["archs"] == ["sm_90"]
-    assert "memory_h200_run1.json" in c["run"] and "memory_h200_run3.json" in c["run"] and c["commit"]
-    assert c["fit_shapes"] == ["stencil R1-4 4096^2"] and c["held_out_shapes"] == ["stencil R1-4 8192^2"]
-    assert "13.0" in c["compiler"] and "held_out" in c["method"]
+    assert (
+        all(f"memory_h200_{r}.json" in c["run"] for r in ("run1", "run3", "session4_spearman"))
+        and c["commit"]
+    )
+    assert c["fit_shapes"] == ["stencil R1-4 4096^2", "stencil R1-4 8192^2"] and c["fit_rows"] == 240
+    assert "leave-one-radius-out" in c["method"] and c["form"] == ts.FORM and "13.0" in c["compiler"]
     # the registers and wavefronts are those of the stencil2d.cu that ships (a kernel change must refresh them)
     assert c["source_sha256"] == hashlib.sha256(FAMILIES["stencil2d"].source().encode()).hexdigest()[:16]
     assert {k: len(v) for k, v in c["candidates"].items()} == {"1": 325, "2": 325, "3": 324, "4": 319}
@@ -82,64 +85,92 @@ def test_the_table_matches_the_h200_runs_registers():
         assert (s.registers, s.blocks_per_sm) == (regs, row["blocks_per_sm"]), row["label"]
 
 
-def test_stencil_fit_uses_the_fit_rows_only_and_reproduces_the_constants():
+def test_stencil_fit_uses_every_row_and_reproduces_the_constants():
     rows = measured_rows()
-    fit = [r for r in rows if r["set"] == "fit"]
-    held = [r for r in rows if r["set"] == "held_out"]
-    assert (
-        {r["ny"] for r in fit} == {4096} and {r["ny"] for r in held} == {8192} and len(fit) == len(held) == 48
-    )
+    assert len(rows) == 240 and all(r["set"] == "fit" for r in rows)
+    assert {(r["ny"], r["run"]) for r in rows} == {(4096, "run1"), (4096, "run3"), (8192, "run1"), (8192, "run3"),
+                                                   (8192, "session4")}  # fmt: skip
     c = cal()
     w = int(c["model"]["warps_full"])
-    consts = ts.fit(fit, 132, warps_range=(w - 1, w, w + 1))  # the full search (1..64) takes 15 s
+    consts = ts.fit(rows, 132, warps_range=(w - 1, w, w + 1))  # the full search (1..64) takes a minute
     for k, v in c["model"].items():
-        assert consts[k] == pytest.approx(v, rel=1e-6), k
-    e_held = [abs(e) for e in ts.errors(held, consts, 132)]
-    assert statistics.median(e_held) == pytest.approx(c["held_out_median_error"], rel=1e-6)
-    assert 0.03 < c["held_out_median_error"] < 0.05 and c["held_out_max_error"] < 0.12  # stated, not hidden
-    assert c["fit_median_error"] < 0.02 and 0.01 < c["tie_band"] < 0.02
+        assert consts[k] == pytest.approx(v, rel=1e-4, abs=1e-9), k
+    e = [abs(x) for x in ts.errors(rows, consts, 132)]
+    assert statistics.median(e) == pytest.approx(c["fit_median_error"], rel=1e-3)
+    assert 0.03 < c["fit_median_error"] < 0.04 and c["fit_max_error"] < 0.36  # stated, not hidden
+    assert 0.03 < c["tie_band"] < 0.04
+
+
+def test_the_form_is_the_one_leave_one_radius_out_chose():
+    """bench/fit_stencil.py cv: each form fitted on three radii, scored on the fourth. The load term takes the
+    mean Spearman over the held-out radii's sweeps from 0.82 (R 1 0.55) to 0.94; the block term lowers the
+    mean median error (3.8 % against 4.0 %); the expected error is the shipped form's cross-validated median."""
+    c = cal()
+    fc = c["form_choice"]
+    assert set(fc) == set(ts.FORMS) and c["form"] == ts.FORM
+    assert min(fc, key=lambda f: fc[f]["mean_median_error"]) == ts.FORM
+    old = fc["session 3 (fill rounds + shared wavefronts)"]
+    assert old["held_out_radius"]["R1"]["spearman_sweep"] < 0.6 and old["mean_spearman"] < 0.85
+    assert fc[ts.FORM]["mean_spearman"] > 0.9 and min(
+        v["spearman_sweep"] for v in fc[ts.FORM]["held_out_radius"].values()) > 0.85  # fmt: skip
+    assert c["held_out_median_error"] == pytest.approx(fc[ts.FORM]["mean_median_error"])
 
 
 def test_stencil_constants_are_physical():
     m = cal()["model"]
-    assert 0.5 < m["L_us"] < 1.5  # a round of DRAM loads under load
+    assert 0.2 < m["L_us"] < 1.5  # a round of DRAM loads under load
     assert (
-        1000 < m["rate_per_us"] < 1980
-    )  # shared-memory wavefronts per microsecond per SM: at most 1 per clock
+        1000 < m["rate_per_us"] <= 1980 * (1 + 1e-9)
+    )  # shared wavefronts per us per SM: at most 1 per clock
     assert 16 <= m["warps_full"] <= 64 and m["p"] > 1 and m["t0_us"] >= 0
+    assert 0.001 < m["load_us"] < 0.01  # 2-20 clocks per global-load warp instruction per SM
+    assert 0.02 < m["block_us"] < 0.2  # 40-400 clocks per block started and retired per SM
 
 
-@pytest.mark.parametrize("r", [1, 2, 3, 4])
-def test_held_out_ranking_of_the_measured_configurations(r):
-    """8192^2 (never fitted): the model's highest-ranked measured configuration is within 1.5 % of the best
-    measured one, and the order of the measured configurations correlates with the measurement."""
-    h = next(x for x in cal()["held_out"] if x["case"] == f"stencil R{r} 8192^2")
-    assert h["pick_vs_best"] > 0.985
-    assert h["spearman"] > 0.3
+# the #1 per radius (8192^2, 4096^2 alike): within the model's resolution the measured configuration that did
+# best where it was timed (ratio to a copy at 4096^2 / 8192^2)
+PICKS = {1: ("32x4 VEC4 RY8", (0.966, 0.975)), 2: ("32x4 VEC4 RY4", (0.972, 0.970)),
+         3: ("32x4 VEC4 RY4", (0.951, 0.963)), 4: (DEFAULT, (0.942, 0.956))}  # fmt: skip
 
 
 @pytest.mark.parametrize("n", [4096, 8192])
 @pytest.mark.parametrize("r", [1, 2, 3, 4])
-def test_default_is_first_or_within_noise(n, r):
-    """The family's default (32x8 VEC4 RY4: 0.93-0.98x a copy in runs 1 and 3) is #1, or predicted within 2 %
-    of #1 (the measurements' spread at 8192^2 is 1.2-2 %)."""
+def test_the_pick_is_the_best_measured_within_the_resolution(n, r):
+    """The #1 is a configuration the H200 runs timed, the best of those within the tie band at both sizes; the
+    default (32x8 VEC4 RY4: 0.94-0.97x a copy) is #1 at R 4 and within the tie band of #1 at every radius."""
     rep = stencil(n, r)
+    lab, meas = PICKS[r]
+    top = rep.ranked[0]
+    assert top.label == lab and top.measured == pytest.approx(
+        dict(zip(("4096x4096", "8192x8192"), meas, strict=True)), abs=1e-3
+    )
     d = next(s for s in rep.ranked if s.label == DEFAULT)
-    assert d.rank == 1 or d.time_us <= rep.ranked[0].time_us * 1.02
-    if r == 4:
-        assert d.rank == 1
+    assert d.time_us <= rep.ranked[0].time_us * (1 + cal()["tie_band"]) and d.rank <= 5
+    fastest = min(s.time_us for s in rep.ranked)
+    tied = [
+        s for s in rep.ranked if s.time_us <= fastest * (1 + cal()["tie_band"])
+    ]  # the #1's tie, in rank order
+    assert [bool(s.measured) for s in tied] == sorted((bool(s.measured) for s in tied), reverse=True)
 
 
 def test_ranking_follows_the_measurements():
-    """R 4, 8192^2: RY 2 (0.82x measured) and one output per thread (0.31x) rank far below the default (0.96x);
-    the prediction for the default is within the stated error of its measured 0.956-0.961x."""
+    """R 4, 8192^2: RY 2 (0.82x measured), a VEC 1 fill with RY 16 (0.57x) and one output per thread (0.31x) rank
+    far below the default (0.96x); the default's prediction is its measured ratio within 6 %."""
     rep = stencil(8192, 4)
     rank = {s.label: s for s in rep.ranked}
-    assert rank[DEFAULT].rank < rank["32x8 VEC4 RY2"].rank < rank["32x8 VEC1 RY1"].rank
+    assert (
+        rank[DEFAULT].rank
+        < rank["32x8 VEC4 RY2"].rank
+        < rank["32x8 VEC1 RY16"].rank
+        < rank["32x8 VEC1 RY1"].rank
+    )
     assert rank["32x8 VEC1 RY1"].copy_ratio == pytest.approx(0.31, abs=0.03)
+    assert (
+        0.6 < rank["32x8 VEC1 RY16"].copy_ratio < 0.7
+    )  # measured 0.565; the frozen model of session 4: 0.81
     assert rank["32x8 VEC4 RY2"].copy_ratio < 0.9 < rank[DEFAULT].copy_ratio
-    assert rank[DEFAULT].copy_ratio == pytest.approx(0.958, rel=cal()["held_out_median_error"] + 0.01)
-    assert rank[DEFAULT].measured == pytest.approx({"4096x4096": 0.942, "8192x8192": 0.959}, abs=1e-3)
+    assert rank[DEFAULT].copy_ratio == pytest.approx(0.956, rel=0.06)
+    assert rank[DEFAULT].measured == pytest.approx({"4096x4096": 0.942, "8192x8192": 0.956}, abs=1e-3)
 
 
 def test_rejections_carry_the_family_rules():
@@ -177,7 +208,7 @@ def test_another_gpu_is_uncalibrated_and_says_so():
 def test_generate_without_a_tile_takes_the_stencil_model_pick():
     cfg = resolve({"arch": "sm_90", "kernel": {"family": "stencil2d", "ny": 8192, "nx": 8192}}).config
     top = FAMILIES["stencil2d"].ranker({"ny": 8192, "nx": 8192}, "sm_90", None).top(1)[0]
-    assert top == {"BX": 32, "BY": 8, "VEC": 4, "RY": 4, "R": 1}
+    assert top == {"BX": 32, "BY": 4, "VEC": 4, "RY": 8, "R": 1}  # session 4: 32x8 VEC4 RY4 before
     assert {k: cfg.params[k] for k in top} == top and any("no tile given" in n for n in cfg.notes)
 
 
@@ -315,9 +346,8 @@ def test_table_fits_the_console(width, args):
 def test_table_names_the_model_and_its_numbers():
     r = run_cli("tiles", "--family", "stencil2d", "8192", "8192", "--radius", "4", "--top", "3")
     out = r.stdout
-    assert (
-        f"1  {DEFAULT}" in out and "stencil_h200.json" in out and "4.2%" in out and "memory_h200_run3" in out
-    )
+    err = f"{cal()['held_out_median_error']:.1%}"
+    assert f"1  {DEFAULT}" in out and "stencil_h200.json" in out and err in out and "session4_spearman" in out
     assert "not whole warps" in out and "meas" in out
 
 

@@ -5,7 +5,8 @@ one array. Whether a configuration (BX, BY, VEC, RY) gets there depends on what 
 requests: each block loads its halo tile in one round (every load in flight, then a barrier), computes from
 shared memory and writes its outputs. So
 
-    time = t0 + smax_p( copy(bytes),  rounds x L + wavefronts / (SMs x RATE x min(1, warps / WARPS)) )
+    time = t0 + smax_p( smax_p( copy(bytes),  rounds x L + wavefronts / (SMs x RATE x min(1, warps / WARPS))
+                                              + global loads / SMs x LOAD ),  blocks / SMs x BLOCK )
     smax_p(a, b) = (a^p + b^p)^(1/p)          a smooth maximum: the larger term dominates, both cost near a tie
 
 - ``copy(bytes)``: the device copy of the same bytes, measured in the same runs (interpolated in log bytes).
@@ -14,18 +15,27 @@ shared memory and writes its outputs. So
   slower than a copy, measured) pays it 16 times as often as 32x8 VEC4 RY4.
 - ``wavefronts``: the shared-memory wavefronts of all blocks (halo fill, column window, side runs), counted by
   smemtile's bank model on the family's own accesses (dense tile), served at RATE x min(1, warps / WARPS) per
-  microsecond per SM: below WARPS resident warps the dependent shared loads of the column window are no longer
-  hidden. This is what slows RY 2 at R 3-4 (RY + 2R column loads feed only RY output rows: 0.82-0.91x
-  measured) and RY 8 (80 registers, 3 blocks of 8 warps per SM: 0.88-0.90x at 4096^2, R 4).
+  microsecond per SM (RATE at most one per clock): below WARPS resident warps the dependent shared loads of the
+  column window are no longer hidden. This is what slows RY 2 at R 3-4 (RY + 2R column loads feed only RY output
+  rows: 0.82-0.91x measured).
+- ``global loads``: the warp instructions of the fills, blocks x warps per block x FILL (FILL = ceil(TH x TW /
+  VEC / threads) loads per thread), at LOAD microseconds each per SM: a fill of VEC-wide loads issues 4 / VEC as
+  many instructions for the same bytes, and a narrow or short tile reloads more halo per output (session 4: VEC 1
+  and VEC 2 fills, measured 16-25 % and 5-15 % slower than the form without this term predicted).
+- ``blocks / SMs x BLOCK``: what an SM spends per block it starts and retires, a floor of its own (64-thread
+  blocks with one output each: 0.10x a copy at every radius, 2M blocks).
 - blocks per SM (and warps): the occupancy model with the registers ptxas gives the shipped kernel (NVRTC 13.0,
   sm_90).
-- t0 (launch, the last wave's tail), L, RATE, WARPS and p: shared by every configuration, fitted on relative
-  time error over the measurements labelled ``fit`` (4096^2, R 1-4, runs 1 and 3); those labelled
-  ``held_out`` (8192^2) are only scored, and their median error is the expected error ``tiles`` states. The
-  occupancy term was chosen over four other forms by leave-one-configuration-out error on the fit rows.
+- t0 (launch, the last wave's tail), L, RATE, WARPS, p, LOAD and BLOCK: shared by every configuration, fitted on
+  relative time error over every measurement of the H200 runs (R 1-4 at 4096^2 and 8192^2: runs 1 and 3, and
+  session 4's sweep of 36 configurations per radius spanning the ranking). The form was chosen among
+  ``FORMS`` by leave-one-radius-out on those rows (``bench/fit_stencil.py cv``); the expected error ``tiles``
+  states is that cross-validated median until a sweep of shapes nobody measured (``held_out_shapes``)
+  replaces it.
 
 Halo re-reads ((BX*VEC + 2 HX) x (BY*RY + 2R) loads per BX*VEC x BY*RY outputs) come from L2, not DRAM; they
-enter through the fill's wavefronts and the tile's shared memory (blocks per SM), not as DRAM bytes. Not
+enter through the fill's loads and wavefronts and the tile's shared memory (blocks per SM), not as DRAM bytes
+(a term for the L2 sectors of the fills was tried: its weight fitted to 0 next to the load instructions). Not
 modelled: nx % VEC != 0 (the kernel reads element by element: such candidates are ranked after the vector
 ones, stated), L2-resident grids (below the smallest fitted size a configuration keeps its efficiency there).
 Another GPU or arch: the H200's constants with that GPU's DRAM bandwidth and SM count, stated as uncalibrated.
@@ -33,10 +43,11 @@ Another GPU or arch: the H200's constants with that GPU's DRAM bandwidth and SM 
 The per-candidate data (registers, spills, wavefronts per block for R = 1..4) and the constants are in
 ``smemtile/model/data/stencil_h200.json`` (``bench/fit_stencil.py``: NVRTC and the bank model, then the fit).
 Ties: predicted times within the model's resolution (``tie_band`` of the data file: the median distance of
-the fit rows' errors from their median, 1.5 %: how far apart two configurations' errors typically are) of the
-fastest are a tie, and go to configurations measured on the H200 first, then by predicted time, then to the
-family's defaults, then to fewer threads per block. Unmeasured configurations are the model's extrapolation (the
-grid holds 9 measured ones), so within its resolution the measured ones come first.
+the fit rows' errors from their median, 3.3 %: how far apart two configurations' errors typically are) of the
+fastest are a tie, and go to configurations measured on the H200 first, ordered by what they measured (the
+median over the shapes timed of their ratio to a copy / the best ratio there), then to the others by predicted
+time, then to the family's defaults, then to fewer threads per block. Within its resolution the model cannot
+order them; the measurement can (40-45 of the 319-325 configurations per radius have been timed).
 """
 
 from __future__ import annotations
@@ -129,16 +140,21 @@ def copy_time_us(nbytes: float, points: list) -> float:
 def smax(a, b, p: float):
     """The smooth maximum (a^p + b^p)^(1/p), computed without overflow."""
     m = np.maximum(a, b)
+    m = np.where(m > 0, m, 1.0)
     return m * ((a / m) ** p + (b / m) ** p) ** (1.0 / p)
 
 
-def model_time_us(copy_us, rounds, wavefronts_per_sm, warps, c: dict):
+def model_time_us(copy_us, rounds, wavefronts_per_sm, warps, c: dict, loads_per_sm=0.0, blocks_per_sm=0.0):
     """The model's time (numpy arrays or floats) from its inputs (the copy's time, fill rounds, shared-memory
-    wavefronts per SM, resident warps per SM) and the constants ``c`` (t0_us, L_us, rate_per_us, warps_full,
-    p)."""
+    wavefronts per SM, resident warps per SM, global-load warp instructions per SM, blocks per SM over the grid)
+    and the constants ``c`` (t0_us, L_us, rate_per_us, warps_full, p, load_us, block_us; the last two absent in
+    the form before session 4, i.e. zero)."""
     rate = c["rate_per_us"] * np.minimum(1.0, warps / c["warps_full"])
-    sm = rounds * c["L_us"] + wavefronts_per_sm / rate
-    return c["t0_us"] + smax(copy_us, sm, c["p"])
+    sm = rounds * c["L_us"] + wavefronts_per_sm / rate + loads_per_sm * c.get("load_us", 0.0)
+    t = smax(copy_us, sm, c["p"])
+    if c.get("block_us", 0.0) > 0:
+        t = smax(t, blocks_per_sm * c["block_us"], c["p"])
+    return c["t0_us"] + t
 
 
 @dataclass(frozen=True)
@@ -239,13 +255,16 @@ def rank_stencil(ny: int, nx: int, radius: int = 1, arch: str = "sm_90", *, gpu:
         blocks = grid_blocks(p, ny, nx)
         rounds = blocks / (g.sms * bps)
         wf_sm = blocks * wf_block / g.sms
+        loads_sm = blocks * (geo.threads // 32) * geo.fill / g.sms  # the fills' global-load warp instructions
         copy_us = copy_time_us(total, cal["copy"]["points"]) if use_cal else total / (g.dram_gbps * 1e3)
         # below the smallest fitted size (L2-resident grids were not measured): the efficiency of that size
         scale = max(1.0, cal.get("min_fit_bytes", 0.0) / total)
         if use_cal and scale > 1:
             copy_us = copy_time_us(total * scale, cal["copy"]["points"])
         warps = bps * geo.threads // 32
-        t = float(model_time_us(copy_us, rounds * scale, wf_sm * scale, warps, c)) / scale
+        t_scaled = model_time_us(copy_us, rounds * scale, wf_sm * scale, warps, c, loads_sm * scale,
+                                 blocks * scale / g.sms)  # fmt: skip
+        t = float(t_scaled) / scale
         vec_ok = nx % p["VEC"] == 0
         ratio = (copy_time_us(total, cal["copy"]["points"]) / t) if use_cal else None
         meas = cal.get("measured", {}).get(str(radius), {}).get(lab, {}) if use_cal else {}
@@ -257,6 +276,10 @@ def rank_stencil(ny: int, nx: int, radius: int = 1, arch: str = "sm_90", *, gpu:
     order = {s.label: i for i, s in enumerate(scored)}  # the candidates' order: the family's defaults first
     scored.sort(key=lambda s: (not s.vector_path, s.time_us))
     tie = float(cal.get("tie_band", TIE))
+    best_at: dict[str, float] = {}  # per shape: the best ratio to a copy measured there at this radius
+    for meas in (cal.get("measured", {}).get(str(radius), {}) if use_cal else {}).values():
+        for k, v in meas.items():
+            best_at[k] = max(best_at.get(k, 0.0), v)
     out: list[StencilScored] = []
     i = 0
     while i < len(scored):
@@ -264,13 +287,20 @@ def rank_stencil(ny: int, nx: int, radius: int = 1, arch: str = "sm_90", *, gpu:
         while (j < len(scored) and scored[j].vector_path == scored[i].vector_path
                and scored[j].time_us <= scored[i].time_us * (1 + tie)):  # fmt: skip
             j += 1
-        out += sorted(scored[i:j], key=lambda s: (not s.measured, s.time_us, s.params_dict() != DEFAULTS,
-                                                  s.threads, order[s.label]))  # fmt: skip
+        out += sorted(scored[i:j], key=lambda s: (not s.measured, -_measured_rel(s, best_at), s.time_us,
+                                                  s.params_dict() != DEFAULTS, s.threads, order[s.label]))  # fmt: skip
         i = j
     top = out[0] if out else None
     ranked = [StencilScored(**{**asdict(s), "rank": n + 1, "reason": _reason(s, top, cal, use_cal, tie)})
               for n, s in enumerate(out)]  # fmt: skip
     return ranked, rejected
+
+
+def _measured_rel(s: StencilScored, best_at: dict[str, float]) -> float:
+    """How a measured configuration did: the median over the shapes the H200 runs timed it at of its ratio to a
+    device copy / the best ratio measured at that shape (1 = the best there; 0 when never measured). Ties within
+    the model's resolution are ordered by it among measured configurations."""
+    return float(np.median([v / best_at[k] for k, v in s.measured.items()])) if s.measured else 0.0
 
 
 def _reason(s: StencilScored, top: StencilScored | None, cal: dict, calibrated: bool, tie: float) -> str:
@@ -292,55 +322,111 @@ def _reason(s: StencilScored, top: StencilScored | None, cal: dict, calibrated: 
     return f"{rel:+.1%} vs #1{within}: {s.gbps:.0f} GB/s{ratio}{extra}"
 
 
-def fit_inputs(row: dict, sms: int) -> tuple[float, float, float, float]:
-    """(copy_us, rounds, wavefronts per SM, warps per SM) of a measured row ``{"params", "R", "ny", "nx",
-    "copy_us", "blocks_per_sm", "wavefronts_block", ...}``."""
+def fit_inputs(row: dict, sms: int) -> tuple[float, ...]:
+    """(copy_us, rounds, wavefronts per SM, warps per SM, global-load warp instructions per SM, blocks per SM) of
+    a measured row ``{"params", "R", "ny", "nx", "copy_us", "blocks_per_sm", "wavefronts_block", ...}``: the
+    arguments of :func:`model_time_us` after the constants."""
     blocks = grid_blocks(row["params"], row["ny"], row["nx"])
     bps = row["blocks_per_sm"]
-    warps = bps * geometry(row["params"], row["R"]).threads // 32
-    return row["copy_us"], blocks / (sms * bps), blocks * row["wavefronts_block"] / sms, warps
+    geo = geometry(row["params"], row["R"])
+    warps = bps * geo.threads // 32
+    loads = blocks * (geo.threads // 32) * geo.fill / sms
+    return (
+        row["copy_us"],
+        blocks / (sms * bps),
+        blocks * row["wavefronts_block"] / sms,
+        warps,
+        loads,
+        blocks / sms,
+    )
 
 
-def fit(rows: list[dict], sms: int, warps_range=range(1, 65)) -> dict:
-    """The constants ``{"t0_us", "L_us", "rate_per_us", "warps_full", "p"}`` minimising the sum of squared
-    relative time errors over ``rows`` (the measurements labelled fit; each with ``time_us`` and what
-    :func:`fit_inputs` reads): L, RATE and p on a grid refined three times around the best for every WARPS of
-    ``warps_range`` (1..64), t0 (>= 0) in closed form for each."""
-    x = np.array([fit_inputs(r, sms) for r in rows])
-    t = np.array([r["time_us"] for r in rows])
-    w = 1.0 / t**2
-    col = lambda v: v[:, None, None, None]  # noqa: E731
+def _predict(x: np.ndarray, c: dict) -> np.ndarray:
+    """model_time_us over the columns of ``x`` (rows of fit_inputs)."""
+    return model_time_us(x[:, 0], x[:, 1], x[:, 2], x[:, 3], c, x[:, 4], x[:, 5])
 
-    def best_of(ls, rates, ps, wfull):
-        lg, rg, pg = np.meshgrid(ls, rates, ps, indexing="ij")
-        sm = col(x[:, 1]) * lg + col(x[:, 2] / np.minimum(1.0, x[:, 3] / wfull)) / rg
-        c = col(x[:, 0])
-        m = np.maximum(c, sm)
-        s = m * ((c / m) ** pg + (sm / m) ** pg) ** (1.0 / pg)
-        t0 = np.maximum(0.0, np.tensordot(w, col(t) - s, axes=(0, 0)) / w.sum())
-        err = np.tensordot(w, (t0 + s - col(t)) ** 2, axes=(0, 0))
-        k = np.unravel_index(int(np.argmin(err)), err.shape)
-        return float(err[k]), float(lg[k]), float(rg[k]), float(pg[k]), float(t0[k])
+
+# The constants fit() searches, each on a scale where steps are even: L, rate, load and block times in logs (> 0),
+# t0 (>= 0) and p (1..16) as they are. FORMS: which of them a form frees (the others absent, i.e. zero).
+_FREE = ("t0_us", "L_us", "rate_per_us", "p", "load_us", "block_us")
+_LOG = {"L_us", "rate_per_us", "load_us", "block_us"}
+FORMS = {
+    "session 3 (fill rounds + shared wavefronts)": ("t0_us", "L_us", "rate_per_us", "p"),
+    "+ global loads": ("t0_us", "L_us", "rate_per_us", "p", "load_us"),
+    "+ global loads + blocks": _FREE,
+}
+FORM = "+ global loads + blocks"  # the shipped form (chosen by leave-one-radius-out, bench/fit_stencil.py cv)
+
+
+def _lm(resid: Callable[[np.ndarray], np.ndarray], x0: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+        iters: int = 200) -> tuple[np.ndarray, float]:  # fmt: skip
+    """Levenberg-Marquardt on a box (each step clipped to [lo, hi]), forward-difference Jacobian; returns (x,
+    sum of squared residuals). Deterministic; small problems only (a few parameters)."""
+    x = np.clip(np.asarray(x0, float), lo, hi)
+    r = resid(x)
+    cost, lam = float(r @ r), 1e-3
+    for _ in range(iters):
+        h = 1e-7 * np.maximum(1.0, np.abs(x))
+        jac = np.stack([(resid(x + h[i] * np.eye(len(x))[i]) - r) / h[i] for i in range(len(x))], axis=1)
+        g, a = jac.T @ r, jac.T @ jac
+        improved = False
+        while lam < 1e10:
+            step = np.linalg.solve(a + lam * np.diag(np.maximum(np.diag(a), 1e-12)), -g)
+            xn = np.clip(x + step, lo, hi)
+            rn = resid(xn)
+            cn = float(rn @ rn)
+            if np.isfinite(cn) and cn < cost:
+                done = cost - cn < 1e-12 * max(cost, 1e-30)
+                x, r, cost, lam, improved = xn, rn, cn, max(lam / 3, 1e-12), True
+                break
+            lam *= 4
+        if not improved or done:
+            break
+    return x, cost
+
+
+def fit(
+    rows: list[dict], sms: int, warps_range=range(1, 65), *, form: str = FORM, rate_max: float = 1980.0
+) -> dict:
+    """The constants ``{"t0_us", "L_us", "rate_per_us", "warps_full", "p", "load_us", "block_us"}`` minimising
+    the sum of squared relative time errors over ``rows`` (the measurements labelled fit; each with ``time_us``
+    and what :func:`fit_inputs` reads): for every WARPS of ``warps_range``, the form's other constants by
+    Levenberg-Marquardt from three fixed starts, rate at most ``rate_max`` (one wavefront per clock: the H200's
+    1980 MHz)."""
+    free = FORMS[form]
+    x = np.array([fit_inputs(r, sms) for r in rows], float)
+    t = np.array([r["time_us"] for r in rows], float)
+    lo = np.array([math.log(1e-6) if k in _LOG else {"t0_us": 0.0, "p": 1.0}[k] for k in free])
+    hi = np.array([math.log(rate_max) if k == "rate_per_us" else math.log(1e4) if k in _LOG else
+                   {"t0_us": 100.0, "p": 16.0}[k] for k in free])  # fmt: skip
+    starts = ({"t0_us": 0.3, "L_us": 0.9, "rate_per_us": 1500.0, "p": 3.0, "load_us": 3e-3, "block_us": 0.05},
+              {"t0_us": 1.0, "L_us": 0.3, "rate_per_us": 1000.0, "p": 2.0, "load_us": 1e-3, "block_us": 0.02},
+              {"t0_us": 0.0, "L_us": 1.5, "rate_per_us": 1900.0, "p": 6.0, "load_us": 1e-2, "block_us": 0.1})  # fmt: skip
+
+    def consts(v: np.ndarray, wfull: float) -> dict:
+        c = {k: (math.exp(a) if k in _LOG else float(a)) for k, a in zip(free, v, strict=True)}
+        return {"warps_full": float(wfull), **c}
 
     best = None
     for wfull in warps_range:
-        ls, rates, ps = (
-            np.linspace(0.0, 3.0, 31),
-            np.geomspace(100.0, 10000.0, 31),
-            np.linspace(1.0, 16.0, 31),
-        )
-        for _ in range(4):
-            e, L, rate, p, t0 = best_of(ls, rates, ps, wfull)
-            dl, dr, dp = ls[1] - ls[0], rates[1] / rates[0], ps[1] - ps[0]
-            ls = np.linspace(max(0.0, L - 2 * dl), L + 2 * dl, 21)
-            rates = np.geomspace(rate / dr**2, rate * dr**2, 21)
-            ps = np.linspace(max(1.0, p - 2 * dp), p + 2 * dp, 21)
-        if best is None or e < best[0]:
-            best = (e, {"t0_us": t0, "L_us": L, "rate_per_us": rate, "warps_full": float(wfull), "p": p})
+        for s0 in starts:
+            v0 = np.array([math.log(s0[k]) if k in _LOG else s0[k] for k in free])
+
+            def resid(v: np.ndarray, wfull=wfull) -> np.ndarray:
+                return _predict(x, consts(v, wfull)) / t - 1
+
+            v, cost = _lm(resid, v0, lo, hi)
+            if best is None or cost < best[0] - 1e-15:
+                best = (cost, consts(v, wfull))
     assert best is not None
-    return best[1]
+    c = best[1]
+    return {
+        k: c.get(k, 0.0) for k in ("t0_us", "L_us", "rate_per_us", "warps_full", "p", "load_us", "block_us")
+    }
 
 
 def errors(rows: list[dict], consts: dict, sms: int) -> list[float]:
     """Relative time errors (predicted / measured - 1) of ``rows`` under ``consts``."""
-    return [float(model_time_us(*fit_inputs(r, sms), consts)) / r["time_us"] - 1 for r in rows]
+    x = np.array([fit_inputs(r, sms) for r in rows], float)
+    t = np.array([r["time_us"] for r in rows], float)
+    return [float(e) for e in _predict(x, consts) / t - 1]

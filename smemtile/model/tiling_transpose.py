@@ -4,25 +4,29 @@ The model in one screen. A transpose moves ``2 x rows x cols x elem`` bytes and 
 its last 5-10 % (launch order, run length of the writes, bytes in flight, block size) is invisible to a bank or
 occupancy count, so each candidate's speed is *measured*, and the model only carries it to other shapes:
 
-    time(c, shape) = t0[c] + (vector_bytes + scalar_bytes / KAPPA + PHI_LINE x line_bytes) / bw[c]
-                     + MU[c] x sector_bytes / bw[c]
+    time(c, shape) = t0[c] + (vector_bytes + scalar_bytes / KAPPA + PHI_LINE x line_bytes
+                              + MU_IN x sector_in_bytes + MU_OUT[c] x sector_out_bytes) / bw[c]
 
 - ``vector_bytes``: the bytes of whole tiles (they take the kernel's vector path: 16-byte global accesses);
   ``scalar_bytes``: the edge tiles (masked, one element per access) and every tile when rows or cols is not a
   multiple of the vector width; KAPPA (<= 1) is how much slower a byte of the scalar path is.
-- misalignment: each side (the reads of input rows, the writes of output rows) moves its bytes in runs of
-  ``TILE x elem`` (input) and ``TY x TILES x elem`` (output) bytes. When the side's row pitch is a multiple of 32
-  but not of 128 bytes, every run starts inside a 128-byte line: ``line_bytes = side_bytes x 128 / run``. When it
-  is not a multiple of 32, every run starts inside a 32-byte sector (partial sectors read and written): the
-  side's bytes count ``sector_bytes``, with a per-candidate weight MU[c] (measured: fp16 5000 x 6000, output pitch
-  16 mod 32, costs 512-thread tall tiles 13 % and 256-thread square ones 21 %; no run-length law fits it). A
-  device copy of contiguous bytes pays neither. A candidate with no sector-misaligned fit shape uses the median
-  MU of its element size (fp32 has none: MU = 0, stated).
-- ``t0[c]`` (launch, ramp-up, the last wave's tail), ``bw[c]`` (steady bandwidth) and MU[c] per candidate; KAPPA
-  and PHI_LINE shared: weighted least squares on relative time error over the shapes labelled ``fit`` of a sweep
-  (``bench/bench_memory.py --plan run4``, then ``--fit``; the shared constants on a grid, KAPPA >= 0.25: the
-  scalar path still moves whole 64/128-byte warp rows); the shapes labelled ``held_out`` are never fitted, only
-  scored (the expected error ``tiles`` states is theirs).
+- misalignment, per side: each side (the reads of input rows, the writes of output rows) moves its bytes in runs
+  of ``TILE x elem`` (input) and ``TY x TILES x elem`` (output) bytes. When the side's row pitch is a multiple of
+  32 but not of 128 bytes, every run starts inside a 128-byte line: ``line_bytes = side_bytes x 128 / run``. When
+  it is not a multiple of 32, every run starts inside a 32-byte sector: that side's bytes count
+  ``sector_in_bytes`` (input pitch = cols x elem) or ``sector_out_bytes`` (output pitch = rows x elem). The
+  output side has a weight per candidate, MU_OUT[c] (partial sectors written by two blocks at different times;
+  fp16 5000 x 6000 and 7000 x 9000 measured 0.42-1.09 of the side's bytes, no run-length law fits it); the
+  input side one weight per element size, MU_IN (fitted on fp16 7000 x 9000, the only shape whose input pitch
+  is 16 mod 32 bytes: 0, i.e. a read run starting mid-sector costs nothing measurable; the sector it shares
+  with the neighbouring run comes from L2). The form was chosen among six by leave-one-shape-out on the fit
+  shapes (bench/NOTES.md). A candidate with no sector-misaligned fit point uses the median MU_OUT of its
+  element size (fp32 has none: MU_OUT = MU_IN = 0, stated). A device copy of contiguous bytes pays neither.
+- ``t0[c]`` (launch, ramp-up, the last wave's tail), ``bw[c]`` (steady bandwidth) and MU_OUT[c] per candidate;
+  KAPPA, PHI_LINE and MU_IN per element size: weighted least squares on relative time error over the shapes of
+  the sweeps (``bench/bench_memory.py --plan run4``, ``run5``, ``spearman``, then ``--fit``; the shared constants
+  on a grid, KAPPA >= 0.25: the scalar path still moves whole 64/128-byte warp rows). The expected error
+  ``tiles`` states is the leave-one-shape-out median over the fit shapes until a held-out sweep replaces it.
 - predicted GB/s = 2 x rows x cols x elem / time; the ratio to a device copy of the same bytes divides by the
   copy's measured bandwidth at the fitted sizes, interpolated in log(bytes). Below the smallest fitted size
   (64 MiB fp16, 128 MiB fp32: smaller problems live in L2 and were not measured) a candidate keeps the
@@ -166,19 +170,25 @@ def split_bytes(p: dict, rows: int, cols: int, elem: int) -> tuple[float, float]
     return whole, total - whole
 
 
-def misaligned_bytes(p: dict, rows: int, cols: int, elem: int) -> tuple[float, float]:
-    """(line_bytes, sector_bytes): see the module docstring (the runs of each side whose pitch is not line or
-    sector aligned)."""
+def misaligned_sides(p: dict, rows: int, cols: int, elem: int) -> tuple[float, float, float]:
+    """(line_bytes, sector_in_bytes, sector_out_bytes): see the module docstring (the runs of each side whose
+    pitch is not line or sector aligned)."""
     q = {**DEFAULTS, **p}
     g = geometry(q, elem)
     side = float(rows) * cols * elem
-    line = sector = 0.0
-    for pitch, run in ((cols * elem, g.tile * elem), (rows * elem, g.ty * q["TILES"] * elem)):
+    line, sectors = 0.0, [0.0, 0.0]
+    for k, (pitch, run) in enumerate(((cols * elem, g.tile * elem), (rows * elem, g.ty * q["TILES"] * elem))):
         if pitch % 32:
-            sector += side
+            sectors[k] = side
         elif pitch % 128:
             line += side * 128 / run
-    return line, sector
+    return line, sectors[0], sectors[1]
+
+
+def misaligned_bytes(p: dict, rows: int, cols: int, elem: int) -> tuple[float, float]:
+    """(line_bytes, sector_bytes of both sides together)."""
+    line, s_in, s_out = misaligned_sides(p, rows, cols, elem)
+    return line, s_in + s_out
 
 
 @dataclass(frozen=True)
@@ -233,10 +243,10 @@ def predict_time_us(p: dict, rows: int, cols: int, dtype: str, cal: dict) -> flo
     c = per.get("candidates", {}).get(_key(p))
     if c is None:
         return None
-    m = cal["model"]
+    m = {**cal.get("model", {}), **per.get("model", {})}  # the element size's shared constants
     vec, scalar = split_bytes(p, rows, cols, elem)
-    line, sector = misaligned_bytes(p, rows, cols, elem)
-    x = vec + scalar / m["kappa"] + m["phi_line"] * line + c["mu_sector"] * sector
+    line, s_in, s_out = misaligned_sides(p, rows, cols, elem)
+    x = vec + scalar / m["kappa"] + m["phi_line"] * line + m.get("mu_in", 0.0) * s_in + c["mu_out"] * s_out
     # below the smallest fitted size (L2-sized problems are not measured) the efficiency of that size: the bytes
     # scaled up to it, the time scaled back down (the shape's edge and misaligned fractions kept)
     scale = max(1.0, per.get("min_fit_bytes", 0.0) / (vec + scalar))
@@ -333,49 +343,57 @@ def expected_error(dtype: str, cal: dict | None = None) -> float | None:
     return cal["constants"].get(str(_elem(dtype)), {}).get("held_out_median_error")
 
 
+KAPPAS = tuple(k / 20 for k in range(5, 21))  # 0.25 .. 1
+PHIS = tuple(k / 20 for k in range(0, 41))  # 0 .. 2
+MU_INS = tuple(k / 20 for k in range(0, 31))  # 0 .. 1.5
+
+
 def fit(rows: list[dict]) -> dict:
-    """Fit the constants from measured rows ``{"label", "elem", "rows", "cols", "time_us", "params"}`` (the
-    shapes labelled fit only): KAPPA and PHI_LINE on a grid, shared; per candidate (t0, bw, MU) by least squares
-    on relative error (t0, MU >= 0; MU only where the candidate has a sector-misaligned point, else the median of
-    its element size). Returns ``{"model": {"kappa", "phi_line"}, "constants": {elem: {"candidates": {label:
-    {"t0_us", "bw_gbps", "mu_sector", "fit_points", "fit_max_error"}}}}}``."""
-    groups: dict[tuple, list[dict]] = {}
-    for r in rows:
-        groups.setdefault((r["elem"], r["label"]), []).append(r)
-    parts = {}  # per group and point: (vector, scalar, line, sector) bytes
-    for key, pts in groups.items():
-        parts[key] = [(*split_bytes(r["params"], r["rows"], r["cols"], key[0]),
-                       *misaligned_bytes(r["params"], r["rows"], r["cols"], key[0])) for r in pts]  # fmt: skip
-    best = None
-    for kappa in [k / 20 for k in range(5, 21)]:
-        for phi_line in [k / 20 for k in range(0, 41)]:
-            err, cons = 0.0, {}
-            for key, pts in groups.items():
-                xs = [(v + s / kappa + phi_line * ml) / 1e3 for v, s, ml, _ in parts[key]]
-                zs = [ms / 1e3 for *_, ms in parts[key]]
-                ts = [r["time_us"] for r in pts]
-                sol = _lsq_rel(xs, zs, ts)
-                err += sum(e * e for e in sol[3])
-                cons[key] = sol
-            if best is None or err < best[0] - 1e-15:
-                best = (err, kappa, phi_line, cons)
-    assert best is not None
-    _, kappa, phi_line, cons = best
-    out: dict = {"model": {"kappa": kappa, "phi_line": phi_line}, "constants": {}}
-    for (elem, lab), (t0, inv, mu, errs) in sorted(cons.items()):
-        per = out["constants"].setdefault(str(elem), {"candidates": {}})
-        per["candidates"][lab] = {"t0_us": t0, "bw_gbps": 1.0 / inv, "mu_sector": mu,
-                                  "fit_points": len(errs), "fit_max_error": max(errs)}  # fmt: skip
-    for (elem, _), pts in groups.items():
-        per = out["constants"][str(elem)]
-        sizes = [2.0 * r["rows"] * r["cols"] * elem for r in pts]
-        per["min_fit_bytes"] = min([per.get("min_fit_bytes", float("inf")), *sizes])
-    for per in out["constants"].values():  # candidates without a sector-misaligned fit point: the median MU
-        mus = sorted(c["mu_sector"] for c in per["candidates"].values() if c["mu_sector"] is not None)
-        per["mu_sector_median"] = mus[len(mus) // 2] if mus else 0.0
-        for c in per["candidates"].values():
-            if c["mu_sector"] is None:
-                c["mu_sector"] = per["mu_sector_median"]
+    """Fit the constants from measured rows ``{"label", "elem", "rows", "cols", "time_us", "params"}``: per element
+    size KAPPA, PHI_LINE and MU_IN on a grid (MU_IN only where a row's input pitch is sector-misaligned, else 0);
+    per candidate (t0, bw, MU_OUT) by least squares on relative error (t0, MU_OUT >= 0; MU_OUT only where the
+    candidate has a point whose output pitch is sector-misaligned, else the median of its element size). Returns
+    ``{"model": {}, "constants": {elem: {"model": {"kappa", "phi_line", "mu_in"}, "candidates": {label: {"t0_us",
+    "bw_gbps", "mu_out", "fit_points", "fit_max_error"}}, "min_fit_bytes", "mu_out_median"}}}``."""
+    out: dict = {"model": {}, "constants": {}}
+    for elem in sorted({r["elem"] for r in rows}):
+        groups: dict[str, list[dict]] = {}
+        for r in rows:
+            if r["elem"] == elem:
+                groups.setdefault(r["label"], []).append(r)
+        parts = {lab: [(*split_bytes(r["params"], r["rows"], r["cols"], elem),
+                        *misaligned_sides(r["params"], r["rows"], r["cols"], elem)) for r in pts]
+                 for lab, pts in groups.items()}  # fmt: skip
+        any_in = any(si > 0 for pts in parts.values() for *_, si, _ in pts)
+        best = None
+        for kappa in KAPPAS:
+            for phi_line in PHIS:
+                for mu_in in MU_INS if any_in else (0.0,):
+                    err, cons = 0.0, {}
+                    for lab in groups:
+                        xs = [
+                            (v + s / kappa + phi_line * ml + mu_in * si) / 1e3
+                            for v, s, ml, si, _ in parts[lab]
+                        ]
+                        zs = [so / 1e3 for *_, so in parts[lab]]
+                        sol = _lsq_rel(xs, zs, [r["time_us"] for r in groups[lab]])
+                        err += sum(e * e for e in sol[3])
+                        cons[lab] = sol
+                    if best is None or err < best[0] - 1e-15:
+                        best = (err, kappa, phi_line, mu_in, cons)
+        assert best is not None
+        _, kappa, phi_line, mu_in, cons = best
+        per = {"model": {"kappa": kappa, "phi_line": phi_line, "mu_in": mu_in}, "candidates": {}}
+        for lab, (t0, inv, mu, errs) in sorted(cons.items()):
+            per["candidates"][lab] = {"t0_us": t0, "bw_gbps": 1.0 / inv, "mu_out": mu, "fit_points": len(errs),
+                                      "fit_max_error": max(errs)}  # fmt: skip
+        per["min_fit_bytes"] = min(2.0 * r["rows"] * r["cols"] * elem for pts in groups.values() for r in pts)
+        mus = sorted(c["mu_out"] for c in per["candidates"].values() if c["mu_out"] is not None)
+        per["mu_out_median"] = mus[len(mus) // 2] if mus else 0.0
+        for c in per["candidates"].values():  # candidates without a sector-misaligned fit point: the median
+            if c["mu_out"] is None:
+                c["mu_out"] = per["mu_out_median"]
+        out["constants"][str(elem)] = per
     return out
 
 

@@ -221,9 +221,10 @@ class _Ranker:
 
         cal = load_calibration() or {}
         calibrated = bool(self.ranked and self.ranked[0].calibrated)
-        return {"model": "time = t0 + smax_p(copy(bytes), fill rounds x L + shared wavefronts / (SMs x rate x "
-                         "min(1, warps / WARPS))); ties within the model's resolution go to measured "
-                         "configurations (smemtile/model/tiling_stencil.py)",
+        return {"model": "time = t0 + smax_p(smax_p(copy(bytes), fill rounds x L + shared wavefronts / (SMs x "
+                         "rate x min(1, warps / WARPS)) + fill loads / SMs x LOAD), blocks / SMs x BLOCK); ties "
+                         "within the model's resolution go to measured configurations, by what they measured "
+                         "(smemtile/model/tiling_stencil.py)",
                 "source": "smemtile/model/tiling_stencil.py", "file": f"smemtile/model/data/{DATA_FILE}",
                 "gpu": cal.get("gpu"), "runs": cal.get("run"), "commit": cal.get("commit"), "calibrated": calibrated,
                 "expected_error": cal.get("held_out_median_error") if calibrated else None,
