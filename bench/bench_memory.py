@@ -721,6 +721,46 @@ def score_spearman(path: Path) -> list[dict]:
     return scores
 
 
+def record_validation(path: Path, data_dir: Path | None = None) -> dict:
+    """Write a scored plan-heldout results file into the memory models' data files as their expected error: per
+    family (transpose: per element size) the pooled median and max |time error| over every configuration of the
+    held-out cases, the cases' scores under ``validation``. The constants are not touched (nothing is refitted);
+    the data files' sha256 at plan time stay in the results file."""
+    d = data_dir or ROOT / "smemtile" / "model" / "data"
+    doc = json.loads(path.read_text())
+    scores = {s["case"]: s for s in doc["scores"]}
+    out = {}
+    for fam, name in (("stencil2d", "stencil_h200.json"), ("transpose", "transpose_h200.json")):
+        cal = json.loads((d / name).read_text())
+        cases = [c for c in doc["cases"] if c["family"] == fam and c["role"] == "held_out"]
+        groups: dict[str, list[dict]] = {}
+        for c in cases:
+            groups.setdefault(str(c["problem"].get("dtype", "")), []).append(c)
+        shapes = []
+        for dt, cs in sorted(groups.items()):
+            errs = [abs(r["predicted"]["time_us"] / (r["median_ms"] * 1e3) - 1) for c in cs for r in c["configs"]
+                    if "median_ms" in r]  # fmt: skip
+            target = cal["constants"]["4" if dt == "f32" else "2"] if fam == "transpose" else cal
+            target["held_out_median_error"], target["held_out_max_error"] = statistics.median(errs), max(errs)
+            shapes += sorted({c["case"] if fam == "transpose" else
+                              f"stencil R1-4 {c['problem']['ny']}x{c['problem']['nx']}" for c in cs})  # fmt: skip
+            out[f"{fam} {dt}".strip()] = target["held_out_median_error"]
+        cal["held_out_shapes"] = shapes
+        cal["validation"] = {"run": f"bench/results/{path.name}", "commit": doc["commit"], "date": doc["date"][:10],
+                             "model_data_sha256_at_plan_time": doc["model_data"][name],
+                             "what": "scored after the run (bench_memory.py --score, --record-validation); the "
+                                     "expected error is the pooled median |time error| of these cases; the "
+                                     "cross-validated one it replaces stays under form_choice / loso",
+                             "cases": [scores[c["case"]] for c in cases]}  # fmt: skip
+        if fam == "stencil2d":
+            from fit_stencil import write_data  # the stencil file's own layout (short lists on one line)
+
+            write_data(cal, d / name)
+        else:
+            (d / name).write_text(json.dumps(cal, indent=1) + "\n")
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
@@ -745,7 +785,15 @@ def main() -> int:
         "--fit-out", type=Path, default=ROOT / "smemtile" / "model" / "data" / "transpose_h200.json"
     )
     ap.add_argument("--score", type=Path, help="score a plan-spearman results file in place (no GPU)")
+    ap.add_argument(
+        "--record-validation",
+        type=Path,
+        help="a scored plan-heldout file: its errors become the expected error",
+    )
     a = ap.parse_args()
+    if a.record_validation:
+        print(record_validation(a.record_validation))
+        return 0
     if a.score:
         for r in score_spearman(a.score):
             print(f"{r['case']:28s} {r['timed']:2d}/{r['swept']:2d} of {r['ranked']:3d}  spearman {r['spearman']:5.2f}"

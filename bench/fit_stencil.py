@@ -195,6 +195,17 @@ def fit(cand: dict, old: dict) -> dict:
     }
 
 
+def write_data(doc: dict, path: Path = DATA) -> None:
+    """The data file as JSON, its short numeric lists (the candidates' rows, the copy's points) on one line."""
+    text = json.dumps(doc, indent=1)
+    text = re.sub(
+        r"\[\s+([-\d.e+]+),\s+([-\d.e+]+)(?:,\s+([-\d.e+]+))?\s+\]",  # short lists on one line
+        lambda m: "[" + ", ".join(g for g in m.groups() if g is not None) + "]",
+        text,
+    )
+    path.write_text(text + "\n")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("what", choices=("table", "cv", "fit"))
@@ -210,13 +221,7 @@ def main() -> int:
     else:
         cand = {"compiler": old["compiler"], "source_sha256": old["source_sha256"], "rows": old["candidates"]}
         doc = fit(cand, old)
-    text = json.dumps(doc, indent=1)
-    text = re.sub(
-        r"\[\s+([-\d.e+]+),\s+([-\d.e+]+)(?:,\s+([-\d.e+]+))?\s+\]",  # short lists on one line
-        lambda m: "[" + ", ".join(g for g in m.groups() if g is not None) + "]",
-        text,
-    )
-    DATA.write_text(text + "\n")
+    write_data(doc)
     print(
         json.dumps(
             {k: v for k, v in doc.items() if k not in ("candidates", "measured", "form_choice")}, indent=1

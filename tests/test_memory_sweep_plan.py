@@ -126,3 +126,18 @@ def test_score_spearman(tmp_path):
     assert s["pick_vs_best"] == pytest.approx(3850 / 3900)
     assert s["median_time_error"] == 0.0 and math.isclose(s["top_measured_spread"], 1 - 2800 / 3900)
     assert json.loads(path.read_text())["scores"][0]["pick"] == "c1"
+
+
+def test_record_validation_reproduces_the_data_files_expected_errors(tmp_path):
+    """The held-out run's errors, written into copies of the data files, are the ones the shipped files state;
+    nothing else in them changes."""
+    import shutil
+
+    bm = bench_memory()
+    for name in ("stencil_h200.json", "transpose_h200.json"):
+        shutil.copy(ROOT / "smemtile" / "model" / "data" / name, tmp_path / name)
+    got = bm.record_validation(ROOT / "bench" / "results" / "memory_h200_session4_heldout.json", tmp_path)
+    assert set(got) == {"stencil2d", "transpose f16", "transpose f32"}
+    for name in ("stencil_h200.json", "transpose_h200.json"):
+        assert json.loads((tmp_path / name).read_text()) == data(name)
+    assert got["stencil2d"] == data("stencil_h200.json")["held_out_median_error"]

@@ -113,7 +113,21 @@ def test_the_form_is_the_one_leave_one_radius_out_chose():
     assert old["held_out_radius"]["R1"]["spearman_sweep"] < 0.6 and old["mean_spearman"] < 0.85
     assert fc[ts.FORM]["mean_spearman"] > 0.9 and min(
         v["spearman_sweep"] for v in fc[ts.FORM]["held_out_radius"].values()) > 0.85  # fmt: skip
-    assert c["held_out_median_error"] == pytest.approx(fc[ts.FORM]["mean_median_error"])
+    assert 0.035 < fc[ts.FORM]["mean_median_error"] < 0.04
+
+
+def test_the_expected_error_is_the_held_out_sweeps():
+    """Validated after the freeze on shapes nobody had measured (bench/results/memory_h200_session4_heldout.json,
+    R 1-4 at 6144^2 and 2048 x 16384, 36 configurations each): Spearman 0.85-0.96, the #1 within 1.7 % of the
+    best measured; the pooled median |time error| (4.5 %) is the expected error `tiles` states."""
+    c = cal()
+    v = c["validation"]
+    assert v["run"].endswith("memory_h200_session4_heldout.json") and v["commit"] == "1bd7aff"
+    assert (
+        c["held_out_shapes"] == ["stencil R1-4 2048x16384", "stencil R1-4 6144x6144"] and len(v["cases"]) == 8
+    )
+    assert 0.04 < c["held_out_median_error"] < 0.05 and c["held_out_max_error"] < 0.5
+    assert all(x["spearman"] > 0.84 and x["pick_vs_best"] > 0.98 and x["timed"] == 36 for x in v["cases"])
 
 
 def test_stencil_constants_are_physical():

@@ -179,11 +179,17 @@ def test_the_calibration_names_its_provenance_and_held_out_error():
     cal = load_calibration()
     assert cal["gpu"] == "NVIDIA H200" and all(
         f"memory_h200_{r}.json" in cal["run"] for r in ("run4", "run5", "session4_spearman"))  # fmt: skip
-    assert len(cal["fit_shapes"]) == 12 and all("leave-one-shape-out" in x for x in cal["held_out_shapes"])
-    for elem in ("2", "4"):  # the expected error: leave-one-shape-out over the fit shapes
+    assert len(cal["fit_shapes"]) == 12 and not set(cal["fit_shapes"]) & set(cal["held_out_shapes"])
+    # the expected error: the held-out sweep after the freeze (5000 x 7000, 12288 x 6144, 8192 x 5000, every
+    # candidate); the leave-one-shape-out medians it replaced were 1.4 % (fp16) and 1.5 % (fp32)
+    assert (
+        cal["validation"]["run"].endswith("memory_h200_session4_heldout.json")
+        and len(cal["held_out_shapes"]) == 6
+    )
+    for elem, lo, hi in (("2", 0.01, 0.015), ("4", 0.005, 0.008)):
         c = cal["constants"][elem]
-        assert c["held_out_median_error"] == pytest.approx(cal["loso"][elem]["median_error"])
-        assert 0.005 < c["held_out_median_error"] < 0.02 and c["fit_median_error"] < 0.01
+        assert lo < c["held_out_median_error"] < hi and c["fit_median_error"] < 0.01
+        assert 0.012 < cal["loso"][elem]["median_error"] < 0.016
     assert {label(p) for p in candidates("f16")} == set(cal["constants"]["2"]["candidates"])
 
 
