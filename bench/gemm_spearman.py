@@ -98,8 +98,8 @@ def cmd_run(args) -> None:
     torch = torch_setup()
     dev = open_device(torch.cuda.current_device())
     flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                            text=True).stdout.strip()  # fmt: skip
+    commit = args.commit or subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                                           text=True).stdout.strip()  # the device copy's git may be stale  # fmt: skip
     todo, rows = plan(args.family), []
     for shape in SHAPES[args.family]:
         mine = [e for e in todo if tuple(e["shape"]) == shape]
@@ -177,6 +177,7 @@ def main() -> None:
         p.add_argument("--family", choices=sorted(SHAPES), default="hgemm")
     r.add_argument("--out", type=Path, required=True)
     r.add_argument("--rounds", type=int, default=9)
+    r.add_argument("--commit", help="the commit being measured (the device copy's git HEAD can be stale)")
     s = sub.add_parser("score", help="Spearman and the #1's gap per shape, into the results file")
     s.add_argument("results", type=Path)
     args = ap.parse_args()
