@@ -291,9 +291,34 @@ def heldout_cases() -> list[Case]:
     return cases
 
 
+# plans inpitch / inpitch_heldout (session 4, transpose input pitch): shapes whose fp16 input pitch alone is
+# 16 mod 32 bytes (cols = 8 mod 16, rows = 0 mod 16), every calibrated candidate, to fit a per-candidate input
+# weight (inpitch: fit data, f32 and f16) and to validate it afresh (inpitch_heldout: fp16, two input-only
+# shapes and one with both pitches 16 mod 32 bytes). None of these shapes was measured before. 4096 x 9000
+# stands in for 4096 x 3000, which (49 MB read + written) is below the model's smallest fitted size in fp16.
+INPITCH_FIT = ((("f32", "f16"), ((6144, 5000), (4096, 9000))),)
+INPITCH_HELDOUT = ((("f16",), ((12288, 3000), (8192, 7000), (3000, 7000))),)
+
+
+def transpose_ranked_cases(groups: tuple, role: str) -> list[Case]:
+    """Every calibrated transpose candidate, with the model's prediction, for each (dtypes, shapes) group."""
+    cases = []
+    for dtypes, shapes in groups:
+        for dt in dtypes:
+            for rows, cols in shapes:
+                problem = {"rows": rows, "cols": cols, "dtype": dt}
+                cases.append(Case(f"transpose {dt} {rows}x{cols}", "transpose", problem,
+                                  ranked_configs("transpose", problem, {}), role))  # fmt: skip
+    return cases
+
+
 def plan_cases(plan: str) -> list[Case]:
     if plan == "heldout":
         return heldout_cases()
+    if plan == "inpitch":
+        return transpose_ranked_cases(INPITCH_FIT, "fit")
+    if plan == "inpitch_heldout":
+        return transpose_ranked_cases(INPITCH_HELDOUT, "held_out")
     if plan == "run4":
         return run4_cases()
     if plan == "spearman":
@@ -764,7 +789,9 @@ def record_validation(path: Path, data_dir: Path | None = None) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
-        "--plan", default="sweep", choices=("sweep", "final", "run4", "run5", "spearman", "heldout")
+        "--plan",
+        default="sweep",
+        choices=("sweep", "final", "run4", "run5", "spearman", "heldout", "inpitch", "inpitch_heldout"),
     )
     ap.add_argument(
         "--plan-file", type=Path, help="the resolved plan --prebuild wrote (skips the fix search)"
