@@ -138,6 +138,6 @@ def test_record_validation_reproduces_the_data_files_expected_errors(tmp_path):
         shutil.copy(ROOT / "smemtile" / "model" / "data" / name, tmp_path / name)
     got = bm.record_validation(ROOT / "bench" / "results" / "memory_h200_session4_heldout.json", tmp_path)
     assert set(got) == {"stencil2d", "transpose f16", "transpose f32"}
-    for name in ("stencil_h200.json", "transpose_h200.json"):
-        assert json.loads((tmp_path / name).read_text()) == data(name)
+    # the transpose file was refitted since (the input-pitch fit run): only the stencil file is this run's
+    assert json.loads((tmp_path / "stencil_h200.json").read_text()) == data("stencil_h200.json")
     assert got["stencil2d"] == data("stencil_h200.json")["held_out_median_error"]

@@ -260,7 +260,7 @@ def test_transpose_family_ranking_and_its_refusals(dtype, first):
         assert "PACK=2 must divide the 1 vectors" in reasons["T64x8 P2"]["reason"]
         assert reasons["T64x16 2tiles"]["kind"] == "uncalibrated"
     err = rep.provenance["expected_error"]
-    assert 0.005 < err < 0.02 and ("f32" if dtype == "f32" else "f16") in rep.provenance["expected_error_of"]
+    assert 0.005 < err < 0.025 and ("f32" if dtype == "f32" else "f16") in rep.provenance["expected_error_of"]
 
 
 # ---- the CLI ----------------------------------------------------------------------------------------------------

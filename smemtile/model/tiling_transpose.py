@@ -16,12 +16,14 @@ occupancy count, so each candidate's speed is *measured*, and the model only car
   it is not a multiple of 32, every run starts inside a 32-byte sector: that side's bytes count
   ``sector_in_bytes`` (input pitch = cols x elem) or ``sector_out_bytes`` (output pitch = rows x elem). The
   output side has a weight per candidate, MU_OUT[c] (partial sectors written by two blocks at different times;
-  fp16 5000 x 6000 and 7000 x 9000 measured 0.42-1.09 of the side's bytes, no run-length law fits it); the
-  input side one weight per element size, MU_IN (fitted on fp16 7000 x 9000, the only shape whose input pitch
-  is 16 mod 32 bytes: 0, i.e. a read run starting mid-sector costs nothing measurable; the sector it shares
-  with the neighbouring run comes from L2). The form was chosen among six by leave-one-shape-out on the fit
-  shapes (bench/NOTES.md). A candidate with no sector-misaligned fit point uses the median MU_OUT of its
-  element size (fp32 has none: MU_OUT = MU_IN = 0, stated). A device copy of contiguous bytes pays neither.
+  fp16 5000 x 6000 and 7000 x 9000 measured 0.23-0.92 of the side's bytes, no run-length law fits it); the
+  input side one weight per element size, MU_IN (fp16: 0.1, fitted on 7000 x 9000 and the two shapes whose
+  input pitch alone is 16 mod 32 bytes, 6144 x 5000 and 4096 x 9000; a read run starting mid-sector shares
+  that sector with the neighbouring run, mostly from L2). A weight per candidate for the input side
+  (``fit(rows, "per_candidate")``) was the alternative: it lost the leave-one-shape-out choice on the fit
+  shapes (mean fp16 Spearman 0.70 against 0.77; bench/NOTES.md), the form itself chosen among six before. A
+  candidate with no sector-misaligned fit point uses the median MU_OUT of its element size (fp32 has none:
+  MU_OUT = MU_IN = 0, stated). A device copy of contiguous bytes pays neither.
 - ``t0[c]`` (launch, ramp-up, the last wave's tail), ``bw[c]`` (steady bandwidth) and MU_OUT[c] per candidate;
   KAPPA, PHI_LINE and MU_IN per element size: weighted least squares on relative time error over the shapes of
   the sweeps (``bench/bench_memory.py --plan run4``, ``run5``, ``spearman``, then ``--fit``; the shared constants
@@ -246,7 +248,8 @@ def predict_time_us(p: dict, rows: int, cols: int, dtype: str, cal: dict) -> flo
     m = {**cal.get("model", {}), **per.get("model", {})}  # the element size's shared constants
     vec, scalar = split_bytes(p, rows, cols, elem)
     line, s_in, s_out = misaligned_sides(p, rows, cols, elem)
-    x = vec + scalar / m["kappa"] + m["phi_line"] * line + m.get("mu_in", 0.0) * s_in + c["mu_out"] * s_out
+    mu_in = c.get("mu_in", m.get("mu_in", 0.0))  # per candidate where fitted so, else the element size's
+    x = vec + scalar / m["kappa"] + m["phi_line"] * line + mu_in * s_in + c["mu_out"] * s_out
     # below the smallest fitted size (L2-sized problems are not measured) the efficiency of that size: the bytes
     # scaled up to it, the time scaled back down (the shape's edge and misaligned fractions kept)
     scale = max(1.0, per.get("min_fit_bytes", 0.0) / (vec + scalar))
@@ -348,13 +351,23 @@ PHIS = tuple(k / 20 for k in range(0, 41))  # 0 .. 2
 MU_INS = tuple(k / 20 for k in range(0, 31))  # 0 .. 1.5
 
 
-def fit(rows: list[dict]) -> dict:
+MU_IN_FORMS = (
+    "per_candidate",
+    "shared",
+)  # the input side's weight: one per candidate, or one per element size
+
+
+def fit(rows: list[dict], mu_in_form: str = "per_candidate") -> dict:
     """Fit the constants from measured rows ``{"label", "elem", "rows", "cols", "time_us", "params"}``: per element
-    size KAPPA, PHI_LINE and MU_IN on a grid (MU_IN only where a row's input pitch is sector-misaligned, else 0);
-    per candidate (t0, bw, MU_OUT) by least squares on relative error (t0, MU_OUT >= 0; MU_OUT only where the
-    candidate has a point whose output pitch is sector-misaligned, else the median of its element size). Returns
-    ``{"model": {}, "constants": {elem: {"model": {"kappa", "phi_line", "mu_in"}, "candidates": {label: {"t0_us",
-    "bw_gbps", "mu_out", "fit_points", "fit_max_error"}}, "min_fit_bytes", "mu_out_median"}}}``."""
+    size KAPPA and PHI_LINE on a grid; per candidate (t0, bw, MU_OUT) by least squares on relative error (t0,
+    MU_OUT >= 0; MU_OUT only where the candidate has a point whose output pitch is sector-misaligned, else the
+    median of its element size). The input side (``mu_in_form``): ``"per_candidate"`` fits MU_IN with t0, bw and
+    MU_OUT (>= 0, where the candidate has a point whose input pitch is sector-misaligned, else the median);
+    ``"shared"`` one MU_IN per element size on the grid. Returns ``{"model": {}, "constants": {elem: {"model":
+    {"kappa", "phi_line", "mu_in", "mu_in_form"}, "candidates": {label: {"t0_us", "bw_gbps", "mu_out", ["mu_in"],
+    "fit_points", "fit_max_error"}}, "min_fit_bytes", "mu_out_median", ["mu_in_median"]}}}``."""
+    assert mu_in_form in MU_IN_FORMS, mu_in_form
+    per_cand = mu_in_form == "per_candidate"
     out: dict = {"model": {}, "constants": {}}
     for elem in sorted({r["elem"] for r in rows}):
         groups: dict[str, list[dict]] = {}
@@ -368,14 +381,16 @@ def fit(rows: list[dict]) -> dict:
         best = None
         for kappa in KAPPAS:
             for phi_line in PHIS:
-                for mu_in in MU_INS if any_in else (0.0,):
+                for mu_in in MU_INS if any_in and not per_cand else (0.0,):
                     err, cons = 0.0, {}
                     for lab in groups:
                         xs = [
                             (v + s / kappa + phi_line * ml + mu_in * si) / 1e3
                             for v, s, ml, si, _ in parts[lab]
                         ]
-                        zs = [so / 1e3 for *_, so in parts[lab]]
+                        zs = [[so / 1e3 for *_, so in parts[lab]]]
+                        if per_cand:
+                            zs.append([si / 1e3 for *_, si, _ in parts[lab]])
                         sol = _lsq_rel(xs, zs, [r["time_us"] for r in groups[lab]])
                         err += sum(e * e for e in sol[3])
                         cons[lab] = sol
@@ -383,40 +398,57 @@ def fit(rows: list[dict]) -> dict:
                         best = (err, kappa, phi_line, mu_in, cons)
         assert best is not None
         _, kappa, phi_line, mu_in, cons = best
-        per = {"model": {"kappa": kappa, "phi_line": phi_line, "mu_in": mu_in}, "candidates": {}}
-        for lab, (t0, inv, mu, errs) in sorted(cons.items()):
-            per["candidates"][lab] = {"t0_us": t0, "bw_gbps": 1.0 / inv, "mu_out": mu, "fit_points": len(errs),
-                                      "fit_max_error": max(errs)}  # fmt: skip
+        per = {"model": {"kappa": kappa, "phi_line": phi_line, "mu_in": mu_in, "mu_in_form": mu_in_form},
+               "candidates": {}}  # fmt: skip
+        for lab, (t0, inv, mus, errs) in sorted(cons.items()):
+            c = {"t0_us": t0, "bw_gbps": 1.0 / inv, "mu_out": mus[0]}
+            if per_cand:
+                c["mu_in"] = mus[1]
+            per["candidates"][lab] = {**c, "fit_points": len(errs), "fit_max_error": max(errs)}
         per["min_fit_bytes"] = min(2.0 * r["rows"] * r["cols"] * elem for pts in groups.values() for r in pts)
-        mus = sorted(c["mu_out"] for c in per["candidates"].values() if c["mu_out"] is not None)
-        per["mu_out_median"] = mus[len(mus) // 2] if mus else 0.0
-        for c in per["candidates"].values():  # candidates without a sector-misaligned fit point: the median
-            if c["mu_out"] is None:
-                c["mu_out"] = per["mu_out_median"]
+        for key in ("mu_out", "mu_in") if per_cand else ("mu_out",):
+            mus = sorted(c[key] for c in per["candidates"].values() if c[key] is not None)
+            per[f"{key}_median"] = mus[len(mus) // 2] if mus else 0.0
+            for c in per[
+                "candidates"
+            ].values():  # candidates without a sector-misaligned fit point: the median
+                if c[key] is None:
+                    c[key] = per[f"{key}_median"]
         out["constants"][str(elem)] = per
     return out
 
 
 def _lsq_rel(
-    xs: list[float], zs: list[float], ts: list[float]
-) -> tuple[float, float, float | None, list[float]]:
-    """(t0, inv, mu, relative errors) minimising sum(((t0 + inv (x + mu z)) - t) / t)^2 with t0 >= 0 and mu >= 0;
-    mu is None (not fitted) when no point has z > 0."""
-    a = np.array([[1.0, x, z] for x, z in zip(xs, zs, strict=True)]) / np.array(ts)[:, None]
+    xs: list[float], zs: list[list[float]], ts: list[float]
+) -> tuple[float, float, list[float | None], list[float]]:
+    """(t0, inv, [mu per z column], relative errors) minimising sum(((t0 + inv (x + sum mu_k z_k)) - t) / t)^2
+    with t0 >= 0 and every mu_k >= 0; a mu_k is None (not fitted) when no point has z_k > 0. Where the free
+    solution has a negative t0 or mu, the subsets with fewer of them are tried: t0 dropped first, then the mus
+    in order."""
+    from itertools import combinations
+
+    a = np.array([[1.0, x, *z] for x, *z in zip(xs, *zs, strict=True)]) / np.array(ts)[:, None]
     b = np.ones(len(ts))
-    cols = [0, 1, 2] if any(z > 0 for z in zs) else [0, 1]
-    for keep in (cols, [c for c in cols if c != 0], [c for c in cols if c != 2]):  # drop t0 or mu if negative
-        sol, *_ = np.linalg.lstsq(a[:, keep], b, rcond=None)
-        full = dict(zip(keep, sol, strict=True))
-        t0, inv, w = full.get(0, 0.0), full.get(1, 0.0), full.get(2, 0.0)
-        if t0 >= 0 and inv > 0 and w >= 0:
-            break
-    else:  # time proportional to bytes
-        t0, w = 0.0, 0.0
-        inv = float(np.sum(a[:, 1]) / np.sum(a[:, 1] ** 2))
-    errs = [abs(t0 + inv * x + w * z - t) / t for x, z, t in zip(xs, zs, ts, strict=True)]
-    mu = float(w / inv) if 2 in cols else None
-    return float(t0), float(inv), mu, errs
+    fitted = [2 + k for k, z in enumerate(zs) if any(v > 0 for v in z)]
+    optional = [0, *fitted]
+    t0, inv, w = 0.0, 0.0, {}
+    for n in range(len(optional) + 1):
+        for drop in combinations(optional, n):
+            keep = [1, *(c for c in optional if c not in drop)]
+            keep.sort()
+            sol, *_ = np.linalg.lstsq(a[:, keep], b, rcond=None)
+            full = dict(zip(keep, sol, strict=True))
+            t0, inv = full.get(0, 0.0), full.get(1, 0.0)
+            w = {c: full.get(c, 0.0) for c in fitted}
+            if t0 >= 0 and inv > 0 and all(v >= 0 for v in w.values()):
+                break
+        else:
+            continue
+        break
+    errs = [abs(t0 + inv * x + sum(w.get(2 + k, 0.0) * z for k, z in enumerate(zk)) - t) / t
+            for x, *zk, t in zip(xs, *zs, ts, strict=True)]  # fmt: skip
+    mus = [float(w[2 + k] / inv) if 2 + k in w else None for k in range(len(zs))]
+    return float(t0), float(inv), mus, errs
 
 
 def copy_fit(points: list[tuple[float, float]]) -> dict:
