@@ -780,10 +780,10 @@ def record_validation(path: Path, data_dir: Path | None = None) -> dict:
     scores = {s["case"]: s for s in doc["scores"]}
     out = {}
     for fam, name in (("stencil2d", "stencil_h200.json"), ("transpose", "transpose_h200.json")):
-        cal = json.loads((d / name).read_text())
         cases = [c for c in doc["cases"] if c["family"] == fam and c["role"] == "held_out"]
         if not cases:  # a run of one family leaves the other's data file alone
             continue
+        cal = json.loads((d / name).read_text())
         groups: dict[str, list[dict]] = {}
         for c in cases:
             groups.setdefault(str(c["problem"].get("dtype", "")), []).append(c)
@@ -796,7 +796,13 @@ def record_validation(path: Path, data_dir: Path | None = None) -> dict:
             shapes += sorted({c["case"] if fam == "transpose" else
                               f"stencil R1-4 {c['problem']['ny']}x{c['problem']['nx']}" for c in cs})  # fmt: skip
             out[f"{fam} {dt}".strip()] = target["held_out_median_error"]
-        cal["held_out_shapes"] = shapes
+        # a run of some dtypes keeps what the file states for the others (transpose: per element size)
+        kept = [
+            x
+            for x in cal.get("held_out_shapes", [])
+            if fam == "transpose" and not any(f" {dt} " in x for dt in groups)
+        ]
+        cal["held_out_shapes"] = kept + shapes
         cal["validation"] = {"run": f"bench/results/{path.name}", "commit": doc["commit"], "date": doc["date"][:10],
                              "model_data_sha256_at_plan_time": doc["model_data"][name],
                              "what": "scored after the run (bench_memory.py --score, --record-validation); the "
