@@ -143,3 +143,40 @@ def test_generated_header_says_what_auto_chose():
         k = render(configure("sgemm", {**SG8x8, **problem}, PAD4, "sm_90"))
         assert f"RAGGED=0 (auto: {want})" in k.header
         assert k.name_expression.endswith(f", {int(want == 1)}>")
+
+
+def test_verify_ncu_profiles_the_kernel_the_problem_compiles():
+    """`verify --ncu` runs a small problem of whole tiles (aligned): RAGGED stays what the user's problem resolved
+    to, so the profiled kernel is the user's, and the model counts each A copy for the tiles it actually copies
+    (RAGGED's loop for the whole tiles after the prologue, As_copy for the prologue): together once per K tile."""
+    from smemtile.gpu.ncu_compare import model_accesses
+    from smemtile.pipeline.verify import ncu_config
+
+    user = configure("sgemm", {**SG8x8, "M": 2999, "N": 3001, "K": 3003}, PAD4, "sm_90")
+    small = ncu_config(user, user.arch)
+    assert small.problem["K"] % 4 == 0 and small.problem["N"] % 4 == 0  # whole tiles
+    assert small.params["RAGGED"] == 1
+    from smemtile.families import FAMILIES
+
+    fam = FAMILIES["sgemm"]
+    assert fam.name_expression(small).endswith(", 1>") and fam.name_expression(user).endswith(", 1>")
+    model = {m.name: m for m in model_accesses(small)}
+    tiles = fam.repeats_per_block(small)  # 8 K tiles, 3 stages: 2 in the prologue, 6 in RAGGED's loop
+    assert (model["As_copy"].repeats, model["As_copy_ragged"].repeats) == (2, tiles - 2)
+    assert model["As_copy"].instructions == model["As_copy_ragged"].instructions  # the same stores per tile
+    assert model["Bs_read"].repeats == tiles
+    aligned = ncu_config(
+        configure("sgemm", {**SG8x8, "M": 4096, "N": 4096, "K": 4096}, PAD4, "sm_90"), user.arch
+    )
+    assert aligned.params["RAGGED"] == 2 and "As_copy_ragged" not in {m.name for m in model_accesses(aligned)}
+
+
+def test_ragged_repeats_with_split_k_and_a_partial_tile():
+    """Per K slice: whole tiles past the prologue go through RAGGED's loop, the prologue and a partial tile not."""
+    from smemtile.families import FAMILIES
+
+    cfg = configure("sgemm", {**SG8x8, "SPLIT_K": 2, "M": 999, "N": 1001, "K": 2003}, PAD4, "sm_90")
+    rep = FAMILIES["sgemm"].access_repeats(cfg)
+    # BK 16, 2 slices: kc = ceil(2003 / 32) * 16 = 1008 -> slices of 1008 and 995 elements: 63 and 63 tiles,
+    # 63 and 62 whole; 3 stages: 61 and 60 through the loop
+    assert rep == {"As_copy_ragged": (61 + 60) / 2, "As_copy": (2 + 3) / 2}

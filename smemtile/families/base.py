@@ -329,6 +329,12 @@ class Family:
         """How often each access runs per block (e.g. once per K tile)."""
         return 1
 
+    def access_repeats(self, cfg: KernelConfig) -> dict[str, float]:
+        """Accesses that run a different number of times per block than :meth:`repeats_per_block` (mean over the
+        blocks), e.g. sgemm's RAGGED loop, which copies A one way for the whole K tiles it streams and the other
+        way for the prologue and the tail."""
+        return {}
+
     def pipeline_items(self, cfg: KernelConfig, ptx: str | None) -> list[Item]:
         """Checklist items about the cp.async pipeline, from the compiled PTX when given."""
         why = "single-stage tile, no cp.async pipeline"

@@ -36,6 +36,7 @@ class ModelAccess:
     ncu_ideal: int  # what ncu subtracts for its conflict count (cp.async: 1 per 128 bytes)
     # mean wavefronts of each unrolled instruction of the kernel source (first axis of the contract arrays)
     slot_means: list[float]
+    repeats: float = 1.0  # how often one block runs it (the family's repeats_per_block, or access_repeats)
 
     @property
     def mean(self) -> float:
@@ -49,10 +50,12 @@ class ModelAccess:
 
 def model_accesses(cfg) -> list[ModelAccess]:
     """The family's accesses for ``cfg``, analysed: per access the instructions one block issues per
-    repetition, their wavefronts, and the mean per unrolled instruction of the source (one loop-variable
-    combination, averaged over warps)."""
+    repetition, their wavefronts, the mean per unrolled instruction of the source (one loop-variable
+    combination, averaged over warps), and how many repetitions a block runs."""
     from smemtile.codegen.analysis import access_results
+    from smemtile.families import FAMILIES
 
+    reps, own = repeats_per_block(cfg), FAMILIES[cfg.family].access_repeats(cfg)
     out = []
     for r in access_results(cfg):
         b = r.bank
@@ -67,7 +70,8 @@ def model_accesses(cfg) -> list[ModelAccess]:
             slots.setdefault(tuple(sorted(loop.items())), []).append(i)
         means = sorted({round(float(w[ix].sum()) / len(ix), 6) for ix in slots.values()})
         out.append(ModelAccess(r.access.name, r.access.op, r.access.width, int(len(w)), int(w.sum()),
-                               int(ideal.sum()), int(ncu_ideal.sum()), means))  # fmt: skip
+                               int(ideal.sum()), int(ncu_ideal.sum()), means,
+                               float(own.get(r.access.name, reps))))  # fmt: skip
     return out
 
 
@@ -95,7 +99,6 @@ def compare(cfg, rows: list[SassRow], metrics: dict[str, float]) -> dict:
     fam = FAMILIES[cfg.family]
     launch = fam.launch(cfg)
     blocks = int(np.prod(launch.grid))
-    reps = repeats_per_block(cfg) * blocks
     model = model_accesses(cfg)
 
     # Shared-memory SASS instructions that ran. ptxas places `@!PT LDS RZ, [RZ]` next to LDGSTS: issued (so
@@ -137,9 +140,9 @@ def compare(cfg, rows: list[SassRow], metrics: dict[str, float]) -> dict:
         ideal_meas = (
             sum(r.ideal or 0.0 for r, _ in members) if all(r.ideal is not None for r, _ in members) else None
         )
-        exec_model = sum(m.instructions for m in accs) * reps
-        wf_model = sum(m.wavefronts for m in accs) * reps
-        ncu_ideal_model = sum(m.ncu_ideal for m in accs) * reps
+        exec_model = sum(m.instructions * m.repeats for m in accs) * blocks
+        wf_model = sum(m.wavefronts * m.repeats for m in accs) * blocks
+        ncu_ideal_model = sum(m.ncu_ideal * m.repeats for m in accs) * blocks
         mapping = "exact" if len(accs) == 1 else ("ambiguous" if accs else "unmapped")
         if not members:
             mapping = "not in SASS"
@@ -254,7 +257,7 @@ def compare(cfg, rows: list[SassRow], metrics: dict[str, float]) -> dict:
         "model": sum(g["wavefronts"]["model"] for g in comparable) / blocks,
         "what": "shared-memory wavefronts per block, summed over the comparable instructions",
     }
-    totals = _totals(model, groups, metrics, reps, placeholders, sass)
+    totals = _totals(model, groups, metrics, blocks, placeholders, sass)
     for t in totals.values():
         if t.get("match") is not None:
             all_match &= t["match"]
@@ -278,7 +281,7 @@ def _totals(
     model: list[ModelAccess],
     groups: list[dict],
     met: dict[str, float],
-    reps: int,
+    blocks: int,
     placeholders: dict[str, float],
     sass: list,
 ) -> dict:
@@ -298,9 +301,9 @@ def _totals(
             g = next((g for g in groups if (g["op"], g["width"]) == (m.op, m.width)), None)
             if g is not None and g["invisible"] and not invisible_ok:
                 continue  # not counted by the hardware
-            wf += m.wavefronts * reps
-            inst += m.instructions * reps
-            conf += (m.wavefronts - m.ncu_ideal) * reps
+            wf += m.wavefronts * m.repeats * blocks
+            inst += m.instructions * m.repeats * blocks
+            conf += (m.wavefronts - m.ncu_ideal) * m.repeats * blocks
         return wf, inst, conf
 
     W = "l1tex__data_pipe_lsu_wavefronts_mem_shared"

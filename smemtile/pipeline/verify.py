@@ -200,6 +200,15 @@ def _clusters(k, model: dict, dev) -> dict:
 # ---- Nsight Compute -----------------------------------------------------------------------------------------
 
 
+def ncu_config(cfg: KernelConfig, arch) -> KernelConfig:
+    """What ``--ncu`` profiles for ``cfg``: the family's small problem of whole tiles, with every parameter left at
+    0 = auto pinned to what it resolves to for the user's problem (sgemm's RAGGED, hgemm's ALIGN), so the
+    profiled kernel is the one the user's problem compiles, not the one the small problem would."""
+    full = reconfigure(cfg, arch=arch)
+    fam = FAMILIES[cfg.family]
+    return reconfigure(full, params=fam.auto_values(full), problem=fam.small_problem(full))
+
+
 def with_ncu(spec: Path, cfgs: dict[str, KernelConfig], doc: dict, device: int, save: Path | None) -> dict:
     """Each variant once under ncu at a small problem; measured vs model per SASS instruction."""
     from smemtile.gpu import ncu as N
@@ -217,8 +226,7 @@ def with_ncu(spec: Path, cfgs: dict[str, KernelConfig], doc: dict, device: int, 
         "variants": {},
     }
     for variant, c in cfgs.items():
-        full = reconfigure(c, arch=arch)
-        small = reconfigure(full, problem=FAMILIES[c.family].small_problem(full))
+        small = ncu_config(c, arch)
         try:
             res = N.profile(Path(spec).stem, variant, small, device=device, ncu=exe, save_dir=save)
         except (N.NcuError, ValueError, OSError) as e:

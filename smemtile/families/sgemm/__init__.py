@@ -211,6 +211,18 @@ class Sgemm(GemmFamily):
     def auto_values(self, cfg: KernelConfig) -> dict[str, int]:
         return {"RAGGED": 1 if self.ragged(cfg) else 2} if cfg.params["RAGGED"] == 0 else {}
 
+    def access_repeats(self, cfg: KernelConfig) -> dict[str, float]:
+        """With RAGGED, every K slice copies its whole tiles after the prologue's STAGES-1 through the RAGGED loop
+        (As_copy_ragged) and the rest, the prologue and a partial last tile, through As_copy."""
+        if not self.ragged(cfg):
+            return {}
+        k, bk, z, stages = int(cfg.problem["K"]), cfg.params["BK"], self.split_k(cfg), cfg.params["STAGES"]
+        kc = -(-k // (bk * z)) * bk  # the kernel's K slice
+        slices = [max(0, min(k - i * kc, kc)) for i in range(z)]
+        tiles = [-(-s // bk) for s in slices]
+        loop = [max(0, s // bk - (stages - 1)) for s in slices]
+        return {"As_copy_ragged": sum(loop) / z, "As_copy": (sum(tiles) - sum(loop)) / z}
+
     def _ragged_shape_errors(self, p: dict[str, int]) -> list[str]:
         threads, out = self.threads(p), []
         per_pass = threads // 8
