@@ -235,22 +235,20 @@ def all_configs(extra_files: list[Path] = ()) -> list[dict]:
     return out
 
 
-def _build_one(params: dict) -> tuple[str, str, str]:
+def _build_one(params: dict) -> tuple[str, str, dict]:
+    """Both texts of a configuration compiled (aligned and unaligned problems: the same one unless RAGGED)."""
     from smemtile.gpu.run import compile_config
 
-    src, what = "", []
+    srcs, what = {}, []
     try:
-        for shape in (
-            None,
-            CANONICAL_RAGGED,
-        ):  # the aligned and the unaligned text (the same one unless RAGGED)
-            src = canonical_source(params, shape=shape)
+        for shape in (None, CANONICAL_RAGGED):
+            src = srcs[canonical_shape(shape)] = canonical_source(params, shape=shape)
             r = compile_config(configure_sgemm(params, canonical_shape(shape)), source=src)
             res = next(iter(r.resources.values()))
             what.append(f"{res.registers} regs, {res.spills} B spilled")
-        return cfg_label(params), " / ".join(dict.fromkeys(what)), src
+        return cfg_label(params), " / ".join(dict.fromkeys(what)), srcs
     except Exception as e:  # report, never abort the batch
-        return cfg_label(params), f"FAILED {type(e).__name__}: {str(e).splitlines()[0]}", src
+        return cfg_label(params), f"FAILED {type(e).__name__}: {str(e).splitlines()[0]}", srcs
 
 
 def cmd_build(args) -> None:
@@ -273,8 +271,8 @@ def cmd_build(args) -> None:
         assert got == {"As": {"pad": A_PAD}, "Bs": {"pad": 0}}, (cfg_label(p), got)
     sources = {}
     with ProcessPoolExecutor(args.jobs) as ex:
-        for label, what, src in ex.map(_build_one, cfgs):
-            sources[label] = src
+        for label, what, srcs in ex.map(_build_one, cfgs):
+            sources.update({f"{label} @ {'x'.join(map(str, shape))}": src for shape, src in srcs.items()})
             print(f"  {label:<36} {what}", flush=True)
     (CACHE / "sources.json").write_text(json.dumps(sources))  # a record of what was built; never read back
     if args.strip_ptx:  # the carried cache needs the cubins only
@@ -351,12 +349,13 @@ def load(params: dict, shape, dev):
 class Problem:
     """A, B (random normal, fp32), C, the float64 reference on the GPU, for one shape."""
 
-    def __init__(self, torch, shape, seed: int = 0):
+    def __init__(self, torch, shape, seed: int = 0, a=None, b=None):
         m, n, k = shape
         g = torch.Generator(device="cuda").manual_seed(seed)
         self.torch, self.shape = torch, shape
-        self.a = torch.randn(m, k, device="cuda", generator=g)
-        self.b = torch.randn(k, n, device="cuda", generator=g)
+        # given A and B (e.g. views off a 16-byte boundary) are used as they are
+        self.a = a if a is not None else torch.randn(m, k, device="cuda", generator=g)
+        self.b = b if b is not None else torch.randn(k, n, device="cuda", generator=g)
         self.c = torch.empty(m, n, device="cuda")
         self.c2 = torch.empty(m, n, device="cuda")
         ref = self.a.double() @ self.b.double()
@@ -368,6 +367,14 @@ class Problem:
         if not bool(t.isfinite(c).all()):
             return float("inf")
         return float((c.double() - self.ref).abs().max()) / self.scale
+
+    def run(self, kern) -> float:
+        """One launch of ``kern`` (a LoadedKernel) on A, B into C poisoned with NaN first; its error."""
+        kern.bind({"A": self.a.data_ptr(), "B": self.b.data_ptr(), "C": self.c.data_ptr()})
+        self.c.fill_(float("nan"))
+        kern.launch()
+        self.torch.cuda.synchronize()
+        return self.error(self.c)
 
     def free(self) -> None:
         del self.a, self.b, self.c, self.c2, self.ref
@@ -432,11 +439,7 @@ def step_bench(ctx, rounds: int, variants: bool, log) -> list[dict]:
                 if label not in checked:
                     checked[label] = small_checks(o["params"], dev, log)
                 kern = load(o["params"], shape, dev)
-                kern.bind({"A": prob.a.data_ptr(), "B": prob.b.data_ptr(), "C": prob.c.data_ptr()})
-                prob.c.fill_(float("nan"))
-                kern.launch()
-                torch.cuda.synchronize()
-                err = prob.error(prob.c)
+                err = prob.run(kern)
                 meta[label] = {"registers": kern.registers, "spill_bytes": kern.local_bytes,
                                "blocks_per_sm": kern.driver_blocks, "threads": kern.threads,
                                "grid": list(kern.shape.grid), "name_expression": kern.expr, "rel_err_fp64": err,

@@ -256,15 +256,16 @@ def ranked_configs(family: str, problem: dict, keys: dict) -> tuple[Config, ...]
 
 def spearman_cases() -> list[Case]:
     (ny, nx), radii = SPEARMAN_STENCIL
-    cases = [Case(f"stencil R{r} {ny}x{nx}", "stencil2d", {"ny": ny, "nx": nx},
-                  ranked_configs("stencil2d", {"ny": ny, "nx": nx}, {"R": r}), "held_out") for r in radii]  # fmt: skip
-    for dt in ("f32", "f16"):
-        for role, rows, cols in RUN4_SHAPES:
-            if role == "held_out":
-                problem = {"rows": rows, "cols": cols, "dtype": dt}
-                cases.append(Case(f"transpose {dt} {rows}x{cols}", "transpose", problem,
-                                  ranked_configs("transpose", problem, {}), role))  # fmt: skip
-    return cases
+    held = tuple((rows, cols) for role, rows, cols in RUN4_SHAPES if role == "held_out")
+    return stencil_ranked_cases(((ny, nx),), radii) + transpose_ranked_cases(((("f32",), held), (("f16",), held)),
+                                                                             "held_out")  # fmt: skip
+
+
+def stencil_ranked_cases(shapes: tuple, radii: tuple, role: str = "held_out") -> list[Case]:
+    """The sampled stencil2d candidates, with the model's prediction, for each shape and radius."""
+    return [Case(f"stencil R{r} {ny}x{nx}", "stencil2d", {"ny": ny, "nx": nx},
+                 ranked_configs("stencil2d", {"ny": ny, "nx": nx}, {"R": r}), role)
+            for ny, nx in shapes for r in radii]  # fmt: skip
 
 
 # plan heldout (session 4, continued): the refitted models (frozen at the commit the run records) on shapes no
@@ -278,17 +279,9 @@ HELDOUT_TRANSPOSE = ((5000, 7000), (12288, 6144), (8192, 5000))
 
 def heldout_cases() -> list[Case]:
     shapes, radii = HELDOUT_STENCIL
-    cases = []
-    for dt in ("f32", "f16"):
-        for rows, cols in HELDOUT_TRANSPOSE:
-            problem = {"rows": rows, "cols": cols, "dtype": dt}
-            cases.append(Case(f"transpose {dt} {rows}x{cols}", "transpose", problem,
-                              ranked_configs("transpose", problem, {}), "held_out"))  # fmt: skip
-    for ny, nx in shapes:
-        for r in radii:
-            cases.append(Case(f"stencil R{r} {ny}x{nx}", "stencil2d", {"ny": ny, "nx": nx},
-                              ranked_configs("stencil2d", {"ny": ny, "nx": nx}, {"R": r}), "held_out"))  # fmt: skip
-    return cases
+    return transpose_ranked_cases(((("f32", "f16"), HELDOUT_TRANSPOSE),), "held_out") + stencil_ranked_cases(
+        shapes, radii
+    )
 
 
 # plans inpitch / inpitch_heldout (session 4, transpose input pitch): shapes whose fp16 input pitch alone is
@@ -713,13 +706,6 @@ def fit_transpose(results: list[Path], out: Path, choice: dict | None = None) ->
            "copy": tt.copy_fit(copies), "model": fitted["model"], "constants": constants}  # fmt: skip
     out.write_text(json.dumps(cal, indent=1) + "\n")
     return cal
-
-
-def _spearman(a: list[float], b: list[float]) -> float:
-    ra = {i: r for r, i in enumerate(sorted(range(len(a)), key=lambda i: a[i]))}
-    rb = {i: r for r, i in enumerate(sorted(range(len(b)), key=lambda i: b[i]))}
-    n = len(a)
-    return 1 - 6 * sum((ra[i] - rb[i]) ** 2 for i in range(n)) / (n * (n * n - 1)) if n > 1 else float("nan")
 
 
 MODEL_DATA = ("stencil_h200.json", "transpose_h200.json")

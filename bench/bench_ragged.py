@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_kernels import A_PAD, CACHE, CANONICAL_RAGGED, FLUSH_BYTES, _c, cfg_label  # noqa: E402
+from bench_kernels import A_PAD, CACHE, CANONICAL_RAGGED, FLUSH_BYTES, _c, canonical_shape, cfg_label  # noqa: E402
 from timing import stats, tee_log, time_rounds  # noqa: E402
 
 V16_COMMIT = "3c6a8fc"  # the sgemm.cu of NOTES' version 16 (bench/results/h200.json, run 3)
@@ -114,8 +114,8 @@ def _layouts(lay: dict) -> dict:
 
 
 def _ragged(problem: dict) -> bool:
-    """The family's RAGGED class of a problem (K or N not a multiple of 4): the kernel text differs by it."""
-    return bool(problem["K"] % 4 or problem["N"] % 4)
+    """Whether a problem is of the unaligned class (bench_kernels.canonical_shape): the kernel text differs by it."""
+    return canonical_shape((problem["M"], problem["N"], problem["K"])) == CANONICAL_RAGGED
 
 
 def _key(params: dict, lay: dict, variant: str = "", ragged: bool = False) -> str:
@@ -152,12 +152,10 @@ def _build_one(job) -> tuple[str, str, str]:
     from smemtile.codegen.render import body
     from smemtile.gpu.run import compile_config
 
-    params, lay, variant, old_cus, ragged = job
-    key = _key(params, lay, variant, ragged)
+    params, lay, variant, old_cus, shape = job
+    key = _key(params, lay, variant, shape is not None)
     try:
-        cfg = _configure(
-            params, lay, dict(zip("MNK", CANONICAL_RAGGED if ragged else (4096, 4096, 4096), strict=True))
-        )
+        cfg = _configure(params, lay, dict(zip("MNK", canonical_shape(shape), strict=True)))
         src = body(cfg)
         if variant:
             src = _old_body(src, old_cus[variant])
@@ -193,12 +191,13 @@ def cmd_build(args) -> None:
               subprocess.run(["git", "show", f"{COMMITS[v]}:smemtile/families/sgemm/sgemm.cu"], cwd=ROOT,
                              capture_output=True, text=True, check=True).stdout
               for v in VARIANTS if v}  # fmt: skip
-    jobs = [(p, lay, "", old_cu, r) for p, lay in CHECKS for r in (False, True)]
-    jobs += [(p, {}, v, old_cu, r) for p in AB_CONFIGS for v in VARIANTS for r in (False, True)]
+    shapes = (None, CANONICAL_RAGGED)  # the aligned and the unaligned text (bench_kernels.canonical_shape)
+    jobs = [(p, lay, "", old_cu, sh) for p, lay in CHECKS for sh in shapes]
+    jobs += [(p, {}, v, old_cu, sh) for p in AB_CONFIGS for v in VARIANTS for sh in shapes]
     seen, uniq = set(), []
     for j in jobs:
-        if _key(j[0], j[1], j[2], j[4]) not in seen:
-            seen.add(_key(j[0], j[1], j[2], j[4]))
+        if _key(j[0], j[1], j[2], j[4] is not None) not in seen:
+            seen.add(_key(j[0], j[1], j[2], j[4] is not None))
             uniq.append(j)
     CACHE.mkdir(parents=True, exist_ok=True)
     sources = {}
@@ -258,6 +257,7 @@ def step_check(dev, log) -> dict:
 
 def step_misaligned(dev, log) -> list[dict]:
     import torch
+    from bench_kernels import Problem
 
     from smemtile.families import FAMILIES
 
@@ -269,9 +269,7 @@ def step_misaligned(dev, log) -> list[dict]:
         b_big = torch.randn(kk * n + 4, device="cuda", generator=g)
         a = a_big[oa // 4 : oa // 4 + m * kk].view(m, kk)
         b = b_big[ob // 4 : ob // 4 + kk * n].view(kk, n)
-        ref = a.double() @ b.double()
-        scale = float(ref.abs().max())
-        c = torch.empty(m, n, device="cuda")
+        prob = Problem(torch, (m, n, kk), a=a, b=b)
         for ci in MISALIGNED_CONFIGS:
             params, lay = CHECKS[ci]
             row = {"config": _key(params, lay), "shape": [m, n, kk], "offsets_bytes": [oa, ob],
@@ -279,15 +277,7 @@ def step_misaligned(dev, log) -> list[dict]:
             try:
                 k = _load(params, lay, {"M": m, "N": n, "K": kk}, dev)
                 try:
-                    k.bind({"A": a.data_ptr(), "B": b.data_ptr(), "C": c.data_ptr()})
-                    c.fill_(float("nan"))
-                    k.launch()
-                    torch.cuda.synchronize()
-                    err = (
-                        float((c.double() - ref).abs().max()) / scale
-                        if bool(torch.isfinite(c).all())
-                        else 1e30
-                    )
+                    err = prob.run(k)
                     row.update(correct=err <= tol, max_rel_error=err)
                     if err > tol:
                         log(f"  WRONG misaligned {row}")
@@ -320,11 +310,7 @@ def step_ab(dev, log, rounds: int) -> list[dict]:
                 label = _key(params, {}, variant)
                 try:
                     k = _load(params, {}, {"M": m, "N": n, "K": kk}, dev, variant)
-                    k.bind({"A": prob.a.data_ptr(), "B": prob.b.data_ptr(), "C": prob.c.data_ptr()})
-                    prob.c.fill_(float("nan"))
-                    k.launch()
-                    torch.cuda.synchronize()
-                    err = prob.error(prob.c)
+                    err = prob.run(k)
                     meta[label] = {"registers": k.registers, "spill_bytes": k.local_bytes,
                                    "blocks_per_sm": k.driver_blocks, "rel_err_fp64": err, "params": params,
                                    "kernel": variant or "this tree"}  # fmt: skip

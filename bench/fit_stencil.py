@@ -41,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 from smemtile.families import FAMILIES, configure  # noqa: E402
 from smemtile.model import tiling_stencil as ts  # noqa: E402
+from smemtile.model.tiling_model import spearman  # noqa: E402
 
 DATA = ROOT / "smemtile" / "model" / "data" / ts.DATA_FILE
 RUNS = (("run1", ROOT / "bench" / "results" / "memory_h200_run1.json"),
@@ -102,12 +103,6 @@ def measured_rows() -> list[dict]:
                              "ratio": x["ratio"], "spread": x["spread"], "blocks_per_sm": x["blocks_per_sm"],
                              "wavefronts_block": table[str(r)][lab][2], "set": "fit"})  # fmt: skip
     return rows
-
-
-def spearman(a: list[float], b: list[float]) -> float:
-    from smemtile.model.tiling_model import spearman as sp
-
-    return float(sp(a, b))
 
 
 def cross_validate(rows: list[dict], forms=None, warps_range=range(1, 65)) -> dict:

@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_memory import _spearman, spread_ranks  # noqa: E402
+from bench_memory import spread_ranks  # noqa: E402
 
 CACHE = ROOT / ".cache" / "gemm_sp"
 ARCH = {"hgemm": "sm_90", "wgmma_gemm": "sm_90a"}
@@ -131,6 +131,8 @@ def cmd_run(args) -> None:
 def score(rows: list[dict]) -> dict:
     """Per shape: Spearman (predicted vs measured TFLOP/s) over the correct rows and over the model's top 12, the
     #1's gap to the best measured, the median |predicted / measured - 1|."""
+    from smemtile.model.tiling_model import spearman
+
     out = {}
     for key in dict.fromkeys(" x ".join(map(str, r["shape"])) for r in rows):
         mine = sorted((r for r in rows if " x ".join(map(str, r["shape"])) == key and r["correct"]),
@@ -140,10 +142,8 @@ def score(rows: list[dict]) -> dict:
         out[key] = {
             "n": len(mine),
             "of": mine[0]["of"],
-            "spearman": _spearman(
-                [r["predicted_tflops"] for r in mine], [r["measured_tflops"] for r in mine]
-            ),
-            "spearman_top12": _spearman(
+            "spearman": spearman([r["predicted_tflops"] for r in mine], [r["measured_tflops"] for r in mine]),
+            "spearman_top12": spearman(
                 [r["predicted_tflops"] for r in top], [r["measured_tflops"] for r in top]
             ),
             "top1": mine[0]["label"],

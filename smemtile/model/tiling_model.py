@@ -104,6 +104,19 @@ def simt_cap(threads: int, min_blocks: int) -> int:
     return min(255, (65536 // (threads * max(1, min_blocks))) // 8 * 8)
 
 
+def ragged_split_errors(bm: int, bn: int, bk: int, threads: int) -> list[str]:
+    """Why the RAGGED loop's copies cannot split over the threads (empty: they can): A in runs of 8 consecutive k
+    per thread, B one element per thread."""
+    out, per_pass = [], max(1, threads // 8)
+    if (bm * bk) % threads or (bm % per_pass and per_pass % bm):
+        out.append(f"RAGGED=1 copies A as runs of 8 k per thread: BM*BK={bm * bk} must split over {threads} "
+                   f"threads and BM={bm}, threads/8={per_pass} must divide one another")  # fmt: skip
+    if threads % bn and bn % threads:
+        out.append(f"RAGGED=1 copies B one element per thread: threads={threads} and BN={bn} must divide one "
+                   "another")  # fmt: skip
+    return out
+
+
 def ragged_loop(
     bm: int, bn: int, bk: int, tm: int, tn: int, threads: int, min_blocks: int, k: int, n: int
 ) -> bool:
@@ -115,9 +128,8 @@ def ragged_loop(
     Off where the register cap is 128 or less (ptxas spills with the extra loop; not measured)."""
     if not (k % 4 or n % 4):
         return False
-    per_pass = max(1, threads // 8)
-    if (bm * bk) % threads or (bm % per_pass and per_pass % bm) or (threads % bn and bn % threads):
-        return False  # the 8-k runs of A or the one-element B copies do not split over the threads
+    if ragged_split_errors(bm, bn, bk, threads):
+        return False
     if tm * tn >= 128 and min_blocks >= 2 and k % 4:
         return False
     return 65536 // (max(32, threads) * max(1, min_blocks)) > 128

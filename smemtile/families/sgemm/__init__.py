@@ -182,7 +182,9 @@ class Sgemm(GemmFamily):
             if lay is not None and lay.swizzled and lay.swizzle.M < 2:
                 out.append(f"{b}: swizzle M={lay.swizzle.M} splits float4s; the inner loop needs M >= 2")
         if p["RAGGED"] == 1 and p["A_VEC"] and p["CP_ASYNC"]:
-            out += self._ragged_shape_errors(p)
+            from smemtile.model.tiling_model import ragged_split_errors
+
+            out += ragged_split_errors(p["BM"], p["BN"], p["BK"], self.threads(p))
         stages, cp = p["STAGES"], bool(p["CP_ASYNC"])
         if cp and not cfg.arch.has_cp_async:
             out.append(f"cp.async needs sm_80 or newer; {cfg.arch.name} must use CP_ASYNC=0 "
@@ -222,17 +224,6 @@ class Sgemm(GemmFamily):
         tiles = [-(-s // bk) for s in slices]
         loop = [max(0, s // bk - (stages - 1)) for s in slices]
         return {"As_copy_ragged": sum(loop) / z, "As_copy": (sum(tiles) - sum(loop)) / z}
-
-    def _ragged_shape_errors(self, p: dict[str, int]) -> list[str]:
-        threads, out = self.threads(p), []
-        per_pass = threads // 8
-        if (p["BM"] * p["BK"]) % threads or (p["BM"] % per_pass and per_pass % p["BM"]):
-            out.append(f"RAGGED=1 copies A as runs of 8 k per thread: BM*BK={p['BM'] * p['BK']} must split over "
-                       f"{threads} threads and BM={p['BM']}, threads/8={per_pass} must divide one another")  # fmt: skip
-        if threads % p["BN"] and p["BN"] % threads:
-            out.append(f"RAGGED=1 copies B one element per thread: threads={threads} and BN={p['BN']} must divide "
-                       "one another")  # fmt: skip
-        return out
 
     def smem_hint(self, cfg: KernelConfig) -> str:
         return "; reduce BK or STAGES"
