@@ -293,6 +293,56 @@ INPITCH_FIT = ((("f32", "f16"), ((6144, 5000), (4096, 9000))),)
 INPITCH_HELDOUT = ((("f16",), ((12288, 3000), (8192, 7000), (3000, 7000))),)
 
 
+# plans s5fit / s5heldout (session 5, the transpose's candidate space): the feature model ranks every configuration
+# of tiling_transpose.space the family builds (about 400 per dtype). s5fit: one fitting sweep of S5_FIT_N
+# configurations per dtype never timed before (drawn at random, seed S5_SEED, from the ranked space) and three
+# controls, at fit shapes only (existing fit shapes, so each new candidate sits beside the 13 / 18 measured ones):
+# fp32 8192^2, 4096^2, 7000 x 9000 (line-misaligned both sides); fp16 8192^2, 6144 x 5000 (input pitch 16 mod
+# 32 bytes), 5000 x 6000 (output pitch 16 mod 32). s5heldout: shapes no results file has measured, the top 12
+# of `tiles --family transpose` and 24 evenly spaced ranks of the rest (36 per shape).
+S5_FIT_N, S5_SEED = 56, 5
+S5_CONTROLS = {"f32": ("T64x8", "T64x4", "T32x8"), "f16": ("T128x4 P2", "T64x4", "T64x8")}
+S5_FIT_SHAPES = {
+    "f32": ((8192, 8192), (4096, 4096), (7000, 9000)),
+    "f16": ((8192, 8192), (6144, 5000), (5000, 6000)),
+}
+S5_HELDOUT = ((("f16",), ((10240, 5400), (14336, 2600), (9216, 9216), (6600, 5400))),
+              (("f32",), ((7168, 7680), (6144, 7000))))  # fmt: skip
+
+
+def s5_fit_sample(dtype: str) -> list[dict]:
+    """The fitting sweep's new configurations for ``dtype``: S5_FIT_N drawn (seed S5_SEED) from the space the
+    family builds (its own rules), without the curated candidates and without MIN_BLOCKS > 1 on one tile per
+    block (mostly the same kernel as MIN_BLOCKS 1), in space order."""
+    from smemtile.families.transpose import _screen
+    from smemtile.model import tiling_transpose as tt
+
+    curated = {tt.label(p) for p in tt.candidates(dtype)}
+    ok, _ = _screen(FAMILIES["transpose"], dtype, ARCH)
+    pool = [p for p in ok if tt.label(p) not in curated and (p["MIN_BLOCKS"] == 1 or p["TILES"] > 1)]
+    pick = sorted(
+        np.random.default_rng(S5_SEED).choice(len(pool), size=min(S5_FIT_N, len(pool)), replace=False)
+    )
+    return [pool[i] for i in pick]
+
+
+def s5_fit_cases() -> list[Case]:
+    from smemtile.model import tiling_transpose as tt
+
+    cases = []
+    for dt, shapes in S5_FIT_SHAPES.items():
+        ctl = [p for p in tt.candidates(dt) if tt.label(p) in S5_CONTROLS[dt]]
+        cfgs = []
+        for p in [*ctl, *s5_fit_sample(dt)]:
+            params = {k: v for k, v in p.items() if k in ("TILE", "BLOCK_ROWS") or v != tt.DEFAULTS[k]}
+            cfgs.append(Config(tt.label(p), params, fixed_layouts("transpose", params, {"rows": 8192, "cols": 8192,
+                                                                                       "dtype": dt})))  # fmt: skip
+        for rows, cols in shapes:
+            cases.append(Case(f"transpose {dt} {rows}x{cols}", "transpose", {"rows": rows, "cols": cols, "dtype": dt},
+                              tuple(cfgs), "fit"))  # fmt: skip
+    return cases
+
+
 def transpose_ranked_cases(groups: tuple, role: str) -> list[Case]:
     """Every calibrated transpose candidate, with the model's prediction, for each (dtypes, shapes) group."""
     cases = []
@@ -312,6 +362,10 @@ def plan_cases(plan: str) -> list[Case]:
         return transpose_ranked_cases(INPITCH_FIT, "fit")
     if plan == "inpitch_heldout":
         return transpose_ranked_cases(INPITCH_HELDOUT, "held_out")
+    if plan == "s5fit":
+        return s5_fit_cases()
+    if plan == "s5heldout":
+        return transpose_ranked_cases(S5_HELDOUT, "held_out")
     if plan == "run4":
         return run4_cases()
     if plan == "spearman":
@@ -599,7 +653,7 @@ def transpose_rows(results: list[Path]) -> tuple[list[dict], list[tuple[float, f
                 continue
             copy_us.setdefault(case["case"], case["copy"]["median_ms"] * 1e3)
             shape_of.setdefault(case["case"], case)
-            cands = {tt.label(c) for c in tt.candidates(case["problem"]["dtype"])}
+            cands = _space_labels(case["problem"]["dtype"])
             for r in case["configs"]:
                 if r["label"] in cands and "ratio" in r:
                     ratios.setdefault((case["case"], r["label"]), []).append(r["ratio"])
@@ -614,6 +668,136 @@ def transpose_rows(results: list[Path]) -> tuple[list[dict], list[tuple[float, f
                      "case": name})  # fmt: skip
     copies = [(float(case["bytes"]), copy_us[name]) for name, case in shape_of.items()]
     return rows, copies, docs
+
+
+def _space_labels(dtype: str) -> set[str]:
+    from smemtile.model import tiling_transpose as tt
+
+    if dtype not in _SPACE_LABELS:
+        _SPACE_LABELS[dtype] = {tt.label(c) for c in tt.space(dtype)}
+    return _SPACE_LABELS[dtype]
+
+
+_SPACE_LABELS: dict[str, set[str]] = {}
+
+
+def _predict_rows(rows: list[dict], cal: dict) -> list[float]:
+    from smemtile.model import tiling_transpose as tt
+
+    return [tt.predict_time_us(r["params"], r["rows"], r["cols"], "f32" if r["elem"] == 4 else "f16", cal)
+            for r in rows]  # fmt: skip
+
+
+def _cv_summary(rows: list[dict], pred: list[float]) -> dict:
+    """Median and max |time error| of ``pred`` against ``rows``, Spearman of predicted and measured time per
+    shape (the mean over shapes, and each)."""
+    from smemtile.model import tiling_model
+
+    errs = [abs(p / r["time_us"] - 1) for p, r in zip(pred, rows, strict=True)]
+    per: dict[str, float] = {}
+    for case in sorted({r["case"] for r in rows}):
+        ix = [i for i, r in enumerate(rows) if r["case"] == case]
+        if len(ix) >= 3:
+            per[case] = tiling_model.spearman([pred[i] for i in ix], [rows[i]["time_us"] for i in ix])
+    return {"median_error": statistics.median(errs), "max_error": max(errs), "rows": len(rows),
+            "mean_spearman": statistics.fmean(per.values()) if per else None, "spearman": per}  # fmt: skip
+
+
+def transpose_feature_cv(rows: list[dict], regs: dict, fitted: dict, folds: int = 5) -> dict:
+    """The feature model's two cross-validations per element size, the shared constants (KAPPA, PHI_LINE, MU_IN)
+    held at the full fit's: candidates left out (``folds`` groups of labels, every candidate predicted by a fit
+    that never saw it: the error ``tiles`` states for an unmeasured candidate) and shapes left out (each fit
+    shape predicted by a fit on the others: measured candidates by their shrunk constants)."""
+    from smemtile.model import tiling_transpose as tt
+
+    out: dict = {}
+    for elem in sorted({r["elem"] for r in rows}):
+        mine = [r for r in rows if r["elem"] == elem]
+        m = fitted[str(elem)]["model"]
+        shared = {elem: (m["kappa"], m["phi_line"], m["mu_in"])}
+        labels = sorted({r["label"] for r in mine})
+        pred = [0.0] * len(mine)
+        for k in range(folds):
+            test = {lab for i, lab in enumerate(labels) if i % folds == k}
+            cal = {"constants": tt.fit_features([r for r in mine if r["label"] not in test], regs, shared=shared),
+                   "registers": regs_table(regs)}  # fmt: skip
+            for i, r in enumerate(mine):
+                if r["label"] in test:
+                    pred[i] = _predict_rows([r], cal)[0]
+        cand = _cv_summary(mine, pred)
+        pred = [0.0] * len(mine)
+        for case in sorted({r["case"] for r in mine}):
+            cal = {"constants": tt.fit_features([r for r in mine if r["case"] != case], regs, shared=shared),
+                   "registers": regs_table(regs)}  # fmt: skip
+            for i, r in enumerate(mine):
+                if r["case"] == case:
+                    pred[i] = _predict_rows([r], cal)[0]
+        shape = _cv_summary(mine, pred)
+        out[str(elem)] = {"candidates_left_out": cand, "shapes_left_out": shape}
+        print(f"  elem {elem}: candidates left out: median |err| {cand['median_error']:.1%}, mean Spearman "
+              f"{cand['mean_spearman']:.2f}; shapes left out: {shape['median_error']:.1%}, "
+              f"{shape['mean_spearman']:.2f}", flush=True)  # fmt: skip
+    return out
+
+
+def regs_table(regs: dict) -> dict:
+    """``{elem: {label: registers}}`` as the data file's ``registers`` (``{elem: {label: [registers, spills]}}``)."""
+    return {e: {lab: [r, 0] for lab, r in t.items()} for e, t in regs.items()}
+
+
+def load_registers(path: Path) -> tuple[dict, dict]:
+    """(``{elem: {label: registers}}`` of the built configurations, the data file's ``registers`` table with
+    spills) from ``transpose_registers``' output."""
+    doc = json.loads(path.read_text())
+    table = {str(4 if dt == "f32" else 2): {lab: [r["registers"], r["spills"]] for lab, r in rows.items()
+                                           if "registers" in r}
+             for dt, rows in doc["per_dtype"].items()}  # fmt: skip
+    return {e: {lab: v[0] for lab, v in t.items()} for e, t in table.items()}, table
+
+
+def fit_transpose_features(results: list[Path], out: Path, registers: Path) -> dict:
+    """Session 5: the feature model (tiling_transpose.fit_features) on every transpose shape of ``results`` (fit
+    data only), the cross-validations, the registers table; written to ``out`` with its provenance."""
+    from smemtile.model import tiling_transpose as tt
+
+    rows, copies, docs = transpose_rows(results)
+    regs, table = load_registers(registers)
+    fitted = tt.fit_features(rows, regs)
+    cv = transpose_feature_cv(rows, regs, fitted)
+    full = {"copy": tt.copy_fit(copies), "constants": fitted, "registers": table}
+    for elem, per in fitted.items():
+        mine = [r for r in rows if str(r["elem"]) == elem]
+        e = [abs(p / r["time_us"] - 1) for p, r in zip(_predict_rows(mine, full), mine, strict=True)]
+        per["fit_median_error"], per["fit_max_error"] = statistics.median(e), max(e)
+        per["held_out_median_error"] = cv[elem]["shapes_left_out"]["median_error"]
+        per["held_out_max_error"] = cv[elem]["shapes_left_out"]["max_error"]
+        per["unmeasured_median_error"] = cv[elem]["candidates_left_out"]["median_error"]
+        per["unmeasured_max_error"] = cv[elem]["candidates_left_out"]["max_error"]
+        per["unmeasured_penalty"] = per["unmeasured_median_error"]  # the ranking's, fixed at fit time
+    regdoc = json.loads(registers.read_text())
+    shapes = sorted({r["case"] for r in rows})
+    cal = {"what": "constants of the transpose model, smemtile.model.tiling_transpose: per candidate time = t0 + "
+                   "(vector bytes + edge bytes / kappa + phi_line x line-misaligned run bytes + mu_in x input-side "
+                   "sector-misaligned bytes + mu_out x output-side sector-misaligned bytes) / bw, with t0, 1/bw and "
+                   "mu_out / bw linear in the candidate's features (coef); a measured candidate's own constants "
+                   "are its rows' least squares shrunk toward those",
+           "gpu": docs[0]["versions"]["gpu"], "gpu_key": "h200", "sms": docs[0]["versions"]["sm_count"],
+           "archs": ["sm_90"], "run": ", ".join(f"bench/results/{r.name}" for r in results),
+           "commit": ", ".join(d.get("commit", "") for d in docs), "date": docs[-1]["date"][:10],
+           "method": "the ratios to the same run's copy, median over runs, times = the first run's copy / ratio; per "
+                     "element size KAPPA, PHI_LINE and MU_IN on a grid and the feature coefficients (>= 0) by least "
+                     "squares on relative time error over every fit row (bench/bench_memory.py --fit-features); each "
+                     "measured candidate's (t0, 1/bw, mu_out/bw) by least squares of its own rows with the feature "
+                     "model as a prior (tiling_transpose.shrink). Expected errors: measured candidates, shapes left "
+                     "out (held_out_median_error); unmeasured, candidates left out in 5 folds "
+                     "(unmeasured_median_error); each replaced by a held-out run's when one is recorded",
+           "fit_shapes": shapes,
+           "held_out_shapes": [f"transpose {dt} leave-one-shape-out over the fit shapes (cross-validation)"
+                               for dt in ("f16", "f32")],
+           "cv": cv, "registers_compiler": regdoc["compiler"], "registers_source_sha256": regdoc["source_sha256"],
+           **full}  # fmt: skip
+    out.write_text(json.dumps(cal, indent=1) + "\n")
+    return cal
 
 
 def transpose_loso(rows: list[dict], copies: list, mu_in_form: str = "per_candidate") -> dict:
@@ -708,6 +892,86 @@ def fit_transpose(results: list[Path], out: Path, choice: dict | None = None) ->
     return cal
 
 
+def _transpose_layout(job: tuple[str, tuple]) -> tuple[tuple, dict | str]:
+    """The fix search's layout for one (dtype, TILE, BLOCK_ROWS, TILE_Y, PACK): the accesses depend on nothing
+    else (TILES, STREAM, MIN_BLOCKS change neither the tile nor its accesses); or the family's reason."""
+    from smemtile.errors import SpecError
+
+    dt, (tile, br, ty, pack) = job
+    params = {"TILE": tile, "BLOCK_ROWS": br, "TILE_Y": ty, "PACK": pack}
+    try:
+        return job, fixed_layouts("transpose", params, {"rows": 8192, "cols": 8192, "dtype": dt})
+    except SpecError as e:
+        return job, str(e)
+
+
+def _transpose_compile(job: tuple[str, list[tuple[str, dict, dict]]]) -> list[tuple[str, dict]]:
+    """NVRTC once for many instantiations (the family's text is one template; only the name expressions
+    differ): (label, {"registers", "spills", "layout"}) each."""
+    from smemtile.codegen.render import body
+    from smemtile.errors import CompileError
+    from smemtile.gpu.nvrtc import compile_cubin
+
+    dt, items = job
+    fam = FAMILIES["transpose"]
+    cfgs = [(lab, configure(fam, {**params, "rows": 8192, "cols": 8192, "dtype": dt}, lay, ARCH), lay)
+            for lab, params, lay in items]  # fmt: skip
+    names = [fam.name_expression(c) for _, c, _ in cfgs]
+    try:
+        res = compile_cubin(body(cfgs[0][1]), names, ARCH, filename="transpose.cu").resources
+    except CompileError:
+        if len(cfgs) == 1:  # the kernel refuses what the family's rules let through: data, stated
+            return [(items[0][0], {"rejected": "NVRTC refuses it (a static_assert the family's rules lack)"})]
+        return [x for it in items for x in _transpose_compile((dt, [it]))]
+    return [(lab, {"registers": int(res[n].registers), "spills": int(res[n].spills or 0), "layout": lay["tile"]})
+            for (lab, _, lay), n in zip(cfgs, names, strict=True)]  # fmt: skip
+
+
+def transpose_registers(workers: int) -> dict:
+    """Per dtype (f32, f16; bf16 is f16's code) every configuration of ``tiling_transpose.space``: the family's
+    rules (dense tile, then the fix search's layout, what ``generate`` builds), then registers and spills from
+    NVRTC (sm_90, 8192^2: the code does not depend on the size), or the family's reason for refusing it."""
+    from smemtile.errors import SpecError
+    from smemtile.gpu.nvrtc import nvrtc_version
+    from smemtile.model import tiling_transpose as tt
+
+    fam = FAMILIES["transpose"]
+    out: dict = {"f32": {}, "f16": {}}
+    todo: dict[str, list] = {"f32": [], "f16": []}
+    for dt in out:
+        for p in tt.space(dt):
+            params = {k: v for k, v in p.items() if k in ("TILE", "BLOCK_ROWS") or v != tt.DEFAULTS[k]}
+            try:
+                why = fam.problems(configure(fam, {**params, "rows": 8192, "cols": 8192, "dtype": dt}, check=False),
+                                   accesses=False)  # fmt: skip
+            except SpecError as e:
+                why = [str(e)]
+            if why:
+                out[dt][tt.label(p)] = {"rejected": why[0]}
+            else:
+                todo[dt].append((tt.label(p), params, p))
+    keys = sorted(
+        {(dt, (p["TILE"], p["BLOCK_ROWS"], p["TILE_Y"], p["PACK"])) for dt in todo for *_, p in todo[dt]}
+    )
+    with ProcessPoolExecutor(workers) as ex:
+        lays = dict(ex.map(_transpose_layout, keys))
+    groups: dict[tuple, list] = {}  # one NVRTC call per layout key (TILES, STREAM, MIN_BLOCKS variants)
+    for dt, items in todo.items():
+        for lab, params, p in items:
+            key = (dt, (p["TILE"], p["BLOCK_ROWS"], p["TILE_Y"], p["PACK"]))
+            if isinstance(lays[key], str):
+                out[dt][lab] = {"rejected": lays[key]}
+            else:
+                groups.setdefault(key, []).append((lab, params, lays[key]))
+    jobs = [(key[0], items) for key, items in groups.items()]
+    with ProcessPoolExecutor(workers) as ex:
+        for (dt, _), part in zip(jobs, ex.map(_transpose_compile, jobs), strict=True):
+            for lab, row in part:
+                out[dt][lab] = row
+    return {"compiler": f"NVRTC {nvrtc_version()}, sm_90, the fix search's layout (what generate builds)",
+            "source_sha256": source_sha256()["transpose"], "per_dtype": out}  # fmt: skip
+
+
 MODEL_DATA = ("stencil_h200.json", "transpose_h200.json")
 
 
@@ -778,6 +1042,15 @@ def record_validation(path: Path, data_dir: Path | None = None) -> dict:
             errs = [abs(r["predicted"]["time_us"] / (r["median_ms"] * 1e3) - 1) for c in cs for r in c["configs"]
                     if "median_ms" in r]  # fmt: skip
             target = cal["constants"]["4" if dt == "f32" else "2"] if fam == "transpose" else cal
+            if fam == "transpose" and "coef" in target:  # session 5: measured and unmeasured candidates apart
+                timed = set(target["candidates"])
+                split = {m: [abs(r["predicted"]["time_us"] / (r["median_ms"] * 1e3) - 1) for c in cs
+                             for r in c["configs"] if "median_ms" in r and (r["label"] in timed) == m]
+                         for m in (True, False)}  # fmt: skip
+                if split[False]:
+                    target["unmeasured_median_error"] = statistics.median(split[False])
+                    target["unmeasured_max_error"] = max(split[False])
+                errs = split[True] or errs
             target["held_out_median_error"], target["held_out_max_error"] = statistics.median(errs), max(errs)
             shapes += sorted({c["case"] if fam == "transpose" else
                               f"stencil R1-4 {c['problem']['ny']}x{c['problem']['nx']}" for c in cs})  # fmt: skip
@@ -809,7 +1082,18 @@ def main() -> int:
     ap.add_argument(
         "--plan",
         default="sweep",
-        choices=("sweep", "final", "run4", "run5", "spearman", "heldout", "inpitch", "inpitch_heldout"),
+        choices=(
+            "sweep",
+            "final",
+            "run4",
+            "run5",
+            "spearman",
+            "heldout",
+            "inpitch",
+            "inpitch_heldout",
+            "s5fit",
+            "s5heldout",
+        ),
     )
     ap.add_argument(
         "--plan-file", type=Path, help="the resolved plan --prebuild wrote (skips the fix search)"
@@ -830,6 +1114,25 @@ def main() -> int:
         "--fit-out", type=Path, default=ROOT / "smemtile" / "model" / "data" / "transpose_h200.json"
     )
     ap.add_argument(
+        "--fit-features",
+        type=Path,
+        nargs="+",
+        help="session 5: fit the transpose feature model on "
+        "these results files (no GPU); --registers-table names the NVRTC table",
+    )
+    ap.add_argument(
+        "--registers-table",
+        type=Path,
+        default=ROOT / "bench" / "results" / "memory_h200_session5_registers.json",
+        help="--registers writes it, --fit-features reads it",
+    )
+    ap.add_argument(
+        "--registers",
+        action="store_true",
+        help="build every configuration of the transpose space "
+        "with NVRTC (no GPU) and write --registers-table",
+    )
+    ap.add_argument(
         "--form-choice", type=Path, help="--fit: the forms' cross-validation, read if present, else written"
     )
     ap.add_argument("--score", type=Path, help="score a plan-spearman results file in place (no GPU)")
@@ -841,6 +1144,15 @@ def main() -> int:
     a = ap.parse_args()
     if a.record_validation:
         print(record_validation(a.record_validation))
+        return 0
+    if a.registers:
+        a.registers_table.write_text(json.dumps(transpose_registers(a.workers), indent=1) + "\n")
+        return 0
+    if a.fit_features:
+        cal = fit_transpose_features(a.fit_features, a.fit_out, a.registers_table)
+        for elem, c in cal["constants"].items():
+            print(f"elem {elem}: {c['model']}; fit median {c['fit_median_error']:.1%}, shapes left out "
+                  f"{c['held_out_median_error']:.1%}, candidates left out {c['unmeasured_median_error']:.1%}")  # fmt: skip
         return 0
     if a.score:
         for r in score_spearman(a.score):

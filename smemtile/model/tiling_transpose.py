@@ -46,6 +46,7 @@ builds (the layout is the fix search's: pad 1 or a swizzle, conflict-free in bot
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import asdict, dataclass
 
@@ -105,6 +106,53 @@ CANDIDATES: dict[int, tuple[dict, ...]] = {
         _c(64, 16, TILE_Y=128, TILES=4, MIN_BLOCKS=2),
     ),
 }  # fmt: skip
+
+
+# The candidate space ``tiles --family transpose`` enumerates (session 5): every combination of these values, then
+# the family's own rules screen it (``Family.problems``: whole warps, <= 1024 threads, TILE_Y a multiple of TILE,
+# PACK dividing the vectors per thread, the tile <= 48 KiB static shared memory) and ptxas (MIN_BLOCKS > 1 is
+# kept only where it changes the registers: otherwise the same kernel as MIN_BLOCKS 1). VEC 0 (the widest access
+# the tile allows) and GROUP 1 (row-by-row launch order) stay at their defaults: neither moved the H200 in
+# runs 1-2 (bench/NOTES.md).
+SPACE = {
+    "TILE": (32, 64, 128),
+    "BLOCK_ROWS": (1, 2, 4, 8, 16, 32),
+    "TILE_Y": (1, 2),
+    "PACK": (1, 2, 4),
+    "TILES": (1, 2, 4),
+    "STREAM": (0, 1),
+    "MIN_BLOCKS": (1, 0),
+}  # TILE_Y: x TILE; MIN_BLOCKS 0: full occupancy
+FULL_THREADS, MAX_BLOCKS = 2048, 32  # sm_90: resident threads and blocks per SM
+
+
+def full_blocks(threads: int) -> int:
+    """MIN_BLOCKS that asks for full occupancy (2048 threads per SM, at most 32 blocks)."""
+    return max(1, min(MAX_BLOCKS, FULL_THREADS // max(1, threads)))
+
+
+def space(dtype: str) -> list[dict]:
+    """Every configuration the candidate space spans for ``dtype`` (before the family's rules): the curated
+    candidates first (the sweeps' own, in their order), then the grid of ``SPACE`` in a fixed order, each once."""
+    _elem(dtype)
+    out, seen = [], set()
+    for p in candidates(dtype):
+        out.append(p)
+        seen.add(label(p))
+    keys = tuple(SPACE)
+    for vals in itertools.product(*(SPACE[k] for k in keys)):
+        q = dict(zip(keys, vals, strict=True))
+        tile, br = q["TILE"], q["BLOCK_ROWS"]
+        ty = tile * q["TILE_Y"]
+        p = {**DEFAULTS, "TILE": tile, "BLOCK_ROWS": br, "TILE_Y": 0 if ty == tile else ty, "PACK": q["PACK"],
+             "TILES": q["TILES"], "STREAM": q["STREAM"],
+             "MIN_BLOCKS": 1 if q["MIN_BLOCKS"] else full_blocks(tile * br)}  # fmt: skip
+        if q["MIN_BLOCKS"] == 0 and p["MIN_BLOCKS"] == 1:
+            continue
+        if label(p) not in seen:
+            seen.add(label(p))
+            out.append(p)
+    return out
 
 
 def label(p: dict) -> str:
@@ -210,6 +258,8 @@ class TransposeScored:
     bytes: float = 0.0  # read + written
     rank: int = 0
     reason: str = ""
+    measured: bool = False  # timed on the H200 (its own constants, shrunk toward the feature model)
+    registers: int | None = None  # ptxas (the data file's table); None: not known, 32 assumed
 
     @property
     def tile(self) -> int:
@@ -239,12 +289,16 @@ def _key(p: dict) -> str:
 
 
 def predict_time_us(p: dict, rows: int, cols: int, dtype: str, cal: dict) -> float | None:
-    """The calibrated time of candidate ``p`` (None when the calibration has no constants for it)."""
+    """The calibrated time of candidate ``p``: its own constants where it was measured (shrunk toward the feature
+    model), else the feature model's (None when the calibration has neither)."""
     elem = _elem(dtype)
     per = cal["constants"].get(str(elem), {})
     c = per.get("candidates", {}).get(_key(p))
     if c is None:
-        return None
+        if "coef" not in per:
+            return None
+        t0, inv, w = prior(features(p, elem, registers_of(p, elem, cal)), per["coef"])
+        c = {"t0_us": t0, "bw_gbps": 1.0 / inv, "mu_out": w / inv}
     m = {**cal.get("model", {}), **per.get("model", {})}  # the element size's shared constants
     vec, scalar = split_bytes(p, rows, cols, elem)
     line, s_in, s_out = misaligned_sides(p, rows, cols, elem)
@@ -254,6 +308,36 @@ def predict_time_us(p: dict, rows: int, cols: int, dtype: str, cal: dict) -> flo
     # scaled up to it, the time scaled back down (the shape's edge and misaligned fractions kept)
     scale = max(1.0, per.get("min_fit_bytes", 0.0) / (vec + scalar))
     return (c["t0_us"] + scale * x / (c["bw_gbps"] * 1e3)) / scale
+
+
+def registers_of(p: dict, elem: int, cal: dict | None) -> int | None:
+    """ptxas' registers for candidate ``p`` (the data file's table, NVRTC 13.0 sm_90), None when not listed."""
+    return ((cal or {}).get("registers", {}).get(str(elem), {}).get(_key(p)) or [None])[0]
+
+
+def ranked_space(dtype: str, cal: dict | None) -> list[dict]:
+    """The candidates the calibrated model ranks: every configuration of ``space`` the data file's table lists
+    (those the family's rules let through and ptxas built without spilling), the curated ones first; without a
+    table, the curated list."""
+    table = (cal or {}).get("registers", {}).get(str(_elem(dtype)))
+    if not table:
+        return candidates(dtype)
+    return [
+        p
+        for p in space(dtype)
+        if label(p) in table and not table[label(p)][1] and not duplicate_of(p, dtype, cal)
+    ]
+
+
+def duplicate_of(p: dict, dtype: str, cal: dict | None) -> str | None:
+    """For MIN_BLOCKS > 1: the MIN_BLOCKS 1 configuration with the same registers (ptxas had nothing to give
+    up: the same kernel), else None."""
+    q = {**DEFAULTS, **p}
+    if q["MIN_BLOCKS"] == 1:
+        return None
+    base = {**q, "MIN_BLOCKS": 1}
+    r, r1 = registers_of(q, _elem(dtype), cal), registers_of(base, _elem(dtype), cal)
+    return label(base) if r is not None and r == r1 else None
 
 
 def copy_time_us(nbytes: float, cal: dict) -> float:
@@ -276,8 +360,10 @@ def calibration_applies(arch: str, gpu_key: str, cal: dict | None) -> bool:
 
 
 def rank_transpose(rows: int, cols: int, dtype: str = "f32", arch: str = "sm_90", *, gpu: str | None = None,
-                   sms: int | None = None, calibration: dict | None = None) -> list[TransposeScored]:  # fmt: skip
-    """Every candidate for ``dtype``, best predicted first (calibrated where the data file covers the target)."""
+                   sms: int | None = None, calibration: dict | None = None,
+                   cands: list[dict] | None = None) -> list[TransposeScored]:  # fmt: skip
+    """Every candidate for ``dtype`` (``cands``, else ``ranked_space``), best predicted first (calibrated where
+    the data file covers the target)."""
     from smemtile.model.arch import get_arch
     from smemtile.model.occupancy import occupancy
 
@@ -288,13 +374,17 @@ def rank_transpose(rows: int, cols: int, dtype: str = "f32", arch: str = "sm_90"
     use_cal = calibration_applies(a.base, g.key, cal) and sms in (None, cal.get("sms"))
     need = g.dram_gbps * 1e9 / g.sms * LATENCY_S  # bytes in flight per SM that cover the latency
     total = 2.0 * rows * cols * elem
+    measured = set(cal["constants"].get(str(elem), {}).get("candidates", {})) if use_cal else set()
     scored = []
-    for i, p in enumerate(candidates(dtype)):
+    for i, p in enumerate(cands if cands is not None else ranked_space(dtype, cal if use_cal else None)):
+        p = {**DEFAULTS, **p}
         geo = geometry(p, elem)
-        occ = occupancy(a, geo.threads, 32, geo.smem_bytes, 0)
+        regs = registers_of(p, elem, cal) if use_cal else None
+        occ = occupancy(a, geo.threads, regs or 32, geo.smem_bytes, 0)
         if occ.active_blocks == 0:
             continue
-        in_flight = occ.active_blocks * geo.threads * geo.per_thread * geo.vec * elem * p["TILES"]
+        # every tile's loads are in flight before its barrier
+        in_flight = occ.active_blocks * geo.ty * geo.tile * elem * p["TILES"]
         vec, _ = split_bytes(p, rows, cols, elem)
         t = predict_time_us(p, rows, cols, dtype, cal) if use_cal else None
         calibrated = t is not None
@@ -302,10 +392,14 @@ def rank_transpose(rows: int, cols: int, dtype: str = "f32", arch: str = "sm_90"
             eff = g.dram_gbps * min(1.0, in_flight / need)
             t = (vec + 3.0 * (total - vec)) / (eff * 1e3)
         ratio = copy_time_us(total, cal) / t if calibrated else None
-        key = (t, geo.threads, i)
+        # a candidate never timed ranks as if its expected error slower (the fit's unmeasured_penalty): within
+        # that, the measured one is the safer pick
+        pen = cal["constants"].get(str(elem), {}).get("unmeasured_penalty", 0.0) if calibrated else 0.0
+        key = (t * (1 + (0.0 if label(p) in measured else pen)), geo.threads, i)
         scored.append((key, TransposeScored(tuple((k, p[k]) for k in PARAMS), label(p), geo.threads,
                                             geo.smem_bytes, occ.active_blocks, in_flight, vec / total, t,
-                                            total / (t * 1e3), ratio, calibrated, elem, total)))  # fmt: skip
+                                            total / (t * 1e3), ratio, calibrated, elem, total,
+                                            measured=label(p) in measured, registers=regs)))  # fmt: skip
     # calibrated candidates first; times within TIE of each other are ordered by threads, then candidate order
     scored.sort(key=lambda x: (not x[1].calibrated, x[0][0]))
     out: list[TransposeScored] = []
@@ -333,17 +427,25 @@ def _reason(s: TransposeScored, top: TransposeScored | None, cal: dict | None, n
     edge = f"; {1 - s.vector_fraction:.1%} of the bytes in edge tiles" if s.vector_fraction < 0.9995 else ""
     if cal and s.bytes < cal["constants"].get(str(s.elem), {}).get("min_fit_bytes", 0):
         edge += f"; below the calibrated sizes (>= {cal['constants'][str(s.elem)]['min_fit_bytes'] / 2**20:.0f} MiB)"
+    if cal and not s.measured and "coef" in cal["constants"].get(str(s.elem), {}):
+        err = expected_error(f"f{8 * s.elem}", cal, measured=False)
+        edge += "; not timed: the feature model" + (f" (expected error {err:.1%})" if err is not None else "")
     if top is None or s is top or s.label == top.label:
         return f"best: {s.gbps:.0f} GB/s predicted{ratio}{edge} ({src})"
     return f"{top.time_us / s.time_us - 1:+.1%} vs #1: {s.gbps:.0f} GB/s predicted{ratio}{edge}"
 
 
-def expected_error(dtype: str, cal: dict | None = None) -> float | None:
-    """The calibration's median relative time error on the held-out shapes for this element size."""
+def expected_error(dtype: str, cal: dict | None = None, *, measured: bool = True) -> float | None:
+    """The calibration's median relative time error for this element size: on the held-out shapes for the
+    candidates it measured (``measured``), else its error on candidates left out of the fit (cross-validated
+    over candidates, then replaced by a held-out run's unmeasured candidates)."""
     cal = cal if cal is not None else load_calibration()
     if cal is None:
         return None
-    return cal["constants"].get(str(_elem(dtype)), {}).get("held_out_median_error")
+    per = cal["constants"].get(str(_elem(dtype)), {})
+    if not measured and "unmeasured_median_error" in per:
+        return per["unmeasured_median_error"]
+    return per.get("held_out_median_error")
 
 
 KAPPAS = tuple(k / 20 for k in range(5, 21))  # 0.25 .. 1
@@ -464,3 +566,156 @@ def waves(p: dict, rows: int, cols: int, elem: int, blocks_per_sm: int, sms: int
     g = geometry(p, elem)
     blocks = math.ceil(cols / g.tile) * math.ceil(rows / (g.ty * p.get("TILES", 1)))
     return blocks / max(1, blocks_per_sm * sms)
+
+
+# ---- the feature model (session 5): every candidate of the space, measured or not --------------------------------
+
+NEED_BYTES = 4.8e12 / 132 * 1e-6  # Little's law: bytes in flight per SM that cover 1 us of the H200's DRAM
+BW_FEATURES = ("latency", "narrow", "in_run", "out_run", "stream", "threads", "tiles", "lds")
+T0_FEATURES = ("block",)
+OUT_FEATURES = ("out_run_block", "small_block")
+# the prior's spread per constant (relative to the prior; the output weight relative to inv), against the fit
+# rows' noise (NOISE): how far a measured candidate's constants may move from the feature model's
+NOISE = 0.01
+
+
+def features(p: dict, elem: int, registers: int | None = None, arch: str = "sm_90") -> dict:
+    """What the feature model reads of a candidate: geometry, occupancy (from ptxas' registers; 32 when unknown),
+    bytes in flight per SM, access widths and run lengths (relative to a 128-byte line), block size."""
+    from smemtile.model.arch import get_arch
+    from smemtile.model.occupancy import occupancy
+
+    q = {**DEFAULTS, **p}
+    g = geometry(q, elem)
+    blocks = occupancy(get_arch(arch), g.threads, registers or 32, g.smem_bytes, 0).active_blocks
+    # every load of a tile is issued before its barrier; TILES > 1 keeps the next tile's loads in flight too
+    in_flight = blocks * g.ty * g.tile * elem * min(q["TILES"], 2)
+    return {"blocks_per_sm": blocks, "in_flight": in_flight, "registers": registers or 32,
+            "latency": NEED_BYTES / max(in_flight, 1), "narrow": 16 / (max(g.vec, 1) * elem) - 1,
+            "in_run": 128 / (g.tile * elem), "out_run": 128 / (g.ty * elem), "stream": float(q["STREAM"]),
+            "threads": g.threads / 1024, "tiles": float(q["TILES"] > 1), "lds": 1 / q["PACK"],
+            "block": 2 * g.ty * g.tile * q["TILES"] * elem / 65536,
+            "out_run_block": 128 / (g.ty * q["TILES"] * elem), "small_block": 256 / g.threads}  # fmt: skip
+
+
+def _terms(r: dict, kappa: float, phi: float, mu_in: float) -> tuple[float, float]:
+    """(X0, s_out) of a row in KB: the bytes every candidate pays at its bandwidth, and the output side's
+    sector-misaligned bytes (weighted per candidate)."""
+    e = r["elem"]
+    vec, scalar = split_bytes(r["params"], r["rows"], r["cols"], e)
+    line, s_in, s_out = misaligned_sides(r["params"], r["rows"], r["cols"], e)
+    return (vec + scalar / kappa + phi * line + mu_in * s_in) / 1e3, s_out / 1e3
+
+
+def _design(f: dict, x0: float, s_out: float) -> list[float]:
+    return [1.0, *(f[k] for k in T0_FEATURES), x0, *(x0 * f[k] for k in BW_FEATURES), s_out,
+            *(s_out * f[k] for k in OUT_FEATURES)]  # fmt: skip
+
+
+COEF = ("t0", *(f"t0*{k}" for k in T0_FEATURES), "inv", *(f"inv*{k}" for k in BW_FEATURES), "out",
+        *(f"out*{k}" for k in OUT_FEATURES))  # fmt: skip
+
+
+def prior(f: dict, coef: dict) -> tuple[float, float, float]:
+    """(t0_us, inv = us per KB at the candidate's bandwidth, w = us per KB of output-side sector-misaligned
+    bytes) of the feature model for a candidate's features."""
+    t0 = coef["t0"] + sum(coef[f"t0*{k}"] * f[k] for k in T0_FEATURES)
+    inv = coef["inv"] + sum(coef[f"inv*{k}"] * f[k] for k in BW_FEATURES)
+    w = coef["out"] + sum(coef[f"out*{k}"] * f[k] for k in OUT_FEATURES)
+    return t0, inv, w
+
+
+def _nnls_rel(a: np.ndarray, free: tuple[int, ...] = ()) -> np.ndarray:
+    """Least squares of a @ x = 1 with every coefficient >= 0 except those in ``free``: the most negative one is
+    dropped (held at 0) and the rest refitted until none is negative."""
+    keep = list(range(a.shape[1]))
+    b = np.ones(a.shape[0])
+    while True:
+        sol, *_ = np.linalg.lstsq(a[:, keep], b, rcond=None)
+        neg = [(v, c) for v, c in zip(sol, keep, strict=True) if v < 0 and c not in free]
+        if not neg:
+            x = np.zeros(a.shape[1])
+            x[keep] = sol
+            return x
+        keep.remove(min(neg)[1])
+
+
+def fit_features(rows: list[dict], registers: dict, *, shared: dict | None = None) -> dict:
+    """The feature model per element size from measured rows (``{"label", "elem", "rows", "cols", "time_us",
+    "params"}``) and ptxas' registers per label (``{elem: {label: registers}}``): KAPPA, PHI_LINE and MU_IN on a
+    grid (``shared``: ``{elem: (kappa, phi, mu_in)}`` fixes them), the coefficients of COEF (all >= 0) by least
+    squares on relative time error over every row; then each measured candidate's (t0, inv, w) pulled from the
+    prior by its own rows (``shrink``). Returns ``{elem: {"model", "coef", "candidates", "min_fit_bytes"}}``."""
+    out: dict = {}
+    for elem in sorted({r["elem"] for r in rows}):
+        mine = [r for r in rows if r["elem"] == elem]
+        regs = registers.get(str(elem), {})
+        feats = {r["label"]: features(r["params"], elem, regs.get(r["label"])) for r in mine}
+        t = np.array([r["time_us"] for r in mine])
+        any_in = any(misaligned_sides(r["params"], r["rows"], r["cols"], elem)[1] > 0 for r in mine)
+        grid = (
+            [shared[elem]]
+            if shared and elem in shared
+            else [
+                (k, ph, mu)
+                for k in KAPPAS[::1]
+                for ph in PHIS[::2]
+                for mu in (MU_INS[::2] if any_in else (0.0,))
+            ]
+        )
+        best = None
+        for kappa, phi, mu_in in grid:
+            a = (
+                np.array([_design(feats[r["label"]], *_terms(r, kappa, phi, mu_in)) for r in mine])
+                / t[:, None]
+            )
+            x = _nnls_rel(a)
+            err = float(np.sum((a @ x - 1) ** 2))
+            if best is None or err < best[0] - 1e-15:
+                best = (err, kappa, phi, mu_in, x)
+        assert best is not None
+        _, kappa, phi, mu_in, x = best
+        coef = dict(zip(COEF, (float(v) for v in x), strict=True))
+        per = {"model": {"kappa": kappa, "phi_line": phi, "mu_in": mu_in, "mu_in_form": "shared"},
+               "coef": coef, "candidates": {}}  # fmt: skip
+        groups: dict[str, list[dict]] = {}
+        for r in mine:
+            groups.setdefault(r["label"], []).append(r)
+        for lab, pts in sorted(groups.items()):
+            per["candidates"][lab] = shrink(pts, feats[lab], coef, per["model"])
+        per["min_fit_bytes"] = min(2.0 * r["rows"] * r["cols"] * elem for r in mine)
+        out[str(elem)] = per
+    return out
+
+
+def shrink(pts: list[dict], f: dict, coef: dict, model: dict) -> dict:
+    """A measured candidate's (t0, bw, mu_out): least squares of its own rows' relative time errors together with
+    the feature model's prior, each constant's deviation from the prior weighted by NOISE / its spread (t0: half
+    the prior plus 0.5 us; inv: SPREAD_INV of the prior; w: 0.3 x inv, the spread of mu_out): a candidate timed
+    on many shapes keeps what it measured, one timed on two moves part of the way."""
+    t0p, invp, wp = prior(f, coef)
+    sig = np.array([0.5 * t0p + 0.5, SPREAD_INV * invp, 0.3 * invp])
+    rows_a, rows_b = [], []
+    for r in pts:
+        x0, so = _terms(r, model["kappa"], model["phi_line"], model["mu_in"])
+        rows_a.append(np.array([1.0, x0, so]) / r["time_us"])
+        rows_b.append(1.0)
+    w = NOISE / sig
+    a = np.vstack([np.array(rows_a), np.diag(w)])
+    b = np.concatenate([np.array(rows_b), w * np.array([t0p, invp, wp])])
+    sol, *_ = np.linalg.lstsq(a, b, rcond=None)
+    t0, inv, wo = max(float(sol[0]), 0.0), float(sol[1]), max(float(sol[2]), 0.0)
+    errs = [abs(t0 + inv * ra[1] * r["time_us"] + wo * ra[2] * r["time_us"] - r["time_us"]) / r["time_us"]
+            for ra, r in zip(rows_a, pts, strict=True)]  # fmt: skip
+    return {
+        "t0_us": t0,
+        "bw_gbps": 1.0 / inv,
+        "mu_out": wo / inv,
+        "fit_points": len(pts),
+        "fit_max_error": max(errs),
+        "prior_ratio": invp / inv,
+    }
+
+
+# the feature model's spread of inv over candidates (about its cross-validated median error)
+SPREAD_INV = 0.03

@@ -150,6 +150,9 @@ class Transpose(Family):
             elif ((ty // 4) * (tile // vec // 8)) % (tile * rows // 32):
                 out.append(f"VEC={vec}: the {tile * rows // 32} warps do not share the tile's 4 x 8-vector blocks "
                            "evenly")  # fmt: skip
+            elif p["STREAM"] and vec * size not in (8, 16):  # transpose.cu's ld/st_global static_assert
+                out.append(f"STREAM=1 needs 8- or 16-byte vectors (ld/st.global.cs); VEC={vec} moves {vec * size} "
+                           "bytes (fewer BLOCK_ROWS or a wider TILE)")  # fmt: skip
         pack = p["PACK"]
         if pack > 1 and not out:
             lay = cfg.layouts.get("tile")
@@ -255,17 +258,70 @@ class Transpose(Family):
         return _Ranker(self, problem, arch, gpu)
 
 
+def _screen(fam: Transpose, dtype: str, arch: str) -> tuple[list[dict], list[tuple[dict, str]]]:
+    """The model's candidate space (model/tiling_transpose.space) through this family's own rules: (the
+    configurations it builds, [(refused, the first rule broken)]). The rules do not depend on the problem's
+    size; cached per dtype and arch."""
+    key = (dtype, arch)
+    if key not in _SCREENED:
+        from smemtile.families import configure
+        from smemtile.model.tiling_transpose import space
+
+        ok, refused = [], []
+        for p in space(dtype):
+            try:
+                why = fam.problems(configure(fam, {**p, "rows": 8192, "cols": 8192, "dtype": dtype}, arch=arch,
+                                             check=False), accesses=False)  # fmt: skip
+            except SpecError as e:
+                why = [str(e)]
+            if why:
+                refused.append((p, why[0]))
+            else:
+                ok.append(p)
+        _SCREENED[key] = (ok, refused)
+    return _SCREENED[key]
+
+
+_SCREENED: dict[tuple, tuple] = {}
+
+
 class _Ranker:
-    """The calibrated ranking of transpose configurations for one problem (model/tiling_transpose.py): per
-    element size, what measured fastest on the H200 carried to this shape; ``generate`` without a tile uses #1."""
+    """The calibrated ranking of transpose configurations for one problem (model/tiling_transpose.py): every
+    configuration of the model's space the family builds, predicted by the feature model (measured ones by their
+    own constants, shrunk toward it); ``generate`` without a tile uses #1."""
 
     def __init__(self, fam: Transpose, problem: dict, arch: str, gpu: str | None):
-        from smemtile.model.tiling_transpose import rank_transpose
+        from smemtile.model.tiling_transpose import duplicate_of, label, load_calibration, rank_transpose
 
         self.fam, self.arch = fam, arch
         self.problem = {k: problem[k] for k in ("rows", "cols", "dtype")}
-        self.ranked = rank_transpose(int(problem["rows"]), int(problem["cols"]), str(problem["dtype"]), arch,
-                                     gpu=gpu)  # fmt: skip
+        dtype = str(problem["dtype"])
+        ok, refused = _screen(fam, dtype, arch)
+        cal = load_calibration()
+        elem = SIZES.get(dtype, 4)
+        table = (cal or {}).get("registers", {}).get(str(elem), {})
+        self._rejected: list[dict] = [self._reject(p, "rules", why) for p, why in refused]
+        cands = []
+        for p in ok:
+            regs, spills = table.get(label(p), [None, 0])
+            dup = duplicate_of(p, dtype, cal)
+            if spills:
+                self._rejected.append(self._reject(p, "spills", f"ptxas spills {spills} bytes ({regs} registers, "
+                                                                f"MIN_BLOCKS={p['MIN_BLOCKS']})"))  # fmt: skip
+            elif dup:
+                self._rejected.append(self._reject(p, "duplicate", f"the same kernel as {dup}: ptxas gives both "
+                                                                   f"{regs} registers"))  # fmt: skip
+            else:
+                cands.append(p)
+        self.ranked = rank_transpose(int(problem["rows"]), int(problem["cols"]), dtype, arch, gpu=gpu,
+                                     cands=cands)  # fmt: skip
+
+    def _reject(self, p: dict, kind: str, reason: str) -> dict:
+        from smemtile.model.tiling_transpose import label
+
+        d = self.fam.defaults()
+        params = {k: v for k, v in p.items() if k in ("TILE", "BLOCK_ROWS") or v != d[k]}
+        return {"params": params, "label": label(p), "kind": kind, "reason": reason}
 
     def top(self, k: int) -> list[dict]:
         return [s.params_dict() for s in self.ranked[:k]]
@@ -285,31 +341,9 @@ class _Ranker:
     # presentation (``smemtile tiles --family transpose``): what the ranking left out and where its numbers come from
 
     def rejections(self) -> list[dict]:
-        """The candidates of the other element size: refused by the family for this dtype (its own rule), or
-        buildable but never measured at this element size (the model's constants are per candidate)."""
-        from smemtile.families import configure
-        from smemtile.model.tiling_transpose import CANDIDATES, ELEM, label
-
-        dtype = str(self.problem["dtype"])
-        mine = {label(p) for p in CANDIDATES[ELEM[dtype]]}
-        out = []
-        for elem, cands in CANDIDATES.items():
-            for p in cands:
-                if elem == ELEM[dtype] or label(p) in mine:
-                    continue
-                try:
-                    why = self.fam.problems(configure(self.fam, {**p, **self.problem}, arch=self.arch, check=False),
-                                            accesses=False)  # fmt: skip
-                except SpecError as e:
-                    why = [str(e)]
-                kind = "rules" if why else "uncalibrated"
-                reason = why[0] if why else (f"builds, but was measured for {elem}-byte elements only: the model "
-                                             f"has no constants for it at {ELEM[dtype]} bytes")  # fmt: skip
-                params = {
-                    k: v for k, v in p.items() if k in ("TILE", "BLOCK_ROWS") or v != self.fam.defaults()[k]
-                }
-                out.append({"params": params, "label": label(p), "kind": kind, "reason": reason})
-        return out
+        """The configurations of the model's space the family refuses (its own rule), ptxas spills for, or that
+        compile to the same kernel as one ranked (MIN_BLOCKS with nothing to give up)."""
+        return list(self._rejected)
 
     def provenance(self) -> dict:
         from smemtile.model.tiling_transpose import DATA_FILE, expected_error, load_calibration
@@ -317,8 +351,10 @@ class _Ranker:
         cal = load_calibration() or {}
         calibrated = bool(self.ranked and self.ranked[0].calibrated)
         return {
-            "model": "per candidate time = t0 + bytes / bw (+ edge tiles / kappa + misaligned runs), measured "
-            "constants carried to the shape (smemtile/model/tiling_transpose.py)",
+            "model": "per candidate time = t0 + bytes / bw (+ edge tiles / kappa + misaligned runs), t0, bw and the "
+            "output side's weight from the candidate's features (occupancy, bytes in flight, access width, run "
+            "lengths, block size), measured candidates' own constants shrunk toward them "
+            "(smemtile/model/tiling_transpose.py)",
             "source": "smemtile/model/tiling_transpose.py",
             "file": f"smemtile/model/data/{DATA_FILE}",
             "gpu": cal.get("gpu"),
@@ -326,6 +362,9 @@ class _Ranker:
             "commit": cal.get("commit"),
             "calibrated": calibrated,
             "expected_error": expected_error(str(self.problem["dtype"]), cal) if calibrated else None,
+            "expected_error_unmeasured": expected_error(str(self.problem["dtype"]), cal, measured=False)
+            if calibrated
+            else None,
             "expected_error_of": "median |time error|, held out: "
             + ", ".join(
                 x for x in cal.get("held_out_shapes", []) if f" f{8 * SIZES[self.problem['dtype']]} " in x

@@ -1,0 +1,104 @@
+"""The transpose's candidate space (issue 20, session 5): ``tiles --family transpose`` ranks every configuration
+of ``tiling_transpose.space`` the family builds (its own rules, ptxas' registers, no spills, MIN_BLOCKS only where
+it changes the kernel), each predicted by the feature model (measured candidates by their own constants shrunk
+toward it), the rejected ones listed with the family's reason; the calibration names its provenance."""
+
+from __future__ import annotations
+
+import pytest
+
+from smemtile.families import FAMILIES, configure
+from smemtile.model import tiling_transpose as tt
+from smemtile.pipeline.tiles import family_tiles
+
+FAM = FAMILIES["transpose"]
+
+
+@pytest.fixture(scope="module", params=["f32", "f16"])
+def report(request):
+    return family_tiles("transpose", [8192, 8192], dtype=request.param)
+
+
+def test_the_space_spans_the_familys_parameters():
+    """Every curated candidate first (the sweeps' own, in their order), then the grid, each label once."""
+    for dt in ("f32", "f16"):
+        sp = tt.space(dt)
+        labels = [tt.label(p) for p in sp]
+        assert len(labels) == len(set(labels))
+        assert labels[: len(tt.candidates(dt))] == [tt.label(p) for p in tt.candidates(dt)]
+        for k in ("TILE", "BLOCK_ROWS", "PACK", "TILES", "STREAM"):
+            assert {p[k] for p in sp} >= set(tt.SPACE[k])
+        assert {p["MIN_BLOCKS"] for p in sp} >= {1, 2, 4, 8}
+
+
+def test_at_least_30_candidates_and_every_one_passes_the_familys_checks(report):
+    dt = report.problem["dtype"]
+    assert len(report.ranked) >= 30 and len({s.label for s in report.ranked}) == len(report.ranked)
+    for s in report.ranked:
+        cfg = configure(FAM, {**s.params_dict(), **report.problem}, check=False)
+        assert FAM.problems(cfg, accesses=False) == [], (s.label, dt)
+    # every configuration of the space is either ranked or rejected with a reason
+    assert len(report.ranked) + len(report.rejected) == len(tt.space(dt))
+    assert all(r["reason"] and r["kind"] in ("rules", "spills", "duplicate") for r in report.rejected)
+    # the curated candidates still rank (and say they were measured)
+    ranked = {s.label: s for s in report.ranked}
+    assert all(ranked[tt.label(p)].measured for p in tt.candidates(dt))
+
+
+def test_features_follow_the_geometry_and_the_registers():
+    """T64x8 fp32: 512 threads, float4 accesses, 128-byte output runs... bytes in flight from the occupancy that
+    ptxas' registers allow (32 registers: 4 blocks of 512 threads; 64: 2)."""
+    p = {**tt.DEFAULTS, "TILE": 64, "BLOCK_ROWS": 8}
+    f = tt.features(p, 4, 32)
+    assert f["blocks_per_sm"] == 4 and f["in_flight"] == 4 * 64 * 64 * 4 and f["narrow"] == 0.0
+    assert f["in_run"] == f["out_run"] == 0.5 and f["threads"] == 0.5 and f["stream"] == 0.0
+    assert tt.features(p, 4, 64)["blocks_per_sm"] == 2
+    # fp16 T32: 64-byte runs, 8-byte vectors (TILE / 8 lanes = 4 elements)
+    g = tt.features({**tt.DEFAULTS, "TILE": 32, "BLOCK_ROWS": 8}, 2, 32)
+    assert g["in_run"] == g["out_run"] == 2.0 and g["narrow"] == 1.0
+
+
+def _rows(coef: dict, labels: dict, shapes) -> list[dict]:
+    out = []
+    for lab, p in labels.items():
+        f = tt.features(p, 2, 32)
+        t0, inv, w = tt.prior(f, coef)
+        for n, m in shapes:
+            r = {"label": lab, "elem": 2, "rows": n, "cols": m, "params": p, "case": f"{n}x{m}"}
+            x0, so = tt._terms(r, 1.0, 0.0, 0.0)
+            out.append({**r, "time_us": t0 + inv * x0 + w * so})
+    return out
+
+
+def test_fit_features_recovers_known_coefficients_and_predicts_an_unseen_candidate():
+    coef = dict.fromkeys(tt.COEF, 0.0)
+    coef.update({"t0": 3.0, "t0*block": 1.0, "inv": 1 / 4000, "inv*stream": 0.1 / 4000, "inv*latency": 0.5 / 4000,
+                 "out": 0.3 / 4000})  # fmt: skip
+    d = tt.DEFAULTS
+    geo = {tt.label(p): tt.geometry(p, 2) for p in tt.space("f16")}
+    labels = {tt.label(p): p for p in tt.space("f16")[::7]
+              if geo[tt.label(p)].vec > 1 and geo[tt.label(p)].threads <= 1024 and geo[tt.label(p)].smem_bytes <= 49152}  # fmt: skip
+    shapes = ((8192, 8192), (4096, 4096), (5000, 8192), (2048, 16384))
+    rows = _rows(coef, labels, shapes)
+    got = tt.fit_features(rows, {}, shared={2: (1.0, 0.0, 0.0)})["2"]
+    for k, v in coef.items():
+        assert got["coef"][k] == pytest.approx(v, rel=1e-4, abs=1e-9), k
+    unseen = {**d, "TILE": 128, "BLOCK_ROWS": 8, "STREAM": 1}
+    (want,) = _rows(coef, {"u": unseen}, ((6144, 6144),))
+    cal = {"constants": {"2": got}}
+    assert tt.predict_time_us(unseen, 6144, 6144, "f16", cal) == pytest.approx(want["time_us"], rel=1e-6)
+
+
+def test_a_measured_candidate_is_pulled_toward_its_own_rows_by_how_many_it_has():
+    """shrink: a candidate measured 5 % slower than the feature model keeps most of the 5 % with 8 rows, less
+    with 1 (the prior's spread SPREAD_INV against the rows' NOISE)."""
+    coef = dict.fromkeys(tt.COEF, 0.0)
+    coef.update({"t0": 3.0, "inv": 1 / 4000})
+    p = {**tt.DEFAULTS, "TILE": 64, "BLOCK_ROWS": 4}
+    f = tt.features(p, 2, 32)
+    model = {"kappa": 1.0, "phi_line": 0.0, "mu_in": 0.0}
+    rows = [{**r, "time_us": r["time_us"] * 1.05} for r in _rows(coef, {"a": p}, [(4096 * k, 8192) for k in
+                                                                                   (1, 2, 3, 4, 1, 2, 3, 4)])]  # fmt: skip
+    many, one = tt.shrink(rows, f, coef, model), tt.shrink(rows[3:4], f, coef, model)
+    assert 1 / 1.05 - 0.01 < many["prior_ratio"] < 1 / 1.04
+    assert 1 / 1.04 < one["prior_ratio"] < 1.0 and many["fit_points"] == 8
