@@ -59,8 +59,9 @@ A_PAD = 4  # the fix search's As layout for every sgemm configuration here (chec
 # ---- what is measured ---------------------------------------------------------------------------------------------
 def cfg_label(p: dict) -> str:
     z = f" sk{p['SPLIT_K']}" if p.get("SPLIT_K", 1) > 1 else ""
+    rp = f" rp{p['REPACK']}" if p.get("REPACK") else ""  # REPACK forced on (1) or off (2); absent: auto
     return (f"{p['BM']}x{p['BN']}x{p['BK']} {p['TM']}x{p['TN']} s{p['STAGES']} mb{p['MIN_BLOCKS']}"
-            f"{' av0' if p.get('A_VEC', 1) == 0 else ''}{z}")  # fmt: skip
+            f"{' av0' if p.get('A_VEC', 1) == 0 else ''}{z}{rp}")  # fmt: skip
 
 
 def _c(bm, bn, bk, tm, tn, st, mb, sk=1, **kw) -> dict:
@@ -160,8 +161,9 @@ _SOURCES: dict[tuple, str] = {}
 
 def canonical_shape(shape=None) -> tuple[int, int, int]:
     """The problem a configuration's text is rendered for: the generated kernel depends on the shape only
-    through whether K or N is a multiple of 4 (the family's RAGGED), so one aligned and one unaligned canonical
-    problem stand for every shape."""
+    through whether K or N is a multiple of 4 and what the family's auto parameters resolve to there (RAGGED,
+    REPACK: pinned by :func:`canonical_source`), so one aligned and one unaligned canonical problem stand for
+    every shape."""
     return (
         CANONICAL_RAGGED
         if shape is not None and (shape[1] % 4 or shape[2] % 4)
@@ -169,15 +171,25 @@ def canonical_shape(shape=None) -> tuple[int, int, int]:
     )
 
 
+def pinned_params(params: dict, shape=None, arch: str = "sm_90") -> dict:
+    """``params`` with the family's auto parameters (RAGGED, REPACK) pinned to what they resolve to at ``shape``."""
+    from smemtile.families import FAMILIES
+
+    cfg = configure_sgemm(params, shape or tuple(CANONICAL.values()), arch)
+    return {**params, **FAMILIES["sgemm"].auto_values(cfg)}
+
+
 def canonical_source(params: dict, arch: str = "sm_90", shape=None) -> str:
-    """The generated body for ``shape``'s canonical problem (one cubin per configuration and alignment class),
-    always rendered from this tree: the NVRTC cache is keyed by the source text, so a kernel change can never be
-    timed with a cubin of the old text (session 3 found a `sources.json` read back here doing exactly that)."""
+    """The generated body for ``shape``'s canonical problem with the auto parameters pinned to their values at
+    ``shape`` (one cubin per configuration, alignment class and resolved autos), always rendered from this tree:
+    the NVRTC cache is keyed by the source text, so a kernel change can never be timed with a cubin of the old
+    text (session 3 found a `sources.json` read back here doing exactly that)."""
     from smemtile.codegen.render import body
 
-    key = (cfg_label(params), arch, canonical_shape(shape))
+    pinned = pinned_params(params, shape, arch)
+    key = (json.dumps(pinned, sort_keys=True), arch, canonical_shape(shape))
     if key not in _SOURCES:
-        _SOURCES[key] = body(configure_sgemm(params, key[2], arch))
+        _SOURCES[key] = body(configure_sgemm(pinned, key[2], arch))
     return _SOURCES[key]
 
 
@@ -235,15 +247,24 @@ def all_configs(extra_files: list[Path] = ()) -> list[dict]:
     return out
 
 
-def _build_one(params: dict) -> tuple[str, str, dict]:
-    """Both texts of a configuration compiled (aligned and unaligned problems: the same one unless RAGGED)."""
+BUILD_SHAPES = (None, CANONICAL_RAGGED, (1000, 1001, 333), (2047, 4093, 2050))  # aligned; unaligned K and N
+# (REPACK on), small (REPACK off); N alone (RAGGED resolves by K too)
+
+
+def _build_one(params: dict, shapes=BUILD_SHAPES) -> tuple[str, str, dict]:
+    """The texts of a configuration for ``shapes`` compiled (one per alignment class and resolved autos)."""
     from smemtile.gpu.run import compile_config
 
     srcs, what = {}, []
     try:
-        for shape in (None, CANONICAL_RAGGED):
-            src = srcs[canonical_shape(shape)] = canonical_source(params, shape=shape)
-            r = compile_config(configure_sgemm(params, canonical_shape(shape)), source=src)
+        for shape in shapes:
+            src = canonical_source(params, shape=shape)
+            if src in srcs.values():
+                continue
+            srcs[(canonical_shape(shape), json.dumps(pinned_params(params, shape), sort_keys=True))] = src
+            r = compile_config(
+                configure_sgemm(pinned_params(params, shape), canonical_shape(shape)), source=src
+            )
             res = next(iter(r.resources.values()))
             what.append(f"{res.registers} regs, {res.spills} B spilled")
         return cfg_label(params), " / ".join(dict.fromkeys(what)), srcs
@@ -272,7 +293,9 @@ def cmd_build(args) -> None:
     sources = {}
     with ProcessPoolExecutor(args.jobs) as ex:
         for label, what, srcs in ex.map(_build_one, cfgs):
-            sources.update({f"{label} @ {'x'.join(map(str, shape))}": src for shape, src in srcs.items()})
+            sources.update(
+                {f"{label} @ {'x'.join(map(str, shape))} {pin}": src for (shape, pin), src in srcs.items()}
+            )
             print(f"  {label:<36} {what}", flush=True)
     (CACHE / "sources.json").write_text(json.dumps(sources))  # a record of what was built; never read back
     if args.strip_ptx:  # the carried cache needs the cubins only

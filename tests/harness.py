@@ -4,7 +4,8 @@ file ``smemtile generate -o`` wrote, so the GPU tests check the helper, not smem
 
 Arguments, one per helper parameter in order: an integer or float for scalars; ``in:PATH`` for an array the
 kernel reads (raw bytes, the size the family's shape gives), ``out:PATH`` for an array it writes (poisoned with
-0xFF bytes first; the result is written back to PATH), ``inout:PATH`` for both.
+0xFF bytes first; the result is written back to PATH), ``inout:PATH`` for both. A helper with a workspace gets
+the program's own (poisoned) when the environment has WORKSPACE=1, else nullptr (the helper allocates it).
 """
 
 from __future__ import annotations
@@ -52,6 +53,16 @@ def harness_main(cfg: KernelConfig) -> str:
             f"  else cudaMemset(d_{a.name}, 0xFF, n_{a.name});",
         ]
         call.append(f"({ctype})d_{a.name}")
+    if fam.workspaces(
+        cfg
+    ):  # WORKSPACE=1: the caller's own workspace (poisoned), else the helper allocates one
+        ints = ", ".join(a.name for a in fam.host_args if a.ctype == "int")
+        lines += [
+            "  void* ws = nullptr; size_t ws_bytes = 0;",
+            f'  if (getenv("WORKSPACE")) {{ ws_bytes = launch_{fam.name}_workspace_bytes({ints});',
+            "    if (cudaMalloc(&ws, ws_bytes ? ws_bytes : 1) != cudaSuccess) return 5; cudaMemset(ws, 0xFF, ws_bytes); }",
+        ]  # fmt: skip
+        call += ["0", "ws", "ws_bytes"]
     lines += [
         f"  cudaError_t err = launch_{fam.name}({', '.join(call)});",
         "  if (err == cudaSuccess) err = cudaDeviceSynchronize();",

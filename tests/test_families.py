@@ -269,21 +269,29 @@ SHAPES = [
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
-@pytest.mark.parametrize("split", [1, 4])
-def test_helper_grid_equals_the_plan_for_many_shapes(tmp_path, split):
+@pytest.mark.parametrize("split, repack", [(1, 2), (4, 2), (1, 1), (4, 1)])
+def test_helper_grid_equals_the_plan_for_many_shapes(tmp_path, split, repack):
     """The C++ grid expressions of launch_sgemm(), compiled with g++ and evaluated for many run-time sizes,
-    give exactly the grids Family.launch computes (what --json, verify and tune use)."""
+    give exactly the grids Family.launch computes (what --json, verify and tune use); with REPACK, the repacking
+    steps run exactly for the sizes whose K or N is not a multiple of 4, in the helper as in the plan."""
     fam = FAMILIES["sgemm"]
-    cfg = configure(fam, {"BM": 64, "TM": 8, "STAGES": 2, "SPLIT_K": split}, {}, "sm_90")
+    cfg = configure(fam, {"BM": 64, "TM": 8, "STAGES": 2, "SPLIT_K": split, "REPACK": repack}, {}, "sm_90")
     helper = launch_helper(cfg)
     grids = re.findall(r"const long long gx = (.*), gy = (.*), gz = (.*);", helper)
-    assert len(grids) == (2 if split > 1 else 1)
+    guards = re.findall(r"    if \((.*)\) \{\n        const long long gx", helper)
+    assert len(grids) == 1 + (split > 1) + 2 * (repack == 1)
+    conds = ["1"] * len(grids)  # which steps run: the guarded ones in the order the helper has them
+    for i, g in enumerate(grids):
+        m = re.search(r"    if \((.*)\) \{\n        const long long gx = " + re.escape(g[0]), helper)
+        if m:
+            conds[i] = m.group(1)
+    assert len([c for c in conds if c != "1"]) == len(guards)
     lines = ["#include <cstdio>", "int main() {"]
     for m, n, k in SHAPES:
         lines.append(f"  {{ int M = {m}, N = {n}, K = {k}; (void)K;")
-        for gx, gy, gz in grids:
+        for (gx, gy, gz), cond in zip(grids, conds, strict=True):
             lines.append(
-                f'    printf("%lld %lld %lld\\n", (long long)({gx}), (long long)({gy}), (long long)({gz}));'
+                f'    if ({cond}) printf("%lld %lld %lld\\n", (long long)({gx}), (long long)({gy}), (long long)({gz}));'
             )
         lines.append("  }")
     lines += ["  return 0;", "}"]

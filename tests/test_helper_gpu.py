@@ -38,6 +38,13 @@ CASES = [
         {"BM": 128, "BN": 64, "BK": 16, "TM": 8, "TN": 8, "MIN_BLOCKS": 3, "SPLIT_K": 2},
         {"M": 999, "N": 1001, "K": 2003, "beta": 0.5},
     ),
+    # REPACK: unaligned A and B copied into the workspace first (16-byte loop); B only (K % 4 == 0) with split K
+    (
+        "sgemm",
+        {"BM": 128, "BN": 128, "TM": 8, "TN": 16, "REPACK": 1},
+        {"M": 1000, "N": 1001, "K": 333, "beta": 0.5},
+    ),
+    ("sgemm", {"BM": 64, "TM": 8, "STAGES": 2, "SPLIT_K": 4, "REPACK": 1}, {"M": 64, "N": 1001, "K": 5000}),
     ("transpose", {}, {"rows": 1000, "cols": 777}),
     ("transpose", {"TILE": 32, "BLOCK_ROWS": 8}, {"rows": 1024, "cols": 2048}),
     ("transpose", {"VEC": 1}, {"rows": 513, "cols": 257, "dtype": "f16"}),
@@ -152,14 +159,21 @@ def run_helpers(cfgs: list, tmp_path: Path) -> tuple[list[str], list[dict]]:
     with ThreadPoolExecutor(max_workers=min(16, os.cpu_count() or 4)) as pool:
         exes = list(pool.map(_build, cfgs, works))
     failures, report = [], []
-    for i, (cfg, exe, work) in enumerate(zip(cfgs, exes, works, strict=True)):
+    runs = [
+        (i, ws)
+        for i, cfg in enumerate(cfgs)
+        for ws in ((0, 1) if FAMILIES[cfg.family].workspaces(cfg) else (0,))
+    ]
+    for i, ws in runs:  # a helper with a workspace: once allocating its own, once with the caller's
+        cfg, exe, work = cfgs[i], exes[i], works[i]
         fam = FAMILIES[cfg.family]
         inputs = fam.make_inputs(cfg, np.random.default_rng(100 + i))
         argv, env, out = run_arguments(cfg, inputs, work)
+        env = {**env, "WORKSPACE": "1"} if ws else env
         p = subprocess.run(
             [str(exe), *argv], capture_output=True, text=True, env={**os.environ, **env}, timeout=300
         )
-        label = f"{fam.name_expression(cfg)} {cfg.problem}"
+        label = f"{fam.name_expression(cfg)} {cfg.problem}" + (" (caller's workspace)" if ws else "")
         if p.returncode != 0:
             failures.append(f"{label}: exit {p.returncode} {p.stderr.strip()}")
             continue
@@ -179,7 +193,8 @@ def test_generated_helper_is_correct_on_the_gpu(tmp_path):
     if out_dir:
         (Path(out_dir) / "helper_gpu.json").write_text(json.dumps(report, indent=1))
     assert not failures, failures
-    assert len(report) == len(CASES) + len(TILE_SHAPES)
+    ws = sum("caller's workspace" in r["case"] for r in report)
+    assert ws >= 2 and len(report) == len(CASES) + len(TILE_SHAPES) + ws
 
 
 def test_cases_cover_every_family_and_split_k():

@@ -15,7 +15,7 @@ import pytest
 from smemtile.codegen.analysis import access_results
 from smemtile.families import configure
 
-SG16x8 = {"BM": 128, "BN": 128, "BK": 8, "TM": 16, "TN": 8, "STAGES": 3, "MIN_BLOCKS": 2}
+SG16x8 = {"BM": 128, "BN": 128, "BK": 8, "TM": 16, "TN": 8, "STAGES": 3, "MIN_BLOCKS": 2, "REPACK": 2}
 SG64 = {"BM": 64, "BN": 64, "BK": 8, "TM": 8, "TN": 8, "STAGES": 3, "MIN_BLOCKS": 4}
 PAD4 = {"As": {"pad": 4}}
 
@@ -49,7 +49,7 @@ def test_cp_async_a_copy_has_no_realignment():
     assert (res["Bs_copy"].access.op, res["Bs_copy"].access.width) == ("cp.async", 4)
 
 
-SG8x8 = {"BM": 128, "BN": 64, "BK": 16, "TM": 8, "TN": 8, "STAGES": 3, "MIN_BLOCKS": 3}
+SG8x8 = {"BM": 128, "BN": 64, "BK": 16, "TM": 8, "TN": 8, "STAGES": 3, "MIN_BLOCKS": 3, "REPACK": 2}
 
 
 @pytest.mark.parametrize(
@@ -121,6 +121,10 @@ GPU_CASES = [
     ({**SG16x8, "RAGGED": 1}, {"M": 257, "N": 131, "K": 77}),
     ({**SG16x8, "RAGGED": 1, "SPLIT_K": 2}, {"M": 300, "N": 258, "K": 517}),
     ({**SG8x8, "RAGGED": 2}, {"M": 129, "N": 1027, "K": 259}),
+    # REPACK: both operands, A only (N % 4 == 0), B only with split K; the Python launcher's own workspace
+    ({**SG16x8, "REPACK": 1}, {"M": 257, "N": 131, "K": 77}),
+    ({**SG8x8, "REPACK": 1}, {"M": 300, "N": 256, "K": 517}),
+    ({**SG8x8, "REPACK": 1, "SPLIT_K": 2}, {"M": 129, "N": 1027, "K": 260}),
 ]
 
 

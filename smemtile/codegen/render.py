@@ -19,7 +19,7 @@ from typing import Any
 
 from smemtile.codegen.analysis import AccessBanks, bank_table
 from smemtile.families import FAMILIES, KernelConfig, LaunchConfig
-from smemtile.families.base import GRID_LIMITS, Family
+from smemtile.families.base import GRID_LIMITS, WORKSPACE_ALIGN, Family
 from smemtile.model.expr import parse_expr
 
 HEADER_FILE = "smem_layout.cuh"
@@ -109,18 +109,32 @@ def launch_helper(cfg: KernelConfig) -> str:
     ints = [a.name for a in fam.host_args if a.ctype == "int"]
     maps = fam.tensor_maps(cfg)
     map_names = {t.name for t in maps}
+    works = fam.workspaces(cfg)
     # nothing problem-specific here: the body (what NVRTC compiles and caches) is the same for every size
-    lines = [
+    lines = _workspace_size_lines(fam, cfg, works, consts, ints) if works else []
+    lines += [
         f"// Launch plan of {fam.name} (smemtile.families.{fam.name}): the same expressions `smemtile generate --json`,",
         "// `verify` and `tune` evaluate (the header above gives their values for the spec's problem).",
         "// Returns the first CUDA error (an invalid size gives cudaErrorInvalidValue before anything runs).",
-        f"inline cudaError_t launch_{fam.name}({params}, cudaStream_t stream = 0) {{",
     ]
+    if works:
+        lines += [
+            f"// workspace: device memory of at least launch_{fam.name}_workspace_bytes(...) bytes, 256-byte aligned,",
+            "// not used by another launch at the same time; nullptr: the helper allocates it on the stream",
+            "// (cudaMallocAsync) and frees it after the launches (cudaFreeAsync).",
+        ]
+        params += ", cudaStream_t stream = 0, void* workspace = nullptr, size_t workspace_bytes = 0"
+    else:
+        params += ", cudaStream_t stream = 0"
+    lines.append(f"inline cudaError_t launch_{fam.name}({params}) {{")
     if ints:
         lines.append(f"    if ({' || '.join(f'{n} < 1' for n in ints)}) return cudaErrorInvalidValue;")
     lines.append("    cudaError_t err = cudaSuccess;")
+    if works:
+        lines += _workspace_lines(fam, cfg, works, consts, ints)
     if maps:
         lines += _tensor_map_lines(fam, cfg, maps, consts)
+    work = {w.name: w for w in works}
     for call in fam.calls(cfg):
         guard_expr = parse_expr(call.when)
         if guard_expr.names <= set(consts):  # decided by the template parameters: emit the step or not
@@ -131,7 +145,10 @@ def launch_helper(cfg: KernelConfig) -> str:
             when = guard_expr.cpp(consts, "(long long){}")
         grid = [parse_expr(g).cpp(consts, "(long long){}") for g in call.grid]
         block = [parse_expr(b).cpp(consts) for b in call.block]
-        args = [a if a in host or a in map_names else parse_expr(a).cpp(consts) for a in call.args]
+        types = fam._param_types(cfg, call)
+        args = [_workspace_arg(work[a], t) if a in work else
+                a if a in host or a in map_names else parse_expr(a).cpp(consts)
+                for a, t in zip(call.args, types, strict=True)]  # fmt: skip
         cluster = [parse_expr(c).cpp(consts) for c in call.cluster]
         guard = when not in ("1", "int(1)")
         ind = "        "
@@ -178,6 +195,61 @@ def launch_helper(cfg: KernelConfig) -> str:
         lines.append("    }")
     lines += ["    return cudaSuccess;", "}"]
     return "\n".join(lines)
+
+
+def doc_of(fam: Family, cfg: KernelConfig, name: str) -> str:
+    return next((w.doc for w in fam.workspaces(cfg) if w.name == name), "")
+
+
+def _workspace_arg(w, ctype: str) -> str:
+    """A workspace as a kernel argument: a parameter that only reads (``const``) gets the user's array when the
+    workspace is not in use; one that writes gets the workspace itself (its step runs only when it is in use)."""
+    return f"({w.name} ? {w.name} : {w.fallback})" if w.fallback and "const" in ctype else w.name
+
+
+def _workspace_size_lines(fam, cfg, works, consts: dict, ints: list[str]) -> list[str]:
+    lines = [f"// Bytes of workspace launch_{fam.name}() needs for a problem (0: none). Regions: "
+             + "; ".join(f"{w.name} ({_clean(w.doc)})" for w in works) + ".",
+             f"inline size_t launch_{fam.name}_workspace_bytes({', '.join(f'int {n}' for n in ints)}) {{",
+             "    size_t total = 0;"]  # fmt: skip
+    for w in works:
+        when = parse_expr(w.when).cpp(consts, "(long long){}")
+        elems = parse_expr(w.elems).cpp(consts, "(long long){}")
+        lines.append(f"    if ({when}) total = (total + {WORKSPACE_ALIGN - 1}) / {WORKSPACE_ALIGN} * "
+                     f"{WORKSPACE_ALIGN} + (size_t)({elems}) * sizeof({w.ctype});")  # fmt: skip
+    return lines + ["    return total;", "}", ""]
+
+
+def _workspace_lines(fam, cfg, works, consts: dict, ints: list[str]) -> list[str]:
+    ind = "    "
+    lines = [
+        f"{ind}const size_t ws_need = launch_{fam.name}_workspace_bytes({', '.join(ints)});",
+        f"{ind}struct Owned {{  // a workspace this call allocated, freed on the stream when the call returns",
+        f"{ind}    void* ptr;",
+        f"{ind}    cudaStream_t stream;",
+        f"{ind}    ~Owned() {{ if (ptr) cudaFreeAsync(ptr, stream); }}",
+        f"{ind}}} owned{{nullptr, stream}};",
+        f"{ind}if (ws_need > 0 && workspace == nullptr) {{",
+        f"{ind}    err = cudaMallocAsync(&owned.ptr, ws_need, stream);",
+        f"{ind}    if (err != cudaSuccess) return err;",
+        f"{ind}    workspace = owned.ptr;",
+        f"{ind}}} else if (workspace_bytes < ws_need) {{",
+        f"{ind}    return cudaErrorInvalidValue;",
+        f"{ind}}}",
+        f"{ind}size_t ws_off = 0;",
+    ]
+    for w in works:
+        when = parse_expr(w.when).cpp(consts, "(long long){}")
+        elems = parse_expr(w.elems).cpp(consts, "(long long){}")
+        lines += [
+            f"{ind}{w.ctype}* {w.name} = nullptr;  // {_clean(w.doc)}",
+            f"{ind}if ({when}) {{",
+            f"{ind}    ws_off = (ws_off + {WORKSPACE_ALIGN - 1}) / {WORKSPACE_ALIGN} * {WORKSPACE_ALIGN};",
+            f"{ind}    {w.name} = reinterpret_cast<{w.ctype}*>(static_cast<char*>(workspace) + ws_off);",
+            f"{ind}    ws_off += (size_t)({elems}) * sizeof({w.ctype});",
+            f"{ind}}}",
+        ]
+    return lines
 
 
 # spec dtype -> CUtensorMapDataType
@@ -314,6 +386,10 @@ def _header(
         out.append(
             f"// Clusters of {plan.cluster} CTAs (cudaLaunchKernelEx with cudaLaunchAttributeClusterDimension)."
         )
+    for w in plan.workspace:
+        if w.active:
+            out.append(f"// Workspace {w.name}: {w.nbytes} bytes at offset {w.offset} ({_clean(doc_of(fam, cfg, w.name))}); "
+                       f"{plan.workspace_bytes} in all (launch_{fam.name}_workspace_bytes()).")  # fmt: skip
     for t in plan.tensor_maps:
         out.append(
             f"// TMA map {t.name}: {t.array} dims {list(t.dims)}, row stride {t.strides[0]} B, box "

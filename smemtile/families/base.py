@@ -33,6 +33,7 @@ NUMPY_DTYPES = {"f64": "float64", "f32": "float32", "tf32": "float32", "f16": "f
                 "f8e4m3": "uint8", "f8e5m2": "uint8", "i64": "int64", "i32": "int32", "i16": "int16", "i8": "int8",
                 "u64": "uint64", "u32": "uint32", "u16": "uint16", "u8": "uint8"}  # fmt: skip
 INT_MAX = 2**31 - 1  # problem sizes travel as C++ int
+CTYPE_BYTES = {"float": 4, "double": 8, "__half": 2, "__nv_bfloat16": 2, "int": 4, "char": 1}
 
 
 class ContractViolation(SpecError):
@@ -98,6 +99,41 @@ class KernelCall:
     @property
     def main(self) -> bool:
         return self.kernel is None
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """Device memory the launch plan needs besides the user's arrays (e.g. sgemm's copies of unaligned A and B
+    with 16-byte rows): ``elems`` elements of ``ctype`` (an expression over the constants and the problem), used
+    when ``when`` is not 0. Calls name it in their arguments. Where a call's parameter is ``const`` (it only
+    reads) and the workspace is not in use, the argument is ``fallback`` instead (the user's array). The
+    generated helper takes ``void* workspace, size_t workspace_bytes`` (null: it allocates stream-ordered) and
+    ``launch_<family>_workspace_bytes(...)`` says how much; the Python launcher allocates it itself."""
+
+    name: str
+    elems: str
+    ctype: str = "float"
+    when: str = "1"
+    fallback: str = ""
+    doc: str = ""
+
+
+WORKSPACE_ALIGN = 256  # bytes: every workspace region starts at a multiple of this
+
+
+@dataclass(frozen=True)
+class WorkspacePlan:
+    """A :class:`Workspace` evaluated for one problem: its byte offset in the one workspace allocation."""
+
+    name: str
+    offset: int
+    nbytes: int
+    active: bool
+    fallback: str
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "offset": self.offset, "bytes": self.nbytes, "active": self.active,
+                "fallback": self.fallback}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -167,6 +203,12 @@ class LaunchConfig:
     cluster: tuple[int, int, int] = (1, 1, 1)
     steps: tuple[Step, ...] = ()
     tensor_maps: tuple[TensorMapPlan, ...] = ()  # encoded on the host before the steps run
+    workspace: tuple[WorkspacePlan, ...] = ()  # regions of one device allocation the steps use
+
+    @property
+    def workspace_bytes(self) -> int:
+        """Bytes of workspace this problem needs (0: none)."""
+        return max((w.offset + w.nbytes for w in self.workspace if w.active), default=0)
 
     @property
     def threads(self) -> int:
@@ -182,6 +224,9 @@ class LaunchConfig:
              "steps": [s.to_dict() for s in self.steps]}  # fmt: skip
         if self.tensor_maps:
             d["tensor_maps"] = [t.to_dict() for t in self.tensor_maps]
+        if self.workspace:
+            d["workspace"] = [w.to_dict() for w in self.workspace]
+            d["workspace_bytes"] = self.workspace_bytes
         return d
 
 
@@ -381,6 +426,10 @@ class Family:
         """TMA descriptors the launch plan encodes before the kernel (none by default)."""
         return []
 
+    def workspaces(self, cfg: KernelConfig) -> list[Workspace]:
+        """Device memory the launch plan uses besides the user's arrays (none by default)."""
+        return []
+
     def default_layouts(self, cfg: KernelConfig) -> dict[str, Layout]:
         """Layouts of buffers the kernel fixes itself (e.g. a TMA swizzle mode); the rest default to dense."""
         return {}
@@ -465,7 +514,8 @@ class Family:
         steps = []
         main = None
         maps = self._tensor_map_plans(cfg, env)
-        names = {m.name for m in maps}
+        work = self._workspace_plans(cfg, env)
+        names = {m.name for m in maps} | {w.name for w in work}
         for call in self.calls(cfg):
             if not _eval(call.when, env, f"{self.name} launch guard"):
                 continue
@@ -490,7 +540,17 @@ class Family:
             if call.main:
                 main = step
         assert main is not None, f"{self.name}: the launch plan has no main kernel"
-        return LaunchConfig(main.grid, main.block, dynamic, static, main.cluster, tuple(steps), maps)
+        return LaunchConfig(main.grid, main.block, dynamic, static, main.cluster, tuple(steps), maps, work)
+
+    def _workspace_plans(self, cfg: KernelConfig, env: dict) -> tuple[WorkspacePlan, ...]:
+        out, offset = [], 0
+        for w in self.workspaces(cfg):
+            what = f"{self.name} workspace {w.name}"
+            active = bool(_eval(w.when, env, what))
+            nbytes = _eval(w.elems, env, what) * CTYPE_BYTES[w.ctype] if active else 0
+            out.append(WorkspacePlan(w.name, offset, nbytes, active, w.fallback))
+            offset += -(-nbytes // WORKSPACE_ALIGN) * WORKSPACE_ALIGN
+        return tuple(out)
 
     def _tensor_map_plans(self, cfg: KernelConfig, env: dict) -> tuple[TensorMapPlan, ...]:
         out = []

@@ -358,6 +358,7 @@ class LoadedKernel:
             self.driver_clusters = int(_ok(d.cuOccupancyMaxActiveClusters(self.func, self._launch_config(None, 0)),
                                            "cuOccupancyMaxActiveClusters"))  # fmt: skip
         self._buffers: dict[str, DeviceBuffer] = {}
+        self._workspace: DeviceBuffer | None = None
         self._maps: dict = {}
         self._launches: list | None = None
 
@@ -406,6 +407,13 @@ class LoadedKernel:
         arrays it allocated, e.g. torch tensors' ``data_ptr()``): tensor maps encoded, steps ready to launch."""
         fam, cfg = self.fam, self.cfg
         addrs = {name: int(p) for name, p in pointers.items()}
+        need = self.shape.workspace_bytes
+        if need and (self._workspace is None or self._workspace.nbytes < need):
+            if self._workspace is not None:
+                self._workspace.free()
+            self._workspace = DeviceBuffer(need)  # the plan's workspace: this kernel object owns it
+        for w in self.shape.workspace:  # a region of the workspace, or (not in use) the user's array
+            addrs[w.name] = self._workspace.addr + w.offset if w.active else addrs.get(w.fallback, 0)
         self._maps = {t.name: _encode_tensor_map(t, addrs[t.array]) for t in self.shape.tensor_maps}
         scalars = {a.name: a for a in fam.host_args if not a.array}
         launches = []
@@ -529,6 +537,9 @@ class LoadedKernel:
         for b in self._buffers.values():
             b.free()
         self._buffers = {}
+        if self._workspace is not None:
+            self._workspace.free()
+            self._workspace = None
         if self.module is not None:
             try:
                 _driver().cuModuleUnload(self.module)

@@ -70,6 +70,8 @@ class Problem:
     gpu: GpuPeak
     # SIMT candidates: the sgemm family's rules, ``contract(tile) -> (broken rules, threads, smem bytes)``
     contract: Callable | None = field(default=None, compare=False, repr=False)
+    # SIMT: whether the launch repacks unaligned A / B first (sgemm's REPACK); None = the family's auto rule
+    repack: bool | None = None
 
     @property
     def simt(self) -> bool:
@@ -262,12 +264,14 @@ def _arch_name(arch: str, vendor: str) -> str:
 
 
 def recommend(m, n, k, dtype: str = "f32", arch: str | None = None, *, vendor: str | None = None,
-              gpu: str | None = None, sms: int | None = None, contract: Callable | None = None) -> TileReport:  # fmt: skip
+              gpu: str | None = None, sms: int | None = None, contract: Callable | None = None,
+              repack: bool | None = None) -> TileReport:  # fmt: skip
     """Every candidate for the problem, ranked by the model's predicted time; rejected ones with reasons.
-    ``contract`` checks SIMT candidates against the sgemm family (smemtile.pipeline.tiles passes it)."""
+    ``contract`` checks SIMT candidates against the sgemm family (smemtile.pipeline.tiles passes it);
+    ``repack`` forces sgemm's REPACK on or off (None: its auto rule)."""
     from smemtile.model.tiling_model import calibration_info, evaluate, explain
 
-    p = make_problem(m, n, k, dtype, arch, vendor, gpu, sms, contract)
+    p = replace(make_problem(m, n, k, dtype, arch, vendor, gpu, sms, contract), repack=repack)
     cands = list(candidates(p))
     scored, rejected = evaluate(p, cands)
     if len({s.cfg.shape_key() for s in scored}) < 3:  # a tiny problem: (nearly) every tile overhangs

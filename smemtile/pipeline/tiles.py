@@ -22,10 +22,12 @@ TILE_FAMILIES = {"f32": "sgemm", "f16": "hgemm", "bf16": "hgemm"}
 
 
 def recommend(m, n, k, dtype: str = "f32", arch: str | None = None, *, vendor: str | None = None,
-              gpu: str | None = None, sms: int | None = None, triton: bool = False) -> TileReport:  # fmt: skip
+              gpu: str | None = None, sms: int | None = None, triton: bool = False,
+              repack: bool | None = None) -> TileReport:  # fmt: skip
     """The ranking of ``smemtile.model.tiling.recommend``, candidates checked by the family that generates them
     (fp32: sgemm, f16/bf16: hgemm). ``triton``: the tensor-core tiles as Triton runs them (no family's rules;
-    ranked with the Triton efficiency measured on the H200), for ``--format triton``."""
+    ranked with the Triton efficiency measured on the H200), for ``--format triton``. ``repack``: sgemm's REPACK
+    forced on or off (None: its auto rule)."""
     if triton and str(dtype).lower() != "f32":
         return _recommend(m, n, k, dtype, arch, vendor=vendor, gpu=gpu, sms=sms)
     own = _own_ranking(dtype, arch, vendor)
@@ -49,7 +51,7 @@ def recommend(m, n, k, dtype: str = "f32", arch: str | None = None, *, vendor: s
                 except ValueError:
                     dims[key] = 1  # make_problem reports it
             contract = FAMILIES[TILE_FAMILIES[str(dtype).lower()]].tile_contract(a, dims)
-    return _recommend(m, n, k, dtype, arch, vendor=vendor, gpu=gpu, sms=sms, contract=contract)
+    return _recommend(m, n, k, dtype, arch, vendor=vendor, gpu=gpu, sms=sms, contract=contract, repack=repack)
 
 
 def _own_ranking(dtype, arch, vendor):

@@ -45,6 +45,7 @@ from smemtile.families.base import (
     KernelConfig,
     Param,
     ProblemKey,
+    Workspace,
     barrier_follows_each_wait,
     with_params,
 )
@@ -52,6 +53,9 @@ from smemtile.families.gemm import GemmFamily, gemm_reference
 from smemtile.model.arch import Arch
 
 LANES_M, LANES_N = 4, 8  # a warp's lanes as a 4 (m) x 8 (n) grid
+# the GEMM's leading dimensions with REPACK (K and N without): rows of a multiple of 4 floats
+LDA4, LDB4 = "(cdiv(K, 4) * 4)", "(cdiv(N, 4) * 4)"
+REPACK_PARAMS = ("const float* src", "int rows", "int cols", "int lds", "float* dst", "int ldd")
 LM = "(((lane >> 1) & 1) | ((lane >> 2) & 2))"
 LN = "((lane & 1) | ((lane >> 1) & 2) | ((lane >> 2) & 4))"
 
@@ -83,6 +87,9 @@ class Sgemm(GemmFamily):
               "copies (A through registers, 8 k x 4 rows per warp), 2 = the masked copies; 0 picks 1 for such "
               "problems where it measured faster (not for 128-accumulator tiles at 2+ blocks/SM with K % 4 != 0, "
               "nor at register caps <= 128), else 2", (0, 1, 2)),
+        Param("REPACK", 0, "unaligned operands (K or N not a multiple of 4): 1 = the launch first copies them into "
+              "a workspace with 16-byte rows (the GEMM then runs its aligned loop), 2 = never; 0 picks 1 where "
+              "the copy costs little against the GEMM (smemtile.model.tiling_model.repack_pays)", (0, 1, 2)),
     )  # fmt: skip
     problem_keys = (
         ProblemKey("M", 4096, "rows of A and C"),
@@ -197,6 +204,24 @@ class Sgemm(GemmFamily):
             )
         return out
 
+    def repack(self, cfg: KernelConfig) -> bool:
+        """Whether the launch repacks unaligned A (K % 4 != 0) or B (N % 4 != 0) into a workspace first
+        (REPACK 1 / 2 say so; 0 = auto follows smemtile.model.tiling_model.repack_pays, measured on the H200)."""
+        from smemtile.model.tiling_model import repack_pays
+
+        r = cfg.params["REPACK"]
+        if r:
+            return r == 1
+        return repack_pays(*(int(cfg.problem[x]) for x in "MNK"))
+
+    def workspaces(self, cfg: KernelConfig) -> list[Workspace]:
+        if not self.repack(cfg):  # the helper of an aligned (or not repacked) problem takes no workspace
+            return []
+        return [
+            Workspace("Ap", f"M * {LDA4}", when="K % 4 != 0", fallback="A", doc="A with rows of ceil(K/4)*4 floats"),
+            Workspace("Bp", f"K * {LDB4}", when="N % 4 != 0", fallback="B", doc="B with rows of ceil(N/4)*4 floats"),
+        ]  # fmt: skip
+
     def ragged(self, cfg: KernelConfig) -> bool:
         """Whether the kernel compiles in the unmasked 4-byte loop for unaligned whole tiles (template RAGGED):
         RAGGED 1 / 2 say so; 0 (auto) follows the tile model's rule, measured on the H200
@@ -207,11 +232,16 @@ class Sgemm(GemmFamily):
         p = cfg.params
         if p["RAGGED"] or not p["A_VEC"] or not p["CP_ASYNC"]:
             return p["RAGGED"] == 1 and bool(p["A_VEC"]) and bool(p["CP_ASYNC"])
+        if self.repack(cfg):  # the GEMM gets 16-byte rows: no unaligned whole tiles
+            return False
         return ragged_loop(p["BM"], p["BN"], p["BK"], p["TM"], p["TN"], self.threads(p), p["MIN_BLOCKS"],
                            int(cfg.problem["K"]), int(cfg.problem["N"]))  # fmt: skip
 
     def auto_values(self, cfg: KernelConfig) -> dict[str, int]:
-        return {"RAGGED": 1 if self.ragged(cfg) else 2} if cfg.params["RAGGED"] == 0 else {}
+        out = {"RAGGED": 1 if self.ragged(cfg) else 2} if cfg.params["RAGGED"] == 0 else {}
+        if cfg.params["REPACK"] == 0:
+            out["REPACK"] = 1 if self.repack(cfg) else 2
+        return out
 
     def access_repeats(self, cfg: KernelConfig) -> dict[str, float]:
         """With RAGGED, every K slice copies its whole tiles after the prologue's STAGES-1 through the RAGGED loop
@@ -258,8 +288,8 @@ class Sgemm(GemmFamily):
             row, col = "((tid + i*THREADS)//8//BM)*8 + tid%8", "((tid + i*THREADS)//8) % BM"
             a_copy = {"name": "As_copy", "buffer": "As", "op": copy_op, "width": 4, "role": "copy", "row": row,
                       "col": col, "over": {"i": [0, "BM*BK//THREADS"]}, "note": "A[m][k] -> As[k][m], 4 bytes"}  # fmt: skip
-            if copy_op == "cp.async":  # where each lane's word comes from: row-major A, leading dimension K
-                a_copy["source"] = f"({col}) * K + {row}"
+            if copy_op == "cp.async":  # where each lane's word comes from: row-major A, leading dimension lda
+                a_copy["source"] = f"({col}) * {LDA4 if self.repack(cfg) else 'K'} + {row}"
         ragged = []
         if self.ragged(cfg):  # unaligned whole tiles (RAGGED): the A_VEC = 0 mapping, through registers
             ragged = [{"name": "As_copy_ragged", "buffer": "As", "op": "store", "width": 4, "role": "copy",
@@ -267,7 +297,9 @@ class Sgemm(GemmFamily):
                        "over": {"i": [0, "BM*BK//THREADS"]},
                        "note": "unaligned whole tiles (RAGGED=1): A[m][k] through registers, 8 k x 4 rows per "
                                "warp; As_copy is then the prologue's and the partial K tile's"}]  # fmt: skip
-        if int(cfg.problem["N"]) % 4 == 0:  # ldb = N keeps float4 rows aligned: 16-byte copies
+        if int(cfg.problem["N"]) % 4 == 0 or self.repack(
+            cfg
+        ):  # ldb % 4 == 0 (B, or B repacked): 16-byte copies
             b_row, b_col = "(tid + j*THREADS)//(BN//4)", "((tid + j*THREADS) % (BN//4))*4"
             b_copy = {"name": "Bs_copy", "buffer": "Bs", "op": copy_op, "width": 16, "role": "copy", "row": b_row,
                       "col": b_col, "over": {"j": [0, "BK*BN//4//THREADS"]}, "note": "B rows, 16 bytes per lane"}  # fmt: skip
@@ -276,8 +308,8 @@ class Sgemm(GemmFamily):
             b_copy = {"name": "Bs_copy", "buffer": "Bs", "op": copy_op, "width": 4, "role": "copy", "row": b_row,
                       "col": b_col, "over": {"j": [0, "BK*BN//THREADS"]},
                       "note": "B rows, 4 bytes per lane (N is not a multiple of 4)"}  # fmt: skip
-        if copy_op == "cp.async":  # row-major B, leading dimension N
-            b_copy["source"] = f"({b_row}) * N + {b_col}"
+        if copy_op == "cp.async":  # row-major B, leading dimension ldb
+            b_copy["source"] = f"({b_row}) * {LDB4 if self.repack(cfg) else 'N'} + {b_col}"
         return [
             a_copy,
             *ragged,
@@ -291,13 +323,26 @@ class Sgemm(GemmFamily):
         ]  # fmt: skip
 
     def calls(self, cfg: KernelConfig) -> list[KernelCall]:
+        prepare = KernelCall(("C", "M", "N", "N", "beta"), ("min(cdiv(N, 256), 64)", "min(M, 65535)", "1"),
+                             ("256", "1", "1"), kernel="smemtile_sgemm_splitk_prepare",
+                             params=("float* C", "int M", "int N", "int ldc", "float beta"), when="SPLIT_K > 1",
+                             doc="split K: C = beta * C (0 for beta = 0) before the slices add into it")  # fmt: skip
+        grid, block = ("cdiv(M, BM) * cdiv(N, BN)", "SPLIT_K", "1"), ("THREADS", "1", "1")
+        if not self.repack(cfg):
+            return [
+                prepare,
+                KernelCall(("M", "N", "K", "alpha", "A", "K", "B", "N", "beta", "C", "N"), grid, block),
+            ]
+        # repacked: unaligned A / B copied into the workspace first; the GEMM reads Ap / Bp (A / B when aligned)
         return [
-            KernelCall(("C", "M", "N", "N", "beta"), ("min(cdiv(N, 256), 64)", "min(M, 65535)", "1"),
-                       ("256", "1", "1"), kernel="smemtile_sgemm_splitk_prepare",
-                       params=("float* C", "int M", "int N", "int ldc", "float beta"), when="SPLIT_K > 1",
-                       doc="split K: C = beta * C (0 for beta = 0) before the slices add into it"),
-            KernelCall(("M", "N", "K", "alpha", "A", "K", "B", "N", "beta", "C", "N"),
-                       ("cdiv(M, BM) * cdiv(N, BN)", "SPLIT_K", "1"), ("THREADS", "1", "1")),
+            prepare,
+            KernelCall(("A", "M", "K", "K", "Ap", LDA4), ("cdiv(K, 1024)", "min(M, 65535)", "1"), ("256", "1", "1"),
+                       kernel="smemtile_sgemm_repack", params=REPACK_PARAMS, when="K % 4 != 0",
+                       doc="repack: A into rows of ceil(K/4)*4 floats"),
+            KernelCall(("B", "K", "N", "N", "Bp", LDB4), ("cdiv(N, 1024)", "min(K, 65535)", "1"), ("256", "1", "1"),
+                       kernel="smemtile_sgemm_repack", params=REPACK_PARAMS, when="N % 4 != 0",
+                       doc="repack: B into rows of ceil(N/4)*4 floats"),
+            KernelCall(("M", "N", "K", "alpha", "Ap", LDA4, "Bp", LDB4, "beta", "C", "N"), grid, block),
         ]  # fmt: skip
 
     def make_inputs(self, cfg: KernelConfig, rng: np.random.Generator) -> dict[str, np.ndarray]:

@@ -124,6 +124,25 @@ extern "C" __global__ void smemtile_sgemm_splitk_prepare(float* __restrict__ C, 
     }
 }
 
+// Repacking (the family's REPACK): a copy of an operand whose rows are not 16-byte aligned (A when K % 4 != 0,
+// B when N % 4 != 0) into a workspace with rows of ldd = ceil(cols / 4) * 4 floats, zero-filled past cols, so the
+// GEMM that follows streams whole tiles through its 16-byte loop. One float4 of dst per thread (four 4-byte loads
+// of src); blockIdx.y walks the rows (grid-stride, any grid covers the array).
+extern "C" __global__ void smemtile_sgemm_repack(const float* __restrict__ src, int rows, int cols, int lds,
+                                                 float* __restrict__ dst, int ldd) {
+    const int c = (blockIdx.x * blockDim.x + threadIdx.x) * 4;
+    if (c >= ldd) return;
+    for (int r = blockIdx.y; r < rows; r += gridDim.y) {
+        const float* s = src + (long long)r * lds + c;
+        float4 v;
+        v.x = c < cols ? s[0] : 0.f;
+        v.y = c + 1 < cols ? s[1] : 0.f;
+        v.z = c + 2 < cols ? s[2] : 0.f;
+        v.w = c + 3 < cols ? s[3] : 0.f;
+        *reinterpret_cast<float4*>(dst + (long long)r * ldd + c) = v;
+    }
+}
+
 // Defaults = the family's (smemtile/families/sgemm), the fastest measured on the H200 (bench/NOTES.md).
 template <int BM = 256, int BN = 128, int BK = 8, int TM = 16, int TN = 8, int STAGES = 3, bool CP_ASYNC = true,
           int PAD_A = 4, int SWZ_A_B = 0, int SWZ_A_M = 0, int SWZ_A_S = 0,
