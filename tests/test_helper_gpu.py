@@ -35,7 +35,7 @@ CASES = [
     # the RAGGED loop (unaligned K and N, an 8x8 tile) with split K
     (
         "sgemm",
-        {"BM": 128, "BN": 64, "BK": 16, "TM": 8, "TN": 8, "MIN_BLOCKS": 3, "SPLIT_K": 2},
+        {"BM": 128, "BN": 64, "BK": 16, "TM": 8, "TN": 8, "MIN_BLOCKS": 3, "SPLIT_K": 2, "REPACK": 2},
         {"M": 999, "N": 1001, "K": 2003, "beta": 0.5},
     ),
     # REPACK: unaligned A and B copied into the workspace first (16-byte loop); B only (K % 4 == 0) with split K

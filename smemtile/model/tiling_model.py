@@ -136,9 +136,15 @@ def ragged_loop(
 
 
 # Repacking unaligned operands (sgemm's REPACK): A (K % 4 != 0) and B (N % 4 != 0) are read and written once more
-# before the GEMM. It pays where the GEMM does at least this many flops per byte the copies move (read + write):
-# then the copy costs under ~3 % of the GEMM's time while the unaligned loops cost 10-20 %.
-REPACK_MIN_FLOPS_PER_BYTE = 256
+# before the GEMM. It pays where the GEMM does at least this many flops per byte the copies move (read + write).
+# Break-even: copies at ~4.1 TB/s (sgemm_h200.json "repack") against the ~17 % the unaligned loops cost at
+# ~45 TFLOP/s: 45 / (0.17 x 4.1) ~ 64. Measured on the H200 (bench/bench_repack.py, the fitting shapes of
+# bench/results/issue20_repack_session5_fit.json): REPACK lost 7-13 % at 60-64 flops per byte (skinny problems)
+# and won 3-35 % from 96 up (767^3-ish to 4096^3-ish); the threshold sits between. Below REPACK_MIN_FLOPS the
+# copies' ~4 us launches outweigh what they save (derived: ~8 us against at most ~30 % of a GEMM of ~25 us at the
+# small tiles' ~20 TFLOP/s; the smallest problem measured, 767 x 769 x 771, 0.9 GFLOP, gained).
+REPACK_MIN_FLOPS_PER_BYTE = 80
+REPACK_MIN_FLOPS = 5e8
 
 
 def repack_bytes(m: int, n: int, k: int) -> int:
@@ -148,8 +154,8 @@ def repack_bytes(m: int, n: int, k: int) -> int:
 
 def repack_pays(m: int, n: int, k: int) -> bool:
     """Whether sgemm repacks the unaligned operands of this problem (REPACK 0 = auto)."""
-    b = repack_bytes(m, n, k)
-    return b > 0 and 2 * m * n * k >= REPACK_MIN_FLOPS_PER_BYTE * b
+    b, flops = repack_bytes(m, n, k), 2 * m * n * k
+    return b > 0 and flops >= REPACK_MIN_FLOPS and flops >= REPACK_MIN_FLOPS_PER_BYTE * b
 
 
 def shape_features(m: int, n: int, k: int) -> tuple[float, float, float, float]:
@@ -206,7 +212,8 @@ def simt_time(m: int, n: int, k: int, c: TileConfig, threads: int, b: int, sms: 
     if (
         repack_pays(m, n, k) if repack is None else repack and repack_bytes(m, n, k) > 0
     ):  # the GEMM runs on 16-byte rows after the copies (sgemm's REPACK)
-        t_repack = repack_bytes(m, n, k) / (q["repack_gbps"] * 1e9) + ((k % 4 > 0) + (n % 4 > 0)) * LAUNCH_S
+        launches = (k % 4 > 0) + (n % 4 > 0)
+        t_repack = repack_bytes(m, n, k) / (q["repack_gbps"] * 1e9) + launches * q["repack_launch_us"] * 1e-6
         n, k = -(-n // 4) * 4, -(-k // 4) * 4  # same tile counts: BN and BK are multiples of 4
     f = q["f_ghz"] * 1e9
     w = threads / 32
