@@ -165,6 +165,7 @@ class Scored:
     reason: str = ""
     measured_eff: float = 1.0  # mma: the calibrated efficiency of (tile, BK, stages, warps); SIMT: 1
     hint: str = ""  # AMD: why this waves_per_eu
+    repack_s: float = 0.0  # SIMT: seconds of sgemm's REPACK copies in time_s (unaligned K or N)
 
     def to_dict(self) -> dict:
         d = asdict(self)

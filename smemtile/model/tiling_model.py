@@ -562,7 +562,7 @@ def _score(p: Problem, c: TileConfig, r: dict, b: int, limiter: str, occ: float)
         wave_eff=waves / math.ceil(waves), inner_eff=inner, latency_eff=lat_eff, pad_eff=pad_eff,
         dram_bytes=dram, dram_bytes_ungrouped=dram_ug, l2_bytes=l2, intensity=intensity,
         ridge=ridge, bound=bound, time_s=t, tflops=tflops, roofline_frac=tflops / g.peak(p.dtype),
-        measured_eff=meff, hint=hint,
+        measured_eff=meff, hint=hint, repack_s=s["t_repack"] if p.simt else 0.0,
     )  # fmt: skip
 
 

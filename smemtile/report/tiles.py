@@ -80,6 +80,11 @@ def render_tiles(report: TileReport, top: int, rejected: int, width: int = 200) 
             f"latency hiding {best.latency_eff:.0%}, padding waste {1 - best.pad_eff:.1%}, DRAM "
             f"{best.dram_bytes / 1e9:.2f} GB (raster order {best.dram_bytes_ungrouped / 1e9:.2f} GB), intensity "
             f"{best.intensity:.0f} FLOP/B vs ridge {best.ridge:.0f}: {best.bound}-bound."))  # fmt: skip
+        if best.repack_s > 0:
+            parts.append(Text(
+                f"K or N is not a multiple of 4: the launch first copies the unaligned operands into 16-byte rows "
+                f"(the sgemm family's REPACK, {best.repack_s * 1e6:.0f} us of the predicted time), so the GEMM runs "
+                "its aligned loop; the generated helper takes that workspace (launch_sgemm_workspace_bytes())."))  # fmt: skip
     if rejected and report.rejected:
         shown = report.rejected[:rejected]
         lines = [f"first {len(shown)} of {len(report.rejected)} rejected shapes ({report.counts.get('rejected', '?')} "

@@ -15,6 +15,10 @@ ln = (lane&1) | ((lane>>1)&2) | ((lane>>2)&4), so every lane quad reads at most 
 
 Launch: grid = (ceil(M/BM) * ceil(N/BN) in GROUP_M order, SPLIT_K), block = (BM/(4*TM)) * (BN/(8*TN)) * 32.
 SPLIT_K > 1 first runs ``smemtile_sgemm_splitk_prepare`` (C = beta*C, or 0): the K slices add with atomics.
+REPACK (auto for large enough problems whose K or N is not a multiple of 4) first runs ``smemtile_sgemm_repack``
+on A and / or B into a workspace with rows of a multiple of 4 floats; the GEMM then streams whole tiles through
+its 16-byte loop (H200: 4095x4097x1023 0.92x cuBLAS with it, 0.82x without; bench/NOTES.md, session 5). The
+generated helper then takes ``void* workspace, size_t workspace_bytes`` (nullptr: it allocates one on the stream).
 Shared memory = STAGES * BK * ((BM + pad_As) + (BN + pad_Bs)) * 4 bytes: static up to 48 KiB, dynamic above.
 
 Template defaults: 256 x 128 x 8, 16 x 8 per thread, 8 warps, 3 stages, MIN_BLOCKS 1, A_VEC 1 (the tile the

@@ -3,7 +3,9 @@
 //     C = alpha * A * B + beta * C      A: M x K, B: K x N, C: M x N, all row-major with leading dimensions
 //
 // Any M, N, K: edge tiles are masked (zero-filled on load, guarded on store). beta == 0 never reads C
-// (SPLIT_K > 1 adds into C; see Split K below).
+// (SPLIT_K > 1 adds into C; see Split K below). Unaligned A or B rows (K or N not a multiple of 4) either go
+// through the 4-byte loops below or, with the family's REPACK, are first copied by smemtile_sgemm_repack into a
+// workspace with 16-byte rows, the kernel then getting lda / ldb multiples of 4.
 //
 // Block tile BM x BN, K step BK. Warps tile the block as (BM / WM) x (BN / WN) with WM = 4 * TM, WN = 8 * TN:
 // the 32 lanes of a warp form a 4 (m) x 8 (n) grid and each lane owns TM x TN accumulators, split into
