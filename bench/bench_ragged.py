@@ -130,7 +130,8 @@ def _key(params: dict, lay: dict, variant: str = "", ragged: bool = False) -> st
 def _configure(params: dict, lay: dict, problem: dict, arch: str = "sm_90"):
     from smemtile.families import configure
 
-    return configure("sgemm", {**params, **problem}, _layouts(lay), arch)
+    # REPACK off unless a configuration sets it: this script measures the unaligned loops themselves (session 4)
+    return configure("sgemm", {"REPACK": 2, **params, **problem}, _layouts(lay), arch)
 
 
 def _old_body(new_body: str, old_cu: str) -> str:
