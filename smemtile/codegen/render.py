@@ -111,7 +111,7 @@ def launch_helper(cfg: KernelConfig) -> str:
     map_names = {t.name for t in maps}
     works = fam.workspaces(cfg)
     # nothing problem-specific here: the body (what NVRTC compiles and caches) is the same for every size
-    lines = _workspace_size_lines(fam, cfg, works, consts, ints) if works else []
+    lines = _workspace_size_lines(fam, works, consts, ints) if works else []
     lines += [
         f"// Launch plan of {fam.name} (smemtile.families.{fam.name}): the same expressions `smemtile generate --json`,",
         "// `verify` and `tune` evaluate (the header above gives their values for the spec's problem).",
@@ -131,7 +131,7 @@ def launch_helper(cfg: KernelConfig) -> str:
         lines.append(f"    if ({' || '.join(f'{n} < 1' for n in ints)}) return cudaErrorInvalidValue;")
     lines.append("    cudaError_t err = cudaSuccess;")
     if works:
-        lines += _workspace_lines(fam, cfg, works, consts, ints)
+        lines += _workspace_lines(fam, works, consts, ints)
     if maps:
         lines += _tensor_map_lines(fam, cfg, maps, consts)
     work = {w.name: w for w in works}
@@ -145,7 +145,7 @@ def launch_helper(cfg: KernelConfig) -> str:
             when = guard_expr.cpp(consts, "(long long){}")
         grid = [parse_expr(g).cpp(consts, "(long long){}") for g in call.grid]
         block = [parse_expr(b).cpp(consts) for b in call.block]
-        types = fam._param_types(cfg, call)
+        types = fam.param_types(cfg, call)
         args = [_workspace_arg(work[a], t) if a in work else
                 a if a in host or a in map_names else parse_expr(a).cpp(consts)
                 for a, t in zip(call.args, types, strict=True)]  # fmt: skip
@@ -207,7 +207,7 @@ def _workspace_arg(w, ctype: str) -> str:
     return f"({w.name} ? {w.name} : {w.fallback})" if w.fallback and "const" in ctype else w.name
 
 
-def _workspace_size_lines(fam, cfg, works, consts: dict, ints: list[str]) -> list[str]:
+def _workspace_size_lines(fam: Family, works: list, consts: dict, ints: list[str]) -> list[str]:
     lines = [f"// Bytes of workspace launch_{fam.name}() needs for a problem (0: none). Regions: "
              + "; ".join(f"{w.name} ({_clean(w.doc)})" for w in works) + ".",
              f"inline size_t launch_{fam.name}_workspace_bytes({', '.join(f'int {n}' for n in ints)}) {{",
@@ -220,7 +220,7 @@ def _workspace_size_lines(fam, cfg, works, consts: dict, ints: list[str]) -> lis
     return lines + ["    return total;", "}", ""]
 
 
-def _workspace_lines(fam, cfg, works, consts: dict, ints: list[str]) -> list[str]:
+def _workspace_lines(fam: Family, works: list, consts: dict, ints: list[str]) -> list[str]:
     ind = "    "
     lines = [
         f"{ind}const size_t ws_need = launch_{fam.name}_workspace_bytes({', '.join(ints)});",

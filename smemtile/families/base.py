@@ -527,7 +527,7 @@ class Family:
                         f"{self.name}: grid {'xyz'[axis]} = {g} for this problem is outside CUDA's 1..{lim}",
                         key="kernel")  # fmt: skip
             kernel = self.name_expression(cfg) if call.main else call.kernel
-            types = self._param_types(cfg, call)
+            types = self.param_types(cfg, call)
             args = tuple((a if a in names else self._arg_value(a, env), t)
                          for a, t in zip(call.args, types, strict=True))  # fmt: skip
             cluster = tuple(_eval(c, env, f"{self.name} cluster") for c in call.cluster)
@@ -563,7 +563,8 @@ class Family:
                 tuple(_eval(x, env, what) for x in t.box), t.swizzle, bool(_eval(t.when, env, what))))  # fmt: skip
         return tuple(out)
 
-    def _param_types(self, cfg: KernelConfig, call: KernelCall) -> list[str]:
+    def param_types(self, cfg: KernelConfig, call: KernelCall) -> list[str]:
+        """The C++ types of ``call``'s parameters (the main kernel's signature, or the call's own)."""
         decls = self.signature if call.main else call.params
         return [_decl_type(d).format(**self.ctypes(cfg)) for d in decls]
 
