@@ -303,7 +303,10 @@ def predict_time_us(p: dict, rows: int, cols: int, dtype: str, cal: dict) -> flo
     vec, scalar = split_bytes(p, rows, cols, elem)
     line, s_in, s_out = misaligned_sides(p, rows, cols, elem)
     mu_in = c.get("mu_in", m.get("mu_in", 0.0))  # per candidate where fitted so, else the element size's
-    x = vec + scalar / m["kappa"] + m["phi_line"] * line + mu_in * s_in + c["mu_out"] * s_out
+    phi = c.get(
+        "phi_line", m["phi_line"]
+    )  # per candidate where it was measured (shrunk), else the shared one
+    x = vec + scalar / m["kappa"] + phi * line + mu_in * s_in + c["mu_out"] * s_out
     # below the smallest fitted size (L2-sized problems are not measured) the efficiency of that size: the bytes
     # scaled up to it, the time scaled back down (the shape's edge and misaligned fractions kept)
     scale = max(1.0, per.get("min_fit_bytes", 0.0) / (vec + scalar))
@@ -571,12 +574,12 @@ def waves(p: dict, rows: int, cols: int, elem: int, blocks_per_sm: int, sms: int
 # ---- the feature model (session 5): every candidate of the space, measured or not --------------------------------
 
 NEED_BYTES = 4.8e12 / 132 * 1e-6  # Little's law: bytes in flight per SM that cover 1 us of the H200's DRAM
-BW_FEATURES = ("latency", "narrow", "in_run", "out_run", "stream", "threads", "tiles", "lds")
+BW_FEATURES = ("latency", "occupancy", "narrow", "in_run", "out_run", "stream", "threads", "tiles", "lds")
 T0_FEATURES = ("block",)
 OUT_FEATURES = ("out_run_block", "small_block")
 # the prior's spread per constant (relative to the prior; the output weight relative to inv), against the fit
 # rows' noise (NOISE): how far a measured candidate's constants may move from the feature model's
-NOISE = 0.01
+NOISE = 0.005  # a fit row's own error: the median of 15 rounds with a 1-3 % spread (p90 - p10)
 
 
 def features(p: dict, elem: int, registers: int | None = None, arch: str = "sm_90") -> dict:
@@ -591,7 +594,8 @@ def features(p: dict, elem: int, registers: int | None = None, arch: str = "sm_9
     # every load of a tile is issued before its barrier; TILES > 1 keeps the next tile's loads in flight too
     in_flight = blocks * g.ty * g.tile * elem * min(q["TILES"], 2)
     return {"blocks_per_sm": blocks, "in_flight": in_flight, "registers": registers or 32,
-            "latency": NEED_BYTES / max(in_flight, 1), "narrow": 16 / (max(g.vec, 1) * elem) - 1,
+            "latency": NEED_BYTES / max(in_flight, 1),
+            "occupancy": 1 - min(1.0, blocks * g.threads / FULL_THREADS), "narrow": 16 / (max(g.vec, 1) * elem) - 1,
             "in_run": 128 / (g.tile * elem), "out_run": 128 / (g.ty * elem), "stream": float(q["STREAM"]),
             "threads": g.threads / 1024, "tiles": float(q["TILES"] > 1), "lds": 1 / q["PACK"],
             "block": 2 * g.ty * g.tile * q["TILES"] * elem / 65536,
@@ -689,33 +693,31 @@ def fit_features(rows: list[dict], registers: dict, *, shared: dict | None = Non
 
 
 def shrink(pts: list[dict], f: dict, coef: dict, model: dict) -> dict:
-    """A measured candidate's (t0, bw, mu_out): least squares of its own rows' relative time errors together with
-    the feature model's prior, each constant's deviation from the prior weighted by NOISE / its spread (t0: half
-    the prior plus 0.5 us; inv: SPREAD_INV of the prior; w: 0.3 x inv, the spread of mu_out): a candidate timed
-    on many shapes keeps what it measured, one timed on two moves part of the way."""
+    """A measured candidate's (t0, bw, phi_line, mu_out): least squares of its own rows' relative time errors
+    together with the feature model's prior, each constant's deviation from the prior weighted by NOISE / its
+    spread (t0: a quarter of the prior plus 0.25 us; inv: SPREAD_INV of the prior; the line-misaligned bytes' weight:
+    0.2 x inv around PHI_LINE x inv; the output side's: 0.3 x inv, the spread of mu_out): a candidate timed on
+    many shapes keeps what it measured, one timed on two moves part of the way."""
     t0p, invp, wp = prior(f, coef)
-    sig = np.array([0.5 * t0p + 0.5, SPREAD_INV * invp, 0.3 * invp])
-    rows_a, rows_b = [], []
+    phi = model["phi_line"]
+    sig = np.array([0.25 * t0p + 0.25, SPREAD_INV * invp, 0.2 * invp, 0.3 * invp])
+    rows_a = []
     for r in pts:
-        x0, so = _terms(r, model["kappa"], model["phi_line"], model["mu_in"])
-        rows_a.append(np.array([1.0, x0, so]) / r["time_us"])
-        rows_b.append(1.0)
+        e = r["elem"]
+        vec, scalar = split_bytes(r["params"], r["rows"], r["cols"], e)
+        line, s_in, s_out = misaligned_sides(r["params"], r["rows"], r["cols"], e)
+        x0 = (vec + scalar / model["kappa"] + model["mu_in"] * s_in) / 1e3
+        rows_a.append(np.array([1.0, x0, line / 1e3, s_out / 1e3]) / r["time_us"])
     w = NOISE / sig
     a = np.vstack([np.array(rows_a), np.diag(w)])
-    b = np.concatenate([np.array(rows_b), w * np.array([t0p, invp, wp])])
+    b = np.concatenate([np.ones(len(pts)), w * np.array([t0p, invp, phi * invp, wp])])
     sol, *_ = np.linalg.lstsq(a, b, rcond=None)
-    t0, inv, wo = max(float(sol[0]), 0.0), float(sol[1]), max(float(sol[2]), 0.0)
-    errs = [abs(t0 + inv * ra[1] * r["time_us"] + wo * ra[2] * r["time_us"] - r["time_us"]) / r["time_us"]
-            for ra, r in zip(rows_a, pts, strict=True)]  # fmt: skip
-    return {
-        "t0_us": t0,
-        "bw_gbps": 1.0 / inv,
-        "mu_out": wo / inv,
-        "fit_points": len(pts),
-        "fit_max_error": max(errs),
-        "prior_ratio": invp / inv,
-    }
+    t0, inv = max(float(sol[0]), 0.0), float(sol[1])
+    vl, wo = max(float(sol[2]), 0.0), max(float(sol[3]), 0.0)
+    errs = [abs(float(np.array([t0, inv, vl, wo]) @ ra) - 1) for ra in rows_a]
+    return {"t0_us": t0, "bw_gbps": 1.0 / inv, "phi_line": vl / inv, "mu_out": wo / inv, "fit_points": len(pts),
+            "fit_max_error": max(errs), "prior_ratio": invp / inv}  # fmt: skip
 
 
-# the feature model's spread of inv over candidates (about its cross-validated median error)
-SPREAD_INV = 0.03
+# the feature model's spread of inv over candidates (its candidate-left-out errors: median 2-5 %, tails 10 %)
+SPREAD_INV = 0.05
