@@ -310,7 +310,8 @@ def predict_time_us(p: dict, rows: int, cols: int, dtype: str, cal: dict) -> flo
     # below the smallest fitted size (L2-sized problems are not measured) the efficiency of that size: the bytes
     # scaled up to it, the time scaled back down (the shape's edge and misaligned fractions kept)
     scale = max(1.0, per.get("min_fit_bytes", 0.0) / (vec + scalar))
-    return (c["t0_us"] + scale * x / (c["bw_gbps"] * 1e3)) / scale
+    edge = per.get("coef", {}).get("edge", 0.0) * scalar * edge_loop(p) / 1e3  # the edge tiles' serial loop
+    return (c["t0_us"] + scale * (x / (c["bw_gbps"] * 1e3) + edge)) / scale
 
 
 def registers_of(p: dict, elem: int, cal: dict | None) -> int | None:
@@ -602,22 +603,31 @@ def features(p: dict, elem: int, registers: int | None = None, arch: str = "sm_9
             "out_run_block": 128 / (g.ty * q["TILES"] * elem), "small_block": 256 / g.threads}  # fmt: skip
 
 
-def _terms(r: dict, kappa: float, phi: float, mu_in: float) -> tuple[float, float]:
-    """(X0, s_out) of a row in KB: the bytes every candidate pays at its bandwidth, and the output side's
-    sector-misaligned bytes (weighted per candidate)."""
+def _terms(r: dict, kappa: float, phi: float, mu_in: float) -> tuple[float, float, float]:
+    """(X0, s_out, edge) of a row in KB: the bytes every candidate pays at its bandwidth, the output side's
+    sector-misaligned bytes (weighted per candidate), and the edge tiles' bytes x ``edge_loop``."""
     e = r["elem"]
     vec, scalar = split_bytes(r["params"], r["rows"], r["cols"], e)
     line, s_in, s_out = misaligned_sides(r["params"], r["rows"], r["cols"], e)
-    return (vec + scalar / kappa + phi * line + mu_in * s_in) / 1e3, s_out / 1e3
+    x0 = (vec + scalar / kappa + phi * line + mu_in * s_in) / 1e3
+    return x0, s_out / 1e3, scalar * edge_loop(r["params"]) / 1e3
 
 
-def _design(f: dict, x0: float, s_out: float) -> list[float]:
+def edge_loop(p: dict) -> float:
+    """The scalar (edge-tile) path's serial loop per thread, TY x TILES / BLOCK_ROWS elements, relative to 32: a
+    128 x 1 block walks 256 rows one by one (fp16 T128x1 P4 2tiles cs: 0.86x a copy at 8192^2, whole tiles;
+    0.24-0.26x at 5000 x 6000 and 6144 x 5000, where 1-2 % of the tiles are edge tiles)."""
+    q = {**DEFAULTS, **p}
+    return (q["TILE_Y"] or q["TILE"]) * q["TILES"] / q["BLOCK_ROWS"] / 32
+
+
+def _design(f: dict, x0: float, s_out: float, edge: float = 0.0) -> list[float]:
     return [1.0, *(f[k] for k in T0_FEATURES), x0, *(x0 * f[k] for k in BW_FEATURES), s_out,
-            *(s_out * f[k] for k in OUT_FEATURES)]  # fmt: skip
+            *(s_out * f[k] for k in OUT_FEATURES), edge]  # fmt: skip
 
 
 COEF = ("t0", *(f"t0*{k}" for k in T0_FEATURES), "inv", *(f"inv*{k}" for k in BW_FEATURES), "out",
-        *(f"out*{k}" for k in OUT_FEATURES))  # fmt: skip
+        *(f"out*{k}" for k in OUT_FEATURES), "edge")  # fmt: skip
 
 
 def prior(f: dict, coef: dict) -> tuple[float, float, float]:
@@ -695,26 +705,28 @@ def fit_features(rows: list[dict], registers: dict, *, shared: dict | None = Non
 def shrink(pts: list[dict], f: dict, coef: dict, model: dict) -> dict:
     """A measured candidate's (t0, bw, phi_line, mu_out): least squares of its own rows' relative time errors
     together with the feature model's prior, each constant's deviation from the prior weighted by NOISE / its
-    spread (t0: a quarter of the prior plus 0.25 us; inv: SPREAD_INV of the prior; the line-misaligned bytes' weight:
+    spread (t0: a tenth of the prior plus 0.1 us: on two or three shapes a free t0 trades off against bw and
+    extrapolates to other sizes wildly, 1.2x a copy at fp16 9216^2; inv: SPREAD_INV of the prior; the line-misaligned bytes' weight:
     0.2 x inv around PHI_LINE x inv; the output side's: 0.3 x inv, the spread of mu_out): a candidate timed on
     many shapes keeps what it measured, one timed on two moves part of the way."""
     t0p, invp, wp = prior(f, coef)
     phi = model["phi_line"]
-    sig = np.array([0.25 * t0p + 0.25, SPREAD_INV * invp, 0.2 * invp, 0.3 * invp])
-    rows_a = []
+    sig = np.array([0.1 * t0p + 0.1, SPREAD_INV * invp, 0.2 * invp, 0.3 * invp])
+    rows_a, rows_b = [], []
     for r in pts:
         e = r["elem"]
         vec, scalar = split_bytes(r["params"], r["rows"], r["cols"], e)
         line, s_in, s_out = misaligned_sides(r["params"], r["rows"], r["cols"], e)
         x0 = (vec + scalar / model["kappa"] + model["mu_in"] * s_in) / 1e3
         rows_a.append(np.array([1.0, x0, line / 1e3, s_out / 1e3]) / r["time_us"])
+        rows_b.append(1.0 - coef.get("edge", 0.0) * scalar * edge_loop(r["params"]) / 1e3 / r["time_us"])
     w = NOISE / sig
     a = np.vstack([np.array(rows_a), np.diag(w)])
-    b = np.concatenate([np.ones(len(pts)), w * np.array([t0p, invp, phi * invp, wp])])
+    b = np.concatenate([np.array(rows_b), w * np.array([t0p, invp, phi * invp, wp])])
     sol, *_ = np.linalg.lstsq(a, b, rcond=None)
     t0, inv = max(float(sol[0]), 0.0), float(sol[1])
     vl, wo = max(float(sol[2]), 0.0), max(float(sol[3]), 0.0)
-    errs = [abs(float(np.array([t0, inv, vl, wo]) @ ra) - 1) for ra in rows_a]
+    errs = [abs(float(np.array([t0, inv, vl, wo]) @ ra) - rb) for ra, rb in zip(rows_a, rows_b, strict=True)]
     return {"t0_us": t0, "bw_gbps": 1.0 / inv, "phi_line": vl / inv, "mu_out": wo / inv, "fit_points": len(pts),
             "fit_max_error": max(errs), "prior_ratio": invp / inv}  # fmt: skip
 
