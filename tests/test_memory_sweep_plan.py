@@ -99,10 +99,10 @@ def test_transpose_cases_cover_the_misalignment_classes_with_every_candidate():
     pitch = {c.name: (c.problem["cols"] * 2 % 32, c.problem["rows"] * 2 % 32) for c in tr if "f16" in c.name}
     assert pitch == {"transpose f16 5000x7000": (16, 16), "transpose f16 8192x5000": (16, 0),
                      "transpose f16 12288x6144": (0, 0)}  # fmt: skip
-    for c in tr:
-        n = len(candidates(c.problem["dtype"]))
-        assert len(c.configs) == n == c.configs[0].predicted["of"]
-        assert [x.predicted["rank"] for x in c.configs] == list(range(1, n + 1))
+    for c in tr:  # session 5: the whole space is ranked (316 / 421), sampled as the stencil's
+        n = c.configs[0].predicted["of"]
+        assert len(c.configs) == 36 and n > len(candidates(c.problem["dtype"]))
+        assert [x.predicted["rank"] for x in c.configs][:12] == list(range(1, 13))
 
 
 def test_score_spearman(tmp_path):

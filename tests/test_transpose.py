@@ -115,8 +115,9 @@ def test_the_pick_per_dtype_is_what_measured_fastest_at_8192():
     f32, f16 = rank_transpose(8192, 8192, "f32"), rank_transpose(8192, 8192, "f16")
     assert f32[0].label == "T64x8" and f32[0].calibrated
     assert f16[0].label == "T128x4 P2" and rank_transpose(8192, 8192, "bf16")[0].label == "T128x4 P2"
+    # session 5's model (its t0 held near the feature model's) predicts them within 0.1 % (fp32) and 3 % (fp16)
     assert f32[0].copy_ratio == pytest.approx(0.939, abs=0.01)
-    assert f16[0].copy_ratio == pytest.approx(0.924, abs=0.01)
+    assert f16[0].copy_ratio == pytest.approx(0.951, abs=0.005) and f16[0].measured
     assert "best:" in f16[0].reason and "vs #1" in f16[1].reason and f16[0].gbps >= f16[-1].gbps
     # what the model's #1 would be without PACK: the plain 128 x 8 of run 2, predicted slower
     plain = next(s for s in f16 if s.label == "T128x8")
@@ -145,62 +146,62 @@ def _measured() -> dict:
 
 
 def test_the_pick_on_every_measured_shape_against_the_best_measured():
-    """On the 16 measured (shape, dtype) cases (all fit data) the model's #1 is within 1.5 % of the best measured
-    candidate (the best itself on 12; fp16 5000 x 6000 1.3 %, 4096^2 1.0 %, 4096 x 9000 0.7 %). fp16 7000 x 9000
-    (both pitches 16 mod 32 bytes) and 6144 x 5000 (the input pitch alone): the #1 is the measured best."""
+    """On the 16 measured (shape, dtype) cases (all fit data) the best-ranked curated candidate is within 2 % of
+    the best measured curated one (the best itself on 14; fp16 5000 x 6000 2.0 %, 4096^2 1.0 %). The #1 is a
+    curated (measured) candidate on 14 of 16; on fp16 4096^2 and 6144 x 5000 it is a candidate of the space the
+    session-5 sweep timed (T32x4 2tiles) or none timed (T64xY128x4 mb8)."""
     ratios, problems = _measured()
     cands = {dt: {label(p) for p in candidates(dt)} for dt in ("f32", "f16")}
-    gaps = {}
+    gaps, firsts = {}, {}
     for case, prob in problems.items():
         dt = prob["dtype"]
-        pick = rank_transpose(prob["rows"], prob["cols"], dt)[0].label
+        ranked = rank_transpose(prob["rows"], prob["cols"], dt)
+        pick = next(s.label for s in ranked if s.label in cands[dt])
+        firsts[case] = ranked[0].label
         best = max(v for (c, lab), v in ratios.items() if c == case and lab in cands[dt])
         gaps[case] = ratios[(case, pick)] / best
-    assert len(gaps) == 16 and min(gaps.values()) >= 0.985 and sum(g >= 0.999 for g in gaps.values()) >= 12, (
+    assert len(gaps) == 16 and min(gaps.values()) >= 0.98 and sum(g >= 0.999 for g in gaps.values()) >= 14, (
         gaps
     )
     assert gaps["transpose f16 7000x9000"] == 1.0 and gaps["transpose f16 6144x5000"] == 1.0
+    assert sum(f in cands[problems[c]["dtype"]] for c, f in firsts.items()) == 14
 
 
 def test_misalignment_is_charged_per_side():
-    """fp16: a read run starting inside a sector costs 0.1 of the side's bytes, one weight for every candidate
-    (fitted on 7000 x 9000, 6144 x 5000 and 4096 x 9000; a weight per candidate lost the leave-one-shape-out
-    choice), a write run 0.23-0.92 per candidate; fp32 has no sector-misaligned shape (both 0)."""
+    """fp16: a read run starting inside a sector costs 0.2 of the side's bytes, one weight for every candidate;
+    a write run a weight per measured candidate (shrunk toward the feature model's), the feature model's for the
+    others; fp32 has no sector-misaligned fit shape (both 0)."""
     cal = load_calibration()
     f16, f32 = cal["constants"]["2"], cal["constants"]["4"]
-    assert cal["mu_in_form"] == "shared" and f16["model"]["mu_in"] == 0.1 and f32["model"]["mu_in"] == 0.0
-    assert not any("mu_in" in c for c in f16["candidates"].values())
-    mus = [c["mu_out"] for c in f16["candidates"].values()]
-    assert 0.2 < min(mus) and max(mus) < 0.95 and all(c["mu_out"] == 0 for c in f32["candidates"].values())
+    assert f16["model"]["mu_in"] == 0.2 and f32["model"]["mu_in"] == 0.0
+    mus = [c["mu_out"] for c in f16["candidates"].values() if c["fit_points"] >= 5]
+    assert (
+        0.0 <= min(mus) and 0.5 < max(mus) < 1.5 and all(c["mu_out"] == 0 for c in f32["candidates"].values())
+    )
     p = {**DEFAULTS, "TILE": 128, "BLOCK_ROWS": 4, "PACK": 2}
     assert misaligned_sides(p, 8192, 5000, 2) == (0.0, 8192 * 5000 * 2, 0.0)  # input pitch 10000 bytes
     assert misaligned_sides(p, 5000, 8192, 2) == (0.0, 0.0, 8192 * 5000 * 2)  # output pitch 10000 bytes
-    # so the input-misaligned shape is predicted faster than the output-misaligned one
-    assert rank_transpose(8192, 5000, "f16")[0].time_us < rank_transpose(5000, 8192, "f16")[0].time_us
 
 
 def test_the_calibration_names_its_provenance_and_held_out_error():
     cal = load_calibration()
     assert cal["gpu"] == "NVIDIA H200" and all(
         f"memory_h200_{r}.json" in cal["run"]
-        for r in ("run4", "run5", "session4_spearman", "session4_transpose_fit"))  # fmt: skip
+        for r in ("run4", "run5", "session4_spearman", "session4_transpose_fit", "session5_fit"))  # fmt: skip
+    assert "2fb5e96" in cal["commit"] and "13.0" in cal["registers_compiler"]
     assert len(cal["fit_shapes"]) == 16 and not set(cal["fit_shapes"]) & set(cal["held_out_shapes"])
-    # refitted with the input-pitch fit run: the chosen form's leave-one-shape-out median (fp16 2.0 %, fp32
-    # 0.7 %); fp16's expected error is then the input-pitch held-out run's (12288 x 3000, 8192 x 7000, 3000 x 7000,
-    # every candidate, frozen before it: 2.3 %), fp32's stays the cross-validated one
-    for elem, lo, hi in (("2", 0.015, 0.025), ("4", 0.005, 0.009)):
+    # the expected errors: session 5's held-out run (6 fresh shapes, 36 configurations each, model 705648f
+    # frozen before it), measured candidates and unmeasured ones apart
+    assert cal["validation"]["run"].endswith("memory_h200_session5_heldout.json")
+    assert cal["validation"]["commit"] == "705648f"
+    for elem, lo, hi, ulo, uhi in (("2", 0.04, 0.05, 0.055, 0.07), ("4", 0.003, 0.005, 0.025, 0.035)):
         c = cal["constants"][elem]
-        assert lo < cal["loso"][elem]["median_error"] < hi and c["fit_median_error"] < 0.01
-    assert cal["validation"]["run"].endswith("memory_h200_session4_transpose_heldout.json")
-    assert 0.022 < cal["constants"]["2"]["held_out_median_error"] < 0.025
-    assert cal["constants"]["4"]["held_out_median_error"] == cal["loso"]["4"]["median_error"]
-    assert sorted(x.split()[1] for x in cal["held_out_shapes"]) == ["f16", "f16", "f16", "f32"]
-    # the input side's form, chosen by the fp16 folds' mean Spearman: shared 0.77 (median error 2.0 %) against a
-    # weight per candidate 0.70 (1.6 %)
-    choice = cal["mu_in_form_choice"]
-    assert 0.76 < choice["shared"]["2"]["mean_spearman"] < 0.78
-    assert 0.69 < choice["per_candidate"]["2"]["mean_spearman"] < 0.71
-    assert {label(p) for p in candidates("f16")} == set(cal["constants"]["2"]["candidates"])
+        assert lo < c["held_out_median_error"] < hi and ulo < c["unmeasured_median_error"] < uhi
+    assert sorted(x.split()[1] for x in cal["held_out_shapes"]) == ["f16"] * 4 + ["f32"] * 2
+    # cross-validated on fit data before the run: candidates left out, shapes left out
+    assert 0.7 < cal["cv"]["2"]["candidates_left_out"]["mean_spearman"] < 0.8
+    assert 0.85 < cal["cv"]["4"]["shapes_left_out"]["mean_spearman"] < 0.95
+    assert {label(p) for p in candidates("f16")} <= set(cal["constants"]["2"]["candidates"])
 
 
 def test_a_weight_per_candidate_for_the_input_side_is_recovered():
@@ -225,13 +226,13 @@ def test_without_calibration_the_ranking_says_so():
 
 
 def test_ties_go_to_fewer_threads_then_candidate_order():
-    """Every candidate with the same constants: the order is threads per block, then the family's list."""
+    """Every curated candidate with the same constants: the order is threads per block, then the family's list."""
     cal = load_calibration()
     same = {
         lab: {"t0_us": 5.0, "bw_gbps": 4000.0, "mu_out": 0.0} for lab in cal["constants"]["4"]["candidates"]
     }
     flat = {**cal, "constants": {"4": {**cal["constants"]["4"], "candidates": same}}}
-    r = rank_transpose(8192, 8192, "f32", calibration=flat)
+    r = rank_transpose(8192, 8192, "f32", calibration=flat, cands=candidates("f32"))
     assert [s.threads for s in r] == sorted(s.threads for s in r)
     assert r[0].label == "T64x4"  # 256 threads, listed before 64x4 P2 / P4 and 32x8
 
@@ -384,8 +385,8 @@ def test_generated_helper_is_correct_for_transpose(tmp_path):
 
 
 def test_the_held_out_run_reproduces_the_data_files_expected_error(tmp_path):
-    """bench_memory --record-validation of the input-pitch held-out run, on a copy of the data file as the run
-    read it (the validation taken out), gives the shipped file back: nothing else in it changed."""
+    """bench_memory --record-validation of session 5's held-out run, on a copy of the data file as the run read it
+    (the validation taken out, the cross-validated errors back), gives the shipped file back."""
     import json
     import sys
 
@@ -396,15 +397,19 @@ def test_the_held_out_run_reproduces_the_data_files_expected_error(tmp_path):
 
     cal = load_calibration()
     frozen = {k: v for k, v in cal.items() if k != "validation"}
-    frozen["held_out_shapes"] = [x for x in cal["held_out_shapes"] if " f32 " in x] + [
-        "transpose f16 leave-one-shape-out over the fit shapes (cross-validation)"
-    ]
+    frozen["held_out_shapes"] = [f"transpose {dt} leave-one-shape-out over the fit shapes (cross-validation)"
+                                 for dt in ("f16", "f32")]  # fmt: skip
     frozen["constants"] = json.loads(json.dumps(cal["constants"]))
-    frozen["constants"]["2"]["held_out_median_error"] = cal["loso"]["2"]["median_error"]
-    frozen["constants"]["2"]["held_out_max_error"] = cal["loso"]["2"]["max_error"]
+    for e in ("2", "4"):
+        cv = cal["cv"][e]
+        c = frozen["constants"][e]
+        c["held_out_median_error"], c["held_out_max_error"] = (cv["shapes_left_out"]["median_error"],
+                                                               cv["shapes_left_out"]["max_error"])  # fmt: skip
+        c["unmeasured_median_error"], c["unmeasured_max_error"] = (cv["candidates_left_out"]["median_error"],
+                                                                   cv["candidates_left_out"]["max_error"])  # fmt: skip
     (tmp_path / "transpose_h200.json").write_text(json.dumps(frozen, indent=1) + "\n")
-    run = ROOT / "bench" / "results" / "memory_h200_session4_transpose_heldout.json"
-    assert bm.record_validation(run, tmp_path) == {
-        "transpose f16": cal["constants"]["2"]["held_out_median_error"]
-    }
+    run = ROOT / "bench" / "results" / "memory_h200_session5_heldout.json"
+    got = bm.record_validation(run, tmp_path)
+    assert got == {f"transpose {dt}": cal["constants"][e]["held_out_median_error"] for dt, e in (("f16", "2"),
+                                                                                                  ("f32", "4"))}  # fmt: skip
     assert json.loads((tmp_path / "transpose_h200.json").read_text()) == cal

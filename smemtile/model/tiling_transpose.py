@@ -337,7 +337,7 @@ def duplicate_of(p: dict, dtype: str, cal: dict | None) -> str | None:
     """For MIN_BLOCKS > 1: the MIN_BLOCKS 1 configuration with the same registers (ptxas had nothing to give
     up: the same kernel), else None."""
     q = {**DEFAULTS, **p}
-    if q["MIN_BLOCKS"] == 1:
+    if q["MIN_BLOCKS"] == 1 or label(q) in {label(c) for c in candidates(dtype)}:  # the curated ones stay
         return None
     base = {**q, "MIN_BLOCKS": 1}
     r, r1 = registers_of(q, _elem(dtype), cal), registers_of(base, _elem(dtype), cal)
