@@ -355,7 +355,27 @@ def transpose_ranked_cases(groups: tuple, role: str) -> list[Case]:
     return cases
 
 
+def s5_f16_top_cases() -> list[Case]:
+    """Session 5, fp16 8192^2 (a fitting shape; issue 20's fp16 line at 0.93x a copy): the model's top 20 of
+    `tiles --family transpose` and tall tiles of 256 input rows (512-byte output runs; session 3 run 2 measured
+    T64xY256 at 0.92-0.94), every one checked, timed against the copy in the same rounds."""
+    problem = {"rows": 8192, "cols": 8192, "dtype": "f16"}
+    from smemtile.pipeline.tiles import family_tiles
+
+    ranked = family_tiles("transpose", [8192, 8192], dtype="f16", keys={}, arch=ARCH).ranked
+    cfgs = [Config(s.label, s.params_dict(), fixed_layouts("transpose", s.params_dict(), problem),
+                   {"rank": s.rank, "of": len(ranked), "gbps": s.gbps, "time_us": s.time_us,
+                    "copy_ratio": s.copy_ratio}) for s in ranked[:20]]  # fmt: skip
+    for br, pack in ((8, 1), (8, 2), (16, 1), (16, 2), (4, 2)):
+        params = {"TILE": 64, "BLOCK_ROWS": br, "TILE_Y": 256, **({"PACK": pack} if pack > 1 else {})}
+        label = f"T64xY256x{br}" + (f" P{pack}" if pack > 1 else "")
+        cfgs.append(Config(label, params, fixed_layouts("transpose", params, problem)))
+    return [Case("transpose f16 8192x8192", "transpose", problem, tuple(cfgs), "fit")]
+
+
 def plan_cases(plan: str) -> list[Case]:
+    if plan == "s5f16top":
+        return s5_f16_top_cases()
     if plan == "heldout":
         return heldout_cases()
     if plan == "inpitch":
@@ -1115,6 +1135,7 @@ def main() -> int:
             "inpitch_heldout",
             "s5fit",
             "s5heldout",
+            "s5f16top",
         ),
     )
     ap.add_argument(
