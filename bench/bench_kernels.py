@@ -167,7 +167,7 @@ _SOURCES: dict[tuple, str] = {}
 def canonical_shape(shape=None) -> tuple[int, int, int]:
     """The problem a configuration's text is rendered for: the generated kernel depends on the shape only
     through whether K or N is a multiple of 4 and what the family's auto parameters resolve to there (RAGGED,
-    REPACK: pinned by :func:`canonical_source`), so one aligned and one unaligned canonical problem stand for
+    REPACK: pinned by :func:`canonical_config`), so one aligned and one unaligned canonical problem stand for
     every shape."""
     return (
         CANONICAL_RAGGED
@@ -176,25 +176,26 @@ def canonical_shape(shape=None) -> tuple[int, int, int]:
     )
 
 
-def pinned_params(params: dict, shape=None, arch: str = "sm_90") -> dict:
-    """``params`` with the family's auto parameters (RAGGED, REPACK) pinned to what they resolve to at ``shape``."""
+def canonical_config(params: dict, arch: str = "sm_90", shape=None):
+    """``params`` at ``shape``'s canonical problem, the family's auto parameters (RAGGED, REPACK) pinned to what
+    they resolve to at ``shape`` itself."""
     from smemtile.families import FAMILIES
 
     cfg = configure_sgemm(params, shape or tuple(CANONICAL.values()), arch)
-    return {**params, **FAMILIES["sgemm"].auto_values(cfg)}
+    return configure_sgemm({**params, **FAMILIES["sgemm"].auto_values(cfg)}, canonical_shape(shape), arch)
 
 
 def canonical_source(params: dict, arch: str = "sm_90", shape=None) -> str:
-    """The generated body for ``shape``'s canonical problem with the auto parameters pinned to their values at
-    ``shape`` (one cubin per configuration, alignment class and resolved autos), always rendered from this tree:
-    the NVRTC cache is keyed by the source text, so a kernel change can never be timed with a cubin of the old
-    text (session 3 found a `sources.json` read back here doing exactly that)."""
+    """The generated body of :func:`canonical_config` (one cubin per configuration, alignment class and resolved
+    autos), always rendered from this tree: the NVRTC cache is keyed by the source text, so a kernel change can
+    never be timed with a cubin of the old text (session 3 found a `sources.json` read back here doing exactly
+    that)."""
     from smemtile.codegen.render import body
 
-    pinned = pinned_params(params, shape, arch)
-    key = (json.dumps(pinned, sort_keys=True), arch, canonical_shape(shape))
+    cfg = canonical_config(params, arch, shape)
+    key = (json.dumps(cfg.params, sort_keys=True), arch, canonical_shape(shape))
     if key not in _SOURCES:
-        _SOURCES[key] = body(configure_sgemm(pinned, key[2], arch))
+        _SOURCES[key] = body(cfg)
     return _SOURCES[key]
 
 
@@ -266,10 +267,9 @@ def _build_one(params: dict, shapes=BUILD_SHAPES) -> tuple[str, str, dict]:
             src = canonical_source(params, shape=shape)
             if src in srcs.values():
                 continue
-            srcs[(canonical_shape(shape), json.dumps(pinned_params(params, shape), sort_keys=True))] = src
-            r = compile_config(
-                configure_sgemm(pinned_params(params, shape), canonical_shape(shape)), source=src
-            )
+            cfg = canonical_config(params, shape=shape)
+            srcs[(canonical_shape(shape), json.dumps(cfg.params, sort_keys=True))] = src
+            r = compile_config(cfg, source=src)
             res = next(iter(r.resources.values()))
             what.append(f"{res.registers} regs, {res.spills} B spilled")
         return cfg_label(params), " / ".join(dict.fromkeys(what)), srcs

@@ -192,13 +192,13 @@ def fixed_layouts(family: str, params: dict, problem: dict) -> dict:
 
 
 def run4_cases() -> list[Case]:
-    from smemtile.model.tiling_transpose import DEFAULTS, candidates, label
+    from smemtile.model.tiling_transpose import candidates, label, set_params
 
     cases = []
     for dt in ("f32", "f16"):
         cfgs = []
         for p in candidates(dt):
-            params = {k: v for k, v in p.items() if k in ("TILE", "BLOCK_ROWS") or v != DEFAULTS[k]}
+            params = set_params(p)
             cfgs.append(Config(label(p), params, fixed_layouts("transpose", params, {"rows": 8192, "cols": 8192,
                                                                                      "dtype": dt})))  # fmt: skip
         for role, rows, cols in RUN4_SHAPES:
@@ -334,7 +334,7 @@ def s5_fit_cases() -> list[Case]:
         ctl = [p for p in tt.candidates(dt) if tt.label(p) in S5_CONTROLS[dt]]
         cfgs = []
         for p in [*ctl, *s5_fit_sample(dt)]:
-            params = {k: v for k, v in p.items() if k in ("TILE", "BLOCK_ROWS") or v != tt.DEFAULTS[k]}
+            params = tt.set_params(p)
             cfgs.append(Config(tt.label(p), params, fixed_layouts("transpose", params, {"rows": 8192, "cols": 8192,
                                                                                        "dtype": dt})))  # fmt: skip
         for rows, cols in shapes:
@@ -788,6 +788,13 @@ def load_registers(path: Path) -> tuple[dict, dict]:
     return {e: {lab: v[0] for lab, v in t.items()} for e, t in table.items()}, table
 
 
+def _provenance(docs: list[dict], results: list[Path]) -> dict:
+    """Where a transpose calibration's data came from: the GPU, the results files, their commits, the last date."""
+    return {"gpu": docs[0]["versions"]["gpu"], "gpu_key": "h200", "sms": docs[0]["versions"]["sm_count"],
+            "archs": ["sm_90"], "run": ", ".join(f"bench/results/{r.name}" for r in results),
+            "commit": ", ".join(d.get("commit", "") for d in docs), "date": docs[-1]["date"][:10]}  # fmt: skip
+
+
 def fit_transpose_features(results: list[Path], out: Path, registers: Path) -> dict:
     """Session 5: the feature model (tiling_transpose.fit_features) on every transpose shape of ``results`` (fit
     data only), the cross-validations, the registers table; written to ``out`` with its provenance."""
@@ -822,9 +829,7 @@ def fit_transpose_features(results: list[Path], out: Path, registers: Path) -> d
                    "sector-misaligned bytes + mu_out x output-side sector-misaligned bytes) / bw, with t0, 1/bw and "
                    "mu_out / bw linear in the candidate's features (coef); a measured candidate's own constants "
                    "are its rows' least squares shrunk toward those",
-           "gpu": docs[0]["versions"]["gpu"], "gpu_key": "h200", "sms": docs[0]["versions"]["sm_count"],
-           "archs": ["sm_90"], "run": ", ".join(f"bench/results/{r.name}" for r in results),
-           "commit": ", ".join(d.get("commit", "") for d in docs), "date": docs[-1]["date"][:10],
+           **_provenance(docs, results),
            "method": "the ratios to the same run's copy, median over runs, times = the first run's copy / ratio; per "
                      "element size KAPPA, PHI_LINE and MU_IN on a grid and the feature coefficients (>= 0) by least "
                      "squares on relative time error over every fit row (bench/bench_memory.py --fit-features); each "
@@ -908,9 +913,7 @@ def fit_transpose(results: list[Path], out: Path, choice: dict | None = None) ->
     cal = {"what": "constants of the transpose model, smemtile.model.tiling_transpose: per candidate time = t0 + "
                    "(vector bytes + edge bytes / kappa + phi_line x line-misaligned run bytes + mu_in x input-side "
                    "sector-misaligned bytes + mu_out x output-side sector-misaligned bytes) / bw",
-           "gpu": docs[0]["versions"]["gpu"], "gpu_key": "h200", "sms": docs[0]["versions"]["sm_count"],
-           "archs": ["sm_90"], "run": ", ".join(f"bench/results/{r.name}" for r in results),
-           "commit": ", ".join(d.get("commit", "") for d in docs), "date": docs[-1]["date"][:10],
+           **_provenance(docs, results),
            "method": "the ratios to the same run's copy, median over runs, times = the first run's copy / ratio; per "
                      "candidate (t0, bw, mu_out) by least squares on relative time error over every shape (t0, "
                      "mu_out >= 0; mu_out only where a shape's output pitch is sector-misaligned, else the "
@@ -973,7 +976,7 @@ def transpose_registers(workers: int) -> dict:
     """Per dtype (f32, f16; bf16 is f16's code) every configuration of ``tiling_transpose.space``: the family's
     rules (dense tile, then the fix search's layout, what ``generate`` builds), then registers and spills from
     NVRTC (sm_90, 8192^2: the code does not depend on the size), or the family's reason for refusing it."""
-    from smemtile.errors import SpecError
+    from smemtile.families.transpose import _screen
     from smemtile.gpu.nvrtc import nvrtc_version
     from smemtile.model import tiling_transpose as tt
 
@@ -981,17 +984,9 @@ def transpose_registers(workers: int) -> dict:
     out: dict = {"f32": {}, "f16": {}}
     todo: dict[str, list] = {"f32": [], "f16": []}
     for dt in out:
-        for p in tt.space(dt):
-            params = {k: v for k, v in p.items() if k in ("TILE", "BLOCK_ROWS") or v != tt.DEFAULTS[k]}
-            try:
-                why = fam.problems(configure(fam, {**params, "rows": 8192, "cols": 8192, "dtype": dt}, check=False),
-                                   accesses=False)  # fmt: skip
-            except SpecError as e:
-                why = [str(e)]
-            if why:
-                out[dt][tt.label(p)] = {"rejected": why[0]}
-            else:
-                todo[dt].append((tt.label(p), params, p))
+        ok, refused = _screen(fam, dt, ARCH)  # the family's rules, as `tiles --family transpose` applies them
+        out[dt].update({tt.label(p): {"rejected": why} for p, why in refused})
+        todo[dt] += [(tt.label(p), tt.set_params(p), p) for p in ok]
     keys = sorted(
         {(dt, (p["TILE"], p["BLOCK_ROWS"], p["TILE_Y"], p["PACK"])) for dt in todo for *_, p in todo[dt]}
     )

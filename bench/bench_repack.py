@@ -62,18 +62,12 @@ def configs(shape) -> list[dict]:
     return out
 
 
-def repack_bytes(shape) -> int:
-    from smemtile.model.tiling_model import repack_bytes as rb
-
-    return rb(*shape)
-
-
 def cmd_list(args) -> None:
-    from smemtile.model.tiling_model import repack_pays
+    from smemtile.model.tiling_model import repack_bytes, repack_pays
 
     for shape in SHAPES:
         m, n, k = shape
-        print(f"{m}x{n}x{k}: flops/byte {2 * m * n * k / max(1, repack_bytes(shape)):.0f}, auto "
+        print(f"{m}x{n}x{k}: flops/byte {2 * m * n * k / max(1, repack_bytes(*shape)):.0f}, auto "
               f"{'on' if repack_pays(*shape) else 'off'}: " + ", ".join(cfg_label(p) for p in configs(shape)))  # fmt: skip
 
 
@@ -101,12 +95,12 @@ def cmd_build(args) -> None:
                 f.write_text(json.dumps(doc))
 
 
-def _launch_steps(kern, main: bool):
-    """A function launching only the plan's repacking steps (main False) of a LoadedKernel, bound already."""
+def _repack_steps(kern):
+    """A function launching only the plan's repacking steps of a LoadedKernel, bound already."""
     from smemtile.gpu.run import _driver, _ok
 
     d = _driver()
-    chosen = [x for x in kern._launches if (x[1].main if main else "repack" in x[1].kernel)]
+    chosen = [x for x in kern._launches if "repack" in x[1].kernel]
 
     def run():
         for func, step, vals, types in chosen:
@@ -121,6 +115,7 @@ def cmd_run(args) -> None:
 
     from smemtile.families import FAMILIES
     from smemtile.gpu.run import open_device
+    from smemtile.model.tiling_model import repack_bytes
 
     args.out.mkdir(parents=True, exist_ok=True)
     log = tee_log(args.out / "repack_log.txt")
@@ -154,7 +149,7 @@ def cmd_run(args) -> None:
                 if err <= tol and chk["correct"]:
                     fns[label] = kern.launch
                     if p["REPACK"] == 1 and kern.shape.workspace_bytes and "repack only" not in fns:
-                        fns["repack only"] = _launch_steps(kern, False)
+                        fns["repack only"] = _repack_steps(kern)
                     keep.append(kern)
                 else:
                     log(f"  {shape} {label}: WRONG (err {err:.2e}); not timed")
@@ -174,7 +169,7 @@ def cmd_run(args) -> None:
         entry = {"shape": list(shape), "reference": ref, "reference_ms": st[ref]["median_ms"],
                  "references": {r: st[r] for r in ("torch.matmul", "cublasSgemm")}, "rows": rows}  # fmt: skip
         if "repack only" in st:
-            b = repack_bytes(shape)
+            b = repack_bytes(*shape)
             entry["repack_only"] = {
                 **st["repack only"],
                 "bytes": b,

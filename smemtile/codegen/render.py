@@ -131,7 +131,7 @@ def launch_helper(cfg: KernelConfig) -> str:
         lines.append(f"    if ({' || '.join(f'{n} < 1' for n in ints)}) return cudaErrorInvalidValue;")
     lines.append("    cudaError_t err = cudaSuccess;")
     if works:
-        lines += _workspace_lines(fam, works, consts, ints)
+        lines += _workspace_lines(fam, works, ints)
     if maps:
         lines += _tensor_map_lines(fam, cfg, maps, consts)
     work = {w.name: w for w in works}
@@ -197,10 +197,6 @@ def launch_helper(cfg: KernelConfig) -> str:
     return "\n".join(lines)
 
 
-def doc_of(fam: Family, cfg: KernelConfig, name: str) -> str:
-    return next((w.doc for w in fam.workspaces(cfg) if w.name == name), "")
-
-
 def _workspace_arg(w, ctype: str) -> str:
     """A workspace as a kernel argument: a parameter that only reads (``const``) gets the user's array when the
     workspace is not in use; one that writes gets the workspace itself (its step runs only when it is in use)."""
@@ -208,22 +204,33 @@ def _workspace_arg(w, ctype: str) -> str:
 
 
 def _workspace_size_lines(fam: Family, works: list, consts: dict, ints: list[str]) -> list[str]:
+    """``launch_<family>_workspace_bytes(sizes..., offsets)``: the regions laid out as Family.launch lays them out
+    (each at a multiple of WORKSPACE_ALIGN), written once; the helper takes the offsets from it."""
     lines = [f"// Bytes of workspace launch_{fam.name}() needs for a problem (0: none). Regions: "
              + "; ".join(f"{w.name} ({_clean(w.doc)})" for w in works) + ".",
-             f"inline size_t launch_{fam.name}_workspace_bytes({', '.join(f'int {n}' for n in ints)}) {{",
+             "// offsets (optional): each region's byte offset, (size_t)-1 where it is not used.",
+             f"inline size_t launch_{fam.name}_workspace_bytes({', '.join(f'int {n}' for n in ints)}, "
+             "size_t* offsets = nullptr) {",
              "    size_t total = 0;"]  # fmt: skip
-    for w in works:
+    for i, w in enumerate(works):
         when = parse_expr(w.when).cpp(consts, "(long long){}")
         elems = parse_expr(w.elems).cpp(consts, "(long long){}")
-        lines.append(f"    if ({when}) total = (total + {WORKSPACE_ALIGN - 1}) / {WORKSPACE_ALIGN} * "
-                     f"{WORKSPACE_ALIGN} + (size_t)({elems}) * sizeof({w.ctype});")  # fmt: skip
+        lines += [
+            f"    if (offsets) offsets[{i}] = (size_t)-1;",
+            f"    if ({when}) {{",
+            f"        total = (total + {WORKSPACE_ALIGN - 1}) / {WORKSPACE_ALIGN} * {WORKSPACE_ALIGN};",
+            f"        if (offsets) offsets[{i}] = total;",
+            f"        total += (size_t)({elems}) * sizeof({w.ctype});",
+            "    }",
+        ]
     return lines + ["    return total;", "}", ""]
 
 
-def _workspace_lines(fam: Family, works: list, consts: dict, ints: list[str]) -> list[str]:
+def _workspace_lines(fam: Family, works: list, ints: list[str]) -> list[str]:
     ind = "    "
     lines = [
-        f"{ind}const size_t ws_need = launch_{fam.name}_workspace_bytes({', '.join(ints)});",
+        f"{ind}size_t ws_off[{len(works)}];",
+        f"{ind}const size_t ws_need = launch_{fam.name}_workspace_bytes({', '.join(ints)}, ws_off);",
         f"{ind}struct Owned {{  // a workspace this call allocated, freed on the stream when the call returns",
         f"{ind}    void* ptr;",
         f"{ind}    cudaStream_t stream;",
@@ -236,19 +243,10 @@ def _workspace_lines(fam: Family, works: list, consts: dict, ints: list[str]) ->
         f"{ind}}} else if (workspace_bytes < ws_need) {{",
         f"{ind}    return cudaErrorInvalidValue;",
         f"{ind}}}",
-        f"{ind}size_t ws_off = 0;",
     ]
-    for w in works:
-        when = parse_expr(w.when).cpp(consts, "(long long){}")
-        elems = parse_expr(w.elems).cpp(consts, "(long long){}")
-        lines += [
-            f"{ind}{w.ctype}* {w.name} = nullptr;  // {_clean(w.doc)}",
-            f"{ind}if ({when}) {{",
-            f"{ind}    ws_off = (ws_off + {WORKSPACE_ALIGN - 1}) / {WORKSPACE_ALIGN} * {WORKSPACE_ALIGN};",
-            f"{ind}    {w.name} = reinterpret_cast<{w.ctype}*>(static_cast<char*>(workspace) + ws_off);",
-            f"{ind}    ws_off += (size_t)({elems}) * sizeof({w.ctype});",
-            f"{ind}}}",
-        ]
+    for i, w in enumerate(works):
+        lines.append(f"{ind}{w.ctype}* {w.name} = ws_off[{i}] == (size_t)-1 ? nullptr : reinterpret_cast<{w.ctype}*>"
+                     f"(static_cast<char*>(workspace) + ws_off[{i}]);  // {_clean(w.doc)}")  # fmt: skip
     return lines
 
 
@@ -386,9 +384,10 @@ def _header(
         out.append(
             f"// Clusters of {plan.cluster} CTAs (cudaLaunchKernelEx with cudaLaunchAttributeClusterDimension)."
         )
+    docs = {w.name: w.doc for w in fam.workspaces(cfg)} if plan.workspace else {}
     for w in plan.workspace:
         if w.active:
-            out.append(f"// Workspace {w.name}: {w.nbytes} bytes at offset {w.offset} ({_clean(doc_of(fam, cfg, w.name))}); "
+            out.append(f"// Workspace {w.name}: {w.nbytes} bytes at offset {w.offset} ({_clean(docs[w.name])}); "
                        f"{plan.workspace_bytes} in all (launch_{fam.name}_workspace_bytes()).")  # fmt: skip
     for t in plan.tensor_maps:
         out.append(

@@ -208,12 +208,12 @@ def simt_time(m: int, n: int, k: int, c: TileConfig, threads: int, b: int, sms: 
     """Predicted seconds of one sgemm launch (and the parts) with ``b`` resident blocks per SM; ``repack``: whether
     unaligned A / B are repacked first (None: the family's auto rule, :func:`repack_pays`)."""
     q = consts or simt_constants()
-    t_repack = 0.0
-    if (
-        repack_pays(m, n, k) if repack is None else repack and repack_bytes(m, n, k) > 0
-    ):  # the GEMM runs on 16-byte rows after the copies (sgemm's REPACK)
+    t_repack, copied = 0.0, repack_bytes(m, n, k)
+    if copied and (
+        repack_pays(m, n, k) if repack is None else repack
+    ):  # sgemm's REPACK: the GEMM on 16-byte rows
         launches = (k % 4 > 0) + (n % 4 > 0)
-        t_repack = repack_bytes(m, n, k) / (q["repack_gbps"] * 1e9) + launches * q["repack_launch_us"] * 1e-6
+        t_repack = copied / (q["repack_gbps"] * 1e9) + launches * q["repack_launch_us"] * 1e-6
         n, k = -(-n // 4) * 4, -(-k // 4) * 4  # same tile counts: BN and BK are multiples of 4
     f = q["f_ghz"] * 1e9
     w = threads / 32

@@ -155,6 +155,11 @@ def space(dtype: str) -> list[dict]:
     return out
 
 
+def set_params(p: dict) -> dict:
+    """The family parameters configuration ``p`` sets: TILE and BLOCK_ROWS always, the rest where not default."""
+    return {k: v for k, v in p.items() if k in ("TILE", "BLOCK_ROWS") or v != DEFAULTS[k]}
+
+
 def label(p: dict) -> str:
     """A short name: ``T128x8``, ``T64xY128x8``, then `` P2`` (PACK), `` 2tiles``, `` cs`` (STREAM)."""
     q = {**DEFAULTS, **p}
@@ -271,7 +276,7 @@ class TransposeScored:
 
     def params_dict(self) -> dict:
         """The family parameters this candidate sets (defaults left out)."""
-        return {k: v for k, v in self.params if k in ("TILE", "BLOCK_ROWS") or v != DEFAULTS[k]}
+        return set_params(dict(self.params))
 
     def to_dict(self) -> dict:
         d = asdict(self)

@@ -59,6 +59,7 @@ from smemtile.model.arch import Arch
 LANES_M, LANES_N = 4, 8  # a warp's lanes as a 4 (m) x 8 (n) grid
 # the GEMM's leading dimensions with REPACK (K and N without): rows of a multiple of 4 floats
 LDA4, LDB4 = "(cdiv(K, 4) * 4)", "(cdiv(N, 4) * 4)"
+A_UNALIGNED, B_UNALIGNED = "K % 4 != 0", "N % 4 != 0"  # when REPACK copies A / B (its region and its step)
 REPACK_PARAMS = ("const float* src", "int rows", "int cols", "int lds", "float* dst", "int ldd")
 LM = "(((lane >> 1) & 1) | ((lane >> 2) & 2))"
 LN = "((lane & 1) | ((lane >> 1) & 2) | ((lane >> 2) & 4))"
@@ -222,8 +223,8 @@ class Sgemm(GemmFamily):
         if not self.repack(cfg):  # the helper of an aligned (or not repacked) problem takes no workspace
             return []
         return [
-            Workspace("Ap", f"M * {LDA4}", when="K % 4 != 0", fallback="A", doc="A with rows of ceil(K/4)*4 floats"),
-            Workspace("Bp", f"K * {LDB4}", when="N % 4 != 0", fallback="B", doc="B with rows of ceil(N/4)*4 floats"),
+            Workspace("Ap", f"M * {LDA4}", when=A_UNALIGNED, fallback="A", doc="A with rows of ceil(K/4)*4 floats"),
+            Workspace("Bp", f"K * {LDB4}", when=B_UNALIGNED, fallback="B", doc="B with rows of ceil(N/4)*4 floats"),
         ]  # fmt: skip
 
     def ragged(self, cfg: KernelConfig) -> bool:
@@ -278,7 +279,7 @@ class Sgemm(GemmFamily):
         ]  # fmt: skip
 
     def accesses(self, cfg: KernelConfig) -> list[dict]:
-        p = cfg.params
+        p, repack = cfg.params, self.repack(cfg)
         copy_op = "cp.async" if p["CP_ASYNC"] else "store"
         if p["A_VEC"]:
             # chunk c = tid + i*THREADS is the float4 A[m][k..k+3], r = c//2, m = r % BM,
@@ -293,7 +294,7 @@ class Sgemm(GemmFamily):
             a_copy = {"name": "As_copy", "buffer": "As", "op": copy_op, "width": 4, "role": "copy", "row": row,
                       "col": col, "over": {"i": [0, "BM*BK//THREADS"]}, "note": "A[m][k] -> As[k][m], 4 bytes"}  # fmt: skip
             if copy_op == "cp.async":  # where each lane's word comes from: row-major A, leading dimension lda
-                a_copy["source"] = f"({col}) * {LDA4 if self.repack(cfg) else 'K'} + {row}"
+                a_copy["source"] = f"({col}) * {LDA4 if repack else 'K'} + {row}"
         ragged = []
         if self.ragged(cfg):  # unaligned whole tiles (RAGGED): the A_VEC = 0 mapping, through registers
             ragged = [{"name": "As_copy_ragged", "buffer": "As", "op": "store", "width": 4, "role": "copy",
@@ -301,9 +302,7 @@ class Sgemm(GemmFamily):
                        "over": {"i": [0, "BM*BK//THREADS"]},
                        "note": "unaligned whole tiles (RAGGED=1): A[m][k] through registers, 8 k x 4 rows per "
                                "warp; As_copy is then the prologue's and the partial K tile's"}]  # fmt: skip
-        if int(cfg.problem["N"]) % 4 == 0 or self.repack(
-            cfg
-        ):  # ldb % 4 == 0 (B, or B repacked): 16-byte copies
+        if int(cfg.problem["N"]) % 4 == 0 or repack:  # ldb % 4 == 0 (B, or B repacked): 16-byte copies
             b_row, b_col = "(tid + j*THREADS)//(BN//4)", "((tid + j*THREADS) % (BN//4))*4"
             b_copy = {"name": "Bs_copy", "buffer": "Bs", "op": copy_op, "width": 16, "role": "copy", "row": b_row,
                       "col": b_col, "over": {"j": [0, "BK*BN//4//THREADS"]}, "note": "B rows, 16 bytes per lane"}  # fmt: skip
@@ -313,7 +312,7 @@ class Sgemm(GemmFamily):
                       "col": b_col, "over": {"j": [0, "BK*BN//THREADS"]},
                       "note": "B rows, 4 bytes per lane (N is not a multiple of 4)"}  # fmt: skip
         if copy_op == "cp.async":  # row-major B, leading dimension ldb
-            b_copy["source"] = f"({b_row}) * {LDB4 if self.repack(cfg) else 'N'} + {b_col}"
+            b_copy["source"] = f"({b_row}) * {LDB4 if repack else 'N'} + {b_col}"
         return [
             a_copy,
             *ragged,
@@ -341,10 +340,10 @@ class Sgemm(GemmFamily):
         return [
             prepare,
             KernelCall(("A", "M", "K", "K", "Ap", LDA4), ("cdiv(K, 1024)", "min(M, 65535)", "1"), ("256", "1", "1"),
-                       kernel="smemtile_sgemm_repack", params=REPACK_PARAMS, when="K % 4 != 0",
+                       kernel="smemtile_sgemm_repack", params=REPACK_PARAMS, when=A_UNALIGNED,
                        doc="repack: A into rows of ceil(K/4)*4 floats"),
             KernelCall(("B", "K", "N", "N", "Bp", LDB4), ("cdiv(N, 1024)", "min(K, 65535)", "1"), ("256", "1", "1"),
-                       kernel="smemtile_sgemm_repack", params=REPACK_PARAMS, when="N % 4 != 0",
+                       kernel="smemtile_sgemm_repack", params=REPACK_PARAMS, when=B_UNALIGNED,
                        doc="repack: B into rows of ceil(N/4)*4 floats"),
             KernelCall(("M", "N", "K", "alpha", "Ap", LDA4, "Bp", LDB4, "beta", "C", "N"), grid, block),
         ]  # fmt: skip

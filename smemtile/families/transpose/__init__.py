@@ -317,11 +317,9 @@ class _Ranker:
                                      cands=cands)  # fmt: skip
 
     def _reject(self, p: dict, kind: str, reason: str) -> dict:
-        from smemtile.model.tiling_transpose import label
+        from smemtile.model.tiling_transpose import label, set_params
 
-        d = self.fam.defaults()
-        params = {k: v for k, v in p.items() if k in ("TILE", "BLOCK_ROWS") or v != d[k]}
-        return {"params": params, "label": label(p), "kind": kind, "reason": reason}
+        return {"params": set_params(p), "label": label(p), "kind": kind, "reason": reason}
 
     def top(self, k: int) -> list[dict]:
         return [s.params_dict() for s in self.ranked[:k]]
