@@ -373,7 +373,43 @@ def s5_f16_top_cases() -> list[Case]:
     return [Case("transpose f16 8192x8192", "transpose", problem, tuple(cfgs), "fit")]
 
 
+# session 6: ASYNC = 0 / 1 pairs (phase 1 through registers or cp.async); (label, params) per dtype
+S6_ASYNC = {
+    "f16": (("T128x4 P2", {"TILE": 128, "BLOCK_ROWS": 4, "PACK": 2}), ("T128x8 P2", {"TILE": 128, "BLOCK_ROWS": 8, "PACK": 2}),
+            ("T128x2 P2", {"TILE": 128, "BLOCK_ROWS": 2, "PACK": 2}), ("T128x4 P4", {"TILE": 128, "BLOCK_ROWS": 4, "PACK": 4}),
+            ("T64xY128x4", {"TILE": 64, "BLOCK_ROWS": 4, "TILE_Y": 128}),
+            ("T64xY128x8 P2", {"TILE": 64, "BLOCK_ROWS": 8, "TILE_Y": 128, "PACK": 2}),
+            ("T64x4 P2", {"TILE": 64, "BLOCK_ROWS": 4, "PACK": 2}), ("T64x2 P2", {"TILE": 64, "BLOCK_ROWS": 2, "PACK": 2}),
+            ("T128x4 P2 2tiles", {"TILE": 128, "BLOCK_ROWS": 4, "PACK": 2, "TILES": 2}),
+            ("T64xY256x4 P2", {"TILE": 64, "BLOCK_ROWS": 4, "TILE_Y": 256, "PACK": 2})),
+    "f32": (("T64x8", {"TILE": 64, "BLOCK_ROWS": 8}), ("T64x4 P2", {"TILE": 64, "BLOCK_ROWS": 4, "PACK": 2}),
+            ("T64x2 P2 mb16", {"TILE": 64, "BLOCK_ROWS": 2, "PACK": 2, "MIN_BLOCKS": 16}),
+            ("T64x2 P4", {"TILE": 64, "BLOCK_ROWS": 2, "PACK": 4}), ("T64x4", {"TILE": 64, "BLOCK_ROWS": 4}),
+            ("T64xY128x8 P2", {"TILE": 64, "BLOCK_ROWS": 8, "TILE_Y": 128, "PACK": 2}),
+            ("T64x1", {"TILE": 64, "BLOCK_ROWS": 1}), ("T32x2 P2", {"TILE": 32, "BLOCK_ROWS": 2, "PACK": 2})),
+}  # fmt: skip
+S6_ASYNC_SHAPES = (("f16", 8192, 8192), ("f32", 8192, 8192), ("f32", 7168, 7680))
+
+
+def s6_async_cases() -> list[Case]:
+    """Session 6: phase 1 through registers (ASYNC = 0) against cp.async into the tile (ASYNC = 1), same tiles,
+    same rounds, against the copy: fp16 and fp32 8192^2 (issue 20's fp16 line) and fp32 7168 x 7680 (the session-5
+    held-out shape where T64x2 measured 0.85x, predicted 0.96x: 13 blocks' shared memory leave L1 28 KB)."""
+    cases = []
+    for dt, rows, cols in S6_ASYNC_SHAPES:
+        problem = {"rows": rows, "cols": cols, "dtype": dt}
+        cfgs = []
+        for label, params in S6_ASYNC[dt]:
+            for a in (0, 1):
+                q = {**params, "ASYNC": 1} if a else dict(params)
+                cfgs.append(Config(label + (" async" if a else ""), q, fixed_layouts("transpose", q, problem)))
+        cases.append(Case(f"transpose {dt} {rows}x{cols}", "transpose", problem, tuple(cfgs), "experiment"))
+    return cases
+
+
 def plan_cases(plan: str) -> list[Case]:
+    if plan == "s6async":
+        return s6_async_cases()
     if plan == "s5f16top":
         return s5_f16_top_cases()
     if plan == "heldout":
@@ -1131,6 +1167,7 @@ def main() -> int:
             "s5fit",
             "s5heldout",
             "s5f16top",
+            "s6async",
         ),
     )
     ap.add_argument(

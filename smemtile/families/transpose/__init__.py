@@ -59,6 +59,9 @@ class Transpose(Family):
               "once); 0: plain", (0, 1)),
         Param("MIN_BLOCKS", 1, "blocks per SM the registers must allow (__launch_bounds__' second argument)",
               lo=1, hi=32),
+        Param("ASYNC", 0, "1 (sm_80+): phase 1 of whole tiles is cp.async, global straight into the tile (no "
+              "registers, no L1 line in flight; the layout must keep whole vectors); 0: loads through registers",
+              (0, 1)),
     )  # fmt: skip
     problem_keys = (
         ProblemKey("rows", 8192, "rows of the input"),
@@ -153,6 +156,18 @@ class Transpose(Family):
             elif p["STREAM"] and vec * size not in (8, 16):  # transpose.cu's ld/st_global static_assert
                 out.append(f"STREAM=1 needs 8- or 16-byte vectors (ld/st.global.cs); VEC={vec} moves {vec * size} "
                            "bytes (fewer BLOCK_ROWS or a wider TILE)")  # fmt: skip
+        if p["ASYNC"] and not out:
+            if cfg.arch.lacks("cp.async"):
+                out.append(f"ASYNC=1: {cfg.arch.lacks('cp.async')}")
+            elif vec < 2 or vec * size < 4:
+                out.append(f"ASYNC=1 needs the vector path with 4-, 8- or 16-byte vectors (VEC={vec} moves "
+                           f"{vec * size} bytes)")  # fmt: skip
+            elif p["STREAM"]:
+                out.append("ASYNC=1 copies with cp.async, which has no evict-first form: STREAM must be 0")
+            elif "tile" in cfg.layouts and self.run(cfg) != vec:
+                out.append(f"ASYNC=1 copies whole {vec}-element vectors into the tile: the layout must keep them "
+                           f"contiguous and aligned (pad a multiple of {vec} or a swizzle with M >= "
+                           f"{vec.bit_length() - 1}; pad 1 cannot)")  # fmt: skip
         pack = p["PACK"]
         if pack > 1 and not out:
             lay = cfg.layouts.get("tile")
@@ -187,6 +202,7 @@ class Transpose(Family):
             p["TILES"],
             p["STREAM"],
             p["MIN_BLOCKS"],
+            p["ASYNC"],
         )
         return [CTYPES[cfg.problem["dtype"]], *(str(v) for v in args)]
 

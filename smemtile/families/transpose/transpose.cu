@@ -45,6 +45,10 @@
 // TILES = n: a block moves n tiles one below the other (input rows y0 = yb + t * TY); the loads of tile t + 1
 // are issued before tile t goes through shared memory, so they are in flight while it is staged and stored.
 // STREAM = 1: the whole tiles' global loads and stores are evict-first (ld/st.global.cs).
+// ASYNC = 1 (sm_80+): phase 1 of whole tiles is cp.async (16 bytes: .cg, L2 only; 4 or 8: .ca) straight from global
+// into the tile, no registers and no L1 line held while the bytes are in flight (a plain load lands in L1
+// first; the shared memory of 12 or 13 resident blocks leaves L1 28 KB). The layout must keep whole vectors (W = V);
+// one tile at a time per block.
 // MIN_BLOCKS = n: __launch_bounds__(threads, n), so ptxas keeps the registers at what n blocks per SM allow
 // (TILES = 2 needs a second set of vectors: without it fp16 128 x 8 takes 38 registers and 1 block/SM).
 //
@@ -140,6 +144,24 @@ __device__ __forceinline__ void st_global(V* dst, const V& v) {
         *dst = v;
     }
 }
+// One cp.async of BYTES (4, 8 or 16) bytes from global to shared: 16 bytes bypass L1 (.cg), 4 and 8 cannot (.ca).
+template <int BYTES>
+__device__ __forceinline__ void cp_async_bits(void* dst, const void* src) {
+    static_assert(BYTES == 4 || BYTES == 8 || BYTES == 16, "cp.async moves 4, 8 or 16 bytes");
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+    if constexpr (BYTES == 16) {
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(a), "l"(src) : "memory");
+    } else {
+        asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(a), "l"(src), "n"(BYTES) : "memory");
+    }
+#endif
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
+}
 // The widest run of at most v consecutive elements that a (stride, swizzle) layout keeps contiguous and aligned.
 __host__ __device__ constexpr int transpose_smem_run(int v, int stride, int swz_b, int swz_m) {
     int w = v;
@@ -150,7 +172,7 @@ __host__ __device__ constexpr int transpose_smem_run(int v, int stride, int swz_
 
 template <typename T = float, int TILE = 64, int BLOCK_ROWS = 4, int PAD = 1, int SWZ_B = 0, int SWZ_M = 0,
           int SWZ_S = 0, int VEC = 0, int GROUP = 1, int TILE_Y = 0, int PACK = 1, int TILES = 1,
-          int STREAM = 0, int MIN_BLOCKS = 1>
+          int STREAM = 0, int MIN_BLOCKS = 1, int ASYNC = 0>
 __global__ void __launch_bounds__(TILE * BLOCK_ROWS, MIN_BLOCKS > 1 ? MIN_BLOCKS : 0)  // 0: no minimum (as if omitted)
 transpose(const T* __restrict__ in, T* __restrict__ out, int rows, int cols) {
     static_assert(sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4 || sizeof(T) == 8,
@@ -161,6 +183,10 @@ transpose(const T* __restrict__ in, T* __restrict__ out, int rows, int cols) {
     static_assert(GROUP >= 1, "GROUP (tile rows per group of the launch order) must be at least 1");
     static_assert(TILES >= 1 && TILES <= 4, "TILES (tiles per block, one below the other) must be 1..4");
     static_assert(MIN_BLOCKS >= 1, "MIN_BLOCKS (blocks per SM the registers must allow) is at least 1");
+    static_assert(ASYNC == 0 || ASYNC == 1, "ASYNC is 0 (loads through registers) or 1 (cp.async into the tile)");
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+    static_assert(ASYNC == 0, "ASYNC = 1 needs cp.async: sm_80 or newer");
+#endif
     static_assert(BLOCK_ROWS >= 1 && TILE % BLOCK_ROWS == 0, "BLOCK_ROWS must divide TILE (each thread moves TILE/BLOCK_ROWS elements)");
     static_assert(TILE * BLOCK_ROWS <= 1024, "a block has at most 1024 threads: TILE * BLOCK_ROWS <= 1024");
     using L = smemtile::SmemTile<TY, TILE, PAD, SWZ_B, SWZ_M, SWZ_S>;
@@ -218,8 +244,24 @@ transpose(const T* __restrict__ in, T* __restrict__ out, int rows, int cols) {
                 v[i] = smemtile::ld_global<sizeof(Vec), STREAM>(reinterpret_cast<const Vec*>(in + ((long long)y0 * cols + x0) + (row * cols + vcol * V)));
             }
         };
-        // the stage through shared memory: W-element runs of each vector in, PACK-element runs down a column out
-        auto stage = [&](const Vec (&v)[NI], int y0) {
+        static_assert(!ASYNC || (W == V && STREAM == 0),
+                      "ASYNC = 1 copies whole vectors into the tile: the layout must keep V elements contiguous and "
+                      "aligned (no pad 1), and STREAM must be 0");
+        // ASYNC: phase 1 of tile y0 as cp.async, global straight into the tile (the same addresses as put's)
+        auto copy_in = [&](int y0) {
+            if constexpr (ASYNC) {
+#pragma unroll
+                for (int i = 0; i < NI; ++i) {
+                    const int b = warp + i * WARPS;
+                    const int row = (b / CG) * 4 + lane / 8, vcol = (b % CG) * 8 + lane % 8;
+                    smemtile::cp_async_bits<sizeof(Vec)>(&tile[L::offset(row, vcol * V)],
+                                                         in + ((long long)y0 * cols + x0) + (row * cols + vcol * V));
+                }
+                smemtile::cp_async_wait_all();
+            }
+        };
+        // phase 1 from registers: W-element runs of each vector into the tile
+        auto put = [&](const Vec (&v)[NI]) {
 #pragma unroll
             for (int i = 0; i < NI; ++i) {
                 const int b = warp + i * WARPS;
@@ -230,7 +272,9 @@ transpose(const T* __restrict__ in, T* __restrict__ out, int rows, int cols) {
                     smemtile::st_shared_bits<W * sizeof(T)>(&tile[L::offset(row, col + e)], &v[i].e[e]);
                 }
             }
-            __syncthreads();
+        };
+        // phase 2: PACK-element runs down a column of the tile out to the output rows
+        auto unload = [&](int y0) {
             if constexpr (P == 1) {
 #pragma unroll
                 for (int i = 0; i < NI; ++i) {  // output row orow = tile column, V outputs from V tile rows
@@ -259,7 +303,26 @@ transpose(const T* __restrict__ in, T* __restrict__ out, int rows, int cols) {
                 }
             }
         };
-        if (vec_ok && yb + TY <= rows) {
+        auto stage = [&](const Vec (&v)[NI], int y0) {
+            put(v);
+            __syncthreads();
+            unload(y0);
+        };
+        if (ASYNC && vec_ok && yb + TY <= rows) {
+            // one tile at a time: its cp.async lands in the tile, the barrier, phase 2
+#pragma unroll 1
+            for (int t = 0; t < TILES; ++t) {
+                const int y0 = yb + t * TY;
+                if (t > 0) {
+                    if (y0 + TY > rows) break;  // the rest are edge tiles: scalar path below
+                    __syncthreads();  // every thread has read tile t - 1 out of shared memory
+                }
+                copy_in(y0);
+                __syncthreads();
+                unload(y0);
+            }
+            if (TILES == 1 || yb + TILES * TY <= rows) return;
+        } else if (vec_ok && yb + TY <= rows) {
             // Tiles one below the other; tile t + 1's loads are issued before tile t goes through shared memory,
             // so they are in flight while tile t is stored (TILES = 1: one tile, the plain kernel).
             Vec v[NI];
