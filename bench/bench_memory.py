@@ -308,6 +308,10 @@ S5_FIT_SHAPES = {
 }
 S5_HELDOUT = ((("f16",), ((10240, 5400), (14336, 2600), (9216, 9216), (6600, 5400))),
               (("f32",), ((7168, 7680), (6144, 7000))))  # fmt: skip
+# s6heldout: the session-6 model (the L1 feature, refitted on everything up to s6async) on shapes no results file
+# has measured: two aligned and one ragged, line-misaligned shape per element size; same sampling as s5heldout
+S6_HELDOUT = ((("f32",), ((10240, 6144), (6656, 8704), (9000, 5200))),
+              (("f16",), ((7680, 7168), (5760, 10240), (12000, 4000))))  # fmt: skip
 
 
 def s5_fit_sample(dtype: str) -> list[dict]:
@@ -410,6 +414,8 @@ def s6_async_cases() -> list[Case]:
 def plan_cases(plan: str) -> list[Case]:
     if plan == "s6async":
         return s6_async_cases()
+    if plan == "s6heldout":
+        return transpose_ranked_cases(S6_HELDOUT, "held_out")
     if plan == "s5f16top":
         return s5_f16_top_cases()
     if plan == "heldout":
@@ -1168,6 +1174,7 @@ def main() -> int:
             "s5heldout",
             "s5f16top",
             "s6async",
+            "s6heldout",
         ),
     )
     ap.add_argument(

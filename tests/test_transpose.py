@@ -115,9 +115,10 @@ def test_the_pick_per_dtype_is_what_measured_fastest_at_8192():
     f32, f16 = rank_transpose(8192, 8192, "f32"), rank_transpose(8192, 8192, "f16")
     assert f32[0].label == "T64x8" and f32[0].calibrated
     assert f16[0].label == "T128x4 P2" and rank_transpose(8192, 8192, "bf16")[0].label == "T128x4 P2"
-    # session 5's model (its t0 held near the feature model's) predicts them within 0.1 % (fp32) and 3 % (fp16)
+    # session 6's model (its t0 held near the feature model's) predicts them within 0.1 % (fp32) and 1 % (fp16:
+    # 0.937x predicted, 0.924-0.927x measured in sessions 5 and 6)
     assert f32[0].copy_ratio == pytest.approx(0.939, abs=0.01)
-    assert f16[0].copy_ratio == pytest.approx(0.951, abs=0.005) and f16[0].measured
+    assert f16[0].copy_ratio == pytest.approx(0.937, abs=0.005) and f16[0].measured
     assert "best:" in f16[0].reason and "vs #1" in f16[1].reason and f16[0].gbps >= f16[-1].gbps
     # what the model's #1 would be without PACK: the plain 128 x 8 of run 2, predicted slower
     plain = next(s for s in f16 if s.label == "T128x8")
@@ -147,9 +148,9 @@ def _measured() -> dict:
 
 def test_the_pick_on_every_measured_shape_against_the_best_measured():
     """On the 16 measured (shape, dtype) cases (all fit data) the best-ranked curated candidate is within 2 % of
-    the best measured curated one (the best itself on 14; fp16 5000 x 6000 2.0 %, 4096^2 1.0 %). The #1 is a
-    curated (measured) candidate on 14 of 16; on fp16 4096^2 and 6144 x 5000 it is a candidate of the space the
-    session-5 sweep timed (T32x4 2tiles) or none timed (T64xY128x4 mb8)."""
+    the best measured curated one (the best itself on 13; fp16 5000 x 6000 2.0 %, 4096^2 1.0 %, 6144 x 5000
+    0.6 %). The #1 is a curated (measured) candidate on 12 of 16; on fp16 4096^2, 4096 x 9000, 6144 x 5000 and
+    5000 x 6000 it is another candidate of the space (T64xY128x4 P4, T64xY128x8)."""
     ratios, problems = _measured()
     cands = {dt: {label(p) for p in candidates(dt)} for dt in ("f32", "f16")}
     gaps, firsts = {}, {}
@@ -160,11 +161,11 @@ def test_the_pick_on_every_measured_shape_against_the_best_measured():
         firsts[case] = ranked[0].label
         best = max(v for (c, lab), v in ratios.items() if c == case and lab in cands[dt])
         gaps[case] = ratios[(case, pick)] / best
-    assert len(gaps) == 16 and min(gaps.values()) >= 0.98 and sum(g >= 0.999 for g in gaps.values()) >= 14, (
+    assert len(gaps) == 16 and min(gaps.values()) >= 0.98 and sum(g >= 0.999 for g in gaps.values()) >= 13, (
         gaps
     )
-    assert gaps["transpose f16 7000x9000"] == 1.0 and gaps["transpose f16 6144x5000"] == 1.0
-    assert sum(f in cands[problems[c]["dtype"]] for c, f in firsts.items()) == 14
+    assert gaps["transpose f16 7000x9000"] == 1.0 and gaps["transpose f16 6144x5000"] >= 0.99
+    assert sum(f in cands[problems[c]["dtype"]] for c, f in firsts.items()) == 12
 
 
 def test_misalignment_is_charged_per_side():
@@ -413,3 +414,100 @@ def test_the_held_out_run_reproduces_the_data_files_expected_error(tmp_path):
     assert got == {f"transpose {dt}": cal["constants"][e]["held_out_median_error"] for dt, e in (("f16", "2"),
                                                                                                   ("f32", "4"))}  # fmt: skip
     assert json.loads((tmp_path / "transpose_h200.json").read_text()) == cal
+
+
+# ---- ASYNC = 1: phase 1 of whole tiles as cp.async straight into the tile --------------------------------------
+
+ASYNC_CASES = [
+    ("f16", {"TILE": 128, "BLOCK_ROWS": 4, "PACK": 2, "ASYNC": 1}),
+    ("f32", {"TILE": 64, "BLOCK_ROWS": 8, "ASYNC": 1}),  # PACK 1: the fix search gives a swizzle (pad 1 cannot)
+    ("f32", {"TILE": 64, "BLOCK_ROWS": 2, "PACK": 4, "TILES": 2, "ASYNC": 1}),  # edge tiles below whole ones
+    ("f32", {"TILE": 32, "BLOCK_ROWS": 4, "VEC": 2, "ASYNC": 1}),  # 8-byte copies: cp.async.ca
+]
+
+
+def _fixed(p: dict, dtype: str, rows: int = 8192, cols: int = 8192, arch: str = "sm_90"):
+    from smemtile.pipeline.fixes import variants
+    from smemtile.pipeline.specs import resolve
+
+    doc = {"arch": arch, "tile": dict(p), "kernel": {"family": "transpose", "rows": rows, "cols": cols,
+                                                     "dtype": dtype}}  # fmt: skip
+    return variants(resolve(doc))["fixed"]
+
+
+@pytest.mark.parametrize(
+    ("p", "layout", "arch", "message"),
+    [
+        ({"ASYNC": 1}, {"pad": 1}, "sm_90", "pad 1 cannot"),
+        ({"ASYNC": 1, "STREAM": 1}, {"swizzle": [3, 2, 6]}, "sm_90", "STREAM must be 0"),
+        ({"ASYNC": 1}, {"swizzle": [3, 2, 6]}, "sm_75", "cp.async needs sm_80"),
+        ({"ASYNC": 1, "VEC": 1}, {"swizzle": [3, 2, 6]}, "sm_90", "needs the vector path"),
+    ],
+)
+def test_async_rules(p, layout, arch, message):
+    with pytest.raises(ContractViolation, match=message):
+        configure("transpose", {"TILE": 64, "BLOCK_ROWS": 4, **p, "dtype": "f32"}, {"tile": layout}, arch)
+
+
+@pytest.mark.parametrize(("dtype", "p"), ASYNC_CASES, ids=lambda x: x if isinstance(x, str) else label(x))
+def test_async_layout_keeps_whole_vectors_and_is_conflict_free(dtype, p):
+    """The fix search's layout for ASYNC keeps each V-element vector contiguous (W = V: one cp.async per vector,
+    the phase-1 access is one V-element store), conflict-free for 16-byte vectors; 8-byte ones (VEC 2) keep the
+    2-way phase-1 store of their ASYNC = 0 twin in the same layout (the fix search's best for both)."""
+    cfg = _fixed(p, dtype)
+    assert FAM.run(cfg) == FAM.vec(cfg)
+    res = analyze_spec(FAM.spec(cfg))
+    twin = configure("transpose", {**cfg.params, "ASYNC": 0, **cfg.problem}, cfg.layouts)
+    assert [(r.wavefronts, r.ideal) for r in res] == [(r.wavefronts, r.ideal) for r in analyze_spec(FAM.spec(twin))]
+    if FAM.vec(cfg) * FAM.elem_bytes(cfg) == 16:
+        assert all(r.conflict_free for r in res)
+
+
+@pytest.mark.parametrize(("dtype", "p"), ASYNC_CASES, ids=lambda x: x if isinstance(x, str) else label(x))
+def test_async_compiles_to_cp_async_and_the_checklist_reads_it(dtype, p):
+    """NVRTC sm_90: the PTX copies with cp.async (.cg for 16 bytes, .ca for 8), waits with wait_all and reaches a
+    barrier before phase 2's shared loads; no spills; the checklist's cp.async items pass on that PTX."""
+    pytest.importorskip("cuda.bindings.nvrtc")
+    from smemtile.gpu.run import compile_config
+
+    cfg = _fixed(p, dtype)
+    res = compile_config(cfg)
+    width = FAM.vec(cfg) * FAM.elem_bytes(cfg)
+    want = "cp.async.cg.shared.global" if width == 16 else "cp.async.ca.shared.global"
+    assert want in res.ptx and "cp.async.wait_all" in res.ptx
+    assert next(iter(res.resources.values())).spills == 0
+    items = {i.id: i.status for i in FAM.pipeline_items(cfg, res.ptx)}
+    assert items == {"commit_group": "pass", "wait_group": "pass", "barrier_after_wait": "pass", "ring_index": "n/a"}
+    plain = compile_config(_fixed({**p, "ASYNC": 0}, dtype))
+    assert "cp.async" not in plain.ptx
+    assert all(i.status == "n/a" for i in FAM.pipeline_items(_fixed({**p, "ASYNC": 0}, dtype), plain.ptx))
+
+
+def test_async_is_outside_the_models_candidates():
+    """The tile model's space has no ASYNC: an ASYNC = 1 tile is not scored as its ASYNC = 0 twin."""
+    ranker = FAM.ranker({"rows": 8192, "cols": 8192, "dtype": "f16"}, "sm_90", None)
+    twin = ranker({"TILE": 128, "BLOCK_ROWS": 4, "PACK": 2}, "user")
+    cand = ranker({"TILE": 128, "BLOCK_ROWS": 4, "PACK": 2, "ASYNC": 1}, "user")
+    assert twin.model_rank is not None
+    assert cand.model_rank is None and cand.model_reason == "outside the model's candidates"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("dtype", "p"), ASYNC_CASES, ids=lambda x: x if isinstance(x, str) else label(x))
+def test_async_is_exact_on_the_gpu(dtype, p):
+    """ASYNC = 1 bit for bit on the family's test sizes (ragged, V-misaligned, edge tiles below whole ones) and a
+    whole-tile size."""
+    from smemtile.gpu.run import check_config, open_device
+
+    dev = open_device(0)
+    rng = np.random.default_rng(5)
+    ran = 0
+    for size in [*FAM.test_sizes, {"rows": 1024, "cols": 768}]:
+        try:
+            cfg = _fixed(p, size.get("dtype", dtype), size["rows"], size["cols"])
+        except ContractViolation:
+            continue
+        ran += 1
+        chk = check_config(cfg, dev, rng)
+        assert chk.correct, (size, chk.mismatch.describe() if chk.mismatch else chk)
+    assert ran >= 3

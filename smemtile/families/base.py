@@ -618,13 +618,13 @@ PIPELINE_ITEMS = (
 
 
 def barrier_follows_each_wait(ptx: str) -> bool:
-    """In PTX order, after every ``cp.async.wait_group`` a ``bar.sync``/``barrier.sync`` comes before the next
-    shared load (``ld.shared`` or ``ldmatrix``); the final drain wait, followed by no shared load, passes. The
-    checklist's 'barrier after the wait' item, read from the compiled artefact."""
+    """In PTX order, after every ``cp.async.wait_group`` (or ``wait_all``) a ``bar.sync``/``barrier.sync`` comes
+    before the next shared load (``ld.shared`` or ``ldmatrix``); the final drain wait, followed by no shared load,
+    passes. The checklist's 'barrier after the wait' item, read from the compiled artefact."""
     ok, pending = True, False
     for line in ptx.splitlines():
         s = line.strip()
-        if s.startswith("cp.async.wait_group"):
+        if s.startswith(("cp.async.wait_group", "cp.async.wait_all")):
             pending = True
         elif pending and (s.startswith("bar.sync") or s.startswith("barrier.sync")):
             pending = False

@@ -580,7 +580,11 @@ def waves(p: dict, rows: int, cols: int, elem: int, blocks_per_sm: int, sms: int
 # ---- the feature model (session 5): every candidate of the space, measured or not --------------------------------
 
 NEED_BYTES = 4.8e12 / 132 * 1e-6  # Little's law: bytes in flight per SM that cover 1 us of the H200's DRAM
-BW_FEATURES = ("latency", "occupancy", "narrow", "in_run", "out_run", "stream", "threads", "tiles", "lds")
+# sm_90: L1 and shared memory are one 256 KB array per SM; the shared part is a carve-out of these sizes (KB)
+L1_SHARED_BYTES = 256 * 1024
+CARVEOUTS_KB = (0, 8, 16, 32, 64, 100, 132, 164, 196, 228)
+RESERVED_SMEM = 1024  # the driver's shared memory per resident block
+BW_FEATURES = ("latency", "occupancy", "narrow", "in_run", "out_run", "stream", "threads", "tiles", "lds", "l1")
 T0_FEATURES = ("block",)
 OUT_FEATURES = ("out_run_block", "small_block")
 # the prior's spread per constant (relative to the prior; the output weight relative to inv), against the fit
@@ -599,7 +603,11 @@ def features(p: dict, elem: int, registers: int | None = None, arch: str = "sm_9
     blocks = occupancy(get_arch(arch), g.threads, registers or 32, g.smem_bytes, 0).active_blocks
     # every load of a tile is issued before its barrier; TILES > 1 keeps the next tile's loads in flight too
     in_flight = blocks * g.ty * g.tile * elem * min(q["TILES"], 2)
-    return {"blocks_per_sm": blocks, "in_flight": in_flight, "registers": registers or 32,
+    # the loads land in L1 first: what the carve-out for the resident blocks' shared memory leaves of the 256 KB
+    need = blocks * (g.smem_bytes + RESERVED_SMEM)
+    carve = next((c for c in CARVEOUTS_KB if c * 1024 >= need), CARVEOUTS_KB[-1]) * 1024
+    l1 = max(0, L1_SHARED_BYTES - carve)
+    return {"l1": max(0.0, 1 - l1 / max(in_flight, 1)), "l1_bytes": l1,"blocks_per_sm": blocks, "in_flight": in_flight, "registers": registers or 32,
             "latency": NEED_BYTES / max(in_flight, 1),
             "occupancy": 1 - min(1.0, blocks * g.threads / FULL_THREADS), "narrow": 16 / (max(g.vec, 1) * elem) - 1,
             "in_run": 128 / (g.tile * elem), "out_run": 128 / (g.ty * elem), "stream": float(q["STREAM"]),
@@ -717,6 +725,11 @@ def shrink(pts: list[dict], f: dict, coef: dict, model: dict) -> dict:
     t0p, invp, wp = prior(f, coef)
     phi = model["phi_line"]
     sig = np.array([0.1 * t0p + 0.1, SPREAD_INV * invp, 0.2 * invp, 0.3 * invp])
+    # a candidate timed only on shapes with misaligned runs cannot tell its bandwidth from its misalignment weights
+    # (both scale with the bytes): it keeps the feature model's t0 and bw and fits the weights alone (session 6:
+    # fp16 T64xY128x1 P4 4tiles cs, timed at 0.33-0.35x on two misaligned shapes, extrapolated to 1.07x at 8192^2)
+    if all(any(misaligned_sides(r["params"], r["rows"], r["cols"], r["elem"])) for r in pts):
+        sig[:2] *= 1e-3
     rows_a, rows_b = [], []
     for r in pts:
         e = r["elem"]

@@ -23,10 +23,26 @@ shape (model/tiling_transpose.py: what measured fastest on the H200, carried to 
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from smemtile.errors import SpecError
-from smemtile.families.base import Candidate, Family, HostArg, KernelCall, KernelConfig, Param, ProblemKey
+from smemtile.families.base import (
+    FAIL,
+    NA,
+    PASS,
+    PIPELINE_ITEMS,
+    Candidate,
+    Family,
+    HostArg,
+    Item,
+    KernelCall,
+    KernelConfig,
+    Param,
+    ProblemKey,
+    barrier_follows_each_wait,
+)
 
 CTYPES = {"f32": "float", "f16": "unsigned short", "bf16": "unsigned short"}
 SIZES = {"f32": 4, "f16": 2, "bf16": 2}
@@ -188,6 +204,30 @@ class Transpose(Family):
                 )
         return out
 
+    def pipeline_items(self, cfg: KernelConfig, ptx: str | None) -> list[Item]:
+        """ASYNC = 1: the one-tile cp.async protocol, read from the compiled PTX (wait_all, then a barrier before
+        phase 2 reads the tile); ASYNC = 0 has no cp.async."""
+        if not cfg.params["ASYNC"]:
+            return super().pipeline_items(cfg, ptx)
+        if ptx is None:
+            why = "not compiled (no PTX to read): run without --no-compile"
+            return [Item(i, t, NA, why) for i, t in PIPELINE_ITEMS]
+        copies = len(re.findall(r"cp\.async\.c[ag]\.shared\.global", ptx))
+        waits = len(re.findall(r"cp\.async\.wait_all", ptx))
+        barrier_ok = barrier_follows_each_wait(ptx)
+        (i0, t0), (i1, t1), (i2, t2), (i3, t3) = PIPELINE_ITEMS
+        return [
+            Item(i0, t0, PASS if copies and waits else FAIL,
+                 f"the PTX has {copies} cp.async copies and {waits} cp.async.wait_all (commit and wait in one: "
+                 f"one group per tile)"),
+            Item(i1, t1, PASS if waits and not re.search(r"cp\.async\.wait_group", ptx) else FAIL,
+                 "one stage: wait_all (= wait_group 0) before the tile is read, nothing left pending"),
+            Item(i2, t2, PASS if barrier_ok else FAIL,
+                 "every cp.async.wait_all in the PTX is followed by bar.sync before the next shared load"
+                 if barrier_ok else "a shared load follows a wait_all before any bar.sync"),
+            Item(i3, t3, NA, "one tile buffer, no ring (the next tile is copied after a barrier)"),
+        ]  # fmt: skip
+
     def template_args(self, cfg: KernelConfig) -> list[str]:
         p = cfg.params
         t = cfg.layouts["tile"].template_args()
@@ -346,7 +386,7 @@ class _Ranker:
         full = {**self.fam.defaults(), **params}
         name = label(full)
         s = None
-        if full["GROUP"] == 1 and full["VEC"] == 0:
+        if full["GROUP"] == 1 and full["VEC"] == 0 and full["ASYNC"] == 0:  # the model's space sets neither
             s = next((s for s in self.ranked if dict(s.params) == {k: full[k] for k in PARAMS}), None)
         if s is None:
             return Candidate(name, params, src, None, None, "outside the model's candidates")
