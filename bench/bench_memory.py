@@ -406,12 +406,37 @@ def s6_async_cases() -> list[Case]:
         for label, params in S6_ASYNC[dt]:
             for a in (0, 1):
                 q = {**params, "ASYNC": 1} if a else dict(params)
-                cfgs.append(Config(label + (" async" if a else ""), q, fixed_layouts("transpose", q, problem)))
+                cfgs.append(
+                    Config(label + (" async" if a else ""), q, fixed_layouts("transpose", q, problem))
+                )
         cases.append(Case(f"transpose {dt} {rows}x{cols}", "transpose", problem, tuple(cfgs), "experiment"))
     return cases
 
 
+def s6_group_cases() -> list[Case]:
+    """Session 6, fp16 8192^2 (issue 20's fp16 line, 0.924-0.927x): the launch order (GROUP tile rows walked column
+    by column) of the best tiles, which sets how much of each output row the resident blocks write together; fp32
+    T64x8 alongside."""
+    cases = []
+    for dt, tiles in (("f16", (("T128x4 P2", {"TILE": 128, "BLOCK_ROWS": 4, "PACK": 2}),
+                               ("T128x8 P2", {"TILE": 128, "BLOCK_ROWS": 8, "PACK": 2}),
+                               ("T64xY256x4 P2", {"TILE": 64, "BLOCK_ROWS": 4, "TILE_Y": 256, "PACK": 2}))),
+                      ("f32", (("T64x8", {"TILE": 64, "BLOCK_ROWS": 8}),))):  # fmt: skip
+        problem = {"rows": 8192, "cols": 8192, "dtype": dt}
+        cfgs = []
+        for label, params in tiles:
+            for g in (1, 2, 4, 8, 64):
+                q = {**params, "GROUP": g} if g > 1 else dict(params)
+                cfgs.append(
+                    Config(label + (f" G{g}" if g > 1 else ""), q, fixed_layouts("transpose", q, problem))
+                )
+        cases.append(Case(f"transpose {dt} 8192x8192", "transpose", problem, tuple(cfgs), "experiment"))
+    return cases
+
+
 def plan_cases(plan: str) -> list[Case]:
+    if plan == "s6group":
+        return s6_group_cases()
     if plan == "s6async":
         return s6_async_cases()
     if plan == "s6heldout":
@@ -1175,6 +1200,7 @@ def main() -> int:
             "s5f16top",
             "s6async",
             "s6heldout",
+            "s6group",
         ),
     )
     ap.add_argument(
