@@ -434,7 +434,46 @@ def s6_group_cases() -> list[Case]:
     return cases
 
 
+# s6colfit: the launch order as a fitting sweep, each configuration row by row (GROUP 1) and column by column
+# (GROUP 0): the model's top 10 at 8192^2 and S6_COL_SAMPLE more drawn (seed 6) from the rest of the space the
+# family builds without spills, on four fit shapes per element size (aligned, tall, wide, misaligned)
+S6_COL_TOP, S6_COL_SAMPLE, S6_COL_SEED = 10, 8, 6
+S6_COL_SHAPES = {"f32": ((8192, 8192), (4096, 4096), (7000, 9000), (16384, 4096)),
+                 "f16": ((8192, 8192), (6144, 5000), (5000, 6000), (4096, 16384))}  # fmt: skip
+
+
+def s6_col_configs(dtype: str) -> list[dict]:
+    """Row-by-row configurations of the s6colfit sweep (GROUP 1): the model's top S6_COL_TOP at 8192^2, then
+    S6_COL_SAMPLE drawn from the rest of the ranked space (MIN_BLOCKS > 1 only with TILES > 1)."""
+    from smemtile.model import tiling_transpose as tt
+
+    ranked = [dict(s.params) for s in tt.rank_transpose(8192, 8192, dtype) if dict(s.params).get("GROUP", 1) == 1]
+    top = ranked[:S6_COL_TOP]
+    pool = [p for p in ranked[S6_COL_TOP:] if p["MIN_BLOCKS"] == 1 or p["TILES"] > 1]
+    pick = sorted(np.random.default_rng(S6_COL_SEED).choice(len(pool), size=S6_COL_SAMPLE, replace=False))
+    return top + [pool[i] for i in pick]
+
+
+def s6_col_fit_cases() -> list[Case]:
+    from smemtile.model import tiling_transpose as tt
+
+    cases = []
+    for dt, shapes in S6_COL_SHAPES.items():
+        cfgs = []
+        for p in s6_col_configs(dt):
+            for g in (1, 0):
+                q = tt.set_params({**p, "GROUP": g})
+                cfgs.append(Config(tt.label(q), q, fixed_layouts("transpose", q, {"rows": 8192, "cols": 8192,
+                                                                                 "dtype": dt})))  # fmt: skip
+        for rows, cols in shapes:
+            cases.append(Case(f"transpose {dt} {rows}x{cols}", "transpose", {"rows": rows, "cols": cols, "dtype": dt},
+                              tuple(cfgs), "fit"))  # fmt: skip
+    return cases
+
+
 def plan_cases(plan: str) -> list[Case]:
+    if plan == "s6colfit":
+        return s6_col_fit_cases()
     if plan == "s6group":
         return s6_group_cases()
     if plan == "s6async":
@@ -1201,6 +1240,7 @@ def main() -> int:
             "s6async",
             "s6heldout",
             "s6group",
+            "s6colfit",
         ),
     )
     ap.add_argument(

@@ -63,8 +63,8 @@ class Transpose(Family):
         Param("BLOCK_ROWS", 4, "thread rows; each thread moves TILE/BLOCK_ROWS elements", lo=1, hi=64),
         Param("VEC", 0, "elements per global access on whole tiles (0 = 16 bytes: 4 for fp32, 8 for fp16; "
               "1 = scalar only)", (0, 1, 2, 4, 8)),
-        Param("GROUP", 1, "launch order: tile rows per group, walked column by column (1 = row by row)",
-              lo=1, hi=256),
+        Param("GROUP", 1, "launch order: tile rows per group, walked column by column (1 = row by row, 0 = all "
+              "of them: column by column, the writes of whole output rows together)", lo=0, hi=256),
         Param("TILE_Y", 0, "input rows = output columns per tile, a multiple of TILE (0 = TILE: square)",
               (0, 32, 64, 128, 256, 512)),
         Param("PACK", 1, "elements per phase-2 shared load = output rows per thread (whole tiles; 2 for 16-bit "
@@ -386,7 +386,7 @@ class _Ranker:
         full = {**self.fam.defaults(), **params}
         name = label(full)
         s = None
-        if full["GROUP"] == 1 and full["VEC"] == 0 and full["ASYNC"] == 0:  # the model's space sets neither
+        if full["GROUP"] in (0, 1) and full["VEC"] == 0 and full["ASYNC"] == 0:  # what the model's space spans
             s = next((s for s in self.ranked if dict(s.params) == {k: full[k] for k in PARAMS}), None)
         if s is None:
             return Candidate(name, params, src, None, None, "outside the model's candidates")

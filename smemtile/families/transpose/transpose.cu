@@ -61,7 +61,10 @@
 //     ty = first + (p % (GROUP * gridDim.x)) % rows_in_group,   tx = (p % (GROUP * gridDim.x)) / rows_in_group
 // so the blocks resident at one time (~8 per SM) cover a square-ish patch of tiles (with GROUP = 1 they read
 // whole input rows and write every output row a few hundred bytes at a time). Measured on the H200 (fp32 8192^2,
-// bench/results/memory_h200_run1.json): GROUP 8 and 32 are 2 % slower than GROUP 1.
+// bench/results/memory_h200_run1.json): GROUP 8 and 32 are 2 % slower than GROUP 1. GROUP = 0 walks the tiles
+// column by column (p % gridDim.y, p / gridDim.y): the resident blocks write whole output rows one after the other
+// and read each input row a few hundred bytes at a time; fp16 8192^2 T128x4 P2 0.951x a copy against 0.926x row
+// by row, fp32 T64x8 0.949x against 0.943x (bench/results/memory_h200_session6_group.json, as GROUP 64).
 //
 // Shared memory (static, bytes) = TY * (TILE + PAD) * sizeof(T).
 // Launch: grid = (ceil(cols / TILE), ceil(rows / (TY * TILES))), block = (TILE, BLOCK_ROWS).
@@ -180,7 +183,7 @@ transpose(const T* __restrict__ in, T* __restrict__ out, int rows, int cols) {
     static_assert(TILE % 32 == 0 && TILE <= 128, "TILE must be 32, 64 or 128: a warp spans whole tile rows");
     constexpr int TY = TILE_Y ? TILE_Y : TILE;  // input rows per tile = output columns per tile
     static_assert(TY % TILE == 0, "TILE_Y must be 0 (square) or a multiple of TILE");
-    static_assert(GROUP >= 1, "GROUP (tile rows per group of the launch order) must be at least 1");
+    static_assert(GROUP >= 0, "GROUP (tile rows per group of the launch order; 0 = all: column by column) is >= 0");
     static_assert(TILES >= 1 && TILES <= 4, "TILES (tiles per block, one below the other) must be 1..4");
     static_assert(MIN_BLOCKS >= 1, "MIN_BLOCKS (blocks per SM the registers must allow) is at least 1");
     static_assert(ASYNC == 0 || ASYNC == 1, "ASYNC is 0 (loads through registers) or 1 (cp.async into the tile)");
@@ -195,7 +198,11 @@ transpose(const T* __restrict__ in, T* __restrict__ out, int rows, int cols) {
 
     const int tx = threadIdx.x, ty = threadIdx.y;
     int bx = blockIdx.x, by = blockIdx.y;
-    if constexpr (GROUP > 1) {  // grouped launch order (header comment); 64-bit: the grid may hold 2^46 blocks
+    if constexpr (GROUP == 0) {  // column by column: consecutive blocks walk down a column of tiles
+        const long long p = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+        by = int(p % gridDim.y);
+        bx = int(p / gridDim.y);
+    } else if constexpr (GROUP > 1) {  // grouped launch order (header comment); 64-bit: the grid may hold 2^46 blocks
         const long long p = (long long)blockIdx.y * gridDim.x + blockIdx.x, per = (long long)GROUP * gridDim.x;
         const long long in_group = p % per;
         const int first = int(p / per) * GROUP, rows_in_group = min(int(gridDim.y) - first, GROUP);
