@@ -434,6 +434,10 @@ def s6_group_cases() -> list[Case]:
     return cases
 
 
+# s6colheldout: the model with the launch order (refitted on s6colfit and every transpose run before it, s6heldout
+# included) on shapes no results file has measured; same sampling as s5heldout
+S6_COL_HELDOUT = ((("f32",), ((7680, 9216), (12288, 4608), (7496, 6504))),
+                  (("f16",), ((9728, 6144), (4608, 14336), (7000, 8000))))  # fmt: skip
 # s6colfit: the launch order as a fitting sweep, each configuration row by row (GROUP 1) and column by column
 # (GROUP 0): the model's top 10 at 8192^2 and S6_COL_SAMPLE more drawn (seed 6) from the rest of the space the
 # family builds without spills, on four fit shapes per element size (aligned, tall, wide, misaligned)
@@ -447,7 +451,9 @@ def s6_col_configs(dtype: str) -> list[dict]:
     S6_COL_SAMPLE drawn from the rest of the ranked space (MIN_BLOCKS > 1 only with TILES > 1)."""
     from smemtile.model import tiling_transpose as tt
 
-    ranked = [dict(s.params) for s in tt.rank_transpose(8192, 8192, dtype) if dict(s.params).get("GROUP", 1) == 1]
+    ranked = [
+        dict(s.params) for s in tt.rank_transpose(8192, 8192, dtype) if dict(s.params).get("GROUP", 1) == 1
+    ]
     top = ranked[:S6_COL_TOP]
     pool = [p for p in ranked[S6_COL_TOP:] if p["MIN_BLOCKS"] == 1 or p["TILES"] > 1]
     pick = sorted(np.random.default_rng(S6_COL_SEED).choice(len(pool), size=S6_COL_SAMPLE, replace=False))
@@ -471,9 +477,40 @@ def s6_col_fit_cases() -> list[Case]:
     return cases
 
 
+S6_TOP_SHAPES = {"f32": ((8192, 8192), (16384, 4096)), "f16": ((8192, 8192), (4096, 16384))}
+
+
+def s6_col_top_cases() -> list[Case]:
+    """Session 6, after s6colfit: the refitted model's top 12 at 8192^2 and the other launch order of each (the
+    unmeasured ones carried their twin's constants), timed on two aligned fit shapes per element size, so the top
+    of the list is measured before the held-out run."""
+    from smemtile.model import tiling_transpose as tt
+
+    cases = []
+    for dt, shapes in S6_TOP_SHAPES.items():
+        seen, cfgs = set(), []
+        for s in tt.rank_transpose(8192, 8192, dt)[:12]:
+            p = dict(s.params)
+            for q in (p, {**p, "GROUP": 1 - p["GROUP"]}):
+                if tt.label(q) in seen:
+                    continue
+                seen.add(tt.label(q))
+                params = tt.set_params(q)
+                cfgs.append(Config(tt.label(q), params, fixed_layouts("transpose", params, {"rows": 8192,
+                                                                                         "cols": 8192, "dtype": dt})))  # fmt: skip
+        for rows, cols in shapes:
+            cases.append(Case(f"transpose {dt} {rows}x{cols}", "transpose", {"rows": rows, "cols": cols, "dtype": dt},
+                              tuple(cfgs), "fit"))  # fmt: skip
+    return cases
+
+
 def plan_cases(plan: str) -> list[Case]:
+    if plan == "s6coltop":
+        return s6_col_top_cases()
     if plan == "s6colfit":
         return s6_col_fit_cases()
+    if plan == "s6colheldout":
+        return transpose_ranked_cases(S6_COL_HELDOUT, "held_out")
     if plan == "s6group":
         return s6_group_cases()
     if plan == "s6async":
@@ -1241,6 +1278,8 @@ def main() -> int:
             "s6heldout",
             "s6group",
             "s6colfit",
+            "s6colheldout",
+            "s6coltop",
         ),
     )
     ap.add_argument(
@@ -1271,7 +1310,7 @@ def main() -> int:
     ap.add_argument(
         "--registers-table",
         type=Path,
-        default=ROOT / "bench" / "results" / "memory_h200_session5_registers.json",
+        default=ROOT / "bench" / "results" / "memory_h200_session6_registers.json",
         help="--registers writes it, --fit-features reads it",
     )
     ap.add_argument(

@@ -71,7 +71,7 @@ def _rows(coef: dict, labels: dict, shapes) -> list[dict]:
         t0, inv, w = tt.prior(f, coef)
         for n, m in shapes:
             r = {"label": lab, "elem": 2, "rows": n, "cols": m, "params": p, "case": f"{n}x{m}"}
-            x0, so, _ = tt._terms(r, 1.0, 0.0, 0.0)
+            x0, so, *_ = tt._terms(r, 1.0, 0.0, 0.0)
             out.append({**r, "time_us": t0 + inv * x0 + w * so})
     return out
 

@@ -58,8 +58,26 @@ from smemtile.model.tiling_gpus import get_gpu
 LATENCY_S = 1e-6  # the uncalibrated fallback's DRAM latency under load (Little's law)
 ELEM = {"f32": 4, "f16": 2, "bf16": 2}
 DATA_FILE = "transpose_h200.json"
-PARAMS = ("TILE", "BLOCK_ROWS", "TILE_Y", "PACK", "TILES", "STREAM", "MIN_BLOCKS")  # what a candidate sets
-DEFAULTS = {"TILE": 64, "BLOCK_ROWS": 4, "TILE_Y": 0, "PACK": 1, "TILES": 1, "STREAM": 0, "MIN_BLOCKS": 1}
+PARAMS = (
+    "TILE",
+    "BLOCK_ROWS",
+    "TILE_Y",
+    "PACK",
+    "TILES",
+    "STREAM",
+    "MIN_BLOCKS",
+    "GROUP",
+)  # what a candidate sets
+DEFAULTS = {
+    "TILE": 64,
+    "BLOCK_ROWS": 4,
+    "TILE_Y": 0,
+    "PACK": 1,
+    "TILES": 1,
+    "STREAM": 0,
+    "MIN_BLOCKS": 1,
+    "GROUP": 1,
+}
 TIE = 5e-4  # predicted times within 0.05 % are a tie
 
 
@@ -112,8 +130,8 @@ CANDIDATES: dict[int, tuple[dict, ...]] = {
 # the family's own rules screen it (``Family.problems``: whole warps, <= 1024 threads, TILE_Y a multiple of TILE,
 # PACK dividing the vectors per thread, the tile <= 48 KiB static shared memory) and ptxas (MIN_BLOCKS > 1 is
 # kept only where it changes the registers: otherwise the same kernel as MIN_BLOCKS 1). VEC 0 (the widest access
-# the tile allows) and GROUP 1 (row-by-row launch order) stay at their defaults: neither moved the H200 in
-# runs 1-2 (bench/NOTES.md).
+# the tile allows) stays at its default; the launch order is GROUP 1 (row by row) or 0 (column by column, session
+# 6: 0.3-2.5 % faster at 8192^2); GROUP 8 and 32 lost 2 % in runs 1-2 (bench/NOTES.md).
 SPACE = {
     "TILE": (32, 64, 128),
     "BLOCK_ROWS": (1, 2, 4, 8, 16, 32),
@@ -122,6 +140,7 @@ SPACE = {
     "TILES": (1, 2, 4),
     "STREAM": (0, 1),
     "MIN_BLOCKS": (1, 0),
+    "GROUP": (1, 0),
 }  # TILE_Y: x TILE; MIN_BLOCKS 0: full occupancy
 FULL_THREADS, MAX_BLOCKS = 2048, 32  # sm_90: resident threads and blocks per SM
 
@@ -146,7 +165,7 @@ def space(dtype: str) -> list[dict]:
         ty = tile * q["TILE_Y"]
         p = {**DEFAULTS, "TILE": tile, "BLOCK_ROWS": br, "TILE_Y": 0 if ty == tile else ty, "PACK": q["PACK"],
              "TILES": q["TILES"], "STREAM": q["STREAM"],
-             "MIN_BLOCKS": 1 if q["MIN_BLOCKS"] else full_blocks(tile * br)}  # fmt: skip
+             "MIN_BLOCKS": 1 if q["MIN_BLOCKS"] else full_blocks(tile * br), "GROUP": q["GROUP"]}  # fmt: skip
         if q["MIN_BLOCKS"] == 0 and p["MIN_BLOCKS"] == 1:
             continue
         if label(p) not in seen:
@@ -161,7 +180,7 @@ def set_params(p: dict) -> dict:
 
 
 def label(p: dict) -> str:
-    """A short name: ``T128x8``, ``T64xY128x8``, then `` P2`` (PACK), `` 2tiles``, `` cs`` (STREAM)."""
+    """A short name: ``T128x8``, ``T64xY128x8``, then `` P2`` (PACK), `` 2tiles``, `` cs`` (STREAM), `` col`` (GROUP 0)."""
     q = {**DEFAULTS, **p}
     ty = f"xY{q['TILE_Y']}" if q["TILE_Y"] and q["TILE_Y"] != q["TILE"] else ""
     out = f"T{q['TILE']}{ty}x{q['BLOCK_ROWS']}"
@@ -175,6 +194,8 @@ def label(p: dict) -> str:
         out += f" mb{q['MIN_BLOCKS']}"
     if q.get("GROUP", 1) > 1:
         out += f" G{q['GROUP']}"
+    elif q.get("GROUP", 1) == 0:
+        out += " col"
     return out
 
 
@@ -304,6 +325,11 @@ def predict_time_us(p: dict, rows: int, cols: int, dtype: str, cal: dict) -> flo
             return None
         t0, inv, w = prior(features(p, elem, registers_of(p, elem, cal)), per["coef"])
         c = {"t0_us": t0, "bw_gbps": 1.0 / inv, "mu_out": w / inv}
+        twin = twin_of(p, cal, elem)
+        if twin is not None:  # the other launch order was timed: its constants, bw moved by the order's terms
+            _, inv_twin, _ = prior(features(twin, elem, registers_of(twin, elem, cal)), per["coef"])
+            c = {**per["candidates"][_key(twin)]}
+            c["bw_gbps"] *= inv_twin / inv
     m = {**cal.get("model", {}), **per.get("model", {})}  # the element size's shared constants
     vec, scalar = split_bytes(p, rows, cols, elem)
     line, s_in, s_out = misaligned_sides(p, rows, cols, elem)
@@ -316,7 +342,20 @@ def predict_time_us(p: dict, rows: int, cols: int, dtype: str, cal: dict) -> flo
     # scaled up to it, the time scaled back down (the shape's edge and misaligned fractions kept)
     scale = max(1.0, per.get("min_fit_bytes", 0.0) / (vec + scalar))
     edge = per.get("coef", {}).get("edge", 0.0) * scalar * edge_loop(p) / 1e3  # the edge tiles' serial loop
+    edge += col_misaligned_us(p, line, s_in, per.get("coef", {}))
     return (c["t0_us"] + scale * (x / (c["bw_gbps"] * 1e3) + edge)) / scale
+
+
+def twin_of(p: dict, cal: dict | None, elem: int) -> dict | None:
+    """The same configuration in the other launch order (GROUP 1 <-> 0) when it was timed and ``p`` was not: an
+    unmeasured candidate carries its twin's constants, its bandwidth moved by the feature model's launch-order
+    terms (what the order changes), instead of the feature model's whole guess."""
+    q = {**DEFAULTS, **p}
+    measured = (cal or {}).get("constants", {}).get(str(elem), {}).get("candidates", {})
+    if q["GROUP"] not in (0, 1) or _key(q) in measured:
+        return None
+    twin = {**q, "GROUP": 1 - q["GROUP"]}
+    return twin if _key(twin) in measured else None
 
 
 def registers_of(p: dict, elem: int, cal: dict | None) -> int | None:
@@ -438,7 +477,13 @@ def _reason(s: TransposeScored, top: TransposeScored | None, cal: dict | None, n
         edge += f"; below the calibrated sizes (>= {cal['constants'][str(s.elem)]['min_fit_bytes'] / 2**20:.0f} MiB)"
     if cal and not s.measured and "coef" in cal["constants"].get(str(s.elem), {}):
         err = expected_error(f"f{8 * s.elem}", cal, measured=False)
-        edge += "; not timed: the feature model" + (f" (expected error {err:.1%})" if err is not None else "")
+        twin = twin_of(dict(s.params), cal, s.elem)
+        how = (
+            f"{label(twin)}'s constants, the launch order from the feature model"
+            if twin
+            else "the feature model"
+        )
+        edge += f"; not timed: {how}" + (f" (expected error {err:.1%})" if err is not None else "")
     if top is None or s is top or s.label == top.label:
         return f"best: {s.gbps:.0f} GB/s predicted{ratio}{edge} ({src})"
     return f"{top.time_us / s.time_us - 1:+.1%} vs #1: {s.gbps:.0f} GB/s predicted{ratio}{edge}"
@@ -584,7 +629,23 @@ NEED_BYTES = 4.8e12 / 132 * 1e-6  # Little's law: bytes in flight per SM that co
 L1_SHARED_BYTES = 256 * 1024
 CARVEOUTS_KB = (0, 8, 16, 32, 64, 100, 132, 164, 196, 228)
 RESERVED_SMEM = 1024  # the driver's shared memory per resident block
-BW_FEATURES = ("latency", "occupancy", "narrow", "in_run", "out_run", "stream", "threads", "tiles", "lds", "l1")
+BW_FEATURES = (
+    "latency",
+    "occupancy",
+    "narrow",
+    "in_run",
+    "out_run",
+    "stream",
+    "threads",
+    "tiles",
+    "lds",
+    "l1",
+    "col",
+    "col_in_run",
+    "col_out_run",
+)
+# the launch order's terms may have either sign (column by column: long writes, short reads)
+SIGNED = ("col", "col_in_run", "col_out_run")
 T0_FEATURES = ("block",)
 OUT_FEATURES = ("out_run_block", "small_block")
 # the prior's spread per constant (relative to the prior; the output weight relative to inv), against the fit
@@ -607,23 +668,36 @@ def features(p: dict, elem: int, registers: int | None = None, arch: str = "sm_9
     need = blocks * (g.smem_bytes + RESERVED_SMEM)
     carve = next((c for c in CARVEOUTS_KB if c * 1024 >= need), CARVEOUTS_KB[-1]) * 1024
     l1 = max(0, L1_SHARED_BYTES - carve)
+    col = float(q["GROUP"] == 0)  # launch order column by column
     return {"l1": max(0.0, 1 - l1 / max(in_flight, 1)), "l1_bytes": l1,"blocks_per_sm": blocks, "in_flight": in_flight, "registers": registers or 32,
             "latency": NEED_BYTES / max(in_flight, 1),
             "occupancy": 1 - min(1.0, blocks * g.threads / FULL_THREADS), "narrow": 16 / (max(g.vec, 1) * elem) - 1,
             "in_run": 128 / (g.tile * elem), "out_run": 128 / (g.ty * elem), "stream": float(q["STREAM"]),
             "threads": g.threads / 1024, "tiles": float(q["TILES"] > 1), "lds": 1 / q["PACK"],
-            "block": 2 * g.ty * g.tile * q["TILES"] * elem / 65536,
+            "block": 2 * g.ty * g.tile * q["TILES"] * elem / 65536, "col": col, "col_in_run": col * 128 / (g.tile * elem),
+            "col_out_run": col * 128 / (g.ty * elem),
             "out_run_block": 128 / (g.ty * q["TILES"] * elem), "small_block": 256 / g.threads}  # fmt: skip
 
 
-def _terms(r: dict, kappa: float, phi: float, mu_in: float) -> tuple[float, float, float]:
-    """(X0, s_out, edge) of a row in KB: the bytes every candidate pays at its bandwidth, the output side's
-    sector-misaligned bytes (weighted per candidate), and the edge tiles' bytes x ``edge_loop``."""
+def _terms(r: dict, kappa: float, phi: float, mu_in: float) -> tuple[float, float, float, float, float]:
+    """(X0, s_out, edge, s_in, line) of a row in KB: the bytes every candidate pays at its bandwidth, the output
+    side's sector-misaligned bytes (weighted per candidate), the edge tiles' bytes x ``edge_loop``, the input
+    side's sector-misaligned bytes and the line-misaligned run bytes (the last two weighted again in column
+    order: short reads)."""
     e = r["elem"]
     vec, scalar = split_bytes(r["params"], r["rows"], r["cols"], e)
     line, s_in, s_out = misaligned_sides(r["params"], r["rows"], r["cols"], e)
     x0 = (vec + scalar / kappa + phi * line + mu_in * s_in) / 1e3
-    return x0, s_out / 1e3, scalar * edge_loop(r["params"]) / 1e3
+    return x0, s_out / 1e3, scalar * edge_loop(r["params"]) / 1e3, s_in / 1e3, line / 1e3
+
+
+def col_misaligned_us(p: dict, line: float, s_in: float, coef: dict) -> float:
+    """Column order's extra time (us) for misaligned runs: its reads are one tile wide, so an input pitch that
+    is not sector- (s_in) or line-aligned (line) costs more than row by row (fp16 6144 x 5000, input pitch 16
+    mod 32 bytes: 5-10 % slower in column order, s6colfit)."""
+    if {**DEFAULTS, **p}["GROUP"] != 0:
+        return 0.0
+    return (coef.get("in_col", 0.0) * s_in + coef.get("line_col", 0.0) * line) / 1e3
 
 
 def edge_loop(p: dict) -> float:
@@ -634,13 +708,16 @@ def edge_loop(p: dict) -> float:
     return (q["TILE_Y"] or q["TILE"]) * q["TILES"] / q["BLOCK_ROWS"] / 32
 
 
-def _design(f: dict, x0: float, s_out: float, edge: float = 0.0) -> list[float]:
+def _design(
+    f: dict, x0: float, s_out: float, edge: float = 0.0, s_in: float = 0.0, line: float = 0.0
+) -> list[float]:
     return [1.0, *(f[k] for k in T0_FEATURES), x0, *(x0 * f[k] for k in BW_FEATURES), s_out,
-            *(s_out * f[k] for k in OUT_FEATURES), edge]  # fmt: skip
+            *(s_out * f[k] for k in OUT_FEATURES), edge, f["col"] * s_in, f["col"] * line]  # fmt: skip
 
 
 COEF = ("t0", *(f"t0*{k}" for k in T0_FEATURES), "inv", *(f"inv*{k}" for k in BW_FEATURES), "out",
-        *(f"out*{k}" for k in OUT_FEATURES), "edge")  # fmt: skip
+        *(f"out*{k}" for k in OUT_FEATURES), "edge", "in_col", "line_col")  # fmt: skip
+SIGNED_COLUMNS = tuple(COEF.index(f"inv*{k}") for k in SIGNED)
 
 
 def prior(f: dict, coef: dict) -> tuple[float, float, float]:
@@ -696,7 +773,7 @@ def fit_features(rows: list[dict], registers: dict, *, shared: dict | None = Non
                 np.array([_design(feats[r["label"]], *_terms(r, kappa, phi, mu_in)) for r in mine])
                 / t[:, None]
             )
-            x = _nnls_rel(a)
+            x = _nnls_rel(a, free=SIGNED_COLUMNS)
             err = float(np.sum((a @ x - 1) ** 2))
             if best is None or err < best[0] - 1e-15:
                 best = (err, kappa, phi, mu_in, x)
@@ -737,7 +814,9 @@ def shrink(pts: list[dict], f: dict, coef: dict, model: dict) -> dict:
         line, s_in, s_out = misaligned_sides(r["params"], r["rows"], r["cols"], e)
         x0 = (vec + scalar / model["kappa"] + model["mu_in"] * s_in) / 1e3
         rows_a.append(np.array([1.0, x0, line / 1e3, s_out / 1e3]) / r["time_us"])
-        rows_b.append(1.0 - coef.get("edge", 0.0) * scalar * edge_loop(r["params"]) / 1e3 / r["time_us"])
+        fixed = coef.get("edge", 0.0) * scalar * edge_loop(r["params"]) / 1e3
+        fixed += col_misaligned_us(r["params"], line, s_in, coef)
+        rows_b.append(1.0 - fixed / r["time_us"])
     w = NOISE / sig
     a = np.vstack([np.array(rows_a), np.diag(w)])
     b = np.concatenate([np.array(rows_b), w * np.array([t0p, invp, phi * invp, wp])])
