@@ -420,6 +420,34 @@ def test_the_held_out_run_reproduces_the_data_files_expected_error(tmp_path):
 
 # ---- ASYNC = 1: phase 1 of whole tiles as cp.async straight into the tile --------------------------------------
 
+COL_CASES = [
+    ("f32", {"TILE": 64, "BLOCK_ROWS": 8, "GROUP": 0}),
+    ("f16", {"TILE": 128, "BLOCK_ROWS": 4, "PACK": 2, "GROUP": 0}),
+    ("f32", {"TILE": 64, "BLOCK_ROWS": 8, "TILES": 2, "GROUP": 0}),  # edge tiles below whole ones
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("dtype", "p"), COL_CASES, ids=lambda x: x if isinstance(x, str) else label(x))
+def test_column_order_is_exact_on_the_gpu(dtype, p):
+    """GROUP 0 (blocks walk down columns of tiles) covers every tile once: bit for bit on the family's test sizes
+    and a whole-tile size."""
+    from smemtile.gpu.run import check_config, open_device
+
+    dev = open_device(0)
+    rng = np.random.default_rng(6)
+    ran = 0
+    for size in [*FAM.test_sizes, {"rows": 1024, "cols": 768}]:
+        try:
+            cfg = _fixed(p, size.get("dtype", dtype), size["rows"], size["cols"])
+        except ContractViolation:
+            continue
+        ran += 1
+        chk = check_config(cfg, dev, rng)
+        assert chk.correct, (size, chk.mismatch.describe() if chk.mismatch else chk)
+    assert ran >= 3
+
+
 ASYNC_CASES = [
     ("f16", {"TILE": 128, "BLOCK_ROWS": 4, "PACK": 2, "ASYNC": 1}),
     ("f32", {"TILE": 64, "BLOCK_ROWS": 8, "ASYNC": 1}),  # PACK 1: the fix search gives a swizzle (pad 1 cannot)
