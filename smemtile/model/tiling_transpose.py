@@ -327,9 +327,11 @@ def predict_time_us(p: dict, rows: int, cols: int, dtype: str, cal: dict) -> flo
         c = {"t0_us": t0, "bw_gbps": 1.0 / inv, "mu_out": w / inv}
         twin = twin_of(p, cal, elem)
         if twin is not None:  # the other launch order was timed: its constants, bw moved by the order's terms
-            _, inv_twin, _ = prior(features(twin, elem, registers_of(twin, elem, cal)), per["coef"])
+            _, inv_twin, w_twin = prior(features(twin, elem, registers_of(twin, elem, cal)), per["coef"])
             c = {**per["candidates"][_key(twin)]}
             c["bw_gbps"] *= inv_twin / inv
+            # the output side's weight (per byte, relative to 1/bw) moved by the order's term the same way
+            c["mu_out"] = c["mu_out"] * (w / inv) / (w_twin / inv_twin) if w_twin > 0 else w / inv
     m = {**cal.get("model", {}), **per.get("model", {})}  # the element size's shared constants
     vec, scalar = split_bytes(p, rows, cols, elem)
     line, s_in, s_out = misaligned_sides(p, rows, cols, elem)
@@ -647,7 +649,7 @@ BW_FEATURES = (
 # the launch order's terms may have either sign (column by column: long writes, short reads)
 SIGNED = ("col", "col_in_run", "col_out_run")
 T0_FEATURES = ("block",)
-OUT_FEATURES = ("out_run_block", "small_block")
+OUT_FEATURES = ("out_run_block", "small_block", "col")  # col: column order writes whole output rows
 # the prior's spread per constant (relative to the prior; the output weight relative to inv), against the fit
 # rows' noise (NOISE): how far a measured candidate's constants may move from the feature model's
 NOISE = 0.005  # a fit row's own error: the median of 15 rounds with a 1-3 % spread (p90 - p10)
@@ -717,7 +719,7 @@ def _design(
 
 COEF = ("t0", *(f"t0*{k}" for k in T0_FEATURES), "inv", *(f"inv*{k}" for k in BW_FEATURES), "out",
         *(f"out*{k}" for k in OUT_FEATURES), "edge", "in_col", "line_col")  # fmt: skip
-SIGNED_COLUMNS = tuple(COEF.index(f"inv*{k}") for k in SIGNED)
+SIGNED_COLUMNS = (*(COEF.index(f"inv*{k}") for k in SIGNED), COEF.index("out*col"))
 
 
 def prior(f: dict, coef: dict) -> tuple[float, float, float]:
@@ -726,7 +728,7 @@ def prior(f: dict, coef: dict) -> tuple[float, float, float]:
     t0 = coef["t0"] + sum(coef[f"t0*{k}"] * f[k] for k in T0_FEATURES)
     inv = coef["inv"] + sum(coef[f"inv*{k}"] * f[k] for k in BW_FEATURES)
     w = coef["out"] + sum(coef[f"out*{k}"] * f[k] for k in OUT_FEATURES)
-    return t0, inv, w
+    return t0, inv, max(w, 0.0)
 
 
 def _nnls_rel(a: np.ndarray, free: tuple[int, ...] = ()) -> np.ndarray:
