@@ -320,12 +320,12 @@ def predict_time_us(p: dict, rows: int, cols: int, dtype: str, cal: dict) -> flo
     elem = _elem(dtype)
     per = cal["constants"].get(str(elem), {})
     c = per.get("candidates", {}).get(_key(p))
-    if c is None:
+    twin = twin_of(p, cal, elem)
+    if c is None or twin is not None:  # not timed, or its bandwidth not measured and its other order's was
         if "coef" not in per:
             return None
         t0, inv, w = prior(features(p, elem, registers_of(p, elem, cal)), per["coef"])
         c = {"t0_us": t0, "bw_gbps": 1.0 / inv, "mu_out": w / inv}
-        twin = twin_of(p, cal, elem)
         if twin is not None:  # the other launch order was timed: its constants, bw moved by the order's terms
             _, inv_twin, w_twin = prior(features(twin, elem, registers_of(twin, elem, cal)), per["coef"])
             c = {**per["candidates"][_key(twin)]}
@@ -353,11 +353,18 @@ def twin_of(p: dict, cal: dict | None, elem: int) -> dict | None:
     unmeasured candidate carries its twin's constants, its bandwidth moved by the feature model's launch-order
     terms (what the order changes), instead of the feature model's whole guess."""
     q = {**DEFAULTS, **p}
-    measured = (cal or {}).get("constants", {}).get(str(elem), {}).get("candidates", {})
+    measured = measured_labels(cal, elem)
     if q["GROUP"] not in (0, 1) or _key(q) in measured:
         return None
     twin = {**q, "GROUP": 1 - q["GROUP"]}
     return twin if _key(twin) in measured else None
+
+
+def measured_labels(cal: dict | None, elem: int) -> set[str]:
+    """The candidates whose bandwidth was measured: fitted on at least one shape without misaligned runs (one
+    timed only on misaligned shapes keeps the feature model's bandwidth, so it ranks as unmeasured)."""
+    fitted = (cal or {}).get("constants", {}).get(str(elem), {}).get("candidates", {})
+    return {lab for lab, c in fitted.items() if c.get("bw_measured", True)}
 
 
 def registers_of(p: dict, elem: int, cal: dict | None) -> int | None:
@@ -424,7 +431,7 @@ def rank_transpose(rows: int, cols: int, dtype: str = "f32", arch: str = "sm_90"
     use_cal = calibration_applies(a.base, g.key, cal) and sms in (None, cal.get("sms"))
     need = g.dram_gbps * 1e9 / g.sms * LATENCY_S  # bytes in flight per SM that cover the latency
     total = 2.0 * rows * cols * elem
-    measured = set(cal["constants"].get(str(elem), {}).get("candidates", {})) if use_cal else set()
+    measured = measured_labels(cal, elem) if use_cal else set()
     scored = []
     for i, p in enumerate(cands if cands is not None else ranked_space(dtype, cal if use_cal else None)):
         p = {**DEFAULTS, **p}
@@ -480,12 +487,14 @@ def _reason(s: TransposeScored, top: TransposeScored | None, cal: dict | None, n
     if cal and not s.measured and "coef" in cal["constants"].get(str(s.elem), {}):
         err = expected_error(f"f{8 * s.elem}", cal, measured=False)
         twin = twin_of(dict(s.params), cal, s.elem)
-        how = (
-            f"{label(twin)}'s constants, the launch order from the feature model"
-            if twin
-            else "the feature model"
-        )
-        edge += f"; not timed: {how}" + (f" (expected error {err:.1%})" if err is not None else "")
+        fitted = s.label in cal["constants"][str(s.elem)].get("candidates", {})
+        if twin is not None:
+            how = f"not timed here: {label(twin)}'s constants, the launch order from the feature model"
+        elif fitted:
+            how = "timed only on misaligned shapes: the feature model's bandwidth"
+        else:
+            how = "not timed: the feature model"
+        edge += f"; {how}" + (f" (expected error {err:.1%})" if err is not None else "")
     if top is None or s is top or s.label == top.label:
         return f"best: {s.gbps:.0f} GB/s predicted{ratio}{edge} ({src})"
     return f"{top.time_us / s.time_us - 1:+.1%} vs #1: {s.gbps:.0f} GB/s predicted{ratio}{edge}"
@@ -807,7 +816,8 @@ def shrink(pts: list[dict], f: dict, coef: dict, model: dict) -> dict:
     # a candidate timed only on shapes with misaligned runs cannot tell its bandwidth from its misalignment weights
     # (both scale with the bytes): it keeps the feature model's t0 and bw and fits the weights alone (session 6:
     # fp16 T64xY128x1 P4 4tiles cs, timed at 0.33-0.35x on two misaligned shapes, extrapolated to 1.07x at 8192^2)
-    if all(any(misaligned_sides(r["params"], r["rows"], r["cols"], r["elem"])) for r in pts):
+    prior_bw = all(any(misaligned_sides(r["params"], r["rows"], r["cols"], r["elem"])) for r in pts)
+    if prior_bw:
         sig[:2] *= 1e-3
     rows_a, rows_b = [], []
     for r in pts:
@@ -827,7 +837,7 @@ def shrink(pts: list[dict], f: dict, coef: dict, model: dict) -> dict:
     vl, wo = max(float(sol[2]), 0.0), max(float(sol[3]), 0.0)
     errs = [abs(float(np.array([t0, inv, vl, wo]) @ ra) - rb) for ra, rb in zip(rows_a, rows_b, strict=True)]
     return {"t0_us": t0, "bw_gbps": 1.0 / inv, "phi_line": vl / inv, "mu_out": wo / inv, "fit_points": len(pts),
-            "fit_max_error": max(errs), "prior_ratio": invp / inv}  # fmt: skip
+            "fit_max_error": max(errs), "prior_ratio": invp / inv, "bw_measured": not prior_bw}  # fmt: skip
 
 
 # the feature model's spread of inv over candidates (its candidate-left-out errors: median 2-5 %, tails 10 %)
