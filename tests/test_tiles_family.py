@@ -247,19 +247,21 @@ def test_analyze_ranks_the_stencil_sample_at_its_radius():
 # ---- transpose ------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("dtype,first", [("f32", "T64x8"), ("f16", "T128x4 P2"), ("bf16", "T128x4 P2")])
+@pytest.mark.parametrize("dtype,first", [("f32", "T64x4 col"), ("f16", "T128x4 P2 col"), ("bf16", "T128x4 P2 col")])
 def test_transpose_family_ranking_and_its_refusals(dtype, first):
     rep = family_tiles("transpose", [8192, 8192], dtype=dtype)
-    # the pick and its prediction (session 5's model; runs 4 and 5 measured 0.939x, 0.923-0.924x)
+    # the pick and its prediction (session 6's model: column order; s6coltop measured 0.968x, s6colfit and
+    # s6coltop 0.946-0.956x)
     assert rep.ranked[0].label == first and rep.ranked[0].copy_ratio == pytest.approx(
-        {"f32": 0.939, "f16": 0.951, "bf16": 0.951}[dtype], rel=0.015)  # fmt: skip
+        {"f32": 0.969, "f16": 0.958, "bf16": 0.958}[dtype], rel=0.015)  # fmt: skip
+    assert rep.ranked[0].params_dict()["GROUP"] == 0
     reasons = {r["label"]: r for r in rep.rejected}
     if dtype == "f32":  # fp16's 128-wide tiles are 64 KiB of fp32: over the static limit
         assert reasons["T128x8 P2"]["kind"] == "rules" and "static" in reasons["T128x8 P2"]["reason"]
     else:  # an fp32 PACK 2 tile moves one fp16 vector per thread: the family refuses it
         assert "PACK=2 must divide the 1 vectors" in reasons["T64x8 P2"]["reason"]
-    err = rep.provenance["expected_error"]  # held out (session 5): fp32 0.4 %, fp16 4.5 %
-    assert 0.003 < err < 0.05 and ("f32" if dtype == "f32" else "f16") in rep.provenance["expected_error_of"]
+    err = rep.provenance["expected_error"]  # held out (session 6, s6colheldout2): fp32 0.4 %, fp16 3.2 %
+    assert 0.003 < err < 0.04 and ("f32" if dtype == "f32" else "f16") in rep.provenance["expected_error_of"]
 
 
 # ---- the CLI ----------------------------------------------------------------------------------------------------

@@ -110,15 +110,13 @@ def test_split_bytes_counts_edge_tiles():
 
 
 def test_the_pick_per_dtype_is_what_measured_fastest_at_8192():
-    """fp32: 64 x 8 (0.939x of the copy in runs 4 and 5, the sample's tile); fp16 and bf16: 128 x 4 with half2
-    pairs (0.923x / 0.924x). The predicted ratios are the measured ones within 1 %."""
+    """Column order (GROUP 0) first: fp32 64 x 4 (0.968x a copy in s6coltop; the sample's 64 x 8 col 0.961-0.970x);
+    fp16 and bf16: 128 x 4 with half2 pairs (0.946-0.956x). The predicted ratios are the measured ones within 1 %."""
     f32, f16 = rank_transpose(8192, 8192, "f32"), rank_transpose(8192, 8192, "f16")
-    assert f32[0].label == "T64x8" and f32[0].calibrated
-    assert f16[0].label == "T128x4 P2" and rank_transpose(8192, 8192, "bf16")[0].label == "T128x4 P2"
-    # session 6's model (its t0 held near the feature model's) predicts them within 0.1 % (fp32) and 1 % (fp16:
-    # 0.937x predicted, 0.924-0.927x measured in sessions 5 and 6)
-    assert f32[0].copy_ratio == pytest.approx(0.939, abs=0.01)
-    assert f16[0].copy_ratio == pytest.approx(0.937, abs=0.005) and f16[0].measured
+    assert f32[0].label == "T64x4 col" and f32[0].calibrated
+    assert f16[0].label == "T128x4 P2 col" and rank_transpose(8192, 8192, "bf16")[0].label == "T128x4 P2 col"
+    assert f32[0].copy_ratio == pytest.approx(0.968, abs=0.01)
+    assert f16[0].copy_ratio == pytest.approx(0.951, abs=0.01) and f16[0].measured
     assert "best:" in f16[0].reason and "vs #1" in f16[1].reason and f16[0].gbps >= f16[-1].gbps
     # what the model's #1 would be without PACK: the plain 128 x 8 of run 2, predicted slower
     plain = next(s for s in f16 if s.label == "T128x8")
@@ -147,10 +145,10 @@ def _measured() -> dict:
 
 
 def test_the_pick_on_every_measured_shape_against_the_best_measured():
-    """On the 16 measured (shape, dtype) cases (all fit data) the best-ranked curated candidate is within 2 % of
-    the best measured curated one (the best itself on 13; fp16 5000 x 6000 2.0 %, 4096^2 1.0 %, 6144 x 5000
-    0.6 %). The #1 is a curated (measured) candidate on 12 of 16; on fp16 4096^2, 4096 x 9000, 6144 x 5000 and
-    5000 x 6000 it is another candidate of the space (T64xY128x4 P4, T64xY128x8)."""
+    """On the 16 measured (shape, dtype) cases (all fit data) the best-ranked curated (row-order) candidate is
+    within 2.5 % of the best measured curated one (the best itself on 12). The #1 itself is in column order on 13
+    of 16: every fp32 shape and fp16's aligned ones, 5000 x 6000 too (misaligned output: column order writes
+    whole output rows); row order on fp16 4096 x 9000, 6144 x 5000 (input pitch 16 mod 32 bytes) and 7000 x 9000."""
     ratios, problems = _measured()
     cands = {dt: {label(p) for p in candidates(dt)} for dt in ("f32", "f16")}
     gaps, firsts = {}, {}
@@ -161,24 +159,26 @@ def test_the_pick_on_every_measured_shape_against_the_best_measured():
         firsts[case] = ranked[0].label
         best = max(v for (c, lab), v in ratios.items() if c == case and lab in cands[dt])
         gaps[case] = ratios[(case, pick)] / best
-    assert len(gaps) == 16 and min(gaps.values()) >= 0.98 and sum(g >= 0.999 for g in gaps.values()) >= 13, (
+    assert len(gaps) == 16 and min(gaps.values()) >= 0.975 and sum(g >= 0.999 for g in gaps.values()) >= 12, (
         gaps
     )
-    assert gaps["transpose f16 7000x9000"] == 1.0 and gaps["transpose f16 6144x5000"] >= 0.99
-    assert sum(f in cands[problems[c]["dtype"]] for c, f in firsts.items()) == 12
+    assert gaps["transpose f16 7000x9000"] == 1.0 and gaps["transpose f16 6144x5000"] >= 0.985
+    rows = {"transpose f16 4096x9000", "transpose f16 6144x5000", "transpose f16 7000x9000"}
+    assert {c for c, f in firsts.items() if not f.endswith(" col")} == rows
 
 
 def test_misalignment_is_charged_per_side():
-    """fp16: a read run starting inside a sector costs 0.1 of the side's bytes, one weight for every candidate;
+    """fp16: a read run starting inside a sector costs 0.2 of the side's bytes, one weight for every candidate;
     a write run a weight per measured candidate (shrunk toward the feature model's), the feature model's for the
     others; fp32 has no sector-misaligned fit shape (both 0)."""
     cal = load_calibration()
     f16, f32 = cal["constants"]["2"], cal["constants"]["4"]
-    assert f16["model"]["mu_in"] == 0.1 and f32["model"]["mu_in"] == 0.0
+    assert f16["model"]["mu_in"] == 0.2 and f32["model"]["mu_in"] == 0.0
     mus = [c["mu_out"] for c in f16["candidates"].values() if c["fit_points"] >= 5]
-    assert (
-        0.0 <= min(mus) and 0.5 < max(mus) < 1.5 and all(c["mu_out"] == 0 for c in f32["candidates"].values())
-    )
+    assert 0.0 <= min(mus) and 0.5 < max(mus) < 5.0 and all(c["mu_out"] == 0 for c in f32["candidates"].values())
+    # column order writes whole output rows: its feature-model weight is below row order's (s6colheldout)
+    coef = f16["coef"]
+    assert coef["out*col"] < 0
     p = {**DEFAULTS, "TILE": 128, "BLOCK_ROWS": 4, "PACK": 2}
     assert misaligned_sides(p, 8192, 5000, 2) == (0.0, 8192 * 5000 * 2, 0.0)  # input pitch 10000 bytes
     assert misaligned_sides(p, 5000, 8192, 2) == (0.0, 0.0, 8192 * 5000 * 2)  # output pitch 10000 bytes
@@ -189,20 +189,21 @@ def test_the_calibration_names_its_provenance_and_held_out_error():
     assert cal["gpu"] == "NVIDIA H200" and all(
         f"memory_h200_{r}.json" in cal["run"]
         for r in ("run4", "run5", "session4_spearman", "session4_transpose_fit", "session5_fit", "session5_heldout",
-                  "session5_f16top"))  # fmt: skip
-    assert "2fb5e96" in cal["commit"] and "7d29c19" in cal["commit"] and "13.0" in cal["registers_compiler"]
-    assert len(cal["fit_shapes"]) == 22 and not set(cal["fit_shapes"]) & set(cal["held_out_shapes"])
-    # the expected errors: session 6's held-out run (6 fresh shapes, 36 configurations each, model 7979b0e
+                  "session5_f16top", "session6_heldout", "session6_colfit", "session6_coltop",
+                  "session6_colheldout"))  # fmt: skip
+    assert "2fb5e96" in cal["commit"] and "12a4e05" in cal["commit"] and "13.0" in cal["registers_compiler"]
+    assert len(cal["fit_shapes"]) == 34 and not set(cal["fit_shapes"]) & set(cal["held_out_shapes"])
+    # the expected errors: session 6's last held-out run (6 fresh shapes, 36 configurations each, model 54bf53c
     # frozen before it), measured candidates and unmeasured ones apart
-    assert cal["validation"]["run"].endswith("memory_h200_session6_heldout.json")
-    assert cal["validation"]["commit"] == "7979b0e"
-    for elem, lo, hi, ulo, uhi in (("2", 0.008, 0.012, 0.06, 0.08), ("4", 0.004, 0.007, 0.025, 0.035)):
+    assert cal["validation"]["run"].endswith("memory_h200_session6_colheldout2.json")
+    assert cal["validation"]["commit"] == "54bf53c"
+    for elem, lo, hi, ulo, uhi in (("2", 0.025, 0.04, 0.05, 0.075), ("4", 0.003, 0.006, 0.03, 0.05)):
         c = cal["constants"][elem]
         assert lo < c["held_out_median_error"] < hi and ulo < c["unmeasured_median_error"] < uhi
     assert sorted(x.split()[1] for x in cal["held_out_shapes"]) == ["f16"] * 3 + ["f32"] * 3
-    assert all(c["spearman"] >= 0.84 for c in cal["validation"]["cases"])
+    assert all(c["spearman"] >= 0.89 and c["pick_vs_best"] >= 0.998 for c in cal["validation"]["cases"])
     # cross-validated on fit data before the run: candidates left out, shapes left out
-    assert 0.7 < cal["cv"]["2"]["candidates_left_out"]["mean_spearman"] < 0.8
+    assert 0.75 < cal["cv"]["2"]["candidates_left_out"]["mean_spearman"] < 0.85
     assert 0.85 < cal["cv"]["4"]["shapes_left_out"]["mean_spearman"] < 0.95
     assert {label(p) for p in candidates("f16")} <= set(cal["constants"]["2"]["candidates"])
 
@@ -254,8 +255,8 @@ def test_fit_recovers_known_constants():
     assert out["b"]["t0_us"] == pytest.approx(3.0, rel=1e-6) and out["b"]["bw_gbps"] == pytest.approx(3800.0)
 
 
-@pytest.mark.parametrize(("dtype", "want"), [("f32", {"TILE": 64, "BLOCK_ROWS": 8}),
-                                             ("f16", {"TILE": 128, "BLOCK_ROWS": 4, "PACK": 2})])  # fmt: skip
+@pytest.mark.parametrize(("dtype", "want"), [("f32", {"TILE": 64, "BLOCK_ROWS": 4, "GROUP": 0}),
+                                             ("f16", {"TILE": 128, "BLOCK_ROWS": 4, "PACK": 2, "GROUP": 0})])  # fmt: skip
 def test_a_spec_without_a_tile_gets_the_pick_for_its_dtype(dtype, want):
     from smemtile.pipeline.fixes import variants
     from smemtile.pipeline.specs import resolve
@@ -411,7 +412,7 @@ def test_the_held_out_run_reproduces_the_data_files_expected_error(tmp_path):
         c["unmeasured_median_error"], c["unmeasured_max_error"] = (cv["candidates_left_out"]["median_error"],
                                                                    cv["candidates_left_out"]["max_error"])  # fmt: skip
     (tmp_path / "transpose_h200.json").write_text(json.dumps(frozen, indent=1) + "\n")
-    run = ROOT / "bench" / "results" / "memory_h200_session6_heldout.json"
+    run = ROOT / "bench" / "results" / "memory_h200_session6_colheldout2.json"
     got = bm.record_validation(run, tmp_path)
     assert got == {f"transpose {dt}": cal["constants"][e]["held_out_median_error"] for dt, e in (("f16", "2"),
                                                                                                   ("f32", "4"))}  # fmt: skip
