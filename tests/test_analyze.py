@@ -224,7 +224,9 @@ def test_kernel_spec_registers_come_from_nvrtc():
     assert rep.tiles["regs"] == regs and rep.tiles["regs_source"].startswith("from ptxas")
     assert rep.occupancy["fixed"]["regs"] == regs
     p = res.config.params
-    assert rep.tiles["this"]["label"] == f"T{p['TILE']}x{p['BLOCK_ROWS']} col"  # tiling_transpose.label (GROUP 0)
+    assert (
+        rep.tiles["this"]["label"] == f"T{p['TILE']}x{p['BLOCK_ROWS']} col"
+    )  # tiling_transpose.label (GROUP 0)
     assert rep.tiles["unit"] == "GB/s"
 
 

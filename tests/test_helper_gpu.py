@@ -62,7 +62,11 @@ CASES = [
     ),
     ("transpose", {"TILE": 64, "BLOCK_ROWS": 4, "PACK": 4, "STREAM": 1}, {"rows": 456, "cols": 264}),
     # transpose ASYNC: cp.async into the tile, two tiles per block with an edge tile below whole ones
-    ("transpose", {"TILE": 64, "BLOCK_ROWS": 2, "PACK": 4, "TILES": 2, "ASYNC": 1}, {"rows": 456, "cols": 264}),
+    (
+        "transpose",
+        {"TILE": 64, "BLOCK_ROWS": 2, "PACK": 4, "TILES": 2, "ASYNC": 1},
+        {"rows": 456, "cols": 264},
+    ),
     # transpose GROUP 0: the launch order column by column, ragged in both directions
     ("transpose", {"TILE": 64, "BLOCK_ROWS": 8, "GROUP": 0}, {"rows": 1000, "cols": 777}),
     ("stencil2d", {"R": 3, "RY": 8, "BY": 4}, {"ny": 301, "nx": 1001}),

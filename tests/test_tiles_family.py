@@ -247,7 +247,9 @@ def test_analyze_ranks_the_stencil_sample_at_its_radius():
 # ---- transpose ------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("dtype,first", [("f32", "T64x4 col"), ("f16", "T128x4 P2 col"), ("bf16", "T128x4 P2 col")])
+@pytest.mark.parametrize(
+    "dtype,first", [("f32", "T64x4 col"), ("f16", "T128x4 P2 col"), ("bf16", "T128x4 P2 col")]
+)
 def test_transpose_family_ranking_and_its_refusals(dtype, first):
     rep = family_tiles("transpose", [8192, 8192], dtype=dtype)
     # the pick and its prediction (session 6's model: column order; s6coltop measured 0.968x, s6colfit and

@@ -175,7 +175,9 @@ def test_misalignment_is_charged_per_side():
     f16, f32 = cal["constants"]["2"], cal["constants"]["4"]
     assert f16["model"]["mu_in"] == 0.2 and f32["model"]["mu_in"] == 0.0
     mus = [c["mu_out"] for c in f16["candidates"].values() if c["fit_points"] >= 5]
-    assert 0.0 <= min(mus) and 0.5 < max(mus) < 5.0 and all(c["mu_out"] == 0 for c in f32["candidates"].values())
+    assert (
+        0.0 <= min(mus) and 0.5 < max(mus) < 5.0 and all(c["mu_out"] == 0 for c in f32["candidates"].values())
+    )
     # column order writes whole output rows: its feature-model weight is below row order's (s6colheldout)
     coef = f16["coef"]
     assert coef["out*col"] < 0
@@ -451,7 +453,10 @@ def test_column_order_is_exact_on_the_gpu(dtype, p):
 
 ASYNC_CASES = [
     ("f16", {"TILE": 128, "BLOCK_ROWS": 4, "PACK": 2, "ASYNC": 1}),
-    ("f32", {"TILE": 64, "BLOCK_ROWS": 8, "ASYNC": 1}),  # PACK 1: the fix search gives a swizzle (pad 1 cannot)
+    (
+        "f32",
+        {"TILE": 64, "BLOCK_ROWS": 8, "ASYNC": 1},
+    ),  # PACK 1: the fix search gives a swizzle (pad 1 cannot)
     ("f32", {"TILE": 64, "BLOCK_ROWS": 2, "PACK": 4, "TILES": 2, "ASYNC": 1}),  # edge tiles below whole ones
     ("f32", {"TILE": 32, "BLOCK_ROWS": 4, "VEC": 2, "ASYNC": 1}),  # 8-byte copies: cp.async.ca
 ]
@@ -489,7 +494,9 @@ def test_async_layout_keeps_whole_vectors_and_is_conflict_free(dtype, p):
     assert FAM.run(cfg) == FAM.vec(cfg)
     res = analyze_spec(FAM.spec(cfg))
     twin = configure("transpose", {**cfg.params, "ASYNC": 0, **cfg.problem}, cfg.layouts)
-    assert [(r.wavefronts, r.ideal) for r in res] == [(r.wavefronts, r.ideal) for r in analyze_spec(FAM.spec(twin))]
+    assert [(r.wavefronts, r.ideal) for r in res] == [
+        (r.wavefronts, r.ideal) for r in analyze_spec(FAM.spec(twin))
+    ]
     if FAM.vec(cfg) * FAM.elem_bytes(cfg) == 16:
         assert all(r.conflict_free for r in res)
 
@@ -508,7 +515,12 @@ def test_async_compiles_to_cp_async_and_the_checklist_reads_it(dtype, p):
     assert want in res.ptx and "cp.async.wait_all" in res.ptx
     assert next(iter(res.resources.values())).spills == 0
     items = {i.id: i.status for i in FAM.pipeline_items(cfg, res.ptx)}
-    assert items == {"commit_group": "pass", "wait_group": "pass", "barrier_after_wait": "pass", "ring_index": "n/a"}
+    assert items == {
+        "commit_group": "pass",
+        "wait_group": "pass",
+        "barrier_after_wait": "pass",
+        "ring_index": "n/a",
+    }
     plain = compile_config(_fixed({**p, "ASYNC": 0}, dtype))
     assert "cp.async" not in plain.ptx
     assert all(i.status == "n/a" for i in FAM.pipeline_items(_fixed({**p, "ASYNC": 0}, dtype), plain.ptx))
