@@ -509,7 +509,27 @@ def s6_col_top_cases() -> list[Case]:
     return cases
 
 
+def s6_final_cases() -> list[Case]:
+    """Session 6's closing check at 8192^2: the shipped transpose sample as `verify` builds it, and tiles' #1 and #2
+    per dtype (fp32, fp16, bf16) of the final model, against the copy in the same rounds."""
+    from smemtile.model import tiling_transpose as tt
+
+    cases = []
+    for dt in ("f32", "f16", "bf16"):
+        problem = {"rows": 8192, "cols": 8192, "dtype": dt}
+        cfgs = [sample_config("transpose_32x32")] if dt == "f32" else []
+        for s in tt.rank_transpose(8192, 8192, dt)[:2]:
+            q = s.params_dict()
+            cfgs.append(Config(f"tiles #{s.rank} {s.label}", q, fixed_layouts("transpose", q, problem),
+                               {"rank": s.rank, "of": 0, "gbps": s.gbps, "time_us": s.time_us,
+                                "copy_ratio": s.copy_ratio}))  # fmt: skip
+        cases.append(Case(f"transpose {dt} 8192x8192", "transpose", problem, tuple(cfgs), "experiment"))
+    return cases
+
+
 def plan_cases(plan: str) -> list[Case]:
+    if plan == "s6final":
+        return s6_final_cases()
     if plan == "s6coltop":
         return s6_col_top_cases()
     if plan == "s6colfit":
@@ -1288,6 +1308,7 @@ def main() -> int:
             "s6colheldout",
             "s6coltop",
             "s6colheldout2",
+            "s6final",
         ),
     )
     ap.add_argument(
