@@ -314,6 +314,12 @@ S6_HELDOUT = ((("f32",), ((10240, 6144), (6656, 8704), (9000, 5200))),
               (("f16",), ((7680, 7168), (5760, 10240), (12000, 4000))))  # fmt: skip
 
 
+def shape_cases(dtype: str, shapes, cfgs: list[Config], role: str = "fit") -> list[Case]:
+    """One transpose case per (rows, cols) of ``shapes``, each timing ``cfgs``."""
+    return [Case(f"transpose {dtype} {rows}x{cols}", "transpose", {"rows": rows, "cols": cols, "dtype": dtype},
+                 tuple(cfgs), role) for rows, cols in shapes]  # fmt: skip
+
+
 def s5_fit_sample(dtype: str) -> list[dict]:
     """The fitting sweep's new configurations for ``dtype``: S5_FIT_N drawn (seed S5_SEED) from the space the
     family builds (its own rules), without the curated candidates and without MIN_BLOCKS > 1 on one tile per
@@ -341,9 +347,7 @@ def s5_fit_cases() -> list[Case]:
             params = tt.set_params(p)
             cfgs.append(Config(tt.label(p), params, fixed_layouts("transpose", params, {"rows": 8192, "cols": 8192,
                                                                                        "dtype": dt})))  # fmt: skip
-        for rows, cols in shapes:
-            cases.append(Case(f"transpose {dt} {rows}x{cols}", "transpose", {"rows": rows, "cols": cols, "dtype": dt},
-                              tuple(cfgs), "fit"))  # fmt: skip
+        cases += shape_cases(dt, shapes, cfgs)
     return cases
 
 
@@ -476,9 +480,7 @@ def s6_col_fit_cases() -> list[Case]:
                 q = tt.set_params({**p, "GROUP": g})
                 cfgs.append(Config(tt.label(q), q, fixed_layouts("transpose", q, {"rows": 8192, "cols": 8192,
                                                                                  "dtype": dt})))  # fmt: skip
-        for rows, cols in shapes:
-            cases.append(Case(f"transpose {dt} {rows}x{cols}", "transpose", {"rows": rows, "cols": cols, "dtype": dt},
-                              tuple(cfgs), "fit"))  # fmt: skip
+        cases += shape_cases(dt, shapes, cfgs)
     return cases
 
 
@@ -503,9 +505,7 @@ def s6_col_top_cases() -> list[Case]:
                 params = tt.set_params(q)
                 cfgs.append(Config(tt.label(q), params, fixed_layouts("transpose", params, {"rows": 8192,
                                                                                          "cols": 8192, "dtype": dt})))  # fmt: skip
-        for rows, cols in shapes:
-            cases.append(Case(f"transpose {dt} {rows}x{cols}", "transpose", {"rows": rows, "cols": cols, "dtype": dt},
-                              tuple(cfgs), "fit"))  # fmt: skip
+        cases += shape_cases(dt, shapes, cfgs)
     return cases
 
 
@@ -527,49 +527,44 @@ def s6_final_cases() -> list[Case]:
     return cases
 
 
-def plan_cases(plan: str) -> list[Case]:
-    if plan == "s6final":
-        return s6_final_cases()
-    if plan == "s6coltop":
-        return s6_col_top_cases()
-    if plan == "s6colfit":
-        return s6_col_fit_cases()
-    if plan == "s6colheldout":
-        return transpose_ranked_cases(S6_COL_HELDOUT, "held_out")
-    if plan == "s6colheldout2":
-        return transpose_ranked_cases(S6_COL_HELDOUT2, "held_out")
-    if plan == "s6group":
-        return s6_group_cases()
-    if plan == "s6async":
-        return s6_async_cases()
-    if plan == "s6heldout":
-        return transpose_ranked_cases(S6_HELDOUT, "held_out")
-    if plan == "s5f16top":
-        return s5_f16_top_cases()
-    if plan == "heldout":
-        return heldout_cases()
-    if plan == "inpitch":
-        return transpose_ranked_cases(INPITCH_FIT, "fit")
-    if plan == "inpitch_heldout":
-        return transpose_ranked_cases(INPITCH_HELDOUT, "held_out")
-    if plan == "s5fit":
-        return s5_fit_cases()
-    if plan == "s5heldout":
-        return transpose_ranked_cases(S5_HELDOUT, "held_out")
-    if plan == "run4":
-        return run4_cases()
-    if plan == "spearman":
-        return spearman_cases()
-    if plan == "run5":
-        from smemtile.model.tiling_transpose import candidates, label
+def run5_cases() -> list[Case]:
+    """Run 5: run 4's shapes, the MIN_BLOCKS candidates and the controls."""
+    from smemtile.model.tiling_transpose import candidates, label
 
-        out = []
-        for case in run4_cases():
-            dt = case.problem["dtype"]
-            new = {label(p) for p in candidates(dt) if p.get("MIN_BLOCKS", 1) > 1}
-            keep = tuple(c for c in case.configs if c.label in new or c.label in RUN5_CONTROLS[dt])
-            out.append(Case(case.name, case.family, case.problem, keep, case.role))
-        return out
+    out = []
+    for case in run4_cases():
+        dt = case.problem["dtype"]
+        new = {label(p) for p in candidates(dt) if p.get("MIN_BLOCKS", 1) > 1}
+        keep = tuple(c for c in case.configs if c.label in new or c.label in RUN5_CONTROLS[dt])
+        out.append(Case(case.name, case.family, case.problem, keep, case.role))
+    return out
+
+
+# the plans by name (``sweep`` and ``final``, the first two, are built by plan_cases itself)
+PLANS = {
+    "run4": run4_cases,
+    "run5": run5_cases,
+    "spearman": spearman_cases,
+    "heldout": heldout_cases,
+    "inpitch": lambda: transpose_ranked_cases(INPITCH_FIT, "fit"),
+    "inpitch_heldout": lambda: transpose_ranked_cases(INPITCH_HELDOUT, "held_out"),
+    "s5fit": s5_fit_cases,
+    "s5heldout": lambda: transpose_ranked_cases(S5_HELDOUT, "held_out"),
+    "s5f16top": s5_f16_top_cases,
+    "s6async": s6_async_cases,
+    "s6heldout": lambda: transpose_ranked_cases(S6_HELDOUT, "held_out"),
+    "s6group": s6_group_cases,
+    "s6colfit": s6_col_fit_cases,
+    "s6colheldout": lambda: transpose_ranked_cases(S6_COL_HELDOUT, "held_out"),
+    "s6coltop": s6_col_top_cases,
+    "s6colheldout2": lambda: transpose_ranked_cases(S6_COL_HELDOUT2, "held_out"),
+    "s6final": s6_final_cases,
+}
+
+
+def plan_cases(plan: str) -> list[Case]:
+    if plan in PLANS:
+        return PLANS[plan]()
     cases = []
     for dt in ("f32", "f16"):
         cfgs = transpose_configs(dt, plan)
@@ -1289,27 +1284,7 @@ def main() -> int:
     ap.add_argument(
         "--plan",
         default="sweep",
-        choices=(
-            "sweep",
-            "final",
-            "run4",
-            "run5",
-            "spearman",
-            "heldout",
-            "inpitch",
-            "inpitch_heldout",
-            "s5fit",
-            "s5heldout",
-            "s5f16top",
-            "s6async",
-            "s6heldout",
-            "s6group",
-            "s6colfit",
-            "s6colheldout",
-            "s6coltop",
-            "s6colheldout2",
-            "s6final",
-        ),
+        choices=("sweep", "final", *PLANS),
     )
     ap.add_argument(
         "--plan-file", type=Path, help="the resolved plan --prebuild wrote (skips the fix search)"

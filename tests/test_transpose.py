@@ -430,27 +430,6 @@ COL_CASES = [
 ]
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize(("dtype", "p"), COL_CASES, ids=lambda x: x if isinstance(x, str) else label(x))
-def test_column_order_is_exact_on_the_gpu(dtype, p):
-    """GROUP 0 (blocks walk down columns of tiles) covers every tile once: bit for bit on the family's test sizes
-    and a whole-tile size."""
-    from smemtile.gpu.run import check_config, open_device
-
-    dev = open_device(0)
-    rng = np.random.default_rng(6)
-    ran = 0
-    for size in [*FAM.test_sizes, {"rows": 1024, "cols": 768}]:
-        try:
-            cfg = _fixed(p, size.get("dtype", dtype), size["rows"], size["cols"])
-        except ContractViolation:
-            continue
-        ran += 1
-        chk = check_config(cfg, dev, rng)
-        assert chk.correct, (size, chk.mismatch.describe() if chk.mismatch else chk)
-    assert ran >= 3
-
-
 ASYNC_CASES = [
     ("f16", {"TILE": 128, "BLOCK_ROWS": 4, "PACK": 2, "ASYNC": 1}),
     (
@@ -536,10 +515,14 @@ def test_async_is_outside_the_models_candidates():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize(("dtype", "p"), ASYNC_CASES, ids=lambda x: x if isinstance(x, str) else label(x))
-def test_async_is_exact_on_the_gpu(dtype, p):
-    """ASYNC = 1 bit for bit on the family's test sizes (ragged, V-misaligned, edge tiles below whole ones) and a
-    whole-tile size."""
+@pytest.mark.parametrize(
+    ("dtype", "p"),
+    COL_CASES + ASYNC_CASES,
+    ids=lambda x: x if isinstance(x, str) else label(x) + (" async" if x.get("ASYNC") else ""),
+)
+def test_column_order_and_async_are_exact_on_the_gpu(dtype, p):
+    """GROUP 0 (blocks walk down columns of tiles: every tile once) and ASYNC 1 (cp.async into the tile), bit
+    for bit on the family's test sizes (ragged, V-misaligned, edge tiles below whole ones) and a whole-tile size."""
     from smemtile.gpu.run import check_config, open_device
 
     dev = open_device(0)
