@@ -46,6 +46,7 @@ builds (the layout is the fix search's: pad 1 or a swizzle, conflict-free in bot
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from dataclasses import asdict, dataclass
@@ -58,16 +59,6 @@ from smemtile.model.tiling_gpus import get_gpu
 LATENCY_S = 1e-6  # the uncalibrated fallback's DRAM latency under load (Little's law)
 ELEM = {"f32": 4, "f16": 2, "bf16": 2}
 DATA_FILE = "transpose_h200.json"
-PARAMS = (
-    "TILE",
-    "BLOCK_ROWS",
-    "TILE_Y",
-    "PACK",
-    "TILES",
-    "STREAM",
-    "MIN_BLOCKS",
-    "GROUP",
-)  # what a candidate sets
 DEFAULTS = {
     "TILE": 64,
     "BLOCK_ROWS": 4,
@@ -78,6 +69,7 @@ DEFAULTS = {
     "MIN_BLOCKS": 1,
     "GROUP": 1,
 }
+PARAMS = tuple(DEFAULTS)  # what a candidate sets
 TIE = 5e-4  # predicted times within 0.05 % are a tie
 
 
@@ -422,7 +414,6 @@ def rank_transpose(rows: int, cols: int, dtype: str = "f32", arch: str = "sm_90"
     """Every candidate for ``dtype`` (``cands``, else ``ranked_space``), best predicted first (calibrated where
     the data file covers the target)."""
     from smemtile.model.arch import get_arch
-    from smemtile.model.occupancy import occupancy
 
     a = get_arch(arch)
     g = get_gpu(gpu, a.base, sms=sms)
@@ -437,11 +428,11 @@ def rank_transpose(rows: int, cols: int, dtype: str = "f32", arch: str = "sm_90"
         p = {**DEFAULTS, **p}
         geo = geometry(p, elem)
         regs = registers_of(p, elem, cal) if use_cal else None
-        occ = occupancy(a, geo.threads, regs or 32, geo.smem_bytes, 0)
-        if occ.active_blocks == 0:
+        blocks, _ = residency(a.name, geo.threads, regs or 32, geo.smem_bytes)
+        if blocks == 0:
             continue
         # every tile's loads are in flight before its barrier
-        in_flight = occ.active_blocks * geo.ty * geo.tile * elem * p["TILES"]
+        in_flight = blocks * geo.ty * geo.tile * elem * p["TILES"]
         vec, _ = split_bytes(p, rows, cols, elem)
         t = predict_time_us(p, rows, cols, dtype, cal) if use_cal else None
         calibrated = t is not None
@@ -454,7 +445,7 @@ def rank_transpose(rows: int, cols: int, dtype: str = "f32", arch: str = "sm_90"
         pen = cal["constants"].get(str(elem), {}).get("unmeasured_penalty", 0.0) if calibrated else 0.0
         key = (t * (1 + (0.0 if label(p) in measured else pen)), geo.threads, i)
         scored.append((key, TransposeScored(tuple((k, p[k]) for k in PARAMS), label(p), geo.threads,
-                                            geo.smem_bytes, occ.active_blocks, in_flight, vec / total, t,
+                                            geo.smem_bytes, blocks, in_flight, vec / total, t,
                                             total / (t * 1e3), ratio, calibrated, elem, total,
                                             measured=label(p) in measured, registers=regs)))  # fmt: skip
     # calibrated candidates first; times within TIE of each other are ordered by threads, then candidate order
@@ -636,10 +627,8 @@ def waves(p: dict, rows: int, cols: int, elem: int, blocks_per_sm: int, sms: int
 # ---- the feature model (session 5): every candidate of the space, measured or not --------------------------------
 
 NEED_BYTES = 4.8e12 / 132 * 1e-6  # Little's law: bytes in flight per SM that cover 1 us of the H200's DRAM
-# sm_90: L1 and shared memory are one 256 KB array per SM; the shared part is a carve-out of these sizes (KB)
+# sm_90: L1 and shared memory are one 256 KB array per SM; the shared part is one of the arch's carve-outs
 L1_SHARED_BYTES = 256 * 1024
-CARVEOUTS_KB = (0, 8, 16, 32, 64, 100, 132, 164, 196, 228)
-RESERVED_SMEM = 1024  # the driver's shared memory per resident block
 BW_FEATURES = (
     "latency",
     "occupancy",
@@ -668,19 +657,18 @@ def features(p: dict, elem: int, registers: int | None = None, arch: str = "sm_9
     """What the feature model reads of a candidate: geometry, occupancy (from ptxas' registers; 32 when unknown),
     bytes in flight per SM, access widths and run lengths (relative to a 128-byte line), block size."""
     from smemtile.model.arch import get_arch
-    from smemtile.model.occupancy import occupancy
 
     q = {**DEFAULTS, **p}
     g = geometry(q, elem)
-    blocks = occupancy(get_arch(arch), g.threads, registers or 32, g.smem_bytes, 0).active_blocks
+    blocks, smem_alloc = residency(arch, g.threads, registers or 32, g.smem_bytes)
     # every load of a tile is issued before its barrier; TILES > 1 keeps the next tile's loads in flight too
     in_flight = blocks * g.ty * g.tile * elem * min(q["TILES"], 2)
     # the loads land in L1 first: what the carve-out for the resident blocks' shared memory leaves of the 256 KB
-    need = blocks * (g.smem_bytes + RESERVED_SMEM)
-    carve = next((c for c in CARVEOUTS_KB if c * 1024 >= need), CARVEOUTS_KB[-1]) * 1024
+    carveouts = get_arch(arch).carveouts
+    carve = next((c for c in carveouts if c >= blocks * smem_alloc), carveouts[-1])
     l1 = max(0, L1_SHARED_BYTES - carve)
     col = float(q["GROUP"] == 0)  # launch order column by column
-    return {"l1": max(0.0, 1 - l1 / max(in_flight, 1)), "l1_bytes": l1,"blocks_per_sm": blocks, "in_flight": in_flight, "registers": registers or 32,
+    return {"l1": max(0.0, 1 - l1 / max(in_flight, 1)), "l1_bytes": l1, "blocks_per_sm": blocks, "in_flight": in_flight, "registers": registers or 32,
             "latency": NEED_BYTES / max(in_flight, 1),
             "occupancy": 1 - min(1.0, blocks * g.threads / FULL_THREADS), "narrow": 16 / (max(g.vec, 1) * elem) - 1,
             "in_run": 128 / (g.tile * elem), "out_run": 128 / (g.ty * elem), "stream": float(q["STREAM"]),
@@ -688,6 +676,18 @@ def features(p: dict, elem: int, registers: int | None = None, arch: str = "sm_9
             "block": 2 * g.ty * g.tile * q["TILES"] * elem / 65536, "col": col, "col_in_run": col * 128 / (g.tile * elem),
             "col_out_run": col * 128 / (g.ty * elem),
             "out_run_block": 128 / (g.ty * q["TILES"] * elem), "small_block": 256 / g.threads}  # fmt: skip
+
+
+@functools.cache
+def residency(arch: str, threads: int, regs: int, smem_static: int) -> tuple[int, int]:
+    """(blocks per SM, shared memory the driver allocates per block, reserved part included) from the occupancy
+    calculation's core (``occupancy.limits_batch``, without the what-if searches ``occupancy`` adds), once per
+    distinct kernel: the ranking and the features of a candidate and of its launch-order twin ask alike."""
+    from smemtile.model.arch import get_arch
+    from smemtile.model.occupancy import limits_batch
+
+    lim = limits_batch(get_arch(arch), threads, regs, smem_static, 0)
+    return int(lim["active_blocks"][0]), int(lim["smem_per_block"][0])
 
 
 def _terms(r: dict, kappa: float, phi: float, mu_in: float) -> tuple[float, float, float, float, float]:

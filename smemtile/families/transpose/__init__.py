@@ -386,9 +386,8 @@ class _Ranker:
         full = {**self.fam.defaults(), **params}
         name = label(full)
         s = None
-        if (
-            full["GROUP"] in (0, 1) and full["VEC"] == 0 and full["ASYNC"] == 0
-        ):  # what the model's space spans
+        # the model's space sets PARAMS; every other family parameter (VEC, ASYNC) must be at its default
+        if all(full[k] == v for k, v in self.fam.defaults().items() if k not in PARAMS):
             s = next((s for s in self.ranked if dict(s.params) == {k: full[k] for k in PARAMS}), None)
         if s is None:
             return Candidate(name, params, src, None, None, "outside the model's candidates")
