@@ -1,0 +1,165 @@
+"""The arguments of a user's kernel for ``smemtile inspect`` (from a small YAML), and one recorded warp access.
+
+The YAML lists the kernel's parameters in order (a bare list or ``args: [...]``)::
+
+    args:
+      - {name: out, dtype: f32, count: N * N}            # an array: a device buffer of `count` elements
+      - {name: in, dtype: f32, count: N * N, fill: random}
+      - {name: n, value: N}                               # a scalar; its dtype defaults to the PTX type's
+
+``count`` and ``value`` are integers or expressions over the ``--define`` constants (the spec's whitelist,
+never ``eval``); ``fill`` is one of ``zeros`` (default), ``ones``, ``iota``, ``random``. The list is checked
+against the entry's PTX parameters: as many entries, a pointer (``.u64``/``.b64``) for each array, a scalar
+for each ``value``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from dataclasses import dataclass
+
+from smemtile.errors import SpecError
+from smemtile.fileio import printable, read_text
+from smemtile.model.expr import evaluate
+from smemtile.model.spec import DTYPES, load_yaml
+
+FILLS = ("zeros", "ones", "iota", "random")
+ARG_KEYS = ("name", "dtype", "count", "fill", "value")
+# the spec dtype a scalar parameter gets from its PTX type when the YAML names none
+_SCALAR_DTYPE = {".u8": "u8", ".s8": "i8", ".b8": "u8", ".u16": "u16", ".s16": "i16", ".b16": "u16",
+                 ".u32": "i32", ".s32": "i32", ".b32": "u32", ".u64": "i64", ".s64": "i64", ".b64": "u64",
+                 ".f16": "f16", ".f32": "f32", ".f64": "f64"}  # fmt: skip
+_PTX_BYTES = {t: DTYPES[d] for t, d in _SCALAR_DTYPE.items()}
+MAX_COUNT = 1 << 32  # elements of one array (16 GiB of f32): a typo like 1e12 is refused, not allocated
+
+
+@dataclass(frozen=True)
+class KernelArg:
+    """One kernel argument: an array (a device buffer) or a scalar."""
+
+    name: str
+    kind: str  # "array" | "scalar"
+    dtype: str
+    count: int = 0
+    fill: str = "zeros"
+    value: float | int = 0
+
+    def to_dict(self) -> dict:
+        if self.kind == "array":
+            return {
+                "name": self.name,
+                "kind": "array",
+                "dtype": self.dtype,
+                "count": self.count,
+                "fill": self.fill,
+            }
+        return {"name": self.name, "kind": "scalar", "dtype": self.dtype, "value": self.value}
+
+
+@dataclass(frozen=True)
+class WarpRecord:
+    """One execution of one shared-memory instruction by one warp (GPU-recorded or emulated)."""
+
+    instr: int  # SharedInstr.index
+    block: tuple[int, int, int]
+    warp: int  # warp index inside the block (linear thread id // 32)
+    active: int  # 32-bit active mask
+    addresses: tuple[int, ...]  # 32 byte offsets in the CTA's shared window (inactive lanes: 0)
+
+
+def _is_text(x: object) -> bool:
+    return isinstance(x, str) and ("\n" in x or x.lstrip().startswith(("[", "{", "args:")))
+
+
+def load_args(
+    path_or_text, entry_params: list[tuple[str, str]], constants: dict[str, int]
+) -> list[KernelArg]:
+    """The validated arguments for an entry with ``entry_params`` ([(PTX type, name)]); see the module doc.
+
+    ``path_or_text``: a YAML file, YAML text, an already parsed list/mapping, or None (a kernel without
+    parameters). Every problem is one :class:`SpecError` line naming the file, the entry and the allowed values.
+    """
+    source = "args"
+    if path_or_text is None:
+        doc: object = []
+    elif isinstance(path_or_text, (list, dict)):
+        doc = path_or_text
+    elif _is_text(path_or_text):
+        doc = load_yaml(str(path_or_text), source)
+    else:
+        source = os.fspath(path_or_text)
+        doc = load_yaml(read_text(source, what="arguments file", key="--args"), source)
+    if isinstance(doc, dict):
+        extra = sorted(set(doc) - {"args"})
+        if extra:
+            raise SpecError(f"unknown key {printable(extra[0])!r}; allowed: args", source=source)
+        doc = doc.get("args")
+    if doc is None:
+        doc = []
+    if not isinstance(doc, list):
+        raise SpecError(
+            "must be a list of the kernel's arguments in parameter order", key="args", source=source
+        )
+    if len(doc) != len(entry_params):
+        names = ", ".join(f"{n.rsplit('_param_', 1)[-1]}:{t}" for t, n in entry_params) or "none"
+        raise SpecError(f"{len(doc)} arguments given, the kernel takes {len(entry_params)} (PTX parameters: "
+                        f"{names})", key="args", source=source)  # fmt: skip
+    return [_arg(i, a, entry_params[i][0], constants, source) for i, a in enumerate(doc)]
+
+
+def _arg(i: int, a: object, ptx_type: str, constants: dict[str, int], source: str) -> KernelArg:
+    key = f"args[{i}]"
+    if not isinstance(a, dict):
+        raise SpecError(
+            "must be a mapping {name, dtype, count, fill} or {name, value}", key=key, source=source
+        )
+    for k in a:
+        if k not in ARG_KEYS:
+            close = difflib.get_close_matches(str(k), ARG_KEYS, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise SpecError(f"unknown key {printable(k)!r}{hint}; allowed: {', '.join(ARG_KEYS)}",
+                            key=key, source=source)  # fmt: skip
+    name = str(a.get("name", f"arg{i}"))
+    key = f"args[{i}] ({printable(name)})"
+    if "value" in a and "count" in a:
+        raise SpecError("give count (an array) or value (a scalar), not both", key=key, source=source)
+    dtype = a.get("dtype")
+    if dtype is not None and dtype not in DTYPES:
+        raise SpecError(f"unknown dtype {printable(dtype)!r}; allowed: {', '.join(DTYPES)}", key=f"{key}.dtype",
+                        source=source)  # fmt: skip
+    if "value" in a:
+        if ptx_type not in _SCALAR_DTYPE:
+            raise SpecError(f"the kernel's parameter is {ptx_type} (a struct or array by value): not supported",
+                            key=key, source=source)  # fmt: skip
+        dtype = dtype or _SCALAR_DTYPE[ptx_type]
+        if DTYPES[dtype] != _PTX_BYTES[ptx_type]:
+            raise SpecError(f"dtype {dtype} is {DTYPES[dtype]} bytes but the kernel's parameter is {ptx_type}",
+                            key=f"{key}.dtype", source=source)  # fmt: skip
+        value = a["value"]
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise SpecError("value must be a number or an expression", key=f"{key}.value", source=source)
+        if isinstance(value, str):
+            value = evaluate(value, constants, key=f"{key}.value", source=source)
+        if dtype[0] in "iu" and not float(value).is_integer():
+            raise SpecError(f"value {value} is not an integer but dtype is {dtype}", key=f"{key}.value",
+                            source=source)  # fmt: skip
+        value = int(value) if dtype[0] in "iu" else float(value)
+        return KernelArg(name=name, kind="scalar", dtype=dtype, value=value)
+    if ptx_type not in (".u64", ".b64", ".s64"):
+        raise SpecError(f"an array needs a pointer parameter but the kernel's parameter is {ptx_type}; "
+                        "a scalar takes value:", key=key, source=source)  # fmt: skip
+    if dtype is None:
+        raise SpecError(f"an array needs dtype; allowed: {', '.join(DTYPES)}", key=key, source=source)
+    count = a.get("count", 0)
+    if isinstance(count, bool) or not isinstance(count, (int, str)):
+        raise SpecError("count must be an integer or an expression", key=f"{key}.count", source=source)
+    if isinstance(count, str):
+        count = evaluate(count, constants, key=f"{key}.count", source=source)
+    if not 0 <= count <= MAX_COUNT:
+        raise SpecError(f"count {count} outside 0..{MAX_COUNT}", key=f"{key}.count", source=source)
+    fill = a.get("fill", "zeros")
+    if fill not in FILLS:
+        raise SpecError(f"unknown fill {printable(fill)!r}; allowed: {', '.join(FILLS)}", key=f"{key}.fill",
+                        source=source)  # fmt: skip
+    return KernelArg(name=name, kind="array", dtype=dtype, count=int(count), fill=fill)
