@@ -1,0 +1,465 @@
+"""Rewrite a kernel's PTX so that it records, for a bounded sample, the 32 shared addresses of its warps.
+
+Pure text in, text out (no CUDA): :func:`instrument` is what ``inspect`` loads on the GPU, :func:`decode_raw`
+reads the buffer back. The rewritten kernel takes one extra trailing parameter, ``.param .u64
+_smemtile_rec_param``: a zero-filled global buffer whose layout is (32-bit little-endian words)::
+
+    word 0               0x31544D53 ("SMT1"), written by thread 0 of block 0: the instrumented kernel ran
+    word 1, 2            the number of instrumented instructions N, the number of shared symbols S
+    word 3               %dynamic_smem_size as the kernel saw it
+    word 4 .. 4+S        the run-time shared-window address of each shared symbol (``mov.u32 %r, sym``),
+                         in the order of :func:`shared_symbols`
+    COUNT_OFF ..         one counter per (sampled block b, sampled warp w, instruction k), at
+                         COUNT_OFF + (b*W + w)*N + k: how often that warp executed k (all executions,
+                         also those past the sample's bound)
+    SLOT_OFF ..          one 36-word slot per (b, w, k, execution e < E) at
+                         SLOT_OFF + 36*(((b*W + w)*N + k)*E + e):
+                         [k + 1, active mask, e, b*W + w, address of lane 0 .. address of lane 31]
+
+COUNT_OFF and SLOT_OFF are rounded up to 32 words (:class:`BufferLayout`). A slot whose first word is 0 was
+never written. Inactive lanes' addresses stay 0.
+
+What runs before each shared-memory instruction k (and under its own predicate guard, if it has one)::
+
+    @!in_sample bra SKIP_k         in_sample: block linear id < B and warp (linear thread id // 32) < W,
+                                   computed once at the kernel's entry
+    a = the lane's shared address   register (+ offset), symbol (+ offset); a generic address is checked
+                                   with isspacep.shared (lanes whose address is not shared skip) and
+                                   converted with cvta.to.shared
+    mask = activemask; leader = lowest lane of mask
+    e = atom.global.add(counter[b, w, k], 1) by the leader, broadcast with shfl.sync.idx
+    if e < E: every lane stores a into its word of slot (b, w, k, e); the leader stores the slot's header
+    SKIP_k:
+
+The recording writes only to its own buffer; the user's instructions are untouched (the only change to them is
+the code in front). Every added register is declared with fresh names (``%smt_*``), every label is fresh
+(``$SMT_SKIP_k``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from smemtile.errors import SpecError
+
+MAGIC = 0x31544D53
+SLOT_WORDS = 36
+PARAM = "_smemtile_rec_param"
+_HEADER_WORDS = 4
+
+
+@dataclass(frozen=True)
+class Sample:
+    """The bounds of what is recorded."""
+
+    blocks: int = 2  # first N blocks in linear order
+    warps: int = 4  # warps 0..W-1 of each sampled block
+    executions: int = 64  # first N executions per instruction per sampled warp
+
+    def __post_init__(self):
+        for name in ("blocks", "warps", "executions"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1:
+                raise SpecError(f"must be a positive integer, got {v!r}", key=f"sample.{name}")
+
+
+@dataclass(frozen=True)
+class BufferLayout:
+    """Where the header, the counters and the slots lie in the record buffer (in 32-bit words)."""
+
+    n_instr: int
+    n_symbols: int
+    sample: Sample
+
+    @property
+    def count_off(self) -> int:
+        return _round32(_HEADER_WORDS + self.n_symbols)
+
+    @property
+    def n_counters(self) -> int:
+        return self.sample.blocks * self.sample.warps * self.n_instr
+
+    @property
+    def slot_off(self) -> int:
+        return _round32(self.count_off + self.n_counters)
+
+    @property
+    def n_slots(self) -> int:
+        return self.n_counters * self.sample.executions
+
+    @property
+    def nbytes(self) -> int:
+        return 4 * (self.slot_off + SLOT_WORDS * self.n_slots)
+
+
+def _round32(n: int) -> int:
+    return (n + 31) // 32 * 32
+
+
+# ---- the entry's text ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Entry:
+    params_close: int  # index (in the text) of the ')' closing the parameter list
+    body_open: int  # index of the '{' opening the body
+    body_close: int  # index of the matching '}'
+
+
+def _find_entry(ptx: str, entry: str) -> _Entry:
+    m = re.search(r"\.entry\s+" + re.escape(entry) + r"\s*\(", ptx)
+    if m is None:
+        names = re.findall(r"\.entry\s+([\w$]+)", ptx)
+        raise SpecError(f"no entry {entry!r} in the PTX; entries: {', '.join(names) or 'none'}", key="kernel")
+    close = ptx.find(")", m.end())
+    body_open = ptx.find("{", close)
+    if close < 0 or body_open < 0:
+        raise SpecError(f"cannot read the parameter list or body of {entry!r}", key="ptx")
+    depth, i = 0, body_open
+    while i < len(ptx):
+        c = ptx[i]
+        if c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+            if depth == 0:
+                return _Entry(close, body_open, i)
+        elif c == "/" and ptx.startswith("//", i):  # comments may hold braces
+            j = ptx.find("\n", i)
+            i = len(ptx) if j < 0 else j
+            continue
+        i += 1
+    raise SpecError(f"the body of {entry!r} is not closed", key="ptx")
+
+
+_SHARED_DECL = re.compile(r"^\s*(?:\.extern\s+|\.visible\s+|\.weak\s+)?\.shared\s+[^;]*?([\w$]+)\s*(?:\[[^\]]*\])*\s*;",
+                          re.M)  # fmt: skip
+
+
+def shared_symbols(ptx: str, entry: str) -> list[str]:
+    """The ``.shared`` symbols the entry uses (declared in its body or at module scope and referenced in the body),
+    in order of declaration. Symbols the entry never references are left out: naming one would make ptxas
+    allocate it in this kernel and move the others."""
+    e = _find_entry(ptx, entry)
+    body = ptx[e.body_open : e.body_close]
+    out = []
+    for m in _SHARED_DECL.finditer(ptx):
+        name = m.group(1)
+        if name in out:
+            continue
+        inside = e.body_open <= m.start() < e.body_close
+        uses = len(re.findall(r"(?<![\w$%])" + re.escape(name) + r"(?![\w$])", body))
+        if uses - (1 if inside else 0) > 0:
+            out.append(name)
+    return out
+
+
+def register_bits(body: str) -> dict[str, int]:
+    """Register name (or parameterised prefix like ``%rd``) -> bits, from the body's ``.reg`` declarations."""
+    bits: dict[str, int] = {}
+    for m in re.finditer(r"\.reg\s+\.(\w+)\s+([^;]+);", body):
+        t = m.group(1)
+        n = 1 if t == "pred" else int(re.sub(r"\D", "", t) or 0)
+        for name in m.group(2).split(","):
+            name = name.strip()
+            pm = re.match(r"([%\w$]+)<\d+>$", name)
+            bits[pm.group(1) if pm else name] = n
+    return bits
+
+
+def _reg_bits(reg: str, bits: dict[str, int]) -> int | None:
+    if reg in bits:
+        return bits[reg]
+    m = re.match(r"(.*?)\d+$", reg)
+    return bits.get(m.group(1)) if m else None
+
+
+# ---- the rewrite --------------------------------------------------------------------------------------------
+
+_ADDR = re.compile(r"^\s*([%\w$.]+)\s*(?:([+-])\s*(-?(?:0[xX][0-9a-fA-F]+|\d+)))?\s*$")
+_PRED = re.compile(r"^@(!?)(%?[\w$]+)\s+")
+
+
+def _norm_text(s: str) -> str:
+    s = s.strip().rstrip(";").strip()
+    s = _PRED.sub("", s)
+    return re.sub(r"\s+", " ", s)
+
+
+def _locate(lines: list[str], instr: Any, lo: int, hi: int, used: set[int]) -> int:
+    """Index of the line holding ``instr`` (0-based): its ``ptx_line`` if the text matches there, else the
+    nearest line in the entry with the same text."""
+    want = _norm_text(instr.text)
+    i = int(instr.ptx_line) - 1
+    if lo <= i < hi and i not in used and _norm_text(lines[i]) == want:
+        return i
+    cands = [j for j in range(lo, hi) if j not in used and _norm_text(lines[j]) == want]
+    if not cands:
+        raise SpecError(f"instruction {instr.index} ({instr.text!r}, PTX line {instr.ptx_line}) is not in the entry",
+                        key="ptx")  # fmt: skip
+    return min(cands, key=lambda j: abs(j - i))
+
+
+def _address_code(instr: Any, bits: dict[str, int], symbols: set[str], skip: str) -> list[str] | None:
+    """Instructions that leave the lane's shared-window address in ``%smt_r0``; None where the operand cannot
+    address shared memory (a generic access through a non-shared symbol)."""
+    m = _ADDR.match(instr.addr)
+    if m is None:
+        raise SpecError(f"instruction {instr.index} ({instr.text!r}): address operand {instr.addr!r} is not "
+                        "register+offset or symbol+offset", key="ptx")  # fmt: skip
+    base = m.group(1)
+    off = (-1 if m.group(2) == "-" else 1) * int(m.group(3), 0) if m.group(3) else 0
+    code: list[str] = []
+    generic = instr.space != "shared"
+    if base.startswith("%"):
+        nb = _reg_bits(base, bits)
+        if nb not in (32, 64):
+            raise SpecError(f"instruction {instr.index} ({instr.text!r}): cannot tell the width of register "
+                            f"{base}", key="ptx")  # fmt: skip
+        if generic:
+            if nb != 64:
+                raise SpecError(f"instruction {instr.index} ({instr.text!r}): a generic address in a 32-bit "
+                                "register", key="ptx")  # fmt: skip
+            code += [f"add.s64 \t%smt_rd3, {base}, {off};",
+                     "isspacep.shared \t%smt_p1, %smt_rd3;",
+                     f"@!%smt_p1 bra \t{skip};",
+                     "cvta.to.shared.u64 \t%smt_rd3, %smt_rd3;",
+                     "cvt.u32.u64 \t%smt_r0, %smt_rd3;"]  # fmt: skip
+        elif nb == 64:
+            code += [f"cvt.u32.u64 \t%smt_r0, {base};", f"add.s32 \t%smt_r0, %smt_r0, {off};"]
+        else:
+            code += [f"add.s32 \t%smt_r0, {base}, {off};"]
+    elif re.fullmatch(r"-?(?:0[xX][0-9a-fA-F]+|\d+)", base):
+        if generic:
+            return None
+        code += [f"mov.u32 \t%smt_r0, {int(base, 0) + off};"]
+    else:
+        if generic and base not in symbols:
+            return None  # a generic access through a global/const symbol never touches shared memory
+        code += [f"mov.u32 \t%smt_r0, {base};", f"add.s32 \t%smt_r0, %smt_r0, {off};"]
+    return code
+
+
+def _site(k: int, instr: Any, layout: BufferLayout, addr: list[str]) -> list[str]:
+    n, e = layout.n_instr, layout.sample.executions
+    skip = f"$SMT_SKIP_{k}"
+    code = [f"// smemtile: record instruction {k} ({instr.op})", f"@!%smt_p0 bra \t{skip};"]
+    pred = (instr.predicate or "").strip()
+    if pred:
+        pm = re.fullmatch(r"@(!?)(%?[\w$]+)", pred)
+        if pm is None:
+            raise SpecError(f"instruction {instr.index}: cannot read its guard {pred!r}", key="ptx")
+        code.append(f"@{'' if pm.group(1) else '!'}{pm.group(2)} bra \t{skip};")
+    code += addr
+    code += [
+        "activemask.b32 \t%smt_r1;",
+        "brev.b32 \t%smt_r2, %smt_r1;",
+        "bfind.shiftamt.u32 \t%smt_r2, %smt_r2;",  # the lowest active lane
+        "mov.u32 \t%smt_r3, %laneid;",
+        "setp.eq.u32 \t%smt_p2, %smt_r3, %smt_r2;",
+        f"mad.lo.u32 \t%smt_r4, %smt_r10, {n}, {k};",  # counter index (b*W + w)*N + k
+        "mul.wide.u32 \t%smt_rd1, %smt_r4, 4;",
+        "add.s64 \t%smt_rd1, %smt_rd0, %smt_rd1;",
+        "mov.u32 \t%smt_r5, 0;",
+        f"@%smt_p2 atom.global.add.u32 \t%smt_r5, [%smt_rd1+{4 * layout.count_off}], 1;",
+        "shfl.sync.idx.b32 \t%smt_r5, %smt_r5, %smt_r2, 31, %smt_r1;",
+        f"setp.ge.u32 \t%smt_p3, %smt_r5, {e};",
+        f"@%smt_p3 bra \t{skip};",
+        f"mad.lo.u32 \t%smt_r6, %smt_r4, {e}, %smt_r5;",  # slot index
+        f"mul.wide.u32 \t%smt_rd2, %smt_r6, {4 * SLOT_WORDS};",
+        "add.s64 \t%smt_rd2, %smt_rd0, %smt_rd2;",
+        "mul.wide.u32 \t%smt_rd3, %smt_r3, 4;",
+        "add.s64 \t%smt_rd3, %smt_rd2, %smt_rd3;",
+        f"st.global.u32 \t[%smt_rd3+{4 * layout.slot_off + 16}], %smt_r0;",
+        f"mov.u32 \t%smt_r7, {k + 1};",
+        f"@%smt_p2 st.global.v4.u32 \t[%smt_rd2+{4 * layout.slot_off}], {{%smt_r7, %smt_r1, %smt_r5, %smt_r10}};",
+    ]
+    return [*code, f"{skip}:"]
+
+
+def _prologue(layout: BufferLayout, symbols: list[str]) -> list[str]:
+    s = layout.sample
+    code = [
+        "// smemtile: recording prologue (block linear id, warp, in-sample predicate, header)",
+        f"ld.param.u64 \t%smt_rd0, [{PARAM}];",
+        "cvta.to.global.u64 \t%smt_rd0, %smt_rd0;",
+        "mov.u32 \t%smt_r0, %ctaid.x;",
+        "mov.u32 \t%smt_r1, %ctaid.y;",
+        "mov.u32 \t%smt_r2, %ctaid.z;",
+        "mov.u32 \t%smt_r3, %nctaid.x;",
+        "mov.u32 \t%smt_r4, %nctaid.y;",
+        "mad.lo.u32 \t%smt_r1, %smt_r2, %smt_r4, %smt_r1;",
+        "mad.lo.u32 \t%smt_r5, %smt_r1, %smt_r3, %smt_r0;",  # block linear id
+        "mov.u32 \t%smt_r0, %tid.x;",
+        "mov.u32 \t%smt_r1, %tid.y;",
+        "mov.u32 \t%smt_r2, %tid.z;",
+        "mov.u32 \t%smt_r3, %ntid.x;",
+        "mov.u32 \t%smt_r4, %ntid.y;",
+        "mad.lo.u32 \t%smt_r1, %smt_r2, %smt_r4, %smt_r1;",
+        "mad.lo.u32 \t%smt_r6, %smt_r1, %smt_r3, %smt_r0;",  # linear thread id
+        "shr.u32 \t%smt_r7, %smt_r6, 5;",  # warp
+        f"setp.lt.u32 \t%smt_p0, %smt_r5, {s.blocks};",
+        f"setp.lt.and.u32 \t%smt_p0, %smt_r7, {s.warps}, %smt_p0;",
+        f"mad.lo.u32 \t%smt_r10, %smt_r5, {s.warps}, %smt_r7;",
+        "or.b32 \t%smt_r8, %smt_r5, %smt_r6;",
+        "setp.eq.u32 \t%smt_p1, %smt_r8, 0;",
+    ]
+    words = [(0, str(MAGIC)), (1, str(layout.n_instr)), (2, str(len(symbols))), (3, "%dynamic_smem_size")]
+    words += [(_HEADER_WORDS + j, sym) for j, sym in enumerate(symbols)]
+    for w, value in words:
+        code += [f"mov.u32 \t%smt_r9, {value};", f"@%smt_p1 st.global.u32 \t[%smt_rd0+{4 * w}], %smt_r9;"]
+    return code
+
+
+_DECLS = [".reg .pred \t%smt_p<4>;", ".reg .b32 \t%smt_r<11>;", ".reg .b64 \t%smt_rd<4>;"]
+
+
+def instrument(ptx: str, entry: str, instrs: list, sample: Sample) -> str:
+    """The PTX with ``entry`` rewritten to record ``instrs`` (SharedInstr, from smemtile.model.ptx) for ``sample``
+    into a trailing ``.param .u64`` buffer of :func:`buffer_layout` size. Other entries are unchanged."""
+    e = _find_entry(ptx, entry)
+    if re.search(r"%smt_|\$SMT_SKIP_|" + PARAM, ptx[e.body_open : e.body_close]):
+        raise SpecError(f"{entry} is already instrumented (it uses %smt_ names)", key="ptx")
+    symbols = shared_symbols(ptx, entry)
+    layout = buffer_layout(instrs, symbols, sample)
+    bits = register_bits(ptx[e.body_open : e.body_close])
+
+    params = ptx[: e.params_close].rstrip()
+    has_params = not params.endswith("(")
+    head = params + ("," if has_params else "") + f"\n\t.param .u64 {PARAM}\n"
+    pre_body = ptx[e.params_close : e.body_open + 1]
+    body = ptx[e.body_open + 1 : e.body_close]
+    lines = body.split("\n")
+
+    # absolute line numbers of the body's lines, to honour SharedInstr.ptx_line
+    first = ptx.count("\n", 0, e.body_open + 1)
+    absolute = [""] * first + lines
+    used: set[int] = set()
+    sites: dict[int, list[str]] = {}
+    syms = set(symbols)
+    for k, ins in enumerate(instrs):
+        if int(ins.index) != k:
+            raise SpecError(f"instruction indices must be 0..N-1 in order; got {ins.index} at {k}", key="ptx")
+        i = _locate(absolute, ins, first, len(absolute), used)
+        used.add(i)
+        addr = _address_code(ins, bits, syms, f"$SMT_SKIP_{k}")
+        if addr is not None:
+            sites[i - first] = _site(k, ins, layout, addr)
+
+    # declarations right after '{', the prologue before the first instruction
+    start = 0
+    while start < len(lines) and (not lines[start].strip() or lines[start].strip().startswith((".", "//"))):
+        start += 1
+    out = ["", *("\t" + d for d in _DECLS)]
+    for j, line in enumerate(lines):
+        if j == start:
+            out += ["\t" + c for c in _prologue(layout, symbols)]
+        if j in sites:
+            out += [c if c.endswith(":") else "\t" + c for c in sites[j]]
+        out.append(line)
+    if start >= len(lines):
+        out += ["\t" + c for c in _prologue(layout, symbols)]
+    return head + pre_body.lstrip() + "\n".join(out) + ptx[e.body_close :]
+
+
+def buffer_layout(instrs: list, symbols: list[str], sample: Sample) -> BufferLayout:
+    return BufferLayout(len(instrs), len(symbols), sample)
+
+
+# ---- decoding -----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RawRecords:
+    """The buffer, decoded: one row per written slot (numpy arrays of equal length), plus the header."""
+
+    instr: np.ndarray  # int64 [n]
+    block: np.ndarray  # block linear id [n]
+    warp: np.ndarray  # [n]
+    execution: np.ndarray  # [n]
+    active: np.ndarray  # uint32 [n]
+    addresses: np.ndarray  # uint32 [n, 32], raw shared-window addresses (inactive lanes 0)
+    counts: np.ndarray  # int64 [blocks, warps, N]: executions counted per sampled warp
+    symbols: dict[str, int]  # shared symbol -> its run-time shared-window address
+    dynamic_smem: int
+    ran: bool  # the magic word was written
+
+    @property
+    def executions(self) -> dict[int, int]:
+        return {k: int(v) for k, v in enumerate(self.counts.sum(axis=(0, 1)))}
+
+    @property
+    def dropped(self) -> int:
+        e = self.execution_bound
+        return int(np.maximum(self.counts - e, 0).sum())
+
+    execution_bound: int = 0
+
+
+def decode_raw(buf: bytes | np.ndarray, layout: BufferLayout, symbols: list[str]) -> RawRecords:
+    """Read a record buffer back (the bytes the instrumented kernel left in it)."""
+    words = np.frombuffer(bytes(buf) if not isinstance(buf, np.ndarray) else buf.tobytes(), dtype="<u4")
+    if words.size * 4 < layout.nbytes:
+        raise ValueError(f"record buffer has {words.size * 4} bytes, the layout needs {layout.nbytes}")
+    s = layout.sample
+    ran = int(words[0]) == MAGIC
+    if ran and (int(words[1]) != layout.n_instr or int(words[2]) != len(symbols)):
+        raise ValueError(f"record buffer header says {int(words[1])} instructions and {int(words[2])} symbols, "
+                         f"expected {layout.n_instr} and {len(symbols)}")  # fmt: skip
+    syms = {name: int(words[_HEADER_WORDS + j]) for j, name in enumerate(symbols)}
+    counts = words[layout.count_off : layout.count_off + layout.n_counters].astype(np.int64)
+    counts = counts.reshape(s.blocks, s.warps, layout.n_instr)
+    slots = words[layout.slot_off : layout.slot_off + SLOT_WORDS * layout.n_slots].reshape(-1, SLOT_WORDS)
+    written = np.nonzero(slots[:, 0])[0]
+    rows = slots[written]
+    # the slot's position says (b, w, k, e); its header must agree
+    e_pos = written % s.executions
+    k_pos = (written // s.executions) % max(layout.n_instr, 1)
+    bw_pos = written // (s.executions * max(layout.n_instr, 1))
+    bad = (rows[:, 0] != k_pos + 1) | (rows[:, 2] != e_pos) | (rows[:, 3] != bw_pos)
+    if bad.any():
+        j = int(np.nonzero(bad)[0][0])
+        raise ValueError(f"record slot {int(written[j])} is inconsistent: header {rows[j, :4].tolist()}")
+    return RawRecords(
+        instr=k_pos.astype(np.int64),
+        block=(bw_pos // s.warps).astype(np.int64),
+        warp=(bw_pos % s.warps).astype(np.int64),
+        execution=e_pos.astype(np.int64),
+        active=rows[:, 1].astype(np.uint32),
+        addresses=rows[:, 4:].astype(np.uint32),
+        counts=counts,
+        symbols=syms,
+        dynamic_smem=int(words[3]),
+        ran=ran,
+        execution_bound=s.executions,
+    )
+
+
+def window_base(raw: RawRecords) -> int:
+    """The smallest run-time address of the entry's shared symbols: byte 0 of the CTA's shared window as the
+    records report it (on sm_90 the hardware's window starts after 1 KiB it reserves)."""
+    return min(raw.symbols.values()) if raw.symbols else 0
+
+
+def block_index(linear: int, grid: tuple[int, int, int]) -> tuple[int, int, int]:
+    gx, gy, _ = grid
+    return (linear % gx, linear // gx % gy, linear // (gx * gy))
+
+
+def lane_addresses(raw: RawRecords, instrs: list) -> np.ndarray:
+    """[n, 32] int64 byte offsets from :func:`window_base`; inactive lanes (and, for ldmatrix/stmatrix, lanes
+    whose address the instruction does not use: lanes >= 8 x matrices) are 0."""
+    base = window_base(raw)
+    lanes = np.arange(32)
+    active = ((raw.active[:, None] >> lanes.astype(np.uint32)) & 1).astype(bool)
+    used = np.ones_like(active)
+    for j, k in enumerate(raw.instr.tolist()):
+        ins = instrs[k]
+        if ins.op in ("ldmatrix", "stmatrix"):
+            used[j] = lanes < 8 * int(ins.matrices)
+    off = raw.addresses.astype(np.int64) - base
+    return np.where(active & used, off, 0)
