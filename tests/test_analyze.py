@@ -27,9 +27,9 @@ CHECKLIST_IDS = ["bank_index", "pad_dimension", "padded_stride", "commit_group",
                  "ring_index", "func_set_attribute", "smem_total", "ncu", "two_blocks"]  # fmt: skip
 
 
-def text_of(rep, width: int = 80, brief: bool = False) -> str:
+def text_of(rep, width: int = 80, brief: bool = False, lanes: bool = False) -> str:
     buf = io.StringIO()
-    render(make_console(file=buf, width=width), rep, brief=brief)
+    render(make_console(file=buf, width=width), rep, brief=brief, lanes=lanes)
     return buf.getvalue()
 
 
@@ -47,13 +47,17 @@ def headings_in_order(out: str) -> list[int]:
 @pytest.mark.parametrize("brief", [False, True])
 def test_seven_parts_in_order(sample, brief):
     rep = analyze(load(SAMPLES / sample), compile=False)
-    out = text_of(rep, brief=brief)
+    out = text_of(rep, brief=brief, lanes=not brief)
     pos = headings_in_order(out)
-    assert pos == sorted(pos)
+    assert pos == sorted(pos) and out.index("Summary") < pos[0]  # the verdict first, then the seven parts
     if brief:  # short: no lane tables, no diagrams, no loop code
-        assert len(out.splitlines()) < 60 and "byte addr" not in out and "cp_async_wait<" not in out
+        assert len(out.splitlines()) < 75 and "byte addr" not in out and "cp_async_wait<" not in out
     else:
-        assert "byte addr" in out and "cp_async_wait<" in out and "cp_async_commit();" in out
+        assert "byte addr  bank(s)" in out and "cp_async_wait<" in out and "cp_async_commit();" in out
+        # without --lanes: the same parts, no lane table (only the summary's bank strips)
+        short = text_of(rep)
+        assert "byte addr  bank(s)" not in short and "lanes  0-15 -> banks:" in short
+        assert headings_in_order(short) == sorted(headings_in_order(short))
 
 
 def test_json_has_every_part():

@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from smemtile.cli.common import emit_json, json_option
-from smemtile.errors import SpecError
+from smemtile.errors import OutOfResources, SpecError
 from smemtile.fileio import printable
 
 
@@ -21,7 +21,15 @@ from smemtile.fileio import printable
 @click.option(
     "--brief",
     is_flag=True,
-    help="The seven headings with a few lines each: no lane tables, diagrams or code.",
+    help="The summary, then the seven headings with a few lines each: no diagrams or code.",
+)
+@click.option(
+    "--lanes",
+    "--detail",
+    "lanes",
+    is_flag=True,
+    help="Part 1 with the full lane -> address -> bank table of each access's worst instruction (the summary "
+    "shows only a bank strip of each conflicted one).",
 )
 @click.option(
     "--all-instructions",
@@ -44,13 +52,18 @@ from smemtile.fileio import printable
     type=click.Path(dir_okay=False, path_type=Path),
     help="Also save the report as FILE.svg or FILE.html.",
 )
-def command(spec: Path, as_json: bool, brief: bool, all_instructions: bool, regs: int | None, no_compile: bool,
-            export: Path | None) -> None:  # fmt: skip
+def command(spec: Path, as_json: bool, brief: bool, lanes: bool, all_instructions: bool, regs: int | None,
+            no_compile: bool, export: Path | None) -> None:  # fmt: skip
     """Show how the hardware serves each shared-memory access of SPEC, the fix, and what it costs.
 
-    Seven parts, in order: (1) the bank analysis of every access (every warp, every loop value) with the
-    calculation: wavefronts per instruction exactly as Nsight Compute counts them and the lane -> address ->
-    bank table of the worst one; (2) the padding and swizzle fixes, each re-run through the bank model, with
+    First the answer: one verdict table (per access the op, worst / ideal wavefronts, the conflict degree, the
+    recommended fix and its cost in bytes and blocks per SM), the saving in wavefronts per block, the occupancy
+    line and, for each conflicted access, the bank each lane of its worst instruction hits. Exits 1 when the
+    block cannot launch (0 blocks per SM), as `occupancy` does.
+
+    Then seven parts, in order: (1) the bank analysis of every access (every warp, every loop value) with the
+    calculation: wavefronts per instruction exactly as Nsight Compute counts them (the lane -> address ->
+    bank table of the worst one with --lanes); (2) the padding and swizzle fixes, each re-run through the bank model, with
     its cost in bytes and blocks per SM and a warning when it makes another access worse; (3) the exact
     declarations (extern __shared__ and cudaFuncSetAttribute above 48 KiB) and a bank diagram; (4) the tile
     size against the tile model for the spec's problem, registers and occupancy; (5) the cp.async stage loop
@@ -59,6 +72,7 @@ def command(spec: Path, as_json: bool, brief: bool, all_instructions: bool, regs
     \b
     Examples:
       smemtile analyze samples/gemm_a_column.yaml
+      smemtile analyze samples/gemm_a_column.yaml --lanes
       smemtile analyze samples/transpose_32x32.yaml --brief
       smemtile analyze samples/ldmatrix_f16.yaml --json | jq '.accesses[0].conflict_degree'
       smemtile analyze samples/gemm_a_column.yaml --export report.html
@@ -77,9 +91,19 @@ def command(spec: Path, as_json: bool, brief: bool, all_instructions: bool, regs
     else:
         from smemtile.report.text import make_console
 
-        render(make_console(), rep, brief=brief)
+        render(make_console(), rep, brief=brief, lanes=lanes)
     if export is not None:
         _export(rep, brief, export, spec)
+    _check_launch(rep)
+
+
+def _check_launch(rep) -> None:
+    """Exit 1 (OutOfResources) when the spec's block, or its fixed variant, fits 0 times on an SM."""
+    for name in ("baseline", "fixed"):
+        o = rep.occupancy[name]
+        if o["active_blocks"] == 0:
+            why = f": {o['reason']}" if o.get("reason") else f" (limiter: {o['limiter']})"
+            raise OutOfResources(f"the {name} block cannot launch: 0 blocks fit on an {o['arch']} SM{why}")
 
 
 def _default(o: Any) -> Any:

@@ -1,6 +1,7 @@
 """The `analyze` report: one document (JSON) and its rendering, the seven parts in order, then the checklist.
 
-    1. Bank analysis        each access: instructions, worst wavefronts, the phases and the lane table
+    Summary              the verdict table, the saving, occupancy, bank strips (report.summary)
+    1. Bank analysis        each access: instructions, worst wavefronts, the phases (the lane table: --lanes)
     2. Fix and verification the options the fix search tried, re-run through the bank model, with their cost
     3. Declarations         the exact C++ for the fixed layouts (extern + cudaFuncSetAttribute above 48 KiB),
                             bank diagrams
@@ -28,6 +29,7 @@ from smemtile.model.fix import FixReport
 from smemtile.model.spec import KernelSpec
 from smemtile.report.banks import DETAIL_BUDGET, Grid, access_to_dict, lane_table, phase_lines, summary_line
 from smemtile.report.layout import diagram, layout_diff
+from smemtile.report.summary import render_summary, summary_to_dict
 from smemtile.report.text import plain, printable
 from smemtile.report.tma import render_tma, tma_to_dict
 
@@ -65,6 +67,7 @@ class AnalyzeReport:
             "threads": self.occupancy["fixed"]["threads"],
             "threads_source": self.occupancy["fixed"]["threads_source"],
             "parts": list(PARTS),
+            "summary": summary_to_dict(self),
             "accesses": _accesses(self.results, all_details),
             "fixes": self.fixes.to_dict(),
             "fix_costs": self.costs,
@@ -101,8 +104,9 @@ def _rule(console: Console, n: int) -> None:
     console.print(Rule(f"{n}. {PARTS[n - 1]}", align="left"))
 
 
-def render(console: Console, rep: AnalyzeReport, *, brief: bool = False) -> None:
-    """The seven parts and the checklist; ``brief``: the same headings, a few lines each."""
+def render(console: Console, rep: AnalyzeReport, *, brief: bool = False, lanes: bool = False) -> None:
+    """The summary (the verdict first), then the seven parts and the checklist; ``brief``: the same headings, a
+    few lines each; ``lanes``: part 1 with every access's lane -> address -> bank table."""
     spec = rep.spec
     head = Text()
     head.append(f"{printable(spec.name or spec.source)}\n", style="bold")
@@ -121,7 +125,8 @@ def render(console: Console, rep: AnalyzeReport, *, brief: bool = False) -> None
         )
     console.print(Panel(head, title="smemtile analyze", title_align="left"))
 
-    _part1(console, rep, brief)
+    render_summary(console, rep, lanes_hint=not lanes)
+    _part1(console, rep, brief, lanes)
     _part2(console, rep, brief)
     render_tma(console, spec, rep.results, "2b")  # type: ignore[arg-type]  # TMA tiles only: every mode compared
     _part3(console, rep, brief)
@@ -132,7 +137,7 @@ def render(console: Console, rep: AnalyzeReport, *, brief: bool = False) -> None
     _checklist(console, rep, brief)
 
 
-def _part1(console: Console, rep: AnalyzeReport, brief: bool) -> None:
+def _part1(console: Console, rep: AnalyzeReport, brief: bool, lanes: bool) -> None:
     _rule(console, 1)
     if not brief:
         console.print(Text("A warp's request is split into phases (groups of lanes served together); a phase "
@@ -143,7 +148,8 @@ def _part1(console: Console, rep: AnalyzeReport, brief: bool) -> None:
         if not brief:
             for line in phase_lines(r):
                 console.print(line)
-            console.print(lane_table(r))
+            if lanes:
+                console.print(lane_table(r))
             console.print()
 
 
