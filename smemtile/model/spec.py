@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -80,8 +81,10 @@ ROLES = ("copy", "inner", "epilogue", "other")  # where an access runs: tile cop
 BUILTIN_VARS = ("lane", "warp", "tid")
 MAX_INSTRUCTIONS = 1 << 16  # per access and in all (warps x loop values): bounds analyze's time and memory
 MAX_BUFFERS = 64
+ADDRESS_LIMIT = 1 << 32  # a raw byte offset beyond this is refused here (the buffer check names the range)
 MAX_ACCESSES = 256
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+_ACCESS_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]{0,63}")  # ASCII only: no bidi or zero-width characters
 # C++ keywords and the names the printed declarations use themselves (analyze part 3)
 CPP_RESERVED = frozenset(
     "alignas alignof asm auto bool break case catch char class const constexpr continue decltype default delete do "
@@ -325,10 +328,19 @@ def load_spec(path: str | Path) -> KernelSpec:
 
 
 _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser when present: ~5x faster
+MAX_YAML_DEPTH = 50
+MAX_YAML_VALUES = 1 << 21  # values after aliases expand: a 1 MiB file holds ~500,000; an alias bomb billions
+MAX_CONSTANTS = 4096  # tile: and constants: names together (a kernel uses a few dozen)
+# YAML 1.1 reads `010` as 8 and `1:30` as 90 (base 60): both silently wrong for a size, so both are refused
+_OCTAL = re.compile(r"[-+]?0[0-7_]+")
+_SEXAGESIMAL = re.compile(r"[-+]?[0-9][0-9_]*(:[0-5]?[0-9])+(\.[0-9_]*)?")
+# what a YAML stream may not hold (the YAML 1.1 printable set, as yaml.reader checks it), to name its position
+_NOT_YAML = re.compile("[^\x09\x0a\x0d\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
 class _StrictLoader(_SAFE_LOADER):
-    """safe_load that refuses a key given twice in one mapping (YAML would silently keep the last)."""
+    """safe_load that refuses a key given twice in one mapping (YAML would silently keep the last) and the
+    YAML 1.1 numbers that read as something else than they look (``010`` is 8, ``1:30`` is 90)."""
 
 
 def _mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
@@ -349,12 +361,39 @@ def _mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) 
     return loader.construct_mapping(node, deep=deep)
 
 
+def _number(loader: _StrictLoader, node: yaml.ScalarNode) -> Any:
+    text = str(node.value)
+    if _OCTAL.fullmatch(text):
+        digits = text.replace("_", "").lstrip("+-")
+        value = int(digits, 8)
+        raise yaml.constructor.ConstructorError(
+            None, None, f"{text} is a YAML 1.1 octal number ({value}); write {value}, or "
+            f"{int(digits)} without the leading 0 if you meant decimal", node.start_mark)  # fmt: skip
+    if _SEXAGESIMAL.fullmatch(text):
+        raise yaml.constructor.ConstructorError(
+            None, None, f"{text} is a YAML 1.1 base-60 number; quote it (\"{text}\") or write the value",
+            node.start_mark)  # fmt: skip
+    tag = node.tag.rsplit(":", 1)[-1]
+    return loader.construct_yaml_int(node) if tag == "int" else loader.construct_yaml_float(node)
+
+
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
-MAX_YAML_DEPTH = 50
+_StrictLoader.add_constructor("tag:yaml.org,2002:int", _number)
+_StrictLoader.add_constructor("tag:yaml.org,2002:float", _number)
 
 
 def load_yaml(text: str, source: str, *, multi: bool = False) -> Any:
-    """YAML (one document, or all of them with ``multi``) with duplicate keys and deep nesting refused."""
+    """YAML (one document, or all of them with ``multi``) within the spec's budgets: every YAML file smemtile
+    reads (specs, ``--space``, ``--shapes``, catalogues, stdin) goes through here. Refused, with one line:
+    a key given twice, ``010``/``1:30`` (YAML 1.1 octal/base 60), nesting over ``MAX_YAML_DEPTH``, aliases
+    that expand to over ``MAX_YAML_VALUES`` values (an alias bomb) or refer to themselves, and characters YAML
+    forbids (a NUL byte) with their line and column. The size budget is the reader's (``fileio``)."""
+    bad = _NOT_YAML.search(text)
+    if bad:
+        line = text.count("\n", 0, bad.start()) + 1
+        column = bad.start() - (text.rfind("\n", 0, bad.start()) + 1) + 1
+        raise SpecError(f"malformed YAML at line {line}, column {column}: character {printable(bad.group())} "
+                        "is not allowed in YAML", source=source)  # fmt: skip
     depth = max_depth = 0
     for ch in text:  # flow and block nesting both open with [ { or indentation; bound the brackets cheaply
         if ch in "[{":
@@ -371,12 +410,6 @@ def load_yaml(text: str, source: str, *, multi: bool = False) -> Any:
             docs = [d for d in yaml.load_all(text, Loader=_StrictLoader) if d is not None]
         else:
             docs = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
-        deepest = _nesting(docs) - (1 if multi else 0)
-        if deepest > MAX_YAML_DEPTH:  # block-style nesting (indentation), which the bracket count cannot see
-            raise SpecError(
-                f"YAML nested {deepest} levels deep; a spec needs at most {MAX_YAML_DEPTH}", source=source
-            )
-        return docs
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -384,21 +417,52 @@ def load_yaml(text: str, source: str, *, multi: bool = False) -> Any:
         raise SpecError(f"malformed YAML{where}: {problem}", source=source) from None
     except RecursionError:
         raise SpecError("YAML nested too deeply", source=source) from None
+    deepest, values = _measure(docs, source)
+    deepest -= 1 if multi else 0
+    if deepest > MAX_YAML_DEPTH:  # block-style nesting (indentation), which the bracket count cannot see
+        raise SpecError(
+            f"YAML nested {deepest} levels deep; a spec needs at most {MAX_YAML_DEPTH}", source=source
+        )
+    if values > MAX_YAML_VALUES:
+        raise SpecError(f"YAML aliases (*name) expand to over {MAX_YAML_VALUES} values; at most {MAX_YAML_VALUES} "
+                        "are read (an alias bomb?)", source=source)  # fmt: skip
+    return docs
 
 
-def _nesting(doc: Any) -> int:
-    """How deeply lists and mappings nest in ``doc`` (iterative: any depth is measured without recursion)."""
-    deepest, stack = 0, [(doc, 1)]
+def _measure(doc: Any, source: str) -> tuple[int, int]:
+    """(nesting depth, values after aliases expand) of ``doc``, in time linear in its *distinct* lists and
+    mappings: an alias shares its object, so each is measured once (a walk of the expanded tree would take
+    exponential time on an alias bomb). A list or mapping that contains itself is refused."""
+    done: dict[int, tuple[int, int]] = {}
+    active: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(doc, False)]
     while stack:
-        node, d = stack.pop()
-        if isinstance(node, dict):
-            stack.extend((v, d + 1) for v in node.values())
-        elif isinstance(node, list):
-            stack.extend((v, d + 1) for v in node)
-        else:
+        node, children_done = stack.pop()
+        if not isinstance(node, (dict, list)) or (id(node) in done and not children_done):
             continue
-        deepest = max(deepest, d)
-    return deepest
+        kids = list(node.values()) if isinstance(node, dict) else node
+        if not children_done:
+            if id(node) in active:
+                raise SpecError("a YAML alias refers to a list or mapping that contains it", source=source)
+            active.add(id(node))
+            stack.append((node, True))
+            for k in kids:
+                if isinstance(k, (dict, list)):
+                    if id(k) in active:
+                        raise SpecError("a YAML alias refers to a list or mapping that contains it",
+                                        source=source)  # fmt: skip
+                    stack.append((k, False))
+            continue
+        active.discard(id(node))
+        depth, values = 1, 1 + len(node)
+        for k in kids:
+            if isinstance(k, (dict, list)):
+                d, v = done[id(k)]
+                depth, values = max(depth, d + 1), values + v - 1
+        done[id(node)] = (depth, min(values, MAX_YAML_VALUES + 1))
+    if not isinstance(doc, (dict, list)):
+        return 0, 1
+    return done[id(doc)]
 
 
 def parse_spec(text: str, source: str = "<spec>") -> KernelSpec:
@@ -419,6 +483,9 @@ def spec_from_dict(doc: dict, source: str = "<spec>") -> KernelSpec:
         sec = doc.get(section) or {}
         if not isinstance(sec, dict):
             raise SpecError("must be a mapping of NAME: integer", key=section, source=source)
+        if len(env) + len(sec) > MAX_CONSTANTS:
+            raise SpecError(f"{len(env) + len(sec)} tile and constants names; a spec has at most {MAX_CONSTANTS}",
+                            key=section, source=source)  # fmt: skip
         for k, v in sec.items():
             if not str(k).isidentifier() or k in BUILTIN_VARS:
                 raise SpecError(f"invalid constant name {k!r}", key=f"{section}.{k}", source=source)
@@ -583,7 +650,16 @@ def _text(doc: dict, key: str, source: str) -> str:
         return ""
     if not isinstance(v, (str, int)) or isinstance(v, bool):
         raise SpecError(f"must be text, got {type(v).__name__}", key=key, source=source)
-    return str(v)
+    text = str(v)
+    allowed = "\n\t" if key == "description" else ""  # a description may have lines; a name is one line
+    for n, ch in enumerate(text):
+        if ch not in allowed and (unicodedata.category(ch) in _HIDDEN or ch in "\u2028\u2029"):
+            raise SpecError(f"character {printable(ch)} at position {n + 1} is a control or invisible character "
+                            "(bidi, zero-width); write plain text", key=key, source=source)  # fmt: skip
+    return text
+
+
+_HIDDEN = ("Cc", "Cf", "Co", "Cn", "Cs")  # control, format (bidi, zero-width), private, unassigned, surrogate
 
 
 def _buffer(b: Any, i: int, env: dict, source: str) -> Buffer:
@@ -731,6 +807,10 @@ def _access(a: Any, i: int, env: dict, buffers: dict, threads: int | None, sourc
         )
     _unknown(a, ACCESS_KEYS, where, source)
     name = str(a.get("name", f"access{i}"))
+    # names reach C++ comments, YAML, terminals and HTML: plain words only
+    if not _ACCESS_NAME.fullmatch(name):
+        raise SpecError(f"name {printable(name)!r} is not a plain name: at most 64 letters, digits, _ . or -, "
+                        "starting with a letter or _", key=f"{where}.name", source=source)  # fmt: skip
     where = f"accesses.{name}"
     if "buffer" not in a:
         raise SpecError("missing key 'buffer'", key=where, source=source)
@@ -795,6 +875,11 @@ def _access(a: Any, i: int, env: dict, buffers: dict, threads: int | None, sourc
                 key=f"{where}.addresses",
                 source=source,
             )
+        far = next((j for j, x in enumerate(raw) if not -ADDRESS_LIMIT < x < ADDRESS_LIMIT), None)
+        if far is not None:
+            raise SpecError(f"lane {far} byte offset {raw[far]} is outside 0..{buf.bytes() - 1} ({buf.bytes()} "
+                            f"bytes of buffer {printable(buf.name)})", key=f"{where}.addresses",
+                            source=source)  # fmt: skip
         addresses = tuple(raw)
     modes = [
         m
