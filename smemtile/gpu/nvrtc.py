@@ -268,3 +268,59 @@ def _compile(
         nvrtc_version=nvrtc_version(),
         ptx=ptx,
     )
+
+
+_LOG_ERROR = re.compile(r"^(?P<file>.*?)\((?P<line>\d+)\): (?:catastrophic )?error[^:]*: (?P<msg>.*)$")
+
+
+def first_error(log: str, filename: str) -> str:
+    """The first error of an NVRTC log as one ``file:line: error: message`` line."""
+    for ln in log.splitlines():
+        if m := _LOG_ERROR.match(ln.strip()):
+            return f"{m['file']}:{m['line']}: error: {m['msg'].strip()}"
+    for ln in log.splitlines():
+        if "error" in ln.lower():
+            return ln.strip()
+    return f"{filename}: NVRTC failed: {log.strip().splitlines()[0] if log.strip() else 'no log'}"
+
+
+def compile_ptx(
+    source: str,
+    arch: str,
+    *,
+    filename: str = "kernel.cu",
+    defines: dict[str, str] | None = None,
+    include_dirs: tuple[str, ...] = (),
+    options: tuple[str, ...] = (),
+) -> str:
+    """PTX of ``source`` for ``arch`` with ``-lineinfo`` (``.loc`` per instruction) and ``--define-macro`` per
+    ``defines``; NVRTC finds ``#include "..."`` files in ``include_dirs``. A compile error raises
+    :class:`CompileError` whose message is the log's first error as one line (the full log in ``.log``)."""
+    nvrtc = _nvrtc()
+    err, prog = nvrtc.nvrtcCreateProgram(source.encode(), filename.encode(), 0, [], [])
+    _check(nvrtc, err, "create program")
+    try:
+        arch_flag = arch if arch.startswith(("sm_", "compute_")) else f"sm_{arch}"
+        opts = ["--std=c++17", "-lineinfo", f"-arch={arch_flag}"]
+        opts += [f"--define-macro={k}={v}" for k, v in (defines or {}).items()]
+        opts += [f"--include-path={d}" for d in include_dirs]
+        opts += list(options)
+        enc = [o.encode() for o in opts]
+        (status,) = nvrtc.nvrtcCompileProgram(prog, len(enc), enc)
+        err, size = nvrtc.nvrtcGetProgramLogSize(prog)
+        _check(nvrtc, err, "log size")
+        buf = b" " * size
+        (err,) = nvrtc.nvrtcGetProgramLog(prog, buf)
+        log = buf.rstrip(b"\x00 ").decode(errors="replace")
+        if int(status) != 0:
+            e = CompileError(first_error(log, filename))
+            e.log = log
+            raise e
+        err, size = nvrtc.nvrtcGetPTXSize(prog)
+        _check(nvrtc, err, "PTX size")
+        ptx_buf = b" " * size
+        (err,) = nvrtc.nvrtcGetPTX(prog, ptx_buf)
+        _check(nvrtc, err, "PTX")
+        return ptx_buf.rstrip(b"\x00 ").decode(errors="replace")
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)

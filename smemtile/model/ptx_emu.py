@@ -1,0 +1,316 @@
+"""A CPU emulator of a kernel's address arithmetic: the sampled warps of a PTX entry, 32 lanes in lockstep.
+
+It returns what the GPU recording returns (one :class:`WarpRecord` per execution of a shared-memory
+instruction by a sampled warp) so the bank model, the fix and the spec never ask which one they have.
+
+What it models:
+- registers as numpy arrays of 32 lanes (integers as their bit patterns in int64, floats in float64,
+  predicates as bools); integer, predicate, conversion and basic float instructions are evaluated exactly
+  (``add sub mul[.lo/.hi/.wide] mad mul24 mad24 div rem min max abs neg shl shr and or xor not cnot lop3 bfe bfi
+  prmt popc clz brev shf setp selp slct cvt cvta isspacep mov shfl vote activemask``);
+- special registers (``%tid %ntid %ctaid %nctaid %laneid %warpid %nwarpid``, clocks read 0);
+- control flow with a program counter per lane: each step runs the lowest PC's lanes together (a branch
+  splits them; they reconverge where their PCs meet again), ``ret``/``exit`` retire lanes, barriers are no-ops
+  (one warp runs at a time);
+- memory: ``ld.param`` reads the arguments; a pointer argument is a buffer whose loads return its ``fill``
+  (zeros, ones, iota = the element index, random = a fixed hash); shared memory is a byte array per warp
+  (this warp's stores are read back, the rest is zero); other stores are ignored.
+An instruction it does not know writes *poison*: harmless while it only feeds data, but an address, a branch
+predicate or a loop bound computed from it stops the emulation with that instruction named.
+Work is bounded: ``max_steps`` instructions per warp (the warp is cut short with a note).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from smemtile.errors import SpecError
+from smemtile.model.inspect_args import KernelArg, WarpRecord
+from smemtile.model.ptx import Statement, parse_body, shared_alignments, shared_arrays
+from smemtile.model.spec import DTYPES
+
+LANES = 32
+GLOBAL_BASE = 1 << 40  # argument k's buffer starts at GLOBAL_BASE + k * GLOBAL_STRIDE (a generic address)
+GLOBAL_STRIDE = 1 << 34
+SHARED_GENERIC = 1 << 47  # generic address of shared window offset 0 (cvta.shared adds it)
+MAX_STEPS = 2_000_000
+_LANE = np.arange(LANES, dtype=np.int64)
+
+
+class EmulationError(SpecError):
+    """The kernel needs something the emulator does not model (named in the message). Exit 1."""
+
+    exit_code = 1
+
+
+@dataclass(frozen=True)
+class Poison:
+    """The value of an instruction the emulator does not evaluate."""
+
+    stmt: Statement
+
+    def __str__(self) -> str:
+        return f"line {self.stmt.ptx_line} `{self.stmt.text}`"
+
+
+def shared_layout(ptx: str, entry: str) -> dict[str, tuple[int, int]]:
+    """PTX symbol -> (offset in the CTA's shared window, size): static variables in declaration order at their
+    alignment, then the dynamic ``extern`` ones (size 0: they run to the end of the window) aligned to 16."""
+    sizes, aligns = shared_arrays(ptx, entry), shared_alignments(ptx, entry)
+    out, off = {}, 0
+    for sym, size in sizes.items():
+        if size:
+            a = max(aligns.get(sym, 1), 1)
+            off = (off + a - 1) // a * a
+            out[sym] = (off, size)
+            off += size
+    dyn = (off + 15) // 16 * 16
+    for sym, size in sizes.items():
+        if not size:
+            out[sym] = (dyn, 0)
+    return out
+
+
+def _bits(t: str) -> int:
+    m = re.search(r"(\d+)", t)
+    return int(m.group(1)) if m else 32
+
+
+def _typ(opcode: str) -> str:
+    for p in reversed(opcode.split(".")):
+        if re.fullmatch(r"(?:[bsuf]\d+|pred|f16x2|bf16x2|bf16)", p):
+            return p
+    return "b32"
+
+
+def _as_int(v: np.ndarray, bits: int, signed: bool) -> np.ndarray:
+    if v.dtype == np.float64:
+        v = (v.astype(np.float32).view(np.int32).astype(np.int64) if bits <= 32 else v.view(np.int64)).copy()
+    elif v.dtype == np.bool_:
+        v = v.astype(np.int64)
+    if bits >= 64:
+        return v.astype(np.int64)
+    m = (1 << bits) - 1
+    v = v & m
+    if signed:
+        v = np.where(v >= 1 << (bits - 1), v - (1 << bits), v)
+    return v
+
+
+def _as_float(v: np.ndarray, bits: int) -> np.ndarray:
+    if v.dtype == np.float64:
+        return v
+    if bits == 32:
+        return (v & 0xFFFFFFFF).astype(np.uint32).view(np.float32).astype(np.float64)
+    if bits == 64:
+        return v.astype(np.int64).view(np.float64)
+    return v.astype(np.float64)
+
+
+def _norm(v: np.ndarray, t: str) -> np.ndarray:
+    """A result of type ``t`` as stored in a register."""
+    if t == "pred":
+        return v.astype(bool)
+    if t.startswith("f") and t[1:].isdigit() and t != "f16":
+        return np.asarray(v, dtype=np.float64) if t in ("f32", "f64") else v
+    return _as_int(np.asarray(v, dtype=np.int64) if v.dtype != np.float64 else v, _bits(t), False)
+
+
+class _Warp:
+    """One warp's state and its interpreter loop."""
+
+    def __init__(self, emu: Emulator, block: tuple[int, int, int], warp: int):
+        self.emu = emu
+        self.block = block
+        self.warp = warp
+        bx, by, bz = emu.block_dim
+        tid = warp * LANES + _LANE
+        self.present = tid < bx * by * bz
+        self.tid = (tid % bx, tid // bx % by, tid // (bx * by))
+        self.regs: dict[str, object] = {}
+        self.smem = np.zeros(emu.window, dtype=np.uint8)
+
+    # ---- operands -----------------------------------------------------------------------------------------
+    def read(self, op: str, st: Statement) -> np.ndarray | Poison:
+        op = op.strip()
+        if op.startswith("{"):
+            raise EmulationError(f"a vector operand where a scalar was expected: {st.text}")
+        neg = op.startswith("!")
+        if neg:
+            op = op[1:]
+        if op.startswith("%"):
+            v = self.regs.get(op)
+            if v is None:
+                v = self.special(op, st)
+            if neg and not isinstance(v, Poison):
+                v = ~np.asarray(v, dtype=bool)
+            return v
+        return self.emu.immediate(op, st)
+
+    def special(self, name: str, st: Statement) -> np.ndarray:
+        base, _, axis = name.partition(".")
+        k = "xyz".find(axis) if axis else 0
+        e = self.emu
+        full = lambda x: np.full(LANES, x, dtype=np.int64)  # noqa: E731
+        if base == "%tid":
+            return self.tid[k].astype(np.int64)
+        if base == "%ntid":
+            return full(e.block_dim[k])
+        if base == "%ctaid":
+            return full(self.block[k])
+        if base == "%nctaid":
+            return full(e.grid[k])
+        if base == "%laneid":
+            return _LANE.copy()
+        if base == "%warpid":
+            return full(self.warp)
+        if base == "%nwarpid":
+            return full(-(-e.block_dim[0] * e.block_dim[1] * e.block_dim[2] // LANES))
+        if base in ("%clock", "%clock64", "%globaltimer", "%smid", "%nsmid", "%gridid"):
+            return full(0)
+        if base in ("%dynamic_smem_size", "%total_smem_size"):
+            return full(e.dynamic_smem if base == "%dynamic_smem_size" else e.window)
+        if base == "%lanemask_lt":
+            return (1 << _LANE) - 1
+        if base == "%lanemask_eq":
+            return 1 << _LANE
+        # a register never written yet (a loop-carried value before its first definition reads 0 in PTX's
+        # uninitialised-register semantics; NVVM emits none of those for valid code)
+        return np.zeros(LANES, dtype=np.int64)
+
+    def write(self, dst: str, v, mask: np.ndarray) -> None:
+        dst = dst.strip()
+        if "|" in dst:  # setp p|q: q gets the complement
+            p, q = dst.split("|")
+            self.write(p, v, mask)
+            if not isinstance(v, Poison):
+                self.write(q, ~v, mask)
+            return
+        if dst == "_":
+            return
+        old = self.regs.get(dst)
+        if isinstance(v, Poison) or mask.all() or old is None or isinstance(old, Poison):
+            self.regs[dst] = v if not isinstance(v, np.ndarray) or mask.all() else np.where(mask, v, 0 * v)
+            return
+        if old.dtype != v.dtype:
+            old = old.astype(v.dtype)
+        self.regs[dst] = np.where(mask, v, old)
+
+    # ---- the loop -----------------------------------------------------------------------------------------
+    def run(self, sink) -> int:
+        body = self.emu.body
+        stmts = body.statements
+        n = len(stmts)
+        pc = np.zeros(LANES, dtype=np.int64)
+        live = self.present.copy()
+        steps = 0
+        while live.any():
+            cur = int(pc[live].min())
+            if cur >= n:
+                break
+            group = live & (pc == cur)
+            st = stmts[cur]
+            steps += 1
+            if steps > self.emu.max_steps:
+                return steps
+            mask = group
+            if st.predicate:
+                p = self.read(st.predicate[1:], st)
+                if isinstance(p, Poison):
+                    raise EmulationError(f"PTX line {st.ptx_line}: the guard of `{st.text}` depends on {p}, which "
+                                         "the emulator does not evaluate")  # fmt: skip
+                mask = group & np.asarray(p, dtype=bool)
+            head = st.opcode.split(".", 1)[0]
+            nxt = cur + 1
+            if head == "bra":
+                target = body.labels.get(st.operands[0].strip())
+                if target is None:
+                    raise EmulationError(f"PTX line {st.ptx_line}: branch to an unknown label in `{st.text}`")
+                pc[mask] = target
+                pc[group & ~mask] = nxt
+                continue
+            if head in ("ret", "exit", "trap"):
+                live &= ~mask
+                pc[group & ~mask] = nxt
+                continue
+            if mask.any():
+                self.emu.execute(self, st, mask, sink)
+            pc[group] = nxt
+        return steps
+
+
+class Emulator:
+    """The kernel's entry, launch and arguments; :meth:`run` emulates the sampled warps."""
+
+    def __init__(self, ptx: str, entry: str, instrs, *, grid, block, dynamic_smem: int,
+                 args: list[KernelArg], params: list[tuple[str, str]], max_steps: int = MAX_STEPS):  # fmt: skip
+        from smemtile.model import ptx_ops  # the instruction semantics
+
+        self.ops = ptx_ops
+        self.body = parse_body(ptx, entry)
+        self.grid = tuple(grid) + (1,) * (3 - len(grid))
+        self.block_dim = tuple(block) + (1,) * (3 - len(block))
+        self.dynamic_smem = int(dynamic_smem)
+        self.layout = shared_layout(ptx, entry)
+        static = max((o + s for o, s in self.layout.values()), default=0)
+        dyn = max((o for o, s in self.layout.values() if s == 0), default=(static + 15) // 16 * 16)
+        self.window = max(static, dyn + self.dynamic_smem, 16)
+        self.max_steps = max_steps
+        self.index = {(i.ptx_line, i.text): i.index for i in instrs}
+        self.params = {}
+        self.buffers: list[tuple[int, int, KernelArg]] = []
+        for k, ((ptype, name), a) in enumerate(zip(params, args, strict=True)):
+            if a.kind == "array":
+                base = GLOBAL_BASE + k * GLOBAL_STRIDE
+                self.params[name] = (base, ptype)
+                self.buffers.append((base, a.count * DTYPES[a.dtype], a))
+            else:
+                self.params[name] = (a.value, ptype)
+
+    def immediate(self, op: str, st: Statement):
+        return self.ops.immediate(self, op, st)
+
+    def execute(self, w: _Warp, st: Statement, mask: np.ndarray, sink) -> None:
+        self.ops.execute(self, w, st, mask, sink)
+
+    def run(self, sample) -> tuple[list[WarpRecord], dict]:
+        """Records of the first ``sample.blocks`` blocks (linear order) x warps ``0..sample.warps-1``, at most
+        ``sample.executions`` per instruction per warp; and {"executions": {index: count}, "dropped": n,
+        "notes": [...]}, the same summary the GPU recording returns."""
+        gx, gy, gz = self.grid
+        bx, by, bz = self.block_dim
+        warps = -(-bx * by * bz // LANES)
+        records: list[WarpRecord] = []
+        executions: dict[int, int] = {}
+        notes: list[str] = []
+        dropped = 0
+        for b in range(min(sample.blocks, gx * gy * gz)):
+            block = (b % gx, b // gx % gy, b // (gx * gy))
+            for wi in range(min(sample.warps, warps)):
+                counts: dict[int, int] = {}
+
+                def sink(index: int, active: int, addrs: np.ndarray, _block=block, _wi=wi, _c=counts) -> None:
+                    nonlocal dropped
+                    _c[index] = _c.get(index, 0) + 1
+                    executions[index] = executions.get(index, 0) + 1
+                    if _c[index] <= sample.executions:
+                        records.append(WarpRecord(index, _block, _wi, active, tuple(int(a) for a in addrs)))
+                    else:
+                        dropped += 1
+
+                steps = _Warp(self, block, wi).run(sink)
+                if steps > self.max_steps:
+                    notes.append(f"block {block} warp {wi}: stopped after {self.max_steps} PTX instructions "
+                                 "(the emulator's bound); its later accesses are missing")  # fmt: skip
+        return records, {"executions": executions, "dropped": dropped, "notes": notes}
+
+
+def emulate(ptx: str, entry: str, instrs, *, grid, block, dynamic_smem: int, args: list[KernelArg],
+            params: list[tuple[str, str]], sample, max_steps: int = MAX_STEPS) -> tuple[list[WarpRecord], dict]:  # fmt: skip
+    """Emulate the sampled warps of ``entry`` on the CPU; the same result shape as the GPU ``record``."""
+    emu = Emulator(ptx, entry, instrs, grid=grid, block=block, dynamic_smem=dynamic_smem, args=args,
+                   params=params, max_steps=max_steps)  # fmt: skip
+    return emu.run(sample)

@@ -1,0 +1,614 @@
+"""What each PTX instruction does to one warp's state, for the emulator in :mod:`smemtile.model.ptx_emu`.
+
+Integers are evaluated exactly at their PTX width (two's complement, C's truncating ``div``/``rem``, PTX's
+clamped shifts); f32/f64 arithmetic is evaluated in float64 rounded to the type (values feed only data);
+f16/bf16 math, textures, tensor-core results and anything else unknown write *poison* (see ptx_emu).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from smemtile.model.ptx import Statement, split_operands
+from smemtile.model.ptx_emu import (
+    GLOBAL_BASE,
+    GLOBAL_STRIDE,
+    LANES,
+    SHARED_GENERIC,
+    EmulationError,
+    Poison,
+    _as_float,
+    _as_int,
+    _bits,
+    _norm,
+    _typ,
+)
+from smemtile.model.spec import DTYPES
+
+_LANE = np.arange(LANES, dtype=np.int64)
+_TYPES = re.compile(r"(?:[bsuf](?:8|16|32|64)|pred)")
+_NOOPS = ("bar", "barrier", "membar", "fence", "prefetch", "prefetchu", "griddepcontrol", "nanosleep", "discard",
+          "applypriority", "pmevent", "trap", "brkpt", "setmaxnreg", "wgmma", "tcgen05", "cp", "call")  # fmt: skip
+_FLOAT1 = {"abs": np.abs, "neg": np.negative, "sqrt": np.sqrt, "rsqrt": lambda x: 1 / np.sqrt(x),
+           "rcp": lambda x: 1 / x, "ex2": np.exp2, "lg2": np.log2, "sin": np.sin, "cos": np.cos,
+           "tanh": np.tanh}  # fmt: skip
+_FLOAT2 = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "min": np.fmin,
+           "max": np.fmax, "copysign": lambda a, b: np.copysign(b, a)}  # fmt: skip
+_CMP = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater,
+        "ge": np.greater_equal, "lo": np.less, "ls": np.less_equal, "hi": np.greater, "hs": np.greater_equal}  # fmt: skip
+
+
+def immediate(emu, op: str, st: Statement):
+    """A literal or a symbol as 32 lanes (a shared variable's address is its window offset)."""
+    full = lambda x, dt=np.int64: np.full(LANES, x, dtype=dt)  # noqa: E731
+    if re.fullmatch(r"0[fF][0-9a-fA-F]{8}", op):
+        return full(np.array([int(op[2:], 16)], dtype=np.uint32).view(np.float32)[0], np.float64)
+    if re.fullmatch(r"0[dD][0-9a-fA-F]{16}", op):
+        return full(np.array([int(op[2:], 16)], dtype=np.uint64).view(np.float64)[0], np.float64)
+    m = re.fullmatch(r"(-?)(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9]\d*)[uU]?", op)
+    if m:
+        v = (
+            int(m.group(2), 16)
+            if m.group(2)[:2].lower() == "0x"
+            else int(m.group(2), 8 if m.group(2)[0] == "0" else 10)
+        )
+        v = -v if m.group(1) else v
+        if v >= 1 << 63:
+            v -= 1 << 64
+        return full(v)
+    if re.fullmatch(r"-?\d+\.\d*(?:[eE][-+]?\d+)?", op):
+        return full(float(op), np.float64)
+    sym, _, off = op.partition("+")
+    sym = sym.strip()
+    extra = int(off, 0) if off.strip().lstrip("-").isdigit() else 0
+    if sym in emu.layout:
+        return full(emu.layout[sym][0] + extra)
+    if sym == "WARP_SZ":
+        return full(32)
+    return Poison(st)
+
+
+def _dsts(op: str) -> list[str]:
+    op = op.strip()
+    return [x.strip() for x in split_operands(op[1:-1])] if op.startswith("{") else [op]
+
+
+def _addr(w, op: str, st: Statement) -> np.ndarray | Poison:
+    """An address operand ``[reg+off]`` / ``[sym+off]`` as int64 lanes."""
+    inner = op.strip()[1:-1].strip()
+    m = re.fullmatch(r"([%\w$.]+)\s*(?:([+-])\s*(0x[0-9a-fA-F]+|\d+))?", inner)
+    if not m:
+        return Poison(st)
+    base = w.read(m.group(1), st) if m.group(1).startswith("%") else immediate(w.emu, m.group(1), st)
+    if isinstance(base, Poison):
+        return base
+    off = int(m.group(3), 0) if m.group(3) else 0
+    return _as_int(base, 64, True) + (-off if m.group(2) == "-" else off)
+
+
+def _space(parts: list[str]) -> str:
+    for p in parts[1:]:
+        s = p.split("::")[0]
+        if s in ("shared", "global", "local", "param", "const"):
+            return s
+    return "generic"
+
+
+def _shared_offsets(emu, st: Statement, a: np.ndarray, mask: np.ndarray, space: str, size: int):
+    """(offsets, lanes in shared) of an address; an offset outside the window stops the emulation."""
+    if space == "shared":
+        off, on = a & 0xFFFFFFFF, mask.copy()
+    elif space == "generic":
+        off = a - SHARED_GENERIC
+        on = mask & (off >= 0) & (off < emu.window)
+    else:
+        return None, None
+    bad = on & ((off < 0) | (off + size > emu.window))
+    if bad.any():
+        lane = int(np.flatnonzero(bad)[0])
+        raise EmulationError(f"PTX line {st.ptx_line} `{st.text}`: lane {lane} addresses shared byte "
+                             f"{int(off[lane])}, outside the {emu.window}-byte shared window (dynamic shared "
+                             "memory: --smem)")  # fmt: skip
+    return off, on
+
+
+def _record(emu, st: Statement, off: np.ndarray, on: np.ndarray, sink) -> None:
+    idx = emu.index.get((st.ptx_line, st.text))
+    if idx is not None and on.any():
+        sink(idx, int(np.sum(1 << _LANE[on])), np.where(on, off, 0))
+
+
+def _smem_read(w, off: np.ndarray, on: np.ndarray, size: int) -> np.ndarray:
+    v = np.zeros(LANES, dtype=np.int64)
+    o = np.where(on, off, 0)
+    for b in range(size):
+        v |= w.smem[o + b].astype(np.int64) << (8 * b)
+    return np.where(on, v, 0)
+
+
+def _smem_write(w, off: np.ndarray, on: np.ndarray, size: int, v: np.ndarray) -> None:
+    idx = np.flatnonzero(on)
+    for b in range(size):
+        w.smem[off[idx] + b] = ((v[idx] >> (8 * b)) & 0xFF).astype(np.uint8)
+
+
+def _global_read(emu, a: np.ndarray, t: str) -> np.ndarray:
+    """A load from an argument buffer: its fill at the element index (0 outside every buffer)."""
+    out = np.zeros(LANES, dtype=np.float64)
+    for base, nbytes, arg in emu.buffers:
+        inside = (a >= base) & (a < base + nbytes)
+        if not inside.any() or arg.fill == "zeros":
+            continue
+        idx = (a - base) // DTYPES[arg.dtype]
+        if arg.fill == "ones":
+            val = np.ones(LANES)
+        elif arg.fill == "iota":
+            val = idx.astype(np.float64)
+        else:  # random: a fixed hash of the index in [0, 1) (floats) or [0, 2**31) (integers)
+            h = (idx * 2654435761 + 12345) % (1 << 32)
+            val = h / float(1 << 32) if arg.dtype[0] == "f" else (h >> 1).astype(np.float64)
+        out = np.where(inside, val, out)
+    if t[0] == "f":
+        return out
+    return _norm(out.astype(np.int64), t)
+
+
+def _ints(w, ops, st, bits: int, signed: bool):
+    vals = []
+    for o in ops:
+        v = w.read(o, st)
+        if isinstance(v, Poison):
+            return v
+        vals.append(_as_int(np.asarray(v), bits, signed))
+    return vals
+
+
+def _floats(w, ops, st, bits: int):
+    vals = []
+    for o in ops:
+        v = w.read(o, st)
+        if isinstance(v, Poison):
+            return v
+        vals.append(_as_float(np.asarray(v), bits))
+    return vals
+
+
+def _f_round(v: np.ndarray, t: str) -> np.ndarray:
+    return v.astype(np.float32).astype(np.float64) if t == "f32" else v
+
+
+def _trunc_div(a, b, rem: bool):
+    b1 = np.where(b == 0, 1, b)
+    q = np.abs(a) // np.abs(b1) * np.sign(a) * np.sign(b1)
+    return a - q * b1 if rem else q
+
+
+def _int_op(head: str, parts: list[str], t: str, x: list[np.ndarray], st: Statement) -> np.ndarray | None:
+    bits, signed = _bits(t), t[0] == "s"
+    mode = next((p for p in parts if p in ("lo", "hi", "wide")), "lo")
+    a = x[0]
+    if head in ("add", "sub"):
+        return a + x[1] if head == "add" else a - x[1]
+    if head in ("mul", "mad", "mul24", "mad24"):
+        if head.endswith("24"):
+            a, b = _as_int(a, 24, signed), _as_int(x[1], 24, signed)
+        else:
+            b = x[1]
+        if mode == "hi":
+            if bits == 64:
+                p = np.array([(int(i) * int(j)) >> 64 for i, j in zip(a, b, strict=True)], dtype=object)
+                r = np.array([int(v) & ((1 << 64) - 1) for v in p], dtype=np.uint64).view(np.int64)
+            elif signed:
+                r = (a * b) >> bits
+            else:
+                r = ((a.astype(np.uint64) * b.astype(np.uint64)) >> np.uint64(bits)).astype(np.int64)
+        else:
+            r = a * b  # int64 wraps modulo 2**64: the low bits (lo) and the 2x-wide product are exact
+        if head.startswith("mad"):
+            r = r + (_as_int(x[2], 2 * bits if mode == "wide" else bits, signed))
+        return r
+    if head in ("div", "rem"):
+        return _trunc_div(a, x[1], head == "rem")
+    if head in ("min", "max"):
+        return np.minimum(a, x[1]) if head == "min" else np.maximum(a, x[1])
+    if head == "abs":
+        return np.abs(a)
+    if head == "neg":
+        return -a
+    if head == "not":
+        return ~a
+    if head == "cnot":
+        return (a == 0).astype(np.int64)
+    if head in ("and", "or", "xor"):
+        f = {"and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor}[head]
+        return f(_as_int(a, bits, False), _as_int(x[1], bits, False))
+    if head == "shl":
+        n = _as_int(x[1], 32, False)
+        return np.where(n >= bits, 0, _as_int(a, bits, False) << np.minimum(n, 63))
+    if head == "shr":
+        n = np.minimum(_as_int(x[1], 32, False), bits)
+        if signed:
+            return a >> np.minimum(n, 63)
+        return np.where(n >= bits, 0, _as_int(a, bits, False) >> np.minimum(n, 63))
+    if head == "popc":
+        u = _as_int(a, bits, False)
+        return np.array([bin(int(v) & ((1 << bits) - 1)).count("1") for v in u], dtype=np.int64)
+    if head == "clz":
+        u = _as_int(a, bits, False)
+        return np.array([bits - (int(v) & ((1 << bits) - 1)).bit_length() for v in u], dtype=np.int64)
+    if head == "brev":
+        u = _as_int(a, bits, False)
+        return np.array([int(f"{int(v):0{bits}b}"[::-1], 2) for v in u], dtype=np.int64)
+    if head == "bfe":
+        pos, ln = x[1] & 0xFF, x[2] & 0xFF
+        u = _as_int(a, bits, False)
+        r = (u >> np.minimum(pos, 63)) & ((np.int64(1) << np.minimum(ln, 63)) - 1)
+        if signed:
+            top = np.where(ln > 0, (r >> np.maximum(ln - 1, 0)) & 1, 0)
+            r = np.where(top == 1, r - (np.int64(1) << np.minimum(ln, 63)), r)
+        return r
+    if head == "bfi":
+        pos, ln = x[3] & 0xFF, x[4] & 0xFF
+        m = ((np.int64(1) << np.minimum(ln, 63)) - 1) << np.minimum(pos, 63)
+        return (_as_int(x[1], bits, False) & ~m) | ((_as_int(a, bits, False) << np.minimum(pos, 63)) & m)
+    if head == "lop3":
+        lut = int(x[3][0])
+        r = np.zeros(LANES, dtype=np.int64)
+        m = (1 << bits) - 1
+        for i in range(8):
+            if lut >> i & 1:
+                r |= (
+                    (a if i & 4 else ~a & m) & (x[1] if i & 2 else ~x[1] & m) & (x[2] if i & 1 else ~x[2] & m)
+                )
+        return r
+    if head == "shf":
+        n = x[2] & 0xFFFFFFFF
+        n = np.minimum(n, 32) if "clamp" in parts else n & 31
+        both = (_as_int(x[1], 32, False) << 32) | _as_int(a, 32, False)
+        if "l" in parts:
+            return ((both.astype(np.uint64) << n.astype(np.uint64)) >> np.uint64(32)).astype(np.int64)
+        return (both.astype(np.uint64) >> n.astype(np.uint64)).astype(np.int64)
+    if head == "prmt":
+        a32, b32, c = _as_int(a, 32, False), _as_int(x[1], 32, False), x[2]
+        both = (b32 << 32) | a32
+        r = np.zeros(LANES, dtype=np.int64)
+        for k in range(4):
+            s = (c >> (4 * k)) & 0xF
+            byte = (both >> (8 * (s & 7))) & 0xFF
+            byte = np.where(s & 8, np.where(byte & 0x80, 0xFF, 0), byte)
+            r |= byte << (8 * k)
+        return r
+    if head == "sad":
+        return np.abs(a - x[1]) + x[2]
+    return None
+
+
+def execute(emu, w, st: Statement, mask: np.ndarray, sink) -> None:
+    parts = st.opcode.split(".")
+    head = parts[0]
+    ops = st.operands
+    t = _typ(st.opcode)
+    if head in ("ld", "ldu", "st", "atom", "red", "ldmatrix", "stmatrix") or st.opcode.startswith("cp.async"):
+        return _memory(emu, w, st, parts, mask, sink)
+    if head in _NOOPS or head == "mbarrier" and not ops or head in ("ret", "exit"):
+        return None
+    if head == "mbarrier":
+        if any(p in ("try_wait", "test_wait") for p in parts):
+            w.write(ops[0], np.ones(LANES, dtype=bool), mask)
+        elif ops and ops[0].startswith("%"):
+            w.write(ops[0], np.zeros(LANES, dtype=np.int64), mask)
+        return None
+    if head == "mov":
+        return _mov(w, st, t, mask)
+    if head in ("setp", "set"):
+        return _setp(w, st, parts, t, mask)
+    if head in ("selp", "slct"):
+        v = [w.read(o, st) for o in ops[1:4]]
+        if any(isinstance(x, Poison) for x in v):
+            return w.write(ops[0], next(x for x in v if isinstance(x, Poison)), mask)
+        cond = np.asarray(v[2], dtype=bool) if head == "selp" else _as_int(v[2], 32, True) >= 0
+        return w.write(ops[0], _norm(np.where(cond, v[0], v[1]), t), mask)
+    if head == "cvt":
+        return _cvt(w, st, parts, mask)
+    if head == "cvta":
+        v = _ints(w, ops[1:2], st, 64, False)
+        if isinstance(v, Poison):
+            return w.write(ops[0], v, mask)
+        to = "to" in parts
+        shared = "shared" in [p.split("::")[0] for p in parts]
+        r = v[0] + (0 if not shared else (-SHARED_GENERIC if to else SHARED_GENERIC))
+        return w.write(ops[0], _norm(r, t), mask)
+    if head == "isspacep":
+        v = _ints(w, ops[1:2], st, 64, False)
+        if isinstance(v, Poison):
+            return w.write(ops[0], v, mask)
+        if "shared" in [p.split("::")[0] for p in parts]:
+            r = (v[0] >= SHARED_GENERIC) & (v[0] < SHARED_GENERIC + emu.window)
+        elif "global" in parts:
+            r = (v[0] >= GLOBAL_BASE) & (v[0] < GLOBAL_BASE + GLOBAL_STRIDE * max(len(emu.buffers), 1))
+        else:
+            r = np.zeros(LANES, dtype=bool)
+        return w.write(ops[0], r, mask)
+    if head in ("shfl", "vote", "activemask", "redux", "elect"):
+        return _warp_op(w, st, parts, t, mask)
+    if t in ("f32", "f64") and (head in _FLOAT1 or head in _FLOAT2 or head in ("fma", "mad")):
+        x = _floats(w, ops[1:], st, _bits(t))
+        if isinstance(x, Poison):
+            return w.write(ops[0], x, mask)
+        with np.errstate(all="ignore"):
+            if head in ("fma", "mad"):
+                r = x[0] * x[1] + x[2]
+            elif head in _FLOAT2:
+                r = _FLOAT2[head](x[0], x[1])
+            else:
+                r = _FLOAT1[head](x[0])
+        return w.write(ops[0], _f_round(r, t), mask)
+    if t == "pred" and head in ("and", "or", "xor", "not"):
+        v = [w.read(o, st) for o in ops[1:]]
+        if any(isinstance(x, Poison) for x in v):
+            return w.write(ops[0], next(x for x in v if isinstance(x, Poison)), mask)
+        b = [np.asarray(x, dtype=bool) for x in v]
+        r = (
+            ~b[0]
+            if head == "not"
+            else {"and": np.logical_and, "or": np.logical_or, "xor": np.logical_xor}[head](b[0], b[1])
+        )
+        return w.write(ops[0], r, mask)
+    if t[0] in "bsu" and head not in ("addc", "subc", "madc"):
+        bits = _bits(t)
+        x = _ints(w, ops[1:], st, bits, t[0] == "s")
+        if isinstance(x, Poison):
+            return w.write(ops[0], x, mask)
+        r = _int_op(head, parts, t, x, st)
+        if r is not None:
+            mode = "wide" in parts
+            return w.write(ops[0], _norm(r, f"{t[0]}{2 * bits}" if mode else t), mask)
+    for d in _dsts(ops[0]) if ops and not ops[0].startswith("[") else []:
+        for dd in d.split("|"):
+            if dd.startswith("%"):
+                w.write(dd, Poison(st), mask)
+    return None
+
+
+def _mov(w, st: Statement, t: str, mask) -> None:
+    d, s = st.operands[0], st.operands[1]
+    if s.startswith("{"):  # pack
+        parts = [w.read(x, st) for x in _dsts(s)]
+        if any(isinstance(p, Poison) for p in parts):
+            return w.write(d, next(p for p in parts if isinstance(p, Poison)), mask)
+        k = _bits(t) // len(parts)
+        r = np.zeros(LANES, dtype=np.int64)
+        for i, p in enumerate(parts):
+            r |= _as_int(np.asarray(p), k, False) << (k * i)
+        return w.write(d, _norm(r, t), mask)
+    v = w.read(s, st)
+    if d.startswith("{"):  # unpack
+        outs = _dsts(d)
+        k = _bits(t) // len(outs)
+        for i, o in enumerate(outs):
+            w.write(o, v if isinstance(v, Poison) else (_as_int(np.asarray(v), _bits(t), False) >> (k * i)) & (
+                (1 << k) - 1), mask)  # fmt: skip
+        return None
+    if isinstance(v, Poison):
+        return w.write(d, v, mask)
+    v = np.asarray(v)
+    if t in ("f32", "f64"):
+        v = _as_float(v, _bits(t)) if v.dtype != np.float64 else v
+    elif t == "pred":
+        v = v.astype(bool)
+    else:
+        v = _norm(v, t)
+    return w.write(d, v, mask)
+
+
+def _setp(w, st: Statement, parts: list[str], t: str, mask) -> None:
+    ops = st.operands
+    cmp = parts[1]
+    boolop = parts[2] if len(parts) > 3 and parts[2] in ("and", "or", "xor") else None
+    if t[0] == "f":
+        x = _floats(w, ops[1:3], st, _bits(t))
+    else:
+        x = _ints(w, ops[1:3], st, _bits(t), t[0] == "s")
+    if isinstance(x, Poison):
+        return w.write(ops[0], x, mask)
+    base = cmp[:-1] if t[0] == "f" and cmp.endswith("u") and cmp[:-1] in _CMP else cmp
+    if cmp == "num":
+        r = ~np.isnan(x[0]) & ~np.isnan(x[1])
+    elif cmp == "nan":
+        r = np.isnan(x[0]) | np.isnan(x[1])
+    elif base in _CMP:
+        with np.errstate(all="ignore"):
+            r = _CMP[base](x[0], x[1])
+        if base != cmp:
+            r = r | np.isnan(x[0]) | np.isnan(x[1])
+    else:
+        return w.write(ops[0], Poison(st), mask)
+    if boolop:
+        c = w.read(ops[3], st)
+        if isinstance(c, Poison):
+            return w.write(ops[0], c, mask)
+        c = np.asarray(c, dtype=bool)
+        r = {"and": np.logical_and, "or": np.logical_or, "xor": np.logical_xor}[boolop](r, c)
+    return w.write(ops[0], np.asarray(r, dtype=bool), mask)
+
+
+def _cvt(w, st: Statement, parts: list[str], mask) -> None:
+    types = [p for p in parts[1:] if _TYPES.fullmatch(p)]
+    d, s = st.operands[0], st.operands[1]
+    if len(types) < 2 or "16" in types[0] and types[0][0] == "f" or "16" in types[1] and types[1][0] == "f":
+        return w.write(d, Poison(st), mask)
+    dt, stype = types[0], types[1]
+    v = w.read(s, st)
+    if isinstance(v, Poison):
+        return w.write(d, v, mask)
+    v = np.asarray(v)
+    if stype[0] == "f":
+        x = _as_float(v, _bits(stype))
+        if dt[0] == "f":
+            return w.write(d, _f_round(x, dt), mask)
+        rnd = {"rni": np.rint, "rmi": np.floor, "rpi": np.ceil}.get(
+            next((p for p in parts if p.endswith("i")), ""), np.trunc
+        )
+        with np.errstate(all="ignore"):
+            r = np.nan_to_num(rnd(x)).astype(np.int64)
+        return w.write(d, _norm(r, dt), mask)
+    x = _as_int(v, _bits(stype), stype[0] == "s")
+    if dt[0] == "f":
+        return w.write(d, _f_round(x.astype(np.float64), dt), mask)
+    if "sat" in parts and dt[0] in "su":
+        bits = _bits(dt)
+        lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if dt[0] == "s" else (0, (1 << bits) - 1)
+        x = np.clip(x, lo, hi)
+    return w.write(d, _norm(x, dt), mask)
+
+
+def _warp_op(w, st: Statement, parts: list[str], t: str, mask) -> None:
+    ops = st.operands
+    head = parts[0]
+    bitmask = int(np.sum(1 << _LANE[mask]))
+    if head == "activemask":
+        return w.write(ops[0], np.full(LANES, bitmask, dtype=np.int64), mask)
+    if head == "elect":
+        leader = int(np.flatnonzero(mask)[0])
+        outs = ops[0].split("|")
+        if outs[0].strip() != "_":
+            w.write(outs[0], np.full(LANES, leader, dtype=np.int64), mask)
+        if len(outs) > 1:
+            w.write(outs[1], _LANE == leader, mask)
+        return None
+    if head == "vote":
+        p = w.read(ops[1], st)
+        if isinstance(p, Poison):
+            return w.write(ops[0], p, mask)
+        p = np.asarray(p, dtype=bool) & mask
+        kind = parts[2] if parts[1] == "sync" else parts[1]
+        if kind == "ballot":
+            return w.write(ops[0], np.full(LANES, int(np.sum(1 << _LANE[p])), dtype=np.int64), mask)
+        on = p[mask]
+        r = {"all": on.all(), "any": on.any(), "uni": on.all() or not on.any()}[kind]
+        return w.write(ops[0], np.full(LANES, r, dtype=bool), mask)
+    if head == "redux":
+        x = _ints(w, ops[1:2], st, 32, "s32" in parts)
+        if isinstance(x, Poison):
+            return w.write(ops[0], x, mask)
+        vals = x[0][mask]
+        kind = parts[2] if parts[1] == "sync" else parts[1]
+        f = {"add": np.sum, "min": np.min, "max": np.max, "and": np.bitwise_and.reduce,
+             "or": np.bitwise_or.reduce, "xor": np.bitwise_xor.reduce}.get(kind)  # fmt: skip
+        if f is None:
+            return w.write(ops[0], Poison(st), mask)
+        return w.write(ops[0], _norm(np.full(LANES, int(f(vals)), dtype=np.int64), t), mask)
+    # shfl.sync.mode.b32 d[|p], a, b, c, membermask (PTX ISA: the source lane j and its validity)
+    mode = parts[2] if parts[1] == "sync" else parts[1]
+    a = w.read(ops[1], st)
+    bc = _ints(w, ops[2:4], st, 32, False)
+    if isinstance(bc, Poison) or isinstance(a, Poison):
+        return w.write(ops[0], bc if isinstance(bc, Poison) else a, mask)
+    b, c = bc
+    seg = (c >> 8) & 0x1F
+    maxl = (_LANE & seg) | (c & 0x1F & ~seg)
+    minl = _LANE & seg
+    j = {"up": _LANE - b, "down": _LANE + b, "bfly": _LANE ^ b, "idx": minl | (b & 0x1F & ~seg)}[mode]
+    ok = j >= maxl if mode == "up" else j <= maxl
+    j = np.where(ok, j, _LANE) & 31
+    outs = ops[0].split("|")
+    w.write(outs[0], np.asarray(a)[j], mask)
+    if len(outs) > 1:
+        w.write(outs[1], ok, mask)
+    return None
+
+
+def _memory(emu, w, st: Statement, parts: list[str], mask, sink) -> None:
+    head = parts[0]
+    ops = st.operands
+    space = _space(parts)
+    t = _typ(st.opcode)
+    brackets = [i for i, o in enumerate(ops) if o.startswith("[")]
+    if st.opcode.startswith("cp.async"):
+        if not brackets or "commit_group" in parts or "wait_group" in parts or "wait_all" in parts:
+            return None
+        names = [p.split("::")[0] for p in parts[2:] if p.split("::")[0] in ("shared", "global")]
+        k = names.index("shared") if "shared" in names else 0
+        k = min(k, len(brackets) - 1)
+        a = _addr(w, ops[brackets[k]], st)
+        if isinstance(a, Poison):
+            raise EmulationError(f"PTX line {st.ptx_line}: the address of `{st.text}` depends on {a}")
+        size = next((int(o) for o in ops if re.fullmatch(r"\d+", o)), 16)
+        off, on = _shared_offsets(emu, st, a, mask, "shared", 1)
+        _record(emu, st, off, on, sink)
+        return None
+    addr_op = ops[brackets[0]] if brackets else None
+    if addr_op is None:
+        return None
+    if space == "param":
+        name = addr_op[1:-1].strip()
+        name, _, off = name.partition("+")
+        val = emu.params.get(name.strip())
+        if val is None or off.strip():
+            return w.write(ops[0], Poison(st), mask)
+        return w.write(ops[0], _norm(np.full(LANES, val[0], dtype=np.int64 if isinstance(val[0], int) else
+                                              np.float64), t), mask)  # fmt: skip
+    a = _addr(w, addr_op, st)
+    if isinstance(a, Poison):
+        raise EmulationError(f"PTX line {st.ptx_line}: the address of `{st.text}` depends on {a}, which the "
+                             "emulator does not evaluate")  # fmt: skip
+    if head in ("ldmatrix", "stmatrix"):
+        off, on = _shared_offsets(emu, st, a, mask, "shared", 16)
+        _record(emu, st, off, on, sink)
+        if head == "ldmatrix":
+            for d in _dsts(ops[0]):
+                w.write(d, np.zeros(LANES, dtype=np.int64), mask)
+        return None
+    vec = next((int(p[1:]) for p in parts if re.fullmatch(r"v\d+", p)), 1)
+    size = max(_bits(t) // 8, 1)
+    off, on = _shared_offsets(emu, st, a, mask, space, size * vec)
+    if off is not None:
+        _record(emu, st, off, on, sink)
+    elsewhere = mask if off is None else mask & ~on
+    if head in ("ld", "ldu"):
+        for k, d in enumerate(_dsts(ops[0])):
+            if d == "_":
+                continue
+            if space == "local" or space == "const":
+                w.write(d, Poison(st), mask)
+                continue
+            v = np.zeros(LANES, dtype=np.int64) if on is None else _smem_read(w, off + k * size, on, size)
+            v = _as_float(v, _bits(t)) if t[0] == "f" and t in ("f32", "f64") else _norm(v, t)
+            if elsewhere.any():
+                g = _global_read(emu, a + k * size, t)
+                v = np.where(elsewhere, g, v)
+            w.write(d, v, mask)
+        return None
+    if head == "st":
+        if on is None or not on.any():
+            return None
+        for k, s in enumerate(_dsts(ops[brackets[0] + 1])):
+            v = w.read(s, st)
+            if isinstance(v, Poison):
+                continue  # poisoned data stays zero in shared memory
+            _smem_write(w, off + k * size, on, size, _as_int(np.asarray(v), _bits(t), False))
+        return None
+    # atom / red: shared ones update the warp's shared memory lane by lane (the hardware serialises them)
+    kind = next((p for p in parts[1:] if p in ("add", "inc", "dec", "exch", "cas", "min", "max", "and", "or",
+                                               "xor")), "add")  # fmt: skip
+    val_ops = ops[brackets[0] + 1 :]
+    vals = _ints(w, val_ops, st, _bits(t), t[0] == "s") if t[0] != "f" else _floats(w, val_ops, st, _bits(t))
+    old = np.zeros(LANES, dtype=np.int64)
+    if on is not None and on.any() and not isinstance(vals, Poison) and t[0] != "f":
+        for lane in np.flatnonzero(on):
+            o = int(off[lane])
+            cur = int(_smem_read(w, np.full(LANES, o), _LANE == lane, size)[lane])
+            old[lane] = cur
+            b = int(vals[0][lane])
+            new = {"add": cur + b, "exch": b, "min": min(cur, b), "max": max(cur, b), "and": cur & b,
+                   "or": cur | b, "xor": cur ^ b, "inc": 0 if cur >= b else cur + 1,
+                   "dec": b if cur == 0 or cur > b else cur - 1,
+                   "cas": int(vals[1][lane]) if len(vals) > 1 and cur == b else cur}[kind]  # fmt: skip
+            _smem_write(
+                w, np.full(LANES, o), _LANE == lane, size, np.full(LANES, new & ((1 << (8 * size)) - 1))
+            )
+    if head == "atom" and ops[0].startswith("%"):
+        w.write(ops[0], _norm(old, t) if t[0] != "f" else old.astype(np.float64), mask)
+    return None
