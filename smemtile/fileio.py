@@ -6,16 +6,24 @@ Reading (specs, ``--batch`` CSV, ``--space``, caches)::
     for block in read_blocks(path, what="CSV file"):   # streamed, whole lines: bounded memory for any size
         ...
 
-    - ``stat`` first: a FIFO, a device (/dev/zero, /dev/urandom), a socket or a folder is refused with one line
+    - ``stat`` first: a device (/dev/zero, /dev/urandom), a socket or a folder is refused with one line
       before anything is opened, so nothing can block or read forever; the open itself is ``O_NONBLOCK`` (a path
       swapped for a FIFO after the check cannot block either) and the opened file is checked again (``fstat``).
+      A FIFO or pipe (``--batch <(command)``) is read like stdin once its writer sends data; one nobody writes
+      to is refused after ``FIFO_WAIT`` (30 s). Caches read with ``open_regular`` never open a FIFO.
     - UTF-8 strictly: a bad byte or an encoded lone surrogate is an error naming the line, never replaced.
     - Budgets, stated in the message: a spec is at most ``SPEC_BUDGET`` (1 MiB); a streamed file is read
       ``BLOCK`` (1 MiB) at a time and a line without its end after ``LINE_BUDGET`` (64 KiB) is refused.
 
-Writing (``generate -o``, ``analyze --export``, ``tune``'s winner)::
+Writing (``generate -o``, ``analyze --export``, ``measure --out``, ``tune``'s winner, the compile cache)::
 
+    check_outputs({"-o": out, "--cache": cache}, {"SPEC": spec, "--space": space})   # first, before any work
     write_text_atomic(path, text, key="-o", inputs=[spec])
+
+    0. ``check_outputs`` refuses an output that is an input or another output of the command (same inode, or
+       the same resolved path for a file not there yet); ``output_option`` reads ``-o -`` as stdout and refuses
+       ``-o ''``. Appended files (the tune cache, ``smemtile.cache``) take the same checks and are only
+       opened when regular.
 
     1. ``stat(path)`` (following a final symlink: the file the user sees): a folder, a device node, a FIFO or a
        socket is refused; so is any file that *is* one of ``inputs`` (same device and inode, whatever the name).
@@ -106,9 +114,12 @@ def _reason(e: OSError) -> str:
 
 
 def open_regular(
-    path: str | os.PathLike, *, what: str = "file", key: str | None = None
+    path: str | os.PathLike, *, what: str = "file", key: str | None = None, fifo: bool = False
 ) -> tuple[int, os.stat_result]:
-    """An fd open for reading on ``path`` after checking it is a regular file (before and after the open)."""
+    """An fd open for reading on ``path`` after checking it is a regular file (before and after the open);
+    with ``fifo`` a FIFO or pipe (``<(command)``) is accepted too, once its writer has sent data within
+    ``fifo_wait()`` seconds (the fd is then blocking, like stdin)."""
+    only = "a regular file, a FIFO or stdin" if fifo else "a regular file only"
     try:
         st = os.stat(path)
     except OSError as e:
@@ -116,17 +127,44 @@ def open_regular(
         raise _fail(path, what_is, key) from None
     except ValueError:  # an embedded NUL
         raise _fail(path, "not a valid file name", key) from None
-    if not stat.S_ISREG(st.st_mode):
-        raise _fail(path, f"is {_kind(st.st_mode)}; a {what} is read from a regular file only", key)
+    ok = stat.S_ISREG(st.st_mode) or (fifo and stat.S_ISFIFO(st.st_mode))
+    if not ok:
+        raise _fail(path, f"is {_kind(st.st_mode)}; a {what} is read from {only}", key)
     try:
-        fd = os.open(path, os.O_RDONLY | _NONBLOCK | _CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | _NONBLOCK | _CLOEXEC)  # a FIFO's read end opens at once this way
     except OSError as e:
         raise _fail(path, f"cannot read: {_reason(e)}", key) from None
     st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):  # swapped between the stat and the open
+    if stat.S_ISFIFO(st.st_mode) and fifo:
+        _await_writer(fd, path, key)
+    elif not stat.S_ISREG(st.st_mode):  # swapped between the stat and the open
         os.close(fd)
-        raise _fail(path, f"is {_kind(st.st_mode)}; a {what} is read from a regular file only", key)
+        raise _fail(path, f"is {_kind(st.st_mode)}; a {what} is read from {only}", key)
     return fd, st
+
+
+FIFO_WAIT = 30.0  # seconds a FIFO's writer has to send its first byte ($SMEMTILE_FIFO_WAIT overrides)
+
+
+def fifo_wait() -> float:
+    try:
+        return max(0.0, float(os.environ.get("SMEMTILE_FIFO_WAIT", FIFO_WAIT)))
+    except ValueError:
+        return FIFO_WAIT
+
+
+def _await_writer(fd: int, path: object, key: str | None) -> None:
+    """Wait (bounded) until the FIFO on ``fd`` has data or its writer has closed it, then make ``fd`` blocking.
+    A FIFO nobody writes to is refused after ``fifo_wait()`` seconds instead of hanging."""
+    import select
+
+    wait = fifo_wait()
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLHUP)
+    if not poller.poll(int(wait * 1000)):
+        os.close(fd)
+        raise _fail(path, f"is a FIFO (named pipe) that nothing wrote to within {wait:g} s", key)
+    os.set_blocking(fd, True)
 
 
 def decode_utf8(data: bytes, path: object, *, line_offset: int = 0, key: str | None = None) -> str:
@@ -153,9 +191,9 @@ def read_bytes(path: str | os.PathLike, *, what: str = "spec", budget: int = SPE
         if len(data) > budget:
             raise _fail("<stdin>", too_big, key)
         return data
-    fd, st = open_regular(path, what=what, key=key)
+    fd, st = open_regular(path, what=what, key=key, fifo=True)
     with os.fdopen(fd, "rb") as f:
-        if st.st_size > budget:
+        if stat.S_ISREG(st.st_mode) and st.st_size > budget:
             raise _fail(path, f"{too_big} (it has {st.st_size})", key)
         try:
             data = f.read(budget + 1)  # +1: a file that grew after the stat is still caught
@@ -181,7 +219,7 @@ def read_blocks(path: str | os.PathLike, *, what: str = "file", key: str | None 
     if str(path) == "-":
         yield from iter_blocks(_stdin(key), "<stdin>", key=key, line_budget=line_budget)
         return
-    fd, _ = open_regular(path, what=what, key=key)
+    fd, _ = open_regular(path, what=what, key=key, fifo=True)  # `--batch <(command)` is a pipe
     with os.fdopen(fd, "rb") as f:
         yield from iter_blocks(f, path, key=key, line_budget=line_budget)
 
@@ -227,6 +265,49 @@ def _size(n: int) -> str:
 # ---- writing ---------------------------------------------------------------------------------------------------
 
 
+def output_option(value: str | os.PathLike | None, key: str = "-o") -> Path | None:
+    """An output option's path: None for stdout (not given, or ``-``); an empty name is refused."""
+    if value is None or str(value) == "-":
+        return None
+    if str(value).strip() == "":
+        raise _fail("''", "is an empty file name; give a file name, or - for stdout", key)
+    return Path(value)
+
+
+def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    """Whether ``a`` and ``b`` name one file: the same device and inode when both exist (any name, hard link
+    or symlink), else the same resolved path (two names for one file that does not exist yet)."""
+    if str(a) == "-" or str(b) == "-":
+        return False
+    try:
+        sa, sb = os.stat(a), os.stat(b)
+        return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+    except (OSError, ValueError):
+        pass
+    try:
+        return os.path.realpath(a) == os.path.realpath(b)
+    except (OSError, ValueError):
+        return False
+
+
+def check_outputs(outputs: dict[str, str | os.PathLike | None],
+                  inputs: dict[str, str | os.PathLike | None]) -> None:  # fmt: skip
+    """Before a command does any work: refuse an output (``{"--cache": path, "-o": path}``) that is one of its
+    inputs (``{"SPEC": path, "--space": path}``) or another of its outputs, with one line naming both, and one
+    that is a device, a FIFO or a socket (a folder is left to the writer: ``tune -o DIR`` takes one)."""
+    outs = [(k, v) for k, v in outputs.items() if v is not None and str(v) != "-"]
+    for i, (key, path) in enumerate(outs):
+        if not os.path.isdir(path):  # a device, a FIFO or a dangling name is refused now, not after the work
+            _check_target(Path(path), key, ())
+        for what, src in inputs.items():
+            if src is not None and same_file(path, src):
+                raise _fail(path, f"is the input {what} ({printable(src)}); refusing to overwrite it (choose "
+                                  "another file name)", key)  # fmt: skip
+        for other, opath in outs[:i]:
+            if same_file(path, opath):
+                raise _fail(path, f"is also the output of {other}; give each output its own file", key)
+
+
 def write_text_atomic(path: str | os.PathLike, text: str, *, key: str = "-o",
                       inputs: Iterable[str | os.PathLike] = (), make_parents: bool = False) -> Path:  # fmt: skip
     """Write ``text`` (UTF-8) to ``path`` safely and atomically; see the module docstring. Returns the path."""
@@ -236,7 +317,10 @@ def write_text_atomic(path: str | os.PathLike, text: str, *, key: str = "-o",
 
 def write_bytes_atomic(path: str | os.PathLike, data: bytes, *, key: str = "-o",
                        inputs: Iterable[str | os.PathLike] = (), make_parents: bool = False) -> Path:  # fmt: skip
+    """``write_text_atomic`` of bytes: every file smemtile writes whole (outputs, exports, compile caches)."""
     target = Path(path)
+    if str(path).strip() == "":
+        raise _fail("''", "is an empty file name; give a file name", key)
     if target.name in ("", ".", "..") or str(path).endswith(os.sep):
         raise _fail(path, "is a folder; give a file name", key)
     mode = _check_target(target, key, inputs)
@@ -290,6 +374,8 @@ def _check_target(target: Path, key: str, inputs: Iterable[str | os.PathLike]) -
         raise _fail(target, f"is {_kind(st.st_mode)}; refusing to replace it with a regular file "
                             "(give a regular file's name)", key)  # fmt: skip
     for src in inputs:
+        if str(src) == "-":
+            continue
         try:
             ist = os.stat(src)
         except (OSError, ValueError):

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import os
-import tempfile
 from pathlib import Path
 
 import click
@@ -69,28 +67,23 @@ def command(
       smemtile measure bench/catalogue_heldout.yaml --predict-only --out predictions.json
       smemtile measure bench/catalogue_heldout.yaml --out measured.json
     """
-    import yaml
-
     from smemtile.codegen.microkernel import catalogue_patterns
+    from smemtile.fileio import check_outputs, output_option, printable, read_text, write_text_atomic
+    from smemtile.model.spec import load_yaml
 
-    if not catalogue.is_file():
-        raise SpecError("no such catalogue file", source=str(catalogue))
-    try:
-        raw = yaml.safe_load(catalogue.read_text())
-    except (OSError, UnicodeDecodeError) as e:
-        raise SpecError(f"cannot read: {e}", source=str(catalogue)) from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise SpecError(
-            f"malformed YAML{where}: {getattr(e, 'problem', None) or 'invalid'}", source=str(catalogue)
-        ) from None
+    if out is not None and str(out) == "-":  # `--out -`: the JSON document on stdout
+        as_json = True
+    out = output_option(out, "--out")
+    # the one reader (a regular file or FIFO, 1 MiB, strict UTF-8) and the one YAML loader (duplicate keys,
+    # 010, alias bombs refused); --out never replaces the catalogue
+    check_outputs({"--out": out}, {"CATALOGUE": catalogue})
+    raw = load_yaml(read_text(catalogue, what="catalogue"), printable(catalogue))
     arch, patterns = catalogue_patterns(raw, str(catalogue))
     names = [p.name for p in patterns]
     head = {"catalogue": str(catalogue), "description": str((raw or {}).get("description", "")),
             "date": _dt.date.today().isoformat(), "model": "smemtile.model.banks"}  # fmt: skip
     if out is not None and not (out.parent if str(out.parent) else Path(".")).is_dir():
-        raise SpecError(f"folder {str(out.parent)!r} does not exist", key="--out")
+        raise SpecError(f"folder {printable(out.parent)!r} does not exist", key="--out")
     if predict_only:
         from smemtile.codegen.microkernel import build_module
         from smemtile.gpu.microkernel import predict
@@ -105,8 +98,8 @@ def command(
                "(smemtile measure) beside the bank model's prediction",
                **measure_patterns(patterns, arch, device=device, use_ncu=not no_ncu)}  # fmt: skip
     assert [p["name"] for p in doc["patterns"]] == names
-    if out is not None:
-        _write(out, json.dumps(doc, indent=1) + "\n")
+    if out is not None:  # fileio: no device, FIFO or catalogue; a symlink kept; mode 0666 & ~umask
+        write_text_atomic(out, json.dumps(doc, indent=1) + "\n", key="--out", inputs=[catalogue])
     if as_json:
         emit_json(doc)
     else:
@@ -115,17 +108,3 @@ def command(
         render_measure(doc)
         if out is not None:
             click.echo(f"wrote {out}")
-
-
-def _write(path: Path, text: str) -> None:
-    """Atomically: a temporary file beside it, then rename."""
-    folder = path.parent if str(path.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
