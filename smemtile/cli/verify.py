@@ -96,6 +96,8 @@ def command(
     from smemtile.pipeline.specs import load
 
     res = load(spec)
+    if compile_only:
+        _require_nvrtc()
     if res.config is None:  # an analysis-only spec: its accesses run as a synthesized microkernel
         if stages:
             raise SpecError(
@@ -136,3 +138,21 @@ def command(
         raise VerificationFailed(
             f"{r['variant']} variant ({r['name_expression']}) is wrong: {r['mismatch_text']}"
         )
+
+
+def _require_nvrtc() -> None:
+    """--compile-only is the compile: without NVRTC there is nothing to report, so exit 3 (no CUDA), never 0."""
+    from smemtile.errors import NoDevice, SmemtileError
+    from smemtile.gpu.nvrtc import nvrtc_version
+
+    try:
+        nvrtc_version()
+    except NoDevice:
+        raise
+    except SmemtileError as e:
+        raise NoDevice(f"NVRTC cannot be used ({e}); --compile-only needs it") from None
+    except Exception as e:  # the bindings import but libnvrtc does not load
+        raise NoDevice(
+            f"NVRTC cannot be loaded ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
+            "pip install nvidia-cuda-nvrtc"
+        ) from None
