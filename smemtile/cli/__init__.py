@@ -23,6 +23,7 @@ _COMMANDS = {
     "verify": "verify",
     "tune": "tune",
     "measure": "measure",
+    "samples": "samples",
 }
 
 

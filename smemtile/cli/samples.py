@@ -1,0 +1,108 @@
+"""`smemtile samples [--copy DIR]`: the sample specs shipped in the package (smemtile/samples/ in the wheel).
+
+Each is listed with one line: its ``name:`` (the title `analyze` prints), else the first sentence of its opening
+comment. ``--copy DIR`` writes them all into DIR (created if missing) after checking that none of them is there
+yet: an existing file is refused with one line (exit 2) and nothing is written.
+"""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+from pathlib import Path
+
+import click
+
+from smemtile.cli.common import console, emit_json, json_option
+from smemtile.errors import SpecError
+from smemtile.fileio import printable
+
+
+def sample_dir():
+    """The packaged samples folder (an importlib.resources Traversable: a folder of the installed package)."""
+    return resources.files("smemtile") / "samples"
+
+
+def sample_files() -> list:
+    return sorted((p for p in sample_dir().iterdir() if p.name.endswith(".yaml")), key=lambda p: p.name)
+
+
+def describe(text: str) -> str:
+    """One line for a sample: its top-level ``name:``, else the first sentence of its leading comment."""
+    m = re.search(r"^name:\s*(.+?)\s*$", text, flags=re.M)
+    if m:
+        return m.group(1).strip("'\"")
+    comment = []
+    for line in text.splitlines():
+        if not line.startswith("#"):
+            break
+        comment.append(line.lstrip("#").strip())
+    first = re.split(r"(?<=\.)\s", " ".join(comment), maxsplit=1)[0]
+    return first.rstrip(".:")
+
+
+def samples_list() -> list[dict]:
+    return [{"file": p.name, "description": describe(p.read_text(encoding="utf-8"))} for p in sample_files()]
+
+
+@click.command(
+    "samples",
+    short_help="List the shipped sample specs, or copy them into a folder.",
+    epilog="""\b
+Examples:
+  smemtile samples
+  smemtile samples --copy samples     # then every --help example runs as written
+  smemtile samples --json""",
+)
+@click.option(
+    "--copy",
+    "copy",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Write every sample into DIR (created if missing); refused, with nothing written, if one exists.",
+)
+@json_option
+def command(copy: Path | None, as_json: bool) -> None:
+    """The sample specs shipped with smemtile, each with one line on what it shows.
+
+    The `--help` examples name them as samples/NAME.yaml: in a clone of the repository they are there; anywhere
+    else `smemtile samples --copy samples` writes them first.
+    """
+    items = samples_list()
+    written: list[str] = []
+    if copy is not None:
+        written = _copy(copy)
+    if as_json:
+        doc: dict = {"samples": items}
+        if copy is not None:
+            doc["copied"] = {"folder": str(copy), "files": written}
+        emit_json(doc)
+        return
+    from smemtile.report.banks import Grid
+
+    con = console()
+    if copy is not None:
+        con.print(f"wrote {len(written)} samples into {printable(copy)}/")
+        return
+    con.print(Grid(None, ["sample", "what it shows"], [[i["file"], i["description"]] for i in items], left=2,
+                   wrap_last=True))  # fmt: skip
+    con.print("Run one: smemtile analyze samples/gemm_a_column.yaml (outside a clone: smemtile samples --copy "
+              "samples first)")  # fmt: skip
+
+
+def _copy(folder: Path) -> list[str]:
+    """Every sample into ``folder``: all targets checked before the first is written (nothing half-written)."""
+    from smemtile.fileio import write_text_atomic
+
+    if folder.exists() and not folder.is_dir():
+        raise SpecError(f"{printable(folder)} is a file, not a folder", key="--copy")
+    files = sample_files()
+    for p in files:
+        target = folder / p.name
+        if target.exists() or target.is_symlink():
+            raise SpecError(f"{printable(target)} already exists; refusing to overwrite it (nothing was written: "
+                            "remove it or copy into another folder)", key="--copy")  # fmt: skip
+    out = []
+    for p in files:
+        write_text_atomic(folder / p.name, p.read_text(encoding="utf-8"), key="--copy", make_parents=True)
+        out.append(p.name)
+    return out
