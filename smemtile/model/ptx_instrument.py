@@ -194,10 +194,15 @@ def _locate(lines: list[str], instr: Any, lo: int, hi: int, used: set[int]) -> i
     """Index of the line holding ``instr`` (0-based): its ``ptx_line`` if the text matches there, else the
     nearest line in the entry with the same text."""
     want = _norm_text(instr.text)
+
+    def same(line: str) -> bool:  # the text may stop early (a statement cut at a vector operand's brace)
+        have = _norm_text(line)
+        return bool(want) and (have == want or have.startswith(want.rstrip(",")))
+
     i = int(instr.ptx_line) - 1
-    if lo <= i < hi and i not in used and _norm_text(lines[i]) == want:
+    if lo <= i < hi and i not in used and same(lines[i]):
         return i
-    cands = [j for j in range(lo, hi) if j not in used and _norm_text(lines[j]) == want]
+    cands = [j for j in range(lo, hi) if j not in used and same(lines[j])]
     if not cands:
         raise SpecError(f"instruction {instr.index} ({instr.text!r}, PTX line {instr.ptx_line}) is not in the entry",
                         key="ptx")  # fmt: skip

@@ -1,0 +1,404 @@
+"""inspect's PTX rewriter (smemtile.model.ptx_instrument) without a GPU: the rewritten PTX of real kernels (NVRTC)
+assembles with ptxas for sm_90, keeps the user's code and shared memory, and the record buffer decodes; plus the
+parser of ncu's per-line source page and the argument fills (smemtile.gpu.inspect, CPU parts)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from smemtile.errors import SpecError
+from smemtile.model import ptx_instrument as PI
+from smemtile.model.ptx import SharedInstr, entry_names, shared_instructions
+
+PTXAS = shutil.which("ptxas") or next((p for p in ["/usr/local/cuda/bin/ptxas"] if Path(p).exists()), None)
+
+KERNELS = {
+    "transpose": r"""
+extern "C" __global__ void transpose(const float* in, float* out, int n) {
+  __shared__ float tile[32][32];
+  int x = blockIdx.x * 32 + threadIdx.x, y = blockIdx.y * 32 + threadIdx.y;
+  tile[threadIdx.y][threadIdx.x] = in[y * n + x];
+  __syncthreads();
+  out[(blockIdx.x * 32 + threadIdx.y) * n + blockIdx.y * 32 + threadIdx.x] = tile[threadIdx.x][threadIdx.y];
+}
+""",
+    "widths": r"""
+extern "C" __global__ void widths(int* o, const int* in) {
+  __shared__ __align__(16) char buf[4096];
+  int t = threadIdx.x;
+  buf[t] = (char)in[t];
+  ((short*)buf)[t + 64] = (short)in[t];
+  ((int*)buf)[t + 128] = in[t];
+  ((long long*)buf)[t + 128] = (long long)in[t];
+  ((float2*)buf)[t + 256] = make_float2(in[t], 1.f);
+  ((int4*)buf)[t + 128] = make_int4(t, t, t, t);
+  ((char2*)buf)[t + 32] = make_char2(t, t);
+  ((char4*)buf)[t + 32] = make_char4(t, t, t, t);
+  buf[3] = 7;
+  __syncthreads();
+  int4 v = ((int4*)buf)[t ^ 1];
+  float2 f = ((float2*)buf)[t ^ 3];
+  o[t] = buf[t ^ 5] + ((short*)buf)[t] + ((int*)buf)[t] + ((long long*)buf)[t] + v.x * v.y + v.z * v.w + (int)(f.x * f.y)
+       + ((char2*)buf)[t].y + ((char4*)buf)[t].z + buf[17];
+  unsigned a = (unsigned)__cvta_generic_to_shared(buf + t * 4);
+  unsigned r;
+  asm volatile("ld.shared.u32 %0, [%1+8];" : "=r"(r) : "r"(a));
+  o[t + 64] = r;
+}
+""",
+    "mma_ops": r"""
+extern "C" __global__ void mma_ops(int* o, const int* g) {
+  __shared__ __align__(128) unsigned short tile[64 * 64];
+  extern __shared__ __align__(16) int dyn[];
+  int t = threadIdx.x;
+  unsigned a = (unsigned)__cvta_generic_to_shared(tile + (t % 16) * 64 + (t / 16) * 8);
+  unsigned r0, r1, r2, r3;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" :: "r"((unsigned)__cvta_generic_to_shared(dyn + t)), "l"(g + t));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"((unsigned)__cvta_generic_to_shared(dyn + 256 + 4 * t)), "l"(g + 4 * t));
+  asm volatile("cp.async.wait_all;");
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(a));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];" : "=r"(r0), "=r"(r1) : "r"(a));
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1,%2,%3,%4};" :: "r"(a), "r"(r0), "r"(r1), "r"(r2), "r"(r3));
+  atomicAdd(&dyn[t % 7], 1);
+  int old = atomicMax(&dyn[t % 5 + 8], t);
+  __syncthreads();
+  o[t] = dyn[t] + old + r0 + r3;
+}
+""",
+    "generic": r"""
+__device__ __noinline__ float load_any(const float* p, int i) { return p[i]; }
+extern "C" __global__ void generic(float* out, float* p, int sel) {
+  __shared__ float s[256];
+  s[threadIdx.x] = threadIdx.x;
+  __syncthreads();
+  float* q = sel ? s : p;
+  q[threadIdx.x ^ 1] += 1.0f;
+  out[threadIdx.x] = q[threadIdx.x] + load_any(s, threadIdx.x);
+}
+""",
+    "pred": r"""
+extern "C" __global__ void pred(int* o, int n) {
+  __shared__ int s[256];
+  int t = threadIdx.x;
+  s[t] = t;
+  __syncthreads();
+  int v = 0;
+  if (t < n) v = s[(t * 3) & 255];
+  unsigned a = (unsigned)__cvta_generic_to_shared(s + t);
+  asm volatile("{\n\t.reg .pred %%pp;\n\tsetp.lt.u32 %%pp, %1, 7;\n\t@%%pp st.shared.u32 [%0], %1;\n\t"
+               "@!%%pp st.shared.u32 [%0+4], %1;\n}" :: "r"(a), "r"(t));
+  o[t] = v + s[t ^ 2];
+}
+""",
+    "dynamic": r"""
+extern "C" __global__ void dynamic(double* o) {
+  extern __shared__ double dsm[];
+  dsm[threadIdx.x] = threadIdx.x;
+  __syncthreads();
+  o[threadIdx.x] = dsm[(threadIdx.x * 2) % blockDim.x];
+}
+""",
+}
+
+
+def compile_ptx(name: str) -> str:
+    from smemtile.gpu.nvrtc import compile_cubin
+
+    return compile_cubin(KERNELS[name], [], "sm_90", options=("-lineinfo",), filename=f"{name}.cu").ptx
+
+
+_VECTOR = re.compile(
+    r"^\s*(@!?%[\w$]+\s+)?((?:ld|st)\.shared\S*\.v\d\S*|(?:ld|st)matrix\.\S+)\s.*\[([^\]]+)\]"
+)
+
+
+def instructions(ptx: str, entry: str) -> list[SharedInstr]:
+    """smemtile.model.ptx's list, plus (a local stand-in) any vector ld/st.shared or ldmatrix/stmatrix line it
+    does not list (statements with a ``{...}`` operand)."""
+    found = shared_instructions(ptx, entry)
+    have = {i.ptx_line for i in found}
+    extra = []
+    for n, line in enumerate(ptx.split("\n"), 1):
+        m = _VECTOR.match(line)
+        if not m or n in have or not _in_entry(ptx, entry, n):
+            continue
+        parts = m.group(2).split(".")
+        if parts[0] in ("ldmatrix", "stmatrix"):
+            op, width, mat = parts[0], 16, int(re.search(r"\.x(\d)", m.group(2)).group(1))
+        else:
+            vec = int(next(p[1:] for p in parts if re.fullmatch(r"v\d", p)))
+            op, width, mat = (
+                ("load" if parts[0] == "ld" else "store"),
+                vec * int(re.sub(r"\D", "", parts[-1])) // 8,
+                1,
+            )
+        extra.append(SharedInstr(0, n, line.strip().rstrip(";"), op, width, mat, ".trans" in m.group(2), "shared",
+                                 m.group(3).strip(), "", 0, None, (m.group(1) or "").strip()))  # fmt: skip
+    out = sorted([*found, *extra], key=lambda i: i.ptx_line)
+    return [SharedInstr(**{**i.to_dict(), "index": k}) for k, i in enumerate(out)]
+
+
+def _in_entry(ptx: str, entry: str, line: int) -> bool:
+    start = ptx.find(f".entry {entry}(")
+    end = ptx.find("\n}", start)
+    return ptx.count("\n", 0, start) < line <= ptx.count("\n", 0, end) + 1
+
+
+def ptxas(ptx: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    src = tmp_path / "k.ptx"
+    src.write_text(ptx)
+    return subprocess.run([PTXAS, "-arch=sm_90", "-v", str(src), "-o", str(tmp_path / "k.cubin")],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+
+
+def smem_bytes(log: str) -> dict[str, int]:
+    out, cur = {}, None
+    for line in log.splitlines():
+        if m := re.search(r"Compiling entry function '([^']+)'", line):
+            cur = m.group(1)
+        elif cur and (m := re.search(r"(\d+) bytes smem", line)):
+            out[cur] = int(m.group(1))
+        elif cur and "Used" in line and "registers" in line:
+            out.setdefault(cur, 0)
+    return out
+
+
+def without_recording(text: str) -> list[str]:
+    """The instrumented PTX with every added line taken out (and the comma before the added parameter)."""
+    keep = [ln for ln in text.split("\n") if not re.search(r"smt_|SMT_SKIP_|smemtile: |" + PI.PARAM, ln)]
+    return [ln.rstrip().rstrip(",") for ln in keep if ln.strip()]
+
+
+@pytest.mark.skipif(PTXAS is None, reason="ptxas not installed")
+@pytest.mark.parametrize("name", sorted(KERNELS))
+def test_instrumented_ptx_assembles_and_keeps_the_kernel(name, tmp_path):
+    ptx = compile_ptx(name)
+    (entry,) = [e for e in entry_names(ptx) if e == name]
+    instrs = instructions(ptx, entry)
+    assert instrs, "the kernel has shared-memory instructions"
+    out = PI.instrument(ptx, entry, instrs, PI.Sample(blocks=3, warps=2, executions=5))
+    # every instruction that can reach shared memory got a recording site, each before its own line
+    sites = re.findall(r"// smemtile: record instruction (\d+)", out)
+    assert [int(s) for s in sites] == list(range(len(instrs)))
+    for ins in instrs:
+        block = out.split(f"$SMT_SKIP_{ins.index}:\n", 1)[1].split("\n", 1)[0]
+        assert PI._norm_text(block).startswith(PI._norm_text(ins.text).rstrip(","))
+    # the user's code is untouched: taking the added lines out gives the original back
+    assert without_recording(out) == [ln.rstrip().rstrip(",") for ln in ptx.split("\n") if ln.strip()]
+    assert f".param .u64 {PI.PARAM}\n)" in out
+    a, b = ptxas(ptx, tmp_path), ptxas(out, tmp_path)
+    assert a.returncode == 0, a.stderr
+    assert b.returncode == 0, b.stderr[-2000:]
+    # the recording allocates no shared memory and leaves the kernel's own as it was
+    assert smem_bytes(b.stderr) == smem_bytes(a.stderr)
+
+
+def test_ops_and_forms_covered():
+    """The corpus above exercises what the rewriter must handle (a guard against the kernels drifting)."""
+    seen = set()
+    for name in KERNELS:
+        ptx = compile_ptx(name)
+        for ins in instructions(ptx, name):
+            base = PI._ADDR.match(ins.addr).group(1)
+            form = "sym" if not base.startswith("%") else ("r64" if base.startswith("%rd") else "r32")
+            seen |= {(ins.op, ins.width, ins.space), ("form", form), ("pred", bool(ins.predicate))}
+    for want in [("load", 1, "shared"), ("store", 2, "shared"), ("store", 4, "shared"), ("store", 8, "shared"),
+                 ("store", 16, "shared"), ("load", 16, "shared"), ("ldmatrix", 16, "shared"),
+                 ("stmatrix", 16, "shared"), ("cp.async", 4, "shared"), ("cp.async", 16, "shared"),
+                 ("atom", 4, "shared"), ("load", 4, "generic"), ("store", 4, "generic"), ("form", "sym"),
+                 ("form", "r64"), ("form", "r32"), ("pred", True)]:  # fmt: skip
+        assert want in seen, want
+
+
+def test_generic_access_checks_the_space_and_guard_is_honoured():
+    ptx = compile_ptx("generic")
+    out = PI.instrument(ptx, "generic", instructions(ptx, "generic"), PI.Sample())
+    # q[i ^ 1] += 1 (a generic ld and st) and q[i]; the __noinline__ helper's load is in a .func, not the entry
+    assert out.count("isspacep.shared") == 3
+    ptx = compile_ptx("pred")
+    instrs = instructions(ptx, "pred")
+    out = PI.instrument(ptx, "pred", instrs, PI.Sample())
+    guarded = [i for i in instrs if i.predicate]
+    assert [i.predicate for i in guarded] == ["@%pp", "@!%pp"]
+    for ins in guarded:
+        skip = f"bra \t$SMT_SKIP_{ins.index};"
+        flipped = "@!%pp" if ins.predicate == "@%pp" else "@%pp"
+        assert f"{flipped} {skip}" in out
+
+
+def test_sample_bounds_and_symbols_in_the_prologue():
+    ptx = compile_ptx("transpose")
+    out = PI.instrument(
+        ptx, "transpose", instructions(ptx, "transpose"), PI.Sample(blocks=3, warps=5, executions=7)
+    )
+    assert "setp.lt.u32 \t%smt_p0, %smt_r5, 3;" in out
+    assert "setp.lt.and.u32 \t%smt_p0, %smt_r7, 5, %smt_p0;" in out
+    assert "setp.ge.u32 \t%smt_p3, %smt_r5, 7;" in out
+    assert PI.shared_symbols(ptx, "transpose") == ["_ZZ9transposeE4tile"]
+
+
+def test_shared_symbols_skip_what_the_entry_does_not_use():
+    ptx = compile_ptx("mma_ops")
+    assert PI.shared_symbols(ptx, "mma_ops") == ["dyn", "_ZZ7mma_opsE4tile"]  # module scope first
+    two = compile_ptx("transpose") + "\n.extern .shared .align 16 .b8 unused_dyn[];\n"
+    assert "unused_dyn" not in PI.shared_symbols(two, "transpose")
+
+
+def test_errors_are_one_line():
+    ptx = compile_ptx("transpose")
+    instrs = instructions(ptx, "transpose")
+    with pytest.raises(SpecError, match="no entry 'nope'.*transpose"):
+        PI.instrument(ptx, "nope", instrs, PI.Sample())
+    once = PI.instrument(ptx, "transpose", instrs, PI.Sample())
+    with pytest.raises(SpecError, match="already instrumented"):
+        PI.instrument(once, "transpose", instrs, PI.Sample())
+    bad = SharedInstr(**{**instrs[0].to_dict(), "addr": "%rd1*4"})
+    with pytest.raises(SpecError, match="address operand"):
+        PI.instrument(ptx, "transpose", [bad], PI.Sample())
+    gone = SharedInstr(**{**instrs[0].to_dict(), "text": "st.shared.f32 [%rd99], %f9"})
+    with pytest.raises(SpecError, match="is not in the entry"):
+        PI.instrument(ptx, "transpose", [gone], PI.Sample())
+    with pytest.raises(SpecError, match="sample.warps"):
+        PI.Sample(warps=0)
+    with pytest.raises(SpecError) as e:
+        PI.instrument(ptx, "nope", instrs, PI.Sample())
+    assert "\n" not in str(e.value)
+
+
+# ---- decoding -----------------------------------------------------------------------------------------------
+
+
+def _buffer(layout: PI.BufferLayout, symbols: list[int], slots: dict, counts: dict) -> bytes:
+    words = np.zeros(layout.nbytes // 4, np.uint32)
+    words[:4] = [PI.MAGIC, layout.n_instr, len(symbols), 4096]
+    words[4 : 4 + len(symbols)] = symbols
+    s = layout.sample
+    for (b, w, k), c in counts.items():
+        words[layout.count_off + (b * s.warps + w) * layout.n_instr + k] = c
+    for (b, w, k, e), (mask, addrs) in slots.items():
+        at = layout.slot_off + PI.SLOT_WORDS * (((b * s.warps + w) * layout.n_instr + k) * s.executions + e)
+        words[at : at + 4] = [k + 1, mask, e, b * s.warps + w]
+        words[at + 4 : at + 36] = addrs
+    return words.tobytes()
+
+
+def test_layout_numbers():
+    lay = PI.BufferLayout(3, 2, PI.Sample(blocks=2, warps=4, executions=8))
+    assert lay.count_off == 32 and lay.n_counters == 24 and lay.slot_off == 64
+    assert lay.n_slots == 192 and lay.nbytes == 4 * (64 + 36 * 192)
+
+
+def test_decode_synthetic_buffer():
+    sample = PI.Sample(blocks=2, warps=2, executions=3)
+    lay = PI.BufferLayout(2, 2, sample)
+    base = 0x400
+    col = [base + 128 * lane for lane in range(32)]  # tile[lane][0]: one bank, 32 rows
+    half = [base + 2048 + 4 * lane if lane < 16 else 0 for lane in range(32)]
+    raw = PI.decode_raw(
+        _buffer(lay, [base, base + 4096], {(0, 0, 1, 0): (0xFFFFFFFF, col), (1, 1, 0, 2): (0x0000FFFF, half)},
+                {(0, 0, 1): 1, (1, 1, 0): 5, (0, 1, 0): 2}),
+        lay, ["tile", "dyn"],
+    )  # fmt: skip
+    assert raw.ran and raw.dynamic_smem == 4096
+    assert raw.symbols == {"tile": base, "dyn": base + 4096}
+    assert raw.instr.tolist() == [1, 0] and raw.block.tolist() == [0, 1] and raw.warp.tolist() == [0, 1]
+    assert raw.execution.tolist() == [0, 2] and raw.active.tolist() == [0xFFFFFFFF, 0xFFFF]
+    assert raw.executions == {0: 7, 1: 1}
+    assert raw.dropped == 2  # warp (1, 1) executed instruction 0 five times, three were recorded
+    assert PI.window_base(raw) == base
+    off = PI.lane_addresses(raw, _instrs(("load", 1), ("store", 1)))
+    assert off[0].tolist() == [128 * lane for lane in range(32)]
+    assert off[1].tolist() == [2048 + 4 * lane for lane in range(16)] + [0] * 16
+    assert PI.block_index(7, (3, 2, 2)) == (1, 0, 1)
+
+
+def _instrs(*ops):
+    return [SharedInstr(k, 1, "x", op, 16 if "matrix" in op else 4, m, False, "shared", "%r1", "", 0, None)
+            for k, (op, m) in enumerate(ops)]  # fmt: skip
+
+
+def test_decode_ldmatrix_keeps_only_row_address_lanes():
+    sample = PI.Sample(blocks=1, warps=1, executions=1)
+    lay = PI.BufferLayout(1, 1, sample)
+    addrs = [0x400 + 16 * lane for lane in range(32)]
+    raw = PI.decode_raw(
+        _buffer(lay, [0x400], {(0, 0, 0, 0): (0xFFFFFFFF, addrs)}, {(0, 0, 0): 1}), lay, ["t"]
+    )
+    off = PI.lane_addresses(raw, _instrs(("ldmatrix", 2)))
+    assert off[0].tolist() == [16 * lane for lane in range(16)] + [0] * 16
+
+
+def test_decode_rejects_inconsistent_buffers():
+    sample = PI.Sample(blocks=1, warps=1, executions=2)
+    lay = PI.BufferLayout(1, 0, sample)
+    buf = bytearray(_buffer(lay, [], {(0, 0, 0, 1): (1, [0] * 32)}, {(0, 0, 0): 2}))
+    at = 4 * (lay.slot_off + PI.SLOT_WORDS * 1)
+    buf[at + 8 : at + 12] = (0).to_bytes(4, "little")  # slot 1 claims to be execution 0
+    with pytest.raises(ValueError, match="inconsistent"):
+        PI.decode_raw(bytes(buf), lay, [])
+    with pytest.raises(ValueError, match="layout needs"):
+        PI.decode_raw(bytes(buf[:-4]), lay, [])
+    empty = PI.decode_raw(bytes(lay.nbytes), lay, [])
+    assert not empty.ran and len(empty.instr) == 0
+
+
+# ---- smemtile.gpu.inspect, CPU parts ------------------------------------------------------------------------
+
+CUDA_SASS_PAGE = """\
+"Kernel Name","transpose"
+"File Name","/tmp/x/transpose.cu"
+"Line No","Source","Address","Source","Instructions Executed","L1 Wavefronts Shared Excessive","L1 Wavefronts Shared","L1 Wavefronts Shared Ideal"
+"4","  tile[threadIdx.y][threadIdx.x] = in[y * n + x];","","","64","0","32","32"
+"","","0x7f0000000100","      LDG.E R2, desc[UR4][R2.64]","32","0","0","0"
+"","","0x7f0000000110","      STS [R5], R2","32","0","32","32"
+"7","  out[...] = tile[threadIdx.x][threadIdx.y];","","","64","992","1024","32"
+"","","0x7f0000000200","      LDS R7, [R6]","32","992","1024","32"
+"","","0x7f0000000210","      STG.E desc[UR4][R8.64], R7","32","0","0","0"
+"8","}","","","0","0","0","0"
+"""
+
+
+def test_parse_cuda_sass_source_page():
+    from smemtile.gpu.inspect import parse_source_lines
+
+    lines = parse_source_lines(CUDA_SASS_PAGE)
+    assert set(lines) == {("/tmp/x/transpose.cu", 4), ("/tmp/x/transpose.cu", 7)}
+    assert lines[("/tmp/x/transpose.cu", 7)] == {
+        "wavefronts": 1024,
+        "ideal": 32,
+        "instructions": 32,
+        "sass": ["LDS"],
+    }
+    assert lines[("/tmp/x/transpose.cu", 4)]["sass"] == ["STS"]
+    with pytest.raises(ValueError, match="Line No"):
+        parse_source_lines('"Address","Source"\n"0x1","LDS R1, [R2]"\n')
+
+
+def test_ncu_files_renamed_to_the_ptx_files():
+    from smemtile.gpu.inspect import _to_ptx_files
+
+    ptx = '.file\t1 "transpose.cu"\n'
+    got = _to_ptx_files({("/tmp/x/transpose.cu", 7): {"wavefronts": 1, "ideal": 1, "instructions": 1, "sass": []}},
+                        ptx)  # fmt: skip
+    assert list(got) == [("transpose.cu", 7)]
+
+
+def test_host_array_fills():
+    from smemtile.gpu.inspect import host_array
+    from smemtile.model.inspect_args import KernelArg
+
+    rng = np.random.default_rng(0)
+    assert host_array(KernelArg("a", "array", "f32", 5, "iota"), rng).tolist() == [0, 1, 2, 3, 4]
+    assert host_array(KernelArg("a", "array", "u8", 300, "iota"), rng)[257] == 1
+    assert host_array(KernelArg("a", "array", "bf16", 2, "ones"), rng).tolist() == [0x3F80, 0x3F80]
+    r = host_array(KernelArg("a", "array", "f32", 1000, "random"), rng)
+    assert r.dtype == np.float32 and -1 <= r.min() < -0.9 and 0.9 < r.max() < 1
+    i = host_array(KernelArg("a", "array", "i32", 1000, "random"), rng)
+    assert i.min() >= 0 and i.max() <= 255 and len(set(i.tolist())) > 200
+    assert not host_array(KernelArg("a", "array", "f64", 4, "zeros"), rng).any()
