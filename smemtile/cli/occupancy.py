@@ -151,11 +151,16 @@ def _clusters(a, blocks: int, cluster: str, sms: str | None) -> dict:
     size = parse_int(cluster, "--cluster", 1)
     if size > 16:
         raise SpecError(f"{size} CTAs per cluster; at most 16 (8 portable)", key="--cluster")
+    if size > 1 and tuple(a.cc) < CLUSTER_CC:  # no silent answer for hardware without clusters
+        raise SpecError(f"thread-block clusters need sm_{CLUSTER_CC[0]}{CLUSTER_CC[1]} or later; the target is "
+                        f"{a.name} (leave out --cluster, or give --arch sm_90)", key="--cluster")  # fmt: skip
     gpu = get_gpu(None, getattr(a, "base", a.name))
     n = parse_int(sms, "--sms", 1) if sms is not None else gpu.sms
     return {**active_clusters(blocks, size, n, gpu.key if sms is None else None), "sms": n}
 
 
+CLUSTER_CC = (9, 0)  # thread-block clusters (cudaLaunchAttributeClusterDimension) start with Hopper
+MAX_BATCH_ROWS = 1_000_000  # rows of one --batch (docs/spec.md, Budgets)
 CHUNK_ROWS = 50_000  # rows parsed, checked and computed at a time: memory is bounded whatever the file's size
 
 
@@ -169,6 +174,9 @@ def _batch(path: str, as_json: bool) -> None:
     with _Spool() as spool:
         for chunk in _chunks(read_blocks(path, what="CSV file", key="--batch"), name):
             spool.add(_arrays(chunk, name, archs, table))
+            if spool.rows > MAX_BATCH_ROWS:  # linear, ~10-15 s a million rows: the documented budget
+                raise SpecError(f"more than {MAX_BATCH_ROWS} configurations; --batch takes at most "
+                                f"{MAX_BATCH_ROWS} (split the file)", source=name)  # fmt: skip
         if spool.rows == 0:
             raise SpecError("no configurations (expected lines arch,threads,regs,static_smem,dynamic_smem)",
                             source=name)  # fmt: skip
@@ -297,8 +305,10 @@ def _header(r: list[str], n: int, name: str) -> list[str]:
     header = [c.strip().lower() for c in r]
     unknown = [c for c in header if c not in COLUMNS]
     missing = [c for c in COLUMNS[:5] if c not in header]
-    if unknown or missing:
-        what = f"unknown column {unknown[0]!r}" if unknown else f"missing column {missing[0]!r}"
+    twice = next((c for i, c in enumerate(header) if c in header[:i]), None)
+    if unknown or missing or twice:
+        what = (f"unknown column {printable(unknown[0])!r}" if unknown else f"column {twice!r} named twice"
+                if twice else f"missing column {missing[0]!r}")  # fmt: skip
         raise SpecError(f"{what}; columns: {', '.join(COLUMNS)}", source=f"{name}:{n}")
     return header
 
