@@ -1,0 +1,233 @@
+"""The Python API (smemtile.api): every result's to_dict() is exactly the CLI's --json document for the same
+input (every sample for analyze; occupancy, tiles, generate, tune --dry-run, verify --compile-only calls), specs as
+a path, a YAML string or a dict give the same answer, bad input is one SpecError line, import smemtile loads no
+CUDA, and the notebook view is escaped HTML."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import yaml
+from conftest import ROOT, SAMPLES, run_cli
+
+import smemtile
+from smemtile.errors import NoDevice, OutOfResources, SpecError
+
+
+def cli_json(*args: str) -> dict:
+    r = run_cli(*args, "--json")
+    assert r.returncode in (0, 1), r.stderr
+    return json.loads(r.stdout)
+
+
+@pytest.mark.parametrize("sample", SAMPLES, ids=lambda p: p.name)
+def test_analyze_matches_cli_json_for_every_sample(sample):
+    path = str(sample)
+    want = cli_json("analyze", path)
+    r = smemtile.analyze(path)
+    assert r.to_dict() == want
+    assert r.worst_conflict_degree == max(a["conflict_degree"] for a in want["accesses"])
+    assert r.layouts == {f["buffer"]: f["recommended"]["describe"] for f in want["fixes"]}
+
+
+def test_spec_as_path_yaml_string_and_dict_agree():
+    path = ROOT / "samples" / "gemm_a_column.yaml"
+    text = path.read_text()
+    by_path = smemtile.analyze(path).to_dict()
+    by_text = smemtile.analyze(text).to_dict()
+    by_dict = smemtile.analyze(yaml.safe_load(text)).to_dict()
+    for d in (by_text, by_dict):
+        assert d["accesses"] == by_path["accesses"]
+        assert d["fixes"] == by_path["fixes"]
+    worst = max(a["conflict_degree"] for a in by_path["accesses"])
+    assert worst == 32.0  # the column read of the 32-float rows
+    assert smemtile.analyze(text).layouts == {"As": "pad 1"}
+    assert by_text["spec"]["source"] == "<string>" and by_dict["spec"]["source"] == "<dict>"
+
+
+def test_fix_is_analyze_fixes():
+    path = str(ROOT / "samples" / "ldmatrix_f16.yaml")
+    f = smemtile.fix(path)
+    a = smemtile.analyze(path)
+    assert f.to_dict()["fixes"] == a.to_dict()["fixes"]
+    assert f.layouts == {"As": "Swizzle<3,3,3>"}
+    assert f.to_dict()["layouts"]["As"]["swizzle"] == [3, 3, 3]
+
+
+@pytest.mark.parametrize(
+    "kwargs, argv",
+    [
+        ({"arch": "sm_90", "threads": 256, "regs": 64, "smem_dynamic": "48K"},
+         ["--arch", "sm_90", "--threads", "256", "--regs", "64", "--smem-dynamic", "48K"]),
+        ({"arch": "sm_86", "threads": 128, "regs": 96, "smem_dynamic": 40960, "opt_in": False},
+         ["--arch", "sm_86", "--threads", "128", "--regs", "96", "--smem-dynamic", "40960", "--no-opt-in"]),
+        ({"arch": "sm_80", "threads": 256, "regs": 32, "smem_static": "8K", "carveout": 50},
+         ["--arch", "sm_80", "--threads", "256", "--regs", "32", "--smem-static", "8K", "--carveout", "50"]),
+        ({"arch": "sm_90", "threads": 128, "regs": 168, "smem_dynamic": "200K", "cluster": 2},
+         ["--arch", "sm_90", "--threads", "128", "--regs", "168", "--smem-dynamic", "200K", "--cluster", "2"]),
+    ],
+)  # fmt: skip
+def test_occupancy_matches_cli(kwargs, argv):
+    r = smemtile.occupancy(**kwargs)
+    assert r.to_dict() == cli_json("occupancy", *argv)
+    assert r.active_blocks == r.to_dict()["active_blocks"] >= 1
+
+
+def test_occupancy_values_and_a_block_that_does_not_fit_is_data():
+    r = smemtile.occupancy(arch="sm_90", threads=256, regs=64, smem_dynamic="48K")
+    assert (r.active_blocks, r.limiter) == (4, "shared_memory")  # 4 x (48K + 1K reserved) of 228K
+    assert r.occupancy == 0.5
+    big = smemtile.occupancy(arch="sm_90", threads=1024, regs=255)
+    assert big.active_blocks == 0 and big.to_dict()["reason"]
+
+
+@pytest.mark.parametrize(
+    "args, kwargs, argv",
+    [
+        ((4096, 4096, 4096), {"dtype": "f32", "arch": "sm_90", "top": 5}, ["4096", "4096", "4096", "--dtype", "f32",
+                                                                            "--arch", "sm_90", "--top", "5"]),
+        ((8192, 8192, 1024), {"dtype": "f16", "arch": "sm_90"}, ["8192", "8192", "1024", "--dtype", "f16",
+                                                                 "--arch", "sm_90"]),
+        ((6000, 5000, 4000), {"dtype": "bf16"}, ["6000", "5000", "4000", "--dtype", "bf16"]),
+        ((), {"family": "transpose", "rows": 8192, "cols": 8192, "dtype": "f16", "top": 3},
+         ["--family", "transpose", "8192", "8192", "--dtype", "f16", "--top", "3"]),
+        ((4096, 4096), {"family": "stencil2d", "radius": 4, "top": 4},
+         ["--family", "stencil2d", "4096", "4096", "--radius", "4", "--top", "4"]),
+    ],
+)  # fmt: skip
+def test_tiles_match_cli(args, kwargs, argv):
+    r = smemtile.tiles(*args, **kwargs)
+    assert r.to_dict() == cli_json("tiles", *argv)
+    assert r.best == r.to_dict()["candidates"][0]
+    assert r.best["rank"] == 1
+
+
+def test_tiles_yaml_specs_are_the_cli_yaml():
+    r = run_cli("tiles", "--family", "transpose", "4096", "4096", "--top", "2", "--format", "yaml")
+    assert smemtile.tiles(family="transpose", rows=4096, cols=4096, top=2).yaml_specs() == r.stdout
+    docs = list(yaml.safe_load_all(r.stdout))
+    assert len(docs) == 2 and docs[0]["kernel"]["family"] == "transpose"
+
+
+@pytest.mark.parametrize("variant", ["fixed", "baseline"])
+def test_generate_matches_cli(variant):
+    path = str(ROOT / "samples" / "transpose_32x32.yaml")
+    g = smemtile.generate(path, variant=variant)
+    want = cli_json("generate", path, "--variant", variant)
+    assert g.to_dict() == want
+    r = run_cli("generate", path, "--variant", variant)
+    assert g.source == r.stdout  # the .cu the command prints
+    assert g.name_expression in g.source
+
+
+def test_generate_writes_the_source(tmp_path):
+    g = smemtile.generate(ROOT / "samples" / "stencil_halo.yaml", compile=False)
+    out = g.write(tmp_path / "k" / "stencil.cu")
+    assert open(out).read() == g.source
+    assert g.to_dict()["family"] == "stencil2d"
+
+
+def test_tune_dry_run_matches_cli():
+    path = str(ROOT / "samples" / "transpose_32x32.yaml")
+    t = smemtile.tune(path, top=3, dry_run=True)
+    assert t.to_dict() == cli_json("tune", path, "--top", "3", "--dry-run")
+    assert t.to_dict()["dry_run"] is True and len(t.candidates) >= 3
+
+
+def test_verify_compile_only_matches_cli():
+    path = str(ROOT / "samples" / "stencil_halo.yaml")
+    v = smemtile.verify(path, compile_only=True)
+    assert v.to_dict() == cli_json("verify", path, "--compile-only")
+    assert v.correct is None  # nothing ran
+    assert {r["variant"] for r in v.variants} == {"baseline", "fixed"}
+
+
+def test_gpu_parts_raise_no_device_without_a_gpu():
+    from conftest import gpu_available
+
+    if gpu_available():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(NoDevice):
+        smemtile.verify(str(ROOT / "samples" / "transpose_32x32.yaml"))
+    with pytest.raises(NoDevice):
+        smemtile.tune(str(ROOT / "samples" / "transpose_32x32.yaml"), top=1)
+    with pytest.raises(NoDevice):
+        smemtile.occupancy(arch="auto", threads=256, regs=32)
+
+
+@pytest.mark.parametrize(
+    "call, where",
+    [
+        (lambda: smemtile.analyze({"arch": "sm_99", "buffers": [], "accesses": []}), "arch"),
+        (lambda: smemtile.analyze("no/such/spec.yaml"), "no/such/spec.yaml"),
+        (lambda: smemtile.analyze("arch: [unclosed"), "<string>"),
+        (lambda: smemtile.analyze(42), "spec"),
+        (lambda: smemtile.occupancy(threads=256, regs=64, smem_dynamic="48Q"), "smem_dynamic"),
+        (lambda: smemtile.occupancy(threads="256", regs=64), "threads"),
+        (lambda: smemtile.tiles(4096, 4096, dtype="f16"), "sizes"),
+        (lambda: smemtile.tiles(4096, 4096, 4096, dtype="f99"), "--dtype"),
+        (lambda: smemtile.tiles(family="transpose", rows=8192), "sizes"),
+        (lambda: smemtile.tiles(family="transpose", rows=8, cols=8, dtype="f64"), "--dtype"),
+        (lambda: smemtile.generate(str(ROOT / "samples" / "gemm_a_column.yaml")), "kernel:"),
+        (
+            lambda: smemtile.generate(str(ROOT / "samples" / "transpose_32x32.yaml"), variant="best"),
+            "variant",
+        ),
+    ],
+)
+def test_bad_input_is_one_spec_error_line(call, where):
+    with pytest.raises(SpecError) as e:
+        call()
+    msg = str(e.value)
+    assert "\n" not in msg and where in msg, msg
+
+
+def test_empty_ranking_is_out_of_resources():
+    with pytest.raises(OutOfResources) as e:
+        smemtile.tiles(family="transpose", rows=8192, cols=8192, dtype="f16", arch="sm_90", gpu="nosuchgpu")
+    assert "\n" not in str(e.value)
+
+
+def test_import_smemtile_loads_no_cuda_and_the_api_is_lazy():
+    code = (
+        "import sys, smemtile\n"
+        "assert 'smemtile.api' not in sys.modules\n"
+        "f = smemtile.analyze; smemtile.triton; smemtile.kernel_tuner; smemtile.tiles\n"
+        "assert 'smemtile.api' in sys.modules\n"
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('cuda', 'triton', 'kernel_tuner', 'torch')]\n"
+        "assert not bad, bad\n"
+        "assert callable(f) and smemtile.SpecError.exit_code == 2\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    with pytest.raises(AttributeError):
+        smemtile.no_such_thing  # noqa: B018
+
+
+def test_repr_html_is_an_escaped_table():
+    spec = {"arch": "sm_90", "threads": 32, "name": "<b>x</b>",
+            "buffers": [{"name": "S", "dtype": "f32", "shape": [32, 32]}],
+            "accesses": [{"name": "col", "buffer": "S", "op": "load", "width": 4, "row": "lane", "col": "0"}]}  # fmt: skip
+    r = smemtile.analyze(spec)
+    page = r._repr_html_()  # the report page (smemtile.report.html) where it exists, else a table
+    assert page.lstrip().startswith("<") and "col" in page and "32" in page  # the 32-way column read
+    assert "<b>x</b>" not in page
+    for result in (
+        smemtile.fix(spec),
+        smemtile.occupancy(threads=128, regs=32),
+        smemtile.tiles(2048, 2048, 2048, top=2),
+        smemtile.tiles(family="transpose", rows=64, cols=64),
+    ):
+        html = result._repr_html_()
+        assert "<table" in html and "<script" not in html
+    assert "<b>x</b>" not in smemtile.fix(spec)._repr_html_()
+
+
+def test_to_dict_is_a_copy():
+    r = smemtile.occupancy(threads=128, regs=32)
+    d = r.to_dict()
+    d["active_blocks"] = -1
+    assert r.active_blocks == r.to_dict()["active_blocks"] != -1
