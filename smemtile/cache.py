@@ -27,9 +27,12 @@ Why each rule:
   The command prints the count as one warning line.
 - **Only a regular file** is read or appended to (a FIFO or a device at the cache path is an error, never a
   hang or an endless read), and a cache over ``CACHE_BUDGET`` bytes is refused with its size.
+- **Never stuck**: waiting for another process's entry lock ends after ``LOCK_TIMEOUT`` (300 s) with one
+  warning line, and this process measures the entry itself.
 - **Where**: ``--cache``, else ``$SMEMTILE_CACHE_DIR/tune.jsonl``, else ``$XDG_CACHE_HOME`` or
   ``~/.cache/smemtile/tune.jsonl``. When that folder cannot be created or written (a read-only HOME) the cache
-  falls back to a private folder under the system's temporary folder, with a one-line warning; an explicit
+  falls back to a private folder under the system's temporary folder, with a one-line warning (so does a
+  default cache that is a folder or a FIFO: a broken cache is never blamed on the user); an explicit
   ``--cache`` that cannot be used is an error (exit 2).
 """
 
@@ -43,6 +46,7 @@ import math
 import os
 import stat
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -50,6 +54,16 @@ from smemtile.errors import SpecError
 from smemtile.fileio import printable
 
 CACHE_BUDGET = 256 << 20  # bytes: ~500,000 results; a larger file is refused with its size, not read
+LOCK_TIMEOUT = 300.0  # seconds to wait for another process's entry lock ($SMEMTILE_LOCK_TIMEOUT overrides)
+
+
+def lock_timeout() -> float:
+    try:
+        return max(0.0, float(os.environ.get("SMEMTILE_LOCK_TIMEOUT", LOCK_TIMEOUT)))
+    except ValueError:
+        return LOCK_TIMEOUT
+
+
 _STATUSES = ("ok", "skipped")
 
 
@@ -80,16 +94,20 @@ def open_cache(path: Path | None = None, *, warn: Callable[[str], None] | None =
     folder when the default cannot be written; ``warn`` gets the one-line fallback and corrupt-line notes."""
     say = warn or (lambda _msg: None)
     if path is not None:
-        cache = ResultCache(path)
+        cache = ResultCache(path, warn=say)
     else:
         default = default_cache_path()
         problem = _unwritable(default)
+        cache = None
         if problem is None:
-            cache = ResultCache(default)
-        else:
+            try:
+                cache = ResultCache(default, warn=say)
+            except SpecError as e:  # a folder or a FIFO where the file should be: not the user's input
+                problem = str(e).split(": ", 1)[-1]
+        if cache is None:
             other = fallback_cache_path()
             say(f"cache {printable(default)}: {problem}; using {printable(other)} for this run")
-            cache = ResultCache(other)
+            cache = ResultCache(other, warn=say)
     if cache.skipped:
         say(
             f"cache {printable(cache.path)}: skipped {cache.skipped} corrupt line{'s' if cache.skipped != 1 else ''}"
@@ -107,6 +125,11 @@ def _unwritable(path: Path) -> str | None:
         return "its folder is not writable"
     if path.exists() and not os.access(path, os.W_OK):
         return "the file is not writable"
+    if path.is_dir() or (os.path.lexists(path) and not path.is_file()):
+        return "it is not a regular file"
+    locks = Path(str(path) + ".locks")
+    if os.path.lexists(locks) and not locks.is_dir():
+        return f"{printable(locks.name)} is not a folder"
     return None
 
 
@@ -126,8 +149,9 @@ def _positive(x: object) -> bool:
 class ResultCache:
     """Append-only JSON lines ``{"key": ..., "row": {...}}``; ``path`` None keeps results in memory only."""
 
-    def __init__(self, path: Path | None):
+    def __init__(self, path: Path | None, *, warn: Callable[[str], None] | None = None):
         self.path = Path(path) if path is not None else None
+        self.warn = warn or (lambda _msg: None)
         self.rows: dict[str, dict] = {}
         self.skipped = 0  # corrupt lines seen (not counting a last line still being written)
         self._offset = 0  # bytes of the file already read
@@ -177,11 +201,30 @@ class ResultCache:
             raise SpecError(f"cannot lock a cache entry: {(e.strerror or str(e)).lower()}",
                             source=printable(folder)) from None  # fmt: skip
         try:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # blocks while another process measures this key
+            self._lock(lock, key)  # waits while another process measures this key, at most lock_timeout()
             self._refresh()
             yield self.get(key)
         finally:
             os.close(lock)
+
+    def _lock(self, fd: int, key: str) -> None:
+        """``flock`` the entry's lock file, polling; after ``lock_timeout()`` seconds (a stuck or stopped
+        ``tune`` holds it) say so in one warning and go on without the lock: this process then measures the
+        entry itself, so a stuck run costs one repeated measurement, never a hang."""
+        wait = lock_timeout()
+        deadline, pause = time.monotonic() + wait, 0.01
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                pass
+            if time.monotonic() >= deadline:
+                self.warn(f"cache {printable(self.path)}: entry {key[:16]} has been locked by another process for "
+                          f"{wait:g} s (a stuck or stopped smemtile tune?); measuring it here")  # fmt: skip
+                return
+            time.sleep(pause)
+            pause = min(0.5, pause * 2)
 
     # -- reading ----------------------------------------------------------------------------------------------
 
