@@ -306,7 +306,7 @@ class _Run:
         if self.cache.path is None:
             return self.cache
         if getattr(self.local, "cache", None) is None:
-            self.local.cache = ResultCache(self.cache.path)
+            self.local.cache = ResultCache(self.cache.path, warn=getattr(self.cache, "warn", None))
         return self.local.cache
 
     def _on_timed(self, it: _Item, slot, purpose: str, f) -> None:
