@@ -1,0 +1,92 @@
+"""`smemtile inspect KERNEL.cu`: the user's own kernel, per source line, with the lanes, the banks and the fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from smemtile.cli.common import emit_json, json_option
+from smemtile.errors import NoDevice, SpecError
+
+
+def _dims(value: str, key: str) -> tuple[int, ...]:
+    parts = [p.strip() for p in str(value).split(",")]
+    if not 1 <= len(parts) <= 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise SpecError(f"expected X[,Y[,Z]] with positive integers, got {value!r}", key=key)
+    return tuple(int(p) for p in parts)
+
+
+@click.command("inspect")
+@click.argument("kernel_file", metavar="KERNEL", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--kernel", "kernel", help="The kernel's name (demangled, e.g. transpose, or mangled); needed when "
+              "the file has several.")  # fmt: skip
+@click.option("--grid", default="1", show_default=True, help="Grid dimensions X[,Y[,Z]].")
+@click.option("--block", default="32", show_default=True, help="Block dimensions X[,Y[,Z]].")
+@click.option("--smem", default="0", show_default=True, help="Dynamic shared memory per block (49152, 48K).")
+@click.option("--args", "args", type=click.Path(dir_okay=False, path_type=Path),
+              help="ARGS.yaml: the kernel's arguments in parameter order ({name, dtype, count, fill} for arrays, "
+              "{name, value} for scalars; counts and values may be expressions over --define constants).")  # fmt: skip
+@click.option("--define", "-D", "defines", multiple=True, metavar="NAME=VALUE",
+              help="A macro for NVRTC and the declarations' sizes (repeatable).")  # fmt: skip
+@click.option("--arch", default="sm_90", show_default=True, help="The architecture NVRTC compiles for.")
+@click.option("--simulate", is_flag=True, help="Emulate the sampled warps' address arithmetic on the CPU (no GPU).")
+@click.option("--gpu", "use_gpu", is_flag=True, help="Record on the GPU (the default when one is present).")
+@click.option("--ncu", is_flag=True, help="Also profile the uninstrumented kernel with Nsight Compute and put "
+              "its wavefronts per source line beside the prediction, with a match column.")  # fmt: skip
+@click.option("--blocks", "n_blocks", type=click.IntRange(1, 4096), default=2, show_default=True,
+              help="Sample: the first N blocks in linear order.")  # fmt: skip
+@click.option("--warps", "n_warps", type=click.IntRange(1, 32), default=4, show_default=True,
+              help="Sample: warps 0..W-1 of each sampled block.")  # fmt: skip
+@click.option("--executions", "n_exec", type=click.IntRange(1, 1 << 20), default=64, show_default=True,
+              help="Sample: the first N executions per instruction per sampled warp.")  # fmt: skip
+@click.option("--max-steps", type=click.IntRange(1000, 1 << 30), default=None,
+              help="--simulate: PTX instructions per warp before the emulator stops (default 2,000,000).")  # fmt: skip
+@click.option("--emit-spec", "emit_spec", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the recorded accesses as a spec FILE.yaml that `smemtile analyze` takes.")  # fmt: skip
+@click.option("--no-lanes", is_flag=True, help="Leave out the lane -> address -> bank tables.")
+@click.option("--device", type=click.IntRange(0, 63), default=0, show_default=True, help="GPU ordinal.")
+@json_option
+def command(kernel_file: Path, kernel: str | None, grid: str, block: str, smem: str, args: Path | None,
+            defines: tuple[str, ...], arch: str, simulate: bool, use_gpu: bool, ncu: bool, n_blocks: int,
+            n_warps: int, n_exec: int, max_steps: int | None, emit_spec: Path | None, no_lanes: bool, device: int,
+            as_json: bool) -> None:  # fmt: skip
+    """Inspect your own kernel: every shared-memory instruction with its source line and __shared__ array, the
+    wavefronts each costs (L1 Wavefronts Shared, Ideal, Excessive, as Nsight Compute names them) per source line,
+    costliest first, the lane -> address -> bank table of the costliest instruction, and for each array whose
+    declaration it can read, the new declaration (padding or swizzle) with the re-derived table.
+
+    The kernel (.cu through NVRTC with -lineinfo, or .ptx as is) is compiled, never run on the host. The
+    addresses come from the GPU (recorded for a sample of warps) or, with --simulate, from a CPU emulator of
+    the sampled warps' PTX. Without a GPU and without --simulate it prints the listing and exits 3.
+
+    \b
+    Examples:
+      smemtile inspect samples/kernels/transpose_naive.cu --kernel transpose --grid 32,32 --block 32,8 \\
+          --args samples/kernels/transpose_naive.args.yaml --simulate
+      smemtile inspect samples/kernels/sgemm_tiled.cu --grid 16,16 --block 16,16 \\
+          --args samples/kernels/sgemm_tiled.args.yaml --simulate --emit-spec sgemm.yaml
+      smemtile inspect samples/kernels/histogram.cu --grid 4 --block 256 \\
+          --args samples/kernels/histogram.args.yaml --json
+    """
+    from smemtile.model.sizes import parse_size
+    from smemtile.pipeline.inspect import Sample, inspect
+    from smemtile.report.text import make_console
+
+    if simulate and use_gpu:
+        raise SpecError("give --simulate or --gpu, not both", key="--simulate")
+    if ncu and simulate:
+        raise SpecError("--ncu measures on the GPU; it cannot go with --simulate", key="--ncu")
+    mode = "simulate" if simulate else "gpu" if use_gpu or ncu else "auto"
+    res = inspect(kernel_file, kernel=kernel, grid=_dims(grid, "--grid"), block=_dims(block, "--block"),
+                  smem=parse_size(smem, key="--smem"), args=args, defines=defines, arch=arch, mode=mode, ncu=ncu,
+                  sample=Sample(n_blocks, n_warps, n_exec), emit_spec=emit_spec, max_steps=max_steps,
+                  device=device)  # fmt: skip
+    if as_json:
+        emit_json(res.to_dict())
+    else:
+        from smemtile.report.inspect import render
+
+        render(make_console(), res, lanes=not no_lanes)
+    if res.no_device:
+        raise NoDevice(res.no_device)

@@ -1,0 +1,314 @@
+"""``inspect``'s answer as text and as the ``--json`` document.
+
+Laid out like Nsight Compute's Source page: one row per source line (L1 Wavefronts Shared, Ideal, Excessive),
+costliest first; then one row per shared-memory instruction; then, one level below, the lane -> address -> bank
+table of the costliest instruction (``analyze``'s table) and the fix of each array with its re-derived table.
+"""
+
+from __future__ import annotations
+
+import os
+
+from rich.console import Console
+from rich.text import Text
+
+from smemtile.model.inspect_explain import ArrayFix, InstrReport
+from smemtile.model.layout import Layout
+from smemtile.report.banks import Grid, degree_text, lane_rows, lane_table, phase_lines
+from smemtile.report.layout import declaration
+from smemtile.report.text import printable
+
+MATCH_TOLERANCE = 0.02  # measured vs predicted wavefronts per execution of a line: within 2 % is a match
+
+
+def _where(file: str, line: int) -> str:
+    return f"{os.path.basename(file)}:{line}" if file else "?"
+
+
+def _op_text(ins) -> str:
+    if ins.op in ("ldmatrix", "stmatrix"):
+        return f"{ins.op}.x{ins.matrices}{'.trans' if ins.trans else ''}"
+    return f"{ins.op} {ins.width} B" + ("" if ins.space == "shared" else f" ({ins.space})")
+
+
+def _num(x: float) -> str:
+    return f"{x:.0f}" if abs(x - round(x)) < 1e-9 or abs(x) >= 100 else f"{x:.1f}"
+
+
+def declaration_text(fx: ArrayFix, lay: Layout) -> list[str]:
+    """The array's declaration as the user wrote it, under ``lay`` (padding: the last dimension grows)."""
+    info = fx.array
+    d = info.decl
+    if d is None or d.dims is None:
+        return declaration(fx.fix.buffer, lay)
+    if lay.swizzle is not None:
+        return [f"__shared__ {d.ctype} {d.name}{''.join(f'[{t}]' for t in d.dim_text)};  // unchanged; index it "
+                f"through the swizzle:"] + declaration(fx.fix.buffer, lay)[1:]  # fmt: skip
+    pad = lay.pad // d.vector if lay.pad % d.vector == 0 else None
+    if pad is None:
+        return declaration(fx.fix.buffer, lay)
+    last = d.dim_text[-1]
+    dims_text = [*d.dim_text[:-1], f"{last} + {pad}" if pad else last]
+    dims = [*d.dims[:-1], d.dims[-1] + pad]
+    text = f"__shared__ {d.ctype} {d.name}{''.join(f'[{t}]' for t in dims_text)};"
+    numeric = "".join(f"[{n}]" for n in dims)
+    return [text + (f"  // {numeric}" if "".join(f"[{t}]" for t in dims_text) != numeric else "")]
+
+
+def _instr_dict(r: InstrReport, detail: bool) -> dict:
+    d = r.instr.to_dict()
+    d.update(array=r.array, executions=r.executions, records=r.records, modelled=r.modelled, note=r.note)
+    if r.result is not None:
+        d.update(
+            wavefronts_worst=r.worst, ideal_worst=r.worst_ideal, wavefronts_mean=round(r.mean, 4),
+            ideal_mean=round(r.mean_ideal, 4), l1_wavefronts_shared=round(r.wavefronts, 2),
+            ideal=round(r.ideal, 2), excessive=round(r.excessive, 2),
+            conflict_degree=round(r.result.degree, 4), worst_at=r.result.label(r.result.worst),
+        )  # fmt: skip
+        if detail:
+            d["worst_lanes"] = [x for x in lane_rows(r.result, r.result.worst) if x["active"]]
+    return d
+
+
+def _match(pred: float, execs: int, m: dict | None, full: bool) -> tuple[str, str]:
+    if not m:
+        return "-", "no ncu row for this line"
+    n = m.get("instructions") or 0
+    if not n or not execs:
+        return "-", "not executed in the sample or by ncu"
+    p, q = pred / execs, m["wavefronts"] / n
+    if abs(p - q) <= MATCH_TOLERANCE * max(q, 1):
+        return "yes", ""
+    if not full:
+        return "no", (f"the sample covers {execs} of ncu's {n} executions; the unsampled warps take "
+                      f"{q:.2f} wavefronts per execution on average, the sampled {p:.2f}")  # fmt: skip
+    return "no", f"measured {q:.2f} wavefronts per execution, predicted {p:.2f}"
+
+
+def result_to_dict(res) -> dict:
+    full = res.sample.blocks * res.sample.warps >= _blocks(res) * _warps(res)
+    lines = []
+    for ln in res.lines:
+        d = {"file": ln.file, "line": ln.line, "instructions": [r.instr.index for r in ln.instrs],
+             "executions": ln.executions, "l1_wavefronts_shared": round(ln.wavefronts, 2),
+             "ideal": round(ln.ideal, 2), "excessive": round(ln.excessive, 2),
+             "worst_conflict_degree": round(ln.worst_degree, 4), "arrays": ln.arrays}  # fmt: skip
+        if res.ncu is not None:
+            m = res.ncu.get(_where(ln.file, ln.line))
+            d["ncu"] = m
+            d["match"], d["explanation"] = _match(ln.wavefronts, ln.executions, m, full)
+        lines.append(d)
+    top = next((r for r in res.reports if r.result is not None), None)
+    return {
+        "kernel": res.kernel,
+        "entry": res.entry,
+        "source": res.source,
+        "arch": res.arch,
+        "grid": list(res.grid),
+        "block": list(res.block),
+        "dynamic_smem": res.dynamic_smem,
+        "mode": res.mode,
+        "sample": res.sample.to_dict(),
+        "arrays": [
+            {
+                "key": k,
+                "name": a.name,
+                "base": a.base,
+                "bytes": a.size,
+                "declaration": a.decl.to_dict() if a.decl else None,
+                "buffer": a.buffer.to_dict() if a.buffer else None,
+                "note": a.note,
+            }
+            for k, a in res.arrays.items()
+        ],  # fmt: skip
+        "instructions": [_instr_dict(r, r is top) for r in res.reports]
+        if res.reports
+        else [{**i.to_dict(), "executions": None} for i in res.instrs],
+        "lines": lines if res.reports else _listing_lines(res),
+        "records": res.meta,
+        "fixes": [_fix_dict(f) for f in res.fixes],
+        "no_fix": res.no_fix,
+        "ncu": res.ncu,
+        "emitted_spec": res.emitted,
+        "no_device": res.no_device,
+    }
+
+
+def _blocks(res) -> int:
+    g = res.grid
+    return g[0] * g[1] * g[2]
+
+
+def _warps(res) -> int:
+    b = res.block
+    return -(-b[0] * b[1] * b[2] // 32)
+
+
+def _listing_lines(res) -> list[dict]:
+    by: dict[tuple[str, int], list] = {}
+    for i in res.instrs:
+        by.setdefault((i.file, i.line), []).append(i)
+    return [{"file": f, "line": ln, "instructions": [i.index for i in v], "count": len(v),
+             "arrays": sorted({i.array for i in v if i.array})} for (f, ln), v in by.items()]  # fmt: skip
+
+
+def _fix_dict(f: ArrayFix) -> dict:
+    rec = f.fix.recommended
+    d = f.fix.to_dict()
+    d.update(array=f.array.name, declaration_before=declaration_text(f, f.fix.baseline.layout),
+             declaration_after=declaration_text(f, rec.layout), wavefronts_before=round(f.before, 2),
+             wavefronts_after=round(f.after, 2), saving=round(f.before - f.after, 2))  # fmt: skip
+    return d
+
+
+# ---- text -----------------------------------------------------------------------------------------------------
+
+
+def _source_line(res, file: str, line: int) -> str:
+    src = getattr(res, "source_text", "") or ""
+    if not src or not line:
+        return ""
+    lines = src.splitlines()
+    return " ".join(lines[line - 1].split()) if line <= len(lines) else ""
+
+
+def render(console: Console, res, *, lanes: bool = True) -> None:
+    """The listing, or the per-line and per-instruction tables, the costliest instruction's lanes, the fixes."""
+    head = Text(f"{printable(res.kernel)}", style="bold")
+    head.append(f"  ({printable(res.source)}, grid {','.join(map(str, res.grid))}, block "
+                f"{','.join(map(str, res.block))}, {res.dynamic_smem} B dynamic shared memory, {res.arch})")  # fmt: skip
+    console.print(head)
+    for a in res.arrays.values():
+        d = a.decl
+        what = f"{d.ctype} {d.name}{''.join(f'[{x}]' for x in d.dim_text)}" if d else a.name
+        console.print(f"  __shared__ {printable(what)}: {a.size} bytes at shared offset {a.base}"
+                      + (f" ({printable(a.note)})" if a.note else ""), markup=False, highlight=False)  # fmt: skip
+    if not res.reports:
+        return _render_listing(console, res)
+    how = {"simulate": "emulated on the CPU", "gpu": "recorded on the GPU"}[res.mode]
+    s = res.sample
+    console.print(f"Sample: {how}, the first {s.blocks} block(s) x warps 0-{s.warps - 1}, the first {s.executions} "
+                  f"executions per instruction per warp ({res.meta.get('recorded', 0)} warp accesses recorded)",
+                  markup=False, highlight=False)  # fmt: skip
+    for n in res.meta.get("notes", []):
+        console.print(f"  note: {printable(n)}", markup=False, highlight=False)
+    console.print()
+    _render_lines(console, res)
+    console.print()
+    _render_instrs(console, res)
+    top = next((r for r in res.reports if r.result is not None and r.excessive > 0), None)
+    if top is not None:
+        console.print()
+        ar = top.result
+        t = Text(f"Costliest: #{top.instr.index} `{printable(top.instr.text)}` at "
+                 f"{printable(_where(top.instr.file, top.instr.line))} on {printable(top.array or '?')}: ",
+                 style="bold")  # fmt: skip
+        t.append(f"{ar.wavefronts} wavefronts (ideal {ar.ideal}), ")
+        t.append_text(degree_text(ar))
+        console.print(t)
+        if lanes:
+            console.print(lane_table(ar))
+            for ph in phase_lines(ar):
+                console.print(ph)
+    _render_fixes(console, res, lanes)
+    if res.emitted:
+        console.print(f"\nSpec written to {printable(res.emitted)} (smemtile analyze it for the what-ifs)",
+                      markup=False, highlight=False)  # fmt: skip
+
+
+def _render_listing(console: Console, res) -> None:
+    console.print()
+    rows = []
+    for d in _listing_lines(res):
+        ops = sorted({_op_text(i) for i in res.instrs if (i.file, i.line) == (d["file"], d["line"])})
+        rows.append([_where(d["file"], d["line"]), str(d["count"]), ", ".join(ops), ", ".join(d["arrays"]) or "?",
+                     _source_line(res, d["file"], d["line"])])  # fmt: skip
+    console.print(Grid(Text("Shared-memory instructions per source line (from the PTX; nothing was run):",
+                            style="bold"), ["line", "instructions", "ops", "array", "source"], rows, left=1,
+                       wrap_last=True))  # fmt: skip
+    console.print()
+    rows = [
+        [str(i.index), _where(i.file, i.line), _op_text(i), i.array or "?", i.predicate, i.text]
+        for i in res.instrs
+    ]
+    console.print(Grid(Text("Instructions (PTX order):", style="bold"), ["#", "line", "op", "array", "guard", "PTX"],
+                       rows, left=2, wrap_last=True))  # fmt: skip
+
+
+def _render_lines(console: Console, res) -> None:
+    full = res.sample.blocks * res.sample.warps >= _blocks(res) * _warps(res)
+    heads = ["line", "executions", "L1 Wavefronts Shared", "Ideal", "Excessive", "worst", "array"]
+    if res.ncu is not None:
+        heads += ["ncu Wavefronts", "ncu per exec", "match"]
+    heads.append("source")
+    rows, styles = [], []
+    notes = []
+    for ln in res.lines:
+        worst = max((r.result.degree for r in ln.instrs if r.result), default=None)
+        row = [_where(ln.file, ln.line), str(ln.executions), _num(ln.wavefronts), _num(ln.ideal), _num(ln.excessive),
+               "-" if worst is None else f"{worst:g}-way" if float(worst).is_integer() else f"{worst:.2f}x",
+               ", ".join(ln.arrays) or "?"]  # fmt: skip
+        if res.ncu is not None:
+            m = res.ncu.get(_where(ln.file, ln.line))
+            ok, why = _match(ln.wavefronts, ln.executions, m, full)
+            row += ["-" if not m else str(m["wavefronts"]),
+                    "-" if not m or not m.get("instructions") else f"{m['wavefronts'] / m['instructions']:.2f}", ok]  # fmt: skip
+            if why and ok == "no":
+                notes.append(f"{_where(ln.file, ln.line)}: {why}")
+        row.append(_source_line(res, ln.file, ln.line))
+        rows.append(row)
+        hot = "bold red" if ln.excessive > 0 else ""
+        styles.append([hot] + [""] * (len(row) - 1))
+    console.print(Grid(Text("Per source line, costliest first (over the sampled warps; Nsight Compute's columns):",
+                            style="bold"), heads, rows, styles, left=1, wrap_last=True))  # fmt: skip
+    for n in notes:
+        console.print(f"  disagreement {printable(n)}", markup=False, highlight=False)
+
+
+def _render_instrs(console: Console, res) -> None:
+    rows = []
+    for r in res.reports:
+        i = r.instr
+        if r.result is None:
+            rows.append([str(i.index), _where(i.file, i.line), _op_text(i), r.array or "?", str(r.executions), "-", "-",
+                         "-", r.note or i.text])  # fmt: skip
+            continue
+        rows.append([str(i.index), _where(i.file, i.line), _op_text(i), r.array or "?", str(r.executions),
+                     f"{r.worst} ({r.worst_ideal})", f"{r.mean:.2f} ({r.mean_ideal:.2f})", _num(r.excessive),
+                     i.text])  # fmt: skip
+    console.print(Grid(Text("Per instruction (worst and mean wavefronts over the recorded executions, ideal in "
+                            "brackets):", style="bold"),
+                       ["#", "line", "op", "array", "executions", "worst", "mean", "Excessive", "PTX"], rows, left=2,
+                       wrap_last=True))  # fmt: skip
+
+
+def _render_fixes(console: Console, res, lanes: bool) -> None:
+    for name, why in res.no_fix.items():
+        console.print(f"\nNo fix for {printable(name)}: {printable(why)}; the tables above still hold.",
+                      markup=False, highlight=False)  # fmt: skip
+    for f in res.fixes:
+        console.print()
+        rec = f.fix.recommended
+        t = Text(f"Fix for {f.array.name}: ", style="bold")
+        if not f.fix.needed:
+            t.append("already conflict-free; keep the declaration")
+            console.print(t)
+            continue
+        t.append(f"{rec.layout.describe()}: {f.fix.reason}")
+        console.print(t)
+        console.print("  before: " + "\n          ".join(declaration_text(f, f.fix.baseline.layout)), markup=False,
+                      highlight=False)  # fmt: skip
+        console.print("  after:  " + "\n          ".join(declaration_text(f, rec.layout)), markup=False,
+                      highlight=False)  # fmt: skip
+        saving = f.before - f.after
+        pct = 100 * saving / f.before if f.before else 0
+        console.print(f"  predicted: {_num(f.before)} -> {_num(f.after)} L1 Wavefronts Shared over the sampled "
+                      f"warps ({pct:.0f}% fewer)", markup=False, highlight=False)  # fmt: skip
+        worst = max(f.reports, key=lambda r: r.excessive)
+        after = f.relaid.get(worst.instr.index)
+        if after is not None and lanes:
+            t = Text(f"  re-derived #{worst.instr.index} at {_where(worst.instr.file, worst.instr.line)} under "
+                     f"{rec.layout.describe()}: {after.wavefronts} wavefronts (ideal {after.ideal}), ")  # fmt: skip
+            t.append_text(degree_text(after))
+            console.print(t)
+            console.print(lane_table(after, worst.result.worst))
