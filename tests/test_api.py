@@ -231,3 +231,99 @@ def test_to_dict_is_a_copy():
     d = r.to_dict()
     d["active_blocks"] = -1
     assert r.active_blocks == r.to_dict()["active_blocks"] != -1
+
+
+# ---- smemtile.kernel_tuner ----------------------------------------------------------------------------------------
+def _kt_instance(export: dict, params: dict) -> str:
+    """The source Kernel Tuner compiles for ``params``: its #defines (grid, block, every tune parameter,
+    kernel_tuner), ``#line 1``, then the kernel source (kernel_tuner.util.prepare_kernel_string)."""
+    import math
+
+    cols, rows = export["problem_size"]
+    grid = (math.ceil(cols / params["block_size_x"]), math.ceil(rows / params["block_size_x"]), 1)
+    defines = {"grid_size_x": grid[0], "grid_size_y": grid[1], "grid_size_z": 1, "block_size_x": params["block_size_x"],
+               "block_size_y": params["block_size_y"], "block_size_z": 1, **params, "kernel_tuner": 1}  # fmt: skip
+    return "".join(f"#define {k} {v}\n" for k, v in defines.items()) + "#line 1\n" + export["kernel_source"]
+
+
+def test_kernel_tuner_export_is_tune_kernel_arguments():
+    import numpy as np
+
+    import smemtile.kernel_tuner as skt
+
+    e = skt.export("transpose", {"rows": 1000, "cols": 777}, dtype="f32")
+    assert e["kernel_name"] == skt.KERNEL_NAME and f"{skt.KERNEL_NAME}(" in e["kernel_source"]
+    assert e["problem_size"] == (777, 1000)  # x: columns (TILE per block), y: rows
+    a_in, a_out, *scalars = e["arguments"]
+    assert a_in.shape == (1000, 777) and a_in.dtype == np.float32 and a_out.shape == (777, 1000)
+    assert [int(s) for s in scalars] == [1000, 777, 777, 1000]  # rows, cols, ld_in, ld_out
+    assert all(isinstance(s, np.int32) for s in scalars)
+    assert np.array_equal(e["answer"][1], a_in.T) and e["answer"][0] is None
+    assert e["block_size_names"][:2] == ["block_size_x", "block_size_y"]
+    assert e["tune_params"]["block_size_x"] == [32, 64, 128]
+    # the restriction is the family's contract: TILE * BLOCK_ROWS <= 1024 threads, BLOCK_ROWS divides TILE
+    ok = e["restrictions"]
+    base = {"block_size_x": 64, "block_size_y": 8, "smem_pad": 1, "vec": 0, "launch_order": 1}
+    assert ok(base)
+    assert not ok({**base, "block_size_x": 128, "block_size_y": 16})  # 2048 threads
+    assert not ok({**base, "block_size_x": 32, "block_size_y": 32, "vec": 8})  # 8 floats = 32 B vectors
+    f16 = skt.export("transpose", {"rows": 64, "cols": 64}, dtype="bf16")
+    assert f16["arguments"][0].dtype == np.uint16 and "unsigned short" in f16["kernel_source"]
+
+
+@pytest.mark.parametrize(
+    "params",
+    [{"block_size_x": 64, "block_size_y": 8, "smem_pad": 1, "vec": 0, "launch_order": 0},
+     {"block_size_x": 32, "block_size_y": 32, "smem_pad": 0, "vec": 1, "launch_order": 1},
+     {"block_size_x": 128, "block_size_y": 4, "smem_pad": 0, "vec": 4, "launch_order": 1}],
+)  # fmt: skip
+def test_kernel_tuner_instances_compile_like_the_family(params):
+    import smemtile.kernel_tuner as skt
+    from smemtile.families import FAMILIES, configure
+    from smemtile.gpu.nvrtc import compile_cubin
+
+    e = skt.export("transpose", {"rows": 1000, "cols": 777}, dtype="f16")
+    assert e["restrictions"](params)
+    r = compile_cubin(
+        _kt_instance(e, params), [skt.KERNEL_NAME], "sm_90", options=tuple(e["compiler_options"])
+    )
+    res = r.resources[skt.KERNEL_NAME]
+    cfg = configure("transpose", {"TILE": params["block_size_x"], "BLOCK_ROWS": params["block_size_y"],
+                                  "VEC": params["vec"], "GROUP": params["launch_order"], "rows": 1000, "cols": 777,
+                                  "dtype": "f16"}, {"tile": {"pad": params["smem_pad"]}}, "sm_90")  # fmt: skip
+    plan = FAMILIES["transpose"].launch(cfg)
+    assert (
+        res.static_smem_bytes == plan.static_smem_bytes
+    )  # TILE x (TILE + PAD) x 2 bytes: the family's formula
+    assert plan.block[:2] == (params["block_size_x"], params["block_size_y"])
+    assert plan.grid[:2] == (-(-777 // params["block_size_x"]), -(-1000 // params["block_size_x"]))
+    assert res.spill_stores == 0
+
+
+def test_kernel_tuner_bad_input_and_missing_package(monkeypatch):
+    import smemtile.kernel_tuner as skt
+
+    for call, where in ((lambda: skt.export("sgemm", {"rows": 8, "cols": 8}), "family"),
+                        (lambda: skt.export("transpose", {"rows": 8}), "problem"),
+                        (lambda: skt.export("transpose", {"rows": 8, "cols": 8}, dtype="f64"), "dtype")):  # fmt: skip
+        with pytest.raises(SpecError) as e:
+            call()
+        assert where in str(e.value) and "\n" not in str(e.value)
+    monkeypatch.setitem(sys.modules, "kernel_tuner", None)
+    with pytest.raises(ImportError) as e:
+        skt.tune("transpose", {"rows": 64, "cols": 64})
+    assert "pip install 'smemtile[kernel_tuner]'" in str(e.value)
+
+
+@pytest.mark.gpu
+def test_kernel_tuner_runs_a_short_tune_kernel():
+    kernel_tuner = pytest.importorskip("kernel_tuner")
+    import smemtile.kernel_tuner as skt
+
+    e = skt.export("transpose", {"rows": 2048, "cols": 1536}, dtype="f32")
+    e["tune_params"] = {"block_size_x": [32, 64], "block_size_y": [8], "smem_pad": [0, 1], "vec": [0],
+                        "launch_order": [1]}  # fmt: skip
+    results, env = kernel_tuner.tune_kernel(**e, iterations=3, quiet=True)
+    assert len(results) == 4  # every point passes the family's contract and the answer check
+    assert all(r["time"] > 0 for r in results)
+    assert {(r["block_size_x"], r["smem_pad"]) for r in results} == {(32, 0), (32, 1), (64, 0), (64, 1)}
