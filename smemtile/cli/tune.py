@@ -9,7 +9,7 @@ import click
 
 from smemtile.cli.common import console, emit_json, json_option
 from smemtile.errors import OutOfResources, SpecError
-from smemtile.fileio import read_text, write_text_atomic
+from smemtile.fileio import check_outputs, printable, read_text, write_text_atomic
 from smemtile.report.text import esc
 
 
@@ -133,19 +133,31 @@ def command(
     parse_gpus(gpus)
     if executor != "local" and not executor.startswith("dask"):
         raise SpecError(f"expected local, dask or dask://HOST:PORT, got {executor!r}", key="--executor")
-    # fileio first: a regular file (never a FIFO or /dev/zero), at most 1 MiB, UTF-8; then the YAML parser
+    # every file once (stdin can be read only once), and no output that is an input or another output
+    dashes = [str(p) for p in (*specs, space, shapes) if p is not None and str(p) == "-"]
+    if len(dashes) > 1:
+        raise SpecError(
+            "stdin (-) can be read once; give at most one of SPEC, --space, --shapes as -", key="SPEC"
+        )
+    if out is not None and str(out).strip() in ("", "-"):
+        raise SpecError(f"{'an empty name' if not str(out).strip() else '-'}: tune prints its report on stdout; "
+                        "give -o a file (one problem) or a folder (several)", key="-o")  # fmt: skip
+    from smemtile.cache import default_cache_path
+
+    inputs = {("SPEC" if i == 0 else f"SPEC {i + 1}"): p for i, p in enumerate(specs)}
+    inputs |= {"--space": space, "--shapes": shapes}
+    check_outputs({"--cache": cache_path or default_cache_path(), "-o": out}, inputs)
+    # fileio first: a regular file or FIFO (never /dev/zero), at most 1 MiB, UTF-8; then the YAML parser
     docs = []
     for spec in specs:
-        read_text(spec, what="spec")
-        found = load_docs(spec)
+        found = load_docs(spec, read_text(spec, what="spec"))
         if len(found) != 1 or not isinstance(found[0], dict):
             raise SpecError("expected one spec document (a mapping)", source=str(spec))
         docs.append((str(spec), found[0]))
-    for path, what, key in ((space, "--space file", "--space"), (shapes, "--shapes file", "--shapes")):
-        if path:
-            read_text(path, what=what, key=key)
-    extra = space_entries(space) if space else None
-    shape_list = shape_entries(shapes) if shapes else None
+    extra = space_entries(space, read_text(space, what="--space file", key="--space")) if space else None
+    shape_list = (
+        shape_entries(shapes, read_text(shapes, what="--shapes file", key="--shapes")) if shapes else None
+    )
     arch0 = str(docs[0][1].get("arch", "sm_90"))
 
     def planned(arch: str) -> list[dict]:
@@ -158,6 +170,12 @@ def command(
     runner = "smemtile.gpu.tune:SimulatedRunner" if simulate else "smemtile.gpu.tune:GpuRunner"
     ex = make_executor(executor, gpus=gpus, runner=runner, seed=seed, device=device,
                        compile_workers=compile_workers)  # fmt: skip
+    read_inputs = [p for p in (space, shapes) if p is not None]
+    with _terminated(ex, cache_path):
+        _tune(ex, docs, planned, arch0, specs, out, cache_path, force, as_json, read_inputs)
+
+
+def _tune(ex, docs, planned, arch0, specs, out, cache_path, force, as_json, inputs) -> None:
     try:
         started: dict = {}
         # the cluster starts (processes, one CUDA context per GPU) while this process plans on the spec's arch
@@ -170,9 +188,57 @@ def command(
         arch = ex.slots()[0].info["arch"]
         if arch != arch0:
             problems = planned(arch)
-        _run(ex, problems, arch, specs, out, cache_path, force, as_json)
+        _run(ex, problems, arch, specs, out, cache_path, force, as_json, inputs)
     finally:
         ex.close()
+
+
+class _Terminated(BaseException):
+    """SIGTERM (``kill PID``) as an exception: the ``finally`` blocks run and close the executor."""
+
+
+class _terminated:
+    """While tuning: SIGTERM and Ctrl-C end the run cleanly. The executor is closed (its compile processes
+    and workers, the whole process tree, are ended), every result measured so far is already in the cache
+    (each is appended and fsynced when it is measured), and one line says so; exit 130 (Ctrl-C) or 143."""
+
+    def __init__(self, ex, cache_path):
+        self.ex, self.cache_path = ex, cache_path
+
+    def __enter__(self):
+        import signal
+
+        def on_term(signum, frame):
+            raise _Terminated()
+
+        try:
+            self.old = signal.signal(signal.SIGTERM, on_term)
+        except ValueError:  # not the main thread (an API caller): leave the signals alone
+            self.old = None
+        return self
+
+    def __exit__(self, kind, exc, tb):
+        import signal
+        import sys
+
+        if self.old is not None:
+            signal.signal(signal.SIGTERM, self.old)
+        if kind is None or not issubclass(kind, (KeyboardInterrupt, _Terminated)):
+            return False
+        try:
+            self.ex.close()
+        except BaseException:
+            pass
+        from smemtile.cache import default_cache_path
+
+        what = "interrupted (Ctrl-C)" if issubclass(kind, KeyboardInterrupt) else "terminated (SIGTERM)"
+        where = printable(self.cache_path or default_cache_path())
+        try:
+            click.echo(f"smemtile: tune {what}; the results measured so far are in the cache {where} (run the "
+                       "same command again to resume)", err=True)  # fmt: skip
+        except Exception:
+            pass
+        sys.exit(130 if issubclass(kind, KeyboardInterrupt) else 143)
 
 
 def _start(ex, started: dict) -> None:
@@ -182,7 +248,7 @@ def _start(ex, started: dict) -> None:
         started["error"] = e
 
 
-def _run(ex, problems, arch, specs, out, cache_path, force, as_json) -> None:
+def _run(ex, problems, arch, specs, out, cache_path, force, as_json, inputs=()) -> None:
     from smemtile.cache import open_cache
     from smemtile.pipeline.schedule import tune_problems
     from smemtile.pipeline.tune import summarize
@@ -200,7 +266,7 @@ def _run(ex, problems, arch, specs, out, cache_path, force, as_json) -> None:
     targets = _winner_paths(docs, specs, out)
     for d, p, target in zip(docs, problems, targets, strict=True):
         if d["summary"]["best"] is not None:
-            d["winner_spec"] = str(_write_winner(d, p["doc"], target))
+            d["winner_spec"] = str(_write_winner(d, p["doc"], target, [*inputs, cache.path]))
     run = {k: result[k] for k in ("counts", "failures", "skipped", "events", "slots", "wall_s")}
     run["executor"] = ex.name
     doc_out = {
@@ -256,7 +322,7 @@ def _winner_paths(docs: list[dict], specs, out: Path | None) -> list[Path]:
     return paths
 
 
-def _write_winner(d: dict, doc: dict, target: Path) -> Path:
+def _write_winner(d: dict, doc: dict, target: Path, others=()) -> Path:
     import yaml
 
     from smemtile.pipeline.tune import respec
@@ -264,10 +330,12 @@ def _write_winner(d: dict, doc: dict, target: Path) -> Path:
     best, spec = d["summary"]["best"], Path(d["spec"])
     new = respec(doc, d["family"], best["params"], best.get("layouts"), str(spec))
     unit = "TFLOP/s" if best.get("unit") == "tflops" else "GB/s"
-    head = (f"# smemtile tune {spec}: winner {best['label']}, {best['time_ms']:.4f} ms median, "
-            f"{best['value']:.1f} {unit}\n")  # fmt: skip
+    # printable: a newline (or any control character) in the file name would end the comment and add YAML
+    head = (f"# smemtile tune {printable(spec)}: winner {printable(best['label'])}, {best['time_ms']:.4f} ms "
+            f"median, {best['value']:.1f} {unit}\n")  # fmt: skip
     text = head + yaml.safe_dump(new, sort_keys=False, default_flow_style=None, width=120)
-    return write_text_atomic(target, text, key="-o", inputs=[spec])  # fileio: O_EXCL temp file, fsync, rename
+    # fileio: O_EXCL temp file, fsync, rename; never the spec, --space, --shapes or the cache
+    return write_text_atomic(target, text, key="-o", inputs=[spec, *others])
 
 
 def _dry_run(docs: list[dict], as_json: bool) -> None:

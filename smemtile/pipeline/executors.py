@@ -26,6 +26,7 @@ from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from smemtile.errors import NoDevice, SpecError
+from smemtile.fileio import printable
 
 GPU_RESOURCE = "GPU"
 COMPILE_RESOURCE = "compile"
@@ -82,10 +83,70 @@ def make_executor(kind: str, *, gpus: str = "all", runner: str, seed: int, devic
         return LocalExecutor(runner, seed, device=device, runner_options=runner_options,
                              compile_options=compile_options, compile_workers=compile_workers)  # fmt: skip
     if kind == "dask" or kind.startswith(("dask://", "tcp://")):
+        if kind != "dask":
+            split_address(kind)  # a malformed address is one line now, not a client timeout later
         address = None if kind == "dask" else "tcp://" + kind.split("://", 1)[1]
         return DaskExecutor(address, count, runner, seed, runner_options=runner_options,
                             compile_options=compile_options, compile_workers=compile_workers)  # fmt: skip
     raise SpecError(f"expected local, dask or dask://HOST:PORT, got {kind!r}", key="--executor")
+
+
+CONNECT_TIMEOUT = 5.0  # seconds for a dask:// scheduler to accept the connection and to send its handshake
+
+
+def split_address(text: str) -> tuple[str, int]:
+    """(host, port) of ``dask://HOST:PORT`` (or ``tcp://``; ``[v6]:PORT``), or SpecError naming what is wrong."""
+    rest = text.split("://", 1)[1] if "://" in text else text
+    shown = printable(text)
+    host, sep, port = rest.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    ok_host = bool(host) and all(c.isalnum() or c in ".-_:" for c in host)
+    if not sep or not ok_host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise SpecError(f"{shown!r} is not an address: expected dask://HOST:PORT (e.g. dask://10.0.0.5:8786, "
+                        "a port 1..65535)", key="--executor")  # fmt: skip
+    return host, int(port)
+
+
+def probe_scheduler(address: str, timeout: float = CONNECT_TIMEOUT) -> None:
+    """Check in seconds that a Dask scheduler answers at ``address``: a plain TCP connect, then the
+    handshake a Dask comm sends first (msgpack naming ``compression`` and ``pickle-protocol``). Refused,
+    unreachable, silent or another protocol (SSH, HTTP) is one line naming the address and what answered."""
+    import socket
+
+    host, port = split_address(address)
+    where = f"dask://{printable(host)}:{port}"
+    try:
+        conn = socket.create_connection((host, port), timeout=timeout)
+    except socket.gaierror as e:
+        raise SpecError(
+            f"{where}: unknown host ({(e.strerror or str(e)).lower()})", key="--executor"
+        ) from None
+    except TimeoutError:
+        raise SpecError(f"{where}: no answer within {timeout:g} s (a firewall, or no host there)",
+                        key="--executor") from None  # fmt: skip
+    except OSError as e:
+        raise SpecError(f"{where}: {(e.strerror or str(e)).lower()} (is a Dask scheduler running there?)",
+                        key="--executor") from None  # fmt: skip
+    with conn:
+        conn.settimeout(timeout)
+        data = b""
+        try:
+            while len(data) < 256 and b"pickle-protocol" not in data:
+                chunk = conn.recv(256)
+                if not chunk:
+                    break
+                data += chunk
+        except (TimeoutError, OSError):
+            pass
+    if b"pickle-protocol" in data or b"compression" in data:
+        return
+    if not data:
+        raise SpecError(f"{where}: accepted the connection but sent nothing within {timeout:g} s; not a Dask "
+                        "scheduler (its port is usually 8786)", key="--executor")  # fmt: skip
+    said = printable(data[:40].decode("latin-1").strip())
+    raise SpecError(f"{where}: answered {said!r}, not a Dask scheduler (its port is usually 8786)",
+                    key="--executor")  # fmt: skip
 
 
 def default_compile_workers(gpus: int) -> int:
@@ -120,7 +181,8 @@ class LocalExecutor:
             import multiprocessing
 
             # spawn, not fork: this process holds a CUDA context, which a forked child must not inherit
-            self._cpu = ProcessPoolExecutor(self.cpu_workers, mp_context=multiprocessing.get_context("spawn"))
+            self._cpu = ProcessPoolExecutor(self.cpu_workers, mp_context=multiprocessing.get_context("spawn"),
+                                            initializer=worker_init)  # fmt: skip
         else:
             self._cpu = ThreadPoolExecutor(1, thread_name_prefix="smemtile-cpu")
 
@@ -152,9 +214,51 @@ class LocalExecutor:
         return False  # one process: a broken context stays broken (later candidates fail with its error)
 
     def close(self) -> None:
+        """Cancel what is queued and end the compile processes now (a compile in flight is not waited for:
+        ``kill PID`` or Ctrl-C on tune leaves no process behind)."""
         if self._cpu is not None:
+            procs = list((getattr(self._cpu, "_processes", None) or {}).values())
             self._cpu.shutdown(wait=False, cancel_futures=True)
+            end_processes(procs)
         self._gpu.shutdown(wait=False, cancel_futures=True)
+
+
+def worker_init() -> None:
+    """In each compile process: Ctrl-C goes to the whole process group, but only the parent handles it (no
+    traceback from every worker); and the process ends with its parent, even one killed with SIGKILL (Linux:
+    ``PR_SET_PDEATHSIG``)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+        if os.getppid() == 1:  # the parent died before the prctl
+            os._exit(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def end_processes(procs, wait: float = 3.0) -> None:
+    """SIGTERM each process, wait up to ``wait`` s in all, then SIGKILL what is left."""
+    import time
+
+    for p in procs:
+        try:
+            p.terminate()
+        except (OSError, ValueError, AttributeError):
+            pass
+    deadline = time.monotonic() + wait
+    for p in procs:
+        try:
+            p.join(max(0.0, deadline - time.monotonic()))
+            if p.is_alive():
+                p.kill()
+                p.join(1.0)
+        except (OSError, ValueError, AttributeError, AssertionError):
+            pass
 
 
 class DaskExecutor:
@@ -250,12 +354,13 @@ class DaskExecutor:
             self.cluster = self._local_cluster()
             self.client = Client(self.cluster, set_as_default=False)
         else:
+            probe_scheduler(self.address)  # seconds, one line: refused, silent, or not a Dask scheduler
             try:
-                self.client = Client(self.address, set_as_default=False, timeout=20)
-            except OSError as e:
-                raise SpecError(
-                    f"cannot reach the scheduler at {self.address}: {e}", key="--executor"
-                ) from None
+                self.client = Client(self.address, set_as_default=False, timeout=CONNECT_TIMEOUT)
+            except Exception as e:  # a scheduler that answered the handshake but not the client
+                first = str(e).splitlines()[0] if str(e) else type(e).__name__
+                raise SpecError(f"the Dask scheduler at {printable(self.address)} did not accept a client: "
+                                f"{printable(first)}", key="--executor") from None  # fmt: skip
         workers = self._workers(fresh=True)
         gpu = sorted((a for a, w in workers.items() if w.get("resources", {}).get(GPU_RESOURCE)),
                      key=lambda a: str(workers[a].get("name")))  # fmt: skip

@@ -27,12 +27,17 @@ from smemtile.families import FAMILIES, KernelConfig, get_family, reconfigure
 from smemtile.families.base import Candidate
 from smemtile.model.spec import load_yaml
 
+MAX_SHAPES = 256  # --shapes entries (times the specs: the problems planned and tuned); docs/spec.md, Budgets
 
-def load_docs(path: str | Path) -> list[dict]:
-    """Every YAML document of a file (a spec, or a stream of specs from ``smemtile tiles --format yaml``)."""
+
+def load_docs(path: str | Path, text: str | None = None) -> list[dict]:
+    """Every YAML document of a file (a spec, or a stream of specs from ``smemtile tiles --format yaml``);
+    ``text``: its text when already read (``-`` is stdin, which can be read only once)."""
+    from smemtile.fileio import printable
     from smemtile.pipeline.specs import read_spec_text
 
-    return load_yaml(read_spec_text(path), str(path), multi=True)
+    name = "<stdin>" if str(path) == "-" else printable(path)
+    return load_yaml(read_spec_text(path) if text is None else text, name, multi=True)
 
 
 def family_of(doc: dict, source: str) -> str:
@@ -138,9 +143,9 @@ def plan(doc: dict, source: str, *, top: int, space: list[dict] | None = None, a
     return family, problem, list(out.values())
 
 
-def space_entries(path: str | Path) -> list[dict]:
+def space_entries(path: str | Path, text: str | None = None) -> list[dict]:
     """A --space file: a list of parameter mappings, {space: [...]}, or a stream of specs."""
-    docs = load_docs(path)
+    docs = load_docs(path, text)
     if len(docs) == 1 and isinstance(docs[0], dict) and "space" in docs[0]:
         docs = docs[0]["space"]
     elif len(docs) == 1 and isinstance(docs[0], list):
@@ -150,16 +155,20 @@ def space_entries(path: str | Path) -> list[dict]:
     return list(docs)
 
 
-def shape_entries(path: str | Path) -> list[dict]:
+def shape_entries(path: str | Path, text: str | None = None) -> list[dict]:
     """A --shapes file: a YAML list of problem mappings (``[{M: 4096, N: 4096, K: 4096}, ...]``) or
-    ``{shapes: [...]}``; each entry sets some of the family's problem keys of every SPEC."""
-    docs = load_docs(path)
+    ``{shapes: [...]}``; each entry sets some of the family's problem keys of every SPEC (at most
+    ``MAX_SHAPES``)."""
+    docs = load_docs(path, text)
     body = docs[0] if len(docs) == 1 else docs
     if isinstance(body, dict) and "shapes" in body:
         body = body["shapes"]
     if not isinstance(body, list) or not body or not all(isinstance(e, dict) for e in body):
         raise SpecError("expected a non-empty list of problem mappings such as {M: 4096, N: 4096, K: 4096}",
                         key="--shapes", source=str(path))  # fmt: skip
+    if len(body) > MAX_SHAPES:
+        raise SpecError(f"{len(body)} shapes; at most {MAX_SHAPES} per run (split the file)", key="--shapes",
+                        source=str(path))  # fmt: skip
     return body
 
 
