@@ -113,41 +113,9 @@ def compile_ptx(name: str) -> str:
     return compile_cubin(KERNELS[name], [], "sm_90", options=("-lineinfo",), filename=f"{name}.cu").ptx
 
 
-_VECTOR = re.compile(
-    r"^\s*(@!?%[\w$]+\s+)?((?:ld|st)\.shared\S*\.v\d\S*|(?:ld|st)matrix\.\S+)\s.*\[([^\]]+)\]"
-)
-
-
 def instructions(ptx: str, entry: str) -> list[SharedInstr]:
-    """smemtile.model.ptx's list, plus (a local stand-in) any vector ld/st.shared or ldmatrix/stmatrix line it
-    does not list (statements with a ``{...}`` operand)."""
-    found = shared_instructions(ptx, entry)
-    have = {i.ptx_line for i in found}
-    extra = []
-    for n, line in enumerate(ptx.split("\n"), 1):
-        m = _VECTOR.match(line)
-        if not m or n in have or not _in_entry(ptx, entry, n):
-            continue
-        parts = m.group(2).split(".")
-        if parts[0] in ("ldmatrix", "stmatrix"):
-            op, width, mat = parts[0], 16, int(re.search(r"\.x(\d)", m.group(2)).group(1))
-        else:
-            vec = int(next(p[1:] for p in parts if re.fullmatch(r"v\d", p)))
-            op, width, mat = (
-                ("load" if parts[0] == "ld" else "store"),
-                vec * int(re.sub(r"\D", "", parts[-1])) // 8,
-                1,
-            )
-        extra.append(SharedInstr(0, n, line.strip().rstrip(";"), op, width, mat, ".trans" in m.group(2), "shared",
-                                 m.group(3).strip(), "", 0, None, (m.group(1) or "").strip()))  # fmt: skip
-    out = sorted([*found, *extra], key=lambda i: i.ptx_line)
-    return [SharedInstr(**{**i.to_dict(), "index": k}) for k, i in enumerate(out)]
-
-
-def _in_entry(ptx: str, entry: str, line: int) -> bool:
-    start = ptx.find(f".entry {entry}(")
-    end = ptx.find("\n}", start)
-    return ptx.count("\n", 0, start) < line <= ptx.count("\n", 0, end) + 1
+    """smemtile.model.ptx's list, completed with the braced statements it may miss."""
+    return PI.complete_instructions(ptx, entry, shared_instructions(ptx, entry))
 
 
 def ptxas(ptx: str, tmp_path: Path) -> subprocess.CompletedProcess:
@@ -197,6 +165,18 @@ def test_instrumented_ptx_assembles_and_keeps_the_kernel(name, tmp_path):
     assert b.returncode == 0, b.stderr[-2000:]
     # the recording allocates no shared memory and leaves the kernel's own as it was
     assert smem_bytes(b.stderr) == smem_bytes(a.stderr)
+
+
+def test_complete_instructions_adds_braced_statements():
+    ptx = compile_ptx("widths")
+    got = PI.complete_instructions(ptx, "widths", [])
+    vec = [i for i in got if i.op == "load" and i.width == 16]
+    assert len(vec) == 1 and vec[0].text.startswith("ld.shared.v4.u32 {") and vec[0].addr.startswith("%rd")
+    assert vec[0].file.endswith("widths.cu") and vec[0].line == 15
+    full = instructions(compile_ptx("mma_ops"), "mma_ops")
+    mats = [(i.op, i.matrices, i.trans) for i in full if "matrix" in i.op]
+    assert mats == [("ldmatrix", 4, False), ("ldmatrix", 2, True), ("stmatrix", 4, False)]
+    assert [i.index for i in full] == list(range(len(full)))
 
 
 def test_ops_and_forms_covered():

@@ -468,3 +468,47 @@ def lane_addresses(raw: RawRecords, instrs: list) -> np.ndarray:
             used[j] = lanes < 8 * int(ins.matrices)
     off = raw.addresses.astype(np.int64) - base
     return np.where(active & used, off, 0)
+
+
+# ---- a stopgap for the parser -------------------------------------------------------------------------------
+
+_BRACED = re.compile(
+    r"^\s*(@!?%[\w$]+\s+)?((?:ld|st)\.shared\S*\.v\d\S*|(?:ld|st)matrix\.\S+)\s[^;]*?\[([^\]]+)\][^;]*;"
+)
+
+
+def complete_instructions(ptx: str, entry: str, instrs: list) -> list:
+    """``instrs`` (smemtile.model.ptx.shared_instructions) plus the vector ``ld/st.shared.vN`` and
+    ``ldmatrix``/``stmatrix`` statements of the entry it does not list (statements with a ``{...}`` operand),
+    re-indexed in PTX order; their source position is the nearest preceding ``.loc``, their array unknown."""
+    from smemtile.model.ptx import SharedInstr
+
+    e = _find_entry(ptx, entry)
+    files = {int(m.group(1)): m.group(2) for m in re.finditer(r'^\s*\.file\s+(\d+)\s+"([^"]*)"', ptx, re.M)}
+    have = {int(i.ptx_line) for i in instrs}
+    first = ptx.count("\n", 0, e.body_open) + 1
+    loc = ("", 0)
+    extra = []
+    for n, line in enumerate(ptx[e.body_open : e.body_close].split("\n"), first):
+        if m := re.match(r"^\s*\.loc\s+(\d+)\s+(\d+)", line):
+            loc = (files.get(int(m.group(1)), ""), int(m.group(2)))
+            continue
+        m = _BRACED.match(line)
+        if not m or n in have:
+            continue
+        parts = m.group(2).split(".")
+        if parts[0] in ("ldmatrix", "stmatrix"):
+            op, width = parts[0], 16
+            mat = int(re.search(r"\.x(\d)", m.group(2)).group(1))
+        else:
+            vec = int(next(p[1:] for p in parts if re.fullmatch(r"v\d", p)))
+            op, width, mat = (
+                ("load" if parts[0] == "ld" else "store"),
+                vec * int(re.sub(r"\D", "", parts[-1])) // 8,
+                1,
+            )
+        text = " ".join(line.strip().rstrip(";").split())
+        extra.append(SharedInstr(0, n, text, op, width, mat, "trans" in parts, "shared", m.group(3).strip(), *loc,
+                                 None, (m.group(1) or "").strip()))  # fmt: skip
+    out = sorted([*instrs, *extra], key=lambda i: i.ptx_line)
+    return [SharedInstr(**{**i.to_dict(), "index": k}) for k, i in enumerate(out)]
