@@ -74,11 +74,17 @@ def command(spec, output, variant, diff, arch, no_compile, as_json):
     params (and layouts, banks, ptxas, occupancy, checklist).
     """
     from smemtile.errors import SpecError
+    from smemtile.fileio import check_outputs, output_option, printable
     from smemtile.pipeline.build import build
     from smemtile.pipeline.fixes import variants
     from smemtile.pipeline.specs import load
 
-    res = load(spec, arch=arch)
+    output = output_option(output, "-o")  # `-o -` is stdout; `-o ''` is refused, never stdout by accident
+    check_outputs({"-o": output}, {"SPEC": spec})
+    res = load(spec, arch=arch, first=True)  # `tiles ... --format yaml | generate -`: the stream's first spec
+    if res.documents > 1:
+        click.echo(f"smemtile: note: {'<stdin>' if str(spec) == '-' else printable(spec)} holds {res.documents} "
+                   "specs; generating the first (smemtile tiles --top 1 gives one)", err=True)  # fmt: skip
     if res.config is None:
         raise SpecError("the spec has no kernel: section, so there is no kernel to generate (add e.g. kernel: "
                         "{family: sgemm, M: 4096, N: 4096, K: 4096}; families: sgemm, transpose, stencil2d)",

@@ -20,7 +20,7 @@ import numpy as np
 from smemtile.errors import SpecError
 from smemtile.families import FAMILIES, KernelConfig, configure, get_family, reconfigure, split_params
 from smemtile.families.base import ContractViolation, Family
-from smemtile.fileio import SPEC_BUDGET, read_text
+from smemtile.fileio import SPEC_BUDGET, printable, read_text
 from smemtile.model.analysis import AccessResult, analyze_spec
 from smemtile.model.arch import Arch
 from smemtile.model.layout import Layout
@@ -37,6 +37,7 @@ class Resolved:
     spec: KernelSpec
     doc: dict
     config: KernelConfig | None = None
+    documents: int = 1  # YAML documents in the file (``load(first=True)`` took the first of a stream)
 
     @property
     def family(self) -> Family | None:
@@ -53,14 +54,20 @@ def read_spec_text(path: str | Path) -> str:
     return read_text(path, what="spec")
 
 
-def load(path: str | Path, *, arch: Arch | str | None = None) -> Resolved:
-    """Read, validate and resolve a spec file (``arch`` overrides the spec's architecture)."""
+def load(path: str | Path, *, arch: Arch | str | None = None, first: bool = False) -> Resolved:
+    """Read, validate and resolve a spec file (``arch`` overrides the spec's architecture). ``first``: a stream
+    of specs (``smemtile tiles --format yaml``) resolves to its first document (``documents`` says how many
+    there were: the caller says so); otherwise a stream is refused with one line."""
     text = read_spec_text(path)
-    name = "<stdin>" if str(path) == "-" else str(path)
-    doc = load_yaml(text, name)
+    name = "<stdin>" if str(path) == "-" else printable(path)
+    docs = load_yaml(text, name, multi=True)
+    if len(docs) > 1 and not first:
+        raise SpecError(f"holds {len(docs)} YAML documents (a stream of specs); give one spec (e.g. smemtile "
+                        "tiles ... --top 1 --format yaml)", source=name)  # fmt: skip
+    doc = docs[0] if docs else None
     if not isinstance(doc, dict):
         raise SpecError("the spec must be a YAML mapping with arch, buffers and accesses", source=name)
-    return resolve(doc, name, arch=arch)
+    return replace(resolve(doc, name, arch=arch), documents=len(docs))
 
 
 def resolve(doc: dict, source: str = "<spec>", *, arch: Arch | str | None = None) -> Resolved:
