@@ -17,7 +17,6 @@ import hashlib
 import json
 import os
 import re
-import tempfile
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -25,6 +24,7 @@ from pathlib import Path
 from smemtile.errors import CompileError, NoDevice
 
 DEFAULT_OPTIONS = ("--std=c++17", "--ptxas-options=-v")
+CACHE_ENTRY_BUDGET = 64 << 20  # bytes of one cached compile (cubin + PTX as text: a few MB at most)
 
 
 @dataclass(frozen=True)
@@ -176,14 +176,19 @@ def _cache_get(key: str) -> CompileResult | None:
     d = cache_dir()
     if d is None:
         return None
+    from smemtile.errors import SpecError
+    from smemtile.fileio import read_text
+
     try:
-        doc = json.loads((d / f"{key}.json").read_text())
+        # fileio: a regular file only (a FIFO or a device planted in the cache is skipped, never opened to block),
+        # bounded, strict UTF-8; anything torn, binary or foreign is a miss and the entry is written again
+        doc = json.loads(read_text(d / f"{key}.json", what="compile cache entry", budget=CACHE_ENTRY_BUDGET))
         return CompileResult(
             cubin=base64.b64decode(doc["cubin"]), arch=doc["arch"], lowered=doc["lowered"], log=doc["log"],
             resources={k: KernelResources(**v) for k, v in doc["resources"].items()},
             nvrtc_version=doc["nvrtc_version"], ptx=doc["ptx"],
         )  # fmt: skip
-    except (OSError, ValueError, KeyError, TypeError):
+    except (SpecError, OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return None  # a miss, a torn or foreign file: compile again
 
 
@@ -196,13 +201,16 @@ def _cache_put(key: str, res: CompileResult) -> None:
                                                            "static_smem_bytes", "barriers")}
                          for k, v in res.resources.items()},
            "nvrtc_version": res.nvrtc_version, "ptx": res.ptx}  # fmt: skip
+    from smemtile.errors import SpecError
+    from smemtile.fileio import write_text_atomic
+
+    target = d / f"{key}.json"
     try:
-        d.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp.", suffix=".json")
-        with os.fdopen(fd, "w") as f:
-            json.dump(doc, f)
-        os.replace(tmp, d / f"{key}.json")
-    except OSError:
+        if os.path.lexists(target) and not os.path.isfile(target):  # a folder, FIFO or device: not ours
+            return
+        # the guarded writer: O_EXCL temporary file, fsync, rename; mode 0666 & ~umask (mkstemp made 0600)
+        write_text_atomic(target, json.dumps(doc), key="compile cache", make_parents=True)
+    except (SpecError, OSError):
         pass  # a read-only or full cache is only slower
 
 
