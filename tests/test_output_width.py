@@ -85,17 +85,26 @@ def test_narrow_bank_diagram_is_split_not_cut():
 
 @pytest.mark.parametrize("suffix", [".html", ".svg"])
 def test_export_has_its_own_width_and_mode_0644(tmp_path, suffix):
-    out = tmp_path / f"report{suffix}"
-    old = os.umask(0o022)
-    try:
-        run(["analyze", str(ROOT / "samples" / "gemm_a_column.yaml"), "--export", str(out)], 80)
-    finally:
-        os.umask(old)
-    assert stat.S_IMODE(out.stat().st_mode) == 0o644
-    text = out.read_text()
-    assert "…" not in text and "words in blocks" not in text  # all 32 words of a row on one line
-    if suffix == ".html":
-        assert re.search(r"row +0 +1 +2 .* 30 +31", text)
+    """The export (the report page, or its heatmaps as SVG) is the same at any terminal width."""
+    texts = []
+    for width in (80, 200):
+        out = tmp_path / f"report{width}{suffix}"
+        old = os.umask(0o022)
+        try:
+            run(["analyze", str(ROOT / "samples" / "gemm_a_column.yaml"), "--export", str(out)], width)
+        finally:
+            os.umask(old)
+        assert stat.S_IMODE(out.stat().st_mode) == 0o644
+        texts.append(out.read_text())
+    assert texts[0] == texts[1]
+    # the 32-way access's heatmap: all 32 banks labelled across the top, before and after the fix
+    for variant in ("before", "after"):
+        fig = re.search(rf'<svg [^>]*data-variant="{variant}" data-access="a_col".*?</svg>', texts[0], re.S)
+        assert fig is not None
+        banks = re.findall(
+            r'<text [^>]*font-size="7" text-anchor="middle" fill="#495057">(\d+)</text>', fig[0]
+        )
+        assert banks[:32] == [str(b) for b in range(32)]
 
 
 def test_huge_columns_is_clamped():

@@ -24,6 +24,7 @@ _COMMANDS = {
     "tune": "tune",
     "measure": "measure",
     "samples": "samples",
+    "report": "report",
 }
 
 

@@ -83,7 +83,8 @@ def command(spec: Path, as_json: bool, brief: bool, lanes: bool, all_instruction
 
     if export is not None and export.suffix.lower() not in (".svg", ".html"):
         raise SpecError(f"takes a .svg or .html file name, got {printable(export.name)!r}", key="--export")
-    rep = analyze(load(spec), regs=regs, compile=not no_compile)
+    res = load(spec)
+    rep = analyze(res, regs=regs, compile=not no_compile)
     if as_json and all_instructions:
         stream_json(rep)
     elif as_json:
@@ -93,7 +94,7 @@ def command(spec: Path, as_json: bool, brief: bool, lanes: bool, all_instruction
 
         render(make_console(), rep, brief=brief, lanes=lanes)
     if export is not None:
-        _export(rep, brief, export, spec)
+        _export(rep, res, export, spec)
     _check_launch(rep)
 
 
@@ -143,13 +144,16 @@ def stream_json(rep, out=None) -> None:
     out.write("\n")
 
 
-def _export(rep, brief: bool, path: Path, spec: Path) -> None:
-    """The report rendered again at the export's own width (not the terminal's), written safely (fileio)."""
-    from smemtile.fileio import write_text_atomic
-    from smemtile.report.analyze import render
-    from smemtile.report.text import export_console
+def _export(rep, res, path: Path, spec: Path) -> None:
+    """``--export``: FILE.html is the report page (``smemtile report``'s), FILE.svg its bank heatmaps before and
+    after the fix; written safely (fileio: atomic, never over the spec)."""
+    if path.suffix.lower() == ".html":
+        from smemtile.cli.report import check_output, write_page
 
-    con = export_console()
-    render(con, rep, brief=brief)
-    text = con.export_svg(title="smemtile analyze") if path.suffix.lower() == ".svg" else con.export_html()
-    write_text_atomic(path, text, key="--export", inputs=[spec])
+        check_output(path, spec, key="--export")
+        write_page(rep, res, path, spec, key="--export")
+        return
+    from smemtile.fileio import write_text_atomic
+    from smemtile.report.html import report_svg
+
+    write_text_atomic(path, report_svg(rep), key="--export", inputs=[spec] if str(spec) != "-" else ())
