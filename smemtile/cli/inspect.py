@@ -30,7 +30,9 @@ def _dims(value: str, key: str) -> tuple[int, ...]:
 @click.option("--define", "-D", "defines", multiple=True, metavar="NAME=VALUE",
               help="A macro for NVRTC and the declarations' sizes (repeatable).")  # fmt: skip
 @click.option("--arch", default="sm_90", show_default=True, help="The architecture NVRTC compiles for.")
-@click.option("--simulate", is_flag=True, help="Emulate the sampled warps' address arithmetic on the CPU (no GPU).")
+@click.option(
+    "--simulate", is_flag=True, help="Emulate the sampled warps' address arithmetic on the CPU (no GPU)."
+)
 @click.option("--gpu", "use_gpu", is_flag=True, help="Record on the GPU (the default when one is present).")
 @click.option("--ncu", is_flag=True, help="Also profile the uninstrumented kernel with Nsight Compute and put "
               "its wavefronts per source line beside the prediction, with a match column.")  # fmt: skip

@@ -174,14 +174,16 @@ def parse_body(ptx: str, entry: str) -> Body:
     statements: list[Statement] = []
     labels: dict[str, int] = {}
     pos = 0
-    for piece in re.split(r"([;{}])", body):
-        if piece in (";", "{", "}"):
-            pos += 1
-            continue
-        offset, pos = pos, pos + len(piece)
+    for piece in body.split(";"):
+        offset, pos = pos, pos + len(piece) + 1
         rest = piece
-        while m := _LABEL.match(rest):
-            labels[m.group(1)] = len(statements)
+        while True:  # scope braces and labels before the instruction (a vector operand's {..} comes later)
+            if m := _LABEL.match(rest):
+                labels[m.group(1)] = len(statements)
+            elif m := re.match(r"\s*[{}]", rest):
+                pass
+            else:
+                break
             offset += m.end()
             rest = rest[m.end() :]
         stripped = rest.strip()
@@ -333,10 +335,10 @@ def _classify(st: Statement) -> tuple[str, str, int, int, bool, str] | None:
 
 def _register_of(addr: str) -> tuple[str, int]:
     """``%rd4+16`` -> ("%rd4", 16); ``sym+128`` -> ("sym", 128)."""
-    m = re.fullmatch(r"\s*([%\w$.]+)\s*(?:([+-])\s*(-?\d+|0x[0-9a-fA-F]+))?\s*", addr)
+    m = re.fullmatch(r"\s*([%\w$.]+)\s*(?:([+-])\s*(-?\s*(?:0x[0-9a-fA-F]+|\d+)))?\s*", addr)
     if not m:
         return addr.strip(), 0
-    off = int(m.group(3), 0) if m.group(3) else 0
+    off = int(m.group(3).replace(" ", ""), 0) if m.group(3) else 0
     return m.group(1), -off if m.group(2) == "-" else off
 
 

@@ -78,13 +78,13 @@ def _dsts(op: str) -> list[str]:
 def _addr(w, op: str, st: Statement) -> np.ndarray | Poison:
     """An address operand ``[reg+off]`` / ``[sym+off]`` as int64 lanes."""
     inner = op.strip()[1:-1].strip()
-    m = re.fullmatch(r"([%\w$.]+)\s*(?:([+-])\s*(0x[0-9a-fA-F]+|\d+))?", inner)
+    m = re.fullmatch(r"([%\w$.]+)\s*(?:([+-])\s*(-?\s*(?:0x[0-9a-fA-F]+|\d+)))?", inner)
     if not m:
         return Poison(st)
     base = w.read(m.group(1), st) if m.group(1).startswith("%") else immediate(w.emu, m.group(1), st)
     if isinstance(base, Poison):
         return base
-    off = int(m.group(3), 0) if m.group(3) else 0
+    off = int(m.group(3).replace(" ", ""), 0) if m.group(3) else 0
     return _as_int(base, 64, True) + (-off if m.group(2) == "-" else off)
 
 

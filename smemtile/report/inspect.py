@@ -39,6 +39,10 @@ def declaration_text(fx: ArrayFix, lay: Layout) -> list[str]:
     """The array's declaration as the user wrote it, under ``lay`` (padding: the last dimension grows)."""
     info = fx.array
     d = info.decl
+    if d is not None and d.extern:
+        lines = declaration(fx.fix.buffer, lay)
+        head = f"extern __shared__ {d.ctype} {d.name}[];  // {fx.array.size} bytes at launch (--smem)"
+        return [head] + lines[1:]
     if d is None or d.dims is None:
         return declaration(fx.fix.buffer, lay)
     if lay.swizzle is not None:
