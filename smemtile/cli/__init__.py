@@ -25,6 +25,7 @@ _COMMANDS = {
     "measure": "measure",
     "samples": "samples",
     "report": "report",
+    "inspect": "inspect",
 }
 
 
