@@ -158,39 +158,95 @@ def test_tiles_picks_grid_in_the_helper_equals_json(tmp_path):
         )
 
 
-def run_helpers(cfgs: list, tmp_path: Path) -> tuple[list[str], list[dict]]:
-    """Each configuration's generated .cu plus a user's main(), built by nvcc (in parallel), run on random inputs
-    through launch_<family>(), its output compared with the family's float64 reference: (failures, report)."""
-    works = [tmp_path / f"case{i}" for i in range(len(cfgs))]
+# The layout matrix (issue 27): every residue of K modulo the 16-byte vector for the 16-bit GEMMs (K % 8 = 1..7, the
+# dense K = 1023 wgmma case users hit), odd pitches for the memory families, each run dense through the dense
+# overload, dense through the full helper, and as a sub-view (leading dimensions 3 past the row length, every
+# array 1 element into its allocation): correct, or refused with cudaErrorInvalidValue exactly where the plan
+# says so, never wrong.
+MATRIX = [
+    *[("wgmma_gemm", {}, {"M": 257, "N": 136, "K": k, "dtype": dt}) for k in range(1017, 1025)
+      for dt in ("bf16", "f16")],
+    ("wgmma_gemm", {}, {"M": 4096, "N": 4096, "K": 1023, "dtype": "bf16"}),
+    ("wgmma_gemm", {"BN": 128, "EPI": 0}, {"M": 300, "N": 203, "K": 77, "dtype": "f16"}),
+    *[("hgemm", {}, {"M": 200, "N": 136, "K": k, "beta": 0.5}) for k in range(97, 105)],
+    ("hgemm", {}, {"M": 200, "N": 136, "K": 72, "b_layout": "col", "dtype": "bf16"}),
+    *[("sgemm", {"BM": 128, "BN": 128, "TM": 8, "TN": 16, "REPACK": r}, {"M": 300, "N": 257, "K": k, "beta": 0.5})
+      for r in (1, 2) for k in (129, 130, 131, 132)],
+    ("sgemm", {"BM": 64, "TM": 8, "STAGES": 2, "SPLIT_K": 4}, {"M": 64, "N": 1001, "K": 3001, "beta": -1.0}),
+    *[
+        ("transpose", p, {"rows": r, "cols": c, "dtype": dt})
+        for dt, p in (("f32", {}), ("f32", {"TILE": 64, "BLOCK_ROWS": 4, "PACK": 4}), ("f16", {}),
+                      ("f16", {"TILE": 128, "BLOCK_ROWS": 8, "PACK": 2}))
+        for (r, c) in ((1001, 777), (1024, 1000))
+    ],
+    *[("stencil2d", {"R": r}, {"ny": 301, "nx": 1001}) for r in (1, 2, 3, 4)],
+]  # fmt: skip
+
+
+def _matrix_configs() -> list:
+    return [variants(resolve({"arch": FAMILIES[f].default_arch, "tile": p, "kernel": {"family": f, **q}}))["fixed"]
+            for f, p, q in MATRIX]  # fmt: skip
+
+
+def run_helpers(cfgs: list, tmp_path: Path, *, layouts: bool = False) -> tuple[list[str], list[dict]]:
+    """Each configuration's generated .cu plus a user's main(), built by nvcc (in parallel, once per distinct
+    source), run on random inputs through launch_<family>(), its output compared with the family's float64
+    reference and the bytes around it checked untouched: (failures, report). ``layouts``: also through the dense
+    overload and as a sub-view; a layout the plan refuses must be refused by the helper (cudaErrorInvalidValue)."""
+    from smemtile.families.base import refusal, subview_case
+
+    sources = {}
+    for cfg in cfgs:
+        sources.setdefault(render(cfg).source + "\n" + harness_main(cfg), []).append(cfg)
+    works = [tmp_path / f"case{i}" for i in range(len(sources))]
     for w in works:
         w.mkdir()
+    firsts = [v[0] for v in sources.values()]
     with ThreadPoolExecutor(max_workers=min(16, os.cpu_count() or 4)) as pool:
-        exes = list(pool.map(_build, cfgs, works))
+        exes = list(pool.map(_build, firsts, works))
+    exe_of = {id(c): (exe, work) for (src, group), exe, work in zip(sources.items(), exes, works, strict=True)
+              for c in group}  # fmt: skip
     failures, report = [], []
-    runs = [
-        (i, ws)
-        for i, cfg in enumerate(cfgs)
-        for ws in ((0, 1) if FAMILIES[cfg.family].workspaces(cfg) else (0,))
-    ]
-    for i, ws in runs:  # a helper with a workspace: once allocating its own, once with the caller's
-        cfg, exe, work = cfgs[i], exes[i], works[i]
+    for i, cfg in enumerate(cfgs):
         fam = FAMILIES[cfg.family]
-        inputs = fam.make_inputs(cfg, np.random.default_rng(100 + i))
-        argv, env, out = run_arguments(cfg, inputs, work)
-        env = {**env, "WORKSPACE": "1"} if ws else env
-        p = subprocess.run(
-            [str(exe), *argv], capture_output=True, text=True, env={**os.environ, **env}, timeout=300
-        )
-        label = f"{fam.name_expression(cfg)} {cfg.problem}" + (" (caller's workspace)" if ws else "")
-        if p.returncode != 0:
-            failures.append(f"{label}: exit {p.returncode} {p.stderr.strip()}")
-            continue
-        got = fam.decode_output(cfg, read_output(cfg, out))  # bf16 travels as raw bits
-        chk = compare(fam.reference(cfg, inputs), got, fam.tolerance_for(cfg), exact=fam.exact)
-        report.append({"case": label, "grid": list(fam.launch(cfg).grid), "correct": chk.correct,
-                       "max_rel_error": chk.max_rel_error})  # fmt: skip
-        if not chk.correct:
-            failures.append(f"{label}: {chk.mismatch.describe()}")
+        exe, work = exe_of[id(cfg)]
+        runs = [(cfg, {}, {}, "dense")]
+        if FAMILIES[cfg.family].workspaces(cfg):  # once allocating its own workspace, once with the caller's
+            runs.append((cfg, {}, {"WORKSPACE": "1"}, "dense, caller's workspace"))
+        if layouts:
+            sub, offsets = subview_case(fam, cfg)
+            runs += [(cfg, {}, {"DENSE": "1"}, "dense overload"), (sub, offsets, {}, "sub-view")]
+        for run_cfg, offsets, extra_env, what in runs:
+            inputs = fam.make_inputs(run_cfg, np.random.default_rng(100 + i))
+            argv, env, out = run_arguments(run_cfg, inputs, work, offsets)
+            p = subprocess.run([str(exe), *argv], capture_output=True, text=True,
+                               env={**os.environ, **env, **extra_env}, timeout=300)  # fmt: skip
+            label = f"{fam.name_expression(cfg)} {run_cfg.problem} ({what})"
+            refused = refusal(fam, run_cfg, offsets)
+            row = {"case": label, "grid": list(fam.launch(cfg).grid), "refused_by_plan": refused,
+                   "key": (fam.name_expression(cfg), repr(cfg.problem), what)}  # fmt: skip
+            if refused is not None:
+                ok = p.returncode == 3 and "invalid argument" in p.stderr
+                row.update(correct=None, refused=ok)
+                report.append(row)
+                if not ok:
+                    failures.append(f"{label}: the plan refuses ({refused}) but the helper gave exit "
+                                    f"{p.returncode} {p.stderr.strip()}")  # fmt: skip
+                continue
+            if p.returncode != 0:
+                failures.append(f"{label}: exit {p.returncode} {p.stderr.strip()}")
+                continue
+            raw, untouched = read_output(run_cfg, out, offsets)
+            got = fam.decode_output(run_cfg, raw)  # bf16 travels as raw bits
+            chk = compare(fam.reference(run_cfg, inputs), got, fam.tolerance_for(run_cfg), exact=fam.exact)
+            row.update(
+                correct=chk.correct and untouched, max_rel_error=chk.max_rel_error, untouched=untouched
+            )
+            report.append(row)
+            if not chk.correct:
+                failures.append(f"{label}: {chk.mismatch.describe()}")
+            elif not untouched:
+                failures.append(f"{label}: wrote outside the output's elements")
     return failures, report
 
 
@@ -199,10 +255,32 @@ def test_generated_helper_is_correct_on_the_gpu(tmp_path):
     failures, report = run_helpers(_configs(), tmp_path)
     out_dir = os.environ.get("SMEMTILE_TEST_REPORT")
     if out_dir:
-        (Path(out_dir) / "helper_gpu.json").write_text(json.dumps(report, indent=1))
+        (Path(out_dir) / "helper_gpu.json").write_text(json.dumps(report, indent=1, default=str))
     assert not failures, failures
     ws = sum("caller's workspace" in r["case"] for r in report)
     assert ws >= 2 and len(report) == len(CASES) + len(TILE_SHAPES) + ws
+
+
+@pytest.mark.gpu
+def test_generated_helper_takes_the_users_layout_on_the_gpu(tmp_path):
+    """Issue 27's matrix through the nvcc-built helper: dense (both overloads) and a sub-view with odd leading
+    dimensions at odd addresses; correct and untouched outside the output, or refused exactly where the plan
+    refuses; the K = 1023 wgmma case included."""
+    failures, report = run_helpers(_matrix_configs(), tmp_path, layouts=True)
+    out_dir = os.environ.get("SMEMTILE_TEST_REPORT")
+    if out_dir:
+        (Path(out_dir) / "helper_layouts_gpu.json").write_text(json.dumps(report, indent=1, default=str))
+    assert not failures, failures
+    assert any("K': 1023" in r["case"] and "sub-view" in r["case"] and r["correct"] for r in report)
+
+
+def test_layout_matrix_covers_the_residues():
+    """The matrix holds every K % 8 residue for both 16-bit GEMMs and odd pitches for the memory families (CPU)."""
+    ks = {q["K"] % 8 for f, _, q in MATRIX if f == "wgmma_gemm"}
+    assert ks == set(range(8))
+    assert {q["K"] % 8 for f, _, q in MATRIX if f == "hgemm"} == set(range(8))
+    assert any(f == "transpose" and q["rows"] % 2 and q["cols"] % 2 for f, _, q in MATRIX)
+    assert {p["R"] for f, p, _ in MATRIX if f == "stencil2d"} == {1, 2, 3, 4}
 
 
 def test_cases_cover_every_family_and_split_k():
@@ -210,3 +288,36 @@ def test_cases_cover_every_family_and_split_k():
     assert fams == set(FAMILIES)
     assert any(p.get("SPLIT_K", 1) > 1 for _, p, _ in CASES)
     assert ROOT.exists()
+
+
+@pytest.mark.gpu
+def test_verify_reports_what_the_helper_does_on_the_gpu(tmp_path):
+    """`verify` (the Python launcher through the same plan) and the nvcc-built helper give the same verdict per
+    layout: correct on both, or refused by both (issue 27: verify checks what users run)."""
+    from smemtile.gpu.run import LoadedKernel, open_device
+    from smemtile.pipeline.verify import _subview
+
+    picks = [c for c in _matrix_configs() if (c.family, c.problem.get("K")) in
+             {("wgmma_gemm", 1023), ("hgemm", 104), ("sgemm", 131)} or c.family in ("stencil2d",)][:8]  # fmt: skip
+    assert {c.family for c in picks} >= {"wgmma_gemm", "hgemm", "sgemm", "stencil2d"}
+    failures, report = run_helpers(picks, tmp_path, layouts=True)
+    assert not failures, failures
+    helper = {r["key"]: r for r in report}
+    dev = open_device(0)
+    for cfg in picks:
+        fam = FAMILIES[cfg.family]
+        inputs = fam.make_inputs(cfg, np.random.default_rng(7))
+        ref = fam.reference(cfg, inputs)
+        k = LoadedKernel(cfg, dev)
+        try:
+            sub = _subview(k, fam, cfg, inputs, ref)
+            dense = k.check(dict(inputs), ref)
+        finally:
+            k.close()
+        label = f"{fam.name_expression(cfg)} {cfg.problem}"
+        assert dense.correct, (label, dense.to_dict())
+        h = helper[(fam.name_expression(cfg), repr(cfg.problem), "sub-view")]
+        if sub.get("refused"):
+            assert h["refused"] is True, (label, sub, h)
+        else:
+            assert sub["correct"] and h["correct"], (label, sub, h)

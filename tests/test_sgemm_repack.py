@@ -117,7 +117,8 @@ def test_helper_workspace_bytes_equal_the_plan_for_many_shapes(tmp_path):
     helper = launch_helper(cfg({"M": 4095, "N": 4097, "K": 1023}))
     fn = helper[helper.index("inline size_t launch_sgemm_workspace_bytes") : helper.index("// Launch plan")]
     calls = "\n".join(
-        f'  printf("%zu\\n", launch_sgemm_workspace_bytes({m}, {n}, {k}));' for m, n, k in SHAPES
+        f'  printf("%zu\\n", launch_sgemm_workspace_bytes({m}, {n}, {k}, {k}, {n}, {n}, nullptr, 256, 256));'
+        for m, n, k in SHAPES
     )
     src = tmp_path / "ws.cpp"
     src.write_text(f"#include <cstdio>\n#include <cstddef>\n{fn}\nint main() {{\n{calls}\n  return 0;\n}}\n")

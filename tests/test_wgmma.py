@@ -83,13 +83,26 @@ def test_launch_plan_grid_clusters_and_tensor_maps():
     assert maps["tmC"].box == (64, 64) and maps["tmC"].active
     # not persistent: one cluster per pair of 128-row tiles
     assert FAM.launch(cfg(M=8192, N=8192, K=8192, PERSISTENT=0)).grid == (32 * 32 * 2, 1, 1)
-    # ragged: K tail through a 16-byte leading dimension (1024 elements), C rows not 16-byte aligned (no tmC)
+    # dense K = 1023 (lda = 1023: rows TMA cannot read): A and B repacked into rows of 1024 elements first, the
+    # tensor maps over the copies; C rows not 16-byte aligned (ldc = 4097: no tmC, masked stores)
     plan = FAM.launch(cfg(M=4095, N=4097, K=1023))
+    assert [s.kernel for s in plan.steps][:2] == ["smemtile_wgmma_repack"] * 2
     maps = {t.name: t for t in plan.tensor_maps}
-    assert maps["tmA"].dims == (1023, 4095) and maps["tmA"].strides == (2048,)
+    assert maps["tmA"].dims == (1023, 4095) and maps["tmA"].strides == (2048,) and maps["tmA"].array == "Ap"
     assert not maps["tmC"].active
-    args = dict(zip(FAM.signature, (v for v, _ in plan.steps[0].args), strict=True))
+    ws = {w.name: w for w in plan.workspace}
+    assert ws["Ap"].active and ws["Ap"].nbytes == 4095 * 1024 * 2 and ws["Bp"].nbytes == 4097 * 1024 * 2
+    main = next(s for s in plan.steps if s.main)
+    args = dict(zip(FAM.signature, (v for v, _ in main.args), strict=True))
     assert args["int c_tma"] == 0 and args["int ldc"] == 4097
+    # the user's own leading dimension 1024 (a padded A and B): no copy, the maps read the arrays themselves
+    padded = FAM.launch(cfg(M=4095, N=4097, K=1023, lda=1024, ldb=1024))
+    assert [s.main for s in padded.steps] == [True] and padded.workspace_bytes == 0
+    assert {t.name: t.strides for t in padded.tensor_maps}["tmA"] == (2048,)
+    # a 16-byte aligned leading dimension at an address 2 bytes off: repacked; C at such an address: no TMA store
+    odd = FAM.launch(cfg(M=256, N=256, K=256), align={"A": 2, "B": 256, "C": 2})
+    assert [s.kernel for s in odd.steps][0] == "smemtile_wgmma_repack" and len(odd.steps) == 2
+    assert not {t.name: t for t in odd.tensor_maps}["tmC"].active
     assert FAM.launch(cfg(M=100, N=64, K=64)).grid == (2, 1, 1)  # one cluster for the single pair of tiles
     assert plan.to_dict()["tensor_maps"][0]["name"] == "tmA"
 
@@ -112,11 +125,10 @@ def test_inputs_reference_and_bf16_codec():
     assert np.allclose(back, x, rtol=2**-8) and back[1] == -2.5
     c = cfg(M=33, N=17, K=21)
     inputs = FAM.make_inputs(c, np.random.default_rng(0))
-    assert inputs["A"].shape == (33, 24) and inputs["B"].shape == (17, 24)
-    assert (inputs["A"][:, 21:] == 0xFFFF).all()  # NaN padding past K
+    assert inputs["A"].shape == (33, 21) and inputs["B"].shape == (17, 21)  # dense: the user's arrays
     ref = FAM.reference(c, inputs)
-    a = bf16_value(inputs["A"][:, :21]).astype(np.float64)
-    b = bf16_value(inputs["B"][:, :21]).astype(np.float64)
+    a = bf16_value(inputs["A"]).astype(np.float64)
+    b = bf16_value(inputs["B"]).astype(np.float64)
     assert ref.shape == (33, 17) and np.allclose(ref, a @ b.T)
     f16 = configure("wgmma_gemm", {"M": 8, "N": 8, "K": 8, "dtype": "f16"}, {}, "sm_90a")
     assert FAM.make_inputs(f16, np.random.default_rng(0))["A"].dtype == np.float16
@@ -158,11 +170,20 @@ def test_tiles_rank_this_family_and_feed_verify(tmp_path):
 
 def test_helper_uses_the_plan():
     h = launch_helper(cfg(M=8192, N=8192, K=8192))
-    assert "cudaLaunchKernelEx(&config, kernel, M, N, K, tmA, tmB, tmC, C, N, int((N % 8) == 0));" in h
+    assert (
+        "cudaLaunchKernelEx(&config, kernel, M, N, K, tmA, tmB, tmC, C, ldc, (int((ldc % 8) == 0) & "
+        "int(C_align >= 16)));" in h
+    )
     assert "attr[0].val.clusterDim.x = 2;" in h
     assert 'cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled"' in h
     assert h.count("CU_TENSOR_MAP_SWIZZLE_128B") == 3 and "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16" in h
-    assert "if (int((N % 8) == 0)) {" in h  # tmC only where C rows are 16-byte aligned
+    # tmC only where C rows are 16-byte aligned; A and B repacked where TMA cannot read their rows
+    assert "if ((int((ldc % 8) == 0) & int(C_align >= 16))) {" in h
+    assert "if ((int(((long long)lda % 8) != 0) | int((long long)A_align < 16))) {" in h
+    assert "const long long A_align = smemtile_align_of(A);" in h
+    assert (
+        "return launch_wgmma_gemm(M, N, K, A, (K), B, (K), C, (N), stream, workspace, workspace_bytes);" in h
+    )
 
 
 @pytest.mark.slow

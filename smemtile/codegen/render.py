@@ -96,9 +96,37 @@ def _c_type(fam: Family, cfg: KernelConfig, ctype: str) -> str:
     return ctype.format(**fam.ctypes(cfg))
 
 
+ALIGN_FN = """#ifndef SMEMTILE_HOST_ALIGN_OF
+#define SMEMTILE_HOST_ALIGN_OF
+// The byte alignment of a pointer as the launch plans see it: the largest power of two <= 256 dividing it.
+static inline long long smemtile_align_of(const void* p) {
+    const unsigned long long a = (unsigned long long)p;
+    return (a & 255ull) == 0 ? 256 : (long long)(a & (~a + 1ull));
+}
+#endif"""
+
+
+def _used_names(fam: Family, cfg: KernelConfig) -> set[str]:
+    """Every name the launch plan's expressions use (guards, grids, arguments, workspaces, maps, requires)."""
+    texts = [e for e, _ in fam.requires(cfg)]
+    for call in fam.calls(cfg):
+        texts += [call.when, *call.grid, *call.block, *call.cluster, *call.args]
+    for w in fam.workspaces(cfg):
+        texts += [w.when, w.elems]
+    for t in fam.tensor_maps(cfg):
+        texts += [t.when, t.row_stride, *t.dims, *t.box]
+    names: set[str] = set()
+    for t in texts:
+        try:
+            names |= parse_expr(t).names
+        except Exception:  # an argument that is an array or workspace name, not an expression
+            names.add(t)
+    return names
+
+
 def launch_helper(cfg: KernelConfig) -> str:
     """The C++ host helper ``launch_<family>(...)``: every step of the family's launch plan, rendered from the
-    expressions :meth:`Family.launch` evaluates."""
+    expressions :meth:`Family.launch` evaluates; then the dense overload (no leading dimensions)."""
     fam = FAMILIES[cfg.family]
     host = {a.name for a in fam.host_args}
     # template parameters become literals; the helper's own arguments (M, rows, ...) stay run-time values
@@ -110,28 +138,48 @@ def launch_helper(cfg: KernelConfig) -> str:
     maps = fam.tensor_maps(cfg)
     map_names = {t.name for t in maps}
     works = fam.workspaces(cfg)
+    used = _used_names(fam, cfg)
+    aligns = {arr: n for arr, n in fam.align_names().items() if n in used}
+    work_aligns = sorted(n for n in aligns.values()
+                         if any(n in parse_expr(x).names for w in works for x in (w.when, w.elems)))  # fmt: skip
     # nothing problem-specific here: the body (what NVRTC compiles and caches) is the same for every size
-    lines = _workspace_size_lines(fam, works, consts, ints) if works else []
+    lines = [ALIGN_FN, ""] if aligns else []
+    lines += _workspace_size_lines(fam, works, consts, ints, work_aligns) if works else []
+    lds = [a for a in fam.host_args if a.array and a.ld]
     lines += [
         f"// Launch plan of {fam.name} (smemtile.families.{fam.name}): the same expressions `smemtile generate --json`,",
         "// `verify` and `tune` evaluate (the header above gives their values for the spec's problem).",
         "// Returns the first CUDA error (an invalid size gives cudaErrorInvalidValue before anything runs).",
     ]
+    if lds:
+        lines.append("// Layout: " + "; ".join(
+            f"{a.name} is {' x '.join(a.shape)} row-major, element (r, c) at {a.name}[r * {a.ld} + c]" for a in lds)
+            + " (leading dimensions in elements, as cuBLAS takes them).")  # fmt: skip
+    for _e, rule in fam.requires(cfg):
+        lines.append(f"// Requires {_clean(rule)}; otherwise cudaErrorInvalidValue.")
+    for line in fam.layout_rules(cfg):
+        lines.append(f"// {_clean(line)}")
     if works:
         lines += [
             f"// workspace: device memory of at least launch_{fam.name}_workspace_bytes(...) bytes, 256-byte aligned,",
             "// not used by another launch at the same time; nullptr: the helper allocates it on the stream",
             "// (cudaMallocAsync) and frees it after the launches (cudaFreeAsync).",
         ]
-        params += ", cudaStream_t stream = 0, void* workspace = nullptr, size_t workspace_bytes = 0"
+        tail = ", cudaStream_t stream = 0, void* workspace = nullptr, size_t workspace_bytes = 0"
     else:
-        params += ", cudaStream_t stream = 0"
-    lines.append(f"inline cudaError_t launch_{fam.name}({params}) {{")
+        tail = ", cudaStream_t stream = 0"
+    lines.append(f"inline cudaError_t launch_{fam.name}({params}{tail}) {{")
     if ints:
         lines.append(f"    if ({' || '.join(f'{n} < 1' for n in ints)}) return cudaErrorInvalidValue;")
+    for arr, n in aligns.items():
+        lines.append(f"    const long long {n} = smemtile_align_of({arr});")
+    for e, rule in fam.requires(cfg):
+        lines.append(
+            f"    if (!({parse_expr(e).cpp(consts, '(long long){}')})) return cudaErrorInvalidValue;  // {_clean(rule)}"
+        )
     lines.append("    cudaError_t err = cudaSuccess;")
     if works:
-        lines += _workspace_lines(fam, works, ints)
+        lines += _workspace_lines(fam, works, ints, work_aligns)
     if maps:
         lines += _tensor_map_lines(fam, cfg, maps, consts)
     work = {w.name: w for w in works}
@@ -194,7 +242,24 @@ def launch_helper(cfg: KernelConfig) -> str:
         lines.append(f"{ind}if (err != cudaSuccess) return err;")
         lines.append("    }")
     lines += ["    return cudaSuccess;", "}"]
+    if lds:
+        lines += ["", *_dense_overload(fam, cfg, tail)]
     return "\n".join(lines)
+
+
+def _dense_overload(fam: Family, cfg: KernelConfig, tail: str) -> list[str]:
+    """``launch_<family>(...)`` without the leading dimensions: the dense layout, forwarded to the full helper."""
+    dense = fam.dense_layout(cfg.problem)
+    ld_names = {a.ld for a in fam.host_args if a.array and a.ld}
+    keep = [a for a in fam.host_args if a.name not in ld_names]
+    params = ", ".join(f"{_c_type(fam, cfg, a.ctype)} {a.name}" for a in keep)
+    fwd = [f"({parse_expr(dense[a.name]).cpp()})" if a.name in ld_names else a.name for a in fam.host_args]
+    extra = ", stream, workspace, workspace_bytes" if "workspace" in tail else ", stream"
+    what = ", ".join(f"{n} = {dense[n]}" for n in sorted(ld_names, key=[a.name for a in fam.host_args].index))
+    return [f"// Dense arrays ({what}): the same launch.",
+            f"inline cudaError_t launch_{fam.name}({params}{tail}) {{",
+            f"    return launch_{fam.name}({', '.join(fwd)}{extra});",
+            "}"]  # fmt: skip
 
 
 def _workspace_arg(w, ctype: str) -> str:
@@ -203,14 +268,20 @@ def _workspace_arg(w, ctype: str) -> str:
     return f"({w.name} ? {w.name} : {w.fallback})" if w.fallback and "const" in ctype else w.name
 
 
-def _workspace_size_lines(fam: Family, works: list, consts: dict, ints: list[str]) -> list[str]:
+def _workspace_size_lines(
+    fam: Family, works: list, consts: dict, ints: list[str], aligns: list[str]
+) -> list[str]:
     """``launch_<family>_workspace_bytes(sizes..., offsets)``: the regions laid out as Family.launch lays them out
-    (each at a multiple of WORKSPACE_ALIGN), written once; the helper takes the offsets from it."""
+    (each at a multiple of WORKSPACE_ALIGN), written once; the helper takes the offsets from it. Where a region
+    depends on the pointers' alignment (``A_align``), the size takes it as a trailing argument whose default, 1,
+    is the worst case: the size returned then serves any pointers."""
     lines = [f"// Bytes of workspace launch_{fam.name}() needs for a problem (0: none). Regions: "
              + "; ".join(f"{w.name} ({_clean(w.doc)})" for w in works) + ".",
-             "// offsets (optional): each region's byte offset, (size_t)-1 where it is not used.",
+             "// offsets (optional): each region's byte offset, (size_t)-1 where it is not used."
+             + (f" {', '.join(aligns)}: the arrays' pointer alignment (default 1: enough for any pointer)."
+                if aligns else ""),
              f"inline size_t launch_{fam.name}_workspace_bytes({', '.join(f'int {n}' for n in ints)}, "
-             "size_t* offsets = nullptr) {",
+             "size_t* offsets = nullptr" + "".join(f", long long {n} = 1" for n in aligns) + ") {",
              "    size_t total = 0;"]  # fmt: skip
     for i, w in enumerate(works):
         when = parse_expr(w.when).cpp(consts, "(long long){}")
@@ -226,11 +297,11 @@ def _workspace_size_lines(fam: Family, works: list, consts: dict, ints: list[str
     return lines + ["    return total;", "}", ""]
 
 
-def _workspace_lines(fam: Family, works: list, ints: list[str]) -> list[str]:
+def _workspace_lines(fam: Family, works: list, ints: list[str], aligns: list[str]) -> list[str]:
     ind = "    "
     lines = [
         f"{ind}size_t ws_off[{len(works)}];",
-        f"{ind}const size_t ws_need = launch_{fam.name}_workspace_bytes({', '.join(ints)}, ws_off);",
+        f"{ind}const size_t ws_need = launch_{fam.name}_workspace_bytes({', '.join([*ints, 'ws_off', *aligns])});",
         f"{ind}struct Owned {{  // a workspace this call allocated, freed on the stream when the call returns",
         f"{ind}    void* ptr;",
         f"{ind}    cudaStream_t stream;",
@@ -261,6 +332,7 @@ def _tensor_map_lines(fam: Family, cfg: KernelConfig, maps, consts: dict) -> lis
     runtime's entry-point query (no -lcuda), from the same expressions the Python launcher evaluates."""
     ind = "    "
     arrays = {a.name: a for a in fam.host_args if a.array}
+    fallback = {w.name: w.fallback for w in fam.workspaces(cfg)}
     out = [f"{ind}// TMA descriptors (CUtensorMap, passed by value as __grid_constant__ kernel parameters)",
            f"{ind}static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;",
            f"{ind}if (encode == nullptr) {{",
@@ -271,7 +343,11 @@ def _tensor_map_lines(fam: Family, cfg: KernelConfig, maps, consts: dict) -> lis
            f"{ind}    if (found != cudaDriverEntryPointSuccess || encode == nullptr) return cudaErrorNotSupported;",
            f"{ind}}}"]  # fmt: skip
     for t in maps:
-        dtype = TMA_DTYPES[fam.array_dtype(cfg, arrays[t.array])]
+        src = arrays[t.array] if t.array in arrays else arrays[fallback[t.array]]
+        dtype = TMA_DTYPES[fam.array_dtype(cfg, src)]
+        # a map over a workspace region reads the user's array where the region is not in use
+        ptr = (f"(void*){t.array}" if t.array in arrays else
+               f"({t.array} ? (void*){t.array} : (void*){fallback[t.array]})")  # fmt: skip
         dims = ", ".join(f"(cuuint64_t)({parse_expr(d).cpp(consts)})" for d in t.dims)
         stride = parse_expr(t.row_stride).cpp(consts, "(long long){}")
         box = ", ".join(f"(cuuint32_t)({parse_expr(b).cpp(consts)})" for b in t.box)
@@ -285,7 +361,7 @@ def _tensor_map_lines(fam: Family, cfg: KernelConfig, maps, consts: dict) -> lis
                 f"{ind}    const cuuint32_t box[2] = {{{box}}};",
                 f"{ind}    const cuuint32_t unit[2] = {{1, 1}};",
                 f"{ind}    if (encode(reinterpret_cast<CUtensorMap*>(&{t.name}), CU_TENSOR_MAP_DATA_TYPE_{dtype}, 2, "
-                f"(void*){t.array}, dims, strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, "
+                f"{ptr}, dims, strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, "
                 f"CU_TENSOR_MAP_SWIZZLE_{t.swizzle.upper()}, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, "
                 "CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)",
                 f"{ind}        return cudaErrorInvalidValue;",

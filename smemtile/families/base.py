@@ -33,7 +33,15 @@ NUMPY_DTYPES = {"f64": "float64", "f32": "float32", "tf32": "float32", "f16": "f
                 "f8e4m3": "uint8", "f8e5m2": "uint8", "i64": "int64", "i32": "int32", "i16": "int16", "i8": "int8",
                 "u64": "uint64", "u32": "uint32", "u16": "uint16", "u8": "uint8"}  # fmt: skip
 INT_MAX = 2**31 - 1  # problem sizes travel as C++ int
-CTYPE_BYTES = {"float": 4, "double": 8, "__half": 2, "__nv_bfloat16": 2, "int": 4, "char": 1}
+CTYPE_BYTES = {
+    "float": 4,
+    "double": 8,
+    "__half": 2,
+    "__nv_bfloat16": 2,
+    "int": 4,
+    "char": 1,
+    "unsigned short": 2,
+}
 
 
 class ContractViolation(SpecError):
@@ -61,6 +69,9 @@ class ProblemKey:
     doc: str
     kind: str = "int"
     choices: tuple[str, ...] = ()
+    # a leading dimension or pitch (elements between rows of an array): the value when the problem does not give
+    # it, an expression over the other integer keys (the dense layout, e.g. ``K`` for row-major A of M x K)
+    dense: str = ""
 
 
 @dataclass(frozen=True)
@@ -68,13 +79,18 @@ class HostArg:
     """One parameter of the generated launch helper (and of the Python launcher's argument list).
 
     Arrays carry their shape (expressions over the problem) and element type key (``f32``, ``T``); ``role`` is
-    ``in``, ``out`` or ``inout``. Scalars have ``ctype`` ``int`` or ``float`` and no shape."""
+    ``in``, ``out`` or ``inout``. Scalars have ``ctype`` ``int`` or ``float`` and no shape.
+
+    ``ld`` names the integer argument that is a 2-D array's leading dimension (elements from one row to the next,
+    at least its row length): the user's layout, as cuBLAS takes it. ``shape`` is the logical (rows, cols); element
+    (r, c) is at ``ptr[r * ld + c]``."""
 
     name: str
     ctype: str  # C++ type; ``{T}`` is the family's element type (Family.ctypes)
     role: str = ""  # in | out | inout for arrays; "" for scalars
     shape: tuple[str, ...] = ()
     dtype: str = ""
+    ld: str = ""
 
     @property
     def array(self) -> bool:
@@ -442,6 +458,16 @@ class Family:
         """The check's tolerance for this configuration (``tolerance`` unless the output type changes it)."""
         return self.tolerance
 
+    def layout_rules(self, cfg: KernelConfig) -> list[str]:
+        """What the launch assumes about the user's buffers beyond :meth:`requires` (aliasing, alignment it handles
+        itself, ...), one line each: the generated helper's comment states them."""
+        return []
+
+    def dense_layout(self, problem: dict) -> dict[str, str]:
+        """``{leading-dimension key: expression}`` of the dense layout (the problem's other keys decide it, e.g.
+        hgemm's ldb is K for a column-major B); by default each key's ``dense``."""
+        return {pk.name: pk.dense for pk in self.problem_keys if pk.dense}
+
     # ---- shared --------------------------------------------------------------------------------------
     def defaults(self) -> dict[str, int]:
         return {p.name: p.default for p in self.params}
@@ -450,13 +476,22 @@ class Family:
         """The family's .cu text (real C++: it compiles on its own with the shared header)."""
         return resources.files(type(self).__module__).joinpath(self.file).read_text()
 
+    def problem_ints(self, problem: dict) -> dict[str, int]:
+        """The problem's integer keys, each leading dimension the problem leaves out at its dense value (derived
+        from the sizes every time: a problem whose K changes keeps a dense A)."""
+        out = {pk.name: int(problem[pk.name]) for pk in self.problem_keys
+               if pk.kind == "int" and not pk.dense and pk.name in problem}  # fmt: skip
+        for name, expr in self.dense_layout(problem).items():
+            out[name] = (
+                int(problem[name]) if name in problem else _eval(expr, out, f"{self.name} dense {name}")
+            )
+        return out
+
     def constants(self, cfg: KernelConfig) -> dict[str, int]:
         """Names the expressions of this family may use: template parameters, THREADS, integer problem keys."""
         out = {k: int(v) for k, v in cfg.params.items()}
         out["THREADS"] = self.threads(cfg.params)
-        for pk in self.problem_keys:
-            if pk.kind == "int":
-                out[pk.name] = int(cfg.problem[pk.name])
+        out.update(self.problem_ints(cfg.problem))
         return out
 
     def spec_doc(self, cfg: KernelConfig, *, accesses: bool = True) -> dict:
@@ -507,9 +542,33 @@ class Family:
         """Values launch expressions see: the constants and every integer problem key."""
         return self.constants(cfg)
 
-    def launch(self, cfg: KernelConfig) -> LaunchConfig:
-        """Evaluate :meth:`calls` for ``cfg``'s problem: the one launch everything uses."""
-        env = self.env(cfg)
+    def align_names(self) -> dict[str, str]:
+        """``{array: name}``: the byte alignment of each array argument's pointer as launch expressions see it
+        (``A_align``: the largest power of two <= 256 dividing the address; a cudaMalloc'd pointer has 256)."""
+        return {a.name: f"{a.name}_align" for a in self.host_args if a.array}
+
+    def requires(self, cfg: KernelConfig) -> list[tuple[str, str]]:
+        """Preconditions of the launch on the helper's arguments, as (expression, rule): the generated helper
+        returns cudaErrorInvalidValue before anything runs when one is 0, the Python launcher refuses with the
+        rule. Every array with a leading dimension needs it to be at least its row length; a family adds what its
+        kernel cannot take (and cannot handle another way)."""
+        out = []
+        for a in self.host_args:
+            if a.array and a.ld:
+                out.append((f"{a.ld} >= {a.shape[-1]}",
+                            f"{a.ld} >= {a.shape[-1]} (the rows of {a.name} hold {a.shape[-1]} elements)"))  # fmt: skip
+        return out
+
+    def launch(self, cfg: KernelConfig, align: dict[str, int] | None = None) -> LaunchConfig:
+        """Evaluate :meth:`calls` for ``cfg``'s problem: the one launch everything uses. ``align``: the byte
+        alignment of the arrays' pointers (default 256 each, as cudaMalloc gives); the plan may depend on it
+        (e.g. a copy into a workspace for a pointer that TMA or 16-byte copies cannot take)."""
+        env = dict(self.env(cfg))
+        for arr, name in self.align_names().items():
+            env[name] = int((align or {}).get(arr, 256))
+        for expr, rule in self.requires(cfg):
+            if not _eval(expr, env, f"{self.name} launch precondition"):
+                raise ContractViolation(f"{self.name}: the launch needs {rule}", key="kernel")
         static, dynamic = self.smem_split(cfg)
         steps = []
         main = None
@@ -555,10 +614,14 @@ class Family:
     def _tensor_map_plans(self, cfg: KernelConfig, env: dict) -> tuple[TensorMapPlan, ...]:
         out = []
         arrays = {a.name: a for a in self.host_args if a.array}
+        fallback = {w.name: w.fallback for w in self.workspaces(cfg)}
         for t in self.tensor_maps(cfg):
             what = f"{self.name} tensor map {t.name}"
+            src = (
+                arrays[t.array] if t.array in arrays else arrays[fallback[t.array]]
+            )  # a workspace: its array's type
             out.append(TensorMapPlan(
-                t.name, t.array, self.array_dtype(cfg, arrays[t.array]),
+                t.name, t.array, self.array_dtype(cfg, src),
                 tuple(_eval(x, env, what) for x in t.dims), (_eval(t.row_stride, env, what),),
                 tuple(_eval(x, env, what) for x in t.box), t.swizzle, bool(_eval(t.when, env, what))))  # fmt: skip
         return tuple(out)
@@ -664,6 +727,91 @@ def _spec_of(family: Family, cfg: KernelConfig, buffers_only: bool = False):
     return spec
 
 
+POISON = 0xFF  # bytes around and between the rows of the user's arrays: NaN in f32, f16 and bf16
+
+
+@dataclass(frozen=True)
+class ArrayLayout:
+    """Where a logical ``rows x cols`` array lies in the user's memory: element (r, c) at ``offset + r * ld + c``
+    elements from the allocation's start (``offset`` > 0: a sub-view, e.g. a block of a bigger matrix at an odd
+    address). ``elems`` is the least the allocation must hold, as cuBLAS counts it."""
+
+    rows: int
+    cols: int
+    ld: int
+    offset: int = 0
+
+    @property
+    def elems(self) -> int:
+        return self.offset + ((self.rows - 1) * self.ld + self.cols if self.rows else 0)
+
+    def scatter(self, a: np.ndarray) -> np.ndarray:
+        """The allocation's contents (1-D) holding ``a`` at its place, poison bytes everywhere else."""
+        a = np.ascontiguousarray(a).reshape(self.rows, self.cols)
+        flat = np.empty(self.elems, dtype=a.dtype)
+        flat.view(np.uint8)[:] = POISON
+        self.view(flat)[...] = a
+        return flat
+
+    def view(self, flat: np.ndarray) -> np.ndarray:
+        """The logical array inside the allocation's contents (a strided view, no copy)."""
+        if not self.rows:
+            return flat[:0].reshape(0, self.cols)
+        full = np.lib.stride_tricks.as_strided(flat[self.offset:], shape=(self.rows, self.cols),
+                                               strides=(self.ld * flat.itemsize, flat.itemsize), writeable=True)  # fmt: skip
+        return full
+
+    def outside_untouched(self, flat: np.ndarray) -> bool:
+        """Whether every byte outside the logical array is still poison (the kernel wrote only its elements)."""
+        mask = np.ones(self.elems, dtype=bool)
+        idx = self.offset + np.arange(self.rows)[:, None] * self.ld + np.arange(self.cols)[None, :]
+        mask[idx.ravel()] = False
+        return bool((flat[mask].view(np.uint8) == POISON).all())
+
+
+def array_layout(fam: Family, cfg: KernelConfig, arg: HostArg, offset: int = 0) -> ArrayLayout:
+    """The user's layout of array ``arg`` for ``cfg``'s problem (its leading dimension from the problem)."""
+    shape = fam.array_shape(cfg, arg)
+    rows = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
+    cols = int(shape[-1]) if shape else 1
+    ld = fam.problem_ints(cfg.problem)[arg.ld] if arg.ld else cols
+    return ArrayLayout(rows, cols, ld, offset)
+
+
+def pointer_align(address: int) -> int:
+    """The largest power of two <= 256 dividing ``address`` (what the generated helper computes)."""
+    address = int(address)
+    return 256 if address % 256 == 0 else address & -address
+
+
+def subview_case(
+    fam: Family, cfg: KernelConfig, pad: int = 3, offset: int = 1
+) -> tuple[KernelConfig, dict[str, int]]:
+    """The second layout every check runs besides the dense one: each leading dimension ``pad`` elements past
+    the row length (odd: rows no longer 16-byte aligned) and every array ``offset`` elements into its allocation
+    (an odd address), as a block of a bigger matrix would be. The template parameters that were left to the
+    problem (``auto_values``) keep the dense problem's values: the same compiled kernel serves both."""
+    ints = fam.problem_ints({k: v for k, v in cfg.problem.items() if k not in fam.dense_layout(cfg.problem)})
+    lds = {k: ints[k] + pad for k in fam.dense_layout(cfg.problem)}
+    sub = replace(cfg, params={**cfg.params, **fam.auto_values(cfg)}, problem={**cfg.problem, **lds})
+    return sub, {a.name: offset for a in fam.host_args if a.array}
+
+
+def refusal(fam: Family, cfg: KernelConfig, offsets: dict[str, int]) -> str | None:
+    """Why the launch refuses this layout (the rule the helper returns cudaErrorInvalidValue for), or None:
+    arrays ``offsets`` elements past 256-byte aligned allocations."""
+    align = {}
+    for a in fam.host_args:
+        if a.array:
+            item = np.dtype(NUMPY_DTYPES[fam.array_dtype(cfg, a)]).itemsize
+            align[a.name] = pointer_align(int(offsets.get(a.name, 0)) * item)
+    try:
+        fam.launch(cfg, align=align)
+    except ContractViolation as e:
+        return str(e)
+    return None
+
+
 def with_params(cfg: KernelConfig, **changes: Any) -> KernelConfig:
     """``cfg`` with some template parameters changed (nothing else)."""
     return replace(cfg, params={**cfg.params, **changes})
@@ -678,6 +826,8 @@ def check_problem(fam: Family, problem: dict) -> dict:
             raise ContractViolation(f"{fam.name} has no problem key {name!r}; known: {', '.join(known)}",
                                     key=f"kernel.{name}")  # fmt: skip
     for pk in fam.problem_keys:
+        if pk.dense and pk.name not in problem:
+            continue  # filled in below, from the other keys
         v = problem.get(pk.name, pk.default)
         where = f"kernel.{pk.name}"
         if pk.kind == "int":
@@ -694,11 +844,18 @@ def check_problem(fam: Family, problem: dict) -> dict:
             if v not in pk.choices:
                 raise ContractViolation(f"{v!r} is not one of {', '.join(pk.choices)}", key=where)
         out[pk.name] = v
+    full = fam.problem_ints(out)  # a leading dimension the problem gives must hold its rows
+    for name, expr in fam.dense_layout(out).items():
+        if name in out:
+            need = _eval(expr, full, f"{fam.name} dense {name}")
+            if out[name] < need:
+                raise ContractViolation(f"{out[name]} is below the row length {expr} = {need}: a leading dimension "
+                                        "is at least the row length", key=f"kernel.{name}")  # fmt: skip
     return out
 
 
 __all__ = [
-    "FAIL", "NA", "PASS", "ContractViolation", "Family", "HostArg", "Item", "KernelCall", "KernelConfig",
+    "FAIL", "NA", "PASS", "ArrayLayout", "ContractViolation", "array_layout", "pointer_align", "refusal", "subview_case", "Family", "HostArg", "Item", "KernelCall", "KernelConfig",
     "LaunchConfig", "Param", "ProblemKey", "Step", "TensorMapArg", "TensorMapPlan", "check_problem", "field",
     "with_params",
 ]  # fmt: skip

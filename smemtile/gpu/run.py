@@ -197,11 +197,15 @@ class Mismatch:
     expected: float
     got: float
     count: int
+    text: str = ""  # a mismatch that is not one element's value (e.g. bytes written outside the array)
 
     def to_dict(self) -> dict:
-        return {"index": list(self.index), "expected": self.expected, "got": self.got, "count": self.count}
+        d = {"index": list(self.index), "expected": self.expected, "got": self.got, "count": self.count}
+        return {**d, "text": self.text} if self.text else d
 
     def describe(self) -> str:
+        if self.text:
+            return self.text
         return f"first bad index {tuple(self.index)}: expected {self.expected!r}, got {self.got!r} ({self.count} bad elements)"
 
 
@@ -361,6 +365,7 @@ class LoadedKernel:
         self._workspace: DeviceBuffer | None = None
         self._maps: dict = {}
         self._launches: list | None = None
+        self._layouts: dict = {}
 
     # ---- ptxas (compile-time) numbers, for cross-checking -------------------------------------------------
     @property
@@ -375,38 +380,49 @@ class LoadedKernel:
         )
 
     # ---- inputs and launch -------------------------------------------------------------------------------
-    def prepare(self, inputs: dict[str, np.ndarray]) -> None:
-        """Upload the arrays the kernel reads (from the family's make_inputs), allocate and poison the others
-        (an element never written, or read when it must not be, shows up as NaN), and bind the plan's args."""
+    def prepare(self, inputs: dict[str, np.ndarray], offsets: dict[str, int] | None = None) -> None:
+        """Lay the arrays out as the user has them and bind the plan's arguments: each array in its own
+        allocation with its leading dimension from the problem (``lda``, ``ld_in``, ...) and, from ``offsets``,
+        that many elements after the allocation's start (a sub-view at an odd address). The arrays the kernel
+        reads hold the family's make_inputs; every other byte (between rows, before the offset, whole output
+        arrays) is poison, so an element never written, or one read that must not be, shows up as NaN."""
         import numpy as _np
 
-        from smemtile.families.base import NUMPY_DTYPES
+        from smemtile.families.base import NUMPY_DTYPES, array_layout
 
         for b in self._buffers.values():
             b.free()
         fam, cfg = self.fam, self.cfg
         bufs: dict[str, DeviceBuffer] = {}
+        self._layouts = {}
         for arg in fam.host_args:
             if not arg.array:
                 continue
-            shape = fam.array_shape(cfg, arg)
+            lay = array_layout(fam, cfg, arg, int((offsets or {}).get(arg.name, 0)))
             dtype = _np.dtype(NUMPY_DTYPES[fam.array_dtype(cfg, arg)])
+            self._layouts[arg.name] = (lay, dtype)
             if arg.role == "out" or not fam.reads(cfg, arg.name):
-                bufs[arg.name] = DeviceBuffer(int(_np.prod(shape)) * dtype.itemsize)
+                bufs[arg.name] = DeviceBuffer(lay.elems * dtype.itemsize)
                 bufs[arg.name].poison()
             else:
                 host = _np.ascontiguousarray(inputs[arg.name], dtype=dtype)
+                shape = fam.array_shape(cfg, arg)
                 if host.shape != shape:
                     raise ValueError(f"{arg.name}: input shape {host.shape}, the plan expects {shape}")
-                bufs[arg.name] = DeviceBuffer.from_array(host)
+                bufs[arg.name] = DeviceBuffer.from_array(lay.scatter(host))
         self._buffers = bufs
-        self.bind({name: b.addr for name, b in bufs.items()})
+        self.bind({name: b.addr + self._layouts[name][0].offset * self._layouts[name][1].itemsize
+                   for name, b in bufs.items()})  # fmt: skip
 
     def bind(self, pointers: dict[str, int]) -> None:
         """Bind the plan's arguments to device arrays by name (``prepare`` binds its own; a benchmark may pass
-        arrays it allocated, e.g. torch tensors' ``data_ptr()``): tensor maps encoded, steps ready to launch."""
+        arrays it allocated, e.g. torch tensors' ``data_ptr()``): the plan evaluated for these pointers'
+        alignment (as the generated helper evaluates it), tensor maps encoded, steps ready to launch."""
+        from smemtile.families.base import pointer_align
+
         fam, cfg = self.fam, self.cfg
         addrs = {name: int(p) for name, p in pointers.items()}
+        self.shape = fam.launch(cfg, align={name: pointer_align(a) for name, a in addrs.items()})
         need = self.shape.workspace_bytes
         if need and (self._workspace is None or self._workspace.nbytes < need):
             if self._workspace is not None:
@@ -466,22 +482,52 @@ class LoadedKernel:
     def synchronize(self) -> None:
         _ok(_driver().cuCtxSynchronize(), "cuCtxSynchronize (the kernel faulted?)")
 
-    def output(self) -> np.ndarray:
-        from smemtile.families.base import NUMPY_DTYPES
-
-        arg = self.fam.output_arg()
-        shape = self.fam.array_shape(self.cfg, arg)
-        return self._buffers[arg.name].to_array(
-            shape, np.dtype(NUMPY_DTYPES[self.fam.array_dtype(self.cfg, arg)])
+    def output(self, arg_name: str | None = None) -> np.ndarray:
+        """The output array as the kernel left it (logical shape, taken out of the user's layout)."""
+        arg = (
+            self.fam.output_arg()
+            if arg_name is None
+            else next(a for a in self.fam.host_args if a.name == arg_name)
         )
+        lay, dtype = self._layouts[arg.name]
+        flat = self._buffers[arg.name].to_array((lay.elems,), dtype)
+        self._last_flat = (arg.name, lay, flat)
+        return np.ascontiguousarray(lay.view(flat)).reshape(self.fam.array_shape(self.cfg, arg))
 
-    def check(self, inputs: dict[str, np.ndarray], reference: np.ndarray) -> CheckResult:
-        """One run of the plan on ``inputs`` with poisoned outputs, compared with ``reference``."""
-        self.prepare(inputs)
+    def wrote_outside(self) -> bool:
+        """After :meth:`output`: whether the kernel changed a byte of the output's allocation outside its
+        logical elements (between rows, before the offset, after the last row)."""
+        _, lay, flat = self._last_flat
+        return not lay.outside_untouched(flat)
+
+    def check_layout(self, inputs: dict[str, np.ndarray], reference: np.ndarray, cfg,
+                     offsets: dict[str, int]) -> CheckResult:  # fmt: skip
+        """:meth:`check` with the same compiled kernel on another layout of the same problem (``cfg``: the
+        problem with other leading dimensions, e.g. smemtile.families.base.subview_case); the dense layout is
+        bound again afterwards is up to the caller (:meth:`prepare`)."""
+        if self.fam.name_expression(cfg) != self.expr:
+            raise ValueError(f"{self.fam.name_expression(cfg)} is not the loaded {self.expr}")
+        own = self.cfg
+        self.cfg = cfg
+        try:
+            return self.check(inputs, reference, offsets)
+        finally:
+            self.cfg = own
+
+    def check(self, inputs: dict[str, np.ndarray], reference: np.ndarray,
+              offsets: dict[str, int] | None = None) -> CheckResult:  # fmt: skip
+        """One run of the plan on ``inputs`` laid out as the user has them (``offsets``: a sub-view), outputs
+        poisoned, compared with ``reference``; bytes of the output's allocation outside its elements must stay
+        untouched."""
+        self.prepare(inputs, offsets)
         self.launch()
         self.synchronize()
         got = self.fam.decode_output(self.cfg, self.output())
-        return compare(reference, got, self.fam.tolerance_for(self.cfg), exact=self.fam.exact)
+        res = compare(reference, got, self.fam.tolerance_for(self.cfg), exact=self.fam.exact)
+        if res.correct and self.wrote_outside():
+            return CheckResult(False, res.max_rel_error, res.tolerance,
+                               Mismatch((), 0.0, 0.0, 1, "wrote outside the output's rows (between rows or past the end)"))  # fmt: skip
+        return res
 
     def time(
         self,

@@ -138,7 +138,12 @@ def on_gpu(spec: Path, cfgs: dict[str, KernelConfig], device: int, seed: int) ->
     for variant, cfg in dcfgs.items():
         k = LoadedKernel(cfg, dev)
         try:
-            chk = k.check(dict(inputs), reference)
+            layouts = [_subview(k, fam, cfg, inputs, reference)]
+            chk = k.check(
+                dict(inputs), reference
+            )  # the user's layout (the problem's leading dimensions): timed
+            layouts.insert(0, {"layout": _layout_name(fam, cfg, {}), **chk.to_dict()})
+            sub_ok = layouts[1].get("correct") is not False
             timing = k.time(target_s=0.5)  # median of >= 20 runs; keeps one verify of a sample under 10 s
             unit, amount = fam.work(cfg.problem)
             value = amount / (timing.median_ms / 1e3) / (1e12 if unit == "tflops" else 1e9)
@@ -167,7 +172,8 @@ def on_gpu(spec: Path, cfgs: dict[str, KernelConfig], device: int, seed: int) ->
                               "driver": {"active_blocks": k.driver_blocks, "active_warps": drv_warps,
                                          "occupancy": drv_warps / max_warps if max_warps else None},
                               "agree": model.get("active_blocks") == k.driver_blocks},
-                "correct": chk.correct,
+                "correct": chk.correct and sub_ok,
+                "user_layouts": layouts,  # the arrays as users lay them out: dense, then a sub-view
                 "max_rel_error": chk.max_rel_error,
                 "tolerance": chk.tolerance,
                 "first_mismatch": chk.mismatch.to_dict() if chk.mismatch else None,
@@ -185,6 +191,30 @@ def on_gpu(spec: Path, cfgs: dict[str, KernelConfig], device: int, seed: int) ->
             k.close()
         rows.append(row)
     return document(spec, first, rows, compile_only=False, device=dev.to_dict())
+
+
+def _layout_name(fam, cfg: KernelConfig, offsets: dict) -> str:
+    """'dense (lda=K=1023, ...)' or 'sub-view (lda=1026, ..., arrays 1 element into their allocations)'."""
+    ints = fam.problem_ints(cfg.problem)
+    lds = ", ".join(f"{k}={ints[k]}" for k in fam.dense_layout(cfg.problem))
+    if not offsets:
+        return f"dense ({lds})" if lds else "dense"
+    return (
+        f"sub-view ({lds}; every array {max(offsets.values())} element(s) past a 256-byte aligned allocation)"
+    )
+
+
+def _subview(k, fam, cfg: KernelConfig, inputs: dict, reference) -> dict:
+    """The same problem as a block of bigger arrays at odd addresses (the second layout a user has): correct, or
+    refused exactly as the generated helper refuses it (cudaErrorInvalidValue, with the rule)."""
+    from smemtile.families.base import refusal, subview_case
+
+    sub, offsets = subview_case(fam, cfg)
+    row: dict = {"layout": _layout_name(fam, sub, offsets)}
+    why = refusal(fam, sub, offsets)
+    if why is not None:
+        return {**row, "correct": None, "refused": why}
+    return {**row, **k.check_layout(dict(inputs), reference, sub, offsets).to_dict()}
 
 
 def _clusters(k, model: dict, dev) -> dict:

@@ -80,6 +80,17 @@ def render(doc: dict) -> None:
             )
         if r.get("mismatch_text"):
             con.print(f"  [red]{esc(r['variant'])}: {esc(r['mismatch_text'])}[/]")
+        for lay in (
+            r.get("user_layouts") or ()
+        ):  # the user's layout and a sub-view, as the generated helper takes them
+            if lay.get("refused"):
+                state = f"refused before launch, as the helper refuses it: {esc(lay['refused'])}"
+            elif lay.get("correct"):
+                state = f"[green]correct[/] (max rel. error {lay['max_rel_error']:.2e})"
+            else:
+                bad = (lay.get("first_mismatch") or {}).get("text") or "wrong values"
+                state = f"[red]WRONG[/]: {esc(bad)}"
+            con.print(f"  {esc(r['variant'])}: {esc(lay['layout'])}: {state}")
         cl = r.get("clusters")
         if cl and cl["cluster"] != [1, 1, 1]:  # cluster launches: how many clusters the whole GPU holds
             con.print(f"  {esc(r['variant'])}: clusters of {cl['cluster'][0]}x{cl['cluster'][1]}x{cl['cluster'][2]}: "

@@ -134,16 +134,24 @@ class Hgemm(GemmFamily):
         ProblemKey("c_dtype", "f32", "C element type (accumulation is fp32)", "choice", tuple(C_CTYPES)),
         ProblemKey("b_layout", "row", "B row-major (K x N) or column-major (N x K storage)", "choice",
                    ("row", "col")),
+        ProblemKey("lda", 0, "leading dimension of A (elements between rows; default K: dense)", dense="K"),
+        ProblemKey("ldb", 0, "leading dimension of B (default N, or K for column-major B: dense)", dense="N"),
+        ProblemKey("ldc", 0, "leading dimension of C (default N: dense)", dense="N"),
     )  # fmt: skip
     host_args = (
         HostArg("M", "int"),
         HostArg("N", "int"),
         HostArg("K", "int"),
         HostArg("alpha", "float"),
-        HostArg("A", "const {T}*", "in", ("M", "K"), "dtype"),
-        HostArg("B", "const {T}*", "in", ("K", "N"), "dtype"),  # (N, K) with b_layout col: array_shape
+        HostArg("A", "const {T}*", "in", ("M", "K"), "dtype", ld="lda"),
+        HostArg("lda", "int"),
+        HostArg(
+            "B", "const {T}*", "in", ("K", "N"), "dtype", ld="ldb"
+        ),  # (N, K) with b_layout col: array_shape
+        HostArg("ldb", "int"),
         HostArg("beta", "float"),
-        HostArg("C", "{TC}*", "inout", ("M", "N"), "c_dtype"),
+        HostArg("C", "{TC}*", "inout", ("M", "N"), "c_dtype", ld="ldc"),
+        HostArg("ldc", "int"),
     )
     smem_kind = "dynamic"  # extern __shared__ always (smem_split)
     # max |C - ref| / max |ref|: fp16 C rounds to 11 bits (half an ulp is 4.9e-4 of a value); fp32 C measured
@@ -188,8 +196,30 @@ class Hgemm(GemmFamily):
         return {"ALIGN": self.align(cfg)} if cfg.params["ALIGN"] == 0 else {}
 
     def aligned_problem(self, cfg: KernelConfig) -> bool:
-        ldb = cfg.problem["K"] if self.b_col(cfg) else cfg.problem["N"]
-        return cfg.problem["K"] % CHUNK == 0 and ldb % CHUNK == 0
+        """Whether the problem's leading dimensions allow the 16-byte copies (whole 16-byte rows)."""
+        ints = self.problem_ints(cfg.problem)
+        return ints["lda"] % CHUNK == 0 and ints["ldb"] % CHUNK == 0
+
+    def dense_layout(self, problem: dict) -> dict[str, str]:
+        return {"lda": "K", "ldb": "K" if problem.get("b_layout") == "col" else "N", "ldc": "N"}
+
+    def requires(self, cfg: KernelConfig) -> list[tuple[str, str]]:
+        b_row = "K" if self.b_col(cfg) else "N"
+        out = [("lda >= K", "lda >= K (the rows of A hold K elements)"),
+               (f"ldb >= {b_row}", f"ldb >= {b_row} (the rows of {'column-major ' if self.b_col(cfg) else ''}B hold "
+                                   f"{b_row} elements)"),
+               ("ldc >= N", "ldc >= N (the rows of C hold N elements)")]  # fmt: skip
+        if self.align(cfg) == 8:  # the 16-byte cp.async copies cannot read rows that do not start on 16 bytes
+            out.append(("((lda % 8) == 0) & ((ldb % 8) == 0) & (A_align >= 16) & (B_align >= 16)",
+                        "lda and ldb multiples of 8 and A, B 16-byte aligned (this kernel is built with ALIGN 8, "
+                        "16-byte cp.async copies; generate with ALIGN 1 for any layout)"))  # fmt: skip
+        return out
+
+    def layout_rules(self, cfg: KernelConfig) -> list[str]:
+        return [
+            "C must not overlap A or B (the kernel reads A and B while blocks write C).",
+            "C: any ldc and alignment (2-element stores where C rows are aligned to 2 elements, else one).",
+        ]
 
     def ctypes(self, cfg: KernelConfig) -> dict[str, str]:
         return {"T": T_CTYPES[cfg.problem["dtype"]], "TC": C_CTYPES[cfg.problem["c_dtype"]]}
@@ -342,12 +372,11 @@ class Hgemm(GemmFamily):
 
     # ---- launch -------------------------------------------------------------------------------------------
     def calls(self, cfg: KernelConfig) -> list[KernelCall]:
-        ldb = "K" if self.b_col(cfg) else "N"
         return [
-            KernelCall(("C", "M", "N", "N", "beta"), ("min(M, 65535)", "1", "1"), ("256", "1", "1"),
+            KernelCall(("C", "M", "N", "ldc", "beta"), ("min(M, 65535)", "1", "1"), ("256", "1", "1"),
                        kernel="hgemm_splitk_prepare", params=("float* C", "int M", "int N", "int ldc", "float beta"),
                        when="SPLIT_K > 1", doc="split K: C = beta * C (0 for beta = 0) before the slices add into it"),
-            KernelCall(("M", "N", "K", "alpha", "A", "K", "B", ldb, "beta", "C", "N"),
+            KernelCall(("M", "N", "K", "alpha", "A", "lda", "B", "ldb", "beta", "C", "ldc"),
                        ("cdiv(M, BM) * cdiv(N, BN)", "1", "SPLIT_K"), ("THREADS", "1", "1")),
         ]  # fmt: skip
 

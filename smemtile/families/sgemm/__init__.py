@@ -59,7 +59,13 @@ from smemtile.model.arch import Arch
 LANES_M, LANES_N = 4, 8  # a warp's lanes as a 4 (m) x 8 (n) grid
 # the GEMM's leading dimensions with REPACK (K and N without): rows of a multiple of 4 floats
 LDA4, LDB4 = "(cdiv(K, 4) * 4)", "(cdiv(N, 4) * 4)"
-A_UNALIGNED, B_UNALIGNED = "K % 4 != 0", "N % 4 != 0"  # when REPACK copies A / B (its region and its step)
+# when REPACK copies A / B (its region and its step): rows not a whole number of float4s, or a base pointer not
+# 16-byte aligned (a sub-view of a bigger matrix)
+A_UNALIGNED, B_UNALIGNED = "((lda % 4 != 0) | (A_align < 16))", "((ldb % 4 != 0) | (B_align < 16))"
+LDA_USED, LDB_USED = (
+    f"({A_UNALIGNED} * {LDA4} + (1 - {A_UNALIGNED}) * lda)",
+    f"({B_UNALIGNED} * {LDB4} + (1 - {B_UNALIGNED}) * ldb)",
+)
 REPACK_PARAMS = ("const float* src", "int rows", "int cols", "int lds", "float* dst", "int ldd")
 LM = "(((lane >> 1) & 1) | ((lane >> 2) & 2))"
 LN = "((lane & 1) | ((lane >> 1) & 2) | ((lane >> 2) & 4))"
@@ -102,16 +108,22 @@ class Sgemm(GemmFamily):
         ProblemKey("K", 4096, "columns of A, rows of B"),
         ProblemKey("alpha", 1.0, "scale of A @ B", "float"),
         ProblemKey("beta", 0.0, "scale of the old C (0: C is not read)", "float"),
+        ProblemKey("lda", 0, "leading dimension of A (elements between rows; default K: dense)", dense="K"),
+        ProblemKey("ldb", 0, "leading dimension of B (default N: dense)", dense="N"),
+        ProblemKey("ldc", 0, "leading dimension of C (default N: dense)", dense="N"),
     )
     host_args = (
         HostArg("M", "int"),
         HostArg("N", "int"),
         HostArg("K", "int"),
         HostArg("alpha", "float"),
-        HostArg("A", "const float*", "in", ("M", "K"), "f32"),
-        HostArg("B", "const float*", "in", ("K", "N"), "f32"),
+        HostArg("A", "const float*", "in", ("M", "K"), "f32", ld="lda"),
+        HostArg("lda", "int"),
+        HostArg("B", "const float*", "in", ("K", "N"), "f32", ld="ldb"),
+        HostArg("ldb", "int"),
         HostArg("beta", "float"),
-        HostArg("C", "float*", "inout", ("M", "N"), "f32"),
+        HostArg("C", "float*", "inout", ("M", "N"), "f32", ld="ldc"),
+        HostArg("ldc", "int"),
     )
     smem_kind = "auto"
     tolerance = 1e-4  # fp32 accumulation over K terms against float64, relative to max |C|
@@ -326,7 +338,7 @@ class Sgemm(GemmFamily):
         ]  # fmt: skip
 
     def calls(self, cfg: KernelConfig) -> list[KernelCall]:
-        prepare = KernelCall(("C", "M", "N", "N", "beta"), ("min(cdiv(N, 256), 64)", "min(M, 65535)", "1"),
+        prepare = KernelCall(("C", "M", "N", "ldc", "beta"), ("min(cdiv(N, 256), 64)", "min(M, 65535)", "1"),
                              ("256", "1", "1"), kernel="smemtile_sgemm_splitk_prepare",
                              params=("float* C", "int M", "int N", "int ldc", "float beta"), when="SPLIT_K > 1",
                              doc="split K: C = beta * C (0 for beta = 0) before the slices add into it")  # fmt: skip
@@ -334,19 +346,25 @@ class Sgemm(GemmFamily):
         if not self.repack(cfg):
             return [
                 prepare,
-                KernelCall(("M", "N", "K", "alpha", "A", "K", "B", "N", "beta", "C", "N"), grid, block),
+                KernelCall(("M", "N", "K", "alpha", "A", "lda", "B", "ldb", "beta", "C", "ldc"), grid, block),
             ]
         # repacked: unaligned A / B copied into the workspace first; the GEMM reads Ap / Bp (A / B when aligned)
         return [
             prepare,
-            KernelCall(("A", "M", "K", "K", "Ap", LDA4), ("cdiv(K, 1024)", "min(M, 65535)", "1"), ("256", "1", "1"),
+            KernelCall(("A", "M", "K", "lda", "Ap", LDA4), ("cdiv(K, 1024)", "min(M, 65535)", "1"), ("256", "1", "1"),
                        kernel="smemtile_sgemm_repack", params=REPACK_PARAMS, when=A_UNALIGNED,
                        doc="repack: A into rows of ceil(K/4)*4 floats"),
-            KernelCall(("B", "K", "N", "N", "Bp", LDB4), ("cdiv(N, 1024)", "min(K, 65535)", "1"), ("256", "1", "1"),
+            KernelCall(("B", "K", "N", "ldb", "Bp", LDB4), ("cdiv(N, 1024)", "min(K, 65535)", "1"), ("256", "1", "1"),
                        kernel="smemtile_sgemm_repack", params=REPACK_PARAMS, when=B_UNALIGNED,
                        doc="repack: B into rows of ceil(N/4)*4 floats"),
-            KernelCall(("M", "N", "K", "alpha", "Ap", LDA4, "Bp", LDB4, "beta", "C", "N"), grid, block),
+            KernelCall(("M", "N", "K", "alpha", "Ap", LDA_USED, "Bp", LDB_USED, "beta", "C", "ldc"), grid, block),
         ]  # fmt: skip
+
+    def layout_rules(self, cfg: KernelConfig) -> list[str]:
+        return ["C must not overlap A or B (the kernel reads A and B while blocks write C).",
+                "Any pointer alignment and leading dimension: the 16-byte copies run only where rows are 16-byte "
+                "aligned (checked at run time, uniform per launch), 4-byte copies otherwise"
+                + (" or, with the workspace, a repack into 16-byte rows first." if self.workspaces(cfg) else ".")]  # fmt: skip
 
     def make_inputs(self, cfg: KernelConfig, rng: np.random.Generator) -> dict[str, np.ndarray]:
         m, n, k = (int(cfg.problem[x]) for x in "MNK")

@@ -38,7 +38,15 @@ class Stencil2d(Family):
     problem_params = ("R",)
     peak = "memory"
     kernel = "stencil2d"
-    signature = ("const float* in", "float* out", "int ny", "int nx", "const float* coeffs")
+    signature = (
+        "const float* in",
+        "float* out",
+        "int ny",
+        "int nx",
+        "const float* coeffs",
+        "int ld_in",
+        "int ld_out",
+    )
     params = (
         Param("BX", 32, "threads along x (divides 32 or a multiple of 32); the tile is BX*VEC columns", lo=1, hi=1024),
         Param("BY", 8, "threads along y; the tile is BY*RY rows", lo=1, hi=1024),
@@ -47,13 +55,20 @@ class Stencil2d(Family):
         Param("RY", 4, "rows per thread (register blocking along y: RY + 2R column loads feed RY outputs)",
               lo=1, hi=16),
     )  # fmt: skip
-    problem_keys = (ProblemKey("ny", 4096, "grid rows"), ProblemKey("nx", 4096, "grid columns"))
+    problem_keys = (
+        ProblemKey("ny", 4096, "grid rows"),
+        ProblemKey("nx", 4096, "grid columns"),
+        ProblemKey("ld_in", 0, "row pitch of the input in elements (default nx: dense)", dense="nx"),
+        ProblemKey("ld_out", 0, "row pitch of the output in elements (default nx: dense)", dense="nx"),
+    )
     host_args = (
-        HostArg("in", "const float*", "in", ("ny", "nx"), "f32"),
-        HostArg("out", "float*", "out", ("ny", "nx"), "f32"),
+        HostArg("in", "const float*", "in", ("ny", "nx"), "f32", ld="ld_in"),
+        HostArg("out", "float*", "out", ("ny", "nx"), "f32", ld="ld_out"),
         HostArg("ny", "int"),
         HostArg("nx", "int"),
         HostArg("coeffs", "const float*", "in", ("R + 1",), "f32"),
+        HostArg("ld_in", "int"),
+        HostArg("ld_out", "int"),
     )
     layout_dependent_accesses = True  # the access width W follows the layout (a padded row breaks a float4)
     tolerance = 1e-5
@@ -122,7 +137,7 @@ class Stencil2d(Family):
         ]  # fmt: skip
 
     def calls(self, cfg: KernelConfig) -> list[KernelCall]:
-        return [KernelCall(("in", "out", "ny", "nx", "coeffs"), ("cdiv(nx, BX*VEC)", "cdiv(ny, BY*RY)", "1"),
+        return [KernelCall(("in", "out", "ny", "nx", "coeffs", "ld_in", "ld_out"), ("cdiv(nx, BX*VEC)", "cdiv(ny, BY*RY)", "1"),
                            ("BX", "BY", "1"))]  # fmt: skip
 
     def coefficients(self, r: int) -> np.ndarray:

@@ -2,8 +2,8 @@
 //
 //     out[y][x] = c[0] * in[y][x] + sum_{r=1..R} c[r] * (in[y][x-r] + in[y][x+r] + in[y-r][x] + in[y+r][x])
 //
-// in, out: ny x nx fp32, row-major and dense; values outside the grid are 0 (zero boundary). c: R+1 floats in
-// global memory.
+// in, out: ny x nx fp32, row-major with row pitches ld_in, ld_out >= nx (elements); values outside the grid are
+// 0 (zero boundary). c: R+1 floats in global memory.
 //
 // A block of BX x BY threads computes an output tile of BX*VEC columns x BY*RY rows: thread (tx, ty) owns VEC
 // consecutive columns (one float4 with VEC = 4) of RY consecutive rows (register blocking along y).
@@ -19,7 +19,7 @@
 // on: a predicated-off store still counts as an executed instruction in Nsight Compute (measured on the H200),
 // and the model counts only instructions with an active lane (FILL >= 2 always: the halo tile has more vectors
 // than the block has threads, (BY*RY + 2R) * (BX + 2*HX/VEC) > BY * BX). Vectors
-// that leave the grid, or every vector when nx % VEC != 0 or a pointer is not VEC*4-byte aligned, are read
+// that leave the grid, or every vector when ld_in or ld_out % VEC != 0 or a pointer is not VEC*4-byte aligned, are read
 // element by element with zeros outside: the shared-memory instructions are the same on every path.
 //
 // Phase 2, per thread: the column window rows ty*RY + k, k < RY + 2R, at tile columns HX + tx*VEC .. (one
@@ -104,7 +104,8 @@ __host__ __device__ constexpr int stencil_smem_run(int v, int stride, int swz_b,
 template <int BX = 32, int BY = 8, int R = 1, int PAD = 0, int SWZ_B = 0, int SWZ_M = 0, int SWZ_S = 0, int VEC = 4,
           int RY = 4>
 __global__ void __launch_bounds__(BX * BY)
-stencil2d(const float* __restrict__ in, float* __restrict__ out, int ny, int nx, const float* __restrict__ coeffs) {
+stencil2d(const float* __restrict__ in, float* __restrict__ out, int ny, int nx, const float* __restrict__ coeffs,
+          int ld_in, int ld_out) {
     static_assert(R >= 1 && R <= 4, "the stencil radius R must be 1..4");
     static_assert(BX >= 1 && BY >= 1 && BX * BY <= 1024, "a block has 1 to 1024 threads: BX * BY <= 1024");
     static_assert((BX * BY) % 32 == 0, "the block must be whole warps: BX * BY % 32 == 0");
@@ -123,7 +124,7 @@ stencil2d(const float* __restrict__ in, float* __restrict__ out, int ny, int nx,
 
     const int tid = threadIdx.y * BX + threadIdx.x;
     const int x0 = blockIdx.x * (BX * VEC), y0 = blockIdx.y * (BY * RY);
-    const bool vec_ok = VEC > 1 && nx % VEC == 0 &&
+    const bool vec_ok = VEC > 1 && ld_in % VEC == 0 && ld_out % VEC == 0 &&
                         ((reinterpret_cast<unsigned long long>(in) | reinterpret_cast<unsigned long long>(out)) %
                              (VEC * 4) == 0);
 
@@ -134,7 +135,7 @@ stencil2d(const float* __restrict__ in, float* __restrict__ out, int ny, int nx,
         const int e = tid + i * THREADS;
         const int gy = y0 - R + e / NV, gx = x0 - HX + (e % NV) * VEC;
         const bool row_in = (FILL * THREADS == TH * NV || e < TH * NV) && gy >= 0 && gy < ny;
-        const float* src = in + (long long)gy * nx + gx;
+        const float* src = in + (long long)gy * ld_in + gx;
         if (row_in && vec_ok && gx >= 0 && gx + VEC <= nx) {
             smemtile::load_run<VEC>(v[i], src);
         } else {
@@ -201,7 +202,7 @@ stencil2d(const float* __restrict__ in, float* __restrict__ out, int ny, int nx,
             for (int d = 1; d <= R; ++d) acc[o][j] = fmaf(c[d], h[HX + j - d] + h[HX + j + d], acc[o][j]);
         const int y = y0 + ry + o, x = x0 + cx;
         if (y >= ny) continue;
-        float* dst = out + (long long)y * nx + x;
+        float* dst = out + (long long)y * ld_out + x;
         if (vec_ok && x + VEC <= nx) {
             smemtile::store_run<VEC>(dst, acc[o]);
         } else {

@@ -54,7 +54,7 @@ class Transpose(Family):
     file = "transpose.cu"
     peak = "memory"
     kernel = "transpose"
-    signature = ("const {T}* in", "{T}* out", "int rows", "int cols")
+    signature = ("const {T}* in", "{T}* out", "int rows", "int cols", "int ld_in", "int ld_out")
     params = (
         # 64 x 4 (16 elements per thread): 0.933x of a device copy on the H200 for fp32 8192^2, 64 x 8: 0.94x (within
         # the 1.3 % spread; the sample ships it), fp16: 0.90x, TILE 128 x 8: 0.93x (bench/results/memory_h200_run2.json)
@@ -83,12 +83,16 @@ class Transpose(Family):
         ProblemKey("rows", 8192, "rows of the input"),
         ProblemKey("cols", 8192, "columns of the input"),
         ProblemKey("dtype", "f32", "element type", "choice", tuple(CTYPES)),
+        ProblemKey("ld_in", 0, "row pitch of the input in elements (default cols: dense)", dense="cols"),
+        ProblemKey("ld_out", 0, "row pitch of the output in elements (default rows: dense)", dense="rows"),
     )
     host_args = (
-        HostArg("in", "const {T}*", "in", ("rows", "cols"), "dtype"),
-        HostArg("out", "{T}*", "out", ("cols", "rows"), "dtype"),
+        HostArg("in", "const {T}*", "in", ("rows", "cols"), "dtype", ld="ld_in"),
+        HostArg("out", "{T}*", "out", ("cols", "rows"), "dtype", ld="ld_out"),
         HostArg("rows", "int"),
         HostArg("cols", "int"),
+        HostArg("ld_in", "int"),
+        HostArg("ld_out", "int"),
     )
     layout_dependent_accesses = True  # the phase-1 store width W follows the layout
     exact = True
@@ -288,7 +292,7 @@ class Transpose(Family):
         ]  # fmt: skip
 
     def calls(self, cfg: KernelConfig) -> list[KernelCall]:
-        return [KernelCall(("in", "out", "rows", "cols"), ("cdiv(cols, TILE)", "cdiv(rows, TY*TILES)", "1"),
+        return [KernelCall(("in", "out", "rows", "cols", "ld_in", "ld_out"), ("cdiv(cols, TILE)", "cdiv(rows, TY*TILES)", "1"),
                            ("TILE", "BLOCK_ROWS", "1"))]  # fmt: skip
 
     def make_inputs(self, cfg: KernelConfig, rng: np.random.Generator) -> dict[str, np.ndarray]:

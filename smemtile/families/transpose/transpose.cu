@@ -1,6 +1,6 @@
 // smemtile kernel family: transpose (the classic shared-memory bank-conflict demonstration).
 //
-//     out[c][r] = in[r][c]      in: rows x cols, out: cols x rows, both row-major and dense
+//     out[c][r] = in[r][c]      in: rows x cols (leading dimension ld_in >= cols), out: cols x rows (ld_out >= rows), row-major
 //
 // T is the element type moved as raw bits: float for fp32, unsigned short for fp16/bf16 (no arithmetic, so no
 // <cuda_fp16.h>, which NVRTC does not bundle).
@@ -17,7 +17,7 @@
 //
 // Vector path (V = VEC elements per global access; VEC = 0 picks the widest of at most 16 bytes that fits the
 // tile, transpose_auto_vec: 4 for fp32, 8 for fp16 with TILE = 64; VEC = 1 is the scalar path only): whole tiles
-// move V * sizeof(T) bytes per global load and store when rows and cols are multiples of V and both pointers are
+// move V * sizeof(T) bytes per global load and store when ld_in and ld_out are multiples of V and both pointers are
 // V-aligned (checked at run time; edge tiles and other shapes take the scalar path above). A warp covers 4 rows x 8
 // vectors (8 lanes per row: 128 contiguous bytes per row with float4); warp block b = warp + i * warps,
 // i < TILE*TY / (32 * V * warps); CG = TILE/V/8 vector groups per input row, CGO = TY/V/8 per output row:
@@ -177,7 +177,7 @@ template <typename T = float, int TILE = 64, int BLOCK_ROWS = 4, int PAD = 1, in
           int SWZ_S = 0, int VEC = 0, int GROUP = 1, int TILE_Y = 0, int PACK = 1, int TILES = 1,
           int STREAM = 0, int MIN_BLOCKS = 1, int ASYNC = 0>
 __global__ void __launch_bounds__(TILE * BLOCK_ROWS, MIN_BLOCKS > 1 ? MIN_BLOCKS : 0)  // 0: no minimum (as if omitted)
-transpose(const T* __restrict__ in, T* __restrict__ out, int rows, int cols) {
+transpose(const T* __restrict__ in, T* __restrict__ out, int rows, int cols, int ld_in, int ld_out) {
     static_assert(sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4 || sizeof(T) == 8,
                   "the element type must be 1, 2, 4 or 8 bytes");
     static_assert(TILE % 32 == 0 && TILE <= 128, "TILE must be 32, 64 or 128: a warp spans whole tile rows");
@@ -215,8 +215,8 @@ transpose(const T* __restrict__ in, T* __restrict__ out, int rows, int cols) {
     bool vec_ok = false;  // this block's whole tiles take the vector path
     if constexpr (V > 1) {
         // (offsets inside a tile are 32-bit: TY rows of the input and TILE rows of the output stay below 2^31)
-        vec_ok = (rows % V == 0) && (cols % V == 0) && (x0 + TILE <= cols) &&
-                 (long long)TY * cols < (1LL << 31) && (long long)TILE * rows < (1LL << 31) &&
+        vec_ok = (ld_out % V == 0) && (ld_in % V == 0) && (x0 + TILE <= cols) &&
+                 (long long)TY * ld_in < (1LL << 31) && (long long)TILE * ld_out < (1LL << 31) &&
                  ((reinterpret_cast<unsigned long long>(in) | reinterpret_cast<unsigned long long>(out)) % (V * sizeof(T)) == 0);
     }
     if constexpr (V > 1) {
@@ -248,7 +248,7 @@ transpose(const T* __restrict__ in, T* __restrict__ out, int rows, int cols) {
             for (int i = 0; i < NI; ++i) {
                 const int b = warp + i * WARPS;
                 const int row = (b / CG) * 4 + lane / 8, vcol = (b % CG) * 8 + lane % 8;
-                v[i] = smemtile::ld_global<sizeof(Vec), STREAM>(reinterpret_cast<const Vec*>(in + ((long long)y0 * cols + x0) + (row * cols + vcol * V)));
+                v[i] = smemtile::ld_global<sizeof(Vec), STREAM>(reinterpret_cast<const Vec*>(in + ((long long)y0 * ld_in + x0) + (row * ld_in + vcol * V)));
             }
         };
         static_assert(!ASYNC || (W == V && STREAM == 0),
@@ -262,7 +262,7 @@ transpose(const T* __restrict__ in, T* __restrict__ out, int rows, int cols) {
                     const int b = warp + i * WARPS;
                     const int row = (b / CG) * 4 + lane / 8, vcol = (b % CG) * 8 + lane % 8;
                     smemtile::cp_async_bits<sizeof(Vec)>(&tile[L::offset(row, vcol * V)],
-                                                         in + ((long long)y0 * cols + x0) + (row * cols + vcol * V));
+                                                         in + ((long long)y0 * ld_in + x0) + (row * ld_in + vcol * V));
                 }
                 smemtile::cp_async_wait_all();
             }
@@ -290,7 +290,7 @@ transpose(const T* __restrict__ in, T* __restrict__ out, int rows, int cols) {
                     Vec o;
 #pragma unroll
                     for (int e = 0; e < V; ++e) o.e[e] = tile[L::offset(ocol + e, orow)];
-                    smemtile::st_global<sizeof(Vec), STREAM>(reinterpret_cast<Vec*>(out + ((long long)x0 * rows + y0) + (orow * rows + ocol)), o);
+                    smemtile::st_global<sizeof(Vec), STREAM>(reinterpret_cast<Vec*>(out + ((long long)x0 * ld_out + y0) + (orow * ld_out + ocol)), o);
                 }
             } else {
 #pragma unroll
@@ -305,7 +305,7 @@ transpose(const T* __restrict__ in, T* __restrict__ out, int rows, int cols) {
                         Vec o;
 #pragma unroll
                         for (int e = 0; e < V; ++e) o.e[e] = w[e].e[p];
-                        smemtile::st_global<sizeof(Vec), STREAM>(reinterpret_cast<Vec*>(out + ((long long)x0 * rows + y0) + ((orow0 + p) * rows + ocol)), o);
+                        smemtile::st_global<sizeof(Vec), STREAM>(reinterpret_cast<Vec*>(out + ((long long)x0 * ld_out + y0) + ((orow0 + p) * ld_out + ocol)), o);
                     }
                 }
             }
@@ -365,7 +365,7 @@ transpose(const T* __restrict__ in, T* __restrict__ out, int rows, int cols) {
 #pragma unroll
         for (int j = 0; j < TY; j += BLOCK_ROWS) {
             const int y = y0 + ty + j, x = x0 + tx;
-            if (y < rows && x < cols) tile[L::offset(ty + j, tx)] = in[(long long)y * cols + x];
+            if (y < rows && x < cols) tile[L::offset(ty + j, tx)] = in[(long long)y * ld_in + x];
         }
         __syncthreads();
 #pragma unroll
@@ -373,7 +373,7 @@ transpose(const T* __restrict__ in, T* __restrict__ out, int rows, int cols) {
 #pragma unroll
             for (int j = 0; j < TILE; j += BLOCK_ROWS) {
                 const int y = x0 + ty + j, x = y0 + c0 + tx;  // output row = input column
-                if (y < cols && x < rows) out[(long long)y * rows + x] = tile[L::offset(c0 + tx, ty + j)];
+                if (y < cols && x < rows) out[(long long)y * ld_out + x] = tile[L::offset(c0 + tx, ty + j)];
             }
         }
     }

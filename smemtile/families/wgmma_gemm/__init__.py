@@ -7,11 +7,14 @@ Spec (YAML)::
     stages: 3
     kernel: {family: wgmma_gemm, M: 8192, N: 8192, K: 8192, dtype: bf16}
 
-A is M x K and B is N x K, both row-major (K contiguous: B is nn.Linear's weight, C = A @ B.T), with leading
-dimension ``LD = cdiv(K, 8) * 8`` elements (TMA needs 16-byte global row strides; the K tail past K is never read:
-the tensor maps end at K and TMA fills out-of-bounds boxes with zeros). C is M x N row-major in the input type,
-fp32 accumulation. Masked edges everywhere come from the tensor maps: loads past M, N, K read zeros, TMA stores
-past M, N are clipped; when N % 8 != 0 (C rows not 16-byte aligned, no tensor map for C) the epilogue writes the
+A is M x K and B is N x K, both row-major (K contiguous: B is nn.Linear's weight, C = A @ B.T), with the user's
+leading dimensions ``lda``, ``ldb`` (default K: dense) and ``ldc`` (default N). TMA needs 16-byte global row
+strides and 16-byte aligned bases: where ``lda`` (``ldb``) is not a multiple of 8 or A (B) is not 16-byte aligned,
+the launch first copies the operand into the workspace with rows of ``cdiv(K, 8) * 8`` elements
+(``smemtile_wgmma_repack``) and the tensor map reads that copy; the K tail past K is never read (the tensor maps
+end at K and TMA fills out-of-bounds boxes with zeros). C is M x N row-major in the input type, fp32
+accumulation. Masked edges everywhere come from the tensor maps: loads past M, N, K read zeros, TMA stores
+past M, N are clipped; when ldc % 8 != 0 or C is not 16-byte aligned (no tensor map for C) the epilogue writes the
 staged tile with masked 2-byte stores instead.
 
 The kernel (``wgmma_gemm.cu``, whose header has the data flow): warpgroup 0 produces (one thread waits on the
@@ -50,6 +53,7 @@ from smemtile.families.base import (
     Param,
     ProblemKey,
     TensorMapArg,
+    Workspace,
 )
 from smemtile.families.gemm import GemmFamily
 from smemtile.model.arch import Arch
@@ -65,8 +69,14 @@ TMA_BUFFERS = ("As", "Bs", "Cs")
 
 
 def lead(k: str = "K") -> str:
-    """The leading dimension of A and B (elements): K rounded up to 16 bytes."""
+    """The leading dimension of a repacked A or B (elements): K rounded up to 16 bytes."""
     return f"cdiv({k}, 8) * 8"
+
+
+# when the launch repacks A / B into the workspace first: TMA's 16-byte global strides and base alignment
+A_REPACK, B_REPACK = "((lda % 8 != 0) | (A_align < 16))", "((ldb % 8 != 0) | (B_align < 16))"
+C_TMA = "((ldc % 8 == 0) & (C_align >= 16))"  # C rows TMA can store to (else masked stores)
+REPACK_PARAMS = ("const void* src", "int rows", "int cols", "long long lds", "void* dst", "int ldd")
 
 
 def smem_formula(p: dict) -> int:
@@ -129,14 +139,20 @@ class WgmmaGemm(GemmFamily):
         ProblemKey("N", 4096, "rows of B, columns of C"),
         ProblemKey("K", 4096, "columns of A and B (the reduction)"),
         ProblemKey("dtype", "bf16", "element type of A, B and C", "choice", tuple(T_CTYPES)),
+        ProblemKey("lda", 0, "leading dimension of A (elements between rows; default K: dense)", dense="K"),
+        ProblemKey("ldb", 0, "leading dimension of B (N x K row-major; default K: dense)", dense="K"),
+        ProblemKey("ldc", 0, "leading dimension of C (default N: dense)", dense="N"),
     )
     host_args = (
         HostArg("M", "int"),
         HostArg("N", "int"),
         HostArg("K", "int"),
-        HostArg("A", "const {T}*", "in", ("M", lead()), "dtype"),
-        HostArg("B", "const {T}*", "in", ("N", lead()), "dtype"),
-        HostArg("C", "{T}*", "out", ("M", "N"), "dtype"),
+        HostArg("A", "const {T}*", "in", ("M", "K"), "dtype", ld="lda"),
+        HostArg("lda", "int"),
+        HostArg("B", "const {T}*", "in", ("N", "K"), "dtype", ld="ldb"),
+        HostArg("ldb", "int"),
+        HostArg("C", "{T}*", "out", ("M", "N"), "dtype", ld="ldc"),
+        HostArg("ldc", "int"),
     )
     smem_kind = "auto"
     # bf16 output: rounding to 8 significant bits gives <= 2^-9 of an element, relative to max |C| (compare())
@@ -277,34 +293,54 @@ class WgmmaGemm(GemmFamily):
         return out
 
     # ---- launch ------------------------------------------------------------------------------------------------
+    def workspaces(self, cfg: KernelConfig) -> list[Workspace]:
+        return [
+            Workspace("Ap", f"M * {lead()}", "unsigned short", when=A_REPACK, fallback="A",
+                      doc="A with rows of cdiv(K, 8) * 8 elements, for lda % 8 != 0 or A not 16-byte aligned"),
+            Workspace("Bp", f"N * {lead()}", "unsigned short", when=B_REPACK, fallback="B",
+                      doc="B with rows of cdiv(K, 8) * 8 elements, for ldb % 8 != 0 or B not 16-byte aligned"),
+        ]  # fmt: skip
+
     def tensor_maps(self, cfg: KernelConfig) -> list[TensorMapArg]:
         return [
-            TensorMapArg("tmA", "A", ("K", "M"), f"({lead()}) * 2", (str(BK), "BM"), doc="A: box {64, BM}"),
-            TensorMapArg("tmB", "B", ("K", "N"), f"({lead()}) * 2", (str(BK), "BN // CLUSTER"),
-                         doc="B: box {64, BN / CLUSTER} (each CTA of a cluster loads its half)"),
-            TensorMapArg("tmC", "C", ("N", "M"), "N * 2", (str(BK), "BM // CONSUMERS"), when="N % 8 == 0",
-                         doc="C: box {64, BM / CONSUMERS} (TMA store); C rows must be 16-byte aligned"),
+            TensorMapArg("tmA", "Ap", ("K", "M"), f"({A_REPACK} * {lead()} + (1 - {A_REPACK}) * lda) * 2",
+                         (str(BK), "BM"), doc="A (or its repacked copy): box {64, BM}"),
+            TensorMapArg("tmB", "Bp", ("K", "N"), f"({B_REPACK} * {lead()} + (1 - {B_REPACK}) * ldb) * 2",
+                         (str(BK), "BN // CLUSTER"),
+                         doc="B (or its repacked copy): box {64, BN / CLUSTER} (each CTA of a cluster loads its half)"),
+            TensorMapArg("tmC", "C", ("N", "M"), "ldc * 2", (str(BK), "BM // CONSUMERS"), when=C_TMA,
+                         doc="C: box {64, BM / CONSUMERS} (TMA store) where ldc % 8 == 0 and C is 16-byte aligned"),
         ]  # fmt: skip
+
+    def layout_rules(self, cfg: KernelConfig) -> list[str]:
+        return ["C must not overlap A or B (TMA reads A and B while the epilogue writes C).",
+                "A, B: any lda >= K, ldb >= K and 2-byte alignment (rows TMA cannot read are repacked first); "
+                "C: TMA stores where ldc % 8 == 0 and C is 16-byte aligned, masked stores otherwise."]  # fmt: skip
 
     def calls(self, cfg: KernelConfig) -> list[KernelCall]:
         tiles = "cdiv(cdiv(M, BM), CLUSTER) * cdiv(N, BN)"  # cluster tiles
         grid = f"(PERSISTENT * min({tiles}, max(1, SMS // CLUSTER)) + (1 - PERSISTENT) * {tiles}) * CLUSTER"
-        return [KernelCall(("M", "N", "K", "tmA", "tmB", "tmC", "C", "N", "N % 8 == 0"), (grid, "1", "1"),
-                           ("THREADS", "1", "1"), cluster=("CLUSTER", "1", "1"))]  # fmt: skip
+        repack = ("cdiv(K, 2048)", "min({rows}, 65535)", "1")
+        return [
+            KernelCall(("A", "M", "K", "lda", "Ap", lead()), (repack[0], repack[1].format(rows="M"), "1"),
+                       ("256", "1", "1"), kernel="smemtile_wgmma_repack", params=REPACK_PARAMS, when=A_REPACK,
+                       doc="repack: A into rows of cdiv(K, 8) * 8 elements (TMA's 16-byte strides)"),
+            KernelCall(("B", "N", "K", "ldb", "Bp", lead()), (repack[0], repack[1].format(rows="N"), "1"),
+                       ("256", "1", "1"), kernel="smemtile_wgmma_repack", params=REPACK_PARAMS, when=B_REPACK,
+                       doc="repack: B into rows of cdiv(K, 8) * 8 elements (TMA's 16-byte strides)"),
+            KernelCall(("M", "N", "K", "tmA", "tmB", "tmC", "C", "ldc", C_TMA), (grid, "1", "1"),
+                       ("THREADS", "1", "1"), cluster=("CLUSTER", "1", "1")),
+        ]  # fmt: skip
 
     # ---- data and checks ---------------------------------------------------------------------------------------
     def make_inputs(self, cfg: KernelConfig, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        """Dense M x K and N x K operands (the launcher lays them out with the problem's lda / ldb and poisons
+        the bytes between rows: a kernel that reads past K fails the check)."""
         m, n, k = (int(cfg.problem[x]) for x in "MNK")
-        ld = -(-k // 8) * 8
         out = {}
         for name, rows in (("A", m), ("B", n)):
-            x = rng.standard_normal((rows, ld), dtype=np.float32)
-            if cfg.problem["dtype"] == "bf16":
-                bits = bf16_bits(x)
-            else:
-                bits = x.astype(np.float16).view(np.uint16)
-            bits[:, k:] = 0xFFFF  # NaN in the row padding: a kernel that reads past K fails the check
-            out[name] = bits if cfg.problem["dtype"] == "bf16" else bits.view(np.float16)
+            x = rng.standard_normal((rows, k), dtype=np.float32)
+            out[name] = bf16_bits(x) if cfg.problem["dtype"] == "bf16" else x.astype(np.float16)
         return out
 
     def _values(self, cfg: KernelConfig, a: np.ndarray) -> np.ndarray:

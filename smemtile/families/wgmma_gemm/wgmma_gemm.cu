@@ -287,6 +287,25 @@ __device__ __forceinline__ void tile_of(int t, int rows, int cols, int& r, int& 
 }  // namespace wg
 }  // namespace smemtile
 
+// Repack of a 16-bit operand whose rows TMA cannot read (a leading dimension that is not a multiple of 8 elements,
+// or a base pointer that is not 16-byte aligned): rows x cols elements at src (leading dimension lds) copied into
+// dst with leading dimension ldd (a multiple of 8, dst 256-byte aligned: the launch's workspace). The tensor map
+// then reads dst; its dimensions end at cols, so the ldd - cols elements of each row are never read. Launch: grid
+// (ceil(cols / 2048), min(rows, 65535)), block 256; each thread copies 8 elements per row it visits.
+extern "C" __global__ void smemtile_wgmma_repack(const void* __restrict__ src, int rows, int cols, long long lds,
+                                                  void* __restrict__ dst, int ldd) {
+    for (int r = blockIdx.y; r < rows; r += gridDim.y) {
+        const unsigned short* s = static_cast<const unsigned short*>(src) + (long long)r * lds;
+        unsigned short* d = static_cast<unsigned short*>(dst) + (long long)r * ldd;
+        for (int c = (blockIdx.x * 256 + threadIdx.x) * 8; c < cols; c += gridDim.x * 256 * 8) {
+#pragma unroll
+            for (int e = 0; e < 8; ++e) {
+                if (c + e < cols) d[c + e] = s[c + e];
+            }
+        }
+    }
+}
+
 template <typename T, int BM, int BN, int STAGES, int CONSUMERS, int CLUSTER, int WS, int INFLIGHT, int EPI,
           int GROUP_M, int SETMAXNREG>
 __global__ void __launch_bounds__((CONSUMERS + WS) * 128, 1)
@@ -464,7 +483,7 @@ __global__ void __launch_bounds__((CONSUMERS + WS) * 128, 1)
                             const float v0 = d[mi][4 * j + 2 * h], v1 = d[mi][4 * j + 2 * h + 1];
                             const unsigned packed = smemtile::wg::pack2<BF16>(v0, v1);
                             T* dst = C + static_cast<long long>(row) * ldc + col;
-                            if (col + 1 < N && (ldc % 2) == 0) {
+                            if (col + 1 < N && (ldc % 2) == 0 && (reinterpret_cast<unsigned long long>(C) & 3) == 0) {
                                 *reinterpret_cast<unsigned*>(dst) = packed;
                             } else {
                                 if (col < N) dst[0].bits = static_cast<unsigned short>(packed & 0xFFFFu);
