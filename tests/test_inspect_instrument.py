@@ -96,6 +96,22 @@ extern "C" __global__ void pred(int* o, int n) {
   o[t] = v + s[t ^ 2];
 }
 """,
+    "loops": r"""
+extern "C" __global__ void loops(float* out, const int* sel, int iters) {
+  __shared__ float s[32 * 33];
+#pragma unroll 1
+  for (int i = threadIdx.x; i < 32 * 33; i += blockDim.x) s[i] = i;
+  __syncthreads();
+  float acc = 0.f;
+#pragma unroll 1
+  for (int k = 0; k < iters; ++k) {
+    if (sel[k] & 1) acc += s[(threadIdx.x * 33 + k) % (32 * 33)];
+    else acc -= s[(threadIdx.x + k) % (32 * 33)];
+  }
+  if (acc > 0.f) return;
+  out[threadIdx.x] = acc;
+}
+""",
     "dynamic": r"""
 extern "C" __global__ void dynamic(double* o) {
   extern __shared__ double dsm[];
@@ -137,10 +153,30 @@ def smem_bytes(log: str) -> dict[str, int]:
     return out
 
 
-def without_recording(text: str) -> list[str]:
-    """The instrumented PTX with every added line taken out (and the comma before the added parameter)."""
-    keep = [ln for ln in text.split("\n") if not re.search(r"smt_|SMT_SKIP_|smemtile: |" + PI.PARAM, ln)]
-    return [ln.rstrip().rstrip(",") for ln in keep if ln.strip()]
+def _added(line: str) -> bool:
+    return bool(re.search(r"smt_|SMT_|smemtile: |" + PI.PARAM, line))
+
+
+def split_instrumented(out: str) -> tuple[list[str], list[str], list[str]]:
+    """(the text before the prologue, the recording copy, the user's statements after ``$SMT_PLAIN:``)."""
+    lines = out.split("\n")
+    pro = next(i for i, ln in enumerate(lines) if "smemtile: recording prologue" in ln)
+    copy = next(i for i, ln in enumerate(lines) if "smemtile: the recording copy" in ln)
+    plain = lines.index("$SMT_PLAIN:")
+    return lines[:pro], lines[copy + 1 : plain - 2], lines[plain + 1 :]
+
+
+def strip_sites(copy: list[str]) -> list[str]:
+    """The recording copy without its sites and with its labels named back."""
+    out, skipping = [], False
+    for ln in copy:
+        if "// smemtile: record instruction" in ln:
+            skipping = True
+        elif skipping and re.match(r"\$SMT_SKIP_\d+:$", ln):
+            skipping = False
+        elif not skipping:
+            out.append(re.sub(r"(\$L__\w+?)_smt\b", r"\1", ln))
+    return out
 
 
 @pytest.mark.skipif(PTXAS is None, reason="ptxas not installed")
@@ -157,8 +193,25 @@ def test_instrumented_ptx_assembles_and_keeps_the_kernel(name, tmp_path):
     for ins in instrs:
         block = out.split(f"$SMT_SKIP_{ins.index}:\n", 1)[1].split("\n", 1)[0]
         assert PI._norm_text(block).startswith(PI._norm_text(ins.text).rstrip(","))
-    # the user's code is untouched: taking the added lines out gives the original back
-    assert without_recording(out) == [ln.rstrip().rstrip(",") for ln in ptx.split("\n") if ln.strip()]
+    # the user's code is untouched: the text before the prologue (less the added lines) and the statements after
+    # $SMT_PLAIN give the original back; the recording copy is the same statements with its sites in front
+    head, copy, plain = split_instrumented(out)
+    original = ptx.split("\n")
+    assert original[len(original) - len(plain) :] == plain
+    kept = [ln.rstrip(",") for ln in head if not _added(ln)]
+    assert kept == [ln.rstrip(",") for ln in original[: len(original) - len(plain)]]
+    statements, top_decls, depth = [], [], 0  # the body's statements, up to its closing brace
+    for ln in plain:
+        code = ln.split("//", 1)[0]
+        if depth == 0 and code.strip().startswith((".reg", ".shared", ".local")):
+            top_decls.append(ln)  # outside every { } scope: declared once, before the copy
+        depth += code.count("{") - code.count("}")
+        if depth < 0:
+            break
+        statements.append(ln)
+    assert [ln for ln in strip_sites(copy) if ln.strip()] == [
+        ln for ln in statements if ln.strip() and ln not in top_decls
+    ]
     assert f".param .u64 {PI.PARAM}\n)" in out
     a, b = ptxas(ptx, tmp_path), ptxas(out, tmp_path)
     assert a.returncode == 0, a.stderr

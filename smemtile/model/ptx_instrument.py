@@ -19,21 +19,30 @@ _smemtile_rec_param``: a zero-filled global buffer whose layout is (32-bit littl
 COUNT_OFF and SLOT_OFF are rounded up to 32 words (:class:`BufferLayout`). A slot whose first word is 0 was
 never written. Inactive lanes' addresses stay 0.
 
-What runs before each shared-memory instruction k (and under its own predicate guard, if it has one)::
+The rewritten body::
 
-    @!in_sample bra SKIP_k         in_sample: block linear id < B and warp (linear thread id // 32) < W,
-                                   computed once at the kernel's entry
+    the body's declarations, the added .reg declarations (fresh names, %smt_*)
+    prologue            block linear id b, warp w (linear thread id // 32); in_sample = b < B and w < W;
+                        thread 0 of block 0 writes the header
+    @!in_sample bra $SMT_PLAIN      warp-uniform: every warp runs exactly one of the two copies
+    the recording copy  the kernel's statements with a recording site in front of each shared instruction,
+                        its labels renamed (``$L__BB0_2`` -> ``$L__BB0_2_smt``), then ``ret``
+    $SMT_PLAIN:         the kernel's statements exactly as written
+
+so the warps outside the sample run the user's code unchanged (the only cost is the prologue, and whatever the
+larger function costs ptxas in registers). Barriers are counted per id, not per instruction address, so
+``bar.sync`` in one copy meets ``bar.sync`` in the other. A recording site (for instruction k, also behind the
+instruction's own predicate guard, if it has one)::
+
     a = the lane's shared address   register (+ offset), symbol (+ offset); a generic address is checked
                                    with isspacep.shared (lanes whose address is not shared skip) and
                                    converted with cvta.to.shared
     mask = activemask; leader = lowest lane of mask
     e = atom.global.add(counter[b, w, k], 1) by the leader, broadcast with shfl.sync.idx
     if e < E: every lane stores a into its word of slot (b, w, k, e); the leader stores the slot's header
-    SKIP_k:
+    $SMT_SKIP_k:
 
-The recording writes only to its own buffer; the user's instructions are untouched (the only change to them is
-the code in front). Every added register is declared with fresh names (``%smt_*``), every label is fresh
-(``$SMT_SKIP_k``).
+The recording writes only to its own buffer.
 """
 
 from __future__ import annotations
@@ -252,7 +261,7 @@ def _address_code(instr: Any, bits: dict[str, int], symbols: set[str], skip: str
 def _site(k: int, instr: Any, layout: BufferLayout, addr: list[str]) -> list[str]:
     n, e = layout.n_instr, layout.sample.executions
     skip = f"$SMT_SKIP_{k}"
-    code = [f"// smemtile: record instruction {k} ({instr.op})", f"@!%smt_p0 bra \t{skip};"]
+    code = [f"// smemtile: record instruction {k} ({instr.op})"]
     pred = (instr.predicate or "").strip()
     if pred:
         pm = re.fullmatch(r"@(!?)(%?[\w$]+)", pred)
@@ -355,20 +364,52 @@ def instrument(ptx: str, entry: str, instrs: list, sample: Sample) -> str:
         if addr is not None:
             sites[i - first] = _site(k, ins, layout, addr)
 
-    # declarations right after '{', the prologue before the first instruction
+    # declarations right after '{', then the prologue, then the recording copy of the statements (sampled
+    # warps only: the branch is warp-uniform), then the user's statements untouched (every other warp)
     start = 0
     while start < len(lines) and (not lines[start].strip() or lines[start].strip().startswith((".", "//"))):
         start += 1
-    out = ["", *("\t" + d for d in _DECLS)]
-    for j, line in enumerate(lines):
-        if j == start:
-            out += ["\t" + c for c in _prologue(layout, symbols)]
+    out = [*lines[:start], *("\t" + d for d in _DECLS)]
+    out += ["\t" + c for c in _prologue(layout, symbols)]
+    out += [
+        "\t@!%smt_p0 bra \t$SMT_PLAIN;",
+        "\t// smemtile: the recording copy of the kernel (sampled warps)",
+    ]
+    out += _recording_copy(lines, start, sites)
+    out += ["\tret;", "\t// smemtile: the kernel as written (every other warp)", "$SMT_PLAIN:"]
+    out += lines[start:]
+    return head + pre_body.lstrip() + "\n".join(out) + ptx[e.body_close :]
+
+
+_LABEL_DEF = re.compile(r"^\s*([$%\w.]+)\s*:(?!:)", re.M)
+_TOP_DECL = (".reg", ".shared", ".local", ".param", ".const", ".global")
+
+
+def _recording_copy(lines: list[str], start: int, sites: dict[int, list[str]]) -> list[str]:
+    """The statements ``lines[start:]`` with each recording site in front of its instruction, labels renamed
+    (``$L__BB0_2`` -> ``$L__BB0_2_smt``) and top-level declarations left out (they stay declared once)."""
+    text = "\n".join(lines[start:])
+    labels = sorted(
+        {m.group(1) for m in _LABEL_DEF.finditer(re.sub(r"//[^\n]*", "", text))}, key=len, reverse=True
+    )
+    rename = (
+        re.compile(r"(?<![\w$.%])(" + "|".join(re.escape(x) for x in labels) + r")(?![\w$.])")
+        if labels
+        else None
+    )
+    out: list[str] = []
+    depth = 0
+    for j in range(start, len(lines)):
+        line = lines[j]
         if j in sites:
             out += [c if c.endswith(":") else "\t" + c for c in sites[j]]
-        out.append(line)
-    if start >= len(lines):
-        out += ["\t" + c for c in _prologue(layout, symbols)]
-    return head + pre_body.lstrip() + "\n".join(out) + ptx[e.body_close :]
+        code = line.split("//", 1)[0]
+        if depth == 0 and code.strip().startswith(_TOP_DECL):
+            depth += code.count("{") - code.count("}")
+            continue
+        depth += code.count("{") - code.count("}")
+        out.append(rename.sub(lambda m: m.group(1) + "_smt", line) if rename else line)
+    return out
 
 
 def buffer_layout(instrs: list, symbols: list[str], sample: Sample) -> BufferLayout:
