@@ -198,8 +198,18 @@ def test_tiles_states_prediction_and_expected_error():
     assert r.calibration["applies"] and "held-out median" in r.calibration["expected_error"]
     other = recommend(4096, 4096, 4096, "f32", "sm_80")
     assert not other.calibration["applies"] and "not calibrated" in other.calibration["expected_error"]
-    out = invoke("tiles", 4096, 4096, 4096, "--top", 3).output
-    assert "expected error" in out and "TFLOP/s" in out and "sgemm_h200.json" in out
+    out = " ".join(invoke("tiles", 4096, 4096, 4096, "--top", 3).output.split())
+    # one line before the ranking: GPU, date, expected error; the files, sweeps and commits behind --explain
+    line = "Calibration: NVIDIA H200, 2026-12-01; expected error held-out median 3%, 90% within 8% (sources: --explain)"
+    assert line in out and out.index(line) < out.index("tile (TMxTN)")
+    assert "sgemm_h200.json" not in out and "bench/" not in out and r.calibration["commit"] not in out
+    explained = " ".join(invoke("tiles", 4096, 4096, 4096, "--top", 3, "--explain").output.split())
+    assert (
+        "smemtile/model/data/sgemm_h200.json" in explained
+        and "bench/results/sweep_h200_run1.json" in explained
+    )
+    assert f"commit {r.calibration['commit']}" in explained and "bench/NOTES.md" in explained
+    assert explained.index("sgemm_h200.json") < explained.index("tile (TMxTN)")
 
 
 def test_counts_in_the_header_match_the_list():

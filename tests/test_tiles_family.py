@@ -364,8 +364,18 @@ def test_table_names_the_model_and_its_numbers():
     r = run_cli("tiles", "--family", "stencil2d", "8192", "8192", "--radius", "4", "--top", "3")
     out = r.stdout
     err = f"{cal()['held_out_median_error']:.1%}"
-    assert f"1  {DEFAULT}" in out and "stencil_h200.json" in out and err in out and "session4_spearman" in out
+    # the calibration in one line (GPU, date, expected error); its files, runs and commits behind --explain
+    line = f"Calibration: NVIDIA H200, {cal()['date']}; expected error {err} median on held-out shapes"
+    assert line in " ".join(out.split()) and f"1  {DEFAULT}" in out
+    assert "stencil_h200.json" not in out and "session4_spearman" not in out and "bench/" not in out
     assert "not whole warps" in out and "meas" in out
+    explained = run_cli(
+        "tiles", "--family", "stencil2d", "8192", "8192", "--radius", "4", "--top", "3", "--explain"
+    )
+    assert "stencil_h200.json" in explained.stdout and "session4_spearman" in explained.stdout
+    assert f"1  {DEFAULT}" in explained.stdout and explained.stdout.index(
+        "stencil_h200.json"
+    ) < explained.stdout.index(f"1  {DEFAULT}")
 
 
 @pytest.mark.parametrize("gemm", [("4096", "4096", "4096"), ("64", "4096", "4096", "--dtype", "f16")])

@@ -15,6 +15,31 @@ import click
 
 from smemtile.errors import CompileError, SmemtileError, SpecError
 
+# Fixed values of the options, spelled out so that `--help` lists them and shell completion offers them without
+# importing the model at start-up; tests/test_cli_help.py checks each against the model's own table.
+ARCH_TARGETS = ("sm_70", "sm_75", "sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_100", "sm_103", "sm_120",
+                "sm_121", "sm_90a", "sm_100a", "sm_100f", "sm_103a", "sm_103f", "sm_120a", "sm_120f", "sm_121a",
+                "sm_121f")  # fmt: skip  # smemtile.model.arch.known_targets()
+AMD_TARGETS = ("gfx90a", "gfx942", "gfx950")  # smemtile.model.tiling_gpus.AMD_ARCHS
+GEMM_DTYPES = ("f32", "tf32", "f16", "bf16", "f8e4m3", "f8e5m2", "i8")  # smemtile.model.tiling.DTYPE_BYTES
+FAMILY_NAMES = ("sgemm", "transpose", "stencil2d", "hgemm", "wgmma_gemm")  # smemtile.families.FAMILIES
+
+
+class Targets(click.Choice):
+    """A choice that ``--help`` and shell completion list, which still takes the model's spellings of the same
+    values (``90``, ``9.0``, ``SM_90``) and leaves checking the rest, with its message, to the model (so an
+    unknown ``sm_61`` gets the model's line naming the known targets, exit 2)."""
+
+    def __init__(self, choices, extra: tuple[str, ...] = ()) -> None:
+        super().__init__([*choices, *extra], case_sensitive=False)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        text = str(value).strip()
+        return next((c for c in self.choices if str(c).lower() == text.lower()), text)
+
+    def get_metavar(self, param: click.Parameter, *args: Any, **kwargs: Any) -> str:
+        return "ARCH"  # short: the help text lists the values
+
 
 def json_option(f: Callable) -> Callable:
     """``--json``: one JSON document on stdout and nothing else there."""
@@ -27,9 +52,12 @@ def arch_option(default: str | None = "sm_90") -> Callable:
     def deco(f: Callable) -> Callable:
         return click.option(
             "--arch",
+            type=Targets(ARCH_TARGETS, ("auto",)),
             default=default,
             show_default=bool(default),
-            help="Target architecture, e.g. sm_80, sm_90 (see `smemtile archs`); `auto` reads the GPU.",
+            help="Target architecture (see `smemtile archs`): "
+            + ", ".join(ARCH_TARGETS)
+            + "; `auto` reads the GPU.",
         )(f)
 
     return deco

@@ -53,10 +53,11 @@ Exit codes: 0 fits; 1 not even one block fits (the report says why); 2 bad input
 A batch exits 0 whatever its rows report: a row with 0 blocks is data, with its reason.""",
 )
 @arch_option()
-@click.option("--threads", metavar="N", help="Threads per block (1..1024).")
+@click.option("--threads", metavar="N", type=click.IntRange(1, 1024), help="Threads per block (1..1024).")
 @click.option(
     "--regs",
     metavar="N",
+    type=click.IntRange(0, 255),
     help="Registers per thread (0..255), e.g. from `ptxas -v` or cuFuncGetAttribute(NUM_REGS).",
 )
 @click.option(
@@ -91,12 +92,16 @@ A batch exits 0 whatever its rows report: a row with 0 blocks is data, with its 
 )
 @click.option(
     "--cluster",
-    default="1",
+    type=click.IntRange(1),
+    default=1,
     show_default=True,
     help="CTAs per thread-block cluster (sm_90+): also report the clusters the whole GPU holds at once.",
 )
 @click.option(
-    "--sms", default=None, help="SMs of the GPU for --cluster (default: the arch's GPU row, 132 for sm_90)."
+    "--sms",
+    type=click.IntRange(1),
+    default=None,
+    help="SMs of the GPU for --cluster (default: the arch's GPU row, 132 for sm_90).",
 )
 @json_option
 def command(

@@ -5,7 +5,16 @@ from __future__ import annotations
 
 import click
 
-from smemtile.cli.common import console, emit_json, json_option, parse_int
+from smemtile.cli.common import (
+    AMD_TARGETS,
+    ARCH_TARGETS,
+    FAMILY_NAMES,
+    GEMM_DTYPES,
+    Targets,
+    console,
+    emit_json,
+    json_option,
+)
 from smemtile.errors import OutOfResources, SpecError
 
 FORMATS = ("table", "json", "yaml", "triton")
@@ -13,13 +22,15 @@ FORMATS = ("table", "json", "yaml", "triton")
 
 @click.command(
     "tiles",
+    short_help="Rank tile configurations for a GEMM or a family.",
     epilog="""\b
 Examples:
   smemtile tiles 4096 4096 4096 --dtype f32 --arch sm_90
   smemtile tiles 8192 8192 1024 --dtype f16 --arch sm_90 --format triton
   smemtile tiles 64 4096 4096 --dtype bf16 --arch gfx942 --vendor amd --top 5
   smemtile tiles 4096 4096 4096 --top 1 --format yaml > tile.yaml && smemtile verify tile.yaml
-  smemtile tiles --family transpose 8192 8192 --dtype f16
+  smemtile tiles 4096 4096 4096 --dtype bf16 --arch sm_90a   # Hopper: the wgmma_gemm family
+  smemtile tiles --family transpose 8192 8192 --dtype f16 --explain
   smemtile tiles --family stencil2d 8192 8192 --radius 4 --top 5
   smemtile tiles --family transpose 8K 8K --top 1 --format yaml > t.yaml
   smemtile generate t.yaml -o transpose.cu""",
@@ -27,40 +38,79 @@ Examples:
 @click.argument("sizes", nargs=-1, metavar="M N K | ROWS COLS")
 @click.option(
     "--family",
+    type=click.Choice(FAMILY_NAMES, case_sensitive=False),
     default=None,
     help="The kernel family: transpose (ROWS COLS, --dtype f32|f16|bf16) or stencil2d (NY NX, --radius) rank "
     "their own configurations; sgemm, hgemm or wgmma_gemm (M N K) must be the one --dtype/--arch imply.",
 )
 @click.option(
     "--dtype",
+    type=click.Choice(GEMM_DTYPES, case_sensitive=False),
     default=None,
     help="f32 (SIMT sgemm; the default), tf32, f16, bf16, f8e4m3, f8e5m2 (sm_89+) or i8 (tensor / matrix cores); "
     "with --family transpose: f32, f16 or bf16.",
 )
-@click.option("--radius", default=None, help="--family stencil2d: the stencil radius R (1-4).")
+@click.option(
+    "--radius",
+    type=click.IntRange(1, 4),
+    default=None,
+    help="--family stencil2d: the stencil radius R (1-4).",
+)
 @click.option(
     "--arch",
+    type=Targets(ARCH_TARGETS, ("auto", *AMD_TARGETS)),
     default=None,
-    help="sm_XX (default sm_90), auto (this GPU), or with --vendor amd gfx90a/gfx942/gfx950.",
+    help="sm_XX (default sm_90): "
+    + ", ".join(ARCH_TARGETS)
+    + "; auto (this GPU); or with --vendor amd "
+    + ", ".join(AMD_TARGETS)
+    + ".",
 )
-@click.option("--vendor", default=None, help="nvidia or amd (default: from --arch).")
+@click.option(
+    "--vendor",
+    type=click.Choice(("nvidia", "amd"), case_sensitive=False),
+    default=None,
+    help="nvidia or amd (default: from --arch).",
+)
 @click.option(
     "--gpu", default=None, help="GPU row for the roofline (h200, h100, a100, mi300x, ...; default per arch)."
 )
-@click.option("--sms", default=None, help="Override the GPU's SM (CU) count (GEMM tiles).")
-@click.option("--top", default="10", show_default=True, help="How many ranked configurations to print.")
 @click.option(
-    "--rejected", "n_rejected", default="8", show_default=True, help="How many rejected ones to show."
+    "--sms", type=click.IntRange(1), default=None, help="Override the GPU's SM (CU) count (GEMM tiles)."
+)
+@click.option(
+    "--top",
+    type=click.IntRange(1),
+    default=10,
+    show_default=True,
+    help="How many ranked configurations to print.",
+)
+@click.option(
+    "--rejected",
+    "n_rejected",
+    type=click.IntRange(0),
+    default=8,
+    show_default=True,
+    help="How many rejected ones to show.",
 )
 @click.option(
     "--format",
     "fmt",
+    type=click.Choice(FORMATS, case_sensitive=False),
     default="table",
     show_default=True,
     help="table, json, yaml (specs) or triton (GEMM only).",
 )
+@click.option(
+    "--explain",
+    is_flag=True,
+    help="Also print where the calibration comes from: its data file, the sweeps and commits behind it, and "
+    "the GPU peaks' sources.",
+)
 @json_option
-def command(sizes, family, dtype, radius, arch, vendor, gpu, sms, top, n_rejected, fmt, as_json) -> None:
+def command(
+    sizes, family, dtype, radius, arch, vendor, gpu, sms, top, n_rejected, fmt, explain, as_json
+) -> None:
     """Recommend block tiles (BM, BN, BK), warps, stages and GROUP_SIZE_M for C[M,N] = A[M,K] @ B[K,N], or, with
     --family transpose|stencil2d, that family's configurations for a ROWS x COLS problem.
 
@@ -83,10 +133,9 @@ def command(sizes, family, dtype, radius, arch, vendor, gpu, sms, top, n_rejecte
     fmt = "json" if as_json else str(fmt).lower()
     if fmt not in FORMATS:
         raise SpecError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}", key="--format")
-    top_n = parse_int(top, "--top", 1)
-    rej_n = parse_int(n_rejected, "--rejected", 0)
+    top_n, rej_n = top, n_rejected
     if family is not None and str(family) in ranked_families():
-        return _family(str(family), sizes, dtype, radius, arch, vendor, gpu, sms, top_n, rej_n, fmt)
+        return _family(str(family), sizes, dtype, radius, arch, vendor, gpu, sms, top_n, rej_n, fmt, explain)
     if radius is not None:
         raise SpecError("--radius is the stencil2d family's (use --family stencil2d NY NX --radius R)",
                         key="--radius")  # fmt: skip
@@ -96,7 +145,7 @@ def command(sizes, family, dtype, radius, arch, vendor, gpu, sms, top, n_rejecte
                         key="sizes")  # fmt: skip
     m, n, k = sizes
     dtype = "f32" if dtype is None else dtype
-    n_sms = None if sms is None else parse_int(sms, "--sms", 1)
+    n_sms = sms
     if str(arch).lower() == "auto":
         arch, dev_sms = _this_gpu()
         n_sms = n_sms or dev_sms
@@ -124,7 +173,7 @@ def command(sizes, family, dtype, radius, arch, vendor, gpu, sms, top, n_rejecte
         from smemtile.report.tiles import render_tiles
 
         con = console()
-        con.print(render_tiles(report, top_n, rej_n, width=con.width))
+        con.print(render_tiles(report, top_n, rej_n, width=con.width, explain=explain))
 
 
 def _this_gpu() -> tuple[str, int]:
@@ -153,7 +202,7 @@ def _check_gemm_family(family: str, dtype: str, arch, vendor) -> None:
     raise SpecError(f"{target} is ranked by the {implied} family, not {family}", key="--family")
 
 
-def _family(family, sizes, dtype, radius, arch, vendor, gpu, sms, top_n, rej_n, fmt) -> None:
+def _family(family, sizes, dtype, radius, arch, vendor, gpu, sms, top_n, rej_n, fmt, explain) -> None:
     from smemtile.pipeline.tiles import family_json_doc, family_tiles, family_yaml_specs
 
     if fmt == "triton":
@@ -175,4 +224,4 @@ def _family(family, sizes, dtype, radius, arch, vendor, gpu, sms, top_n, rej_n, 
         from smemtile.report.tiles_family import render_family_tiles
 
         con = console()
-        con.print(render_family_tiles(rep, top_n, rej_n, width=con.width))
+        con.print(render_family_tiles(rep, top_n, rej_n, width=con.width, explain=explain))

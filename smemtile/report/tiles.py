@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from rich import box
 from rich.console import Group
 from rich.table import Table
@@ -10,13 +12,46 @@ from rich.text import Text
 from smemtile.model.tiling import TileReport
 from smemtile.report.text import Fit, esc, plain, printable
 
+EXPLAIN_HINT = "sources: --explain"
+
 
 def _kib(n: int) -> str:
     return f"{n / 1024:.1f}K" if n % 1024 else f"{n // 1024}K"
 
 
-def render_tiles(report: TileReport, top: int, rejected: int, width: int = 200) -> Group:
-    """Header (problem, GPU, counts), the ranked table with a reason per rank, the first rejected ones."""
+def short_error(text: object) -> str:
+    """An expected-error paragraph cut to its first clause, without parentheses: one line's worth."""
+    s = " ".join(str(text).split())
+    while True:
+        t = re.sub(r"\s*\([^()]*\)", "", s)
+        if t == s:
+            break
+        s = t
+    return s.split(";")[0].strip().rstrip(".") or "unknown"
+
+
+def calibration_line(gpu: str | None, date: str | None, error: str, applies: bool = True) -> Text:
+    """``tiles``' one line on its calibration: the GPU it was measured on, when, and the expected error (or why
+    there is none for this GPU); the files, sweeps and commits behind it come with --explain."""
+    t = Text("Calibration: ", style="bold")
+    if gpu is None:
+        t.append(f"none ({error}; {EXPLAIN_HINT})", style="yellow")
+        return t
+    where = f"{gpu}" + (f", {date}" if date else "")
+    if applies:
+        t.append(f"{where}; expected error {error} ({EXPLAIN_HINT})")
+    else:
+        t.append(
+            f"{where}, not on this GPU: use it to order, not to promise ({EXPLAIN_HINT})", style="yellow"
+        )
+    return t
+
+
+def render_tiles(
+    report: TileReport, top: int, rejected: int, width: int = 200, explain: bool = False
+) -> Group:
+    """Header (problem, GPU, counts), the calibration in one line (its sources with ``explain``), the ranked
+    table with a reason per rank, the first rejected ones."""
     p, g = report.problem, report.problem.gpu
     amd = p.vendor == "amd"
     unit = "CU" if amd else "SM"
@@ -24,7 +59,7 @@ def render_tiles(report: TileReport, top: int, rejected: int, width: int = 200) 
     head.append(f"smemtile tiles {p.m} x {p.n} x {p.k} {p.dtype}", style="bold")
     ops = "TOPS" if p.dtype == "i8" else "TFLOP/s"
     head.append(f" on {p.arch} ({g.name}: {g.sms} {unit}s, {g.peak(p.dtype):g} {ops} {p.dtype}, "
-                f"{g.dram_gbps:g} GB/s, L2 {g.l2_bytes >> 20} MiB; {g.source_of(p.dtype)})\n")  # fmt: skip
+                f"{g.dram_gbps:g} GB/s, L2 {g.l2_bytes >> 20} MiB)\n")  # fmt: skip
     # a family that ranks its own configurations names them in the header
     own = getattr(report.ranked[0].cfg, "kind_text", None) if report.ranked else None
     kind = own or (
@@ -40,10 +75,20 @@ def render_tiles(report: TileReport, top: int, rejected: int, width: int = 200) 
                 f"MIN_BLOCKS of each), {c['rejected']} configurations rejected ({rej}), listed below as "
                 f"{c.get('rejected_shapes', len(report.rejected))} shapes.")  # fmt: skip
     cal = report.calibration or {}
+    lines: list = [head]
     if cal:
-        head.append(f"\nPredicted {ops}: {cal.get('model', '')} ({cal.get('file', '')}: {cal.get('gpu', '')}, "
-                    f"{', '.join(cal.get('sweeps', []))}, commit {cal.get('commit', '?')}); expected error: "
-                    f"{cal.get('expected_error', 'unknown')}.")  # fmt: skip
+        measured = cal.get("commit", "-") != "-" or bool(cal.get("date"))
+        lines.append(calibration_line(cal.get("gpu") if measured else None, cal.get("date"),
+                                      short_error(cal.get("expected_error", "unknown")), cal.get("applies", True)))  # fmt: skip
+    else:
+        lines.append(calibration_line(None, None, f"the roofline and the {g.name}'s peaks only"))
+    if explain:
+        lines.append(plain(f"  peaks: {g.source_of(p.dtype)}", style="dim"))
+        if cal:
+            lines.append(plain(f"  predicted {ops}: {cal.get('model', '')} ({cal.get('file', '')}: "
+                               f"{cal.get('gpu', '')}, {', '.join(cal.get('sweeps', []))}, commit "
+                               f"{cal.get('commit', '?')}); expected error: {cal.get('expected_error', 'unknown')}",
+                               style="dim"))  # fmt: skip
     wide = width >= 160  # the reasons go in a column, else in a numbered list under the table
     t = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
     shape = "tile (TMxTN)" if p.simt else "tile"
@@ -70,7 +115,7 @@ def render_tiles(report: TileReport, top: int, rejected: int, width: int = 200) 
         if wide:
             row += [f"{s.roofline_frac:.0%}", esc(s.reason)]
         t.add_row(*row, style="bold" if s.rank == 1 else None)
-    parts = [head, Fit(t)]
+    parts = [*lines, Fit(t)]
     if not wide:
         parts.append(Text("\n".join(f"{s.rank:>3}. {s.reason}" for s in report.ranked[:top])))
     if report.ranked:

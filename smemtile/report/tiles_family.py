@@ -12,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from smemtile.report.text import Fit, esc, plain
+from smemtile.report.tiles import calibration_line
 
 
 def _kib(n: int) -> str:
@@ -25,8 +26,26 @@ def _measured(s) -> str:
     return "yes" if (m if m is not None else s.calibrated) else "-"
 
 
-def render_family_tiles(rep, top: int, rejected: int, width: int = 200) -> Group:
-    """Header (problem, GPU, counts, provenance), the ranked table, the reasons, the first rejected ones."""
+def _date(prov: dict) -> str | None:
+    """The calibration's date: the provenance's own, else the ``date`` of the packaged data file it names."""
+    if prov.get("date"):
+        return str(prov["date"])
+    name = str(prov.get("file", ""))
+    if not name.startswith("smemtile/") or not name.endswith(".json"):
+        return None
+    import json
+    from importlib import resources
+
+    try:
+        doc = json.loads((resources.files("smemtile") / name.removeprefix("smemtile/")).read_text("utf-8"))
+    except (OSError, ValueError):
+        return None
+    return str(doc["date"]) if isinstance(doc, dict) and doc.get("date") else None
+
+
+def render_family_tiles(rep, top: int, rejected: int, width: int = 200, explain: bool = False) -> Group:
+    """Header (problem, GPU, counts), the calibration in one line (its provenance with ``explain``), the ranked
+    table, the reasons, the first rejected ones."""
     p, g, prov = rep.problem, rep.gpu, rep.provenance
     sizes = " x ".join(str(v) for k, v in p.items() if isinstance(v, int) and k not in rep.tile_keys)
     extra = f" {p['dtype']}" if "dtype" in p else ""
@@ -38,14 +57,25 @@ def render_family_tiles(rep, top: int, rejected: int, width: int = 200) -> Group
     kinds = ", ".join(f"{v} {k.removeprefix('rejected_')}" for k, v in c.items() if k.startswith("rejected_"))
     head.append(f"{c['candidates']} configurations the family can generate: {c['ranked']} ranked, {c['rejected']} "
                 f"rejected ({kinds or 'none'}), listed below with the family's reason.")  # fmt: skip
+    lines: list = [head]
+    err = prov.get("expected_error")
     if prov.get("calibrated"):
-        err = prov.get("expected_error")
-        err_text = f"{err:.1%} ({prov.get('expected_error_of', '')})" if err is not None else "unknown"
-        head.append(f"\nPredicted GB/s: {prov.get('source', '')}, constants {prov.get('file', '')} ({prov.get('gpu', '')}; "
-                    f"{prov.get('runs', '')}; commit {prov.get('commit', '?')}); expected error {err_text}.")  # fmt: skip
+        err_text = f"{err:.1%} median on held-out shapes" if isinstance(err, float) else "unknown"
+        unmeasured = prov.get("expected_error_unmeasured")
+        if isinstance(err, float) and isinstance(unmeasured, float):
+            err_text += f" ({unmeasured:.1%} for candidates never timed)"
+        lines.append(calibration_line(prov.get("gpu"), _date(prov), err_text))
     else:
-        head.append(f"\nUncalibrated for {rep.arch} / {esc(g['name'])}: {prov.get('source', '')} with the "
-                    f"{prov.get('gpu', 'H200')}'s constants ({prov.get('file', '')}); no expected error.")  # fmt: skip
+        lines.append(calibration_line(prov.get("gpu", "H200"), _date(prov), "", applies=False))
+    if explain:
+        if prov.get("calibrated"):
+            full = f"{err:.1%} ({prov.get('expected_error_of', '')})" if isinstance(err, float) else "unknown"
+            lines.append(plain(f"  predicted GB/s: {prov.get('source', '')}, constants {prov.get('file', '')} "
+                               f"({prov.get('gpu', '')}; {prov.get('runs', '')}; commit {prov.get('commit', '?')}); "
+                               f"expected error {full}", style="dim"))  # fmt: skip
+        else:
+            lines.append(plain(f"  uncalibrated for {rep.arch} / {g['name']}: {prov.get('source', '')} with the "
+                               f"{prov.get('gpu', 'H200')}'s constants ({prov.get('file', '')})", style="dim"))  # fmt: skip
     wide = width >= 160
     t = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
     cols = ["#", "configuration", "thr", "regs", "blk", "smem", "GB/s", "x copy", "meas"]
@@ -62,7 +92,7 @@ def render_family_tiles(rep, top: int, rejected: int, width: int = 200) -> Group
         if wide:
             row.append(esc(s.reason))
         t.add_row(*row, style="bold" if s.rank == 1 else None)
-    parts = [head, Fit(t)]
+    parts = [*lines, Fit(t)]
     if not wide:
         parts.append(plain("\n".join(f"{s.rank:>3}. {s.reason}" for s in rep.ranked[:top])))
     if rejected and rep.rejected:
