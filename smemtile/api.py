@@ -219,7 +219,7 @@ def _family_tiles(
             raise SpecError(f"{family} takes its sizes as {', '.join(ints)} (by name or in that order), got "
                             f"{', '.join(unknown) or 'both'}", key="sizes")  # fmt: skip
         given = [k for k in ints if k in problem]  # in the family's order, as the CLI takes them positionally
-        missing = [k for k in ints[: ints.index(given[-1])] if k not in problem]
+        missing = [k for k in ints[: ints.index(given[-1])] if k not in problem] if given else ints[:2]
         if missing or len(given) < 2:
             raise SpecError(f"{family} needs {', '.join(missing or [k for k in ints[:2] if k not in problem])}",
                             key="sizes")  # fmt: skip
