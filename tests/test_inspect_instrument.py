@@ -4,6 +4,7 @@ parser of ncu's per-line source page and the argument fills (smemtile.gpu.inspec
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -435,3 +436,85 @@ def test_host_array_fills():
     i = host_array(KernelArg("a", "array", "i32", 1000, "random"), rng)
     assert i.min() >= 0 and i.max() <= 255 and len(set(i.tolist())) > 200
     assert not host_array(KernelArg("a", "array", "f64", 4, "zeros"), rng).any()
+
+
+FAKE_NCU = r"""#!/usr/bin/env python3
+import sys
+from pathlib import Path
+
+args = sys.argv[1:]
+if "-i" in args:
+    sys.stdout.write(Path(__file__).with_name("page.csv").read_text())
+elif "-o" in args:
+    Path(__file__).with_name("argv.txt").write_text("\n".join(args))
+    if "--kernel-name-base" not in args:
+        sys.exit(1)
+    Path(args[args.index("-o") + 1] + ".ncu-rep").write_text("report")
+else:
+    sys.exit(2)
+"""
+
+
+def _fake_ncu(tmp_path, page: str, *, fail: bool = False):
+    exe = tmp_path / "ncu"
+    exe.write_text(
+        FAKE_NCU if not fail else "#!/bin/sh\necho '==ERROR== the kernel was not profiled' >&2\nexit 7\n"
+    )
+    exe.chmod(0o755)
+    (tmp_path / "page.csv").write_text(page)
+    return str(exe)
+
+
+def test_ncu_per_line_plumbing_with_a_stand_in_ncu(tmp_path):
+    """The command ncu_per_line runs, the report it reads and the file names it returns (ncu replaced by a
+    script that writes the report and prints a saved-format page)."""
+    from smemtile.gpu.inspect import ncu_per_line
+    from smemtile.model.inspect_args import KernelArg
+
+    ptx = compile_ptx("transpose")
+    page = CUDA_SASS_PAGE.replace("/tmp/x/transpose.cu", "/elsewhere/transpose.cu")
+    args = [KernelArg("in", "array", "f32", 4096, "random"), KernelArg("out", "array", "f32", 4096),
+            KernelArg("n", "scalar", "i32", value=64)]  # fmt: skip
+    got = ncu_per_line(ptx, "transpose", grid=(2, 2), block=(32, 32), dynamic_smem=0, args=args,
+                       ncu=_fake_ncu(tmp_path, page), save_dir=tmp_path / "saved")  # fmt: skip
+    file = instructions(ptx, "transpose")[1].file  # the PTX's .file path (NVRTC makes it absolute)
+    assert file.endswith("/transpose.cu") and file != "/elsewhere/transpose.cu"
+    assert set(got) == {(file, 4), (file, 7)} and got[(file, 7)]["wavefronts"] == 1024  # renamed to it
+    argv = (tmp_path / "argv.txt").read_text().split("\n")
+    assert argv[:2] == ["--clock-control", "none"] and "SourceCounters" in argv
+    assert argv[argv.index("-k") + 1] == "transpose" and argv[argv.index("--import-source") + 1] == "yes"
+    assert argv[-2:][0] == "smemtile.gpu.inspect_launch"
+    assert (tmp_path / "saved" / "inspect_source.csv").read_text() == page
+
+
+def test_ncu_errors_are_one_line(tmp_path, monkeypatch):
+    from smemtile.gpu import inspect as GI
+
+    ptx = compile_ptx("transpose")
+    kw = dict(grid=1, block=32, dynamic_smem=0, args=[])
+    monkeypatch.setattr(GI, "find_ncu", lambda: None)
+    with pytest.raises(GI.NcuUnavailable) as e:
+        GI.ncu_per_line(ptx, "transpose", **kw)
+    assert e.value.exit_code == 3 and "\n" not in str(e.value)
+    with pytest.raises(GI.NcuFailed, match="ncu exited 7: ==ERROR== the kernel was not profiled") as e:
+        GI.ncu_per_line(ptx, "transpose", ncu=_fake_ncu(tmp_path, "", fail=True), **kw)
+    assert e.value.exit_code == 1
+    with pytest.raises(GI.NcuFailed, match="cannot read ncu's source page: no 'Line No' header"):
+        GI.ncu_per_line(ptx, "transpose", ncu=_fake_ncu(tmp_path, '"Address","Source"\n'), **kw)
+
+
+def test_launcher_spec_round_trip_and_bad_spec(tmp_path, capsys):
+    from smemtile.gpu import inspect_launch
+    from smemtile.gpu.inspect import launch_spec
+    from smemtile.model.inspect_args import KernelArg
+
+    args = [KernelArg("in", "array", "bf16", 10, "iota"), KernelArg("n", "scalar", "f32", value=2.5)]
+    spec = launch_spec(tmp_path / "k.ptx", "k", grid=(3, 2), block=64, dynamic_smem=70000, args=args,
+                       param_types=[".u64", ".f32"])  # fmt: skip
+    assert spec["grid"] == [3, 2, 1] and spec["block"] == [64, 1, 1] and spec["dynamic_smem"] == 70000
+    assert inspect_launch._args(json.loads(json.dumps(spec["args"]))) == args
+    (tmp_path / "bad.json").write_text("{")
+    assert inspect_launch.main([str(tmp_path / "bad.json")]) == 2
+    assert "bad launch spec" in capsys.readouterr().err
+    with pytest.raises(SpecError, match="--grid"):
+        launch_spec(tmp_path / "k.ptx", "k", grid=(0,), block=1, dynamic_smem=0, args=[], param_types=[])

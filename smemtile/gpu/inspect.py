@@ -46,6 +46,8 @@ from smemtile.model.ptx_instrument import (
 )
 
 __all__ = [
+    "NcuFailed",
+    "NcuUnavailable",
     "Sample",
     "instrument",
     "record",
@@ -322,6 +324,12 @@ class NcuUnavailable(NoDevice):
     """ncu is not installed (exit 3)."""
 
 
+class NcuFailed(SmemtileError):
+    """ncu ran but did not profile the kernel, or its page could not be read (exit 1)."""
+
+    exit_code = 1
+
+
 def find_ncu() -> str | None:
     from smemtile.gpu.ncu import find_ncu as f
 
@@ -335,8 +343,6 @@ def ncu_per_line(cubin_or_ptx: bytes | str, entry: str, *, grid, block, dynamic_
     ``(file, line) -> {"wavefronts", "ideal", "instructions", "sass": [opcodes]}`` summed over the line's
     shared-memory SASS instructions (LDS/STS/LDSM/STSM/LDGSTS/ATOMS). ``file`` is the PTX's ``.file`` path when
     the PTX is given (ncu's own file name otherwise)."""
-    from smemtile.gpu.ncu import NcuError
-
     ncu = ncu or find_ncu()
     if ncu is None:
         raise NcuUnavailable("ncu (Nsight Compute) not found on PATH; inspect runs without --ncu")
@@ -366,7 +372,7 @@ def ncu_per_line(cubin_or_ptx: bytes | str, entry: str, *, grid, block, dynamic_
         rep = report.with_suffix(".ncu-rep")
         if p.returncode != 0 or not rep.exists():
             tail = (p.stderr or p.stdout).strip().splitlines()[-3:]
-            raise NcuError(f"ncu exited {p.returncode}: {' | '.join(tail)}")
+            raise NcuFailed(f"ncu exited {p.returncode}: {' | '.join(tail)}")
         src = _run(
             [ncu, "-i", str(rep), "--page", "source", "--csv", "--print-source", "cuda,sass"], timeout, env
         )
@@ -375,11 +381,11 @@ def ncu_per_line(cubin_or_ptx: bytes | str, entry: str, *, grid, block, dynamic_
             (save_dir / "inspect_source.csv").write_text(src.stdout)
             (save_dir / "inspect_ncu.log").write_text(p.stdout + "\n--- stderr ---\n" + p.stderr)
         if src.returncode != 0:
-            raise NcuError(f"ncu -i failed: {src.stderr.strip()[:300]}")
+            raise NcuFailed(f"ncu -i failed: {' '.join(src.stderr.split())[:300]}")
         try:
             lines = parse_source_lines(src.stdout)
         except ValueError as e:
-            raise NcuError(f"cannot read ncu's source page: {e}") from None
+            raise NcuFailed(f"cannot read ncu's source page: {e}") from None
         if isinstance(cubin_or_ptx, str):
             lines = _to_ptx_files(lines, cubin_or_ptx)
         return lines
@@ -390,12 +396,10 @@ def ncu_per_line(cubin_or_ptx: bytes | str, entry: str, *, grid, block, dynamic_
 
 
 def _run(cmd: list[str], timeout: float, env: dict) -> subprocess.CompletedProcess:
-    from smemtile.gpu.ncu import NcuError
-
     try:
         return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
-        raise NcuError(f"ncu timed out after {timeout:.0f} s") from None
+        raise NcuFailed(f"ncu timed out after {timeout:.0f} s") from None
 
 
 def launch_spec(module: Path, entry: str, *, grid, block, dynamic_smem: int, args: list, param_types: list[str],
