@@ -12,9 +12,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_inspect_instrument import instructions  # the parser's list (+ vector/matrix lines it may miss)
 
 from smemtile.model.inspect_args import KernelArg
+from smemtile.model.ptx import shared_instructions as instructions
 from smemtile.model.ptx_instrument import Sample
 
 pytestmark = pytest.mark.gpu

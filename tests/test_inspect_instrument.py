@@ -130,9 +130,7 @@ def compile_ptx(name: str) -> str:
     return compile_cubin(KERNELS[name], [], "sm_90", options=("-lineinfo",), filename=f"{name}.cu").ptx
 
 
-def instructions(ptx: str, entry: str) -> list[SharedInstr]:
-    """smemtile.model.ptx's list, completed with the braced statements it may miss."""
-    return PI.complete_instructions(ptx, entry, shared_instructions(ptx, entry))
+instructions = shared_instructions  # smemtile.model.ptx's list: what inspect instruments
 
 
 def ptxas(ptx: str, tmp_path: Path) -> subprocess.CompletedProcess:
@@ -219,18 +217,6 @@ def test_instrumented_ptx_assembles_and_keeps_the_kernel(name, tmp_path):
     assert b.returncode == 0, b.stderr[-2000:]
     # the recording allocates no shared memory and leaves the kernel's own as it was
     assert smem_bytes(b.stderr) == smem_bytes(a.stderr)
-
-
-def test_complete_instructions_adds_braced_statements():
-    ptx = compile_ptx("widths")
-    got = PI.complete_instructions(ptx, "widths", [])
-    vec = [i for i in got if i.op == "load" and i.width == 16]
-    assert len(vec) == 1 and vec[0].text.startswith("ld.shared.v4.u32 {") and vec[0].addr.startswith("%rd")
-    assert vec[0].file.endswith("widths.cu") and vec[0].line == 15
-    full = instructions(compile_ptx("mma_ops"), "mma_ops")
-    mats = [(i.op, i.matrices, i.trans) for i in full if "matrix" in i.op]
-    assert mats == [("ldmatrix", 4, False), ("ldmatrix", 2, True), ("stmatrix", 4, False)]
-    assert [i.index for i in full] == list(range(len(full)))
 
 
 def test_ops_and_forms_covered():
