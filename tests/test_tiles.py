@@ -437,3 +437,44 @@ def test_cli_bad_input_is_one_line_on_stderr(args):
 
 def test_sizes_accept_k_suffix():
     assert make_problem("4K", "8K", "1K").m == 4096
+
+
+# ---- the Hopper seam: --arch sm_90 with a 16-bit GEMM says where the fast family is ----------------------------
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+def test_sm_90_16_bit_gemm_names_the_wgmma_family_and_its_measured_speed(dtype):
+    data = json.loads((ROOT / "smemtile" / "model" / "data" / "hopper_gemm_h200.json").read_text())
+    shapes = ("4096x4096x4096", "8192x8192x8192")
+    wg = [data["wgmma_gemm"]["vs_cublas"][dtype][s]["vs_cublas"] for s in shapes]
+    hg = [data["hgemm"]["vs_cublas"][dtype][s]["vs_cublas"] for s in shapes]
+    assert all(0.95 < x < 1.05 for x in wg) and all(
+        0.55 < x < 0.65 for x in hg
+    )  # README: ~0.97-1.00x vs ~0.6x
+    out = " ".join(
+        invoke("tiles", 4096, 4096, 4096, "--dtype", dtype, "--arch", "sm_90", "--top", 3).output.split()
+    )
+    line = (f"Hopper: --arch sm_90a gives the wgmma_gemm family: {wg[0]:.2f}x / {wg[1]:.2f}x cuBLAS (4096^3 / 8192^3, "
+            f"H200) vs {hg[0]:.2f}x / {hg[1]:.2f}x for these hgemm tiles (sources: --explain)")  # fmt: skip
+    assert line in out and out.index(line) < out.index(" # tile ")
+    assert "bench/" not in out
+    doc = json.loads(invoke("tiles", 4096, 4096, 4096, "--dtype", dtype, "--json").output)
+    assert doc["hopper"]["arch"] == "sm_90a" and doc["hopper"]["wgmma_gemm_vs_cublas"] == wg
+    assert doc["hopper"]["command"] == f"smemtile tiles 4096 4096 4096 --dtype {dtype} --arch sm_90a"
+    # the command it names ranks the wgmma_gemm family; there the hint is gone
+    fast = json.loads(invoke(*doc["hopper"]["command"].split()[1:], "--json").output)
+    assert "hopper" not in fast and "wgmma_gemm" in json.dumps(fast["model"]) + json.dumps(
+        fast["calibration"]
+    )
+    # the sources are committed, and named with --explain
+    explained = invoke("tiles", 4096, 4096, 4096, "--dtype", dtype, "--explain").output
+    for src in ("bench/results/wgmma_h200.json", "bench/results/hgemm_family_h200_run6.json"):
+        assert (ROOT / src).exists() and src in " ".join(explained.split())
+
+
+@pytest.mark.parametrize("args", [("--dtype", "f32"), ("--dtype", "bf16", "--arch", "sm_80"),
+                                  ("--dtype", "bf16", "--arch", "sm_90a")])  # fmt: skip
+def test_no_hopper_line_elsewhere(args):
+    out = invoke("tiles", 4096, 4096, 4096, *args, "--top", 2).output
+    assert "Hopper:" not in out
+    assert "hopper" not in json.loads(invoke("tiles", 4096, 4096, 4096, *args, "--json").output)

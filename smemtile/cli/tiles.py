@@ -159,8 +159,13 @@ def command(
                         if report.rejected else "no candidates")  # fmt: skip
     if fmt == "json":
         from smemtile.pipeline.tiles import json_doc
+        from smemtile.report.tiles import hopper_seam
 
-        emit_json(json_doc(report, top_n, rej_n))
+        doc = json_doc(report, top_n, rej_n)
+        seam = hopper_seam(report)
+        if seam is not None:  # sm_90 16-bit: the faster family is one target away
+            doc["hopper"] = seam
+        emit_json(doc)
     elif fmt == "yaml":
         from smemtile.pipeline.tiles import yaml_specs
 

@@ -47,6 +47,49 @@ def calibration_line(gpu: str | None, date: str | None, error: str, applies: boo
     return t
 
 
+HOPPER_DATA = "model/data/hopper_gemm_h200.json"  # measured wgmma_gemm and hgemm against cuBLAS on the H200
+HOPPER_SHAPES = ("4096x4096x4096", "8192x8192x8192")
+
+
+def hopper_seam(report: TileReport) -> dict | None:
+    """``--arch sm_90`` with a 16-bit GEMM ranks the mma.sync tiles (hgemm): the wgmma_gemm family needs the
+    ``sm_90a`` target. What the H200 measured for both (against cuBLAS, each in its own run), to say so in one
+    line; None for any other problem."""
+    p = report.problem
+    if p.vendor != "nvidia" or p.arch != "sm_90" or p.dtype not in ("f16", "bf16"):
+        return None
+    import json
+    from importlib import resources
+
+    d = json.loads((resources.files("smemtile") / HOPPER_DATA).read_text("utf-8"))
+    wg, hg = d["wgmma_gemm"], d["hgemm"]
+    return {
+        "family": "wgmma_gemm",
+        "arch": "sm_90a",
+        "command": f"smemtile tiles {p.m} {p.n} {p.k} --dtype {p.dtype} --arch sm_90a",
+        "shapes": list(HOPPER_SHAPES),
+        "wgmma_gemm_vs_cublas": [wg["vs_cublas"][p.dtype][s]["vs_cublas"] for s in HOPPER_SHAPES],
+        "hgemm_vs_cublas": [hg["vs_cublas"][p.dtype][s]["vs_cublas"] for s in HOPPER_SHAPES],
+        "gpu": d["gpu"],
+        "dates": [wg["date"], hg["date"]],
+        "sources": [wg["source"], hg["source"]],
+        "data": "smemtile/" + HOPPER_DATA,
+    }
+
+
+def hopper_line(seam: dict, explain: bool = False) -> list[Text]:
+    w = " / ".join(f"{x:.2f}x" for x in seam["wgmma_gemm_vs_cublas"])
+    h = " / ".join(f"{x:.2f}x" for x in seam["hgemm_vs_cublas"])
+    t = Text("Hopper: ", style="bold")
+    t.append(f"--arch sm_90a gives the wgmma_gemm family: {w} cuBLAS (4096^3 / 8192^3, H200) vs {h} for these "
+             f"hgemm tiles ({EXPLAIN_HINT})", style="bold yellow")  # fmt: skip
+    out = [t]
+    if explain:
+        out.append(plain(f"  hopper: {seam['data']} ({seam['gpu']}; {'; '.join(seam['sources'])}; "
+                         f"{' / '.join(seam['dates'])})", style="dim"))  # fmt: skip
+    return out
+
+
 def render_tiles(
     report: TileReport, top: int, rejected: int, width: int = 200, explain: bool = False
 ) -> Group:
@@ -89,6 +132,9 @@ def render_tiles(
                                f"{cal.get('gpu', '')}, {', '.join(cal.get('sweeps', []))}, commit "
                                f"{cal.get('commit', '?')}); expected error: {cal.get('expected_error', 'unknown')}",
                                style="dim"))  # fmt: skip
+    seam = hopper_seam(report)
+    if seam is not None:
+        lines += hopper_line(seam, explain)
     wide = width >= 160  # the reasons go in a column, else in a numbered list under the table
     t = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
     shape = "tile (TMxTN)" if p.simt else "tile"
