@@ -203,7 +203,16 @@ def tiles(*sizes: int | str, family: str | None = None, dtype: str | None = None
     if not report.ranked:
         raise OutOfResources(f"no configuration fits {report.problem.arch}: {report.rejected[0].reason}"
                              if report.rejected else "no candidates")  # fmt: skip
-    return TilesResult(normalise(pt.json_doc(report, top, rejected)), report=report, top=top)
+    doc = pt.json_doc(report, top, rejected)
+    from smemtile.report import tiles as rt
+
+    seam = getattr(
+        rt, "hopper_seam", None
+    )  # sm_90 16-bit: the faster family is one target away (as the CLI says)
+    hopper = seam(report) if seam is not None else None
+    if hopper is not None:
+        doc["hopper"] = hopper
+    return TilesResult(normalise(doc), report=report, top=top)
 
 
 def _family_tiles(
