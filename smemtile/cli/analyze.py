@@ -15,7 +15,7 @@ from smemtile.errors import OutOfResources, SpecError
 from smemtile.fileio import printable
 
 
-@click.command("analyze")
+@click.command("analyze", short_help="Bank conflicts of a spec, the fix, its cost.")
 @click.argument("spec", type=click.Path(dir_okay=False, path_type=Path, allow_dash=True))
 @json_option
 @click.option(

@@ -4,18 +4,24 @@ from __future__ import annotations
 
 import click
 
-from smemtile.cli.common import console, emit_json, json_option
+from smemtile.cli.common import ARCH_TARGETS, Targets, console, emit_json, json_option
 
 
 @click.command(
     "archs",
+    short_help="The architecture table and its sources.",
     epilog="""\b
 Examples:
   smemtile archs
   smemtile archs --arch sm_90 --json
   smemtile archs --arch auto      # the limits this machine's GPU reports""",
 )
-@click.option("--arch", "only", help="Show one architecture (sm_XX, or auto to read the GPU's attributes).")
+@click.option(
+    "--arch",
+    "only",
+    type=Targets(ARCH_TARGETS, ("auto",)),
+    help="Show one architecture: " + ", ".join(ARCH_TARGETS) + ", or auto to read the GPU's attributes.",
+)
 @json_option
 def command(only: str | None, as_json: bool) -> None:
     """The per-architecture limits the occupancy model uses (sm_70 ... sm_121), with their sources.

@@ -12,7 +12,7 @@ from smemtile.cli.common import emit_json, json_option
 from smemtile.errors import SpecError
 
 
-@click.command("measure")
+@click.command("measure", short_help="Measure a catalogue of access patterns on the GPU.")
 @click.argument("catalogue", type=click.Path(dir_okay=False, path_type=Path))
 @click.option(
     "--out",

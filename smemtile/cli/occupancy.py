@@ -34,6 +34,7 @@ def _carveout(text: str | None, key: str = "--carveout") -> int | None:
 
 @click.command(
     "occupancy",
+    short_help="Blocks per SM and the limiter, as the driver computes.",
     epilog="""\b
 Examples:
   smemtile occupancy --arch sm_90 --threads 256 --regs 64 --smem-dynamic 48K

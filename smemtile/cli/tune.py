@@ -15,6 +15,7 @@ from smemtile.report.text import esc
 
 @click.command(
     "tune",
+    short_help="Time the model's top configurations on GPUs.",
     epilog="""\b
 Examples:
   smemtile tune samples/sgemm_float4.yaml --top 6
@@ -33,7 +34,14 @@ Examples:
     default=None,
     help="Problems to sweep: a YAML list of problem keys ([{M: 4096, N: 4096, K: 4096}, ...]) for every SPEC.",
 )
-@click.option("--top", "top", default="6", show_default=True, help="Time the model's top K configurations.")
+@click.option(
+    "--top",
+    "top",
+    type=click.IntRange(0),
+    default=6,
+    show_default=True,
+    help="Time the model's top K configurations.",
+)
 @click.option(
     "--space",
     "space",

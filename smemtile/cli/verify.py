@@ -12,7 +12,7 @@ from smemtile.errors import SpecError, VerificationFailed
 VARIANTS = ("baseline", "fixed")
 
 
-@click.command("verify")
+@click.command("verify", short_help="Compile, run, check and time a spec on the GPU.")
 @click.argument("spec", type=click.Path(dir_okay=False, path_type=Path, allow_dash=True))
 @json_option
 @click.option(
