@@ -308,3 +308,32 @@ def test_ncu_per_line_naive_transpose(tmp_path):
     assert col["wavefronts"] == 32 * warps and col["ideal"] == warps  # 32-way: Excessive 31 per instruction
     row = lines[(st.file, st.line)]
     assert row["instructions"] == warps and row["wavefronts"] == warps
+
+
+def _corpus():
+    from test_inspect_instrument import CORPUS
+
+    return CORPUS
+
+
+@pytest.mark.parametrize("args_yaml", _corpus(), ids=lambda p: p.name.split(".")[0])
+def test_corpus_records_and_results_unchanged(args_yaml):
+    """Every corpus kernel records (something, within the sample) and computes bit for bit what it computes
+    without the recording."""
+    from test_inspect_instrument import corpus_launch, corpus_ptx
+
+    from smemtile.model.inspect_args import load_args
+    from smemtile.model.ptx import entry_params
+
+    launch = corpus_launch(args_yaml)
+    ptx, entry = corpus_ptx(launch)
+    args = load_args(launch["args"], entry_params(ptx, entry), {})
+    sample = Sample()
+    instrs, records, info = run(ptx, entry, grid=launch["grid"], block=launch["block"], args=args, sample=sample,
+                                dynamic_smem=launch["smem"])  # fmt: skip
+    assert records and info["dropped"] >= 0
+    warps = min(sample.warps, -(-int(np.prod(launch["block"])) // 32))
+    for r in records:
+        assert r.warp < warps and r.block in {(0, 0, 0), (1, 0, 0), (0, 1, 0)}
+        assert r.active and all(a == 0 for lane, a in enumerate(r.addresses) if not r.active >> lane & 1)
+        assert all(0 <= a < 228 * 1024 for a in r.addresses)  # inside the CTA's shared window

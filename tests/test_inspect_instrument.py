@@ -504,3 +504,54 @@ def test_launcher_spec_round_trip_and_bad_spec(tmp_path, capsys):
     assert "bad launch spec" in capsys.readouterr().err
     with pytest.raises(SpecError, match="--grid"):
         launch_spec(tmp_path / "k.ptx", "k", grid=(0,), block=1, dynamic_smem=0, args=[], param_types=[])
+
+
+# ---- the corpus of inspect (samples/kernels) ----------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = sorted((ROOT / "samples" / "kernels").glob("*.args.yaml"))
+
+
+def corpus_launch(args_yaml: Path) -> dict:
+    """The launch the first line of a corpus ARGS.yaml gives (``# smemtile inspect K.cu --grid ... --args ...``)."""
+    import shlex
+
+    words = shlex.split(args_yaml.read_text().splitlines()[0].lstrip("# "))
+    assert words[:2] == ["smemtile", "inspect"], args_yaml
+    opts, defines = {}, []
+    i = 3
+    while i < len(words):
+        if words[i] == "--define":
+            defines.append(words[i + 1])
+        else:
+            opts[words[i]] = words[i + 1]
+        i += 2
+    dims = lambda s: tuple(int(x) for x in s.split(","))  # noqa: E731
+    return {"kernel_file": ROOT / words[2], "kernel": opts.get("--kernel"), "grid": dims(opts.get("--grid", "1")),
+            "block": dims(opts.get("--block", "32")), "smem": int(opts.get("--smem", 0)),
+            "args": ROOT / opts["--args"], "defines": defines}  # fmt: skip
+
+
+def corpus_ptx(launch: dict) -> tuple[str, str]:
+    from smemtile.model.ptx import find_entry
+    from smemtile.pipeline.inspect import _defines, compile_source
+
+    ptx, _ = compile_source(launch["kernel_file"], "sm_90", _defines(launch["defines"])[0])
+    return ptx, find_entry(ptx, launch["kernel"])
+
+
+@pytest.mark.skipif(PTXAS is None, reason="ptxas not installed")
+@pytest.mark.parametrize("args_yaml", CORPUS, ids=lambda p: p.name.split(".")[0])
+def test_corpus_kernels_instrument_and_assemble(args_yaml, tmp_path):
+    ptx, entry = corpus_ptx(corpus_launch(args_yaml))
+    instrs = shared_instructions(ptx, entry)
+    assert instrs
+    out = PI.instrument(ptx, entry, instrs, PI.Sample())
+    assert len(re.findall(r"// smemtile: record instruction", out)) == len(instrs)
+    a, b = ptxas(ptx, tmp_path), ptxas(out, tmp_path)
+    assert a.returncode == 0 and b.returncode == 0, b.stderr[-2000:]
+    assert smem_bytes(b.stderr) == smem_bytes(a.stderr)
+
+
+def test_corpus_is_there():
+    assert len(CORPUS) >= 12, [p.name for p in CORPUS]
