@@ -1,9 +1,9 @@
 """smemtile: a shared-memory tile advisor for CUDA kernels.
 
 The Python API (documented in docs/api.md) is loaded on first use, so ``import smemtile`` stays cheap and loads
-no CUDA: ``smemtile.analyze``, ``fix``, ``occupancy``, ``tiles``, ``generate``, ``verify``, ``tune`` and
-``load_spec`` (smemtile.api), the ``smemtile.triton`` and ``smemtile.kernel_tuner`` integrations, and the
-exceptions of ``smemtile.errors``.
+no CUDA: ``smemtile.analyze``, ``fix``, ``occupancy``, ``tiles``, ``generate``, ``verify``, ``tune``,
+``inspect`` and ``load_spec`` (smemtile.api), the ``smemtile.triton`` and ``smemtile.kernel_tuner``
+integrations, and the exceptions of ``smemtile.errors``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-_API = ("analyze", "fix", "occupancy", "tiles", "generate", "verify", "tune", "load_spec")
+_API = ("analyze", "fix", "occupancy", "tiles", "generate", "verify", "tune", "inspect", "load_spec")
 _ERRORS = ("SmemtileError", "SpecError", "OutOfResources", "VerificationFailed", "CompileError", "NoDevice")
 _MODULES = ("triton", "kernel_tuner", "api", "errors")
 

@@ -30,6 +30,7 @@ from smemtile.api_results import (
     AnalyzeResult,
     FixResult,
     GenerateResult,
+    InspectResult,
     OccupancyResult,
     TilesResult,
     TuneResult,
@@ -40,7 +41,7 @@ from smemtile.errors import OutOfResources, SpecError
 
 SpecLike = str | os.PathLike | dict
 
-__all__ = ["analyze", "fix", "generate", "load_spec", "occupancy", "tiles", "tune", "verify"]
+__all__ = ["analyze", "fix", "generate", "inspect", "load_spec", "occupancy", "tiles", "tune", "verify"]
 
 
 # ---- specs: a path, a YAML string or a dict ----------------------------------------------------------------------
@@ -401,3 +402,20 @@ def _tune_on_gpu(docs, shapes, top, space, arch0, device, seed, cache_path, forc
         return doc
     finally:
         ex.close()
+
+
+# ---- inspect: the user's own kernel -------------------------------------------------------------------------------
+def inspect(kernel_file: str | os.PathLike, *, kernel: str | None = None, grid=(1, 1, 1), block=(32, 1, 1),
+            smem: int | str = 0, args=None, defines=(), arch: str = "sm_90", mode: str = "auto", ncu: bool = False,
+            emit_spec: str | os.PathLike | None = None, device: int = 0) -> InspectResult:  # fmt: skip
+    """The user's own kernel (``.cu`` through NVRTC, or ``.ptx``) launched with ``grid`` / ``block`` / ``smem``
+    and ``args`` (an ARGS.yaml path, YAML text or a list of mappings): per source line its shared-memory
+    wavefronts against the ideal, the lanes and banks, and the fix (``smemtile inspect ... --json``).
+    ``mode``: ``simulate`` (the CPU emulator of the sampled warps), ``gpu``, ``listing`` or ``auto`` (the GPU when
+    there is one, else the listing with ``no_device`` set; the CLI then exits 3)."""
+    from smemtile.model.sizes import parse_size
+    from smemtile.pipeline.inspect import inspect as run
+
+    res = run(kernel_file, kernel=kernel, grid=grid, block=block, smem=parse_size(smem, key="smem"), args=args,
+              defines=defines, arch=arch, mode=mode, ncu=ncu, emit_spec=emit_spec, device=device)  # fmt: skip
+    return InspectResult(normalise(res.to_dict()), report=res)

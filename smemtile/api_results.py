@@ -298,3 +298,19 @@ class TuneResult(Result):
         rows = [{"label": c.get("label"), "source": c.get("source"), "model_rank": c.get("model_rank"),
                  "predicted": c.get("predicted")} for c in self.doc.get("candidates", [])]  # fmt: skip
         return html_table("smemtile tune" + (" --dry-run" if self.doc.get("dry_run") else ""), rows)
+
+
+@dataclass(frozen=True, eq=False)
+class InspectResult(Result):
+    """``smemtile.inspect(kernel.cu, ...)``: the user's own kernel per source line (wavefronts against ideal,
+    lanes and banks), the fix per shared array and the spec it implies."""
+
+    report: Any = field(default=None, repr=False)  # smemtile.pipeline.inspect.InspectResult
+
+    @property
+    def no_device(self) -> str | None:
+        """Why nothing ran (mode ``auto`` without a GPU: the listing only), else None."""
+        return self.doc.get("no_device")
+
+    def __repr__(self) -> str:
+        return f"InspectResult({self.doc.get('kernel')!r}, mode {self.doc.get('mode')!r})"

@@ -145,6 +145,16 @@ def test_verify_compile_only_matches_cli():
     assert {r["variant"] for r in v.variants} == {"baseline", "fixed"}
 
 
+def test_inspect_matches_cli():
+    k = ROOT / "samples" / "kernels"
+    argv = [str(k / "transpose_naive.cu"), "--kernel", "transpose", "--grid", "32,32", "--block", "32,8",
+            "--args", str(k / "transpose_naive.args.yaml"), "--simulate"]  # fmt: skip
+    r = smemtile.inspect(argv[0], kernel="transpose", grid=(32, 32, 1), block=(32, 8, 1), args=argv[8],
+                         mode="simulate")  # fmt: skip
+    assert r.to_dict() == cli_json("inspect", *argv)
+    assert r.no_device is None and r["kernel"] == "transpose"
+
+
 def test_gpu_parts_raise_no_device_without_a_gpu():
     from conftest import gpu_available
 
