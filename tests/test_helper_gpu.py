@@ -183,9 +183,25 @@ MATRIX = [
 ]  # fmt: skip
 
 
+# the path of the report: `tiles 4096 4096 1023 --dtype bf16|f16 --arch sm_90a --top 1 --format yaml`
+TILES_16BIT = [(4096, 4096, 1023, "bf16"), (4096, 4096, 1023, "f16"), (1000, 3000, 517, "bf16")]
+
+
+def _tiles_pick_16bit(m: int, n: int, k: int, dt: str):
+    from click.testing import CliRunner
+
+    from smemtile.cli import main
+
+    args = ["tiles", str(m), str(n), str(k), "--dtype", dt, "--arch", "sm_90a", "--top", "1", "--format", "yaml"]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0, r.output
+    return variants(resolve(yaml.safe_load(r.output)))["fixed"]
+
+
 def _matrix_configs() -> list:
-    return [variants(resolve({"arch": FAMILIES[f].default_arch, "tile": p, "kernel": {"family": f, **q}}))["fixed"]
-            for f, p, q in MATRIX]  # fmt: skip
+    out = [variants(resolve({"arch": FAMILIES[f].default_arch, "tile": p, "kernel": {"family": f, **q}}))["fixed"]
+           for f, p, q in MATRIX]  # fmt: skip
+    return out + [_tiles_pick_16bit(*s) for s in TILES_16BIT]
 
 
 def run_helpers(cfgs: list, tmp_path: Path, *, layouts: bool = False) -> tuple[list[str], list[dict]]:
