@@ -398,6 +398,22 @@ def test_parse_cuda_sass_source_page():
     assert lines[("/tmp/x/transpose.cu", 4)]["sass"] == ["STS"]
     with pytest.raises(ValueError, match="Line No"):
         parse_source_lines('"Address","Source"\n"0x1","LDS R1, [R2]"\n')
+    # another ncu's spelling: "File Path" and "Function Name" rows, '-' for what a row lacks, two files
+    other = (
+        CUDA_SASS_PAGE.replace('"Kernel Name","transpose"', '"Function Name","transpose"')
+        .replace('"File Name"', '"File Path"')
+        .replace('"","","0x7f0000000200"', '"-","","0x7f0000000200"')
+        .replace('"8","}"', '"File Path","/tmp/x/other.cuh"\n"3","x"')
+        + '"","","0x7f0000000300","      STS.128 [R1+0x10], R4","8","24","32","8"\n'
+    )
+    got = parse_source_lines(other)
+    assert got[("/tmp/x/transpose.cu", 7)] == lines[("/tmp/x/transpose.cu", 7)]
+    assert got[("/tmp/x/other.cuh", 3)] == {
+        "wavefronts": 32,
+        "ideal": 8,
+        "instructions": 8,
+        "sass": ["STS.128"],
+    }
 
 
 def test_ncu_files_renamed_to_the_ptx_files():

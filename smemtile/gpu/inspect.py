@@ -24,6 +24,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -380,6 +381,11 @@ def ncu_per_line(cubin_or_ptx: bytes | str, entry: str, *, grid, block, dynamic_
             save_dir.mkdir(parents=True, exist_ok=True)
             (save_dir / "inspect_source.csv").write_text(src.stdout)
             (save_dir / "inspect_ncu.log").write_text(p.stdout + "\n--- stderr ---\n" + p.stderr)
+            sass = _run(
+                [ncu, "-i", str(rep), "--page", "source", "--csv", "--print-source", "sass"], timeout, env
+            )
+            (save_dir / "inspect_source_sass.csv").write_text(sass.stdout)  # the page verify --ncu reads
+            shutil.copy(rep, save_dir / "inspect.ncu-rep")
         if src.returncode != 0:
             raise NcuFailed(f"ncu -i failed: {' '.join(src.stderr.split())[:300]}")
         try:
@@ -390,8 +396,6 @@ def ncu_per_line(cubin_or_ptx: bytes | str, entry: str, *, grid, block, dynamic_
             lines = _to_ptx_files(lines, cubin_or_ptx)
         return lines
     finally:
-        import shutil
-
         shutil.rmtree(work, ignore_errors=True)
 
 
@@ -440,9 +444,9 @@ def _norm(s: str) -> str:
 def parse_source_lines(text: str) -> dict[tuple[str, int], dict]:
     """Per source line, the shared-memory counters of ``ncu -i R --page source --csv --print-source cuda,sass``.
 
-    The page has a header whose first column is the line number (``Line No``), ``File Name`` rows naming the file
-    of the lines after them, source-line rows (a number in the first column) and, below each, its SASS rows (an
-    address ``0x...``, the SASS text in the ``Source`` column after ``Address``). Only shared-memory SASS
+    The page has a header whose first column is the line number (``Line No``), ``File Path`` (or ``File Name``)
+    rows naming the file of the lines after them, source-line rows (a number in the first column) and, below each,
+    its SASS rows (no line number, an address, the SASS text in the ``Source`` column after ``Address``). Only shared-memory SASS
     instructions (smemtile.gpu.ncu_parse.classify, plus ATOMS/STSM) are summed. Pure, tested on synthetic pages.
     """
     import csv
@@ -468,19 +472,20 @@ def parse_source_lines(text: str) -> dict[tuple[str, int], dict]:
     for key in ("executed", "wavefronts"):
         if cols[key] is None:
             raise ValueError(f"the source page lacks the {key} column; columns: {rows[hi]}")
-    file = next((r[1] for r in rows[:hi] if len(r) > 1 and _norm(r[0]) == "file name"), "")
+    names = ("file name", "file path")  # ncu versions differ
+    file = next((r[1].strip() for r in rows[:hi] if len(r) > 1 and _norm(r[0]) in names), "")
     line = 0
     out: dict[tuple[str, int], dict] = {}
     for r in rows[hi + 1 :]:
         if not r:
             continue
-        if _norm(r[0]) == "file name" and len(r) > 1:
+        if _norm(r[0]) in names and len(r) > 1:
             file = r[1].strip()
             continue
         if r[0].strip().isdigit():
             line = int(r[0].strip())
             continue
-        if len(r) <= max(addr, sass) or not r[addr].strip().lower().startswith("0x"):
+        if len(r) <= max(addr, sass) or r[addr].strip() in ("", "-") or r[0].strip() not in ("", "-"):
             continue
         text_ = r[sass].strip()
         op = classify(text_)
