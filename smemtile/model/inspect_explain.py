@@ -38,6 +38,7 @@ class ArrayInfo:
     decl: SharedDecl | None = None
     buffer: Buffer | None = None  # the logical buffer (dtype, shape) when the declaration was read
     note: str = ""  # why there is no buffer (the fix needs one)
+    symbol: str = ""  # the PTX symbol
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ runs here); the CLI prints it and exits 3. The user's source is compiled, never 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from dataclasses import dataclass, field
@@ -152,7 +153,7 @@ def _arrays(ptx: str, entry: str, decls: dict[str, SharedDecl], smem: int) -> di
             buf = Buffer(name, decl.dtype, tuple(shape))
             if buf.bytes() != size:
                 buf, note = None, f"the declaration reads {buf.bytes()} bytes but the PTX has {size}"
-        out[key] = ArrayInfo(name, base, size, decl, buf, note)
+        out[key] = ArrayInfo(name, base, size, decl, buf, note, sym)
     return out
 
 
@@ -214,6 +215,7 @@ def inspect(
                                 params=params, sample=sample, max_steps=max_steps or MAX_STEPS)  # fmt: skip
     else:
         records, meta = _record_gpu(ptx, entry, instrs, grid3, block3, smem, res.args, sample, device)
+        arrays = res.arrays = _rebase(arrays, meta.get("symbols") or {})
     res.mode = mode
     res.meta = {"recorded": len(records), **meta}
     res.reports = explain(instrs, records, meta.get("executions", {}), arrays)
@@ -228,6 +230,12 @@ def inspect(
     if emit_spec is not None:
         _write_spec(res, emit_spec, [kernel_file] + ([args] if isinstance(args, (str, Path)) else []))
     return res
+
+
+def _rebase(arrays: dict[str, ArrayInfo], symbols: dict[str, int]) -> dict[str, ArrayInfo]:
+    """The arrays at the window offsets the GPU reported for their symbols (the recording's own layout)."""
+    return {k: dataclasses.replace(a, base=int(symbols[a.symbol])) if a.symbol in symbols else a
+            for k, a in arrays.items()}  # fmt: skip
 
 
 def _has_gpu(device: int) -> bool:

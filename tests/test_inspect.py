@@ -1,0 +1,400 @@
+"""`inspect`'s front on the CPU: the PTX reader, the arguments, the declarations, the emulator's instruction
+semantics, and the command's errors (one line, the documented exit code). Real NVRTC compiles, no GPU."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from smemtile.cli import main
+from smemtile.errors import SpecError
+from smemtile.gpu.nvrtc import compile_ptx
+from smemtile.model import ptx
+from smemtile.model.cuda_decl import constants, shared_declarations
+from smemtile.model.inspect_args import load_args
+from smemtile.model.ptx_emu import EmulationError, emulate, shared_layout
+
+TRANSPOSE = """#define TILE 32
+__global__ void transpose(float* out, const float* in, int n) {
+  __shared__ float tile[TILE][TILE];
+  int x = blockIdx.x * TILE + threadIdx.x;
+  int y = blockIdx.y * TILE + threadIdx.y;
+  for (int j = 0; j < TILE; j += 8)
+    tile[threadIdx.y + j][threadIdx.x] = in[(y + j) * n + x];
+  __syncthreads();
+  for (int j = 0; j < TILE; j += 8)
+    out[(y + j) * n + x] = tile[threadIdx.x][threadIdx.y + j];
+}
+"""
+
+
+@dataclass
+class S:
+    blocks: int = 1
+    warps: int = 1
+    executions: int = 64
+
+
+@pytest.fixture(scope="module")
+def tptx() -> str:
+    return compile_ptx(TRANSPOSE, "sm_90", filename="t.cu")
+
+
+def _run(src: str, name: str, args: list, *, grid=(1, 1, 1), block=(32, 1, 1), smem=0, sample=None):
+    text = compile_ptx(src, "sm_90", filename="k.cu")
+    entry = ptx.find_entry(text, name)
+    instrs = ptx.shared_instructions(text, entry)
+    params = ptx.entry_params(text, entry)
+    kargs = load_args(args, params, {})
+    recs, meta = emulate(text, entry, instrs, grid=grid, block=block, dynamic_smem=smem, args=kargs,
+                         params=params, sample=sample or S())  # fmt: skip
+    return instrs, recs, meta
+
+
+# ---- the PTX reader ---------------------------------------------------------------------------------------------
+
+
+def test_entries_params_and_shared_variables(tptx):
+    (entry,) = ptx.entry_names(tptx)
+    assert entry == "_Z9transposePfPKfi" and ptx.demangle_function(entry) == "transpose"
+    assert ptx.entry_params(tptx, entry) == [(".u64", f"{entry}_param_0"), (".u64", f"{entry}_param_1"),
+                                             (".u32", f"{entry}_param_2")]  # fmt: skip
+    assert ptx.shared_arrays(tptx, entry) == {"_ZZ9transposePfPKfiE4tile": 4096}
+
+
+def test_shared_instructions_have_source_lines_and_the_array(tptx):
+    instrs = ptx.shared_instructions(tptx, ptx.find_entry(tptx, "transpose"))
+    assert [(i.op, i.width, i.line, i.array) for i in instrs] == [("store", 4, 7, "tile")] * 4 + [
+        ("load", 4, 10, "tile")
+    ] * 4
+    assert [i.index for i in instrs] == list(range(8))
+    lines = tptx.splitlines()
+    for i in instrs:  # ptx_line points at the instruction itself
+        assert " ".join(lines[i.ptx_line - 1].split()).rstrip(";") == i.text
+    assert instrs[5].addr.endswith("+32") and instrs[0].space == "shared" and instrs[0].file.endswith("t.cu")
+
+
+def test_vector_ldmatrix_atomics_generic_and_cp_async_are_listed():
+    src = """
+    __global__ void k(float* g, unsigned* h, const float* src) {
+      __shared__ __align__(16) float a[256];
+      __shared__ unsigned bins[64];
+      __shared__ __align__(16) unsigned short m[64][8];
+      float4 v = *reinterpret_cast<float4*>(&a[threadIdx.x * 4 % 256]);
+      atomicAdd(&bins[threadIdx.x % 64], 1u);
+      float* p = threadIdx.x & 1 ? a : g;   // generic: shared or global only at run time
+      p[threadIdx.x] = v.x;
+      unsigned addr = (unsigned)__cvta_generic_to_shared(&m[threadIdx.x % 64][0]);
+      unsigned r0, r1, r2, r3;
+      asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                   : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
+      unsigned d = (unsigned)__cvta_generic_to_shared(&a[threadIdx.x % 64 * 4]);
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(d), "l"(src + threadIdx.x * 4));
+      h[threadIdx.x] = r0 + r1 + r2 + r3 + (unsigned)v.y;
+    }"""
+    text = compile_ptx(src, "sm_90", filename="k.cu")
+    instrs = ptx.shared_instructions(text, ptx.find_entry(text, "k"))
+    kinds = {(i.op, i.width, i.matrices, i.trans, i.space) for i in instrs}
+    assert ("load", 16, 1, False, "shared") in kinds  # ld.shared.v4.f32
+    assert ("ldmatrix", 16, 4, True, "shared") in kinds
+    assert ("cp.async", 16, 1, False, "shared") in kinds
+    assert any(i.op in ("atom", "red") and i.array == "bins" for i in instrs)
+    assert any(i.space == "generic" and i.op == "store" for i in instrs)
+
+
+def test_demangle_variables_and_functions():
+    assert ptx.demangle_variable("_ZZ9transposePfS_E4tile") == "tile"
+    assert ptx.demangle_variable("_ZZ4kernvE4tile_0") == "tile"
+    assert ptx.demangle_variable("_ZN2ns4bufsE") == "bufs"
+    assert ptx.demangle_variable("plain") == "plain"
+    assert ptx.demangle_function("_ZN2ns6kernelEPf") == "ns::kernel"
+    assert ptx.demangle_function("_Z4gemmILi32EEvPf") == "gemm"
+    assert ptx.demangle_function("my_c_kernel") == "my_c_kernel"
+
+
+def test_find_entry_names_the_kernels_when_unknown(tptx):
+    with pytest.raises(
+        SpecError, match=r"--kernel: no kernel 'nope'; kernels: transpose \(_Z9transposePfPKfi\)"
+    ):
+        ptx.find_entry(tptx, "nope")
+    assert ptx.find_entry(tptx, "_Z9transposePfPKfi") == ptx.find_entry(tptx, None) == "_Z9transposePfPKfi"
+
+
+def test_compile_error_is_one_line_with_file_and_line():
+    from smemtile.errors import CompileError
+
+    with pytest.raises(CompileError) as e:
+        compile_ptx("__global__ void k() {\n  undeclared = 1;\n}\n", "sm_90", filename="bad.cu")
+    assert str(e.value) == 'bad.cu:2: error: identifier "undeclared" is undefined'
+
+
+# ---- arguments and declarations ---------------------------------------------------------------------------------
+
+
+PARAMS = [(".u64", "p0"), (".u64", "p1"), (".u32", "p2")]
+
+
+def test_args_yaml_with_expressions():
+    a = load_args("args: [{name: o, dtype: f32, count: N * N}, {name: i, dtype: f32, count: 8, fill: iota},"
+                  " {name: n, value: N + 1}]\n", PARAMS, {"N": 32})  # fmt: skip
+    assert [(x.kind, x.dtype, x.count, x.fill, x.value) for x in a] == [
+        ("array", "f32", 1024, "zeros", 0), ("array", "f32", 8, "iota", 0), ("scalar", "i32", 0, "zeros", 33)]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("[{name: o, dtype: f32, count: 4}]", "1 arguments given, the kernel takes 3"),
+        ("[{name: o, count: 4}, {name: i, dtype: f32}, {name: n, value: 1}]", "an array needs dtype"),
+        ("[{name: o, dtype: f33, count: 4}, {name: i, dtype: f32}, {name: n, value: 1}]", "unknown dtype 'f33'"),
+        ("[{name: o, dtype: f32, cont: 4}, {name: i, dtype: f32}, {name: n, value: 1}]", "did you mean 'count'"),
+        ("[{name: o, dtype: f32, count: 4}, {name: i, dtype: f32}, {name: n, dtype: f32, count: 2}]",
+         "needs a pointer parameter but the kernel's parameter is .u32"),
+        ("[{name: o, dtype: f32, count: 4}, {name: i, dtype: f32}, {name: n, dtype: f64, value: 1}]",
+         "dtype f64 is 8 bytes but the kernel's parameter is .u32"),
+        ("[{name: o, dtype: f32, count: 4}, {name: i, dtype: f32, fill: noise}, {name: n, value: 1}]",
+         "unknown fill 'noise'; allowed: zeros, ones, iota, random"),
+        ("[{name: o, dtype: f32, count: '__import__(1)'}, {name: i, dtype: f32}, {name: n, value: 1}]", "count"),
+    ],
+)  # fmt: skip
+def test_bad_args_are_one_line(text, message):
+    with pytest.raises(SpecError) as e:
+        load_args(text + "\n", PARAMS, {})
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_declarations_with_defines_templates_and_vectors():
+    src = """#define TILE 32
+    template <int BM = 64, int BK = 8> __global__ void k() {
+      __shared__ float tile[TILE][TILE + 1], row[TILE];
+      __shared__ __align__(16) float4 v[BM][BK / 4];
+      extern __shared__ double dyn[];
+      __shared__ float q[UNKNOWN];
+    }"""
+    d = shared_declarations(src, {"BK": 16})
+    assert (
+        d["tile"].dims == (32, 33) and d["tile"].dim_text == ("TILE", "TILE + 1") and d["tile"].dtype == "f32"
+    )
+    assert d["row"].shape == (32,)
+    assert d["v"].dims == (64, 4) and d["v"].shape == (64, 16) and d["v"].vector == 4
+    assert d["dyn"].extern and d["dyn"].dtype == "f64" and d["dyn"].dims is None
+    assert d["q"].dims is None and "pass --define" in d["q"].reason
+    assert constants(src, {"BK": 16}) == {"TILE": 32, "BM": 64, "BK": 16}
+
+
+# ---- the emulator -----------------------------------------------------------------------------------------------
+
+
+def test_emulated_transpose_addresses(tptx):
+    entry = ptx.find_entry(tptx, "transpose")
+    instrs = ptx.shared_instructions(tptx, entry)
+    params = ptx.entry_params(tptx, entry)
+    args = load_args([{"name": "o", "dtype": "f32", "count": 4096}, {"name": "i", "dtype": "f32", "count": 4096},
+                      {"name": "n", "value": 64}], params, {})  # fmt: skip
+    recs, meta = emulate(tptx, entry, instrs, grid=(2, 2, 1), block=(32, 8, 1), dynamic_smem=0, args=args,
+                         params=params, sample=S(blocks=2, warps=2))  # fmt: skip
+    assert meta["executions"] == {i: 4 for i in range(8)} and meta["dropped"] == 0
+    warp1 = [r for r in recs if r.block == (1, 0, 0) and r.warp == 1]
+    st0 = next(r for r in warp1 if r.instr == 0)
+    assert st0.active == 0xFFFFFFFF and st0.addresses == tuple(128 + 4 * lane for lane in range(32))  # row 1
+    ld7 = next(r for r in warp1 if r.instr == 7)  # tile[lane][1 + 24]
+    assert ld7.addresses == tuple(128 * lane + 4 * 25 for lane in range(32))
+
+
+def test_divergence_predicates_and_loops():
+    src = """__global__ void k(int* out, const int* in) {
+      __shared__ int s[1024];
+      int t = threadIdx.x;
+      if (t % 3 == 0) { s[t * 2] = in[t]; s[t * 2 + 64] = in[t + 32]; }
+      else { s[t + 256] = in[t + 64]; }
+      for (int i = 0; i < t % 4; ++i) s[512 + t * 4 + i] = i;
+      out[t] = s[(t * 7) % 1024];
+    }"""
+    args = [{"name": "o", "dtype": "i32", "count": 32}, {"name": "i", "dtype": "i32", "count": 96}]
+    instrs, recs, meta = _run(src, "k", args)
+    third = sum(1 << t for t in range(32) if t % 3 == 0)
+    guarded = [r for r in recs if r.active == third]  # s[t * 2]: only the t % 3 == 0 lanes
+    assert len(guarded) == 1 and guarded[0].addresses[3] == 4 * 6 and guarded[0].addresses[1] == 0
+    loop = [r for r in recs if r.addresses[1] == 4 * 516]  # the loop body, lane 1's first iteration
+    (body,) = {r.instr for r in loop}
+    runs = [r for r in recs if r.instr == body]
+    assert [bin(r.active).count("1") for r in runs] == [24, 16, 8] and meta["executions"][body] == 3
+    assert runs[2].addresses[3] == 4 * (512 + 3 * 4 + 2)
+    last = next(r for r in recs if r.instr == len(instrs) - 1)
+    assert last.active == 0xFFFFFFFF and last.addresses[:4] == (0, 28, 56, 84)
+
+
+def test_shared_memory_holds_what_the_warp_stored_and_shfl_moves_lanes():
+    src = """__global__ void k(int* out) {
+      __shared__ int idx[32];
+      __shared__ float v[1024];
+      int t = threadIdx.x;
+      idx[t] = (t * 5) % 32;
+      __syncwarp();
+      int j = __shfl_xor_sync(0xffffffff, idx[t], 1);
+      out[t] = (int)v[j * 32];
+    }"""
+    instrs, recs, _ = _run(src, "k", [{"name": "o", "dtype": "i32", "count": 32}])
+    gather = [r for r in recs if instrs[r.instr].array == "v"]
+    assert len(gather) == 1
+    want = [4 * 32 * (((lane ^ 1) * 5) % 32) for lane in range(32)]
+    assert list(gather[0].addresses) == [a + shared_layout_base(instrs) for a in want]
+
+
+def shared_layout_base(instrs) -> int:
+    return 128  # idx[32] (128 bytes) is laid out first, v[] follows at its 4-byte alignment
+
+
+def test_dynamic_shared_memory_follows_the_static_and_bounds_are_checked():
+    src = """extern __shared__ float dyn[];
+    __global__ void k(float* out, int pitch) {
+      __shared__ float st[8];
+      st[threadIdx.x % 8] = 1.0f;
+      out[threadIdx.x] = dyn[threadIdx.x * pitch] + st[0];
+    }"""
+    args = [{"name": "o", "dtype": "f32", "count": 32}, {"name": "p", "value": 2}]
+    instrs, recs, _ = _run(src, "k", args, smem=256)
+    text = compile_ptx(src, "sm_90", filename="k.cu")
+    lay = shared_layout(text, ptx.find_entry(text, "k"))
+    assert sorted(lay.values()) == [(0, 32), (32, 0)]
+    dyn = next(r for r in recs if instrs[r.instr].array == "extern")
+    assert dyn.addresses[:3] == (32, 40, 48)
+    with pytest.raises(
+        EmulationError, match=r"lane 16 addresses shared byte 160, outside the 160-byte shared"
+    ):
+        _run(src, "k", args, smem=128)
+
+
+def test_an_address_from_an_unknown_instruction_names_it():
+    src = """__global__ void k(float* out, const float* in) {
+      __shared__ float s[64];
+      unsigned j;
+      asm("bfind.u32 %0, %1;" : "=r"(j) : "r"(threadIdx.x));  // bfind: not modelled, and it feeds the address
+      out[threadIdx.x] = s[j & 63] + in[0];
+    }"""
+    with pytest.raises(
+        EmulationError, match=r"the address of `ld.shared.f32 .* depends on line \d+ `bfind.u32"
+    ):
+        _run(
+            src, "k", [{"name": "o", "dtype": "f32", "count": 32}, {"name": "i", "dtype": "f32", "count": 32}]
+        )
+
+
+def test_step_bound_cuts_the_warp_short_with_a_note():
+    src = """__global__ void k(int* out, int n) {
+      __shared__ int s[32];
+      volatile int* v = s;  // volatile: one load and one store per iteration
+      for (int i = 0; i < n; ++i) v[threadIdx.x] += i;
+      out[threadIdx.x] = s[0];
+    }"""
+    text = compile_ptx(src, "sm_90", filename="k.cu")
+    entry = ptx.find_entry(text, "k")
+    instrs, params = ptx.shared_instructions(text, entry), ptx.entry_params(text, entry)
+    args = load_args([{"name": "o", "dtype": "i32", "count": 32}, {"name": "n", "value": 10**9}], params, {})
+    recs, meta = emulate(text, entry, instrs, grid=(1,), block=(32,), dynamic_smem=0, args=args, params=params,
+                         sample=S(executions=8), max_steps=5000)  # fmt: skip
+    assert len(meta["notes"]) == 1 and "stopped after 5000 PTX instructions" in meta["notes"][0]
+    assert meta["dropped"] > 0 and len(recs) == 8 * len({r.instr for r in recs})
+
+
+def test_integer_semantics_of_the_emulator():
+    src = """__global__ void k(int* out, int a, unsigned b) {
+      __shared__ int s[4096];
+      int t = threadIdx.x;
+      int v[8] = {(a - t) / 3, (a - t) % 3, (int)((b >> (t % 8)) & 7u), min(t, 5) + max(-t, -9),
+                  __popc(t * 11), __clz(t + 1), (int)(((unsigned)t * 2654435761u) >> 28), __brev(t) >> 27};
+      for (int q = 0; q < 8; ++q) s[(q * 256 + (v[q] & 255)) & 4095] = q;
+      __syncthreads();
+      out[t] = s[t * 33];
+    }"""
+    instrs, recs, _ = _run(src, "k", [{"name": "o", "dtype": "i32", "count": 32}, {"name": "a", "value": 7},
+                                      {"name": "b", "value": 0xDEADBEEF}])  # fmt: skip
+    got = {}
+    for r in recs[:-1]:  # the stores; the last record is the read
+        for lane in range(32):
+            got.setdefault(r.addresses[lane] // 4 // 256, []).append(r.addresses[lane] // 4 % 256)
+    t = np.arange(32)
+    tl = list(range(32))
+    want = [
+        np.trunc((7 - t) / 3).astype(int), np.fmod(7 - t, 3), (0xDEADBEEF >> (t % 8)) & 7,
+        np.minimum(t, 5) + np.maximum(-t, -9), [bin(x * 11).count("1") for x in tl],
+        [32 - (x + 1).bit_length() for x in tl], (t * 2654435761 % 2**32) >> 28,
+        [int(f"{x:032b}"[::-1], 2) >> 27 for x in tl],
+    ]  # fmt: skip
+    for q in range(8):
+        assert got[q] == [int(x) & 255 for x in want[q]], q
+
+
+# ---- the command ------------------------------------------------------------------------------------------------
+
+
+def _cli(*args):
+    return CliRunner().invoke(main, ["inspect", *args])
+
+
+def test_listing_without_a_gpu_exits_3_with_one_line(tmp_path, monkeypatch):
+    import smemtile.pipeline.inspect as pi
+
+    monkeypatch.setattr(pi, "_has_gpu", lambda device: False)
+    f = tmp_path / "t.cu"
+    f.write_text(TRANSPOSE)
+    r = _cli(str(f), "--grid", "2,2", "--block", "32,8", "--json")
+    assert r.exit_code == 3
+    doc = json.loads(r.stdout)
+    assert doc["mode"] == "listing" and doc["no_device"].startswith("no GPU here")
+    assert [(x["line"], x["count"], x["arrays"]) for x in doc["lines"]] == [
+        (7, 4, ["tile"]),
+        (10, 4, ["tile"]),
+    ]
+    r = _cli(str(f), "--grid", "2,2", "--block", "32,8")
+    assert r.exit_code == 3 and "Shared-memory instructions per source line" in r.stdout
+    assert (
+        r.stderr.strip().splitlines()[-1].startswith("smemtile: error: no GPU here")
+        and "--simulate" in r.stderr
+    )
+
+
+@pytest.mark.parametrize(
+    "extra, code, message",
+    [
+        (["--kernel", "nope"], 2, "no kernel 'nope'; kernels: transpose"),
+        (["--grid", "0"], 2, "--grid: expected X[,Y[,Z]] with positive integers"),
+        (["--block", "64,32"], 2, "2048 threads per block; at most 1024"),
+        (["--simulate"], 2, "the kernel takes 3 parameters (0:.u64, 1:.u64, 2:.u32): give --args"),
+        (["--smem", "lots"], 2, "--smem: expected a byte size"),
+        (["--simulate", "--gpu"], 2, "give --simulate or --gpu, not both"),
+    ],
+)  # fmt: skip
+def test_bad_input_is_one_line_exit_2(tmp_path, extra, code, message):
+    f = tmp_path / "t.cu"
+    f.write_text(TRANSPOSE)
+    r = _cli(str(f), "--grid", "2,2", "--block", "32,8", *extra)
+    assert r.exit_code == code, r.output
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], r.stderr
+    assert list(tmp_path.iterdir()) == [f]  # nothing written
+
+
+def test_compile_error_exit_2_names_file_and_line(tmp_path):
+    f = tmp_path / "bad.cu"
+    f.write_text("__global__ void k(float* o) {\n  o[0] = missing;\n}\n")
+    r = _cli(str(f), "--simulate")
+    assert r.exit_code == 2
+    assert r.stderr.strip() == f'smemtile: error: {f}:2: error: identifier "missing" is undefined'
+
+
+def test_ptx_input_is_taken_as_is(tmp_path, tptx):
+    f = tmp_path / "t.ptx"
+    f.write_text(tptx)
+    args = tmp_path / "a.yaml"
+    args.write_text("args: [{name: o, dtype: f32, count: 4096}, {name: i, dtype: f32, count: 4096}, "
+                    "{name: n, value: 64}]\n")  # fmt: skip
+    r = _cli(str(f), "--grid", "2,2", "--block", "32,8", "--args", str(args), "--simulate", "--json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["lines"][0]["line"] == 10 and doc["lines"][0]["worst_conflict_degree"] == 32
+    assert doc["no_fix"] == {"tile": "no `__shared__ ... tile[...]` declaration found in the source"}
