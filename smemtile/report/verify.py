@@ -109,7 +109,16 @@ def render(doc: dict) -> None:
     for name, x in (doc.get("stages_vs_fixed") or {}).items():
         con.print(f"{name} vs fixed: {x:.2f}x (time of fixed / time of {name})")
     peak = (doc.get("device") or {}).get("peak") or {}
-    if not doc["compile_only"] and peak.get(unit):
+    timed = [r for r in doc["variants"] if r.get(unit) is not None]
+    no_peak = unit == "tflops" and peak.get(unit) and all(r.get("peak_fraction") is None for r in timed)
+    if not doc["compile_only"] and timed and no_peak:
+        # the family names no peak the driver can give (tensor cores: mma.sync, wgmma): dividing by the FP32 FMA
+        # peak would overstate it many times over, so there is no "of peak" and the comparison is cuBLAS's
+        con.print(
+            f"of peak: none for {esc(doc['family'])} (its tensor-core peak is not the FP32 FMA peak the driver's "
+            "clocks give); vs cuBLAS: see bench/ (bench_hgemm.py, bench_wgmma.py)"
+        )
+    elif not doc["compile_only"] and peak.get(unit):
         con.print(
             f"peak {peak[unit]:.1f} {'TFLOP/s' if unit == 'tflops' else 'GB/s'}: {peak[unit + '_basis']}"
         )
