@@ -571,3 +571,16 @@ def test_corpus_kernels_instrument_and_assemble(args_yaml, tmp_path):
 
 def test_corpus_is_there():
     assert len(CORPUS) >= 12, [p.name for p in CORPUS]
+
+
+@pytest.mark.skipif(PTXAS is None, reason="ptxas not installed")
+def test_a_late_top_level_declaration_is_declared_once_before_both_copies(tmp_path):
+    ptx = compile_ptx("transpose")
+    first = next(ln for ln in ptx.split("\n") if ln.strip().startswith("ld.param"))
+    ptx = ptx.replace(first, first + "\n\t.reg .b32 \t%late<2>;\n\tmov.u32 \t%late0, 5;", 1)
+    assert ptxas(ptx, tmp_path).returncode == 0
+    out = PI.instrument(ptx, "transpose", shared_instructions(ptx, "transpose"), PI.Sample())
+    assert out.count("%late<2>") == 1 and out.count("mov.u32 \t%late0, 5;") == 2
+    assert out.index("%late<2>") < out.index("smemtile: recording prologue")
+    b = ptxas(out, tmp_path)
+    assert b.returncode == 0, b.stderr[-1000:]

@@ -369,25 +369,37 @@ def instrument(ptx: str, entry: str, instrs: list, sample: Sample) -> str:
     start = 0
     while start < len(lines) and (not lines[start].strip() or lines[start].strip().startswith((".", "//"))):
         start += 1
-    out = [*lines[:start], *("\t" + d for d in _DECLS)]
+    late = _late_declarations(lines, start)  # declared once, before both copies use them
+    out = [*lines[:start], *(lines[j] for j in late), *("\t" + d for d in _DECLS)]
     out += ["\t" + c for c in _prologue(layout, symbols)]
     out += [
         "\t@!%smt_p0 bra \t$SMT_PLAIN;",
         "\t// smemtile: the recording copy of the kernel (sampled warps)",
     ]
-    out += _recording_copy(lines, start, sites)
+    out += _recording_copy(lines, start, sites, late)
     out += ["\tret;", "\t// smemtile: the kernel as written (every other warp)", "$SMT_PLAIN:"]
-    out += lines[start:]
+    out += [line for j, line in enumerate(lines) if j >= start and j not in late]
     return head + pre_body.lstrip() + "\n".join(out) + ptx[e.body_close :]
+
+
+def _late_declarations(lines: list[str], start: int) -> set[int]:
+    """Indices of the top-level declarations (outside every nested ``{ }``) after the first statement."""
+    out, depth = set(), 0
+    for j in range(start, len(lines)):
+        code = lines[j].split("//", 1)[0]
+        if depth == 0 and code.strip().startswith(_TOP_DECL):
+            out.add(j)
+        depth += code.count("{") - code.count("}")
+    return out
 
 
 _LABEL_DEF = re.compile(r"^\s*([$%\w.]+)\s*:(?!:)", re.M)
 _TOP_DECL = (".reg", ".shared", ".local", ".param", ".const", ".global")
 
 
-def _recording_copy(lines: list[str], start: int, sites: dict[int, list[str]]) -> list[str]:
+def _recording_copy(lines: list[str], start: int, sites: dict[int, list[str]], late: set[int]) -> list[str]:
     """The statements ``lines[start:]`` with each recording site in front of its instruction, labels renamed
-    (``$L__BB0_2`` -> ``$L__BB0_2_smt``) and top-level declarations left out (they stay declared once)."""
+    (``$L__BB0_2`` -> ``$L__BB0_2_smt``) and the top-level declarations ``late`` left out."""
     text = "\n".join(lines[start:])
     labels = sorted(
         {m.group(1) for m in _LABEL_DEF.finditer(re.sub(r"//[^\n]*", "", text))}, key=len, reverse=True
@@ -398,17 +410,12 @@ def _recording_copy(lines: list[str], start: int, sites: dict[int, list[str]]) -
         else None
     )
     out: list[str] = []
-    depth = 0
     for j in range(start, len(lines)):
         line = lines[j]
         if j in sites:
             out += [c if c.endswith(":") else "\t" + c for c in sites[j]]
-        code = line.split("//", 1)[0]
-        if depth == 0 and code.strip().startswith(_TOP_DECL):
-            depth += code.count("{") - code.count("}")
-            continue
-        depth += code.count("{") - code.count("}")
-        out.append(rename.sub(lambda m: m.group(1) + "_smt", line) if rename else line)
+        if j not in late:
+            out.append(rename.sub(lambda m: m.group(1) + "_smt", line) if rename else line)
     return out
 
 
