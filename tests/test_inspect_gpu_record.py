@@ -324,10 +324,11 @@ def test_corpus_records_and_results_unchanged(args_yaml):
 
     from smemtile.model.inspect_args import load_args
     from smemtile.model.ptx import entry_params
+    from smemtile.pipeline.inspect import _defines
 
     launch = corpus_launch(args_yaml)
     ptx, entry = corpus_ptx(launch)
-    args = load_args(launch["args"], entry_params(ptx, entry), {})
+    args = load_args(launch["args"], entry_params(ptx, entry), _defines(launch["defines"])[1])
     sample = Sample()
     instrs, records, info = run(ptx, entry, grid=launch["grid"], block=launch["block"], args=args, sample=sample,
                                 dynamic_smem=launch["smem"])  # fmt: skip
