@@ -53,6 +53,9 @@ COMMANDS = [
     ["tiles", "4096", "4096", "4096", "--dtype", "f32", "--arch", "sm_90"],
     ["tiles", "8192", "8192", "1024", "--dtype", "f16", "--arch", "sm_80"],
     ["tiles", "64", "4096", "4096", "--dtype", "bf16", "--arch", "gfx942", "--vendor", "amd"],
+    ["tiles", "4096", "4096", "4096", "--dtype", "bf16", "--arch", "sm_90", "--explain"],  # + the Hopper line
+    ["analyze", str(ROOT / "samples" / "hgemm_bf16.yaml"), "--lanes"],
+    ["samples"],
     ["verify", str(ROOT / "samples" / "sgemm_float4.yaml"), "--compile-only"],
     ["verify", str(ROOT / "samples" / "transpose_32x32.yaml"), "--compile-only"],
 ]
