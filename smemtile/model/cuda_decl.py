@@ -52,6 +52,7 @@ class SharedDecl:
     extern: bool
     line: int  # 1-based source line
     reason: str = ""  # why dims or dtype could not be read
+    qualifiers: str = ""  # as written between __shared__ and the type, e.g. "__align__(16)"
 
     @property
     def shape(self) -> tuple[int, ...] | None:
@@ -131,5 +132,5 @@ def shared_declarations(source: str, defines: dict[str, int] | None = None) -> d
                 else:
                     dims = tuple(int(v) for v in vals)
             out[name] = SharedDecl(name, ctype, dtype, dims if not reason else None, dims_text, vec,
-                                   bool(m.group(1)), line, reason)  # fmt: skip
+                                   bool(m.group(1)), line, reason, " ".join(m.group(2).split()))  # fmt: skip
     return out

@@ -54,7 +54,8 @@ def declaration_text(fx: ArrayFix, lay: Layout) -> list[str]:
     last = d.dim_text[-1]
     dims_text = [*d.dim_text[:-1], f"{last} + {pad}" if pad else last]
     dims = [*d.dims[:-1], d.dims[-1] + pad]
-    text = f"__shared__ {d.ctype} {d.name}{''.join(f'[{t}]' for t in dims_text)};"
+    q = f"{d.qualifiers} " if d.qualifiers else ""
+    text = f"__shared__ {q}{d.ctype} {d.name}{''.join(f'[{t}]' for t in dims_text)};"
     numeric = "".join(f"[{n}]" for n in dims)
     return [text + (f"  // {numeric}" if "".join(f"[{t}]" for t in dims_text) != numeric else "")]
 

@@ -1,0 +1,251 @@
+"""The inspect corpus (samples/kernels/): every kernel compiles through NVRTC, lists its shared-memory
+instructions with their arrays, and runs through the CPU emulator with the wavefronts of each source line
+asserted against values derived by hand (in the comments); the emitted spec, analyzed, gives the same
+wavefronts; the done-when command prints the 32-way column read, its lanes and banks, and `[32][33]`."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from smemtile.cli import main
+from smemtile.model.analysis import analyze_spec
+from smemtile.model.spec import spec_from_dict
+from smemtile.pipeline.inspect import Sample, inspect
+
+ROOT = Path(__file__).resolve().parents[1]
+KERNELS = ROOT / "samples" / "kernels"
+
+# name -> launch, {source line: (worst wavefronts, ideal) over the line's instructions}, fix (array, declaration)
+CORPUS = {
+    # tile written along rows (1), read down a column: 32 lanes, 32 words of bank 0 -> 32 against 1
+    "transpose_naive": dict(grid=(32, 32), block=(32, 8), lines={11: (1, 1), 16: (32, 1)},
+                            fix=("tile", "__shared__ float tile[TILE][TILE + 1];  // [32][33]")),
+    # row stride 33 words: lane l of the column read is in bank l -> 1
+    "transpose_padded": dict(grid=(32, 32), block=(32, 8), lines={10: (1, 1), 15: (1, 1)}, fix=("tile", None)),
+    # As[ty][k]: two addresses (rows ty, ty+1, 16 words apart: banks differ), Bs[k][tx]: 16 words -> 1
+    "sgemm_tiled": dict(grid=(16, 16), block=(16, 16), lines={11: (1, 1), 12: (1, 1), 15: (1, 1)}),
+    # As[k][m] stored transposed from i = tid: k = tid % 8, m = tid / 8 -> words 64k + m: banks 0-3, 8 words
+    # each -> 8; float4 reads: As[k][4 ty] one address per half-warp -> 2 merged halves; Bs[k][4 tx]: 16
+    # consecutive vectors -> 4 quarter-warps
+    "sgemm_float4": dict(grid=(4, 4), block=(256,), lines={19: (8, 1), 23: (1, 1), 27: (2, 2), 28: (4, 4)},
+                         fix=("As", "__shared__ __align__(16) float As[BK][BM + 4];  // [8][68]")),
+    # index = 2 s tid: stride 2 s words; s = 4: 8 words per bank (s = 8, 16 with fewer lanes: 8 too)
+    "reduction": dict(grid=(64,), block=(256,), lines={8: (1, 1), 12: (8, 1), 15: (1, 1)}),
+    # data[i] = i (iota): the warp's atomics hit 32 consecutive bins -> 1
+    "histogram": dict(grid=(4,), block=(256,), lines={6: (1, 1), 9: (1, 1), 11: (1, 1)}),
+    # 128-byte rows: each 8x8 matrix's rows all start in bank 0 -> 8 per matrix: x4 32 (ideal 4),
+    # x2.trans 16 (2); the 2-byte stores: lanes 16-31 write the next row, 32 words on -> banks 0-7 twice -> 2
+    "ldmatrix_gemm": dict(grid=(1,), block=(32,), lines={11: (2, 1), 12: (2, 1), 18: (32, 4), 21: (16, 2)},
+                          fix=("As", "__shared__ __align__(128) unsigned short As[16][LD + 24];  // [16][88]")),
+    # column c ^ r: the 32 lanes of the column read land in 32 different banks -> 1
+    "transpose_swizzled": dict(grid=(32, 32), block=(32, 8), lines={12: (1, 1), 19: (1, 1)}),
+    # pitch 32 (the args): buf[t * 32 + c] is a column read -> 32
+    "dynamic_smem": dict(grid=(8,), block=(32,), smem=4096, lines={7: (1, 1), 10: (32, 1)}),
+    # lut[idx & 255]: data-dependent, derived from the fill in test_gather_follows_the_data
+    "gather": dict(grid=(4,), block=(256,), lines={7: (1, 1)}),
+    # consecutive words everywhere; the halo stores run with 4 lanes
+    "stencil_halo": dict(grid=(16,), block=(256,), lines={10: (1, 1), 12: (1, 1), 13: (1, 1), 17: (1, 1)}),
+    # 8-byte accesses in half-warps: the column read's 16 lanes per half sit 256 bytes apart (banks 0-1)
+    # -> 16 + 16 = 32 against 2; one double of padding -> 2
+    "tile_f64": dict(grid=(8, 8), block=(32, 8), lines={9: (2, 2), 13: (32, 2)},
+                     fix=("tile", "__shared__ double tile[TILE][TILE + 1];  // [32][33]")),
+}  # fmt: skip
+
+
+def _run(name: str, mode: str = "simulate", **kw):
+    c = CORPUS[name]
+    return inspect(KERNELS / f"{name}.cu", grid=c["grid"], block=c["block"], smem=c.get("smem", 0),
+                   args=KERNELS / f"{name}.args.yaml", mode=mode, **kw)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def simulated():
+    return {name: _run(name) for name in CORPUS}
+
+
+def test_corpus_has_a_launch_yaml_per_kernel():
+    cus = sorted(p.stem for p in KERNELS.glob("*.cu"))
+    assert cus == sorted(CORPUS) and len(cus) >= 12
+    for name in cus:
+        assert (KERNELS / f"{name}.args.yaml").is_file()
+
+
+@pytest.mark.parametrize("name", sorted(CORPUS))
+def test_listing_names_every_instruction_line_and_array(name):
+    res = _run(name, mode="listing")
+    assert res.instrs and res.mode == "listing" and not res.reports
+    assert all(i.line > 0 and i.file.endswith(f"{name}.cu") for i in res.instrs)
+    assert all(i.array is not None for i in res.instrs), [i.text for i in res.instrs if i.array is None]
+    doc = res.to_dict()
+    assert sum(x["count"] for x in doc["lines"]) == len(res.instrs)
+
+
+@pytest.mark.parametrize("name", sorted(CORPUS))
+def test_simulated_wavefronts_per_line(simulated, name):
+    res = simulated[name]
+    got = {}
+    for ln in res.lines:
+        worst = max((r for r in ln.instrs if r.result is not None), key=lambda r: r.worst)
+        got[ln.line] = (worst.worst, worst.worst_ideal)
+    for line, want in CORPUS[name]["lines"].items():
+        assert got.get(line) == want, (line, got)
+    assert all(r.result is not None for r in res.reports if r.records), [r.note for r in res.reports]
+    first = res.lines[0]
+    assert first.excessive == max(x.excessive for x in res.lines)  # the costliest line comes first
+
+
+@pytest.mark.parametrize("name", [n for n in sorted(CORPUS) if "fix" in CORPUS[n]])
+def test_fix_declaration(simulated, name):
+    from smemtile.report.inspect import declaration_text
+
+    array, decl = CORPUS[name]["fix"]
+    res = simulated[name]
+    fx = next(f for f in res.fixes if f.array.name == array)
+    if decl is None:
+        assert not fx.fix.needed and fx.after == fx.before
+        return
+    assert fx.fix.needed and fx.fix.recommended.conflict_free
+    assert declaration_text(fx, fx.fix.recommended.layout) == [decl]
+    assert fx.after == sum(r.ideal for r in fx.reports) < fx.before  # the fix reaches the ideal
+
+
+def test_reduction_conflicts_double_with_the_stride(simulated):
+    res = simulated["reduction"]
+    # per step s = 1, 2, 4: 2-, 4-, 8-way (all 32 lanes active while 2 s tid < 256); the loop is unrolled
+    steps = sorted({(r.worst, bin(r.recorded[0].active).count("1")) for r in res.reports
+                    if r.instr.line == 12 and r.instr.op == "load" and r.result is not None})  # fmt: skip
+    assert (2, 32) in steps and (4, 32) in steps and (8, 32) in steps and (8, 16) in steps and (1, 1) in steps
+
+
+def test_stencil_halo_runs_with_four_lanes(simulated):
+    res = simulated["stencil_halo"]
+    halo = [r for r in res.reports if r.instr.line in (12, 13)]
+    assert halo and all(x.active == 0xF for r in halo for x in r.recorded)
+    assert all(r.executions == 2 for r in halo)  # warp 0 of each of the 2 sampled blocks
+
+
+def test_gather_follows_the_data(simulated):
+    res = simulated["gather"]
+    (ld,) = [r for r in res.reports if r.instr.line == 10 and r.instr.op == "load"]
+    # idx[i] = the emulator's "random" fill: ((i * 2654435761 + 12345) mod 2**32) >> 1, then & 255; a 4-byte
+    # load takes as many wavefronts as its busiest bank has distinct words
+    worst = 0
+    for rec in ld.recorded:
+        i = np.arange(32) + 32 * rec.warp + 256 * rec.block[0]
+        word = (((i * 2654435761 + 12345) % (1 << 32)) >> 1) & 255
+        assert list(rec.addresses) == [4 * int(w) for w in word]
+        per_bank = [len({int(w) for w in word if w % 32 == b}) for b in range(32)]
+        worst = max(worst, max(per_bank))
+    assert ld.worst == worst and worst >= 2
+
+
+def test_emitted_spec_analyzes_to_the_same_wavefronts(simulated, tmp_path):
+    for name in (
+        "transpose_naive",
+        "sgemm_float4",
+        "reduction",
+        "ldmatrix_gemm",
+        "dynamic_smem",
+        "stencil_halo",
+    ):
+        res = simulated[name]
+        doc = res.spec
+        spec = spec_from_dict(yaml.safe_load(yaml.safe_dump(doc)), f"{name}.spec")
+        worst: dict[str, int] = {}
+        for ar in analyze_spec(spec):
+            key = ar.access.name.split("_p")[0]
+            worst[key] = max(worst.get(key, 0), ar.wavefronts)
+        want = {f"i{r.instr.index}": r.worst for r in res.reports if r.result is not None}
+        assert worst == want, name
+    # affine in lane and warp: the naive transpose's column read is written as row/col expressions
+    acc = {a["name"]: a for a in simulated["transpose_naive"].spec["accesses"]}
+    assert acc["i4"]["row"] == "(32 * lane + warp) // 32" and acc["i4"]["col"] == "(32 * lane + warp) % 32"
+
+
+def test_emit_spec_file_is_what_analyze_takes(tmp_path):
+    out = tmp_path / "t.yaml"
+    res = _run("transpose_naive", emit_spec=out)
+    assert res.emitted == str(out) and out.read_text().startswith("# written by smemtile inspect")
+    r = CliRunner().invoke(main, ["analyze", str(out), "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    by = {a["name"]: a for a in doc["accesses"]}
+    assert by["i4"]["wavefronts"] == 32 and by["i4"]["ideal_wavefronts"] == 1 and by["i0"]["wavefronts"] == 1
+    tile = next(f for f in doc["fixes"] if f["buffer"] == "tile")
+    assert tile["recommended"]["layout"] == {"pad": 1}  # analyze's what-if finds the same fix
+
+
+def test_done_when_command(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "160")
+    cmd = ["inspect", "samples/kernels/transpose_naive.cu", "--kernel", "transpose", "--grid", "32,32", "--block",
+           "32,8", "--args", "samples/kernels/transpose_naive.args.yaml", "--simulate"]  # fmt: skip
+    old = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        r = CliRunner().invoke(main, cmd)
+    finally:
+        os.chdir(old)
+    assert r.exit_code == 0, r.output
+    out = r.stdout
+    lines = out.splitlines()
+    first = next(ln for ln in lines if ln.startswith("transpose_naive.cu:"))
+    assert first.split()[:6] == [
+        "transpose_naive.cu:16",
+        "32",
+        "1024",
+        "32",
+        "992",
+        "32-way",
+    ]  # costliest first
+    assert "out[(y + j) * n + x] = tile[threadIdx.x][threadIdx.y + j];" in first
+    assert "32 wavefronts (ideal 1), 32-way conflict" in out
+    lane31 = [ln.split() for ln in lines if ln.split()[:1] == ["31"]]
+    assert [
+        "31",
+        "31,",
+        "0",
+        "3968",
+        "0",
+        "0",
+        "31",
+    ] in lane31  # lane -> (row, col) -> byte -> bank 0 -> wf 31
+    assert [
+        "31",
+        "31,",
+        "0",
+        "4092",
+        "31",
+        "0",
+        "0",
+    ] in lane31  # re-derived under pad 1: bank 31, wavefront 0
+    assert "after:  __shared__ float tile[TILE][TILE + 1];  // [32][33]" in out
+    assert "1056 -> 64 L1 Wavefronts Shared" in out
+
+
+def test_json_document(simulated):
+    doc = json.loads(json.dumps(simulated["transpose_naive"].to_dict()))
+    assert doc["mode"] == "simulate" and doc["kernel"] == "transpose" and doc["grid"] == [32, 32, 1]
+    top = doc["lines"][0]
+    assert (top["line"], top["l1_wavefronts_shared"], top["ideal"], top["excessive"]) == (16, 1024, 32, 992)
+    ins = {i["index"]: i for i in doc["instructions"]}
+    assert (
+        ins[4]["wavefronts_worst"] == 32
+        and ins[4]["conflict_degree"] == 32
+        and len(ins[4]["worst_lanes"]) == 32
+    )
+    assert doc["fixes"][0]["declaration_after"] == ["__shared__ float tile[TILE][TILE + 1];  // [32][33]"]
+    assert doc["records"]["recorded"] == 64 and doc["records"]["dropped"] == 0
+
+
+def test_sample_bounds_the_records():
+    res = _run("sgemm_tiled", sample=Sample(blocks=1, warps=2, executions=3))
+    assert res.meta["recorded"] == sum(len(r.recorded) for r in res.reports)
+    assert all(len(r.recorded) <= 2 * 3 for r in res.reports)
+    assert all(r.executions == 2 * 16 for r in res.reports)  # 256 / 16 tiles of k, every one counted
