@@ -258,3 +258,13 @@ def test_report_refuses_to_overwrite_the_spec(tmp_path):
         assert r.exit_code == 2, r.output
         assert "input spec" in r.output or "is the input" in r.output
         assert spec.read_text() == text and sorted(p.name for p in tmp_path.iterdir()) == ["spec.html"]
+
+
+def test_styles_stay_inside_the_page_element(pages):
+    """A notebook shows the page through ``_repr_html_``: its CSS must not restyle the notebook around it."""
+    _, _, text = pages["gemm_a_column"]
+    css = re.search(r"<style>(.*?)</style>", text, re.S)[1]
+    selectors = [sel.strip() for rule in re.findall(r"([^{}]+)\{[^{}]*\}", css) for sel in rule.split(",")]
+    assert len(selectors) > 20
+    assert all(s.startswith(".smemtile-report") for s in selectors if s not in ("html", "body")), selectors
+    assert '<main class="smemtile-report">' in text

@@ -61,7 +61,6 @@ def _caption(ar: AccessResult, i: int) -> str:
 def lanes_by_banks(ar: AccessResult, i: int, variant: str) -> Svg:
     """Lane x bank heatmap of instruction ``i`` (``variant``: before / after, for the label and the tests)."""
     load, phase, _ = bank_loads(ar, i)
-    worst = int(load.max())
     cell_w, cell_h, left, top = 16, 12, 92, 46
     wf, ideal = int(ar.bank.wavefronts[i]), int(ar.bank.ideal_wavefronts[i])
     unit = "group" if ar.bank.sources is not None else "phase"
@@ -96,19 +95,18 @@ def lanes_by_banks(ar: AccessResult, i: int, variant: str) -> Svg:
         for b in np.flatnonzero(load[lane]).tolist():
             n = int(load[lane, b])
             tip = f"lane {lane}, bank {b}: the bank delivers {n} distinct word{'s' if n != 1 else ''} in {unit} {phase[lane]}"
-            svg.rect(left + b * cell_w, y, cell_w - 1, cell_h - 1, load_colour(n, worst), title=tip)
+            svg.rect(left + b * cell_w, y, cell_w - 1, cell_h - 1, load_colour(n), title=tip)
         if lane and phase[lane] != phase[lane - 1]:
             svg.line(left - 2, y - 0.5, left + BANKS * cell_w, y - 0.5, stroke="#212529", width=1)
-    _legend(svg, 0, top + 32 * cell_h + 14, worst)
+    _legend(svg, 0, top + 32 * cell_h + 14)
     return svg
 
 
-def _legend(svg: Svg, x: float, y: float, worst: int) -> None:
+def _legend(svg: Svg, x: float, y: float) -> None:
     svg.text(x, y + 9, "distinct words the bank delivers:", size=9, fill="#495057")
     xs = x + 190
-    steps = sorted({round(2 + (worst - 2) * k / 6) for k in range(7)}) if worst >= 2 else []
-    for n in [1, *steps]:
-        svg.rect(xs, y, 14, 11, load_colour(n, worst))
+    for n in (1, 2, 4, 8, 16, 32):
+        svg.rect(xs, y, 14, 11, load_colour(n))
         svg.text(xs + 17, y + 9, n, size=9, fill="#495057")
         xs += 34
     svg.rect(xs, y, 14, 11, IDLE)
@@ -137,7 +135,6 @@ def buffer_words(ar: AccessResult, i: int, variant: str) -> Svg:
             word_load[int(w)] = max(word_load.get(int(w), 0), int(load[lane, int(w) % BANKS]))
     rows = sorted({w // per_row for w in word_load})
     shown = _rows_to_show(rows)
-    worst = max(word_load.values(), default=1)
     cell = max(8, min(18, 620 // per_row))
     left, top = 74, 40
     height = top + len(shown) * cell + 30
@@ -169,7 +166,7 @@ def buffer_words(ar: AccessResult, i: int, variant: str) -> Svg:
             w = r * per_row + c
             n = word_load.get(w, 0)
             tip = f"byte {4 * w}: bank {w % BANKS}, delivers {n} distinct word(s) in its phase" if n else None
-            svg.rect(left + c * cell, y, cell - 1, cell - 1, load_colour(n, worst), title=tip)
+            svg.rect(left + c * cell, y, cell - 1, cell - 1, load_colour(n), title=tip)
             if cell >= 14:
                 svg.text(left + c * cell + (cell - 1) / 2, y + cell - 5, w % BANKS, size=7, anchor="middle",
                          fill="#ffffff" if n > 1 else "#495057" if n == 0 else "#0b3d17")  # fmt: skip
@@ -194,25 +191,25 @@ def _rows_to_show(rows: list[int]) -> list[int | None]:
 def layout_grid(buf: Buffer, lay: Layout, label: str, *, max_rows: int = 16) -> Svg:
     """A swizzle as chunk -> chunk (each logical 2**M-element chunk of a row and where it is stored), or a
     padded / dense layout as each element's bank (pad elements hatched)."""
-    if lay.swizzle is not None and lay.swizzle.B > 0:
+    if (lay.swizzle is not None and lay.swizzle.B > 0) or lay.tma is not None:  # TMA none: the identity
         return _swizzle_grid(buf, lay, label, max_rows)
     return _bank_grid(buf, lay, label, min(max_rows, 8))
 
 
 def _swizzle_grid(buf: Buffer, lay: Layout, label: str, max_rows: int) -> Svg:
     sw = lay.swizzle
-    assert sw is not None
-    chunk = 1 << sw.M  # elements per chunk: the swizzle never splits one
+    chunk = (1 << sw.M) if sw is not None else max(1, 16 // buf.elem_bytes)  # the swizzle never splits one
     cols = buf.cols if len(buf.shape) > 1 else LINE // buf.elem_bytes
     stride = lay.row_stride(cols) if len(buf.shape) > 1 else cols
     n_chunks = max(1, min(16, cols // chunk))
-    period_rows = max(1, sw.period // max(1, stride))
+    period_rows = max(1, sw.period // max(1, stride)) if sw is not None else 8
     n_rows = max(1, min(max_rows, buf.rows if len(buf.shape) > 1 else 16, max(8, period_rows)))
     cell, left, top = 30, 58, 44
     svg = Svg(max(420, left + n_chunks * cell + 10), top + n_rows * 20 + 30, label, data_figure="layout",
               data_layout=lay.describe())  # fmt: skip
     svg.text(0, 14, label, size=11, weight="bold")
-    svg.text(0, 28, f"{sw}: logical chunk ({chunk} elements = {chunk * buf.elem_bytes} B) -> stored chunk",
+    what = str(sw) if sw is not None else "no swizzle"
+    svg.text(0, 28, f"{what}: logical chunk ({chunk} elements = {chunk * buf.elem_bytes} B) -> stored chunk",
              size=9, fill="#495057")  # fmt: skip
     for c in range(n_chunks):
         svg.text(left + c * cell + cell / 2, top - 4, c, size=8, anchor="middle", fill="#868e96")

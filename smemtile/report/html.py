@@ -18,6 +18,7 @@ Content-Security-Policy forbids every fetch and every script: names in the spec 
 
 from __future__ import annotations
 
+import re
 from html import escape
 
 from smemtile.report.analyze import AnalyzeReport
@@ -36,8 +37,8 @@ SECTIONS = (
     ("checklist", "Review checklist"),
 )
 STYLE = """
-body{font:15px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:#212529;margin:0;background:#f8f9fa}
-main{max-width:1240px;margin:0 auto;padding:16px 20px 60px}
+main{font:15px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:#212529;background:#f8f9fa;
+max-width:1240px;margin:0 auto;padding:16px 20px 60px}
 h1{font-size:22px;margin:8px 0 4px}h2{font-size:18px;border-bottom:2px solid #dee2e6;padding-bottom:4px;margin-top:34px}
 h3{font-size:15px;margin:18px 0 6px}
 nav ol{columns:2;margin:6px 0;padding-left:22px}nav a{color:#1864ab}
@@ -57,6 +58,16 @@ code{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace}
 """
 
 
+def _scoped(css: str, scope: str = ".smemtile-report") -> str:
+    """Every rule of ``css`` limited to the page's own element, so the page also sits inside a notebook cell
+    (``_repr_html_``) without restyling the notebook; ``main`` is that element itself."""
+    out = []
+    for rule in re.findall(r"([^{}]+)\{([^{}]*)\}", css):
+        sels = ",".join(scope if s.strip() == "main" else f"{scope} {s.strip()}" for s in rule[0].split(","))
+        out.append(f"{sels}{{{rule[1]}}}")
+    return "\n".join(out)
+
+
 def _e(x: object) -> str:
     return escape(str(x), quote=True)
 
@@ -72,8 +83,9 @@ def report_html(rep: AnalyzeReport, ranking: dict | None = None) -> str:
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
             '<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f"<title>smemtile report: {_e(title)}</title><style>{STYLE}</style></head>\n"
-            f"<body><main>{''.join(body)}</main></body></html>\n")  # fmt: skip
+            f"<title>smemtile report: {_e(title)}</title><style>html,body{{margin:0;background:#f8f9fa}}\n"
+            f'{_scoped(STYLE)}</style></head>\n<body><main class="smemtile-report">{"".join(body)}</main></body>'
+            "</html>\n")  # fmt: skip
 
 
 def _section(key: str) -> str:

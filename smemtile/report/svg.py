@@ -9,6 +9,7 @@ hundred shapes each.
 
 from __future__ import annotations
 
+import math
 from html import escape
 
 FONT = "ui-monospace, SFMono-Regular, Menlo, Consolas, monospace"
@@ -35,15 +36,15 @@ def _attrs(attrs: dict) -> str:
     return "".join(out)
 
 
-def load_colour(words: int, worst: int) -> str:
-    """Fill of a cell whose bank delivers ``words`` distinct words in its phase (``worst``: the figure's most)."""
+def load_colour(words: int) -> str:
+    """Fill of a cell whose bank delivers ``words`` distinct words in its phase: green for one, then yellow (2) to
+    dark red (32) on a log scale, the same in every figure so before and after compare by eye."""
     if words <= 0:
         return IDLE
     if words == 1:
         return ONE
-    span = max(2, worst) - 1
-    k = round((words - 1) / span * (len(RAMP) - 1))
-    return RAMP[max(0, min(len(RAMP) - 1, k))]
+    k = round(math.log2(min(words, 32)) / 5 * (len(RAMP) - 1))
+    return RAMP[max(0, min(len(RAMP) - 1, k - 1 if words == 2 else k))]
 
 
 def hue(k: int, n: int, light: int = 62) -> str:
