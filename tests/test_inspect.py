@@ -398,3 +398,62 @@ def test_ptx_input_is_taken_as_is(tmp_path, tptx):
     doc = json.loads(r.stdout)
     assert doc["lines"][0]["line"] == 10 and doc["lines"][0]["worst_conflict_degree"] == 32
     assert doc["no_fix"] == {"tile": "no `__shared__ ... tile[...]` declaration found in the source"}
+
+
+# ---- the GPU path, with the GPU module replaced by the emulator (the contract, not the device) -----------------
+
+
+class _FakeGpu:
+    """smemtile.gpu.inspect's interface: record() answers with the emulator, shifted by a window base, and
+    ncu_per_line() with fixed counters."""
+
+    from smemtile.model.ptx_instrument import Sample  # noqa: F401 - the real Sample type
+
+    def __init__(self, shift: int, measured: dict):
+        self.shift, self.measured, self.calls = shift, measured, []
+
+    def record(self, ptx_text, entry, instrs, *, grid, block, dynamic_smem, args, sample, device=0):
+        from smemtile.model.inspect_args import WarpRecord
+
+        self.calls.append(("record", sample))
+        params = ptx.entry_params(ptx_text, entry)
+        recs, meta = emulate(ptx_text, entry, instrs, grid=grid, block=block, dynamic_smem=dynamic_smem, args=args,
+                             params=params, sample=sample)  # fmt: skip
+        moved = [WarpRecord(r.instr, r.block, r.warp, r.active,
+                            tuple(a + self.shift if r.active >> k & 1 else 0 for k, a in enumerate(r.addresses)))
+                 for r in recs]  # fmt: skip
+        syms = {s: off + self.shift for s, (off, _) in shared_layout(ptx_text, entry).items()}
+        return moved, {**meta, "symbols": syms}
+
+    def ncu_per_line(self, ptx_text, entry, *, grid, block, dynamic_smem, args, device=0):
+        self.calls.append(("ncu", grid))
+        return self.measured
+
+
+def test_gpu_mode_uses_the_recording_rebased_and_ncu_beside_it(tmp_path, monkeypatch):
+    import smemtile.pipeline.inspect as pi
+
+    f = tmp_path / "t.cu"
+    f.write_text(TRANSPOSE)
+    # ncu, whole grid (4 blocks x 8 warps x 4 instructions per line): line 10 as predicted (32 per execution),
+    # line 7 not (2 per execution, predicted 1)
+    fake = _FakeGpu(256, {(str(f), 10): {"wavefronts": 32 * 128, "ideal": 128, "instructions": 128},
+                          (str(f), 7): {"wavefronts": 2 * 128, "ideal": 128, "instructions": 128}})  # fmt: skip
+    monkeypatch.setattr(pi, "_gpu_module", lambda: fake)
+    monkeypatch.setattr(pi, "_has_gpu", lambda device: True)
+    args = [{"name": "o", "dtype": "f32", "count": 4096}, {"name": "i", "dtype": "f32", "count": 4096},
+            {"name": "n", "value": 64}]  # fmt: skip
+    res = pi.inspect(f, grid=(2, 2), block=(32, 8), args=args, ncu=True, sample=pi.Sample(blocks=4, warps=8))
+    assert res.mode == "gpu" and [c[0] for c in fake.calls] == ["record", "ncu"]
+    assert fake.calls[0][1].__class__.__name__ == "Sample" and fake.calls[0][1].blocks == 4
+    assert res.arrays["tile"].base == 256  # the recording's symbol offset, not the emulator's layout
+    top = res.lines[0]
+    assert top.line == 10 and top.wavefronts == 32 * 4 * 8 * 4 and top.instrs[0].result.rows is not None
+    assert res.fixes[0].fix.recommended.layout.pad == 1
+    doc = res.to_dict()
+    by = {ln["line"]: ln for ln in doc["lines"]}
+    assert by[10]["match"] == "yes" and by[10]["ncu"]["wavefronts"] == 4096
+    assert (
+        by[7]["match"] == "no"
+        and "measured 2.00 wavefronts per execution, predicted 1.00" in by[7]["explanation"]
+    )

@@ -269,7 +269,7 @@ def _ncu(res: InspectResult, params, device: int) -> dict:
     """Measured wavefronts per source line (Nsight Compute, uninstrumented kernel) keyed "file:line"."""
     g = _gpu_module()
     measured = g.ncu_per_line(res.ptx, res.entry, grid=res.grid, block=res.block, dynamic_smem=res.dynamic_smem,
-                              args=res.args)  # fmt: skip
+                              args=res.args, device=device)  # fmt: skip
     out = {}
     for (file, line), v in measured.items():
         out[f"{os.path.basename(file)}:{line}"] = dict(v)

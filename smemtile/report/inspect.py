@@ -87,6 +87,10 @@ def _match(pred: float, execs: int, m: dict | None, full: bool) -> tuple[str, st
     if not full:
         return "no", (f"the sample covers {execs} of ncu's {n} executions; the unsampled warps take "
                       f"{q:.2f} wavefronts per execution on average, the sampled {p:.2f}")  # fmt: skip
+    if n != execs:
+        sass = ", ".join(m.get("sass") or []) or "?"
+        return "no", (f"ncu counts {n} executions of this line's shared-memory SASS instructions ({sass}), the "
+                      f"recording {execs} of its PTX ones: ptxas merged or split them")  # fmt: skip
     return "no", f"measured {q:.2f} wavefronts per execution, predicted {p:.2f}"
 
 
