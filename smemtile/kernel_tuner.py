@@ -99,9 +99,16 @@ def kernel_source(cfg) -> tuple[str, str]:
         raise SpecError(
             "the transpose template kernel was not found in the generated source", key="kernel_source"
         )
-    names = [t.split("=")[0].split()[-1] for t in m.group("tparams").split(",")]
+    tparams = [t.strip() for t in m.group("tparams").split(",")]
+    names = [t.split("=")[0].split()[-1] for t in tparams]
+    defaults = [t.split("=", 1)[1].strip() if "=" in t else None for t in tparams]
     expr = fam.name_expression(cfg)  # transpose<float, 64, 8, ...>: the base configuration's values, in order
     values = [v.strip() for v in expr[expr.index("<") + 1 : expr.rindex(">")].split(",")]
+    if len(values) > len(names) or any(d is None for d in defaults[len(values) :]):
+        raise SpecError(
+            f"{expr} does not match the template's parameters ({', '.join(names)})", key="kernel_source"
+        )
+    values += defaults[len(values) :]  # parameters the expression leaves out take the template's defaults
     by_name = dict(zip(names, values, strict=True))
     for tune, (param, _) in SPACE.items():
         by_name[param] = tune
@@ -118,19 +125,23 @@ def kernel_source(cfg) -> tuple[str, str]:
     return src + wrapper, args
 
 
-def _arguments(args_text: str, inp: np.ndarray, out: np.ndarray, rows: int, cols: int) -> list:
-    scalars = {"rows": rows, "cols": cols, "ld_in": cols, "ld_out": rows}
-    out_args: list = []
-    for a in args_text.split(","):
-        name = a.split()[-1].lstrip("*")
-        if "*" in a:
-            out_args.append(inp if name == "in" else out)
-        elif name in scalars:
-            out_args.append(np.int32(scalars[name]))
+def _arguments(cfg, inp: np.ndarray, out: np.ndarray) -> list:
+    """The main kernel's arguments in order, from the family's launch plan (the expressions ``generate``,
+    ``verify`` and ``tune`` evaluate): the input and output arrays for the pointers, ``np.int32`` scalars."""
+    from smemtile.families import FAMILIES
+
+    step = next(s for s in FAMILIES["transpose"].launch(cfg).steps if s.main)
+    args: list = []
+    for value, ctype in step.args:
+        if "*" in ctype:
+            args.append(inp if str(ctype).startswith("const") else out)
+        elif ctype == "int":
+            args.append(np.int32(value))
         else:
-            raise SpecError(f"the transpose kernel takes an argument {name!r} this export does not know",
-                            key="arguments")  # fmt: skip
-    return out_args
+            raise SpecError(
+                f"the transpose kernel takes a {ctype} argument this export cannot pass", key="arguments"
+            )
+    return args
 
 
 def export(family: str, problem: dict, *, dtype: str = "f32", arch: str = "sm_90", seed: int = 1234) -> dict:
@@ -154,7 +165,7 @@ def export(family: str, problem: dict, *, dtype: str = "f32", arch: str = "sm_90
         raise SpecError(f"problem must be {{'rows': R, 'cols': C}}, got {problem!r}", key="problem")
     rows, cols = (int(problem[k]) for k in ("rows", "cols"))
     base = configure("transpose", {"rows": rows, "cols": cols, "dtype": dt}, {}, arch)
-    src, args_text = kernel_source(base)
+    src, _ = kernel_source(base)
     clash = _code_tokens(src.split('extern "C" __global__')[0]) & (
         set(SPACE) | {"block_size_z", "grid_size_x", "grid_size_y", "grid_size_z", "kernel_tuner"}
     )
@@ -165,7 +176,7 @@ def export(family: str, problem: dict, *, dtype: str = "f32", arch: str = "sm_90
     _, np_type = _CTYPES[dt]
     inp = FAMILIES["transpose"].make_inputs(base, rng)["in"]
     out = np.zeros((cols, rows), dtype=np_type)
-    arguments = _arguments(args_text, inp, out, rows, cols)
+    arguments = _arguments(base, inp, out)
     answer = [np.ascontiguousarray(inp.T) if a is out else None for a in arguments]
     return {
         "kernel_name": KERNEL_NAME,

@@ -362,6 +362,34 @@ def test_kernel_tuner_bad_input_and_missing_package(monkeypatch):
     assert "pip install 'smemtile[kernel_tuner]'" in str(e.value)
 
 
+def test_kernel_tuner_builds_the_space_and_the_instances_compile():
+    """With Kernel Tuner installed (no GPU needed): its search space under the exported restriction is the
+    family's valid set, and the source its prepare_kernel_string makes for a point compiles with NVRTC."""
+    pytest.importorskip("kernel_tuner")
+    from kernel_tuner import util
+    from kernel_tuner.searchspace import Searchspace
+
+    import smemtile.kernel_tuner as skt
+    from smemtile.gpu.nvrtc import compile_cubin
+
+    e = skt.export("transpose", {"rows": 1000, "cols": 777}, dtype="f16")
+    space = Searchspace(e["tune_params"], e["restrictions"], 1024, e["block_size_names"])
+    points = [dict(zip(e["tune_params"], v, strict=True)) for v in space.list]
+    assert 0 < len(points) < 360 and all(e["restrictions"](p) for p in points)
+    assert all(p["block_size_x"] * p["block_size_y"] <= 1024 for p in points)
+    for p in points[:: max(1, len(points) // 3)][:3]:
+        threads, grid = util.setup_block_and_grid(e["problem_size"], (e["grid_div_x"], e["grid_div_y"], None), p,
+                                                  e["block_size_names"])  # fmt: skip
+        assert tuple(threads[:2]) == (p["block_size_x"], p["block_size_y"])
+        assert tuple(grid[:2]) == (-(-777 // p["block_size_x"]), -(-1000 // p["block_size_x"]))
+        name, src = util.prepare_kernel_string(e["kernel_name"], e["kernel_source"], p, grid, threads,
+                                               e["block_size_names"], e["lang"], None)  # fmt: skip
+        r = compile_cubin(src, [name], "sm_90", options=tuple(e["compiler_options"]))
+        assert (
+            r.resources[name].static_smem_bytes == p["block_size_x"] * (p["block_size_x"] + p["smem_pad"]) * 2
+        )
+
+
 @pytest.mark.gpu
 def test_kernel_tuner_runs_a_short_tune_kernel():
     kernel_tuner = pytest.importorskip("kernel_tuner")
