@@ -131,7 +131,7 @@ class _Warp:
         self.present = tid < bx * by * bz
         self.tid = (tid % bx, tid // bx % by, tid // (bx * by))
         self.regs: dict[str, object] = {}
-        self.smem = np.zeros(emu.window, dtype=np.uint8)
+        self.smem = np.zeros(-(-emu.window // 16) * 16, dtype=np.uint8)  # whole 16-byte words: aligned views
 
     # ---- operands -----------------------------------------------------------------------------------------
     def read(self, op: str, st: Statement) -> np.ndarray | Poison:

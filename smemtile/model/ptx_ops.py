@@ -120,9 +120,14 @@ def _record(emu, st: Statement, off: np.ndarray, on: np.ndarray, sink) -> None:
         sink(idx, int(np.sum(1 << _LANE[on])), np.where(on, off, 0))
 
 
+_VIEW = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
 def _smem_read(w, off: np.ndarray, on: np.ndarray, size: int) -> np.ndarray:
-    v = np.zeros(LANES, dtype=np.int64)
     o = np.where(on, off, 0)
+    if size in _VIEW and not (o % size).any() and len(w.smem) % size == 0:  # aligned: one gather
+        return np.where(on, w.smem.view(_VIEW[size])[o // size].astype(np.int64), 0)
+    v = np.zeros(LANES, dtype=np.int64)
     for b in range(size):
         v |= w.smem[o + b].astype(np.int64) << (8 * b)
     return np.where(on, v, 0)
