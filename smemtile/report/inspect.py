@@ -35,6 +35,15 @@ def _num(x: float) -> str:
     return f"{x:.0f}" if abs(x - round(x)) < 1e-9 or abs(x) >= 100 else f"{x:.1f}"
 
 
+def _grid(title: str, heads: list[str], rows: list[list[str]], styles=None, left: int = 1) -> Grid:
+    """A Grid whose last column (source text or PTX) reads left-aligned like code."""
+    w = max([len(heads[-1])] + [len(r[-1]) for r in rows])
+    rows = [[*r[:-1], r[-1].ljust(w)] for r in rows]
+    return Grid(
+        Text(title, style="bold"), [*heads[:-1], heads[-1].ljust(w)], rows, styles, left=left, wrap_last=True
+    )
+
+
 def declaration_text(fx: ArrayFix, lay: Layout) -> list[str]:
     """The array's declaration as the user wrote it, under ``lay`` (padding: the last dimension grows)."""
     info = fx.array
@@ -232,16 +241,16 @@ def _render_listing(console: Console, res) -> None:
         ops = sorted({_op_text(i) for i in res.instrs if (i.file, i.line) == (d["file"], d["line"])})
         rows.append([_where(d["file"], d["line"]), str(d["count"]), ", ".join(ops), ", ".join(d["arrays"]) or "?",
                      _source_line(res, d["file"], d["line"])])  # fmt: skip
-    console.print(Grid(Text("Shared-memory instructions per source line (from the PTX; nothing was run):",
-                            style="bold"), ["line", "instructions", "ops", "array", "source"], rows, left=1,
-                       wrap_last=True))  # fmt: skip
+    console.print(_grid("Shared-memory instructions per source line (from the PTX; nothing was run):",
+                        ["line", "instructions", "ops", "array", "source"], rows))  # fmt: skip
     console.print()
     rows = [
         [str(i.index), _where(i.file, i.line), _op_text(i), i.array or "?", i.predicate, i.text]
         for i in res.instrs
     ]
-    console.print(Grid(Text("Instructions (PTX order):", style="bold"), ["#", "line", "op", "array", "guard", "PTX"],
-                       rows, left=2, wrap_last=True))  # fmt: skip
+    console.print(
+        _grid("Instructions (PTX order):", ["#", "line", "op", "array", "guard", "PTX"], rows, left=2)
+    )
 
 
 def _render_lines(console: Console, res) -> None:
@@ -268,8 +277,8 @@ def _render_lines(console: Console, res) -> None:
         rows.append(row)
         hot = "bold red" if ln.excessive > 0 else ""
         styles.append([hot] + [""] * (len(row) - 1))
-    console.print(Grid(Text("Per source line, costliest first (over the sampled warps; Nsight Compute's columns):",
-                            style="bold"), heads, rows, styles, left=1, wrap_last=True))  # fmt: skip
+    console.print(_grid("Per source line, costliest first (over the sampled warps; Nsight Compute's columns):", heads,
+                        rows, styles))  # fmt: skip
     for n in notes:
         console.print(f"  disagreement {printable(n)}", markup=False, highlight=False)
 
@@ -285,10 +294,8 @@ def _render_instrs(console: Console, res) -> None:
         rows.append([str(i.index), _where(i.file, i.line), _op_text(i), r.array or "?", str(r.executions),
                      f"{r.worst} ({r.worst_ideal})", f"{r.mean:.2f} ({r.mean_ideal:.2f})", _num(r.excessive),
                      i.text])  # fmt: skip
-    console.print(Grid(Text("Per instruction (worst and mean wavefronts over the recorded executions, ideal in "
-                            "brackets):", style="bold"),
-                       ["#", "line", "op", "array", "executions", "worst", "mean", "Excessive", "PTX"], rows, left=2,
-                       wrap_last=True))  # fmt: skip
+    console.print(_grid("Per instruction (worst and mean wavefronts over the recorded executions, ideal in brackets):",
+                        ["#", "line", "op", "array", "executions", "worst", "mean", "Excessive", "PTX"], rows, left=2))  # fmt: skip
 
 
 def _render_fixes(console: Console, res, lanes: bool) -> None:
