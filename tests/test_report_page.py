@@ -195,7 +195,7 @@ def test_tile_ranking_plotted_where_a_model_applies(pages):
     assert ranking["unit"] == "TFLOP/s" and len(ranking["candidates"]) == 16
     p = parsed(text)
     assert len(p.figures(**{"data-figure": "tiles"})) == 1
-    bars = [a for t, a in p.tags if t == "rect" and "data-rank" in a]
+    bars = [a for t, a in p.tags if t == "circle" and "data-rank" in a]
     assert [int(b["data-rank"]) for b in bars] == list(range(1, 17))
     assert [float(b["data-predicted"]) for b in bars] == [
         round(c["predicted"], 3) for c in ranking["candidates"]
@@ -214,8 +214,17 @@ def test_tile_ranking_plotted_where_a_model_applies(pages):
 def test_report_html_without_the_full_ranking_uses_the_analysis_top(pages):
     _, rep, _ = pages["sgemm_default"]
     p = parse(report_html(rep))
-    bars = [a for t, a in p.tags if t == "rect" and "data-rank" in a]
-    assert len(bars) == len(rep.tiles["ranked"]) == 3
+    dots = [a for t, a in p.tags if t == "circle" and "data-rank" in a]
+    assert [d["data-rank"] for d in dots] == [
+        "1",
+        "2",
+        "3",
+        "spec",
+    ]  # analyze's top 3, then the spec's own tile
+    assert (
+        rep.tiles["this"]["model_rank"] is None
+    )  # sgemm ranks s2 of this tile: the spec's s3 is scored apart
+    assert float(dots[-1]["data-predicted"]) == round(rep.tiles["this"]["predicted"], 3)
 
 
 def test_cli_report_and_analyze_export(tmp_path):

@@ -69,8 +69,15 @@ def _family(frep, this: dict, top: int, command: str) -> dict:
     for s in frep.ranked[:top]:
         measured = getattr(s, "measured", None)
         e = unmeasured if (measured is False and unmeasured is not None) else err
+        # stencil2d says where it was timed (shape -> fraction of a copy), transpose whether: either way a yes/no
         cands.append(
-            {"rank": s.rank, "label": s.label, "predicted": float(s.gbps), "error": e, "measured": measured}
+            {
+                "rank": s.rank,
+                "label": s.label,
+                "predicted": float(s.gbps),
+                "error": e,
+                "measured": bool(measured),
+            }
         )
     if err is not None:
         text = f"{err:.1%} ({prov.get('expected_error_of', '')})"

@@ -108,51 +108,65 @@ def _nice_step(raw: float) -> float:
     return float(next(m * p for m in (1, 2, 5, 10) if m * p >= raw))
 
 
-def tile_chart(data: dict, max_bars: int = 16) -> Svg:
-    """Predicted throughput per ranked candidate with its expected-error band; ``data`` from pipeline.page."""
-    cands = data["candidates"][:max_bars]
+def tile_chart(data: dict, max_rows: int = 16) -> Svg:
+    """Predicted throughput per ranked candidate as a dot with its expected-error band (a dot plot: the axis
+    spans the candidates' range, so near-equal predictions stay apart); ``data`` from pipeline.page."""
+    cands = list(data["candidates"][:max_rows])
     unit = data["unit"]
-    this = (data.get("this") or {}).get("rank")
+    mine_ = data.get("this") or {}
+    this = mine_.get("rank")
+    if this is None and mine_.get(
+        "predicted"
+    ):  # the spec's own tile, scored but outside the ranking: its own row
+        err = cands[0].get("error") if cands else None
+        cands.append({"rank": "spec", "label": f"this spec: {mine_.get('label')}", "predicted": mine_["predicted"],
+                      "error": err})  # fmt: skip
+        this = "spec"
     label_w = min(300, 12 + 6.2 * max((len(c["label"]) for c in cands), default=10))
-    bar_h, top = 18, 40
-    width = 860
-    vmax = max((c["predicted"] * (1 + (c.get("error") or 0)) for c in cands), default=1.0) * 1.05
-    height = top + len(cands) * bar_h + 44
+    row_h, top, width = 18, 40, 860
+    lows = [c["predicted"] * (1 - (c.get("error") or 0)) for c in cands] or [0.0]
+    highs = [c["predicted"] * (1 + (c.get("error") or 0)) for c in cands] or [1.0]
+    span = max(max(highs) - min(lows), 0.02 * max(highs), 1e-9)
+    step = _nice_step(span / 4)
+    vmin = max(0.0, np.floor((min(lows) - 0.15 * span) / step) * step)
+    vmax = np.ceil((max(highs) + 0.1 * span) / step) * step
+    height = top + len(cands) * row_h + 44
     svg = Svg(width, height, f"tile ranking: predicted {unit} of the top {len(cands)} candidates with the expected "
               "error", data_figure="tiles", data_unit=unit)  # fmt: skip
     svg.text(4, 16, f"Predicted {unit} per candidate (top {len(cands)} of {data.get('total', len(cands))})", size=12,
              weight="bold")  # fmt: skip
-    svg.text(4, 30, "bar: the model's prediction; whiskers: x (1 +- expected error); red: this spec's tile", size=9,
-             fill="#495057")  # fmt: skip
-    x0, x1 = label_w + 34, width - 70
+    svg.text(4, 30, f"dot: the model's prediction; whiskers: x (1 +- expected error); red: this spec's tile; the axis "
+             f"starts at {vmin:g}", size=9, fill="#495057")  # fmt: skip
+    x0, x1 = label_w + 34, width - 110
 
     def px(v: float) -> float:
-        return x0 + (x1 - x0) * v / vmax
+        return x0 + (x1 - x0) * (v - vmin) / (vmax - vmin)
 
-    step = _nice_step(vmax / 5)
-    for k in range(int(vmax // step) + 1):
-        v = k * step
-        svg.line(px(v), top - 2, px(v), top + len(cands) * bar_h, stroke="#e9ecef")
-        svg.text(px(v), top + len(cands) * bar_h + 14, f"{v:g}", size=9,
-                 anchor="middle", fill="#495057")  # fmt: skip
+    v = vmin
+    while v <= vmax + 1e-9:
+        svg.line(px(v), top - 2, px(v), top + len(cands) * row_h, stroke="#e9ecef")
+        svg.text(px(v), top + len(cands) * row_h + 14, f"{v:g}", size=9, anchor="middle", fill="#495057")
+        v += step
     svg.text((x0 + x1) / 2, height - 8, unit, size=10, anchor="middle")
     for k, c in enumerate(cands):
-        y = top + k * bar_h
+        y = top + k * row_h
+        mid = y + row_h / 2
         mine = c.get("rank") == this and this is not None
         name = c["label"] if len(c["label"]) <= 46 else c["label"][:45] + "…"
-        svg.text(4, y + 12, f"#{c['rank']}", size=9, fill="#495057")
+        svg.text(4, y + 12, f"#{c['rank']}" if c["rank"] != "spec" else "-", size=9, fill="#495057")
         svg.text(
             34, y + 12, name, size=9, weight="bold" if mine else None, fill="#c92a2a" if mine else "#212529"
         )
         p, e = float(c["predicted"]), c.get("error")
-        tip = f"#{c['rank']} {c['label']}: {p:.2f} {unit}" + (f" +- {100 * e:.1f}%" if e else "")
-        svg.rect(x0, y + 3, px(p) - x0, bar_h - 6, "#e03131" if mine else "#4dabf7", title=tip, data_rank=c["rank"],
-                 data_predicted=round(p, 3))  # fmt: skip
+        svg.line(x0, mid, px(p), mid, stroke="#f1f3f5", width=6)
         if e:
             lo, hi = px(p * (1 - e)), px(p * (1 + e))
-            svg.line(lo, y + bar_h / 2, hi, y + bar_h / 2, stroke="#343a40", width=1.2)
-            svg.line(lo, y + 5, lo, y + bar_h - 5, stroke="#343a40")
-            svg.line(hi, y + 5, hi, y + bar_h - 5, stroke="#343a40")
-        svg.text(px(p * (1 + (e or 0))) + 5, y + 12, f"{p:.1f}" + (" measured" if c.get("measured") else ""), size=9,
-                 fill="#495057")  # fmt: skip
+            svg.line(lo, mid, hi, mid, stroke="#495057", width=1.2)
+            svg.line(lo, y + 5, lo, y + row_h - 5, stroke="#495057")
+            svg.line(hi, y + 5, hi, y + row_h - 5, stroke="#495057")
+        tip = f"#{c['rank']} {c['label']}: {p:.2f} {unit}" + (f" +- {100 * e:.1f}%" if e else "")
+        svg.circle(px(p), mid, 5, "#e03131" if mine else "#1c7ed6", title=tip, data_rank=c["rank"],
+                   data_predicted=round(p, 3))  # fmt: skip
+        svg.text(max(px(p * (1 + (e or 0))), px(p) + 6) + 5, y + 12,
+                 f"{p:.1f}" + (" measured" if c.get("measured") else ""), size=9, fill="#495057")  # fmt: skip
     return svg

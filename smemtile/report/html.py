@@ -269,14 +269,16 @@ def _tiles(rep: AnalyzeReport, ranking: dict | None) -> str:
                      for c in t["ranked"] if c.get("predicted") is not None]  # fmt: skip
             this = t.get("this") or {}
             ranking = {"unit": t.get("unit", ""), "candidates": cands, "total": t.get("ranked_total", len(cands)),
-                       "this": {"rank": this.get("model_rank"), "label": this.get("label")},
+                       "this": {"rank": this.get("model_rank"), "label": this.get("label"),
+                                "predicted": this.get("predicted")},
                        "error_text": "not given here (smemtile tiles prints it)", "command": t.get("command", "")}  # fmt: skip
     if "missing" in ranking or not ranking.get("candidates"):
         why = ranking.get("missing", "the model ranks no candidate")
         return out + f'<p class="note">Not applicable: {_e(why)}</p></section>'
     this = ranking.get("this") or {}
     where = (f"this spec's tile ({_e(this.get('label'))}) is #{this['rank']}" if this.get("rank") else
-             f"this spec's tile ({_e(this.get('label') or 'unnamed')}) is not among the ranked candidates")  # fmt: skip
+             f"this spec's tile ({_e(this.get('label') or 'unnamed')}) is not among the ranked candidates"
+             + (" (its own prediction is the last row)" if this.get("predicted") else ""))  # fmt: skip
     return (out + _fig(tile_chart(ranking), f"the ranking of {ranking.get('command', '')}") +
             f"<p>{where}. Expected error: {_e(ranking.get('error_text', 'unknown'))}. Reproduce with "
             f"<code>{_e(ranking.get('command', ''))}</code>.</p></section>")  # fmt: skip
