@@ -457,3 +457,35 @@ def test_gpu_mode_uses_the_recording_rebased_and_ncu_beside_it(tmp_path, monkeyp
         by[7]["match"] == "no"
         and "measured 2.00 wavefronts per execution, predicted 1.00" in by[7]["explanation"]
     )
+
+
+def test_generic_accesses_are_recorded_only_where_they_hit_shared_memory():
+    src = """__global__ void k(float* g) {
+      __shared__ float a[64];
+      float* p = threadIdx.x & 1 ? a : g;  // generic: shared on odd lanes, global on even ones
+      p[threadIdx.x] = 1.0f;
+      __syncthreads();
+      g[threadIdx.x] = a[threadIdx.x ^ 1];
+    }"""
+    instrs, recs, _ = _run(src, "k", [{"name": "g", "dtype": "f32", "count": 64}])
+    gen = [i.index for i in instrs if i.space == "generic"]
+    assert gen
+    rec = [r for r in recs if r.instr in gen]
+    assert len(rec) == 1 and rec[0].active == 0xAAAAAAAA
+    assert [rec[0].addresses[lane] for lane in (0, 1, 3, 31)] == [0, 4, 12, 124]
+
+
+def test_defines_reach_nvrtc_and_the_declaration(tmp_path):
+    import smemtile.pipeline.inspect as pi
+
+    f = tmp_path / "t.cu"
+    f.write_text("#ifndef TILE\n#define TILE 16\n#endif\n" + TRANSPOSE.replace("#define TILE 32\n", ""))
+    args = [{"name": "o", "dtype": "f32", "count": 4096}, {"name": "i", "dtype": "f32", "count": 4096},
+            {"name": "n", "value": 64}]  # fmt: skip
+    res = pi.inspect(f, grid=(2, 2), block=(32, 8), args=args, defines=["TILE=32"], mode="simulate")
+    assert res.arrays["tile"].size == 4096 and res.arrays["tile"].buffer.shape == (32, 32)
+    assert res.lines[0].instrs[0].worst == 32
+    small = pi.inspect(f, grid=(2, 2), block=(16, 16), args=args, mode="listing")
+    assert small.arrays["tile"].size == 1024 and small.arrays["tile"].buffer.shape == (16, 16)
+    with pytest.raises(SpecError, match="--define: '1X' is not a macro name; use NAME=VALUE"):
+        pi.inspect(f, defines=["1X=2"], mode="listing")
