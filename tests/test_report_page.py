@@ -277,3 +277,17 @@ def test_styles_stay_inside_the_page_element(pages):
     assert len(selectors) > 20
     assert all(s.startswith(".smemtile-report") for s in selectors if s not in ("html", "body")), selectors
     assert '<main class="smemtile-report">' in text
+
+
+def test_a_block_that_cannot_launch_gets_its_page_and_exit_1(tmp_path):
+    spec = tmp_path / "big.yaml"
+    spec.write_text("arch: sm_90\nthreads: 1024\nregs: 255\nbuffers:\n  - {name: As, dtype: f32, shape: [128, 32]}\n"
+                    "accesses:\n  - {name: a_col, buffer: As, op: load, width: 4, row: lane, col: k, "
+                    "over: {k: [0, 32]}}\n")  # fmt: skip
+    out = tmp_path / "big.html"
+    r = CliRunner().invoke(main, ["report", str(spec), "-o", str(out)])
+    assert r.exit_code == 1 and "cannot launch: 0 blocks" in r.output
+    text = out.read_text()
+    marks = [a for t, a in parsed(text).tags if t == "circle" and a.get("data-marker") == "this"]
+    assert [float(m["data-occupancy"]) for m in marks] == [0.0, 0.0, 0.0]
+    assert "The block cannot launch: 1024 threads x 255 registers need 262,144 registers" in text

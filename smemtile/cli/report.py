@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from smemtile.cli.common import emit_json, json_option
-from smemtile.errors import SpecError
+from smemtile.errors import OutOfResources, SpecError
 from smemtile.fileio import printable
 
 
@@ -73,3 +73,9 @@ def command(spec: Path, output: Path, regs: int | None, no_compile: bool, as_jso
         emit_json(done)
     else:
         click.echo(f"wrote {printable(done['output'])} ({done['bytes']} bytes, {done['figures']} figures)")
+    # as analyze: the page is written, and a block that cannot launch exits 1
+    for name in ("baseline", "fixed"):
+        o = rep.occupancy[name]
+        if o["active_blocks"] == 0:
+            why = f": {o['reason']}" if o.get("reason") else f" (limiter: {o['limiter']})"
+            raise OutOfResources(f"the {name} block cannot launch: 0 blocks fit on an {o['arch']} SM{why}")

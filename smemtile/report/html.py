@@ -246,6 +246,9 @@ def _occupancy(rep: AnalyzeReport) -> str:
             f"blocks/SM, {o['active_warps']} of {arch.max_warps_per_sm} warps, occupancy "
             f"<b>{100 * o['occupancy']:.0f}%</b>. Limiter: <b>{_e(lim)}</b>"
             f" ({_e(_limits(o))}). Registers: {_e(o['regs_source'])}.")  # fmt: skip
+    if o["active_blocks"] == 0:
+        why = o.get("reason") or "0 blocks fit on an SM"
+        text += f' <b class="bad">The block cannot launch: {_e(why)}.</b>'
     return (_section("occupancy") + f'<div class="figs">{"".join(_fig(s, s.label) for s in figs)}</div>'
             f'<p data-occupancy="{here["occupancy"]:.6f}">{text}</p></section>')  # fmt: skip
 
