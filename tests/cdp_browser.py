@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import select
 import shutil
 import subprocess
 import sys
@@ -54,6 +55,9 @@ class Browser:
     # ---- the protocol -----------------------------------------------------------------------------------------
     def _read(self) -> dict:
         while b"\0" not in self._buf:
+            ready, _, _ = select.select([self._r], [], [], self.timeout)  # a hung browser fails, never blocks
+            if not ready:
+                raise TimeoutError(f"chromium sent nothing for {self.timeout} s")
             chunk = os.read(self._r, 1 << 20)
             if not chunk:
                 raise RuntimeError("chromium closed the DevTools pipe")
