@@ -237,7 +237,7 @@ def ranked_configs(family: str, problem: dict, keys: dict) -> tuple[Config, ...]
     (what ``generate`` builds from the printed spec) and the model's prediction."""
     from smemtile.pipeline.tiles import family_tiles
 
-    sizes = [problem[pk.name] for pk in FAMILIES[family].problem_keys if pk.kind == "int"]
+    sizes = [problem[pk.name] for pk in FAMILIES[family].size_keys()]
     ranked = family_tiles(family, sizes, dtype=problem.get("dtype"), keys=keys, arch=ARCH).ranked
     out = []
     for i in spread_ranks(len(ranked)):

@@ -222,7 +222,7 @@ def _family_tiles(
     from smemtile.families import FAMILIES
     from smemtile.pipeline import tiles as pt
 
-    ints = [pk.name for pk in FAMILIES[family].problem_keys if pk.kind == "int"]
+    ints = [pk.name for pk in FAMILIES[family].size_keys()]  # leading dimensions are not sizes
     if problem:
         unknown = [k for k in problem if k not in ints]
         if unknown or sizes:

@@ -180,6 +180,12 @@ MATRIX = [
         for (r, c) in ((1001, 777), (1024, 1000))
     ],
     *[("stencil2d", {"R": r}, {"ny": 301, "nx": 1001}) for r in (1, 2, 3, 4)],
+    # kernels built with row pitches (PITCH 1): the sub-view runs (the dense kernels above refuse it)
+    *[("stencil2d", {"R": r, "PITCH": 1}, {"ny": 301, "nx": 1001}) for r in (1, 4)],
+    ("stencil2d", {"R": 2, "PITCH": 1}, {"ny": 64, "nx": 1024}),
+    *[("transpose", {**p, "PITCH": 1}, {"rows": 1001, "cols": 777, "dtype": dt})
+      for dt, p in (("f32", {}), ("f16", {"TILE": 128, "BLOCK_ROWS": 8, "PACK": 2}))],
+    ("transpose", {"PITCH": 1}, {"rows": 1024, "cols": 1024, "dtype": "f32"}),
 ]  # fmt: skip
 
 
@@ -192,7 +198,20 @@ def _tiles_pick_16bit(m: int, n: int, k: int, dt: str):
 
     from smemtile.cli import main
 
-    args = ["tiles", str(m), str(n), str(k), "--dtype", dt, "--arch", "sm_90a", "--top", "1", "--format", "yaml"]
+    args = [
+        "tiles",
+        str(m),
+        str(n),
+        str(k),
+        "--dtype",
+        dt,
+        "--arch",
+        "sm_90a",
+        "--top",
+        "1",
+        "--format",
+        "yaml",
+    ]
     r = CliRunner().invoke(main, args)
     assert r.exit_code == 0, r.output
     return variants(resolve(yaml.safe_load(r.output)))["fixed"]

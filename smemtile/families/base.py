@@ -476,6 +476,10 @@ class Family:
         """The family's .cu text (real C++: it compiles on its own with the shared header)."""
         return resources.files(type(self).__module__).joinpath(self.file).read_text()
 
+    def size_keys(self) -> list[ProblemKey]:
+        """The problem's sizes (integer keys that are not leading dimensions), in order: ``tiles``' SIZES."""
+        return [pk for pk in self.problem_keys if pk.kind == "int" and not pk.dense]
+
     def problem_ints(self, problem: dict) -> dict[str, int]:
         """The problem's integer keys, each leading dimension the problem leaves out at its dense value (derived
         from the sizes every time: a problem whose K changes keeps a dense A)."""

@@ -288,9 +288,11 @@ def compile_config(cfg, *, source: str | None = None):
                          filename=f"{fam.name}.cu")  # fmt: skip
 
 
-_TMA_DTYPES = {"f16": "FLOAT16", "bf16": "BFLOAT16", "f32": "FLOAT32", "tf32": "TFLOAT32", "f64": "FLOAT64",
-               "u8": "UINT8", "i8": "UINT8", "u16": "UINT16", "i16": "UINT16", "u32": "UINT32", "i32": "INT32",
-               "u64": "UINT64", "i64": "INT64"}  # fmt: skip
+def _tma_dtype(dtype: str) -> str:
+    """CU_TENSOR_MAP_DATA_TYPE_* of a spec dtype: the one table the generated helper uses too (fp8 as UINT8)."""
+    from smemtile.codegen.render import TMA_DTYPES
+
+    return TMA_DTYPES[dtype]
 
 
 def _encode_tensor_map(t, address: int):
@@ -301,7 +303,7 @@ def _encode_tensor_map(t, address: int):
         return d.CUtensorMap()
     u64, u32 = d.cuuint64_t, d.cuuint32_t
     res = d.cuTensorMapEncodeTiled(
-        getattr(d.CUtensorMapDataType, f"CU_TENSOR_MAP_DATA_TYPE_{_TMA_DTYPES[t.dtype]}"), len(t.dims), address,
+        getattr(d.CUtensorMapDataType, f"CU_TENSOR_MAP_DATA_TYPE_{_tma_dtype(t.dtype)}"), len(t.dims), address,
         [u64(x) for x in t.dims], [u64(x) for x in t.strides], [u32(x) for x in t.box], [u32(1)] * len(t.dims),
         d.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
         getattr(d.CUtensorMapSwizzle, f"CU_TENSOR_MAP_SWIZZLE_{t.swizzle.upper()}"),

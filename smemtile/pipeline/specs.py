@@ -148,7 +148,8 @@ def kernel_config(spec: KernelSpec, doc: dict, *, check: bool = True, retarget: 
 def _model_pick(fam: Family, problem: dict, arch: Arch, kept: dict | None = None) -> tuple[dict, list[str]]:
     """The tile model's #1 for the problem (the family's ranker, as `smemtile tiles` ranks), with the reason;
     ``kept``: the family's problem parameters the spec gave (stencil2d's R), part of the problem here."""
-    full = {pk.name: problem.get(pk.name, pk.default) for pk in fam.problem_keys} | (kept or {})
+    full = {pk.name: problem.get(pk.name, pk.default) for pk in fam.problem_keys
+            if not pk.dense or pk.name in problem} | (kept or {})  # fmt: skip
     try:
         ranker = fam.ranker(full, arch.name, None)
         top = ranker.top(1) if ranker is not None else []

@@ -213,7 +213,7 @@ def ranked_families() -> list[str]:
     for name, fam in FAMILIES.items():
         if getattr(fam, "tile_contract", None) or getattr(fam, "tiles_for", None):
             continue  # a GEMM family: ranked through ``tiles M N K``
-        keys = {pk.name: pk.default for pk in fam.problem_keys}
+        keys = {pk.name: pk.default for pk in fam.problem_keys if not pk.dense}
         try:
             r = fam.ranker(keys, "sm_90", None)
         except SpecError:
@@ -283,7 +283,7 @@ def family_tiles(family: str, sizes, *, dtype: str | None = None, keys: dict | N
     the family's integer problem keys in order (rows cols; ny nx); ``dtype``: its dtype problem key (a family
     without one takes f32 only); ``keys``: its ranker keys by name (``{"R": 4}``, from ``--radius``)."""
     fam = FAMILIES[family]
-    ints = [pk for pk in fam.problem_keys if pk.kind == "int"]
+    ints = fam.size_keys()  # leading dimensions are not sizes: the ranking is for the dense layout
     names = " ".join(pk.name.upper() for pk in ints)
     if len(sizes) != len(ints):
         raise SpecError(f"--family {family} takes {len(ints)} sizes ({names}), got {len(sizes)}", key="sizes")
@@ -324,7 +324,7 @@ def family_tiles(family: str, sizes, *, dtype: str | None = None, keys: dict | N
 
 def family_command_line(rep: FamilyTileReport) -> str:
     fam = FAMILIES[rep.family]
-    sizes = " ".join(str(rep.problem[pk.name]) for pk in fam.problem_keys if pk.kind == "int")
+    sizes = " ".join(str(rep.problem[pk.name]) for pk in fam.size_keys())
     extra = f" --dtype {rep.problem['dtype']}" if "dtype" in rep.problem else ""
     extra += "".join(f" {KEY_OPTIONS.get(k, k)} {rep.problem[k]}" for k in rep.tile_keys)
     return f"smemtile tiles --family {rep.family} {sizes}{extra} --arch {rep.arch}"
@@ -333,7 +333,7 @@ def family_command_line(rep: FamilyTileReport) -> str:
 def family_spec_doc(rep: FamilyTileReport, s) -> dict:
     """A kernel spec (the YAML contract) for one candidate: ``generate`` and ``verify`` take it unchanged."""
     fam = FAMILIES[rep.family]
-    size = "x".join(str(rep.problem[pk.name]) for pk in fam.problem_keys if pk.kind == "int")
+    size = "x".join(str(rep.problem[pk.name]) for pk in fam.size_keys())
     dt = f" {rep.problem['dtype']}" if "dtype" in rep.problem else ""
     ratio = f", {s.copy_ratio:.3f}x a device copy" if s.copy_ratio else ""
     return {"name": f"{rep.family}{dt} {size}, {s.label}: smemtile tiles #{s.rank} of {len(rep.ranked)} "

@@ -102,10 +102,14 @@ __host__ __device__ constexpr int stencil_smem_run(int v, int stride, int swz_b,
 }  // namespace smemtile
 
 template <int BX = 32, int BY = 8, int R = 1, int PAD = 0, int SWZ_B = 0, int SWZ_M = 0, int SWZ_S = 0, int VEC = 4,
-          int RY = 4>
+          int RY = 4, int PITCH = 0>
 __global__ void __launch_bounds__(BX * BY)
 stencil2d(const float* __restrict__ in, float* __restrict__ out, int ny, int nx, const float* __restrict__ coeffs,
-          int ld_in, int ld_out) {
+          int ld_in_arg, int ld_out_arg) {
+    // PITCH 1: rows ld_in / ld_out elements apart (the user's layout); PITCH 0: dense (ld = nx; the launch helper
+    // refuses other pitches for such a kernel), the same machine code as a kernel without pitches.
+    static_assert(PITCH == 0 || PITCH == 1, "PITCH is 0 (dense rows) or 1 (row pitches ld_in, ld_out)");
+    const int ld_in = PITCH ? ld_in_arg : nx, ld_out = PITCH ? ld_out_arg : nx;
     static_assert(R >= 1 && R <= 4, "the stencil radius R must be 1..4");
     static_assert(BX >= 1 && BY >= 1 && BX * BY <= 1024, "a block has 1 to 1024 threads: BX * BY <= 1024");
     static_assert((BX * BY) % 32 == 0, "the block must be whole warps: BX * BY % 32 == 0");

@@ -175,9 +175,14 @@ __host__ __device__ constexpr int transpose_smem_run(int v, int stride, int swz_
 
 template <typename T = float, int TILE = 64, int BLOCK_ROWS = 4, int PAD = 1, int SWZ_B = 0, int SWZ_M = 0,
           int SWZ_S = 0, int VEC = 0, int GROUP = 1, int TILE_Y = 0, int PACK = 1, int TILES = 1,
-          int STREAM = 0, int MIN_BLOCKS = 1, int ASYNC = 0>
+          int STREAM = 0, int MIN_BLOCKS = 1, int ASYNC = 0, int PITCH = 0>
 __global__ void __launch_bounds__(TILE * BLOCK_ROWS, MIN_BLOCKS > 1 ? MIN_BLOCKS : 0)  // 0: no minimum (as if omitted)
-transpose(const T* __restrict__ in, T* __restrict__ out, int rows, int cols, int ld_in, int ld_out) {
+transpose(const T* __restrict__ in, T* __restrict__ out, int rows, int cols, int ld_in_arg, int ld_out_arg) {
+    // PITCH 1: the rows of in and out are ld_in / ld_out elements apart (the user's layout); PITCH 0: dense
+    // (ld_in = cols, ld_out = rows: the launch helper refuses other pitches for such a kernel), the same machine
+    // code as a kernel without pitches.
+    static_assert(PITCH == 0 || PITCH == 1, "PITCH is 0 (dense rows) or 1 (row pitches ld_in, ld_out)");
+    const int ld_in = PITCH ? ld_in_arg : cols, ld_out = PITCH ? ld_out_arg : rows;
     static_assert(sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4 || sizeof(T) == 8,
                   "the element type must be 1, 2, 4 or 8 bytes");
     static_assert(TILE % 32 == 0 && TILE <= 128, "TILE must be 32, 64 or 128: a warp spans whole tile rows");
