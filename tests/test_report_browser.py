@@ -31,6 +31,7 @@ HEAT = [tuple(int(c[k : k + 2], 16) for k in (1, 3, 5)) for c in (ONE, *RAMP)]  
 PROBE = """JSON.stringify({
   toc: [...document.querySelectorAll('nav a')].map(a => a.getAttribute('href')),
   scrollWidth: document.documentElement.scrollWidth,
+  code: [...document.querySelectorAll('pre code')].map(c => c.innerText),
   sections: [...document.querySelectorAll('section')].map(s => ({
     id: s.id, text: s.innerText.slice(0, 4000),
     svgs: [...s.querySelectorAll('svg')].map(v => {
@@ -116,6 +117,12 @@ def check_every_figure_is_present_with_its_labels(results):
     for name in ("hgemm_bf16", "sgemm_default", "sgemm_float4", "wgmma_gemm_bf16"):
         tiles = {s["id"]: s for s in json.loads(results[name]["value"])["sections"]}["tiles"]
         assert [v["figure"] for v in tiles["svgs"]] == ["tiles"], name
+    # the declarations copy as the analysis writes them: the text a selection of the block gives, line for line
+    from smemtile.pipeline.analyze import analyze
+    from smemtile.pipeline.specs import load
+
+    decl = analyze(load(ROOT / "samples" / "gemm_a_column.yaml"), compile=False).declarations["fixed"]
+    assert json.loads(results["gemm_a_column"]["value"])["code"][0] == "\n".join(decl.lines())
     # the 32-way access and its fix, side by side
     heat = {s["id"]: s for s in json.loads(results["gemm_a_column"]["value"])["sections"]}["heatmaps"]["svgs"]
     a_col = [v["variant"] for v in heat if v["access"] == "a_col" and v["figure"] == "lanes-banks"]

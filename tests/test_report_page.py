@@ -291,3 +291,13 @@ def test_a_block_that_cannot_launch_gets_its_page_and_exit_1(tmp_path):
     marks = [a for t, a in parsed(text).tags if t == "circle" and a.get("data-marker") == "this"]
     assert [float(m["data-occupancy"]) for m in marks] == [0.0, 0.0, 0.0]
     assert "The block cannot launch: 1024 threads x 255 registers need 262,144 registers" in text
+
+
+def test_declarations_are_plain_text_blocks(pages):
+    """A <pre><code> holding exactly the declarations' lines (escaped, nothing inside but text): copies cleanly."""
+    from html import unescape
+
+    for name, (_, rep, text) in pages.items():
+        blocks = re.findall(r"<pre><code>(.*?)</code></pre>", text, re.S)
+        assert blocks and "<" not in blocks[0], name
+        assert unescape(blocks[0]) == "\n".join(rep.declarations["fixed"].lines()), name
