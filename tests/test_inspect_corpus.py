@@ -249,3 +249,13 @@ def test_sample_bounds_the_records():
     assert res.meta["recorded"] == sum(len(r.recorded) for r in res.reports)
     assert all(len(r.recorded) <= 2 * 3 for r in res.reports)
     assert all(r.executions == 2 * 16 for r in res.reports)  # 256 / 16 tiles of k, every one counted
+
+
+def test_ldmatrix_x2_rows_map_back_to_the_array(simulated):
+    res = simulated["ldmatrix_gemm"]
+    assert res.no_fix == {} and sorted(f.array.name for f in res.fixes) == ["As", "Bs"]
+    (x2,) = [r for r in res.reports if r.instr.op == "ldmatrix" and r.instr.matrices == 2]
+    assert x2.array == "Bs" and x2.result.rows is not None
+    assert x2.result.rows[0, :16].tolist() == list(range(16)) and x2.recorded[0].addresses[16:] == (0,) * 16
+    bs = next(f for f in res.fixes if f.array.name == "Bs")
+    assert bs.relaid[x2.instr.index].wavefronts == 2  # the .x2.trans read, conflict-free under the fix

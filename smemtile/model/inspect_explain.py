@@ -161,8 +161,11 @@ def _result(
     if info is not None and info.buffer is not None:
         buf = info.buffer
         eb = buf.elem_bytes
-        rel = np.where(active, addr - info.base, 0)
-        fits = ((rel >= 0) & (rel + min(width, 16) <= buf.bytes()) & (rel % min(eb, width) == 0)) | ~active
+        used = active.copy()
+        if op in ("ldmatrix", "stmatrix"):  # lanes 8m..8m+7 give matrix m's rows; the others are not used
+            used &= np.arange(32) < 8 * instr.matrices
+        rel = np.where(used, addr - info.base, 0)
+        fits = ((rel >= 0) & (rel + min(width, 16) <= buf.bytes()) & (rel % min(eb, width) == 0)) | ~used
         if fits.all():
             elem = rel // eb
             if len(buf.shape) == 1:

@@ -78,18 +78,19 @@ def emit_spec(reports: list[InstrReport], arrays: dict[str, ArrayInfo], *, arch:
             bname, base = buf.name, info.base
             buffers[bname] = {"name": bname, "dtype": buf.dtype, "shape": list(buf.shape)}
         else:
-            bname = "smem"
+            bname = "shared_window"
             base = 0
             top = max((a + 16 for x in recs for a in x.addresses), default=128)
             old = buffers.get(bname, {"shape": [128]})["shape"][0]
-            buffers[bname] = {"name": "smem", "dtype": "u8", "shape": [max(old, (top + 127) // 128 * 128)]}
+            buffers[bname] = {"name": bname, "dtype": "u8", "shape": [max(old, (top + 127) // 128 * 128)]}
         ins = r.instr
         common = {"op": ar.access.op, "width": ar.access.width, "buffer": bname}
         if ar.access.op in ("ldmatrix", "stmatrix"):
             common.update(matrices=ins.matrices, trans=ins.trans)
         where = f"{ins.file.rsplit('/', 1)[-1]}:{ins.line}" if ins.file else f"PTX line {ins.ptx_line}"
         note = f"{where} {ins.text}"
-        aff = _affine(recs)
+        # ldmatrix .x1/.x2 use only lanes 0-7 / 0-15: the raw form keeps the others' (unused) addresses at 0
+        aff = _affine(recs) if ar.access.op not in ("ldmatrix", "stmatrix") or ins.matrices == 4 else None
         if aff is not None:
             c, warps, k_n = aff
             c = [c[0] - base, *c[1:]]
@@ -108,9 +109,12 @@ def emit_spec(reports: list[InstrReport], arrays: dict[str, ArrayInfo], *, arch:
             accesses.append(d)
             continue
         patterns: dict[tuple, int] = {}
+        lanes = (
+            8 * ins.matrices if ar.access.op in ("ldmatrix", "stmatrix") else 32
+        )  # the lanes that give addresses
         for x in recs:
             key = (
-                tuple(a - base if x.active >> lane & 1 else 0 for lane, a in enumerate(x.addresses)),
+                tuple(a - base if x.active >> k & 1 and k < lanes else 0 for k, a in enumerate(x.addresses)),
                 x.active,
             )
             patterns[key] = patterns.get(key, 0) + 1

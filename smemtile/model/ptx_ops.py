@@ -560,8 +560,11 @@ def _memory(emu, w, st: Statement, parts: list[str], mask, sink) -> None:
         raise EmulationError(f"PTX line {st.ptx_line}: the address of `{st.text}` depends on {a}, which the "
                              "emulator does not evaluate")  # fmt: skip
     if head in ("ldmatrix", "stmatrix"):
-        off, on = _shared_offsets(emu, st, a, mask, "shared", 16)
-        _record(emu, st, off, on, sink)
+        # lanes 8m..8m+7 give matrix m's row addresses; the others' are not used (recorded as 0, as on the GPU)
+        matrices = next((int(p[1:]) for p in parts if p in ("x1", "x2", "x4")), 1)
+        used = _LANE < 8 * matrices
+        off, _ = _shared_offsets(emu, st, np.where(used, a, 0), mask & used, "shared", 16)
+        _record(emu, st, np.where(used, off, 0), mask, sink)
         if head == "ldmatrix":
             for d in _dsts(ops[0]):
                 w.write(d, np.zeros(LANES, dtype=np.int64), mask)
