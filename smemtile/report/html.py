@@ -120,8 +120,13 @@ def _verdict(rep: AnalyzeReport) -> str:
         else ""
     )
     return (f'<p class="verdict">{len(bad)} of {len(rep.results)} accesses conflict; worst <b>{_e(worst.access.name)}'
-            f"</b> {worst.degree:g}-way ({worst.wavefronts} wavefronts, ideal {worst.ideal}){fx}. Total wavefronts "
+            f"</b> {_degree(worst.degree)} ({worst.wavefronts} wavefronts, ideal {worst.ideal}){fx}. Total wavefronts "
             f"{tw['before']} &rarr; {tw['after']} ({pct:.0f}% fewer).</p>")  # fmt: skip
+
+
+def _degree(d: float) -> str:
+    """As analyze words it: an integer degree is N-way, a fraction (cp.async's pipelined rounds) N.NNx."""
+    return f"{d:g}-way" if float(d).is_integer() else f"{d:.2f}x"
 
 
 def _summary(rep: AnalyzeReport) -> str:
