@@ -84,8 +84,14 @@ def _instr_dict(r: InstrReport, detail: bool) -> dict:
     return d
 
 
-def _match(pred: float, execs: int, m: dict | None, full: bool) -> tuple[str, str]:
+def _match(pred: float, execs: int, m: dict | None, full: bool, ln=None) -> tuple[str, str]:
     if not m:
+        if (
+            ln is not None
+            and ln.instrs
+            and all(r.instr.op == "cp.async" and r.instr.width == 16 for r in ln.instrs)
+        ):
+            return "-", "16-byte cp.async.cg writes are invisible to ncu's shared-memory counters (measured)"
         return "-", "no ncu row for this line"
     n = m.get("instructions") or 0
     if not n or not execs:
@@ -114,7 +120,7 @@ def result_to_dict(res) -> dict:
         if res.ncu is not None:
             m = res.ncu.get(_where(ln.file, ln.line))
             d["ncu"] = m
-            d["match"], d["explanation"] = _match(ln.wavefronts, ln.executions, m, full)
+            d["match"], d["explanation"] = _match(ln.wavefronts, ln.executions, m, full, ln)
         lines.append(d)
     top = next((r for r in res.reports if r.result is not None), None)
     return {
@@ -268,7 +274,7 @@ def _render_lines(console: Console, res) -> None:
                ", ".join(ln.arrays) or "?"]  # fmt: skip
         if res.ncu is not None:
             m = res.ncu.get(_where(ln.file, ln.line))
-            ok, why = _match(ln.wavefronts, ln.executions, m, full)
+            ok, why = _match(ln.wavefronts, ln.executions, m, full, ln)
             row += ["-" if not m else str(m["wavefronts"]),
                     "-" if not m or not m.get("instructions") else f"{m['wavefronts'] / m['instructions']:.2f}", ok]  # fmt: skip
             if why and ok == "no":
