@@ -489,3 +489,17 @@ def test_defines_reach_nvrtc_and_the_declaration(tmp_path):
     assert small.arrays["tile"].size == 1024 and small.arrays["tile"].buffer.shape == (16, 16)
     with pytest.raises(SpecError, match="--define: '1X' is not a macro name; use NAME=VALUE"):
         pi.inspect(f, defines=["1X=2"], mode="listing")
+
+
+def test_cuda_headers_are_found(tmp_path):
+    import smemtile.pipeline.inspect as pi
+
+    if not pi.cuda_include_dirs():
+        pytest.skip("no CUDA headers (cuda_fp16.h) on this machine")
+    f = tmp_path / "h.cu"
+    f.write_text("#include <cuda_fp16.h>\n__global__ void k(__half* o) {\n  __shared__ __half s[64];\n"
+                 "  s[threadIdx.x] = o[threadIdx.x];\n  __syncthreads();\n  o[threadIdx.x] = __hadd(s[threadIdx.x ^ 1], "
+                 "s[threadIdx.x]);\n}\n")  # fmt: skip
+    res = pi.inspect(f, block=(64,), args=[{"name": "o", "dtype": "f16", "count": 64}], mode="simulate")
+    assert res.arrays["s"].buffer.dtype == "f16" and {r.instr.op for r in res.reports} == {"load", "store"}
+    assert all(r.worst == 1 for r in res.reports)  # 2-byte lanes, consecutive: one wavefront

@@ -119,9 +119,27 @@ def compile_source(path: str | os.PathLike, arch: str, macros: dict[str, str]) -
 
     folder = os.path.dirname(os.path.abspath(path))
     try:
-        return compile_ptx(text, arch, filename=str(path), defines=macros, include_dirs=(folder,)), text
+        dirs = (folder, *cuda_include_dirs())
+        return compile_ptx(text, arch, filename=str(path), defines=macros, include_dirs=dirs), text
     except CompileError as e:
         raise SpecError(str(e).splitlines()[0]) from None
+
+
+def cuda_include_dirs() -> list[str]:
+    """The first folder holding the CUDA headers (cuda_fp16.h, mma.h, ...): $CUDA_HOME / $CUDA_PATH,
+    /usr/local/cuda[-X.Y], or an nvidia wheel's include folder; NVRTC itself searches none."""
+    import glob
+
+    roots = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda",
+             *sorted(glob.glob("/usr/local/cuda-*"), reverse=True)]  # fmt: skip
+    dirs = [os.path.join(r, "include") for r in roots if r]
+    try:
+        import nvidia
+
+        dirs += [d for base in nvidia.__path__ for d in sorted(glob.glob(os.path.join(base, "*", "include")))]
+    except ImportError:
+        pass
+    return [d for d in dirs if os.path.isfile(os.path.join(d, "cuda_fp16.h"))][:1]
 
 
 def _arrays(ptx: str, entry: str, decls: dict[str, SharedDecl], smem: int) -> dict[str, ArrayInfo]:
