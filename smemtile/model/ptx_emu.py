@@ -22,6 +22,7 @@ Work is bounded: ``max_steps`` instructions per warp (the warp is cut short with
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -74,11 +75,13 @@ def shared_layout(ptx: str, entry: str) -> dict[str, tuple[int, int]]:
     return out
 
 
+@functools.lru_cache(maxsize=1024)
 def _bits(t: str) -> int:
     m = re.search(r"(\d+)", t)
     return int(m.group(1)) if m else 32
 
 
+@functools.lru_cache(maxsize=4096)
 def _typ(opcode: str) -> str:
     for p in reversed(opcode.split(".")):
         if re.fullmatch(r"(?:[bsuf]\d+|pred|f16x2|bf16x2|bf16)", p):

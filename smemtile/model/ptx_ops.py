@@ -7,6 +7,7 @@ f16/bf16 math, textures, tensor-core results and anything else unknown write *po
 
 from __future__ import annotations
 
+import functools
 import re
 
 import numpy as np
@@ -41,7 +42,19 @@ _CMP = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal, 
 
 
 def immediate(emu, op: str, st: Statement):
-    """A literal or a symbol as 32 lanes (a shared variable's address is its window offset)."""
+    """A literal or a symbol as 32 lanes (a shared variable's address is its window offset); read-only arrays,
+    parsed once per emulator."""
+    cache = emu.__dict__.setdefault("_immediates", {})
+    v = cache.get(op)
+    if v is None:
+        v = _immediate(emu, op, st)
+        if isinstance(v, np.ndarray):
+            v.flags.writeable = False
+            cache[op] = v
+    return v
+
+
+def _immediate(emu, op: str, st: Statement):
     full = lambda x, dt=np.int64: np.full(LANES, x, dtype=dt)  # noqa: E731
     if re.fullmatch(r"0[fF][0-9a-fA-F]{8}", op):
         return full(np.array([int(op[2:], 16)], dtype=np.uint32).view(np.float32)[0], np.float64)
@@ -77,15 +90,25 @@ def _dsts(op: str) -> list[str]:
 
 def _addr(w, op: str, st: Statement) -> np.ndarray | Poison:
     """An address operand ``[reg+off]`` / ``[sym+off]`` as int64 lanes."""
+    parsed = _addr_parts(op)
+    if parsed is None:
+        return Poison(st)
+    name, off = parsed
+    base = w.read(name, st) if name.startswith("%") else immediate(w.emu, name, st)
+    if isinstance(base, Poison):
+        return base
+    return _as_int(base, 64, True) + off
+
+
+@functools.lru_cache(maxsize=4096)
+def _addr_parts(op: str) -> tuple[str, int] | None:
+    """``[%rd4+16]`` -> ("%rd4", 16); ``[sym+-8]`` -> ("sym", -8); None when it is not that form."""
     inner = op.strip()[1:-1].strip()
     m = re.fullmatch(r"([%\w$.]+)\s*(?:([+-])\s*(-?\s*(?:0x[0-9a-fA-F]+|\d+)))?", inner)
     if not m:
-        return Poison(st)
-    base = w.read(m.group(1), st) if m.group(1).startswith("%") else immediate(w.emu, m.group(1), st)
-    if isinstance(base, Poison):
-        return base
+        return None
     off = int(m.group(3).replace(" ", ""), 0) if m.group(3) else 0
-    return _as_int(base, 64, True) + (-off if m.group(2) == "-" else off)
+    return m.group(1), -off if m.group(2) == "-" else off
 
 
 def _space(parts: list[str]) -> str:
