@@ -367,6 +367,7 @@ def test_listing_without_a_gpu_exits_3_with_one_line(tmp_path, monkeypatch):
         (["--simulate"], 2, "the kernel takes 3 parameters (0:.u64, 1:.u64, 2:.u32): give --args"),
         (["--smem", "lots"], 2, "--smem: expected a byte size"),
         (["--simulate", "--gpu"], 2, "give --simulate or --gpu, not both"),
+        (["--arch", "sm_99"], 2, "--arch: 'sm_99' is not an architecture NVRTC compiles for"),
     ],
 )  # fmt: skip
 def test_bad_input_is_one_line_exit_2(tmp_path, extra, code, message):

@@ -122,7 +122,11 @@ def compile_source(path: str | os.PathLike, arch: str, macros: dict[str, str]) -
         dirs = (folder, *cuda_include_dirs())
         return compile_ptx(text, arch, filename=str(path), defines=macros, include_dirs=dirs), text
     except CompileError as e:
-        raise SpecError(str(e).splitlines()[0]) from None
+        first = str(e).splitlines()[0]
+        if "--gpu-architecture" in first:
+            raise SpecError(f"{arch!r} is not an architecture NVRTC compiles for (e.g. sm_80, sm_90, sm_90a)",
+                            key="--arch") from None  # fmt: skip
+        raise SpecError(first) from None
 
 
 def cuda_include_dirs() -> list[str]:
@@ -204,6 +208,10 @@ def inspect(
     if smem < 0:
         raise SpecError("must be at least 0", key="--smem")
     macros, ints = _defines(defines)
+    if str(arch).strip().lower() == "auto":  # the GPU's own (NoDevice, exit 3, without one)
+        from smemtile.gpu.device import device_arch
+
+        arch = device_arch(device).name
     ptx, source = compile_source(kernel_file, arch, macros)
     entry = ptxmod.find_entry(ptx, kernel)
     instrs = ptxmod.shared_instructions(ptx, entry)
