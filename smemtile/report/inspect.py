@@ -211,8 +211,10 @@ def render(console: Console, res, *, lanes: bool = True) -> None:
         return _render_listing(console, res)
     how = {"simulate": "emulated on the CPU", "gpu": "recorded on the GPU"}[res.mode]
     s = res.sample
-    console.print(f"Sample: {how}, the first {s.blocks} block(s) x warps 0-{s.warps - 1}, the first {s.executions} "
-                  f"executions per instruction per warp ({res.meta.get('recorded', 0)} warp accesses recorded)",
+    nb, nw = _blocks(res), _warps(res)
+    console.print(f"Sample: {how}, the first {min(s.blocks, nb)} of {nb} block(s) x warps 0-{min(s.warps, nw) - 1} of "
+                  f"{nw}, the first {s.executions} executions per instruction per warp "
+                  f"({res.meta.get('recorded', 0)} warp accesses recorded, {res.meta.get('dropped', 0)} more counted)",
                   markup=False, highlight=False)  # fmt: skip
     for n in res.meta.get("notes", []):
         console.print(f"  note: {printable(n)}", markup=False, highlight=False)
