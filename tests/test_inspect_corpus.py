@@ -56,6 +56,9 @@ CORPUS = {
     # -> 16 + 16 = 32 against 2; one double of padding -> 2
     "tile_f64": dict(grid=(8, 8), block=(32, 8), lines={9: (2, 2), 13: (32, 2)},
                      fix=("tile", "__shared__ double tile[TILE][TILE + 1];  // [32][33]")),
+    # 4-byte cp.async rows: 32 lanes from one 128-byte global line, 32 banks -> 1; the column read -> 32
+    "cp_async_tile": dict(grid=(32, 32), block=(32, 8), lines={11: (1, 1), 16: (32, 1)},
+                          fix=("tile", "__shared__ __align__(128) float tile[TILE][TILE + 1];  // [32][33]")),
 }  # fmt: skip
 
 
