@@ -235,6 +235,10 @@ class _Warp:
                 pc[mask] = target
                 pc[group & ~mask] = nxt
                 continue
+            if head == "brx":  # an indirect branch: where each lane goes is not modelled
+                raise EmulationError(
+                    f"PTX line {st.ptx_line}: `{st.text}` (an indirect branch) is not emulated"
+                )
             if head in ("ret", "exit", "trap"):
                 live &= ~mask
                 pc[group & ~mask] = nxt
