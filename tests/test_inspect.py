@@ -456,7 +456,15 @@ def test_gpu_mode_uses_the_recording_rebased_and_ncu_beside_it(tmp_path, monkeyp
     assert by[10]["match"] == "yes" and by[10]["ncu"]["wavefronts"] == 4096
     assert (
         by[7]["match"] == "no"
-        and "measured 2.00 wavefronts per execution, predicted 1.00" in by[7]["explanation"]
+        and by[7]["explanation"] == "measured 256 wavefronts over the whole grid, predicted 128"
+    )
+    # a partial sample compares wavefronts per execution and says what it covers
+    part = pi.inspect(f, grid=(2, 2), block=(32, 8), args=args, ncu=True, sample=pi.Sample(blocks=1, warps=2))
+    by = {ln["line"]: ln for ln in part.to_dict()["lines"]}
+    assert by[10]["match"] == "yes"
+    assert by[7]["match"] == "no" and by[7]["explanation"].startswith(
+        "the sample covers 8 of ncu's 128 executions; measured 2.00 wavefronts per execution over the grid, "
+        "predicted 1.00"
     )
 
 

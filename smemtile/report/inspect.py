@@ -85,32 +85,45 @@ def _instr_dict(r: InstrReport, detail: bool) -> dict:
 
 
 def _match(pred: float, execs: int, m: dict | None, full: bool, ln=None) -> tuple[str, str]:
+    """(match, explanation) of a line's predicted L1 Wavefronts Shared against ncu's row ``m``. A sample of the
+    whole grid compares totals (a warp whose lanes are all predicated off issues the SASS instruction for 0
+    wavefronts: counts may differ, totals may not); a partial one compares wavefronts per execution."""
     if not m:
-        if (
+        cp16 = (
             ln is not None
             and ln.instrs
             and all(r.instr.op == "cp.async" and r.instr.width == 16 for r in ln.instrs)
-        ):
+        )
+        if cp16:
             return "-", "16-byte cp.async.cg writes are invisible to ncu's shared-memory counters (measured)"
         return "-", "no ncu row for this line"
     n = m.get("instructions") or 0
     if not n or not execs:
         return "-", "not executed in the sample or by ncu"
+    if full:
+        q = float(m["wavefronts"])
+        if abs(pred - q) <= MATCH_TOLERANCE * max(q, 1):
+            return "yes", ""
+        sass = ", ".join(m.get("sass") or []) or "?"
+        counts = "" if n == execs else (f"; ncu counts {n} executions of the line's SASS instructions ({sass}), "
+                                        f"the recording {execs} of its PTX ones (ptxas merged, split or predicated "
+                                        "them)")  # fmt: skip
+        return "no", f"measured {q:.0f} wavefronts over the whole grid, predicted {pred:.0f}{counts}"
     p, q = pred / execs, m["wavefronts"] / n
     if abs(p - q) <= MATCH_TOLERANCE * max(q, 1):
         return "yes", ""
-    if not full:
-        return "no", (f"the sample covers {execs} of ncu's {n} executions; the unsampled warps take "
-                      f"{q:.2f} wavefronts per execution on average, the sampled {p:.2f}")  # fmt: skip
-    if n != execs:
-        sass = ", ".join(m.get("sass") or []) or "?"
-        return "no", (f"ncu counts {n} executions of this line's shared-memory SASS instructions ({sass}), the "
-                      f"recording {execs} of its PTX ones: ptxas merged or split them")  # fmt: skip
-    return "no", f"measured {q:.2f} wavefronts per execution, predicted {p:.2f}"
+    return "no", (f"the sample covers {execs} of ncu's {n} executions; measured {q:.2f} wavefronts per execution "
+                  f"over the grid, predicted {p:.2f} for the sampled warps (the unsampled ones differ, or ptxas "
+                  "predicated the line's instructions: run with --blocks/--warps covering the grid)")  # fmt: skip
+
+
+def _full(res) -> bool:
+    """The sample holds every block and every warp of the launch."""
+    return res.sample.blocks >= _blocks(res) and res.sample.warps >= _warps(res)
 
 
 def result_to_dict(res) -> dict:
-    full = res.sample.blocks * res.sample.warps >= _blocks(res) * _warps(res)
+    full = _full(res)
     lines = []
     for ln in res.lines:
         d = {"file": ln.file, "line": ln.line, "instructions": [r.instr.index for r in ln.instrs],
@@ -262,7 +275,7 @@ def _render_listing(console: Console, res) -> None:
 
 
 def _render_lines(console: Console, res) -> None:
-    full = res.sample.blocks * res.sample.warps >= _blocks(res) * _warps(res)
+    full = _full(res)
     heads = ["line", "executions", "L1 Wavefronts Shared", "Ideal", "Excessive", "worst", "array"]
     if res.ncu is not None:
         heads += ["ncu Wavefronts", "ncu per exec", "match"]
