@@ -38,6 +38,12 @@ class Sample:
     warps: int = 4
     executions: int = 64
 
+    def __post_init__(self):
+        for name in ("blocks", "warps", "executions"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise SpecError(f"must be a positive integer, got {v!r}", key=f"sample.{name}")
+
     def to_dict(self) -> dict:
         return {"blocks": self.blocks, "warps": self.warps, "executions": self.executions}
 
