@@ -39,9 +39,7 @@ def _grid(title: str, heads: list[str], rows: list[list[str]], styles=None, left
     """A Grid whose last column (source text or PTX) reads left-aligned like code."""
     w = max([len(heads[-1])] + [len(r[-1]) for r in rows])
     rows = [[*r[:-1], r[-1].ljust(w)] for r in rows]
-    return Grid(
-        Text(title, style="bold"), [*heads[:-1], heads[-1].ljust(w)], rows, styles, left=left, wrap_last=True
-    )
+    return Grid(Text(title, style="bold"), heads, rows, styles, left=left, wrap_last=True)
 
 
 def declaration_text(fx: ArrayFix, lay: Layout) -> list[str]:
