@@ -179,9 +179,9 @@ def decode_utf8(data: bytes, path: object, *, line_offset: int = 0, key: str | N
 
 
 def read_bytes(path: str | os.PathLike, *, what: str = "spec", budget: int = SPEC_BUDGET,
-               key: str | None = None) -> bytes:  # fmt: skip
-    """The bytes of a regular file, or of stdin for ``-``, of at most ``budget`` bytes (checked before and
-    while reading)."""
+               key: str | None = None, fifo: bool = True) -> bytes:  # fmt: skip
+    """The bytes of a regular file (or a FIFO unless ``fifo`` is False: caches), or of stdin for ``-``, of at
+    most ``budget`` bytes (checked before and while reading)."""
     too_big = f"is over the {what} size budget of {_size(budget)}; a {what} must be at most {budget} bytes"
     if str(path) == "-":  # e.g. `smemtile tiles ... --format yaml | smemtile generate - -o k.cu`
         try:
@@ -191,7 +191,7 @@ def read_bytes(path: str | os.PathLike, *, what: str = "spec", budget: int = SPE
         if len(data) > budget:
             raise _fail("<stdin>", too_big, key)
         return data
-    fd, st = open_regular(path, what=what, key=key, fifo=True)
+    fd, st = open_regular(path, what=what, key=key, fifo=fifo)
     with os.fdopen(fd, "rb") as f:
         if stat.S_ISREG(st.st_mode) and st.st_size > budget:
             raise _fail(path, f"{too_big} (it has {st.st_size})", key)
@@ -205,9 +205,10 @@ def read_bytes(path: str | os.PathLike, *, what: str = "spec", budget: int = SPE
 
 
 def read_text(path: str | os.PathLike, *, what: str = "spec", budget: int = SPEC_BUDGET,
-              key: str | None = None) -> str:  # fmt: skip
-    """The text of a small user file (a spec, a ``--space`` list): regular file, <= ``budget``, strict UTF-8."""
-    data = read_bytes(path, what=what, budget=budget, key=key)
+              key: str | None = None, fifo: bool = True) -> str:  # fmt: skip
+    """The text of a small user file (a spec, a ``--space`` list): regular file or FIFO, <= ``budget``, strict
+    UTF-8."""
+    data = read_bytes(path, what=what, budget=budget, key=key, fifo=fifo)
     return decode_utf8(data, "<stdin>" if str(path) == "-" else path, key=key)
 
 

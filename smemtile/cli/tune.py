@@ -234,7 +234,7 @@ class _terminated:
         if kind is None or not issubclass(kind, (KeyboardInterrupt, _Terminated)):
             return False
         try:
-            self.ex.close()
+            getattr(self.ex, "terminate", self.ex.close)()
         except BaseException:
             pass
         from smemtile.cache import default_cache_path

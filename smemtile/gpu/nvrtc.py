@@ -182,7 +182,9 @@ def _cache_get(key: str) -> CompileResult | None:
     try:
         # fileio: a regular file only (a FIFO or a device planted in the cache is skipped, never opened to block),
         # bounded, strict UTF-8; anything torn, binary or foreign is a miss and the entry is written again
-        doc = json.loads(read_text(d / f"{key}.json", what="compile cache entry", budget=CACHE_ENTRY_BUDGET))
+        doc = json.loads(
+            read_text(d / f"{key}.json", what="compile cache entry", budget=CACHE_ENTRY_BUDGET, fifo=False)
+        )
         return CompileResult(
             cubin=base64.b64decode(doc["cubin"]), arch=doc["arch"], lowered=doc["lowered"], log=doc["log"],
             resources={k: KernelResources(**v) for k, v in doc["resources"].items()},

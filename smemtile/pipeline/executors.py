@@ -167,6 +167,7 @@ class LocalExecutor:
         self.runner = None
         self._gpu = ThreadPoolExecutor(1, thread_name_prefix="smemtile-gpu")
         self._cpu = None
+        self._procs: list = []  # the compile processes started (terminate() ends them)
         self._slot: Slot | None = None
 
     def start(self) -> None:
@@ -214,13 +215,22 @@ class LocalExecutor:
         return False  # one process: a broken context stays broken (later candidates fail with its error)
 
     def close(self) -> None:
-        """Cancel what is queued and end the compile processes now (a compile in flight is not waited for:
-        ``kill PID`` or Ctrl-C on tune leaves no process behind)."""
+        """Cancel what is queued; the compile processes exit after their current compile."""
         if self._cpu is not None:
-            procs = list((getattr(self._cpu, "_processes", None) or {}).values())
+            self._procs = [*self._procs, *(getattr(self._cpu, "_processes", None) or {}).values()]
             self._cpu.shutdown(wait=False, cancel_futures=True)
-            end_processes(procs)
         self._gpu.shutdown(wait=False, cancel_futures=True)
+
+    def terminate(self) -> None:
+        """``close`` and end the compile processes now, a compile in flight included (``kill PID`` or Ctrl-C
+        on tune leaves no process behind). The process is exiting: a write to a dead worker's pipe must not
+        end it with SIGPIPE (the CLI restores SIGPIPE's default action for ``| head``)."""
+        import signal
+
+        if hasattr(signal, "SIGPIPE"):
+            signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+        self.close()
+        end_processes(self._procs)
 
 
 def worker_init() -> None:
@@ -492,6 +502,9 @@ class DaskExecutor:
 
     def pid(self, slot: Slot) -> int | None:
         return slot.info.get("pid")
+
+    def terminate(self) -> None:
+        self.close()  # the local cluster's close ends its worker processes; a remote cluster's workers stay
 
     def close(self) -> None:
         for obj in (self.client, self.cluster):

@@ -25,6 +25,7 @@ from typing import Any
 from smemtile.errors import SmemtileError, SpecError
 from smemtile.families import FAMILIES, KernelConfig, get_family, reconfigure
 from smemtile.families.base import Candidate
+from smemtile.fileio import printable
 from smemtile.model.spec import load_yaml
 
 MAX_SHAPES = 256  # --shapes entries (times the specs: the problems planned and tuned); docs/spec.md, Budgets
@@ -33,7 +34,6 @@ MAX_SHAPES = 256  # --shapes entries (times the specs: the problems planned and 
 def load_docs(path: str | Path, text: str | None = None) -> list[dict]:
     """Every YAML document of a file (a spec, or a stream of specs from ``smemtile tiles --format yaml``);
     ``text``: its text when already read (``-`` is stdin, which can be read only once)."""
-    from smemtile.fileio import printable
     from smemtile.pipeline.specs import read_spec_text
 
     name = "<stdin>" if str(path) == "-" else printable(path)
@@ -61,7 +61,10 @@ def family_of(doc: dict, source: str) -> str:
 def _tunable(family: str) -> bool:
     """Whether ``family`` has a tile model (asked once per process: building a ranker runs the model)."""
     fam = FAMILIES[family]
-    return fam.ranker({pk.name: pk.default for pk in fam.problem_keys}, "sm_90", None) is not None
+    return (
+        fam.ranker({pk.name: pk.default for pk in fam.problem_keys if not pk.dense}, "sm_90", None)
+        is not None
+    )
 
 
 def family_params(doc: dict, family: str) -> dict:
@@ -78,7 +81,8 @@ def family_params(doc: dict, family: str) -> dict:
 
 def problem_of(doc: dict, family: str) -> dict:
     keys = get_family(family).problem_keys
-    return {pk.name: (doc.get("kernel") or {}).get(pk.name, pk.default) for pk in keys}
+    kernel = doc.get("kernel") or {}  # a leading dimension the spec leaves out stays dense (derived)
+    return {pk.name: kernel.get(pk.name, pk.default) for pk in keys if not pk.dense or pk.name in kernel}
 
 
 def respec(doc: dict, family: str, params: dict, layouts: dict | None = None, source: str = "<spec>") -> dict:
@@ -182,6 +186,14 @@ def with_shape(doc: dict, family: str, shape: dict, source: str, index: int) -> 
             key="--shapes",
             source=source,
         )
+    for k, v in shape.items():  # a number, or a word such as a dtype name; `0o10` or `1e3` is text in YAML
+        if (
+            isinstance(v, bool)
+            or not isinstance(v, (int, float, str))
+            or (isinstance(v, str) and not v.isidentifier())
+        ):
+            raise SpecError(f"shape {index}: {k}: {printable(str(v))!r} is not a whole number (write e.g. {k}: 4096)",
+                            key="--shapes", source=source)  # fmt: skip
     new = copy.deepcopy(doc)
     new["kernel"] = {**new["kernel"], **shape}
     return new
