@@ -512,3 +512,20 @@ def test_cuda_headers_are_found(tmp_path):
     res = pi.inspect(f, block=(64,), args=[{"name": "o", "dtype": "f16", "count": 64}], mode="simulate")
     assert res.arrays["s"].buffer.dtype == "f16" and {r.instr.op for r in res.reports} == {"load", "store"}
     assert all(r.worst == 1 for r in res.reports)  # 2-byte lanes, consecutive: one wavefront
+
+
+def test_warps_read_what_other_warps_stored_before_the_barrier():
+    src = """__global__ void k(float* out) {
+      __shared__ int perm[64];
+      __shared__ float v[64 * 32];
+      if (threadIdx.x < 32) { perm[threadIdx.x] = 31 - threadIdx.x; perm[32 + threadIdx.x] = threadIdx.x; }
+      __syncthreads();
+      out[threadIdx.x] = v[perm[threadIdx.x] * 32];   // warp 1 reads the indices warp 0 wrote
+    }"""
+    instrs, recs, _ = _run(
+        src, "k", [{"name": "o", "dtype": "f32", "count": 64}], block=(64,), sample=S(warps=2)
+    )
+    (gather,) = [i.index for i in instrs if i.array == "v"]
+    by_warp = {r.warp: r.addresses for r in recs if r.instr == gather}
+    assert by_warp[0] == tuple(256 + 4 * 32 * (31 - lane) for lane in range(32))  # after perm's 256 bytes
+    assert by_warp[1] == tuple(256 + 4 * 32 * lane for lane in range(32))

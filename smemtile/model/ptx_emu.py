@@ -11,10 +11,11 @@ What it models:
 - special registers (``%tid %ntid %ctaid %nctaid %laneid %warpid %nwarpid``, clocks read 0);
 - control flow with a program counter per lane: each step runs the lowest PC's lanes together (a branch
   splits them; they reconverge where their PCs meet again), ``ret``/``exit`` retire lanes, barriers are no-ops
-  (one warp runs at a time);
+  inside a warp; the sampled warps of a block run one after another from barrier to barrier, so each reads
+  what the others stored before the ``bar.sync`` (warps outside the sample store nothing);
 - memory: ``ld.param`` reads the arguments; a pointer argument is a buffer whose loads return its ``fill``
-  (zeros, ones, iota = the element index, random = a fixed hash); shared memory is a byte array per warp
-  (this warp's stores are read back, the rest is zero); other stores are ignored.
+  (zeros, ones, iota = the element index, random = a fixed hash); shared memory is one byte array per block
+  (the emulated warps' stores are read back, the rest is zero); other stores are ignored.
 An instruction it does not know writes *poison*: harmless while it only feeds data, but an address, a branch
 predicate or a loop bound computed from it stops the emulation with that instruction named.
 Work is bounded: ``max_steps`` instructions per warp (the warp is cut short with a note).
@@ -125,7 +126,7 @@ def _norm(v: np.ndarray, t: str) -> np.ndarray:
 class _Warp:
     """One warp's state and its interpreter loop."""
 
-    def __init__(self, emu: Emulator, block: tuple[int, int, int], warp: int):
+    def __init__(self, emu: Emulator, block: tuple[int, int, int], warp: int, smem: np.ndarray | None = None):
         self.emu = emu
         self.block = block
         self.warp = warp
@@ -134,7 +135,8 @@ class _Warp:
         self.present = tid < bx * by * bz
         self.tid = (tid % bx, tid // bx % by, tid // (bx * by))
         self.regs: dict[str, object] = {}
-        self.smem = np.zeros(-(-emu.window // 16) * 16, dtype=np.uint8)  # whole 16-byte words: aligned views
+        # the block's shared memory (shared by its emulated warps); whole 16-byte words for aligned views
+        self.smem = smem if smem is not None else np.zeros(-(-emu.window // 16) * 16, dtype=np.uint8)
 
     # ---- operands -----------------------------------------------------------------------------------------
     def read(self, op: str, st: Statement) -> np.ndarray | Poison:
@@ -203,7 +205,9 @@ class _Warp:
         self.regs[dst] = np.where(mask, v, old)
 
     # ---- the loop -----------------------------------------------------------------------------------------
-    def run(self, sink) -> int:
+    def run(self, sink):
+        """A generator: runs the warp, pausing (yield) at each barrier all its live lanes reach, so that the
+        block's other emulated warps catch up first; returns the steps taken (``max_steps + 1``: cut short)."""
         body = self.emu.body
         stmts = body.statements
         n = len(stmts)
@@ -246,6 +250,8 @@ class _Warp:
             if mask.any():
                 self.emu.execute(self, st, mask, sink)
             pc[group] = nxt
+            if head in ("bar", "barrier") and "arrive" not in st.opcode and (group == live).all():
+                yield steps  # __syncthreads(): the other warps of the block run up to it before this one goes on
         return steps
 
 
@@ -296,6 +302,8 @@ class Emulator:
         dropped = 0
         for b in range(min(sample.blocks, gx * gy * gz)):
             block = (b % gx, b // gx % gy, b // (gx * gy))
+            smem = np.zeros(-(-self.window // 16) * 16, dtype=np.uint8)
+            running = []
             for wi in range(min(sample.warps, warps)):
                 counts: dict[int, int] = {}
 
@@ -308,10 +316,20 @@ class Emulator:
                     else:
                         dropped += 1
 
-                steps = _Warp(self, block, wi).run(sink)
-                if steps > self.max_steps:
-                    notes.append(f"block {block} warp {wi}: stopped after {self.max_steps} PTX instructions "
-                                 "(the emulator's bound); its later accesses are missing")  # fmt: skip
+                running.append((wi, _Warp(self, block, wi, smem).run(sink)))
+            while (
+                running
+            ):  # barrier to barrier, warp after warp: a warp reads what the others stored before it
+                still = []
+                for wi, gen in running:
+                    try:
+                        next(gen)
+                        still.append((wi, gen))
+                    except StopIteration as done:
+                        if done.value > self.max_steps:
+                            notes.append(f"block {block} warp {wi}: stopped after {self.max_steps} PTX instructions "
+                                         "(the emulator's bound); its later accesses are missing")  # fmt: skip
+                running = still
         return records, {"executions": executions, "dropped": dropped, "notes": notes}
 
 
