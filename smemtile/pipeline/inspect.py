@@ -232,7 +232,8 @@ def inspect(
     if mode == "auto":
         mode = "gpu" if _has_gpu(device) else "listing"
         if mode == "listing":
-            res.no_device = NO_DEVICE
+            res.no_device = NO_DEVICE + ("; --emit-spec needs recorded accesses: nothing was written" if emit_spec
+                                         else "")  # fmt: skip
             return res
     if args is None and params:
         names = ", ".join(f"{n.rsplit('_param_', 1)[-1]}:{t}" for t, n in params)
