@@ -9,6 +9,8 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from smemtile.cli import main
 from smemtile.errors import SpecError
@@ -529,3 +531,52 @@ def test_warps_read_what_other_warps_stored_before_the_barrier():
     by_warp = {r.warp: r.addresses for r in recs if r.instr == gather}
     assert by_warp[0] == tuple(256 + 4 * 32 * (31 - lane) for lane in range(32))  # after perm's 256 bytes
     assert by_warp[1] == tuple(256 + 4 * 32 * lane for lane in range(32))
+
+
+_SIGNED = """__global__ void k(int* out, int a, int b) {
+  __shared__ int s[2048];
+  int t = threadIdx.x;
+  int x = (int)((unsigned)a * (unsigned)t - (unsigned)b);
+  int v[8] = {x / 7, x % 7, a >> (t % 31), (int)((unsigned)a >> (t % 31)), (int)((unsigned)a * (unsigned)b),
+              (int)(((long long)a * (long long)b) >> 32), a < b ? t : -t, (int)(((unsigned)a ^ (unsigned)b) % 13u)};
+  for (int q = 0; q < 8; ++q) s[q * 256 + (v[q] & 255)] = q;
+  __syncthreads();
+  out[t] = s[t * 33];
+}"""
+
+
+def _i32(x: int) -> int:
+    x &= 0xFFFFFFFF
+    return x - (1 << 32) if x >= 1 << 31 else x
+
+
+def _c_div(x: int, y: int) -> int:  # C truncates toward zero
+    q = abs(x) // abs(y)
+    return q if (x >= 0) == (y > 0) else -q
+
+
+@pytest.fixture(scope="module")
+def signed_ptx() -> tuple:
+    text = compile_ptx(_SIGNED, "sm_90", filename="k.cu")
+    entry = ptx.find_entry(text, "k")
+    return text, entry, ptx.shared_instructions(text, entry), ptx.entry_params(text, entry)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(a=st.integers(-(2**31), 2**31 - 1), b=st.integers(-(2**31), 2**31 - 1))
+def test_emulated_integer_arithmetic_is_cs_for_any_operands(signed_ptx, a, b):
+    text, entry, instrs, params = signed_ptx
+    args = load_args([{"name": "o", "dtype": "i32", "count": 32}, {"name": "a", "value": a}, {"name": "b", "value": b}],
+                     params, {})  # fmt: skip
+    recs, _ = emulate(text, entry, instrs, grid=(1,), block=(32,), dynamic_smem=0, args=args, params=params,
+                      sample=S())  # fmt: skip
+    got: dict[int, list[int]] = {}
+    for r in recs[:-1]:  # the stores (the last record is the read)
+        for lane in range(32):
+            got.setdefault(r.addresses[lane] // 1024, []).append(r.addresses[lane] // 4 % 256)
+    for q, f in enumerate([
+        lambda t: _c_div(_i32(a * t - b), 7), lambda t: _i32(a * t - b) - 7 * _c_div(_i32(a * t - b), 7),
+        lambda t: a >> (t % 31), lambda t: (a & 0xFFFFFFFF) >> (t % 31), lambda t: _i32(a * b),
+        lambda t: _i32((a * b) >> 32), lambda t: t if a < b else -t, lambda t: ((a ^ b) & 0xFFFFFFFF) % 13,
+    ]):  # fmt: skip
+        assert got[q] == [f(t) & 255 for t in range(32)], q
