@@ -580,3 +580,16 @@ def test_emulated_integer_arithmetic_is_cs_for_any_operands(signed_ptx, a, b):
         lambda t: _i32((a * b) >> 32), lambda t: t if a < b else -t, lambda t: ((a ^ b) & 0xFFFFFFFF) % 13,
     ]):  # fmt: skip
         assert got[q] == [f(t) & 255 for t in range(32)], q
+
+
+def test_a_call_not_inlined_is_noted(tmp_path):
+    import smemtile.pipeline.inspect as pi
+
+    f = tmp_path / "c.cu"
+    f.write_text("__device__ __noinline__ float load_any(const float* p, int i) { return p[i]; }\n"
+                 "__global__ void k(float* out) {\n  __shared__ float s[256];\n  s[threadIdx.x] = threadIdx.x;\n"
+                 "  __syncthreads();\n  out[threadIdx.x] = load_any(s, threadIdx.x ^ 1);\n}\n")  # fmt: skip
+    res = pi.inspect(f, block=(64,), args=[{"name": "o", "dtype": "f32", "count": 64}], mode="simulate")
+    assert res.notes == ["the kernel calls load_any (_Z8load_anyPKfi) without inlining it: its shared-memory "
+                         "accesses are not listed (mark it __forceinline__ to see them)"]  # fmt: skip
+    assert res.to_dict()["notes"] == res.notes and [r.instr.op for r in res.reports] == ["store"]

@@ -571,6 +571,8 @@ def _memory(emu, w, st: Statement, parts: list[str], mask, sink) -> None:
     if addr_op is None:
         return None
     if space == "param":
+        if head != "ld":
+            return None  # st.param: a call's argument (calls are not followed)
         name = addr_op[1:-1].strip()
         name, _, off = name.partition("+")
         val = emu.params.get(name.strip())

@@ -75,6 +75,7 @@ class InspectResult:
     no_device: str | None = None
     ptx: str = field(default="", repr=False)
     source_text: str = field(default="", repr=False)
+    notes: list[str] = field(default_factory=list)
 
     def line_of(self, file: str, line: int) -> LineReport | None:
         return next((x for x in self.lines if x.file == file and x.line == line), None)
@@ -227,6 +228,7 @@ def inspect(
     arrays = _arrays(ptx, entry, decls, smem)
     res = InspectResult(str(kernel_file), ptxmod.demangle_function(entry), entry, arch, grid3, block3, smem,
                         "listing", sample, instrs, arrays, ptx=ptx, source_text=source)  # fmt: skip
+    res.notes = _call_notes(ptx, entry)
     if mode == "listing":
         return res
     if mode == "auto":
@@ -263,6 +265,19 @@ def inspect(
     if emit_spec is not None:
         _write_spec(res, emit_spec, [kernel_file] + ([args] if isinstance(args, (str, Path)) else []))
     return res
+
+
+def _call_notes(ptx: str, entry: str) -> list[str]:
+    """A note per device function the kernel calls without inlining: its shared-memory accesses are not listed."""
+    called = []
+    for st in ptxmod.parse_body(ptx, entry).statements:
+        if st.opcode.split(".")[0] == "call":
+            names = [o.strip("() ") for o in st.operands if o.strip("() ") and not o.strip().startswith("(")]
+            name = names[0] if names else "?"
+            if name not in called and name != "vprintf":
+                called.append(name)
+    return [f"the kernel calls {ptxmod.demangle_function(n)} ({n}) without inlining it: its shared-memory accesses are "
+            "not listed (mark it __forceinline__ to see them)" for n in called]  # fmt: skip
 
 
 def _rebase(arrays: dict[str, ArrayInfo], symbols: dict[str, int]) -> dict[str, ArrayInfo]:

@@ -166,6 +166,7 @@ def result_to_dict(res) -> dict:
         "ncu": res.ncu,
         "emitted_spec": res.emitted,
         "no_device": res.no_device,
+        "notes": res.notes,
     }
 
 
@@ -218,6 +219,8 @@ def render(console: Console, res, *, lanes: bool = True) -> None:
         what = f"{d.ctype} {d.name}{''.join(f'[{x}]' for x in d.dim_text)}" if d else a.name
         console.print(f"  __shared__ {printable(what)}: {a.size} bytes at shared offset {a.base}"
                       + (f" ({printable(a.note)})" if a.note else ""), markup=False, highlight=False)  # fmt: skip
+    for n in res.notes:
+        console.print(f"  note: {printable(n)}", markup=False, highlight=False)
     if not res.reports:
         return _render_listing(console, res)
     how = {"simulate": "emulated on the CPU", "gpu": "recorded on the GPU"}[res.mode]
