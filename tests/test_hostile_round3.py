@@ -714,3 +714,26 @@ def test_a_stream_of_specs_into_generate_takes_the_first_and_says_so(tmp_path):
         and "holds 3 YAML documents" in one_line(r.stderr)
         and "--top 1" in one_line(r.stderr)
     )
+
+
+def test_the_documented_limits_are_the_enforced_constants():
+    from smemtile import cache, fileio
+    from smemtile.cli import occupancy as occ
+    from smemtile.gpu import nvrtc
+    from smemtile.model import spec
+    from smemtile.pipeline import executors, tune
+
+    text = (ROOT / "docs" / "spec.md").read_text()
+    budgets = text[text.index("## Budgets") : text.index("## Errors")]
+    for needle in (
+        f"| `occupancy --batch` rows in all | {occ.MAX_BATCH_ROWS:,} ",
+        f"| YAML values once aliases expand | {spec.MAX_YAML_VALUES:,} ",
+        f"| `tile:` and `constants:` names together | {spec.MAX_CONSTANTS:,} ",
+        f"below 2**{spec.ADDRESS_LIMIT.bit_length() - 1} in magnitude",
+        f"| `tune --shapes` entries | {tune.MAX_SHAPES} ",
+        f"first byte | {fileio.FIFO_WAIT:g} s (`SMEMTILE_FIFO_WAIT`)",
+        f"cache entry lock | {cache.LOCK_TIMEOUT:g} s (`SMEMTILE_LOCK_TIMEOUT`)",
+        f"handshake | {executors.CONNECT_TIMEOUT:g} s each",
+        f"| NVRTC compile cache entry | {nvrtc.CACHE_ENTRY_BUDGET >> 20} MiB ({nvrtc.CACHE_ENTRY_BUDGET} bytes)",
+    ):
+        assert needle in budgets, needle
