@@ -6,7 +6,8 @@ default sample (2 blocks, 4 warps, 64 executions), and the wall time of one reco
 The kernel: 128 x 128 x 8 tiles, 256 threads, 8 x 8 outputs per thread, A stored transposed in shared memory
 (four scalar stores per thread), B stored with one float4, the inner loop reading both with float4 loads.
 Results: the instrumented kernel's C must equal the plain one's bit for bit, and 16 entries of C are checked
-against float64 on the host. Needs a GPU (exit 3 without one).
+against float64 on the host; "function" gives the registers and local bytes the driver's JIT gave each kernel.
+Needs a GPU (exit 3 without one).
 """
 
 from __future__ import annotations
@@ -71,6 +72,18 @@ extern "C" __global__ void __launch_bounds__(256) sgemm_tiled(int M, int N, int 
 ENTRY = "sgemm_tiled"
 
 
+def _func_attrs(launch) -> dict:
+    """What the driver's JIT gave the function: registers per thread, local (stack) bytes per thread, static
+    shared bytes (the recording's scratch is local memory that only the sampled warps touch)."""
+    from smemtile.gpu.inspect import _driver, _ok
+
+    d = _driver()
+    a = d.CUfunction_attribute
+    get = lambda attr: int(_ok(d.cuFuncGetAttribute(attr, launch.func), "cuFuncGetAttribute"))  # noqa: E731
+    return {"registers": get(a.CU_FUNC_ATTRIBUTE_NUM_REGS), "local_bytes": get(a.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES),
+            "shared_bytes": get(a.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)}  # fmt: skip
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=None)
@@ -113,6 +126,7 @@ def main() -> int:
         inst = PreparedLaunch(instrument(ptx, ENTRY, instrs, sample), ENTRY, param_types=types,
                               record_nbytes=layout.nbytes, **launch)  # fmt: skip
         try:
+            doc["function"] = {"plain": _func_attrs(plain), "instrumented": _func_attrs(inst)}
             times = {"plain": [], "instrumented": []}
             for _ in range(2):  # interleaved, so that clock drift hits both alike
                 times["plain"].append(plain.time_ms(opt.runs))
