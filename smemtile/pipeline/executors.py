@@ -328,7 +328,9 @@ class DaskExecutor:
 
         devices = self._devices()
         cpus = self.compile_workers or default_compile_workers(len(devices))
-        common = {"nthreads": 1, "memory_limit": 0, "host": "127.0.0.1", "silence_logs": logging.ERROR}
+        # CRITICAL in the workers: a worker's failure reaches this process as its task's exception; what a worker
+        # would log itself while the cluster closes (a heartbeat to a scheduler already gone) is noise
+        common = {"nthreads": 1, "memory_limit": 0, "host": "127.0.0.1", "silence_logs": logging.CRITICAL}
         # OMP/BLAS threads: the GPU workers' float64 references may use a few cores, compile workers none
         blas = str(max(1, (os.cpu_count() or 2) // max(1, len(devices)) // 2))
         workers = {
