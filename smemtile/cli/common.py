@@ -161,6 +161,24 @@ def report_error(e: BaseException, ctx: click.Context | None = None) -> int:
     return code
 
 
+# what each GPU command still does without a GPU: its one line says so (exit 3)
+NO_GPU_HINTS = {
+    "verify": "without a GPU, --compile-only builds it here (NVRTC: registers, spills, occupancy, checklist)",
+    "tune": "without a GPU, --dry-run prints the plan here (the candidates and their model ranks)",
+    "measure": "without a GPU, --predict-only gives the bank model's predictions here",
+}
+
+
+def _with_no_gpu_hint(e: BaseException, command: str | None) -> BaseException:
+    """A NoDevice error of a GPU command, with what does run here appended (once)."""
+    from smemtile.errors import NoDevice
+
+    hint = NO_GPU_HINTS.get(command or "")
+    if isinstance(e, NoDevice) and hint and hint not in str(e):
+        return NoDevice(f"{e}; {hint}")
+    return e
+
+
 def _clamp_columns() -> None:
     """``COLUMNS`` beyond what a table can use (``COLUMNS=100000000``) would make every console that reads it,
     ours or not, pad lines of that width: clamp it once for the whole process."""
@@ -194,4 +212,4 @@ class SmemtileGroup(click.Group):
         except BrokenPipeError:
             raise  # the reader left (`| head`): click ends quietly
         except Exception as e:
-            ctx.exit(report_error(e, ctx))
+            ctx.exit(report_error(_with_no_gpu_hint(e, ctx.invoked_subcommand), ctx))

@@ -203,7 +203,7 @@ def _part3(console: Console, rep: AnalyzeReport, brief: bool) -> None:
     form = (f"{decl.total_bytes} bytes: over the {decl.static_limit}-byte static limit, so dynamic shared memory "
             "with the opt-in attribute" if decl.dynamic else f"{decl.total_bytes} bytes: static __shared__ arrays")  # fmt: skip
     console.print(plain(f"Exact declarations for {what} ({form}):", style="bold"))
-    console.print(plain("\n".join(decl.lines()), style="cyan"))
+    console.print(plain("\n".join(decl.lines()), style="cyan"), soft_wrap=True)  # code: never wrapped
     if not decl.fits:
         console.print(plain(f"warning: {decl.total_bytes} bytes per block do not fit {rep.spec.arch.name} (opt-in "
                             f"maximum {rep.spec.arch.smem_optin_per_block})", style="bold red"))  # fmt: skip
@@ -288,7 +288,7 @@ def _part5(console: Console, rep: AnalyzeReport, brief: bool) -> None:
         f"{k} stage(s): {v['smem_bytes']} B, {v['blocks_per_sm']} blocks/SM" for k, v in by.items())))  # fmt: skip
     for item in p.get("checked", []):
         console.print(plain(f"  compiled kernel: {item['id']}: {item['status']} — {item['reason']}"))
-    console.print(plain("\n".join(p["code"]), style="cyan"))
+    console.print(plain("\n".join(p["code"]), style="cyan"), soft_wrap=True)  # code: never wrapped
 
 
 def _part6(console: Console, rep: AnalyzeReport, brief: bool) -> None:
@@ -351,7 +351,7 @@ def _part7(console: Console, rep: AnalyzeReport, brief: bool) -> None:
                 ln.startswith("+") and not ln.startswith("+++"),
                 ln.startswith("-") and not ln.startswith("---"),
             )
-            console.print(plain(ln, style="green" if add else "red" if rem else "dim"))
+            console.print(plain(ln, style="green" if add else "red" if rem else "dim"), soft_wrap=True)
 
 
 def _checklist(console: Console, rep: AnalyzeReport, brief: bool) -> None:
