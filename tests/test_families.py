@@ -290,7 +290,9 @@ def test_helper_grid_equals_the_plan_for_many_shapes(tmp_path, split, repack):
     for m, n, k in SHAPES:
         lines.append(f"  {{ int M = {m}, N = {n}, K = {k}; (void)K;")
         # the dense layout at cudaMalloc'd (256-byte aligned) pointers, as the dense overload passes it
-        lines.append("    int lda = K, ldb = N; long long A_align = 256, B_align = 256; (void)lda; (void)ldb;")
+        lines.append(
+            "    int lda = K, ldb = N; long long A_align = 256, B_align = 256; (void)lda; (void)ldb;"
+        )
         lines.append("    (void)A_align; (void)B_align;")
         for (gx, gy, gz), cond in zip(grids, conds, strict=True):
             lines.append(
