@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from smemtile.errors import CompileError, NoDevice, SmemtileError, SpecError
+from smemtile.fileio import write_text_atomic
 from smemtile.model.ptx_instrument import (
     BufferLayout,
     Sample,
@@ -379,12 +380,21 @@ def ncu_per_line(cubin_or_ptx: bytes | str, entry: str, *, grid, block, dynamic_
         )
         if save_dir is not None:
             save_dir.mkdir(parents=True, exist_ok=True)
-            (save_dir / "inspect_source.csv").write_text(src.stdout)
-            (save_dir / "inspect_ncu.log").write_text(p.stdout + "\n--- stderr ---\n" + p.stderr)
+            write_text_atomic(
+                save_dir / "inspect_source.csv", key="--ncu-save", make_parents=True, text=src.stdout
+            )
+            write_text_atomic(
+                save_dir / "inspect_ncu.log",
+                key="--ncu-save",
+                make_parents=True,
+                text=p.stdout + "\n--- stderr ---\n" + p.stderr,
+            )
             sass = _run(
                 [ncu, "-i", str(rep), "--page", "source", "--csv", "--print-source", "sass"], timeout, env
             )
-            (save_dir / "inspect_source_sass.csv").write_text(sass.stdout)  # the page verify --ncu reads
+            write_text_atomic(
+                save_dir / "inspect_source_sass.csv", key="--ncu-save", make_parents=True, text=sass.stdout
+            )  # the page verify --ncu reads
             shutil.copy(rep, save_dir / "inspect.ncu-rep")
         if src.returncode != 0:
             raise NcuFailed(f"ncu -i failed: {' '.join(src.stderr.split())[:300]}")

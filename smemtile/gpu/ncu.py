@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from smemtile.fileio import write_text_atomic
 from smemtile.gpu.ncu_compare import compare
 from smemtile.gpu.ncu_parse import METRICS, parse_raw_csv, parse_source_csv
 
@@ -109,9 +110,16 @@ def profile(label: str, variant: str, cfg, *, device: int = 0, ncu: str | None =
         if save_dir is not None:
             save_dir.mkdir(parents=True, exist_ok=True)
             stem = f"{label}_{variant}"
-            (save_dir / f"{stem}_source.csv").write_text(src.stdout)
-            (save_dir / f"{stem}_raw.csv").write_text(raw.stdout)
-            (save_dir / f"{stem}_ncu.log").write_text(p.stdout + "\n--- stderr ---\n" + p.stderr)
+            write_text_atomic(
+                save_dir / f"{stem}_source.csv", src.stdout, key="--ncu-save", make_parents=True
+            )
+            write_text_atomic(save_dir / f"{stem}_raw.csv", raw.stdout, key="--ncu-save", make_parents=True)
+            write_text_atomic(
+                save_dir / f"{stem}_ncu.log",
+                p.stdout + "\n--- stderr ---\n" + p.stderr,
+                key="--ncu-save",
+                make_parents=True,
+            )
             shutil.copy(rep, save_dir / f"{stem}.ncu-rep")
         if src.returncode != 0 or raw.returncode != 0:
             raise NcuError(f"ncu -i failed: {(src.stderr or raw.stderr).strip()[:300]}")
