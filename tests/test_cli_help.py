@@ -64,7 +64,19 @@ def test_a_closed_pipe_ends_quietly():
 
 # ---- typed options: --help lists the choices, completion offers them, short help is never cut -----------------
 
-MINE = ("analyze", "occupancy", "archs", "tiles", "verify", "tune", "measure", "samples")
+MINE = (
+    "analyze",
+    "occupancy",
+    "archs",
+    "tiles",
+    "verify",
+    "tune",
+    "measure",
+    "samples",
+    "generate",
+    "report",
+    "inspect",
+)
 
 
 def test_fixed_values_match_the_model_tables():

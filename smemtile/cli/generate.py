@@ -22,6 +22,7 @@ def _write_atomic(path: Path, text: str, spec: str | None = None) -> None:
 
 @click.command(
     "generate",
+    short_help="The CUDA kernel of a kernel spec, with its launch helper.",
     epilog="""\b
 Examples:
   smemtile generate samples/sgemm_float4.yaml -o sgemm.cu

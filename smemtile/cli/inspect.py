@@ -17,7 +17,7 @@ def _dims(value: str, key: str) -> tuple[int, ...]:
     return tuple(int(p) for p in parts)
 
 
-@click.command("inspect")
+@click.command("inspect", short_help="Your own kernel: banks per source line, and the fix.")
 @click.argument("kernel_file", metavar="KERNEL", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--kernel", "kernel", help="The kernel's name (demangled, e.g. transpose, or mangled); needed when "
               "the file has several.")  # fmt: skip

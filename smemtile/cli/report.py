@@ -40,6 +40,7 @@ def write_page(rep, res, output: Path, spec: Path, key: str = "-o") -> dict:
 
 @click.command(
     "report",
+    short_help="One self-contained HTML page of a spec's analysis.",
     epilog="""\b
 Examples:
   smemtile report samples/gemm_a_column.yaml -o report.html
