@@ -668,41 +668,206 @@ def _site_text(out: str, k: int) -> str:
     return out[start : out.index(f"$SMT_SKIP_{k}:", start)]
 
 
-def test_a_site_past_the_bound_waits_for_no_atomic():
-    """Past the bound a warp runs the site's head (its local count, a vote) and the ``$SMT_FULL_k`` tail (one
-    ``red``): no atomic whose old value it waits for, no shuffle, no slot store; before it, the atomic's old
-    value picks the slot and every active lane keeps it as its count."""
+_VALUE_ATOMIC = re.compile(r"\batom\.[\w.]*global[\w.]*\s+%")  # an atomic with a destination register
+
+
+def _site_ops(text: str) -> list[str]:
+    return [ln.split()[0] for ln in text.split("\n")[1:] if ln.strip() and not ln.strip().endswith(":")]
+
+
+def _site_parts(site: str, k: int) -> tuple[str, str, str]:
+    """(head: up to the whole warp's redux; count: the shared tail; part: the partial warp's way)."""
+    head, rest = site.split(f"$SMT_COUNT_{k}:", 1)
+    count, part = rest.split(f"$SMT_PART_{k}:", 1)
+    return head, count, part
+
+
+def test_no_site_waits_for_an_atomic_and_sites_are_short():
+    """No recording site holds an atomic that returns a value (the waits that made the sampled blocks late) or a
+    shuffle; a whole warp takes its execution number from its lanes' counts with one ``redux``, counts with one
+    ``red`` and, before the bound, stores its slot in a couple of dozen instructions; past the bound it stops
+    after the ``red``; a partial warp loads its counter instead of asking an atomic."""
     ptx, entry = bench_sgemm()
     instrs = shared_instructions(ptx, entry)
     sample = PI.Sample(blocks=2, warps=4, executions=64)
     out = PI.instrument(ptx, entry, instrs, sample)
     lay = PI.buffer_layout(instrs, PI.shared_symbols(ptx, entry), sample)
     cb, sb, bw, size = PI._local_offsets(len(instrs))
-    assert (
-        f".local .align 8 .b8 \t{PI.LOCAL}[{size}];" in out and size == 176
-    )  # 37 counts, 2 addresses, index
+    assert len(instrs) == 37 and size == 176  # 37 counts, 2 addresses, the index
+    assert f".local .align 8 .b8 \t{PI.LOCAL}[{size}];" in out
     # the sampled warps' scratch: zeroed counts, &counter[b, w, 0], &slot[b, w, 0, 0], b*W + w
     assert f"add.s64 \t%smt_rd1, %smt_rd1, {4 * lay.count_off};" in out
     assert f"mul.wide.u32 \t%smt_rd1, %smt_r4, {4 * PI.SLOT_WORDS * 64};" in out
     assert f"st.local.u32 \t[{PI.LOCAL}+{bw}], %smt_r10;" in out
-    assert len(instrs) == 37
+    added = "\n".join(ln for ln in out.split("\n") if "%smt_" in ln)  # the lines the recording added
+    assert not _VALUE_ATOMIC.search(added) and "shfl" not in added
     for k in range(len(instrs)):
         site = _site_text(out, k)
-        head, rest = site.split(f"@%smt_p3 bra \t$SMT_FULL_{k};", 1)
-        slow, fast = rest.split(f"$SMT_FULL_{k}:", 1)
-        past = head + fast
-        assert f"ld.local.u32 \t%smt_r5, [{PI.LOCAL}+{4 * k}];" in head and "vote.sync.any.pred" in head
-        assert "setp.ge.u32 \t%smt_p3, %smt_r5, 64;" in head
-        assert not re.search(r"\batom\.|shfl|st\.global|st\.local", past), past
-        assert fast.count(f"red.global.add.u32 \t[%smt_rd1+{4 * k}], 1;") == 1 and "red." not in head
-        assert f"ld.local.u64 \t%smt_rd1, [{PI.LOCAL}+{cb}];" in fast
-        ops = [ln.split()[0] for ln in past.split("\n")[1:] if ln.strip() and not ln.strip().endswith(":")]
-        assert len(ops) <= 14, ops  # a handful of instructions, one memory round trip (the local count)
-        # before the bound: one atomic, its old value broadcast, kept by every active lane, picking the slot
-        assert slow.count(f"atom.global.add.u32 \t%smt_r5, [%smt_rd1+{4 * k}], 1;") == 1
-        assert f"st.local.u32 \t[{PI.LOCAL}+{4 * k}], %smt_r6;" in slow
-        assert f"add.s32 \t%smt_r6, %smt_r5, {k * 64};" in slow
-        assert f"ld.local.u64 \t%smt_rd2, [{PI.LOCAL}+{sb}];" in slow
-        assert "st.global.u32 \t[%smt_rd3+16], %smt_r0;" in slow
+        head, count, part = _site_parts(site, k)
+        assert f"ld.local.u32 \t%smt_r5, [{PI.LOCAL}+{4 * k}];" in head
+        assert head.count("redux.sync.max.u32 \t%smt_r5, %smt_r5, 0xffffffff;") == 1
+        assert "setp.ne.u32 \t%smt_p3, %smt_r1, 0xffffffff;" in head and "global" not in head
+        assert count.count(f"@%smt_p2 red.global.add.u32 \t[%smt_rd1+{4 * k}], 1;") == 1
+        assert re.findall(r"\bld\.[\w.]*global", site) == ["ld.relaxed.gpu.global"]
+        assert "ld.relaxed.gpu.global" in part and "vote.sync.any.pred" in part
+        before_stores, stores = count.split("@%smt_p3 bra \t$SMT_SKIP_", 1)
+        whole_past = _site_ops(head) + _site_ops(before_stores) + ["bra"]
+        whole_before = _site_ops(head) + _site_ops(count)
+        assert len(whole_past) <= 15, whole_past  # past the bound: a local load, a redux, a red
+        assert len(whole_before) <= 36, whole_before  # before: plus the slot (lane's word, leader's header)
+        assert sum(op.startswith(("ld.global", "ld.relaxed", "atom")) for op in whole_before) == 0
+        assert f"st.local.u32 \t[{PI.LOCAL}+{4 * k}], %smt_r6;" in stores
+        assert f"add.s32 \t%smt_r6, %smt_r5, {k * 64};" in stores
+        assert "st.global.u32 \t[%smt_rd3+16], %smt_r0;" in stores
     # the statements after $SMT_PLAIN (every warp outside the sample) hold nothing of the recording
     assert not re.search(r"smt_|SMT_|_smemtile", out.split("$SMT_PLAIN:", 1)[1])
+
+
+@pytest.mark.parametrize("args_yaml", CORPUS, ids=lambda p: p.name.split(".")[0])
+def test_corpus_sites_hold_no_value_atomic(args_yaml):
+    ptx, entry = corpus_ptx(corpus_launch(args_yaml))
+    instrs = shared_instructions(ptx, entry)
+    out = PI.instrument(ptx, entry, instrs, PI.Sample())
+    added = "\n".join(ln for ln in out.split("\n") if "%smt_" in ln)  # the lines the recording added
+    assert "red.global" in added and not _VALUE_ATOMIC.search(added) and "shfl" not in added
+    for k in range(len(instrs)):
+        site = _site_text(out, k)
+        assert not _VALUE_ATOMIC.search(site) and "shfl" not in site and site.count("red.global") == 1
+
+
+# ---- the site's counting, run lane by lane --------------------------------------------------------------
+
+
+class _SiteRunner:
+    """Runs one recording site's PTX text for a warp with a given active mask: 32 lanes, each with its own
+    ``.local`` scratch, one global memory; lanes at the same statement run together (the lowest first), so
+    ``activemask``/``vote``/``redux`` see the lanes that run them. Only the statements a site uses."""
+
+    def __init__(self, site: str, local_size: int, cb: int, sb: int, bw: int, counter: int, slots: int, regs):
+        self.lines = [
+            ln.strip() for ln in site.split("\n")[1:] if ln.strip() and not ln.strip().startswith("//")
+        ]
+        self.labels = {ln[:-1]: j for j, ln in enumerate(self.lines) if ln.endswith(":")}
+        self.local = [dict.fromkeys(range(0, local_size, 4), 0) for _ in range(32)]
+        for lane in range(32):
+            self.local[lane].update({cb: counter, sb: slots, bw: 5})
+        self.mem: dict[int, int] = {}
+        self.regs = regs  # the kernel's registers the address code reads: name -> per-lane values
+
+    def _val(self, lane: int, r: dict, op: str) -> int:
+        op = op.strip()
+        if op == "%laneid":
+            return lane
+        if op.startswith("%"):
+            return r[op] if op in r else self.regs[op][lane]
+        return int(op, 0)
+
+    def _addr(self, lane: int, r: dict, op: str) -> tuple[str, int]:
+        m = re.fullmatch(r"\[([%\w$]+)\+?(-?\d*)\]", op.strip())
+        base, off = m.group(1), int(m.group(2) or 0)
+        return ("local", off) if base == PI.LOCAL else ("global", r[base] + off)
+
+    def run(self, mask: int) -> None:
+        pcs = {lane: 0 for lane in range(32) if mask >> lane & 1}
+        regs = {lane: {} for lane in pcs}
+        while pcs:
+            pc = min(pcs.values())
+            lanes = [ln for ln, p in pcs.items() if p == pc]
+            if pc >= len(self.lines):
+                break
+            line = self.lines[pc].rstrip(";")
+            for ln in lanes:
+                pcs[ln] = pc + 1
+            if line.endswith(":"):
+                continue
+            m = re.match(r"(@!?%[\w]+)?\s*(\S+)\s*(.*)", line)
+            guard, op, rest = m.group(1), m.group(2), m.group(3)
+            ops = [o.strip() for o in re.split(r",(?![^\[]*\])", rest)] if rest else []
+            run = []
+            for ln in lanes:
+                if guard:
+                    v = regs[ln][guard.lstrip("@!")]
+                    if v == guard.startswith("@!"):
+                        continue
+                run.append(ln)
+            group = sum(1 << ln for ln in lanes)
+            for ln in run:
+                self._step(ln, regs[ln], op, ops, group, [regs[x] for x in lanes], pcs)
+
+    def _step(self, lane, r, op, ops, group, group_regs, pcs):
+        u32 = 0xFFFFFFFF
+        v = lambda o: self._val(lane, r, o)  # noqa: E731
+        if op in ("bra", "bra.uni"):
+            pcs[lane] = self.labels[ops[0]]
+        elif op == "activemask.b32":
+            r[ops[0]] = group
+        elif op.startswith("ld.local"):
+            r[ops[0]] = self.local[lane][self._addr(lane, r, ops[1])[1]]
+        elif op.startswith("st.local"):
+            self.local[lane][self._addr(lane, r, ops[0])[1]] = v(ops[1])
+        elif op.startswith("ld.relaxed.gpu.global"):
+            r[ops[0]] = self.mem.get(self._addr(lane, r, ops[1])[1], 0)
+        elif op.startswith("st.global"):
+            self.mem[self._addr(lane, r, ops[0])[1]] = v(ops[1]) & u32
+        elif op == "red.global.add.u32":
+            a = self._addr(lane, r, ops[0])[1]
+            self.mem[a] = self.mem.get(a, 0) + v(ops[1])
+        elif op == "mov.u32":
+            r[ops[0]] = v(ops[1])
+        elif op.startswith("setp."):
+            cmp = op.split(".")[1]
+            a, b = v(ops[1]) & u32, v(ops[2]) & u32
+            r[ops[0]] = {"ne": a != b, "eq": a == b, "ge": a >= b, "lt": a < b}[cmp]
+        elif op == "redux.sync.max.u32":
+            assert v(ops[2]) & u32 == group, "redux by a warp that is not whole"
+            r[ops[0]] = max(g.get(ops[1], None) if ops[1] in g else 0 for g in group_regs)
+        elif op == "vote.sync.any.pred":
+            r[ops[0]] = any(g[ops[1]] for g in group_regs)
+        elif op == "brev.b32":
+            r[ops[0]] = int(f"{v(ops[1]) & u32:032b}"[::-1], 2)
+        elif op == "bfind.shiftamt.u32":
+            x = v(ops[1]) & u32
+            r[ops[0]] = 31 - (x.bit_length() - 1) if x else u32
+        elif op in ("add.s32", "add.s64"):
+            r[ops[0]] = v(ops[1]) + v(ops[2])
+        elif op == "mul.wide.u32":
+            r[ops[0]] = v(ops[1]) * v(ops[2])
+        elif op == "cvt.u32.u64":
+            r[ops[0]] = v(ops[1]) & u32
+        else:
+            raise AssertionError(f"the site runner does not know {op}")
+
+
+@pytest.mark.parametrize("target", ["sm_90", "sm_75"])
+def test_site_counting_exact_for_whole_partial_and_disjoint_warps(target):
+    """Run one site of the bench SGEMM's instrumented PTX lane by lane through a sequence of active masks
+    (whole warps, a half, the other half, one lane, a tail) past the bound: every execution before the bound
+    gets its own slot, numbered in order, with the lanes that ran it and their addresses; the counter ends at
+    the number of executions. sm_75 (no redux) takes the partial warp's way every time."""
+    ptx, entry = bench_sgemm()
+    ptx = re.sub(r"\.target\s+sm_\d+", f".target {target}", ptx, count=1)
+    instrs = shared_instructions(ptx, entry)
+    E = 5
+    out = PI.instrument(ptx, entry, instrs, PI.Sample(blocks=2, warps=4, executions=E))
+    assert ("redux.sync" in out) == (target == "sm_90")
+    k = 5
+    site = _site_text(out, k) + f"$SMT_SKIP_{k}:"
+    cb, sb, bw, size = PI._local_offsets(len(instrs))
+    counter, slots = 1 << 20, 1 << 24
+    regs = {f"%rd{j}": [0x400 + 16 * lane + j for lane in range(32)] for j in range(100)}
+    regs.update({f"%r{j}": [0x400 + 4 * lane + j for lane in range(32)] for j in range(200)})
+    runner = _SiteRunner(site, size, cb, sb, bw, counter, slots, regs)
+    masks = [0xFFFFFFFF, 0x0000FFFF, 0xFFFF0000, 0x1, 0xFFFFFFFF, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFF]
+    for mask in masks:
+        runner.run(mask)
+    assert runner.mem[counter + 4 * k] == len(masks)
+    addr_reg = re.search(r"(?:cvt\.u32\.u64|add\.s32) \t%smt_r0, (%\w+)", site).group(1)
+    stride = 4 * PI.SLOT_WORDS
+    for e, mask in enumerate(masks[:E]):
+        at = slots + (k * E + e) * stride
+        assert [runner.mem.get(at + 4 * j) for j in range(4)] == [k + 1, mask, e, 5], (e, hex(mask))
+        for lane in range(32):
+            want = (regs[addr_reg][lane] & 0xFFFFFFFF) if mask >> lane & 1 else None
+            assert runner.mem.get(at + 16 + 4 * lane) == want
+    written = {a for a in runner.mem if a >= slots}
+    assert max(written) < slots + (k * E + E) * stride  # nothing past the bound

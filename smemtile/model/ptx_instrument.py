@@ -35,27 +35,33 @@ larger function costs ptxas in registers). Barriers are counted per id, not per 
 ``bar.sync`` in one copy meets ``bar.sync`` in the other.
 
 Each lane of a sampled warp keeps a small ``.local`` scratch (:data:`LOCAL`, :func:`_local_offsets`): per
-instruction k the number of executions of k this lane has seen, then the address of the warp's first counter,
-of its first slot, and b*W + w; written once after the branch, so that no recording value stays in a register
-across the kernel's code (the recording copy then needs no more registers than the kernel). A recording site
-(for instruction k, also behind the instruction's own predicate guard, if it has one)::
+instruction k the number of executions of k the warp had made when this lane last took part before the bound
+(that one included), then the address of the warp's first counter, of its first slot, and b*W + w; written
+once after the branch, so that no recording value stays in a register across the kernel's code (the
+recording copy then needs no more registers than the kernel). A recording site (for instruction k, also
+behind the instruction's own predicate guard, if it has one)::
 
     a generic address is checked with isspacep.shared (lanes whose address is not shared skip)
-    mask = activemask; leader = lowest lane of mask
-    if any active lane's count of k >= E (vote): the warp is past the bound; the leader adds 1 to
-                                   counter[b, w, k] with red (nothing to wait for) and the site ends
-    e = atom.global.add(counter[b, w, k], 1) by the leader, broadcast with shfl.sync.idx; every active lane
-                                   keeps e + 1 as its count of k
-    if e < E: every lane stores its shared address a (register (+ offset) or symbol (+ offset); a generic one
-                                   converted with cvta.to.shared) into its word of slot (b, w, k, e);
-                                   the leader stores the slot's header
+    mask = activemask; c = this lane's count of k (a local load)
+    mask is all 32 lanes:  e = redux.sync.max(c): every execution leaves its number + 1 in the lanes that took
+                           part, and with every lane here the largest is the warp's count
+    else (a partial warp): if any active lane's c >= E (vote) the warp is past the bound; else every active
+                           lane loads counter[b, w, k] (one word, one request; no atomic)
+    the leader (lowest active lane) adds 1 to counter[b, w, k] with red (nothing to wait for)
+    if e < E: every active lane keeps e + 1 as its count of k and stores its shared address a (register
+                           (+ offset) or symbol (+ offset); a generic one converted with cvta.to.shared) into
+                           its word of slot (b, w, k, e); the leader stores the slot's header
     $SMT_SKIP_k:
 
-A lane's count never exceeds the warp's (it is the count after the last execution the lane took part in), so
-the vote never stops a site before the bound; the atomic's old values are distinct, so no two executions share
-a slot; the counter gets one increment per execution either way. Before the fix a site waited for the atomic's
-old value on every execution (37 sites x 512 iterations on the 4096^2 SGEMM: the two sampled blocks ran well
-past the rest of the grid, +56 % kernel time); past the bound it now costs a local load, a vote and a ``red``.
+No site waits for an atomic's old value, and none shuffles: the slot comes from the lanes' own counts (or, for
+a partial warp, one load of a counter only this warp writes), the buffer stores are never read back, and the
+counter gets one ``red`` per execution, so counts past the bound stay exact. A lane's count never exceeds the
+warp's, so the vote never stops a site before the bound. A partial warp's load follows the warp's own earlier
+``red``s to the same word in program order (the same SM, the same L2 slice). Before, a site waited for an
+atomic's old value on every execution before the bound (37 sites x 64 executions x ~290 ns on the 4096^2
+SGEMM's sampled warps: the two sampled blocks finished well after the rest of the grid, +28 % kernel time);
+now the whole warp's site costs a local load, a ``redux``, a ``red`` and, before the bound, two stores.
+Targets before sm_80 (no ``redux.sync``) take the partial warp's way at every execution.
 
 The recording writes only to its own buffer.
 """
@@ -289,13 +295,16 @@ def _local_offsets(n_instr: int) -> tuple[int, int, int, int]:
     return cb, cb + 8, cb + 16, cb + 24
 
 
-def _site(k: int, instr: Any, layout: BufferLayout, addr: list[str]) -> list[str]:
+def _site(k: int, instr: Any, layout: BufferLayout, addr: list[str], redux: bool = True) -> list[str]:
     """The recording site of instruction k. Nothing lives in registers between sites (the warp's buffer
     addresses and its index are read from the lane's local scratch), so that the recording copy needs hardly
-    more registers than the kernel; past the bound, a site costs a local load, a vote and a ``red``."""
+    more registers than the kernel. No atomic returns a value: a whole warp (all 32 lanes active) takes its
+    execution number from its lanes' own counts (``redux.sync.max``), a partial warp reads its counter with a
+    plain load; the counter is kept by ``red`` (nothing to wait for). ``redux`` False (targets before sm_80)
+    sends every execution the partial warp's way."""
     e = layout.sample.executions
     cb, sb, bw, _ = _local_offsets(layout.n_instr)
-    skip, fast = f"$SMT_SKIP_{k}", f"$SMT_FULL_{k}"
+    skip, part, count = f"$SMT_SKIP_{k}", f"$SMT_PART_{k}", f"$SMT_COUNT_{k}"
     code = [f"// smemtile: record instruction {k} ({instr.op})"]
     pred = (instr.predicate or "").strip()
     if pred:
@@ -307,24 +316,30 @@ def _site(k: int, instr: Any, layout: BufferLayout, addr: list[str]) -> list[str
     code += check
     code += [
         "activemask.b32 \t%smt_r1;",
-        # a lane's count of k is at most the warp's: once one active lane has seen execution E-1, the warp is
-        # past the bound and only counts (red: no waiting for the counter's old value)
-        f"ld.local.u32 \t%smt_r5, [{LOCAL}+{4 * k}];",
-        f"setp.ge.u32 \t%smt_p3, %smt_r5, {e};",
-        "vote.sync.any.pred \t%smt_p3, %smt_p3, %smt_r1;",
-        "brev.b32 \t%smt_r2, %smt_r1;",
-        "bfind.shiftamt.u32 \t%smt_r2, %smt_r2;",  # the lowest active lane
+        f"ld.local.u32 \t%smt_r5, [{LOCAL}+{4 * k}];",  # this lane's count of k
         "mov.u32 \t%smt_r3, %laneid;",
+    ]
+    if redux:
+        # every lane active: every execution so far left its count in the lanes that took part, all of them
+        # here, so the largest is the warp's count (warp-uniform branch: the mask is the same in every lane)
+        code += [
+            "setp.ne.u32 \t%smt_p3, %smt_r1, 0xffffffff;",
+            f"@%smt_p3 bra \t{part};",
+            "redux.sync.max.u32 \t%smt_r5, %smt_r5, 0xffffffff;",
+        ]
+    else:
+        code += [f"bra.uni \t{part};"]
+    code += [
+        f"{count}:",  # %smt_r5: this execution's number e (any value >= E past the bound), in every lane
+        "brev.b32 \t%smt_r2, %smt_r1;",
+        "bfind.shiftamt.u32 \t%smt_r2, %smt_r2;",  # the lowest active lane: the leader
         "setp.eq.u32 \t%smt_p2, %smt_r3, %smt_r2;",
-        f"@%smt_p3 bra \t{fast};",
         f"ld.local.u64 \t%smt_rd1, [{LOCAL}+{cb}];",  # &counter[b, w, 0]
-        "mov.u32 \t%smt_r5, 0;",
-        f"@%smt_p2 atom.global.add.u32 \t%smt_r5, [%smt_rd1+{4 * k}], 1;",
-        "shfl.sync.idx.b32 \t%smt_r5, %smt_r5, %smt_r2, 31, %smt_r1;",
-        "add.s32 \t%smt_r6, %smt_r5, 1;",
-        f"st.local.u32 \t[{LOCAL}+{4 * k}], %smt_r6;",
+        f"@%smt_p2 red.global.add.u32 \t[%smt_rd1+{4 * k}], 1;",
         f"setp.ge.u32 \t%smt_p3, %smt_r5, {e};",
         f"@%smt_p3 bra \t{skip};",
+        "add.s32 \t%smt_r6, %smt_r5, 1;",
+        f"st.local.u32 \t[{LOCAL}+{4 * k}], %smt_r6;",
         f"ld.local.u64 \t%smt_rd2, [{LOCAL}+{sb}];",  # &slot[b, w, 0, 0]
         f"add.s32 \t%smt_r6, %smt_r5, {k * e};",  # the slot within the warp's: k*E + e
         f"mul.wide.u32 \t%smt_rd1, %smt_r6, {4 * SLOT_WORDS};",
@@ -341,10 +356,17 @@ def _site(k: int, instr: Any, layout: BufferLayout, addr: list[str]) -> list[str
         f"ld.local.u32 \t%smt_r7, [{LOCAL}+{bw}];",
         "st.global.u32 \t[%smt_rd2+12], %smt_r7;",
         f"bra.uni \t{skip};",
-        f"{fast}:",
-        f"@!%smt_p2 bra \t{skip};",
+        # a partial warp: its lanes need not hold the latest count. Past the bound if one of them says so
+        # (counts only grow); else every active lane reads the counter (one word, one request): the warp's
+        # own ``red``s went before it in program order, so it is the number of executions so far
+        f"{part}:",
+        f"setp.ge.u32 \t%smt_p3, %smt_r5, {e};",
+        "vote.sync.any.pred \t%smt_p3, %smt_p3, %smt_r1;",
+        f"@%smt_p3 mov.u32 \t%smt_r5, {e};",  # every lane: past the bound
+        f"@%smt_p3 bra \t{count};",
         f"ld.local.u64 \t%smt_rd1, [{LOCAL}+{cb}];",
-        f"red.global.add.u32 \t[%smt_rd1+{4 * k}], 1;",
+        f"ld.relaxed.gpu.global.u32 \t%smt_r5, [%smt_rd1+{4 * k}];",
+        f"bra.uni \t{count};",
     ]
     return [*code, f"{skip}:"]
 
@@ -395,6 +417,8 @@ def instrument(ptx: str, entry: str, instrs: list, sample: Sample) -> str:
     symbols = shared_symbols(ptx, entry)
     layout = buffer_layout(instrs, symbols, sample)
     bits = register_bits(ptx[e.body_open : e.body_close])
+    target = re.search(r"^\s*\.target\s+sm_(\d+)", ptx, re.M)
+    redux = target is None or int(target.group(1)) >= 80  # redux.sync needs sm_80
 
     params = ptx[: e.params_close].rstrip()
     has_params = not params.endswith("(")
@@ -416,7 +440,7 @@ def instrument(ptx: str, entry: str, instrs: list, sample: Sample) -> str:
         used.add(i)
         addr = _address_code(ins, bits, syms, f"$SMT_SKIP_{k}")
         if addr is not None:
-            sites[i - first] = _site(k, ins, layout, addr)
+            sites[i - first] = _site(k, ins, layout, addr, redux)
 
     # declarations right after '{', then the prologue, then the recording copy of the statements (sampled
     # warps only: the branch is warp-uniform), then the user's statements untouched (every other warp)
