@@ -48,11 +48,14 @@ def _dims(value: str, key: str) -> tuple[int, ...]:
               help="Write the recorded accesses as a spec FILE.yaml that `smemtile analyze` takes.")  # fmt: skip
 @click.option("--no-lanes", is_flag=True, help="Leave out the lane -> address -> bank tables.")
 @click.option("--device", type=click.IntRange(0, 63), default=0, show_default=True, help="GPU ordinal.")
+@click.option("--export", "export", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write one self-contained HTML page (FILE.html): per source line the table, the worst "
+              "instruction's lanes x banks heatmap, the fix with the same instruction before and after.")  # fmt: skip
 @json_option
 def command(kernel_file: Path, kernel: str | None, grid: str, block: str, smem: str, args: Path | None,
             defines: tuple[str, ...], arch: str, simulate: bool, use_gpu: bool, ncu: bool, n_blocks: int,
             n_warps: int, n_exec: int, max_steps: int | None, emit_spec: Path | None, no_lanes: bool, device: int,
-            as_json: bool) -> None:  # fmt: skip
+            export: Path | None, as_json: bool) -> None:  # fmt: skip
     """Inspect your own kernel: every shared-memory instruction with its source line and __shared__ array, the
     wavefronts each costs (L1 Wavefronts Shared, Ideal, Excessive, as Nsight Compute names them) per source line,
     costliest first, the lane -> address -> bank table of the costliest instruction, and for each array whose
@@ -80,6 +83,12 @@ def command(kernel_file: Path, kernel: str | None, grid: str, block: str, smem: 
     if ncu and simulate:
         raise SpecError("--ncu measures on the GPU; it cannot go with --simulate", key="--ncu")
     mode = "simulate" if simulate else "gpu" if use_gpu or ncu else "auto"
+    if export is not None:
+        from smemtile.cli.report import check_output
+
+        for p in (kernel_file, args, emit_spec):
+            if p is not None:
+                check_output(export, p, key="--export")
     res = inspect(kernel_file, kernel=kernel, grid=_dims(grid, "--grid"), block=_dims(block, "--block"),
                   smem=parse_size(smem, key="--smem"), args=args, defines=defines, arch=arch, mode=mode, ncu=ncu,
                   sample=Sample(n_blocks, n_warps, n_exec), emit_spec=emit_spec, max_steps=max_steps,
@@ -90,5 +99,11 @@ def command(kernel_file: Path, kernel: str | None, grid: str, block: str, smem: 
         from smemtile.report.inspect import render
 
         render(make_console(), res, lanes=not no_lanes)
+    if export is not None:
+        from smemtile.fileio import write_text_atomic
+        from smemtile.report.pages_inspect import inspect_page
+
+        inputs = [p for p in (kernel_file, args) if p is not None]
+        write_text_atomic(export, inspect_page(res), key="--export", inputs=inputs)
     if res.no_device:
         raise NoDevice(res.no_device)

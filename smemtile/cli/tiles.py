@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from smemtile.cli.common import (
@@ -107,9 +109,38 @@ Examples:
     help="Also print where the calibration comes from: its data file, the sweeps and commits behind it, and "
     "the GPU peaks' sources.",
 )
+@click.option(
+    "--export",
+    "export",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Also write the ranking as one self-contained HTML page (FILE.html): the dot plot with the expected "
+    "error, the candidates, the rejected ones, measured points from the tune cache.",
+)
+@click.option(
+    "--cache",
+    "cache_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="--export: the tune cache whose measured results are marked (default: smemtile tune's cache).",
+)
 @json_option
 def command(
-    sizes, family, dtype, radius, arch, vendor, gpu, sms, top, n_rejected, fmt, explain, as_json
+    sizes,
+    family,
+    dtype,
+    radius,
+    arch,
+    vendor,
+    gpu,
+    sms,
+    top,
+    n_rejected,
+    fmt,
+    explain,
+    export,
+    cache_path,
+    as_json,
 ) -> None:
     """Recommend block tiles (BM, BN, BK), warps, stages and GROUP_SIZE_M for C[M,N] = A[M,K] @ B[K,N], or, with
     --family transpose|stencil2d, that family's configurations for a ROWS x COLS problem.
@@ -134,8 +165,11 @@ def command(
     if fmt not in FORMATS:
         raise SpecError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}", key="--format")
     top_n, rej_n = top, n_rejected
+    if export is not None:
+        _check_export(export)
     if family is not None and str(family) in ranked_families():
-        return _family(str(family), sizes, dtype, radius, arch, vendor, gpu, sms, top_n, rej_n, fmt, explain)
+        return _family(str(family), sizes, dtype, radius, arch, vendor, gpu, sms, top_n, rej_n, fmt, explain,
+                       (export, cache_path))  # fmt: skip
     if radius is not None:
         raise SpecError("--radius is the stencil2d family's (use --family stencil2d NY NX --radius R)",
                         key="--radius")  # fmt: skip
@@ -157,6 +191,10 @@ def command(
     if not report.ranked:
         raise OutOfResources(f"no configuration fits {report.problem.arch}: {report.rejected[0].reason}"
                         if report.rejected else "no candidates")  # fmt: skip
+    if export is not None:
+        from smemtile.pipeline.tiles import json_doc
+
+        _export(json_doc(report, top_n, rej_n), export, cache_path)
     if fmt == "json":
         from smemtile.pipeline.tiles import json_doc
         from smemtile.report.tiles import hopper_seam
@@ -207,7 +245,24 @@ def _check_gemm_family(family: str, dtype: str, arch, vendor) -> None:
     raise SpecError(f"{target} is ranked by the {implied} family, not {family}", key="--family")
 
 
-def _family(family, sizes, dtype, radius, arch, vendor, gpu, sms, top_n, rej_n, fmt, explain) -> None:
+def _check_export(path: Path) -> None:
+    from smemtile.fileio import printable
+
+    if path.suffix.lower() != ".html":
+        raise SpecError(f"takes a .html file name, got {printable(path.name)!r}", key="--export")
+
+
+def _export(doc: dict, path: Path, cache_path: Path | None) -> None:
+    """``--export FILE.html``: the ranking's page, written atomically (before the command's own output)."""
+    from smemtile.fileio import write_text_atomic
+    from smemtile.report.pages_tiles import measured_points, tiles_page
+
+    inputs = [cache_path] if cache_path is not None else []
+    write_text_atomic(path, tiles_page(doc, measured_points(doc, cache_path)), key="--export", inputs=inputs)
+
+
+def _family(family, sizes, dtype, radius, arch, vendor, gpu, sms, top_n, rej_n, fmt, explain,
+            export=(None, None)) -> None:  # fmt: skip
     from smemtile.pipeline.tiles import family_json_doc, family_tiles, family_yaml_specs
 
     if fmt == "triton":
@@ -221,6 +276,8 @@ def _family(family, sizes, dtype, radius, arch, vendor, gpu, sms, top_n, rej_n, 
     if not rep.ranked:
         raise OutOfResources(f"no {family} configuration fits: {rep.rejected[0]['reason']}"
                              if rep.rejected else "no candidates")  # fmt: skip
+    if export[0] is not None:
+        _export(family_json_doc(rep, top_n, rej_n), *export)
     if fmt == "json":
         emit_json(family_json_doc(rep, top_n, rej_n))
     elif fmt == "yaml":

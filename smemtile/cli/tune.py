@@ -94,6 +94,14 @@ Examples:
     help="Time nothing: each GPU worker is a simulated device with made-up deterministic times (tries "
     "a cluster's wiring without a GPU; cached under their own keys).",
 )
+@click.option(
+    "--export",
+    "export",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Also write one self-contained HTML page (FILE.html): the plan as a plot, and after a run predicted "
+    "against measured with the rank correlation.",
+)
 @json_option
 def command(
     specs,
@@ -110,6 +118,7 @@ def command(
     device,
     seed,
     simulate,
+    export,
     as_json,
 ) -> None:
     """Generate, compile, check and time each SPEC's kernel in the model's top configurations on the GPU.
@@ -155,6 +164,12 @@ def command(
     inputs = {("SPEC" if i == 0 else f"SPEC {i + 1}"): p for i, p in enumerate(specs)}
     inputs |= {"--space": space, "--shapes": shapes}
     check_outputs({"--cache": cache_path or default_cache_path(), "-o": out}, inputs)
+    if export is not None:
+        from smemtile.cli.report import check_output
+
+        for p in (*specs, space, shapes, cache_path, out):
+            if p is not None:
+                check_output(export, p, key="--export")
     # fileio first: a regular file or FIFO (never /dev/zero), at most 1 MiB, UTF-8; then the YAML parser
     docs = []
     for spec in specs:
@@ -171,19 +186,19 @@ def command(
     def planned(arch: str) -> list[dict]:
         return plan_problems(docs, shape_list, top=k, space=extra, arch=arch, shapes_source=str(shapes))
 
+    read_inputs = [p for p in (space, shapes) if p is not None]
     if dry_run:
         problems = planned(arch0)  # validates every spec and shape: bad input is exit 2
-        _dry_run([_problem_doc(p, arch0) for p in problems], as_json)
+        _dry_run([_problem_doc(p, arch0) for p in problems], as_json, (export, [*specs, *read_inputs]))
         return
     runner = "smemtile.gpu.tune:SimulatedRunner" if simulate else "smemtile.gpu.tune:GpuRunner"
     ex = make_executor(executor, gpus=gpus, runner=runner, seed=seed, device=device,
                        compile_workers=compile_workers)  # fmt: skip
-    read_inputs = [p for p in (space, shapes) if p is not None]
     with _terminated(ex, cache_path):
-        _tune(ex, docs, planned, arch0, specs, out, cache_path, force, as_json, read_inputs)
+        _tune(ex, docs, planned, arch0, specs, out, cache_path, force, as_json, read_inputs, export)
 
 
-def _tune(ex, docs, planned, arch0, specs, out, cache_path, force, as_json, inputs) -> None:
+def _tune(ex, docs, planned, arch0, specs, out, cache_path, force, as_json, inputs, export=None) -> None:
     try:
         started: dict = {}
         # the cluster starts (processes, one CUDA context per GPU) while this process plans on the spec's arch
@@ -196,7 +211,7 @@ def _tune(ex, docs, planned, arch0, specs, out, cache_path, force, as_json, inpu
         arch = ex.slots()[0].info["arch"]
         if arch != arch0:
             problems = planned(arch)
-        _run(ex, problems, arch, specs, out, cache_path, force, as_json, inputs)
+        _run(ex, problems, arch, specs, out, cache_path, force, as_json, inputs, export)
     finally:
         ex.close()
 
@@ -256,7 +271,7 @@ def _start(ex, started: dict) -> None:
         started["error"] = e
 
 
-def _run(ex, problems, arch, specs, out, cache_path, force, as_json, inputs=()) -> None:
+def _run(ex, problems, arch, specs, out, cache_path, force, as_json, inputs=(), export=None) -> None:
     from smemtile.cache import open_cache
     from smemtile.pipeline.schedule import tune_problems
     from smemtile.pipeline.tune import summarize
@@ -286,6 +301,7 @@ def _run(ex, problems, arch, specs, out, cache_path, force, as_json, inputs=()) 
     }
     if len(docs) == 1:  # one problem: its keys at the top as well (the single-spec document scripts read)
         doc_out = {**docs[0], "environment": slots[0].env, **doc_out}
+    _export(doc_out, export, [*specs, *inputs, cache.path])
     if as_json:
         emit_json(doc_out)
     else:
@@ -346,13 +362,23 @@ def _write_winner(d: dict, doc: dict, target: Path, others=()) -> Path:
     return write_text_atomic(target, text, key="-o", inputs=[spec, *others])
 
 
-def _dry_run(docs: list[dict], as_json: bool) -> None:
+def _export(doc: dict, path: Path | None, inputs) -> None:
+    """``--export FILE.html``: the plan's or the run's page, written atomically."""
+    if path is None:
+        return
+    from smemtile.report.pages_tune import tune_page
+
+    write_text_atomic(path, tune_page(doc), key="--export", inputs=[p for p in inputs if str(p) != "-"])
+
+
+def _dry_run(docs: list[dict], as_json: bool, export=(None, ())) -> None:
+    out = (
+        {**docs[0], "dry_run": True, "problems": docs}
+        if len(docs) == 1
+        else {"dry_run": True, "problems": docs}
+    )
+    _export(out, *export)
     if as_json:
-        out = (
-            {**docs[0], "dry_run": True, "problems": docs}
-            if len(docs) == 1
-            else {"dry_run": True, "problems": docs}
-        )
         emit_json(out)
         return
     con = console()

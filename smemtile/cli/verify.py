@@ -54,6 +54,13 @@ VARIANTS = ("baseline", "fixed")
     default=None,
     help="With --ncu: keep each variant's ncu report and its source/raw CSV pages in this folder.",
 )
+@click.option(
+    "--export",
+    "export",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Also write the per-variant table as one self-contained HTML page (FILE.html).",
+)
 def command(
     spec: Path,
     as_json: bool,
@@ -64,6 +71,7 @@ def command(
     stages: tuple[int, ...] = (),
     use_ncu: bool = False,
     ncu_save: Path | None = None,
+    export: Path | None = None,
 ) -> None:
     """Compile SPEC's kernel (baseline layout and the recommended fix), run it, check it, time it.
 
@@ -95,6 +103,10 @@ def command(
     from smemtile.pipeline.fixes import variants as family_variants
     from smemtile.pipeline.specs import load
 
+    if export is not None:
+        from smemtile.cli.report import check_output
+
+        check_output(export, spec, key="--export")
     res = load(spec)
     if compile_only:
         _require_nvrtc()
@@ -110,6 +122,7 @@ def command(
         layouts = {"baseline": {}, "fixed": fix_report(res).layouts}
         doc = verify_spec(res.spec, {v: layouts[v] for v in chosen}, compile_only=compile_only, device=device,
                           use_ncu=use_ncu)  # fmt: skip
+        _export(doc, export, spec)
         if as_json:
             emit_json(doc)
         else:
@@ -128,6 +141,7 @@ def command(
         doc = pipeline.on_gpu(spec, cfgs, device, seed)
         if use_ncu:
             doc["ncu"] = pipeline.with_ncu(spec, cfgs, doc, device, ncu_save)
+    _export(doc, export, spec)
     if as_json:
         emit_json(doc)
     else:
@@ -138,6 +152,16 @@ def command(
         raise VerificationFailed(
             f"{r['variant']} variant ({r['name_expression']}) is wrong: {r['mismatch_text']}"
         )
+
+
+def _export(doc: dict, path: Path | None, spec: Path) -> None:
+    """``--export FILE.html``: the variants' page, written atomically (a wrong result still gets its page)."""
+    if path is None:
+        return
+    from smemtile.fileio import write_text_atomic
+    from smemtile.report.pages_verify import verify_page
+
+    write_text_atomic(path, verify_page(doc), key="--export", inputs=[spec] if str(spec) != "-" else ())
 
 
 def _require_nvrtc() -> None:

@@ -323,3 +323,49 @@ def report_svg(rep: AnalyzeReport) -> str:
         if a is not None and j is not None:
             figs.append(lanes_by_banks(a, j, "after"))
     return standalone(figs, f"smemtile analyze: {rep.spec.name or rep.spec.source}")
+
+
+# ---- the other commands' pages (tiles, verify, tune, inspect --export FILE.html): the same frame and CSS ----------
+
+
+def command_page(
+    title: str, sections: list[tuple[str, str, str]], *, note: str = "", verdict: str = ""
+) -> str:
+    """One self-contained page of ``sections`` (``(id, heading, html body)``, each in the table of contents),
+    with the analyze page's frame: the Content-Security-Policy, the scoped CSS, no script."""
+    items = "".join(f'<li><a href="#{k}">{_e(n)}</a></li>' for k, n, _ in sections)
+    body = [f"<h1>{_e(title)}</h1>"]
+    if note:
+        body.append(f'<p class="note">{note}</p>')
+    if verdict:
+        body.append(verdict)
+    body.append(f'<nav aria-label="contents"><h2>Contents</h2><ol>{items}</ol></nav>')
+    body += [f'<section id="{k}"><h2>{_e(n)}</h2>{html}</section>' for k, n, html in sections]
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
+            '<meta name="viewport" content="width=device-width, initial-scale=1">'
+            f"<title>{_e(title)}</title><style>html,body{{margin:0;background:#f8f9fa}}\n"
+            f'{_scoped(STYLE)}</style></head>\n<body><main class="smemtile-report">{"".join(body)}</main></body>'
+            "</html>\n")  # fmt: skip
+
+
+def table(heads: list[str], rows: list[list[object]], *, num: tuple[int, ...] = (), cls=None) -> str:
+    """An HTML table of escaped cells; columns in ``num`` right-aligned; ``cls(row_index, col) -> class``."""
+    th = "".join(f"<th>{_e(h)}</th>" for h in heads)
+    out = []
+    for i, r in enumerate(rows):
+        cells = []
+        for j, v in enumerate(r):
+            c = " ".join(x for x in ("num" if j in num else "", (cls(i, j) if cls else "") or "") if x)
+            cells.append(f'<td class="{c}">{_e(v)}</td>' if c else f"<td>{_e(v)}</td>")
+        out.append(f"<tr>{''.join(cells)}</tr>")
+    return f"<table><thead><tr>{th}</tr></thead><tbody>{''.join(out)}</tbody></table>"
+
+
+def figure(svg: Svg | str, caption: str, cls: str = "") -> str:
+    """A figure with its caption (the analyze page's)."""
+    return _fig(svg, caption, cls)
+
+
+def esc(x: object) -> str:
+    return _e(x)
