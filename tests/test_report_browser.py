@@ -52,6 +52,7 @@ def test_report_pages_in_chromium(tmp_path):
     check_no_console_errors(results)
     check_every_figure_is_present_with_its_labels(results)
     check_screenshots_are_the_window_and_not_blank(results)
+    check_export_pages(results)
 
 
 def _load_all(folder: Path) -> dict:
@@ -61,6 +62,7 @@ def _load_all(folder: Path) -> dict:
         r = CliRunner().invoke(main, ["report", str(spec), "-o", str(out), "--no-compile"])
         assert r.exit_code == 0, r.output
         pages[spec.stem] = out
+    pages.update(_exports(folder))
     bad = folder / "control.html"  # the detector must see an error where there is one
     bad.write_text("<!DOCTYPE html><html><body><p>control</p><script>console.error('control-console');"
                    "throw new Error('control-throw')</script></body></html>")  # fmt: skip
@@ -78,13 +80,71 @@ def _load_all(folder: Path) -> dict:
     return out
 
 
+def _exports(folder: Path) -> dict:
+    """The --export pages of tiles (GEMM and --family), inspect --simulate, verify --compile-only (where NVRTC
+    is), tune --dry-run and a tune run (a synthetic run document: measuring needs a GPU)."""
+    from test_export_pages import INSPECT, TRANSPOSE, _synthetic_run
+
+    from smemtile.report.pages_tune import tune_page
+
+    runs = {
+        "tiles": ["tiles", "1024", "1024", "1024", "--top", "8"],
+        "tiles-family": ["tiles", "--family", "transpose", "4096", "4096", "--top", "8"],
+        "inspect": ["inspect", *INSPECT],
+        "verify": ["verify", TRANSPOSE, "--compile-only"],
+        "tune-plan": ["tune", TRANSPOSE, "--top", "4", "--dry-run"],
+    }
+    out = {}
+    for name, args in runs.items():
+        path = folder / f"export-{name}.html"
+        r = CliRunner().invoke(main, [*args, "--export", str(path)], env={"SMEMTILE_CACHE_DIR": str(folder)})
+        if name == "verify" and r.exit_code == 3:  # no NVRTC here
+            continue
+        assert r.exit_code == 0, (name, r.output)
+        out[f"export-{name}"] = path
+    path = folder / "export-tune-run.html"
+    path.write_text(tune_page(_synthetic_run()))
+    out["export-tune-run"] = path
+    return out
+
+
+# the figures each --export page has (data-figure), as the browser lays them out
+EXPORT_FIGURES = {
+    "export-tiles": ["tiles"],
+    "export-tiles-family": ["tiles"],
+    "export-inspect": ["lanes-banks"] * 3,  # the conflicted line's worst instruction; the fix before, after
+    "export-verify": ["verify-occupancy"],
+    "export-tune-plan": ["tune-plan"],
+    "export-tune-run": ["tune-scatter"],
+}
+
+
+def check_export_pages(results):
+    names = {n for n in results if n.startswith("export-")}
+    assert names == set(EXPORT_FIGURES) - ({"export-verify"} - names) and len(names) >= 5, names
+    for name in names:
+        doc = json.loads(results[name]["value"])
+        assert doc["toc"] == [f"#{s['id']}" for s in doc["sections"]], name
+        assert doc["scrollWidth"] <= WIDTH, (name, doc["scrollWidth"])
+        svgs = [v for s in doc["sections"] for v in s["svgs"]]
+        assert [v["figure"] for v in svgs] == EXPORT_FIGURES[name], name
+        for v in svgs:
+            assert v["label"] and v["title"] == v["label"] and v["texts"] > 0, (name, v)
+            assert v["width"] > 150 and v["height"] > 60, (name, v)
+    inspect = json.loads(results["export-inspect"]["value"])
+    fixes = {s["id"]: s for s in inspect["sections"]}["fixes"]["svgs"]
+    assert [v["variant"] for v in fixes] == ["before", "after"] and fixes[0]["access"] == fixes[1]["access"]
+    run = {s["id"]: s for s in json.loads(results["export-tune-run"]["value"])["sections"]}["problem1"]
+    assert "Spearman rank correlation 0.900" in run["text"]
+
+
 def check_the_error_detector_sees_errors(results):
     errors = " | ".join(results["control"]["errors"])
     assert "control-console" in errors and "control-throw" in errors
 
 
 def check_no_console_errors(results):
-    assert len(results) == len(SAMPLES) + 1 >= 12
+    assert len([n for n in results if not n.startswith("export-")]) == len(SAMPLES) + 1 >= 12
     for name, r in results.items():
         if name != "control":
             assert r["errors"] == [], (name, r["errors"])
@@ -92,7 +152,7 @@ def check_no_console_errors(results):
 
 def check_every_figure_is_present_with_its_labels(results):
     for name, r in results.items():
-        if name == "control":
+        if name == "control" or name.startswith("export-"):
             continue
         doc = json.loads(r["value"])
         sections = {s["id"]: s for s in doc["sections"]}
@@ -144,6 +204,8 @@ def check_screenshots_are_the_window_and_not_blank(results):
         assert var > 200, (name, var)  # text, tables and figures, not one colour
         colours = rgb.getcolors(WIDTH * HEIGHT)
         assert len(colours) > 50, name
+        if name.startswith("export-"):  # their first screen is a table or a plot (check_export_pages)
+            continue
         # the first screen shows a heatmap: cells in the bank-load colours (green one word, yellow to red more)
         heat = sum(
             n
