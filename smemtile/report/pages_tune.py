@@ -88,7 +88,10 @@ def _section(d: dict, k: int) -> tuple[str, str, str]:
     plot_rows = [{"rank": c.get("model_rank") if c.get("model_rank") is not None else "-", "label": c["label"],
                   "predicted": float(c["predicted"]), "error": None}
                  for c in cands if c.get("predicted") is not None]  # fmt: skip
-    out = [f'<p class="note">{esc(d.get("spec", ""))}: {len(cands)} candidates planned.</p>']
+    n = len(cands) if rows is None else len(rows)
+    out = [
+        f'<p class="note">{esc(d.get("spec", ""))}: {n} candidates {"planned" if rows is None else "run"}.</p>'
+    ]
     if plot_rows:
         out.append(figure(dot_chart(plot_rows, unit, len(plot_rows), figure_id="tune-plan"),
                           f"the plan: the model's prediction per candidate ({unit})"))  # fmt: skip
