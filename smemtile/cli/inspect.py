@@ -93,17 +93,17 @@ def command(kernel_file: Path, kernel: str | None, grid: str, block: str, smem: 
                   smem=parse_size(smem, key="--smem"), args=args, defines=defines, arch=arch, mode=mode, ncu=ncu,
                   sample=Sample(n_blocks, n_warps, n_exec), emit_spec=emit_spec, max_steps=max_steps,
                   device=device)  # fmt: skip
+    if export is not None:  # first: a page that cannot be written is the one line, before any output
+        from smemtile.fileio import write_text_atomic
+        from smemtile.report.pages_inspect import inspect_page
+
+        inputs = [p for p in (kernel_file, args) if p is not None]
+        write_text_atomic(export, inspect_page(res), key="--export", inputs=inputs)
     if as_json:
         emit_json(res.to_dict())
     else:
         from smemtile.report.inspect import render
 
         render(make_console(), res, lanes=not no_lanes)
-    if export is not None:
-        from smemtile.fileio import write_text_atomic
-        from smemtile.report.pages_inspect import inspect_page
-
-        inputs = [p for p in (kernel_file, args) if p is not None]
-        write_text_atomic(export, inspect_page(res), key="--export", inputs=inputs)
     if res.no_device:
         raise NoDevice(res.no_device)
