@@ -54,7 +54,7 @@ figure.half{flex:1 1 560px}figure svg{max-width:100%;height:auto;display:block}
 figcaption{font-size:13px;color:#495057;margin-top:4px}
 pre{background:#212529;color:#e9ecef;padding:10px 12px;border-radius:6px;overflow-x:auto;white-space:pre;font-size:13px}
 code{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace}
-.note{color:#495057;font-size:14px}
+.note{color:#495057;font-size:14px}td.nw{white-space:nowrap;overflow-wrap:normal}
 """
 
 
@@ -349,14 +349,17 @@ def command_page(
             "</html>\n")  # fmt: skip
 
 
-def table(heads: list[str], rows: list[list[object]], *, num: tuple[int, ...] = (), cls=None) -> str:
-    """An HTML table of escaped cells; columns in ``num`` right-aligned; ``cls(row_index, col) -> class``."""
+def table(heads: list[str], rows: list[list[object]], *, num: tuple[int, ...] = (), cls=None,
+          nowrap: tuple[int, ...] = ()) -> str:  # fmt: skip
+    """An HTML table of escaped cells; columns in ``num`` right-aligned, in ``nowrap`` kept on one line (short
+    words); ``cls(row_index, col) -> class``."""
     th = "".join(f"<th>{_e(h)}</th>" for h in heads)
     out = []
     for i, r in enumerate(rows):
         cells = []
         for j, v in enumerate(r):
-            c = " ".join(x for x in ("num" if j in num else "", (cls(i, j) if cls else "") or "") if x)
+            parts = ("num" if j in num else "", "nw" if j in nowrap else "", (cls(i, j) if cls else "") or "")
+            c = " ".join(x for x in parts if x)
             cells.append(f'<td class="{c}">{_e(v)}</td>' if c else f"<td>{_e(v)}</td>")
         out.append(f"<tr>{''.join(cells)}</tr>")
     return f"<table><thead><tr>{th}</tr></thead><tbody>{''.join(out)}</tbody></table>"

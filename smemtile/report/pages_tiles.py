@@ -185,19 +185,20 @@ def tiles_page(doc: dict, measured: dict[str, float] | None = None) -> str:
                  _f(c.get("occupancy"), "{:.0%}"), c.get("limiter"), c.get("reason")]
                 for c in doc["candidates"]]  # fmt: skip
         num = (0, 2, 4, 5)
+    nowrap = (heads.index("bound"), heads.index("limiter")) if "bound" in heads else ()
     if measured:
         heads.insert(3, "measured")
         for r, c in zip(rows, doc["candidates"], strict=True):
             r.insert(3, _f(measured.get(c["label"]), "{:.2f}"))
         num = tuple(sorted({*(n + (n >= 3) for n in num), 3}))
-    cands = table(heads, rows, num=num)
+    cands = table(heads, rows, num=num, nowrap=tuple(n + (bool(measured) and n >= 3) for n in nowrap))
     rej = doc.get("rejected") or []
     counts = doc.get("counts") or {}
     rej_rows = [[r["label"], r.get("kind", ""), r.get("reason", ""), r.get("alike", "")] for r in rej]
     rej_html = (f"<p>{counts.get('rejected', len(rej))} rejected in all; "
                 + esc(", ".join(f"{k.removeprefix('rejected_')} {v}" for k, v in counts.items()
                                 if k.startswith("rejected_"))) + ".</p>"
-                + (table(["configuration", "kind", "reason", "alike"], rej_rows, num=(3,)) if rej_rows
+                + (table(["configuration", "kind", "reason", "alike"], rej_rows, num=(3,), nowrap=(1,)) if rej_rows
                    else '<p class="note">None shown (--rejected 0).</p>'))  # fmt: skip
     sections = [
         ("ranking", "Ranking: predicted throughput with the expected error", plot),
