@@ -298,3 +298,22 @@ def test_export_never_replaces_the_input(tmp_path):
     r = run(["tune", str(spec), "--dry-run", "--export", str(spec)], code=2)
     assert "--export" in r.output and "input spec" in r.output
     assert spec.read_text() == before
+
+
+def test_tune_simulated_run_page_is_the_run_json(tmp_path):
+    """A whole run on the CPU (--simulate: made-up deterministic times): the page's scatter is the rows and the
+    summary's Spearman correlation of the same run's --json."""
+    out = tmp_path / "run.html"
+    args = ["tune", TRANSPOSE, "--top", "3", "--simulate", "--cache", str(tmp_path / "c.jsonl")]
+    doc = json.loads(run([*args, "--export", str(out), "--json"]).output)
+    text = out.read_text()
+    p, ids = check_page(text)
+    assert ids == ["problem1"]
+    (fig,) = p.figures(**{"data-figure": "tune-scatter"})
+    ok = [r for r in doc["rows"] if r["status"] == "ok" and r.get("predicted") is not None]
+    assert int(fig["data-points"]) == len(ok) >= 3
+    assert float(fig["data-spearman"]) == pytest.approx(doc["summary"]["rank_correlation"], abs=1e-6)
+    pts = sorted(float(a["data-value"]) for t, a in p.tags if t == "circle" and "data-value" in a)
+    assert pts == sorted(round(r["value"], 3) for r in ok)
+    rows = cells(section(text, "problem1"))
+    assert [r[0] for r in rows] == [r["label"] for r in doc["rows"]]
