@@ -127,7 +127,8 @@ def main() -> int:
         types = [t for t, _ in entry_params(ptx, ENTRY)]
         layout = BufferLayout(len(instrs), len(shared_symbols(ptx, ENTRY)), sample)
         plain = PreparedLaunch(ptx, ENTRY, param_types=types, **launch)
-        text = instrument(ptx, ENTRY, instrs, sample)
+        regs = _func_attrs(plain)["registers"]  # the cap inspect's record() puts on the recording
+        text = instrument(ptx, ENTRY, instrs, sample, max_registers=regs)
         # no block in the sample, decided at run time (a word of the zeroed buffer that only sampled warps
         # write) so that ptxas keeps the recording copy and allocates the function as it does for the real one
         bound = f"setp.lt.u32 \t%smt_p0, %smt_r5, {sample.blocks};"
@@ -145,7 +146,7 @@ def main() -> int:
                                                      **launch)  # fmt: skip
             kernels["sample_off"] = PreparedLaunch(off, ENTRY, param_types=types, record_nbytes=layout.nbytes,
                                                    **launch)  # fmt: skip
-            kernels["executions_1"] = PreparedLaunch(instrument(ptx, ENTRY, instrs, one), ENTRY, param_types=types,
+            kernels["executions_1"] = PreparedLaunch(instrument(ptx, ENTRY, instrs, one, regs), ENTRY, param_types=types,
                                                      record_nbytes=one_layout.nbytes, **launch)  # fmt: skip
             doc["function"] = {name: _func_attrs(k) for name, k in kernels.items()}
             times: dict[str, list[float]] = {name: [] for name in kernels}

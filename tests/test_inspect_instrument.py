@@ -645,10 +645,15 @@ def test_recording_keeps_registers_occupancy_and_spills(case, tmp_path):
 
     ptx, entry, threads, dynamic = _cost_case(case)
     instrs = shared_instructions(ptx, entry)
-    out = PI.instrument(ptx, entry, instrs, PI.Sample())
-    a, b = ptxas(ptx, tmp_path), ptxas(out, tmp_path)
-    assert a.returncode == 0 and b.returncode == 0, b.stderr[-2000:]
-    plain, inst = ptxas_usage(a.stderr, entry), ptxas_usage(b.stderr, entry)
+    a = ptxas(ptx, tmp_path)
+    assert a.returncode == 0, a.stderr[-2000:]
+    plain = ptxas_usage(a.stderr, entry)
+    # as inspect's record() does: the plain kernel's registers are the recording's cap (.maxnreg)
+    out = PI.instrument(ptx, entry, instrs, PI.Sample(), max_registers=plain["registers"])
+    assert f"\n.maxnreg {plain['registers']}\n" in out.split(".entry", 1)[1].split("{", 1)[0]
+    b = ptxas(out, tmp_path)
+    assert b.returncode == 0, b.stderr[-2000:]
+    inst = ptxas_usage(b.stderr, entry)
     # no spills anywhere; the only local memory is the sampled warps' scratch (one count per instruction, the
     # warp's two buffer addresses and its index), never touched by the other warps
     assert plain["spill_stores"] == plain["spill_loads"] == 0 and plain["stack"] == 0
@@ -684,9 +689,9 @@ def _site_parts(site: str, k: int) -> tuple[str, str, str]:
 
 def test_no_site_waits_for_an_atomic_and_sites_are_short():
     """No recording site holds an atomic that returns a value (the waits that made the sampled blocks late) or a
-    shuffle; a whole warp takes its execution number from its lanes' counts with one ``redux``, counts with one
-    ``red`` and, before the bound, stores its slot in a couple of dozen instructions; past the bound it stops
-    after the ``red``; a partial warp loads its counter instead of asking an atomic."""
+    shuffle. The first site of a straight run of statements counts for the run: its execution number from its
+    lanes' counts with one ``redux``, one ``red`` per instruction of the run, and, before the bound, its slot;
+    the others take that number and, past the bound, cost one uniform branch."""
     ptx, entry = bench_sgemm()
     instrs = shared_instructions(ptx, entry)
     sample = PI.Sample(blocks=2, warps=4, executions=64)
@@ -701,26 +706,57 @@ def test_no_site_waits_for_an_atomic_and_sites_are_short():
     assert f"st.local.u32 \t[{PI.LOCAL}+{bw}], %smt_r10;" in out
     added = "\n".join(ln for ln in out.split("\n") if "%smt_" in ln)  # the lines the recording added
     assert not _VALUE_ATOMIC.search(added) and "shfl" not in added
-    for k in range(len(instrs)):
+    # the k0 loop's body is one run: 4 scalar stores and a float4 store, bar.sync, 32 float4 loads
+    followers = [
+        int(m) for m in re.findall(r"record instruction (\d+) \(\w+\), counted with instruction 0\n", out)
+    ]
+    assert followers == list(range(1, 37))
+    head, count, part = _site_parts(_site_text(out, 0), 0)
+    assert f"ld.local.u32 \t%smt_r5, [{PI.LOCAL}+0];" in head
+    assert head.count("redux.sync.max.u32 \t%smt_r5, %smt_r5, 0xffffffff;") == 1
+    assert "setp.ne.u32 \t%smt_p3, %smt_r1, 0xffffffff;" in head and "global" not in head
+    assert [
+        int(x) for x in re.findall(r"@%smt_p2 red\.global\.add\.u32 \t\[%smt_rd1\+(\d+)\], 1;", count)
+    ] == [4 * k for k in range(37)]
+    assert re.findall(r"\bld\.[\w.]*global", head + count + part) == ["ld.relaxed.gpu.global"]
+    assert "ld.relaxed.gpu.global" in part and "vote.sync.any.pred" in part
+    before_stores, stores = count.split("@!%smt_p4 bra.uni \t$SMT_SKIP_0;", 1)
+    past = _site_ops(head) + _site_ops(before_stores)
+    assert len(past) <= 13 + 37, past  # past the bound: a local load, a redux, the run's reds
+    assert len(_site_ops(head) + _site_ops(count)) <= 36 + 37
+    assert (
+        "st.local.u32 \t[__smt_seen+0], %smt_r6;" in stores
+        and "st.global.u32 \t[%smt_rd3+16], %smt_r0;" in stores
+    )
+    for k in followers:
         site = _site_text(out, k)
-        head, count, part = _site_parts(site, k)
-        assert f"ld.local.u32 \t%smt_r5, [{PI.LOCAL}+{4 * k}];" in head
-        assert head.count("redux.sync.max.u32 \t%smt_r5, %smt_r5, 0xffffffff;") == 1
-        assert "setp.ne.u32 \t%smt_p3, %smt_r1, 0xffffffff;" in head and "global" not in head
-        assert count.count(f"@%smt_p2 red.global.add.u32 \t[%smt_rd1+{4 * k}], 1;") == 1
-        assert re.findall(r"\bld\.[\w.]*global", site) == ["ld.relaxed.gpu.global"]
-        assert "ld.relaxed.gpu.global" in part and "vote.sync.any.pred" in part
-        before_stores, stores = count.split("@%smt_p3 bra \t$SMT_SKIP_", 1)
-        whole_past = _site_ops(head) + _site_ops(before_stores) + ["bra"]
-        whole_before = _site_ops(head) + _site_ops(count)
-        assert len(whole_past) <= 15, whole_past  # past the bound: a local load, a redux, a red
-        assert len(whole_before) <= 36, whole_before  # before: plus the slot (lane's word, leader's header)
-        assert sum(op.startswith(("ld.global", "ld.relaxed", "atom")) for op in whole_before) == 0
-        assert f"st.local.u32 \t[{PI.LOCAL}+{4 * k}], %smt_r6;" in stores
-        assert f"add.s32 \t%smt_r6, %smt_r5, {k * 64};" in stores
-        assert "st.global.u32 \t[%smt_rd3+16], %smt_r0;" in stores
+        ops = _site_ops(site)
+        assert ops[0] == "@!%smt_p4" and site.split("\n")[1].strip() == f"@!%smt_p4 bra.uni \t$SMT_SKIP_{k};"
+        assert len(ops) <= 26, ops  # before the bound: the head's e, the lane's word, the leader's header
+        assert (
+            f"ld.local.u32 \t%smt_r5, [{PI.LOCAL}+0];" in site and "red." not in site and "redux" not in site
+        )
+        assert f"add.s32 \t%smt_r6, %smt_r5, {k * 64};" in site
+        assert not re.search(r"\bld\.[\w.]*global|vote|\bbra\b(?!\.uni)", site), site
     # the statements after $SMT_PLAIN (every warp outside the sample) hold nothing of the recording
     assert not re.search(r"smt_|SMT_|_smemtile", out.split("$SMT_PLAIN:", 1)[1])
+
+
+def test_runs_of_statements_and_what_breaks_them():
+    assert not PI._breaks(
+        ["\tbar.sync \t0;", "\tld.shared.f32 \t%f1, [%r4];", "\t.loc\t1 5 3", "\t@%p1 add.s32 %r1, %r1, 1;"]
+    )
+    for line in ["$L__BB0_2:", "\t@%p1 bra \t$L__BB0_2;", "\tbra.uni \t$L__BB0_3;", "\tret;", "\texit;",
+                 "\tcall.uni foo, (%r1);", "\t@!%p2 ret;"]:  # fmt: skip
+        assert PI._breaks(["\tmov.u32 \t%r1, 0;", line]), line
+    # the guarded pair of the "pred" kernel and generic accesses count on their own
+    for name in ("pred", "generic"):
+        ptx = compile_ptx(name)
+        instrs = instructions(ptx, name)
+        out = PI.instrument(ptx, name, instrs, PI.Sample())
+        for ins in instrs:
+            if ins.predicate or ins.space != "shared":
+                assert f"// smemtile: record instruction {ins.index} ({ins.op})\n" in out
 
 
 @pytest.mark.parametrize("args_yaml", CORPUS, ids=lambda p: p.name.split(".")[0])
@@ -732,7 +768,13 @@ def test_corpus_sites_hold_no_value_atomic(args_yaml):
     assert "red.global" in added and not _VALUE_ATOMIC.search(added) and "shfl" not in added
     for k in range(len(instrs)):
         site = _site_text(out, k)
-        assert not _VALUE_ATOMIC.search(site) and "shfl" not in site and site.count("red.global") == 1
+        assert not _VALUE_ATOMIC.search(site) and "shfl" not in site
+        if m := re.search(r"counted with instruction (\d+)\n", site):  # its head counts it
+            assert f"red.global.add.u32 \t[%smt_rd1+{4 * k}], 1;" in _site_text(out, int(m.group(1)))
+            assert "red." not in site
+    # every instruction is counted exactly once: by its own site or by the head of its run
+    reds = sorted(int(x) // 4 for x in re.findall(r"red\.global\.add\.u32 \t\[%smt_rd1\+(\d+)\]", out))
+    assert reds == list(range(len(instrs)))
 
 
 # ---- the site's counting, run lane by lane --------------------------------------------------------------
@@ -850,8 +892,8 @@ def test_site_counting_exact_for_whole_partial_and_disjoint_warps(target):
     E = 5
     out = PI.instrument(ptx, entry, instrs, PI.Sample(blocks=2, warps=4, executions=E))
     assert ("redux.sync" in out) == (target == "sm_90")
-    k = 5
-    site = _site_text(out, k) + f"$SMT_SKIP_{k}:"
+    run = [0, 5, 36]  # the head of the k0 loop's run and two of the instructions it counts for
+    site = "\n".join(_site_text(out, k) + f"$SMT_SKIP_{k}:" for k in run)
     cb, sb, bw, size = PI._local_offsets(len(instrs))
     counter, slots = 1 << 20, 1 << 24
     regs = {f"%rd{j}": [0x400 + 16 * lane + j for lane in range(32)] for j in range(100)}
@@ -860,14 +902,21 @@ def test_site_counting_exact_for_whole_partial_and_disjoint_warps(target):
     masks = [0xFFFFFFFF, 0x0000FFFF, 0xFFFF0000, 0x1, 0xFFFFFFFF, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFF]
     for mask in masks:
         runner.run(mask)
-    assert runner.mem[counter + 4 * k] == len(masks)
-    addr_reg = re.search(r"(?:cvt\.u32\.u64|add\.s32) \t%smt_r0, (%\w+)", site).group(1)
+    assert [runner.mem.get(counter + 4 * k) for k in range(len(instrs))] == [len(masks)] * len(instrs)
     stride = 4 * PI.SLOT_WORDS
-    for e, mask in enumerate(masks[:E]):
-        at = slots + (k * E + e) * stride
-        assert [runner.mem.get(at + 4 * j) for j in range(4)] == [k + 1, mask, e, 5], (e, hex(mask))
-        for lane in range(32):
-            want = (regs[addr_reg][lane] & 0xFFFFFFFF) if mask >> lane & 1 else None
-            assert runner.mem.get(at + 16 + 4 * lane) == want
+    for k in run:
+        one = _site_text(out, k)
+        m = re.search(r"cvt\.u32\.u64 \t%smt_r0, (%\w+);\n\tadd\.s32 \t%smt_r0, %smt_r0, (-?\d+);", one)
+        addr_reg, offset = (
+            m.group(1),
+            int(m.group(2)),
+        )  # the SGEMM's shared addresses: 64-bit register + offset
+        for e, mask in enumerate(masks[:E]):
+            at = slots + (k * E + e) * stride
+            assert [runner.mem.get(at + 4 * j) for j in range(4)] == [k + 1, mask, e, 5], (k, e, hex(mask))
+            for lane in range(32):
+                want = (regs[addr_reg][lane] + offset) & 0xFFFFFFFF if mask >> lane & 1 else None
+                assert runner.mem.get(at + 16 + 4 * lane) == want
     written = {a for a in runner.mem if a >= slots}
-    assert max(written) < slots + (k * E + E) * stride  # nothing past the bound
+    assert len(written) == len(run) * sum(4 + bin(m).count("1") for m in masks[:E])  # nothing else
+    assert max(written) < slots + (max(run) * E + E) * stride  # nothing past the bound

@@ -252,6 +252,29 @@ def _param_types(ptx: str, entry: str) -> list[str]:
     return [t for t, _ in entry_params(ptx, entry)]
 
 
+def plain_registers(ptx: str, entry: str, device: int = 0) -> int:
+    """The registers per thread the driver's JIT gives the uninstrumented ``entry`` (the cap
+    :func:`instrumented` puts on the recording)."""
+    from smemtile.gpu.run import open_device
+
+    open_device(device)
+    d = _driver()
+    module = load_module(ptx)
+    try:
+        func = _ok(
+            d.cuModuleGetFunction(module, entry.encode()), f"cuModuleGetFunction({entry})", CompileError
+        )
+        attr = d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NUM_REGS
+        return int(_ok(d.cuFuncGetAttribute(attr, func), "cuFuncGetAttribute"))
+    finally:
+        d.cuModuleUnload(module)
+
+
+def instrumented(ptx: str, entry: str, instrs: list, sample: Sample, device: int = 0) -> str:
+    """:func:`instrument` with the plain kernel's registers as the cap (the same occupancy for every warp)."""
+    return instrument(ptx, entry, instrs, sample, max_registers=plain_registers(ptx, entry, device))
+
+
 def record(ptx: str, entry: str, instrs: list, *, grid, block, dynamic_smem: int, args: list, sample: Sample,
            device: int = 0, seed: int = 0) -> tuple[list, dict]:  # fmt: skip
     """Run the instrumented kernel once; the sampled warps' records and
@@ -261,7 +284,7 @@ def record(ptx: str, entry: str, instrs: list, *, grid, block, dynamic_smem: int
 
     symbols = shared_symbols(ptx, entry)
     layout = BufferLayout(len(instrs), len(symbols), sample)
-    text = instrument(ptx, entry, instrs, sample)
+    text = instrumented(ptx, entry, instrs, sample, device)
     k = PreparedLaunch(text, entry, grid=grid, block=block, dynamic_smem=dynamic_smem, args=args,
                        param_types=_param_types(ptx, entry), record_nbytes=layout.nbytes, seed=seed,
                        device=device)  # fmt: skip
@@ -302,7 +325,7 @@ def check_unchanged(ptx: str, entry: str, instrs: list, *, grid, block, dynamic_
     kw = dict(grid=grid, block=block, dynamic_smem=dynamic_smem, args=args, param_types=_param_types(ptx, entry),
               seed=seed, device=device)  # fmt: skip
     results = []
-    for image, nbytes in ((ptx, 0), (instrument(ptx, entry, instrs, sample), layout.nbytes)):
+    for image, nbytes in ((ptx, 0), (instrumented(ptx, entry, instrs, sample, device), layout.nbytes)):
         k = PreparedLaunch(image, entry, record_nbytes=nbytes, **kw)
         try:
             k.launch()

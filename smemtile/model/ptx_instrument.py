@@ -47,11 +47,20 @@ behind the instruction's own predicate guard, if it has one)::
                            part, and with every lane here the largest is the warp's count
     else (a partial warp): if any active lane's c >= E (vote) the warp is past the bound; else every active
                            lane loads counter[b, w, k] (one word, one request; no atomic)
-    the leader (lowest active lane) adds 1 to counter[b, w, k] with red (nothing to wait for)
-    if e < E: every active lane keeps e + 1 as its count of k and stores its shared address a (register
-                           (+ offset) or symbol (+ offset); a generic one converted with cvta.to.shared) into
-                           its word of slot (b, w, k, e); the leader stores the slot's header
+    the leader (lowest active lane) adds 1 to counter[b, w, m] with red (nothing to wait for) for k and
+                           every instruction m of k's run (below)
+    %smt_p4 = e < E (warp-uniform); if so: every active lane keeps e + 1 as its count of k and stores its
+                           shared address a (register (+ offset) or symbol (+ offset); a generic one
+                           converted with cvta.to.shared) into its word of slot (b, w, k, e); the leader
+                           stores the slot's header (predicated stores: the warp does not split)
     $SMT_SKIP_k:
+
+A run: the sites between which the statements hold no label and no control transfer (``_breaks``), none of
+them guarded or generic, run as often as the first and with the same lanes. The first counts for all (its
+``red``s); each later one only reads ``%smt_p4`` (one uniform branch past the bound) and, before it, takes e
+from the first's count in the lane's scratch and stores its own slot. The 4096^2 SGEMM's k0 loop body is one
+run of 37 sites. ptxas schedules such runs more freely, which can cost registers: :func:`instrument`'s
+``max_registers`` (inspect passes the plain kernel's) caps them with ``.maxnreg``.
 
 No site waits for an atomic's old value, and none shuffles: the slot comes from the lanes' own counts (or, for
 a partial warp, one load of a counter only this warp writes), the buffer stores are never read back, and the
@@ -60,7 +69,8 @@ warp's, so the vote never stops a site before the bound. A partial warp's load f
 ``red``s to the same word in program order (the same SM, the same L2 slice). Before, a site waited for an
 atomic's old value on every execution before the bound (37 sites x 64 executions x ~290 ns on the 4096^2
 SGEMM's sampled warps: the two sampled blocks finished well after the rest of the grid, +28 % kernel time);
-now the whole warp's site costs a local load, a ``redux``, a ``red`` and, before the bound, two stores.
+now a run costs, past the bound, a local load, a ``redux`` and a ``red`` per instruction at its first site
+and a branch at each other; before the bound, a local load and the slot's stores per site.
 Targets before sm_80 (no ``redux.sync``) take the partial warp's way at every execution.
 
 The recording writes only to its own buffer.
@@ -295,7 +305,22 @@ def _local_offsets(n_instr: int) -> tuple[int, int, int, int]:
     return cb, cb + 8, cb + 16, cb + 24
 
 
-def _site(k: int, instr: Any, layout: BufferLayout, addr: list[str], redux: bool = True) -> list[str]:
+_CONTROL = re.compile(r"^\s*(?:@!?%?[\w$]+\s+)?(?:bra|brx|ret|exit|trap|call|brkpt)\b")
+
+
+def _breaks(lines: list[str]) -> bool:
+    """Whether control can enter or leave between two statements: a label or a control transfer among ``lines``."""
+    for line in lines:
+        code = line.split("//", 1)[0]
+        if _LABEL_DEF.match(code) or _CONTROL.match(code):
+            return True
+    return False
+
+
+def _site(
+    k: int, instr: Any, layout: BufferLayout, addr: tuple[list[str], list[str]], redux: bool = True,
+    members: list[int] | None = None,
+) -> list[str]:  # fmt: skip
     """The recording site of instruction k. Nothing lives in registers between sites (the warp's buffer
     addresses and its index are read from the lane's local scratch), so that the recording copy needs hardly
     more registers than the kernel. No atomic returns a value: a whole warp (all 32 lanes active) takes its
@@ -335,9 +360,10 @@ def _site(k: int, instr: Any, layout: BufferLayout, addr: list[str], redux: bool
         "bfind.shiftamt.u32 \t%smt_r2, %smt_r2;",  # the lowest active lane: the leader
         "setp.eq.u32 \t%smt_p2, %smt_r3, %smt_r2;",
         f"ld.local.u64 \t%smt_rd1, [{LOCAL}+{cb}];",  # &counter[b, w, 0]
-        f"@%smt_p2 red.global.add.u32 \t[%smt_rd1+{4 * k}], 1;",
-        f"setp.ge.u32 \t%smt_p3, %smt_r5, {e};",
-        f"@%smt_p3 bra \t{skip};",
+        *(f"@%smt_p2 red.global.add.u32 \t[%smt_rd1+{4 * m}], 1;" for m in members or [k]),
+        # %smt_p4 (uniform) stays set for the instructions this site counts for: they record the same e
+        f"setp.lt.u32 \t%smt_p4, %smt_r5, {e};",
+        f"@!%smt_p4 bra.uni \t{skip};",
         "add.s32 \t%smt_r6, %smt_r5, 1;",
         f"st.local.u32 \t[{LOCAL}+{4 * k}], %smt_r6;",
         f"ld.local.u64 \t%smt_rd2, [{LOCAL}+{sb}];",  # &slot[b, w, 0, 0]
@@ -348,13 +374,7 @@ def _site(k: int, instr: Any, layout: BufferLayout, addr: list[str], redux: bool
         "mul.wide.u32 \t%smt_rd3, %smt_r3, 4;",
         "add.s64 \t%smt_rd3, %smt_rd2, %smt_rd3;",
         "st.global.u32 \t[%smt_rd3+16], %smt_r0;",
-        f"@!%smt_p2 bra \t{skip};",  # the leader writes the slot's header
-        f"mov.u32 \t%smt_r7, {k + 1};",
-        "st.global.u32 \t[%smt_rd2], %smt_r7;",
-        "st.global.u32 \t[%smt_rd2+4], %smt_r1;",
-        "st.global.u32 \t[%smt_rd2+8], %smt_r5;",
-        f"ld.local.u32 \t%smt_r7, [{LOCAL}+{bw}];",
-        "st.global.u32 \t[%smt_rd2+12], %smt_r7;",
+        *_header(k, bw),
         f"bra.uni \t{skip};",
         # a partial warp: its lanes need not hold the latest count. Past the bound if one of them says so
         # (counts only grow); else every active lane reads the counter (one word, one request): the warp's
@@ -369,6 +389,50 @@ def _site(k: int, instr: Any, layout: BufferLayout, addr: list[str], redux: bool
         f"bra.uni \t{count};",
     ]
     return [*code, f"{skip}:"]
+
+
+def _header(k: int, bw: int) -> list[str]:
+    """The leader (%smt_p2) writes the slot's header at %smt_rd2 (predicated: the warp does not split)."""
+    return [
+        f"mov.u32 \t%smt_r7, {k + 1};",
+        "@%smt_p2 st.global.u32 \t[%smt_rd2], %smt_r7;",
+        "@%smt_p2 st.global.u32 \t[%smt_rd2+4], %smt_r1;",
+        "@%smt_p2 st.global.u32 \t[%smt_rd2+8], %smt_r5;",
+        f"ld.local.u32 \t%smt_r7, [{LOCAL}+{bw}];",
+        "@%smt_p2 st.global.u32 \t[%smt_rd2+12], %smt_r7;",
+    ]
+
+
+def _follower(
+    k: int, head: int, instr: Any, layout: BufferLayout, addr: tuple[list[str], list[str]]
+) -> list[str]:
+    """The site of an instruction in the same straight run of statements as ``head``'s site: it ran as often
+    and with the same lanes, so it was counted there and takes the head's e (its count - 1 in this lane's
+    scratch) while %smt_p4 says the head recorded; past the bound it costs one uniform branch."""
+    e = layout.sample.executions
+    _, sb, bw, _ = _local_offsets(layout.n_instr)
+    skip = f"$SMT_SKIP_{k}"
+    return [
+        f"// smemtile: record instruction {k} ({instr.op}), counted with instruction {head}",
+        f"@!%smt_p4 bra.uni \t{skip};",
+        f"ld.local.u32 \t%smt_r5, [{LOCAL}+{4 * head}];",
+        "add.s32 \t%smt_r5, %smt_r5, -1;",
+        "activemask.b32 \t%smt_r1;",
+        "mov.u32 \t%smt_r3, %laneid;",
+        "brev.b32 \t%smt_r2, %smt_r1;",
+        "bfind.shiftamt.u32 \t%smt_r2, %smt_r2;",
+        "setp.eq.u32 \t%smt_p2, %smt_r3, %smt_r2;",
+        f"ld.local.u64 \t%smt_rd2, [{LOCAL}+{sb}];",
+        f"add.s32 \t%smt_r6, %smt_r5, {k * e};",
+        f"mul.wide.u32 \t%smt_rd1, %smt_r6, {4 * SLOT_WORDS};",
+        "add.s64 \t%smt_rd2, %smt_rd2, %smt_rd1;",
+        *addr[1],
+        "mul.wide.u32 \t%smt_rd3, %smt_r3, 4;",
+        "add.s64 \t%smt_rd3, %smt_rd2, %smt_rd3;",
+        "st.global.u32 \t[%smt_rd3+16], %smt_r0;",
+        *_header(k, bw),
+        f"{skip}:",
+    ]
 
 
 def _prologue(layout: BufferLayout, symbols: list[str]) -> list[str]:
@@ -405,12 +469,16 @@ def _prologue(layout: BufferLayout, symbols: list[str]) -> list[str]:
     return code
 
 
-_DECLS = [".reg .pred \t%smt_p<4>;", ".reg .b32 \t%smt_r<11>;", ".reg .b64 \t%smt_rd<4>;"]
+_DECLS = [".reg .pred \t%smt_p<5>;", ".reg .b32 \t%smt_r<11>;", ".reg .b64 \t%smt_rd<4>;"]
 
 
-def instrument(ptx: str, entry: str, instrs: list, sample: Sample) -> str:
+def instrument(ptx: str, entry: str, instrs: list, sample: Sample, max_registers: int | None = None) -> str:
     """The PTX with ``entry`` rewritten to record ``instrs`` (SharedInstr, from smemtile.model.ptx) for ``sample``
-    into a trailing ``.param .u64`` buffer of :func:`buffer_layout` size. Other entries are unchanged."""
+    into a trailing ``.param .u64`` buffer of :func:`buffer_layout` size. Other entries are unchanged.
+
+    ``max_registers`` (the registers the JIT gave the plain kernel) becomes the entry's ``.maxnreg`` (or
+    lowers one it has), so that the recording copy cannot raise the function's registers and lower the
+    occupancy of every warp: ptxas otherwise schedules the recording copy's straight runs more freely."""
     e = _find_entry(ptx, entry)
     if re.search(r"%smt_|\$SMT_SKIP_|" + PARAM, ptx[e.body_open : e.body_close]):
         raise SpecError(f"{entry} is already instrumented (it uses %smt_ names)", key="ptx")
@@ -424,6 +492,15 @@ def instrument(ptx: str, entry: str, instrs: list, sample: Sample) -> str:
     has_params = not params.endswith("(")
     head = params + ("," if has_params else "") + f"\n\t.param .u64 {PARAM}\n"
     pre_body = ptx[e.params_close : e.body_open + 1]
+    if max_registers is not None:
+        if not isinstance(max_registers, int) or max_registers < 1:
+            raise SpecError(f"must be a positive integer, got {max_registers!r}", key="max_registers")
+        have = re.search(r"\.maxnreg\s+(\d+)", pre_body)
+        if have:
+            n = min(int(have.group(1)), max_registers)
+            pre_body = pre_body[: have.start()] + f".maxnreg {n}" + pre_body[have.end() :]
+        else:
+            pre_body = pre_body[:1] + f"\n.maxnreg {max_registers}" + pre_body[1:]
     body = ptx[e.body_open + 1 : e.body_close]
     lines = body.split("\n")
 
@@ -432,6 +509,7 @@ def instrument(ptx: str, entry: str, instrs: list, sample: Sample) -> str:
     absolute = [""] * first + lines
     used: set[int] = set()
     sites: dict[int, list[str]] = {}
+    found: list[tuple[int, int, Any, tuple[list[str], list[str]]]] = []
     syms = set(symbols)
     for k, ins in enumerate(instrs):
         if int(ins.index) != k:
@@ -440,7 +518,27 @@ def instrument(ptx: str, entry: str, instrs: list, sample: Sample) -> str:
         used.add(i)
         addr = _address_code(ins, bits, syms, f"$SMT_SKIP_{k}")
         if addr is not None:
-            sites[i - first] = _site(k, ins, layout, addr, redux)
+            found.append((i - first, k, ins, addr))
+    # sites in one straight run of statements (no label, no branch, no guard, no generic check between) run
+    # together, as often and with the same lanes: the first counts for all of them
+    found.sort()
+    heads: dict[int, int] = {}  # follower k -> its head
+    members: dict[int, list[int]] = {}  # head -> the instructions it counts (itself first)
+    last, head_k = -1, None
+    for j, k, ins, addr in found:
+        simple = not (ins.predicate or "").strip() and not addr[0]
+        if head_k is not None and simple and not _breaks(lines[last + 1 : j]):
+            heads[k] = head_k
+            members[head_k].append(k)
+        else:
+            head_k = k if simple else None
+            members[k] = [k]
+        last = j
+    for j, k, ins, addr in found:
+        if k in heads:
+            sites[j] = _follower(k, heads[k], ins, layout, addr)
+        else:
+            sites[j] = _site(k, ins, layout, addr, redux, members[k])
 
     # declarations right after '{', then the prologue, then the recording copy of the statements (sampled
     # warps only: the branch is warp-uniform), then the user's statements untouched (every other warp)
