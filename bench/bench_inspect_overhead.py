@@ -174,6 +174,8 @@ def main() -> int:
         got = np.array([c[i, j] for i, j in idx], dtype=np.float64)
         doc["c_max_rel_error"] = float(np.max(np.abs(got - ref)) / max(np.max(np.abs(ref)), 1e-30))
         doc["c_correct"] = doc["c_max_rel_error"] < 1e-4
+        f = doc["function"]
+        doc["registers_within_plain"] = all(v["registers"] <= f["plain"]["registers"] for v in f.values())
         doc["unchanged"] = check_unchanged(ptx, ENTRY, instrs, sample=sample, **launch)["identical"]
     except SmemtileError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -185,7 +187,7 @@ def main() -> int:
     print(text)
     if opt.out:
         opt.out.write_text(text)
-    return 0 if doc["c_correct"] and doc["unchanged"] else 1
+    return 0 if doc["c_correct"] and doc["unchanged"] and doc["registers_within_plain"] else 1
 
 
 if __name__ == "__main__":
