@@ -3,8 +3,9 @@
 ``cuda.bindings.driver`` is imported lazily (through smemtile.gpu.run). Three entry points:
 
 - :func:`record`: the user's PTX rewritten by :func:`smemtile.model.ptx_instrument.instrument` (one extra
-  trailing ``.param .u64``: the record buffer), JIT-compiled by the driver (``cuModuleLoadDataEx`` with line
-  info), launched once with the user's grid, block, dynamic shared memory and arguments; the buffer is decoded
+  trailing ``.param .u64``: the record buffer; the registers the driver's JIT gives the plain kernel as its
+  ``.maxnreg``, :func:`instrumented`), JIT-compiled by the driver (``cuModuleLoadDataEx`` with line info),
+  launched once with the user's grid, block, dynamic shared memory and arguments; the buffer is decoded
   into :class:`~smemtile.model.inspect_args.WarpRecord` (addresses as byte offsets from the first byte of the
   kernel's shared variables, see :func:`smemtile.model.ptx_instrument.window_base`).
 - :func:`check_unchanged`: the uninstrumented and the instrumented kernel on the same inputs; every array
