@@ -317,3 +317,21 @@ def test_tune_simulated_run_page_is_the_run_json(tmp_path):
     assert pts == sorted(round(r["value"], 3) for r in ok)
     rows = cells(section(text, "problem1"))
     assert [r[0] for r in rows] == [r["label"] for r in doc["rows"]]
+
+
+def test_tiles_page_marks_what_a_tune_run_measured(tmp_path):
+    """A real (simulated-GPU) `tune` run's cache rows carry their problem and label, so `tiles --export` marks
+    the candidates it measured."""
+    from conftest import run_cli
+
+    cache, page = tmp_path / "tune.jsonl", tmp_path / "tiles.html"
+    p = run_cli("tune", "samples/transpose_32x32.yaml", "--top", "3", "--simulate", "--cache", str(cache), "--json",
+                "-o", str(tmp_path / "best.yaml"))  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    p = run_cli(
+        "tiles", "--family", "transpose", "8192", "8192", "--cache", str(cache), "--export", str(page)
+    )
+    assert p.returncode == 0, p.stderr
+    html = page.read_text()
+    m = re.search(r'data-measured="(\d+)"', html)
+    assert m and int(m.group(1)) == 3, html[:400]

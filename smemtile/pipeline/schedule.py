@@ -294,8 +294,10 @@ class _Run:
                 ) from None
             row = dict(row)
             broken = row.pop("broken", False)
-            if row.pop("cacheable", True):
-                cache.put(key, row)
+            if row.pop(
+                "cacheable", True
+            ):  # the problem and label too: `tiles --export` marks measured points
+                cache.put(key, {**row, "label": it.row.get("label"), "problem": dict(it.prep["cfg"].problem)})
             return "row", row, broken
 
     def _thread_cache(self):

@@ -261,8 +261,10 @@ def sweep(doc: dict, source: str, family: str, cands: list[Candidate], runner, c
             else:
                 m = measure_row(runner, cfg)
                 m.pop("broken", None)
-                if m.pop("cacheable", True):
-                    cache.put(key, m)
+                if m.pop(
+                    "cacheable", True
+                ):  # with the problem and label: `tiles --export` marks measured points
+                    cache.put(key, {**m, "label": row.get("label"), "problem": dict(cfg.problem)})
                 rows.append({**row, **m, "cached": False})
         progress and progress(rows[-1])
     return rows
