@@ -239,11 +239,7 @@ def _compile(
         arch_flag = arch if arch.startswith("sm_") else f"sm_{arch}"
         opts = [o.encode() for o in (*DEFAULT_OPTIONS, f"-arch={arch_flag}", *options)]
         (status,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
-        err, size = nvrtc.nvrtcGetProgramLogSize(prog)
-        _check(nvrtc, err, "log size")
-        buf = b" " * size
-        (err,) = nvrtc.nvrtcGetProgramLog(prog, buf)
-        log = buf.rstrip(b"\x00 ").decode(errors="replace")
+        log = _program_log(nvrtc, prog)
         if int(status) != 0:
             first = next(
                 (ln for ln in log.splitlines() if "error" in ln), log.strip().splitlines()[0] if log else ""
@@ -317,11 +313,7 @@ def compile_ptx(
         opts += list(options)
         enc = [o.encode() for o in opts]
         (status,) = nvrtc.nvrtcCompileProgram(prog, len(enc), enc)
-        err, size = nvrtc.nvrtcGetProgramLogSize(prog)
-        _check(nvrtc, err, "log size")
-        buf = b" " * size
-        (err,) = nvrtc.nvrtcGetProgramLog(prog, buf)
-        log = buf.rstrip(b"\x00 ").decode(errors="replace")
+        log = _program_log(nvrtc, prog)
         if int(status) != 0:
             e = CompileError(first_error(log, filename))
             e.log = log
@@ -334,3 +326,12 @@ def compile_ptx(
         return ptx_buf.rstrip(b"\x00 ").decode(errors="replace")
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
+
+
+def _program_log(nvrtc, prog) -> str:
+    """The NVRTC program's compile log (ptxas' report with --ptxas-options=-v, the errors on failure)."""
+    err, size = nvrtc.nvrtcGetProgramLogSize(prog)
+    _check(nvrtc, err, "log size")
+    buf = b" " * size
+    (err,) = nvrtc.nvrtcGetProgramLog(prog, buf)
+    return buf.rstrip(b"\x00 ").decode(errors="replace")

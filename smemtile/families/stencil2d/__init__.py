@@ -27,9 +27,10 @@ import numpy as np
 
 from smemtile.errors import SpecError
 from smemtile.families.base import Candidate, Family, HostArg, KernelCall, KernelConfig, Param, ProblemKey
+from smemtile.families.pitched import PITCH_PARAM, Pitched
 
 
-class Stencil2d(Family):
+class Stencil2d(Pitched):
     name = "stencil2d"
     summary = "2-D star stencil of radius 1..4 (fp32) through a halo tile"
     file = "stencil2d.cu"
@@ -54,9 +55,7 @@ class Stencil2d(Family):
         Param("VEC", 4, "columns per thread, moved as one vector (4: float4 loads and stores)", (1, 2, 4)),
         Param("RY", 4, "rows per thread (register blocking along y: RY + 2R column loads feed RY outputs)",
               lo=1, hi=16),
-        Param("PITCH", 0, "row pitches: 1 = the kernel takes the user's ld_in / ld_out; 2 = dense rows only (the "
-              "helper refuses other pitches; the kernel the tile model was measured with); 0 = 1 when the spec's "
-              "kernel: gives a pitch that is not dense, else 2", (0, 1, 2)),
+        PITCH_PARAM,
     )  # fmt: skip
     problem_keys = (
         ProblemKey("ny", 4096, "grid rows"),
@@ -114,34 +113,7 @@ class Stencil2d(Family):
     def template_args(self, cfg: KernelConfig) -> list[str]:
         p = cfg.params
         t = cfg.layouts["tile"].template_args()
-        pitch = ["1"] if self.pitch(cfg) else []  # PITCH 0 (dense) is the template's default: left out
-        return [str(v) for v in (p["BX"], p["BY"], p["R"], *t, p["VEC"], p["RY"], *pitch)]
-
-    # ---- row pitches (PITCH) ------------------------------------------------------------------------------
-    def pitch(self, cfg: KernelConfig) -> bool:
-        """Whether the kernel is built with row pitches (template PITCH 1): PITCH 1 / 2 say so; 0 (auto) builds
-        them in when the problem gives a pitch that is not dense (a dense kernel is the measured one)."""
-        p = cfg.params["PITCH"]
-        if p:
-            return p == 1
-        ints = self.problem_ints(cfg.problem)
-        dense = self.problem_ints({k: v for k, v in cfg.problem.items() if k not in ("ld_in", "ld_out")})
-        return any(k in cfg.problem and ints[k] != dense[k] for k in ("ld_in", "ld_out"))
-
-    def auto_values(self, cfg: KernelConfig) -> dict[str, int]:
-        return {
-            **super().auto_values(cfg),
-            **({"PITCH": 1 if self.pitch(cfg) else 2} if not cfg.params["PITCH"] else {}),
-        }
-
-    def requires(self, cfg: KernelConfig) -> list[tuple[str, str]]:
-        out = super().requires(cfg)
-        if not self.pitch(cfg):
-            d = self.dense_layout(cfg.problem)
-            out.append((f"(ld_in == {d['ld_in']}) & (ld_out == {d['ld_out']})",
-                        f"ld_in = {d['ld_in']} and ld_out = {d['ld_out']} (this kernel was generated for dense rows; "
-                        "generate it with PITCH 1, or with ld_in / ld_out in the spec's kernel:, for pitched arrays)"))  # fmt: skip
-        return out
+        return [str(v) for v in (p["BX"], p["BY"], p["R"], *t, p["VEC"], p["RY"], *self.pitch_args(cfg))]
 
     def buffers(self, cfg: KernelConfig) -> list[dict]:
         return [{"name": "tile", "dtype": "f32", "shape": ["BY*RY + 2*R", "BX*VEC + 2*HX"],

@@ -43,12 +43,13 @@ from smemtile.families.base import (
     ProblemKey,
     barrier_follows_each_wait,
 )
+from smemtile.families.pitched import PITCH_PARAM, Pitched
 
 CTYPES = {"f32": "float", "f16": "unsigned short", "bf16": "unsigned short"}
 SIZES = {"f32": 4, "f16": 2, "bf16": 2}
 
 
-class Transpose(Family):
+class Transpose(Pitched):
     name = "transpose"
     summary = "matrix transpose through a shared tile (fp32, fp16, bf16), vector path for whole tiles"
     file = "transpose.cu"
@@ -78,9 +79,7 @@ class Transpose(Family):
         Param("ASYNC", 0, "1 (sm_80+): phase 1 of whole tiles is cp.async, global straight into the tile (no "
               "registers, no L1 line in flight; the layout must keep whole vectors); 0: loads through registers",
               (0, 1)),
-        Param("PITCH", 0, "row pitches: 1 = the kernel takes the user's ld_in / ld_out; 2 = dense rows only (the "
-              "helper refuses other pitches; the kernel the tile model was measured with); 0 = 1 when the spec's "
-              "kernel: gives a pitch that is not dense, else 2", (0, 1, 2)),
+        PITCH_PARAM,
     )  # fmt: skip
     problem_keys = (
         ProblemKey("rows", 8192, "rows of the input"),
@@ -251,34 +250,7 @@ class Transpose(Family):
             p["MIN_BLOCKS"],
             p["ASYNC"],
         )
-        pitch = ["1"] if self.pitch(cfg) else []  # PITCH 0 (dense) is the template's default: left out
-        return [CTYPES[cfg.problem["dtype"]], *(str(v) for v in args), *pitch]
-
-    # ---- row pitches (PITCH) ------------------------------------------------------------------------------
-    def pitch(self, cfg: KernelConfig) -> bool:
-        """Whether the kernel is built with row pitches (template PITCH 1): PITCH 1 / 2 say so; 0 (auto) builds
-        them in when the problem gives a pitch that is not dense (a dense kernel is the measured one)."""
-        p = cfg.params["PITCH"]
-        if p:
-            return p == 1
-        ints = self.problem_ints(cfg.problem)
-        dense = self.problem_ints({k: v for k, v in cfg.problem.items() if k not in ("ld_in", "ld_out")})
-        return any(k in cfg.problem and ints[k] != dense[k] for k in ("ld_in", "ld_out"))
-
-    def auto_values(self, cfg: KernelConfig) -> dict[str, int]:
-        return {
-            **super().auto_values(cfg),
-            **({"PITCH": 1 if self.pitch(cfg) else 2} if not cfg.params["PITCH"] else {}),
-        }
-
-    def requires(self, cfg: KernelConfig) -> list[tuple[str, str]]:
-        out = super().requires(cfg)
-        if not self.pitch(cfg):
-            d = self.dense_layout(cfg.problem)
-            out.append((f"(ld_in == {d['ld_in']}) & (ld_out == {d['ld_out']})",
-                        f"ld_in = {d['ld_in']} and ld_out = {d['ld_out']} (this kernel was generated for dense rows; "
-                        "generate it with PITCH 1, or with ld_in / ld_out in the spec's kernel:, for pitched arrays)"))  # fmt: skip
-        return out
+        return [CTYPES[cfg.problem["dtype"]], *(str(v) for v in args), *self.pitch_args(cfg)]
 
     def buffers(self, cfg: KernelConfig) -> list[dict]:
         return [{"name": "tile", "dtype": cfg.problem["dtype"], "shape": ["TY", "TILE"],
