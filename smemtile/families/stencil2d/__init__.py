@@ -26,7 +26,7 @@ from functools import lru_cache
 import numpy as np
 
 from smemtile.errors import SpecError
-from smemtile.families.base import Candidate, Family, HostArg, KernelCall, KernelConfig, Param, ProblemKey
+from smemtile.families.base import Candidate, HostArg, KernelCall, KernelConfig, Param, ProblemKey
 from smemtile.families.pitched import PITCH_PARAM, Pitched
 
 

@@ -34,7 +34,6 @@ from smemtile.families.base import (
     PASS,
     PIPELINE_ITEMS,
     Candidate,
-    Family,
     HostArg,
     Item,
     KernelCall,
