@@ -167,7 +167,7 @@ def _clusters(a, blocks: int, cluster: str, sms: str | None) -> dict:
 
 CLUSTER_CC = (9, 0)  # thread-block clusters (cudaLaunchAttributeClusterDimension) start with Hopper
 MAX_BATCH_ROWS = 1_000_000  # rows of one --batch (docs/spec.md, Budgets)
-CHUNK_ROWS = 50_000  # rows parsed, checked and computed at a time: memory is bounded whatever the file's size
+CHUNK_ROWS = 20_000  # rows parsed, checked and computed at a time: memory is bounded whatever the file's size
 
 
 def _batch(path: str, as_json: bool) -> None:
