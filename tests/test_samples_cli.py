@@ -38,11 +38,14 @@ def test_list_names_every_sample_with_one_line():
     rows = {
         ln.split()[0]: ln for ln in r.stdout.splitlines() if ln.split() and ln.split()[0].endswith(".yaml")
     }
-    assert sorted(rows) == PACKAGED
+    assert sorted(k for k in rows if "/" not in k) == PACKAGED
+    # the inspect corpus and the measure catalogues are listed too, each with its line
+    assert "catalogues/heldout.yaml" in rows and "kernels/transpose_naive.cu" in r.stdout
     assert "fp32 GEMM A tile, column read (BK=32)" in rows["gemm_a_column.yaml"]
     doc = json.loads(cli("samples", "--json").stdout)
     by = {s["file"]: s["description"] for s in doc["samples"]}
-    assert sorted(by) == PACKAGED and all(d and "\n" not in d for d in by.values())
+    assert sorted(k for k in by if "/" not in k) == PACKAGED and all(d and "\n" not in d for d in by.values())
+    assert by["kernels/transpose_naive.cu"].startswith("Naive 32x32 shared-memory transpose")
     assert by["ldmatrix_f16.yaml"] == "fp16 tile read with ldmatrix.x4"
     # no name: -> the first sentence of the opening comment
     assert (
@@ -60,12 +63,17 @@ def test_copy_writes_every_sample_and_refuses_to_overwrite(tmp_path):
     dest = tmp_path / "new" / "samples"
     r = cli("samples", "--copy", str(dest), "--json")
     assert r.exit_code == 0, r.output
-    assert json.loads(r.stdout)["copied"]["files"] == PACKAGED
-    for name in PACKAGED:
+    files = json.loads(r.stdout)["copied"]["files"]
+    assert [f for f in files if "/" not in f] == PACKAGED
+    assert "kernels/transpose_naive.cu" in files and "kernels/transpose_naive.args.yaml" in files
+    assert "catalogues/heldout.yaml" in files  # every --help example (inspect, measure) runs in the copy
+    for name in files:
         assert (dest / name).read_bytes() == (ROOT / "smemtile" / "samples" / name).read_bytes()
     # one existing file: one line, exit 2, nothing written (the others are not rewritten either)
-    for name in PACKAGED:
+    for name in files:
         (dest / name).unlink()
+    for sub in ("kernels", "catalogues"):
+        (dest / sub).rmdir()
     (dest / "tma_128b.yaml").write_text("mine\n")
     r = cli("samples", "--copy", str(dest))
     assert r.exit_code == 2 and r.stdout == ""

@@ -64,8 +64,8 @@ def command(
 
     \b
     Examples:
-      smemtile measure bench/catalogue_heldout.yaml --predict-only --out predictions.json
-      smemtile measure bench/catalogue_heldout.yaml --out measured.json
+      smemtile measure samples/catalogues/heldout.yaml --predict-only --out predictions.json
+      smemtile measure samples/catalogues/heldout.yaml --out measured.json
     """
     from smemtile.codegen.microkernel import catalogue_patterns
     from smemtile.fileio import check_outputs, output_option, printable, read_text, write_text_atomic

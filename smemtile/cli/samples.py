@@ -1,8 +1,10 @@
 """`smemtile samples [--copy DIR]`: the sample specs shipped in the package (smemtile/samples/ in the wheel).
 
 Each is listed with one line: its ``name:`` (the title `analyze` prints), else the first sentence of its opening
-comment. ``--copy DIR`` writes them all into DIR (created if missing) after checking that none of them is there
-yet: an existing file is refused with one line (exit 2) and nothing is written.
+comment. Besides the specs: ``kernels/`` (the `inspect` corpus: kernels with their launch YAMLs) and
+``catalogues/`` (access-pattern catalogues for `measure`). ``--copy DIR`` writes the whole tree into DIR (created
+if missing) after checking that none of it is there yet: an existing file is refused with one line (exit 2) and
+nothing is written, so every `--help` example runs as written in DIR.
 """
 
 from __future__ import annotations
@@ -27,6 +29,31 @@ def sample_files() -> list:
     return sorted((p for p in sample_dir().iterdir() if p.name.endswith(".yaml")), key=lambda p: p.name)
 
 
+SUBFOLDERS = ("kernels", "catalogues")  # the inspect corpus, the measure catalogues
+SUFFIXES = (".yaml", ".cu", ".cuh", ".ptx")
+
+
+def tree_files() -> list[tuple[str, object]]:
+    """(relative name, Traversable) of every shipped sample file: the specs and the subfolders' files."""
+    out = [(p.name, p) for p in sample_files()]
+    for sub in SUBFOLDERS:
+        folder = sample_dir() / sub
+        if folder.is_dir():
+            out += sorted(((f"{sub}/{p.name}", p) for p in folder.iterdir() if p.name.endswith(SUFFIXES)),
+                          key=lambda x: x[0])  # fmt: skip
+    return out
+
+
+def describe_source(text: str) -> str:
+    """One line for a kernel: the first sentence of its leading // comment."""
+    comment = []
+    for line in text.splitlines():
+        if not line.startswith("//"):
+            break
+        comment.append(line.lstrip("/").strip())
+    return re.split(r"(?<=\.)\s", " ".join(comment), maxsplit=1)[0].rstrip(".:")
+
+
 def describe(text: str) -> str:
     """One line for a sample: its top-level ``name:``, else the first sentence of its leading comment."""
     m = re.search(r"^name:\s*(.+?)\s*$", text, flags=re.M)
@@ -42,7 +69,14 @@ def describe(text: str) -> str:
 
 
 def samples_list() -> list[dict]:
-    return [{"file": p.name, "description": describe(p.read_text(encoding="utf-8"))} for p in sample_files()]
+    """The specs, the inspect kernels (each with its launch YAML) and the catalogues, one line each."""
+    out = [{"file": p.name, "description": describe(p.read_text(encoding="utf-8"))} for p in sample_files()]
+    for name, p in tree_files():
+        if name.startswith("kernels/") and name.endswith(".cu"):
+            out.append({"file": name, "description": describe_source(p.read_text(encoding="utf-8"))})
+        elif name.startswith("catalogues/"):
+            out.append({"file": name, "description": describe(p.read_text(encoding="utf-8"))})
+    return out
 
 
 @click.command(
@@ -81,7 +115,7 @@ def command(copy: Path | None, as_json: bool) -> None:
 
     con = console()
     if copy is not None:
-        con.print(f"wrote {len(written)} samples into {printable(copy)}/")
+        con.print(f"wrote {len(written)} sample files into {printable(copy)}/ (specs, kernels/, catalogues/)")
         return
     con.print(Grid(None, ["sample", "what it shows"], [[i["file"], i["description"]] for i in items], left=2,
                    wrap_last=True))  # fmt: skip
@@ -95,14 +129,14 @@ def _copy(folder: Path) -> list[str]:
 
     if folder.exists() and not folder.is_dir():
         raise SpecError(f"{printable(folder)} is a file, not a folder", key="--copy")
-    files = sample_files()
-    for p in files:
-        target = folder / p.name
+    files = tree_files()
+    for name, _ in files:
+        target = folder / name
         if target.exists() or target.is_symlink():
             raise SpecError(f"{printable(target)} already exists; refusing to overwrite it (nothing was written: "
                             "remove it or copy into another folder)", key="--copy")  # fmt: skip
     out = []
-    for p in files:
-        write_text_atomic(folder / p.name, p.read_text(encoding="utf-8"), key="--copy", make_parents=True)
-        out.append(p.name)
+    for name, p in files:
+        write_text_atomic(folder / name, p.read_text(encoding="utf-8"), key="--copy", make_parents=True)
+        out.append(name)
     return out
