@@ -214,9 +214,14 @@ def test_batch_streams_a_large_file_in_bounded_memory(tmp_path):
             out.write(
                 f"sm_{(70, 80, 86, 90)[i % 4]},{32 * (1 + i % 32)},{i % 256},0,{(i % 7) * 8192},,{i % 2}\n"
             )
+    # the peak RSS of this process image: /proc's VmHWM, which exec resets (getrusage's ru_maxrss keeps the
+    # forked parent's, a pytest worker of a few hundred MB, across the exec)
     code = ("import resource, runpy, sys; sys.argv = ['smemtile', 'occupancy', '--batch', sys.argv[1], '--json']\n"
             "try:\n    runpy.run_module('smemtile', run_name='__main__')\nfinally:\n"
-            "    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n")  # fmt: skip
+            "    try:\n        hwm = [ln for ln in open('/proc/self/status') if ln.startswith('VmHWM:')][0]\n"
+            "        print(int(hwm.split()[1]), file=sys.stderr)\n"
+            "    except (OSError, IndexError):\n"
+            "        print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n")  # fmt: skip
     r = subprocess.run([sys.executable, "-c", code, str(f)], cwd=ROOT, capture_output=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     out = r.stdout
