@@ -102,8 +102,23 @@ class Variant:
 
     def expr(self, t: str, tc: str) -> str:
         la, lb = self.layouts()
-        args = [CPP_TYPE[t], CPP_TYPE[tc], "true" if self.b_col else "false", self.bm, self.bn, self.bk, self.wm,
-                self.wn, self.stages, self.group_m, self.split_k, self.min_blocks, self.align, *la, *lb]  # fmt: skip
+        args = [
+            CPP_TYPE[t],
+            CPP_TYPE[tc],
+            "true" if self.b_col else "false",
+            self.bm,
+            self.bn,
+            self.bk,
+            self.wm,
+            self.wn,
+            self.stages,
+            self.group_m,
+            self.split_k,
+            self.min_blocks,
+            self.align,
+            *la,
+            *lb,
+        ]
         return f"hgemm<{', '.join(str(a) for a in args)}>"
 
     def c_type(self, t: str, which: str) -> str:
@@ -242,12 +257,23 @@ def _compile_one(job: tuple[str, tuple[str, ...], str]) -> dict:
     label, exprs, arch = job
     t0 = time.perf_counter()
     try:
-        r = compile_cubin(SOURCE.read_text(), list(exprs), arch, headers={"smem_layout.cuh": HEADER.read_text()},
-                          filename="hgemm.cu")  # fmt: skip
+        r = compile_cubin(
+            SOURCE.read_text(),
+            list(exprs),
+            arch,
+            headers={"smem_layout.cuh": HEADER.read_text()},
+            filename="hgemm.cu",
+        )
     except Exception as e:  # a variant that does not build is data, not a crash
         return {"label": label, "error": str(e)[:2000]}
-    return {"label": label, "cubin": r.cubin, "lowered": r.lowered, "seconds": time.perf_counter() - t0,
-            "resources": {e: v.to_dict() for e, v in r.resources.items()}, "nvrtc": r.nvrtc_version}  # fmt: skip
+    return {
+        "label": label,
+        "cubin": r.cubin,
+        "lowered": r.lowered,
+        "seconds": time.perf_counter() - t0,
+        "resources": {e: v.to_dict() for e, v in r.resources.items()},
+        "nvrtc": r.nvrtc_version,
+    }
 
 
 def source_sha256() -> str:
@@ -309,7 +335,7 @@ class Module:
                 "local_bytes": int(_ok(d.cuFuncGetAttribute(a.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, f))),
                 "blocks_per_sm": int(
                     _ok(d.cuOccupancyMaxActiveBlocksPerMultiprocessor(f, variant.threads, variant.smem_bytes))
-                ),  # fmt: skip
+                ),
                 "ptxas": built["resources"].get(expr),
             }
         self.prepare = _ok(d.cuModuleGetFunction(self.module, b"hgemm_splitk_prepare"))
@@ -327,8 +353,21 @@ class Module:
         vals = (m, n, k, alpha, a_ptr, lda, b_ptr, ldb, beta, c_ptr, ldc)
         types = (INT, INT, INT, F, P, INT, P, INT, F, P, INT)
         gx, gy, gz = v.grid(m, n)
-        _ok(d.cuLaunchKernel(self.funcs[expr], gx, gy, gz, v.threads, 1, 1, v.smem_bytes, d.CUstream(stream),
-                             (vals, types), 0))  # fmt: skip
+        _ok(
+            d.cuLaunchKernel(
+                self.funcs[expr],
+                gx,
+                gy,
+                gz,
+                v.threads,
+                1,
+                1,
+                v.smem_bytes,
+                d.CUstream(stream),
+                (vals, types),
+                0,
+            )
+        )
 
 
 # ---- problems on the GPU --------------------------------------------------------------------------------------------
@@ -382,8 +421,19 @@ class Problem:
             self.c.copy_(self.c0)
 
     def args(self, alpha, beta):
-        return (self.m, self.n, self.k, alpha, self.a_store.data_ptr(), self.lda, self.b_store.data_ptr(), self.ldb,
-                beta, self.c_store.data_ptr(), self.ldc)  # fmt: skip
+        return (
+            self.m,
+            self.n,
+            self.k,
+            alpha,
+            self.a_store.data_ptr(),
+            self.lda,
+            self.b_store.data_ptr(),
+            self.ldb,
+            beta,
+            self.c_store.data_ptr(),
+            self.ldc,
+        )
 
     def error(self, ref) -> float:
         got = self.c.double()
@@ -413,12 +463,26 @@ def check_small(mod: Module, torch, log, sizes=None) -> list[dict]:
                 else:
                     err = p.error(p.reference(alpha, beta))
                     ok = err <= TOLERANCE[tc]
-                out.append({"variant": mod.v.label, "expr": expr, "t": t, "tc": tc, "size": [m, n, k],
-                            "alpha": alpha, "beta": beta, "ld": [p.lda, p.ldb, p.ldc], "b_col": mod.v.b_col,
-                            "err": err, "ok": ok})  # fmt: skip
+                out.append(
+                    {
+                        "variant": mod.v.label,
+                        "expr": expr,
+                        "t": t,
+                        "tc": tc,
+                        "size": [m, n, k],
+                        "alpha": alpha,
+                        "beta": beta,
+                        "ld": [p.lda, p.ldb, p.ldc],
+                        "b_col": mod.v.b_col,
+                        "err": err,
+                        "ok": ok,
+                    }
+                )
                 if not ok:
-                    log(f"   FAIL [{mod.v.label}] {t}->{tc} {m}x{n}x{k} alpha {alpha} beta {beta} ld {p.lda},"
-                        f"{p.ldb},{p.ldc}: err {err:.2e}")  # fmt: skip
+                    log(
+                        f"   FAIL [{mod.v.label}] {t}->{tc} {m}x{n}x{k} alpha {alpha} beta {beta} ld {p.lda},"
+                        f"{p.ldb},{p.ldc}: err {err:.2e}"
+                    )
     return out
 
 
@@ -441,9 +505,14 @@ def sustained(fn, torch, seconds: float = 1.5) -> dict:
 
     def sample():
         while not stop.is_set():
-            samples.append((time.perf_counter(), pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM),
-                            pynvml.nvmlDeviceGetPowerUsage(h) / 1000.0,
-                            pynvml.nvmlDeviceGetCurrentClocksEventReasons(h)))  # fmt: skip
+            samples.append(
+                (
+                    time.perf_counter(),
+                    pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM),
+                    pynvml.nvmlDeviceGetPowerUsage(h) / 1000.0,
+                    pynvml.nvmlDeviceGetCurrentClocksEventReasons(h),
+                )
+            )
             time.sleep(0.01)
 
     th = threading.Thread(target=sample, daemon=True)
@@ -466,11 +535,16 @@ def sustained(fn, torch, seconds: float = 1.5) -> dict:
     reasons = 0
     for x in half:
         reasons |= int(x[3])
-    return {"ms_per_call": s0.elapsed_time(e0) / calls, "calls": calls,
-            "sm_clock_mhz": statistics.median(x[1] for x in half) if half else None,
-            "power_w": statistics.median(x[2] for x in half) if half else None,
-            "clock_event_reasons": hex(reasons), "sw_power_cap": bool(reasons & 0x4),
-            "hw_slowdown": bool(reasons & 0x8), "samples": len(half)}  # fmt: skip
+    return {
+        "ms_per_call": s0.elapsed_time(e0) / calls,
+        "calls": calls,
+        "sm_clock_mhz": statistics.median(x[1] for x in half) if half else None,
+        "power_w": statistics.median(x[2] for x in half) if half else None,
+        "clock_event_reasons": hex(reasons),
+        "sw_power_cap": bool(reasons & 0x4),
+        "hw_slowdown": bool(reasons & 0x8),
+        "samples": len(half),
+    }
 
 
 def bench_shape(mods: dict, shape, t: str, torch, rounds: int, flush, log, sustain=()) -> list[dict]:
@@ -487,8 +561,10 @@ def bench_shape(mods: dict, shape, t: str, torch, rounds: int, flush, log, susta
     # cuBLAS: torch.matmul into C (out=, same strides as ours) and into a fresh tensor; the faster is the reference
     p0 = probs[False]
     out_t = torch.empty(m, n, device="cuda", dtype=p0.c.dtype)
-    fns = {"cuBLAS": lambda: torch.matmul(p0.a, p0.b, out=p0.c),
-           "cuBLAS (new C)": lambda: torch.matmul(p0.a, p0.b, out=out_t)}  # fmt: skip
+    fns = {
+        "cuBLAS": lambda: torch.matmul(p0.a, p0.b, out=p0.c),
+        "cuBLAS (new C)": lambda: torch.matmul(p0.a, p0.b, out=out_t),
+    }
     if (
         padded
     ):  # cuBLAS may prefer the tight (contiguous) operands: time those too, the fastest is the reference
@@ -523,16 +599,20 @@ def bench_shape(mods: dict, shape, t: str, torch, rounds: int, flush, log, susta
                 sus[name] = sustained(fns[name], torch)
                 r = sus[name]
                 if "error" not in r:
-                    log(f"   sustained [{name}]: {flop / r['ms_per_call'] / 1e9:.1f} TFLOP/s at {r['sm_clock_mhz']} MHz, "
-                        f"{r['power_w']:.0f} W, clock-event reasons {r['clock_event_reasons']}")  # fmt: skip
+                    log(
+                        f"   sustained [{name}]: {flop / r['ms_per_call'] / 1e9:.1f} TFLOP/s at {r['sm_clock_mhz']} MHz, "
+                        f"{r['power_w']:.0f} W, clock-event reasons {r['clock_event_reasons']}"
+                    )
     cublas_nn = [k for k in st if k.startswith("cuBLAS") and k != "cuBLAS B col"]
     best_nn = min(cublas_nn, key=lambda k: st[k]["median_ms"])
     ref_nn = st[best_nn]["median_ms"]
     shape_s = f"{m}x{n}x{k}" + (" (ld padded to 8)" if padded else "")
-    log(f"{t} {shape_s}: cuBLAS {flop / ref_nn / 1e9:.1f} TFLOP/s ({best_nn}; "
+    log(
+        f"{t} {shape_s}: cuBLAS {flop / ref_nn / 1e9:.1f} TFLOP/s ({best_nn}; "
         + ", ".join(f"{k[7:].strip('()') or 'out=C'} {st[k]['median_ms']:.4f} ms" for k in cublas_nn)
         + f"; spread {st[best_nn]['spread']:.1%}, "
-        f"rel err {errs['cuBLAS']:.1e})")  # fmt: skip
+        f"rel err {errs['cuBLAS']:.1e})"
+    )
     if "cuBLAS B col" in st:
         log(f"   cuBLAS B col-major {flop / st['cuBLAS B col']['median_ms'] / 1e9:.1f} TFLOP/s")
     for v in variants:
@@ -543,18 +623,35 @@ def bench_shape(mods: dict, shape, t: str, torch, rounds: int, flush, log, susta
         tc = "f32" if v.split_k > 1 else t
         ok = errs[v.label] <= TOLERANCE[tc]
         info = mods[v.label].info[v.expr(t, tc)]
-        e = {"shape": [m, n, k], "ld_padded": padded, "dtype": t, "c_dtype": tc, "variant": v.label,
-             "params": asdict(v), "expr": v.expr(t, tc), "ours_tflops": flop / s["median_ms"] / 1e9,
-             "cublas_tflops": flop / ref_ms / 1e9, "ratio": ref_ms / s["median_ms"], "ours": s,
-             "cublas": st["cuBLAS B col"] if v.b_col else st[best_nn],
-             "cublas_call": "cuBLAS B col" if v.b_col else best_nn, "cublas_all": {k: st[k] for k in cublas_nn},
-             "rel_err": errs[v.label], "cublas_rel_err": errs["cuBLAS B col" if v.b_col else "cuBLAS"],
-             "tolerance": TOLERANCE[tc], "correct": ok, "sustained": sus.get(v.label),
-             "cublas_sustained": sus.get("cuBLAS"), **info}  # fmt: skip
+        e = {
+            "shape": [m, n, k],
+            "ld_padded": padded,
+            "dtype": t,
+            "c_dtype": tc,
+            "variant": v.label,
+            "params": asdict(v),
+            "expr": v.expr(t, tc),
+            "ours_tflops": flop / s["median_ms"] / 1e9,
+            "cublas_tflops": flop / ref_ms / 1e9,
+            "ratio": ref_ms / s["median_ms"],
+            "ours": s,
+            "cublas": st["cuBLAS B col"] if v.b_col else st[best_nn],
+            "cublas_call": "cuBLAS B col" if v.b_col else best_nn,
+            "cublas_all": {k: st[k] for k in cublas_nn},
+            "rel_err": errs[v.label],
+            "cublas_rel_err": errs["cuBLAS B col" if v.b_col else "cuBLAS"],
+            "tolerance": TOLERANCE[tc],
+            "correct": ok,
+            "sustained": sus.get(v.label),
+            "cublas_sustained": sus.get("cuBLAS"),
+            **info,
+        }
         entries.append(e)
-        log(f"   [{v.label}] {e['ours_tflops']:.1f} TFLOP/s = {e['ratio']:.3f}x (spread {s['spread']:.1%}) "
+        log(
+            f"   [{v.label}] {e['ours_tflops']:.1f} TFLOP/s = {e['ratio']:.3f}x (spread {s['spread']:.1%}) "
             f"err {errs[v.label]:.1e} {'OK' if ok else 'WRONG'} | {info['registers']} regs, "
-            f"{info['blocks_per_sm']} blk/SM")  # fmt: skip
+            f"{info['blocks_per_sm']} blk/SM"
+        )
     del probs, f32c, refs, fns
     torch.cuda.empty_cache()
     return entries
@@ -608,8 +705,13 @@ def load_or_compile(variants: list[Variant], arch: str, built_path: Path | None,
         if pre.pop("__source_sha256", None) != source_sha256():
             pre = {}  # made from another hgemm.cu
         want = {v.label: v.exprs() for v in variants}
-        built = {lb: b for lb, b in pre.items() if lb in want and b.get("nvrtc") == nvrtc_version()
-                 and sorted(b.get("lowered", {})) == sorted(want[lb])}  # fmt: skip
+        built = {
+            lb: b
+            for lb, b in pre.items()
+            if lb in want
+            and b.get("nvrtc") == nvrtc_version()
+            and sorted(b.get("lowered", {})) == sorted(want[lb])
+        }
         log(f"prebuilt: {len(built)} of {len(variants)} variants taken from {built_path.name}")
     todo = [v for v in variants if v.label not in built]
     if todo:
@@ -624,11 +726,15 @@ def versions(torch) -> dict:
         "gpu": torch.cuda.get_device_name(),
         "nvidia_smi": env["nvidia_smi"],
         "cuda_driver_api": env["cuda_driver_api"],
-        "versions": {"torch": torch.__version__, "torch_cuda": torch.version.cuda,
-                     "cuda-bindings": env["cuda_bindings"], "nvrtc": env["nvrtc"]},
+        "versions": {
+            "torch": torch.__version__,
+            "torch_cuda": torch.version.cuda,
+            "cuda-bindings": env["cuda_bindings"],
+            "nvrtc": env["nvrtc"],
+        },
         "cublas_settings": "torch.matmul, allow_fp16/bf16_reduced_precision_reduction = False",
         "timing": f"{FLUSH_BYTES >> 20} MiB memset before every call (outside the events), alternating rounds",
-    }  # fmt: skip
+    }
 
 
 def main() -> int:
@@ -682,8 +788,10 @@ def main() -> int:
 
     t0 = time.perf_counter()
     built = load_or_compile(variants, arch, args.built, log)
-    log(f"built {len(built)} variants ({sum(len(v.exprs()) for v in variants)} kernels) for {arch} in "
-        f"{time.perf_counter() - t0:.1f} s")  # fmt: skip
+    log(
+        f"built {len(built)} variants ({sum(len(v.exprs()) for v in variants)} kernels) for {arch} in "
+        f"{time.perf_counter() - t0:.1f} s"
+    )
     for lb, b in built.items():
         if "error" in b:
             log(f"   BUILD FAILED [{lb}]: {b['error'][:400]}")
@@ -758,15 +866,25 @@ def main() -> int:
     log(f"{'shape':<16} {'dt':<5} {'variant':<32} {'ours':>7} {'cuBLAS':>7} {'ratio':>6} {'spread':>7}  ok")
     for e in entries:
         shape = "x".join(str(s) for s in e["shape"])
-        log(f"{shape:<16} {e['dtype']:<5} {e['variant'][:32]:<32} {e['ours_tflops']:>7.1f} {e['cublas_tflops']:>7.1f} "
-            f"{e['ratio']:>6.3f} {e['ours']['spread']:>6.1%}  {'ok' if e['correct'] else 'WRONG'}")  # fmt: skip
+        log(
+            f"{shape:<16} {e['dtype']:<5} {e['variant'][:32]:<32} {e['ours_tflops']:>7.1f} {e['cublas_tflops']:>7.1f} "
+            f"{e['ratio']:>6.3f} {e['ours']['spread']:>6.1%}  {'ok' if e['correct'] else 'WRONG'}"
+        )
     failures = sum(not e["correct"] for e in entries) + sum(not c["ok"] for c in checks) + len(crashed)
     log(f"failures: {failures}")
     if args.json:
-        build_info = {lb: {k: b[k] for k in ("resources", "seconds", "nvrtc", "error") if k in b}
-                      for lb, b in built.items()}  # fmt: skip
-        doc = {**meta, "tolerance": TOLERANCE, "entries": entries, "small_checks": checks, "build": build_info,
-               "log": lines}  # fmt: skip
+        build_info = {
+            lb: {k: b[k] for k in ("resources", "seconds", "nvrtc", "error") if k in b}
+            for lb, b in built.items()
+        }
+        doc = {
+            **meta,
+            "tolerance": TOLERANCE,
+            "entries": entries,
+            "small_checks": checks,
+            "build": build_info,
+            "log": lines,
+        }
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(doc, indent=1, default=str))
     return 1 if failures else 0

@@ -104,8 +104,10 @@ def build(specs: list[str], arch: str, run6: bool = False) -> None:
     todo = [(spec, name, cfg) for spec in specs for name, cfg in variants_of(spec, arch).items()]
     if run6:
         todo += [(c["case"], name, cfg) for c in run6_cases(arch) for name, cfg in c["configs"].items()]
-        todo += [("sanitize", str(problem), cfg) for (params, problem), cfg in zip(SANITIZE, sanitize_configs(arch),
-                                                                                   strict=True)]  # fmt: skip
+        todo += [
+            ("sanitize", str(problem), cfg)
+            for (params, problem), cfg in zip(SANITIZE, sanitize_configs(arch), strict=True)
+        ]
     for case, name, cfg in todo:
         r = compile_config(cfg)
         res = next(iter(r.resources.values()))
@@ -164,9 +166,18 @@ def run6_cases(arch: str = "sm_90") -> list[dict]:
                 cfgs[f"pick, ALIGN {other}"] = reconfigure(pick, params={"ALIGN": other})
                 s = r.ranked[1]
                 cfgs[f"#{s.rank} {s.cfg.label}"] = _tiles_config(r.problem, s, total, arch)
-            out.append({"case": f"{m}x{n}x{k} {dt}", "shape": [m, n, k], "dtype": dt, "configs": cfgs,
-                        "ranks": {f"#{s.rank} {s.cfg.label}": {"tflops_predicted": s.tflops, "reason": s.reason}
-                                  for s in r.ranked[:3]}})  # fmt: skip
+            out.append(
+                {
+                    "case": f"{m}x{n}x{k} {dt}",
+                    "shape": [m, n, k],
+                    "dtype": dt,
+                    "configs": cfgs,
+                    "ranks": {
+                        f"#{s.rank} {s.cfg.label}": {"tflops_predicted": s.tflops, "reason": s.reason}
+                        for s in r.ranked[:3]
+                    },
+                }
+            )
     return out
 
 
@@ -189,8 +200,13 @@ def _family_rows() -> list[tuple[str, dict, dict]]:
         for row in rows:
             for o in row["ours"].values():
                 args = [x.strip() for x in o["name_expression"].split("<", 1)[1].rstrip(">").split(",")]
-                t = dict(zip(("BM", "BN", "BK", "WM", "WN", "STAGES", "GROUP_M", "SPLIT_K", "MIN_BLOCKS", "ALIGN"),
-                             (int(a) for a in args[3:13]), strict=True))  # fmt: skip
+                t = dict(
+                    zip(
+                        ("BM", "BN", "BK", "WM", "WN", "STAGES", "GROUP_M", "SPLIT_K", "MIN_BLOCKS", "ALIGN"),
+                        (int(a) for a in args[3:13]),
+                        strict=True,
+                    )
+                )
                 out.append((run, row, {**o, **t, "b_col": args[2] == "true"}))
     return out
 
@@ -281,9 +297,15 @@ def calibrate() -> dict:
     counts = {key: len(v) for key, v in sorted(ratios.items())}
     stages["unmeasured"] = min(stages.values())
     atom = load_calibration("sgemm_h200.json")
-    cal = {"stages": stages, "latency_us": {"l2": round(statistics.geometric_mean(l2), 3), "dram": 1.0},
-           "atom_gbps": round(atom["constants"]["atom_gbps"], 1), "gpu_key": "h200", "gpu": "NVIDIA H200",
-           "family": "hgemm", "file": "-"}  # fmt: skip
+    cal = {
+        "stages": stages,
+        "latency_us": {"l2": round(statistics.geometric_mean(l2), 3), "dram": 1.0},
+        "atom_gbps": round(atom["constants"]["atom_gbps"], 1),
+        "gpu_key": "h200",
+        "gpu": "NVIDIA H200",
+        "family": "hgemm",
+        "file": "-",
+    }
     pts = _skinny_points()
 
     def loss(lat: float) -> float:
@@ -292,18 +314,38 @@ def calibrate() -> dict:
 
     grid = [round(0.5 + 0.05 * i, 2) for i in range(51)]
     cal["latency_us"]["dram"] = min(grid, key=loss)
-    fit = [{"dtype": dt, "config": c.label, "measured_ms": ms, "model_ms": _predict(cal, dt, (64, 8192, 4096), c)}
-           for dt, c, ms in pts]  # fmt: skip
+    fit = [
+        {
+            "dtype": dt,
+            "config": c.label,
+            "measured_ms": ms,
+            "model_ms": _predict(cal, dt, (64, 8192, 4096), c),
+        }
+        for dt, c, ms in pts
+    ]
     sq = []
     for (src, shape, dt, bm, bn, mb), t in groups.items():
         from smemtile.model.tiling import TileConfig
 
         for (bk, st), ms in t.items():
             c = TileConfig(bm, bn, bk, 8 if mb == 1 and bm * bn > 16384 else 4, st, 8)
-            sq.append({"source": src, "shape": shape, "dtype": dt, "config": c.label, "measured_ms": ms,
-                       "model_ms": _predict(cal, dt, shape, c)})  # fmt: skip
-    return {"calibration": cal, "stage_comparisons": counts, "l2_latency_points_us": l2, "skinny_fit": fit,
-            "square_fit": sq}  # fmt: skip
+            sq.append(
+                {
+                    "source": src,
+                    "shape": shape,
+                    "dtype": dt,
+                    "config": c.label,
+                    "measured_ms": ms,
+                    "model_ms": _predict(cal, dt, shape, c),
+                }
+            )
+    return {
+        "calibration": cal,
+        "stage_comparisons": counts,
+        "l2_latency_points_us": l2,
+        "skinny_fit": fit,
+        "square_fit": sq,
+    }
 
 
 # ---- GPU ----------------------------------------------------------------------------------------------------------
@@ -387,23 +429,44 @@ def bench_configs(torch, dev, flush, label: str, cfgs: dict, rounds: int) -> dic
         torch.cuda.synchronize()
         written = bool(torch.isfinite(c).all())
         errs[name] = float((c.double() - ref).abs().max()) / scale if written else float("inf")
-        info[name] = {"name_expression": fam.name_expression(cfg), "registers": k.registers,
-                      "local_bytes": k.local_bytes, "blocks_per_sm": k.driver_blocks, "align": fam.align(cfg),
-                      "split_k": cfg.params["SPLIT_K"], "c_dtype": cfg.problem["c_dtype"],
-                      "tolerance": fam.tolerance_for(cfg),
-                      "correct": written and errs[name] <= fam.tolerance_for(cfg)}  # fmt: skip
+        info[name] = {
+            "name_expression": fam.name_expression(cfg),
+            "registers": k.registers,
+            "local_bytes": k.local_bytes,
+            "blocks_per_sm": k.driver_blocks,
+            "align": fam.align(cfg),
+            "split_k": cfg.params["SPLIT_K"],
+            "c_dtype": cfg.problem["c_dtype"],
+            "tolerance": fam.tolerance_for(cfg),
+            "correct": written and errs[name] <= fam.tolerance_for(cfg),
+        }
         fns[name] = launch
     st = {name: stats(ts) for name, ts in time_rounds(fns, torch, rounds, flush).items()}
     ref_name = min(("cuBLAS", "cuBLAS out=C"), key=lambda x: st[x]["median_ms"])
     ref_ms = st[ref_name]["median_ms"]
-    line = {"spec": label, "shape": [m, n, kk], "dtype": first.problem["dtype"], "cublas_call": ref_name,
-            "cublas_tflops": flop / ref_ms / 1e9, "cublas": st[ref_name], "cublas_all": {
-                x: {**st[x], "tflops": flop / st[x]["median_ms"] / 1e9, "rel_err": errs[x]}
-                for x in fns if x.startswith("cuBLAS")}, "ours": {}}  # fmt: skip
+    line = {
+        "spec": label,
+        "shape": [m, n, kk],
+        "dtype": first.problem["dtype"],
+        "cublas_call": ref_name,
+        "cublas_tflops": flop / ref_ms / 1e9,
+        "cublas": st[ref_name],
+        "cublas_all": {
+            x: {**st[x], "tflops": flop / st[x]["median_ms"] / 1e9, "rel_err": errs[x]}
+            for x in fns
+            if x.startswith("cuBLAS")
+        },
+        "ours": {},
+    }
     for name in cfgs:
         s = st[name]
-        line["ours"][name] = {**info[name], **s, "tflops": flop / s["median_ms"] / 1e9,
-                              "ratio": ref_ms / s["median_ms"], "rel_err": errs[name]}  # fmt: skip
+        line["ours"][name] = {
+            **info[name],
+            **s,
+            "tflops": flop / s["median_ms"] / 1e9,
+            "ratio": ref_ms / s["median_ms"],
+            "rel_err": errs[name],
+        }
     for k in kernels:
         k.close()
     return line
@@ -418,8 +481,10 @@ def print_table(rows: list[dict], head: bool = True) -> None:
         )
         print(f"{case:<22} {'cuBLAS':<16} {r['cublas_tflops']:8.1f} {1.0:8.3f} {r['cublas']['spread']:7.1%}")
         for name, o in r["ours"].items():
-            print(f"{'':<22} {name:<16} {o['tflops']:8.1f} {o['ratio']:8.3f} {o['spread']:7.1%} "
-                  f"{o['rel_err']:8.1e} {'yes' if o['correct'] else 'NO'} {o['registers']} regs")  # fmt: skip
+            print(
+                f"{'':<22} {name:<16} {o['tflops']:8.1f} {o['ratio']:8.3f} {o['spread']:7.1%} "
+                f"{o['rel_err']:8.1e} {'yes' if o['correct'] else 'NO'} {o['registers']} regs"
+            )
 
 
 def power(spec: str) -> dict:
@@ -485,8 +550,10 @@ def sanitize() -> int:
     for (_params, problem), cfg in zip(SANITIZE, sanitize_configs(dev.arch_name), strict=True):
         chk = check_config(cfg, dev, np.random.default_rng(3))
         bad += not chk.correct
-        print(f"{fam.name_expression(cfg)} {problem}: correct={chk.correct} max_rel_error={chk.max_rel_error:.1e} "
-              f"ALIGN {fam.align(cfg)}")  # fmt: skip
+        print(
+            f"{fam.name_expression(cfg)} {problem}: correct={chk.correct} max_rel_error={chk.max_rel_error:.1e} "
+            f"ALIGN {fam.align(cfg)}"
+        )
     return 1 if bad else 0
 
 
@@ -512,8 +579,10 @@ def main() -> int:
             args.json.write_text(json.dumps(doc, indent=1, default=list))
         print(json.dumps(doc["calibration"], indent=1))
         for f in doc["skinny_fit"]:
-            print(f"{f['dtype']:5} {f['config']:<34} measured {f['measured_ms'] * 1e3:6.1f} us, model "
-                  f"{f['model_ms'] * 1e3:6.1f} us")  # fmt: skip
+            print(
+                f"{f['dtype']:5} {f['config']:<34} measured {f['measured_ms'] * 1e3:6.1f} us, model "
+                f"{f['model_ms'] * 1e3:6.1f} us"
+            )
         return 0
     doc = (
         bench(args.specs, args.rounds, args.run6, args.json) if args.mode == "bench" else power(args.specs[0])
@@ -523,8 +592,10 @@ def main() -> int:
     if args.mode != "bench":
         for name in ("ours", "cuBLAS", "mma_regs"):
             r = doc[name]
-            print(f"{name:<9} {r.get('tflops', 0):7.1f} TFLOP/s at {r.get('sm_clock_mhz')} MHz, "
-                  f"{r.get('power_w') or 0:.0f} W, reasons {r.get('clock_event_reasons')}")  # fmt: skip
+            print(
+                f"{name:<9} {r.get('tflops', 0):7.1f} TFLOP/s at {r.get('sm_clock_mhz')} MHz, "
+                f"{r.get('power_w') or 0:.0f} W, reasons {r.get('clock_event_reasons')}"
+            )
     return 0
 
 

@@ -84,8 +84,11 @@ def _func_attrs(launch) -> dict:
     d = _driver()
     a = d.CUfunction_attribute
     get = lambda attr: int(_ok(d.cuFuncGetAttribute(attr, launch.func), "cuFuncGetAttribute"))  # noqa: E731
-    return {"registers": get(a.CU_FUNC_ATTRIBUTE_NUM_REGS), "local_bytes": get(a.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES),
-            "shared_bytes": get(a.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)}  # fmt: skip
+    return {
+        "registers": get(a.CU_FUNC_ATTRIBUTE_NUM_REGS),
+        "local_bytes": get(a.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES),
+        "shared_bytes": get(a.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES),
+    }
 
 
 def main() -> int:
@@ -105,12 +108,19 @@ def main() -> int:
 
     n = opt.size
     sample = Sample()
-    args = [KernelArg("M", "scalar", "i32", value=n), KernelArg("N", "scalar", "i32", value=n),
-            KernelArg("K", "scalar", "i32", value=n), KernelArg("A", "array", "f32", n * n, "random"),
-            KernelArg("B", "array", "f32", n * n, "random"), KernelArg("C", "array", "f32", n * n)]  # fmt: skip
+    args = [
+        KernelArg("M", "scalar", "i32", value=n),
+        KernelArg("N", "scalar", "i32", value=n),
+        KernelArg("K", "scalar", "i32", value=n),
+        KernelArg("A", "array", "f32", n * n, "random"),
+        KernelArg("B", "array", "f32", n * n, "random"),
+        KernelArg("C", "array", "f32", n * n),
+    ]
     launch = dict(grid=(n // 128, n // 128), block=256, dynamic_smem=0, args=args)
-    doc: dict = {"size": n, "sample": {"blocks": sample.blocks, "warps": sample.warps,
-                                       "executions": sample.executions}}  # fmt: skip
+    doc: dict = {
+        "size": n,
+        "sample": {"blocks": sample.blocks, "warps": sample.warps, "executions": sample.executions},
+    }
     try:
         t0 = time.perf_counter()
         ptx = compile_cubin(SGEMM, [], "sm_90", options=("-lineinfo",), filename="sgemm_tiled.cu").ptx
@@ -142,12 +152,19 @@ def main() -> int:
         one_layout = BufferLayout(len(instrs), len(shared_symbols(ptx, ENTRY)), one)
         kernels = {"plain": plain}
         try:
-            kernels["instrumented"] = PreparedLaunch(text, ENTRY, param_types=types, record_nbytes=layout.nbytes,
-                                                     **launch)  # fmt: skip
-            kernels["sample_off"] = PreparedLaunch(off, ENTRY, param_types=types, record_nbytes=layout.nbytes,
-                                                   **launch)  # fmt: skip
-            kernels["executions_1"] = PreparedLaunch(instrument(ptx, ENTRY, instrs, one, regs), ENTRY, param_types=types,
-                                                     record_nbytes=one_layout.nbytes, **launch)  # fmt: skip
+            kernels["instrumented"] = PreparedLaunch(
+                text, ENTRY, param_types=types, record_nbytes=layout.nbytes, **launch
+            )
+            kernels["sample_off"] = PreparedLaunch(
+                off, ENTRY, param_types=types, record_nbytes=layout.nbytes, **launch
+            )
+            kernels["executions_1"] = PreparedLaunch(
+                instrument(ptx, ENTRY, instrs, one, regs),
+                ENTRY,
+                param_types=types,
+                record_nbytes=one_layout.nbytes,
+                **launch,
+            )
             doc["function"] = {name: _func_attrs(k) for name, k in kernels.items()}
             times: dict[str, list[float]] = {name: [] for name in kernels}
             for _ in range(2):  # interleaved, so that clock drift hits all alike

@@ -60,8 +60,10 @@ A_PAD = 4  # the fix search's As layout for every sgemm configuration here (chec
 def cfg_label(p: dict) -> str:
     z = f" sk{p['SPLIT_K']}" if p.get("SPLIT_K", 1) > 1 else ""
     rp = f" rp{p['REPACK']}" if p.get("REPACK") else ""  # REPACK forced on (1) or off (2); absent: auto
-    return (f"{p['BM']}x{p['BN']}x{p['BK']} {p['TM']}x{p['TN']} s{p['STAGES']} mb{p['MIN_BLOCKS']}"
-            f"{' av0' if p.get('A_VEC', 1) == 0 else ''}{z}{rp}")  # fmt: skip
+    return (
+        f"{p['BM']}x{p['BN']}x{p['BK']} {p['TM']}x{p['TN']} s{p['STAGES']} mb{p['MIN_BLOCKS']}"
+        f"{' av0' if p.get('A_VEC', 1) == 0 else ''}{z}{rp}"
+    )
 
 
 def _c(bm, bn, bk, tm, tn, st, mb, sk=1, **kw) -> dict:
@@ -74,62 +76,148 @@ def _c(bm, bn, bk, tm, tn, st, mb, sk=1, **kw) -> dict:
 # The calibration pool: one cubin each, measured on every shape where it is sensible (see applicable()).
 POOL: list[dict] = [
     # 128 accumulators per thread (16x8 / 8x16)
-    _c(256, 128, 8, 16, 8, 2, 1), _c(256, 128, 8, 16, 8, 3, 1), _c(256, 128, 8, 16, 8, 4, 1),
-    _c(128, 256, 8, 8, 16, 2, 1), _c(128, 256, 8, 8, 16, 3, 1),
-    _c(128, 128, 8, 16, 8, 2, 2), _c(128, 128, 8, 16, 8, 3, 2), _c(128, 128, 8, 16, 8, 4, 2),
-    _c(128, 128, 8, 16, 8, 5, 2), _c(128, 128, 8, 8, 16, 3, 2), _c(128, 128, 16, 16, 8, 3, 2),
-    _c(256, 128, 16, 16, 8, 3, 1), _c(128, 64, 8, 16, 8, 3, 4), _c(64, 128, 8, 8, 16, 3, 4),
-    _c(256, 64, 8, 16, 8, 3, 2), _c(64, 256, 8, 8, 16, 3, 2), _c(128, 64, 16, 16, 8, 3, 4),
+    _c(256, 128, 8, 16, 8, 2, 1),
+    _c(256, 128, 8, 16, 8, 3, 1),
+    _c(256, 128, 8, 16, 8, 4, 1),
+    _c(128, 256, 8, 8, 16, 2, 1),
+    _c(128, 256, 8, 8, 16, 3, 1),
+    _c(128, 128, 8, 16, 8, 2, 2),
+    _c(128, 128, 8, 16, 8, 3, 2),
+    _c(128, 128, 8, 16, 8, 4, 2),
+    _c(128, 128, 8, 16, 8, 5, 2),
+    _c(128, 128, 8, 8, 16, 3, 2),
+    _c(128, 128, 16, 16, 8, 3, 2),
+    _c(256, 128, 16, 16, 8, 3, 1),
+    _c(128, 64, 8, 16, 8, 3, 4),
+    _c(64, 128, 8, 8, 16, 3, 4),
+    _c(256, 64, 8, 16, 8, 3, 2),
+    _c(64, 256, 8, 8, 16, 3, 2),
+    _c(128, 64, 16, 16, 8, 3, 4),
     # 64 accumulators (8x8)
-    _c(128, 128, 8, 8, 8, 2, 2), _c(128, 128, 8, 8, 8, 3, 2), _c(128, 128, 16, 8, 8, 3, 2),
-    _c(128, 64, 8, 8, 8, 3, 4), _c(64, 128, 8, 8, 8, 3, 4), _c(64, 64, 8, 8, 8, 3, 4),
-    _c(128, 64, 16, 8, 8, 3, 4), _c(64, 128, 16, 8, 8, 3, 4), _c(64, 64, 16, 8, 8, 4, 4),
+    _c(128, 128, 8, 8, 8, 2, 2),
+    _c(128, 128, 8, 8, 8, 3, 2),
+    _c(128, 128, 16, 8, 8, 3, 2),
+    _c(128, 64, 8, 8, 8, 3, 4),
+    _c(64, 128, 8, 8, 8, 3, 4),
+    _c(64, 64, 8, 8, 8, 3, 4),
+    _c(128, 64, 16, 8, 8, 3, 4),
+    _c(64, 128, 16, 8, 8, 3, 4),
+    _c(64, 64, 16, 8, 8, 4, 4),
     # 32 accumulators (4x8 / 8x4)
-    _c(64, 128, 16, 4, 8, 3, 2), _c(128, 64, 16, 8, 4, 3, 2), _c(64, 64, 16, 4, 8, 3, 4),
-    _c(32, 128, 16, 4, 8, 3, 4), _c(128, 32, 16, 8, 4, 3, 4), _c(64, 128, 16, 4, 8, 2, 2),
+    _c(64, 128, 16, 4, 8, 3, 2),
+    _c(128, 64, 16, 8, 4, 3, 2),
+    _c(64, 64, 16, 4, 8, 3, 4),
+    _c(32, 128, 16, 4, 8, 3, 4),
+    _c(128, 32, 16, 8, 4, 3, 4),
+    _c(64, 128, 16, 4, 8, 2, 2),
     # 16 accumulators (4x4)
-    _c(64, 64, 16, 4, 4, 3, 2), _c(64, 64, 16, 4, 4, 2, 2), _c(64, 64, 32, 4, 4, 3, 2),
-    _c(64, 128, 32, 4, 8, 3, 2), _c(32, 32, 8, 4, 4, 3, 4), _c(32, 64, 16, 4, 4, 3, 4),
+    _c(64, 64, 16, 4, 4, 3, 2),
+    _c(64, 64, 16, 4, 4, 2, 2),
+    _c(64, 64, 32, 4, 4, 3, 2),
+    _c(64, 128, 32, 4, 8, 3, 2),
+    _c(32, 32, 8, 4, 4, 3, 4),
+    _c(32, 64, 16, 4, 4, 3, 4),
     _c(64, 32, 16, 4, 4, 3, 4),
     # split K (skinny and deep-K problems)
-    _c(64, 128, 16, 4, 8, 3, 2, 2), _c(64, 128, 16, 4, 8, 3, 2, 4), _c(64, 128, 16, 4, 8, 3, 2, 8),
-    _c(64, 64, 16, 4, 4, 3, 2, 4), _c(64, 64, 16, 4, 4, 3, 2, 8), _c(64, 128, 8, 8, 16, 3, 4, 2),
-    _c(64, 128, 8, 8, 16, 3, 4, 4), _c(64, 128, 8, 8, 8, 3, 4, 2), _c(64, 128, 8, 8, 8, 3, 4, 4),
-    _c(128, 128, 8, 16, 8, 3, 2, 2), _c(128, 128, 8, 16, 8, 3, 2, 4), _c(128, 128, 8, 16, 8, 3, 2, 8),
-    _c(128, 64, 8, 16, 8, 3, 4, 2), _c(128, 64, 8, 16, 8, 3, 4, 4), _c(128, 64, 8, 8, 8, 3, 4, 2),
-    _c(128, 64, 8, 8, 8, 3, 4, 4), _c(128, 64, 16, 8, 4, 3, 2, 2), _c(128, 64, 16, 8, 4, 3, 2, 4),
-    _c(128, 64, 16, 8, 4, 3, 2, 8), _c(32, 128, 16, 4, 8, 3, 4, 4), _c(128, 32, 16, 8, 4, 3, 4, 4),
-    _c(64, 64, 8, 8, 8, 3, 4, 4), _c(256, 128, 8, 16, 8, 3, 1, 2), _c(32, 64, 16, 4, 4, 3, 4, 8),
-]  # fmt: skip
+    _c(64, 128, 16, 4, 8, 3, 2, 2),
+    _c(64, 128, 16, 4, 8, 3, 2, 4),
+    _c(64, 128, 16, 4, 8, 3, 2, 8),
+    _c(64, 64, 16, 4, 4, 3, 2, 4),
+    _c(64, 64, 16, 4, 4, 3, 2, 8),
+    _c(64, 128, 8, 8, 16, 3, 4, 2),
+    _c(64, 128, 8, 8, 16, 3, 4, 4),
+    _c(64, 128, 8, 8, 8, 3, 4, 2),
+    _c(64, 128, 8, 8, 8, 3, 4, 4),
+    _c(128, 128, 8, 16, 8, 3, 2, 2),
+    _c(128, 128, 8, 16, 8, 3, 2, 4),
+    _c(128, 128, 8, 16, 8, 3, 2, 8),
+    _c(128, 64, 8, 16, 8, 3, 4, 2),
+    _c(128, 64, 8, 16, 8, 3, 4, 4),
+    _c(128, 64, 8, 8, 8, 3, 4, 2),
+    _c(128, 64, 8, 8, 8, 3, 4, 4),
+    _c(128, 64, 16, 8, 4, 3, 2, 2),
+    _c(128, 64, 16, 8, 4, 3, 2, 4),
+    _c(128, 64, 16, 8, 4, 3, 2, 8),
+    _c(32, 128, 16, 4, 8, 3, 4, 4),
+    _c(128, 32, 16, 8, 4, 3, 4, 4),
+    _c(64, 64, 8, 8, 8, 3, 4, 4),
+    _c(256, 128, 8, 16, 8, 3, 1, 2),
+    _c(32, 64, 16, 4, 4, 3, 4, 8),
+]
 
 # SGEMM variants for the 4096^3 / 8192^3 targets (run in the fair bench next to the default and tiles' pick).
 VARIANTS: list[dict] = [  # run 2 (run 1 measured 11 others: bench/results/h200_issue20_run1.json)
-    _c(128, 128, 8, 8, 16, 2, 2), _c(128, 128, 8, 8, 16, 4, 2), _c(128, 128, 8, 8, 16, 5, 2),
-    _c(128, 128, 8, 16, 8, 2, 2), _c(128, 128, 8, 16, 8, 3, 2),
-]  # fmt: skip
+    _c(128, 128, 8, 8, 16, 2, 2),
+    _c(128, 128, 8, 8, 16, 4, 2),
+    _c(128, 128, 8, 8, 16, 5, 2),
+    _c(128, 128, 8, 16, 8, 2, 2),
+    _c(128, 128, 8, 16, 8, 3, 2),
+]
 
 # Shapes of the calibration sweep: the model's constants are fitted on FIT only; HELD_OUT is never used to fit.
-FIT = [(3072, 3072, 3072), (1536, 1536, 1536), (768, 768, 768), (2048, 8192, 2048), (5120, 5120, 1024),
-       (128, 4096, 8192), (4096, 128, 8192), (32, 16384, 2048), (512, 512, 16384), (1999, 6001, 1500),
-       # session 3 (measured before the model that uses them was fitted; regimes the first ten covered thinly)
-       (1280, 1280, 1280), (2560, 2560, 2560), (4608, 4608, 2048), (1536, 3072, 6144), (12288, 64, 2048),
-       (64, 12288, 2048), (2560, 1024, 12288), (3001, 2047, 2045),
-       # session 4: unaligned shapes for the RAGGED loop (with 1999x6001x1500 and 3001x2047x2045 re-swept) and
-       # skinny N neighbours (the held-out 8192x64x4096's #1 was a split-K tile no fitting shape had measured)
-       (2047, 4093, 2050), (6000, 2999, 1536), (1535, 1537, 4099), (16384, 64, 2048), (4096, 64, 8192)]  # fmt: skip
-HELD_OUT = [(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (6144, 6144, 6144), (8192, 8192, 8192),
-            (4095, 4097, 1023), (2999, 3001, 3003), (64, 8192, 4096), (8192, 64, 4096), (1024, 1024, 32768)]  # fmt: skip
+FIT = [
+    (3072, 3072, 3072),
+    (1536, 1536, 1536),
+    (768, 768, 768),
+    (2048, 8192, 2048),
+    (5120, 5120, 1024),
+    (128, 4096, 8192),
+    (4096, 128, 8192),
+    (32, 16384, 2048),
+    (512, 512, 16384),
+    (1999, 6001, 1500),
+    # session 3 (measured before the model that uses them was fitted; regimes the first ten covered thinly)
+    (1280, 1280, 1280),
+    (2560, 2560, 2560),
+    (4608, 4608, 2048),
+    (1536, 3072, 6144),
+    (12288, 64, 2048),
+    (64, 12288, 2048),
+    (2560, 1024, 12288),
+    (3001, 2047, 2045),
+    # session 4: unaligned shapes for the RAGGED loop (with 1999x6001x1500 and 3001x2047x2045 re-swept) and
+    # skinny N neighbours (the held-out 8192x64x4096's #1 was a split-K tile no fitting shape had measured)
+    (2047, 4093, 2050),
+    (6000, 2999, 1536),
+    (1535, 1537, 4099),
+    (16384, 64, 2048),
+    (4096, 64, 8192),
+]
+HELD_OUT = [
+    (1024, 1024, 1024),
+    (2048, 2048, 2048),
+    (4096, 4096, 4096),
+    (6144, 6144, 6144),
+    (8192, 8192, 8192),
+    (4095, 4097, 1023),
+    (2999, 3001, 3003),
+    (64, 8192, 4096),
+    (8192, 64, 4096),
+    (1024, 1024, 32768),
+]
 
 # Session 5: unaligned shapes never measured before, swept after REPACK's constants were frozen (one skinny M below
 # REPACK's threshold, where the unaligned loops run)
-HELD_OUT_REPACK = [(3071, 5119, 2045), (5001, 2999, 4093), (1279, 1283, 1285), (511, 6143, 3071), (192, 8191, 4093),
-                   (6143, 6141, 3069), (2045, 2043, 8191)]  # fmt: skip
+HELD_OUT_REPACK = [
+    (3071, 5119, 2045),
+    (5001, 2999, 4093),
+    (1279, 1283, 1285),
+    (511, 6143, 3071),
+    (192, 8191, 4093),
+    (6143, 6141, 3069),
+    (2045, 2043, 8191),
+]
 
 # The fair bench's cases: the targets of issue 20.
-CASES = [("square 4096", (4096, 4096, 4096)), ("square 8192", (8192, 8192, 8192)),
-         ("ragged 4095x4097x1023", (4095, 4097, 1023)), ("ragged 2999x3001x3003", (2999, 3001, 3003)),
-         ("skinny M 64x8192x4096", (64, 8192, 4096)),
-         ("skinny N 8192x64x4096", (8192, 64, 4096)), ("deep K 1024x1024x32768", (1024, 1024, 32768))]  # fmt: skip
+CASES = [
+    ("square 4096", (4096, 4096, 4096)),
+    ("square 8192", (8192, 8192, 8192)),
+    ("ragged 4095x4097x1023", (4095, 4097, 1023)),
+    ("ragged 2999x3001x3003", (2999, 3001, 3003)),
+    ("skinny M 64x8192x4096", (64, 8192, 4096)),
+    ("skinny N 8192x64x4096", (8192, 64, 4096)),
+    ("deep K 1024x1024x32768", (1024, 1024, 32768)),
+]
 
 
 CASE_EXTRAS = {
@@ -307,8 +395,12 @@ def cmd_build(args) -> None:
         cfgs = [p for p, _ in jobs]
     print(f"NVRTC {nvrtc_version()}: {len(cfgs)} configurations into {CACHE}", flush=True)
     for p in cfgs[: args.check_layouts]:
-        doc = {"arch": "sm_90", "tile": {k: v for k, v in p.items() if k not in ("STAGES",)},
-               "stages": p["STAGES"], "kernel": {"family": "sgemm", **CANONICAL}}  # fmt: skip
+        doc = {
+            "arch": "sm_90",
+            "tile": {k: v for k, v in p.items() if k not in ("STAGES",)},
+            "stages": p["STAGES"],
+            "kernel": {"family": "sgemm", **CANONICAL},
+        }
         lay = variants(resolve(doc))["fixed"].layouts
         got = {k: v.to_dict() for k, v in lay.items()}
         assert got == {"As": {"pad": A_PAD}, "Bs": {"pad": 0}}, (cfg_label(p), got)
@@ -367,10 +459,22 @@ class Cublas:
         assert lib.cublasCreate_v2(ctypes.byref(self.handle)) == 0
         assert lib.cublasSetMathMode(self.handle, 0) == 0  # CUBLAS_DEFAULT_MATH: no TF32
         assert lib.cublasSetStream_v2(self.handle, ctypes.c_void_p(0)) == 0
-        lib.cublasSgemm_v2.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                                       ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
-                                       ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
-                                       ctypes.c_int]  # fmt: skip
+        lib.cublasSgemm_v2.argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_void_p,
+            ctypes.c_void_p,
+            ctypes.c_int,
+            ctypes.c_void_p,
+            ctypes.c_int,
+            ctypes.c_void_p,
+            ctypes.c_void_p,
+            ctypes.c_int,
+        ]
         self.alpha, self.beta = ctypes.c_float(1.0), ctypes.c_float(0.0)
         self.name = n
 
@@ -378,8 +482,22 @@ class Cublas:
         """Row-major C[M,N] = A[M,K] @ B[K,N] as column-major C^T = B^T A^T."""
         m, k = a.shape
         n = b.shape[1]
-        st = self.lib.cublasSgemm_v2(self.handle, 0, 0, n, m, k, ctypes.byref(self.alpha), b.data_ptr(), n,
-                                     a.data_ptr(), k, ctypes.byref(self.beta), c.data_ptr(), n)  # fmt: skip
+        st = self.lib.cublasSgemm_v2(
+            self.handle,
+            0,
+            0,
+            n,
+            m,
+            k,
+            ctypes.byref(self.alpha),
+            b.data_ptr(),
+            n,
+            a.data_ptr(),
+            k,
+            ctypes.byref(self.beta),
+            c.data_ptr(),
+            n,
+        )
         if st != 0:
             raise RuntimeError(f"cublasSgemm_v2 returned {st}")
 
@@ -387,8 +505,9 @@ class Cublas:
 def load(params: dict, shape, dev):
     from smemtile.gpu.run import LoadedKernel
 
-    return LoadedKernel(configure_sgemm(params, shape, dev.arch_name), dev,
-                        source=canonical_source(params, shape=shape))  # fmt: skip
+    return LoadedKernel(
+        configure_sgemm(params, shape, dev.arch_name), dev, source=canonical_source(params, shape=shape)
+    )
 
 
 class Problem:
@@ -485,10 +604,18 @@ def step_bench(ctx, rounds: int, variants: bool, log) -> list[dict]:
                     checked[label] = small_checks(o["params"], dev, log)
                 kern = load(o["params"], shape, dev)
                 err = prob.run(kern)
-                meta[label] = {"registers": kern.registers, "spill_bytes": kern.local_bytes,
-                               "blocks_per_sm": kern.driver_blocks, "threads": kern.threads,
-                               "grid": list(kern.shape.grid), "name_expression": kern.expr, "rel_err_fp64": err,
-                               "small_checks": checked[label], "roles": o["roles"], "params": o["params"]}  # fmt: skip
+                meta[label] = {
+                    "registers": kern.registers,
+                    "spill_bytes": kern.local_bytes,
+                    "blocks_per_sm": kern.driver_blocks,
+                    "threads": kern.threads,
+                    "grid": list(kern.shape.grid),
+                    "name_expression": kern.expr,
+                    "rel_err_fp64": err,
+                    "small_checks": checked[label],
+                    "roles": o["roles"],
+                    "params": o["params"],
+                }
                 if err <= tol and checked[label]["correct"]:
                     fns[label] = kern.launch
                     ctx["keep"].append(kern)
@@ -526,10 +653,17 @@ def step_bench(ctx, rounds: int, variants: bool, log) -> list[dict]:
         for label in ours:
             e = {"case": name, "shape": list(shape), "config": label, **meta.get(label, {})}
             if label in st:
-                e.update(ours_ms=st[label]["median_ms"], ours_tflops=flops / st[label]["median_ms"] / 1e9,
-                         ours_spread=st[label]["spread"], ours_stats=st[label], reference=best_ref,
-                         reference_ms=ref_ms, reference_tflops=flops / ref_ms / 1e9,
-                         reference_spread=st[best_ref]["spread"], ratio=ref_ms / st[label]["median_ms"])  # fmt: skip
+                e.update(
+                    ours_ms=st[label]["median_ms"],
+                    ours_tflops=flops / st[label]["median_ms"] / 1e9,
+                    ours_spread=st[label]["spread"],
+                    ours_stats=st[label],
+                    reference=best_ref,
+                    reference_ms=ref_ms,
+                    reference_tflops=flops / ref_ms / 1e9,
+                    reference_spread=st[best_ref]["spread"],
+                    ratio=ref_ms / st[label]["median_ms"],
+                )
             entries.append(e)
         entries.append(
             {
@@ -550,8 +684,10 @@ def step_bench(ctx, rounds: int, variants: bool, log) -> list[dict]:
             (e for e in entries if e.get("case") == name and "ratio" in e), key=lambda e: -e["ratio"]
         )
         for e in rows:
-            log(f"  {name:<24} {e['config']:<34} {e['ours_tflops']:6.1f} vs {e['reference_tflops']:5.1f} "
-                f"{e['ratio']:.3f}x ({','.join(e['roles'])}; spread {e['ours_spread']:.1%}/{e['reference_spread']:.1%})")  # fmt: skip
+            log(
+                f"  {name:<24} {e['config']:<34} {e['ours_tflops']:6.1f} vs {e['reference_tflops']:5.1f} "
+                f"{e['ratio']:.3f}x ({','.join(e['roles'])}; spread {e['ours_spread']:.1%}/{e['reference_spread']:.1%})"
+            )
     return entries
 
 
@@ -591,11 +727,20 @@ def step_sweep(
         for rname in ("torch.matmul", "cublasSgemm"):
             if rname == "cublasSgemm" and cublas is None:
                 continue
-            fn = (lambda p=prob: torch.matmul(p.a, p.b, out=p.c2)) if rname == "torch.matmul" else (
-                lambda p=prob: cublas.sgemm(p.a, p.b, p.c2))  # fmt: skip
+            fn = (
+                (lambda p=prob: torch.matmul(p.a, p.b, out=p.c2))
+                if rname == "torch.matmul"
+                else (lambda p=prob: cublas.sgemm(p.a, p.b, p.c2))
+            )
             ts = time_quick(fn, torch, flush, 7)
-            rows.append({"reference": rname, "time_ms": statistics.median(ts), "times": ts,
-                         "tflops": flops / statistics.median(ts) / 1e9})  # fmt: skip
+            rows.append(
+                {
+                    "reference": rname,
+                    "time_ms": statistics.median(ts),
+                    "times": ts,
+                    "tflops": flops / statistics.median(ts) / 1e9,
+                }
+            )
         mine, seen = [], set()
         for p in [*pool, *(extra or {}).get(tuple(shape), [])]:
             if cfg_label(p) not in seen:
@@ -616,9 +761,14 @@ def step_sweep(
                     kern.launch()
                     torch.cuda.synchronize()
                     err = prob.error(prob.c)
-                    row.update(registers=kern.registers, spill_bytes=kern.local_bytes,
-                               blocks_per_sm=kern.driver_blocks, threads=kern.threads, rel_err_fp64=err,
-                               correct=err <= tol)  # fmt: skip
+                    row.update(
+                        registers=kern.registers,
+                        spill_bytes=kern.local_bytes,
+                        blocks_per_sm=kern.driver_blocks,
+                        threads=kern.threads,
+                        rel_err_fp64=err,
+                        correct=err <= tol,
+                    )
                     if err <= tol:
                         first = time_quick(kern.launch, torch, flush, 1)[0]
                         ts = [first, *time_quick(kern.launch, torch, flush, 2 if first > 20 else 4)]
@@ -650,9 +800,20 @@ TRITON_SHAPES = [
     ("bf16", (8192, 8192, 8192)),
 ]  # the last one: never used to calibrate (run 2 validation)
 # A conventional Hopper search space for the tutorial kernel (as a user would write it by hand).
-CONVENTIONAL = [(128, 256, 64, 3, 8), (256, 128, 64, 3, 8), (128, 128, 64, 4, 8), (128, 128, 64, 3, 4),
-                (128, 256, 32, 4, 8), (256, 128, 32, 4, 8), (128, 128, 32, 4, 4), (64, 256, 64, 4, 4),
-                (128, 64, 64, 4, 4), (64, 128, 64, 4, 4), (128, 128, 128, 3, 8), (64, 64, 64, 5, 4)]  # fmt: skip
+CONVENTIONAL = [
+    (128, 256, 64, 3, 8),
+    (256, 128, 64, 3, 8),
+    (128, 128, 64, 4, 8),
+    (128, 128, 64, 3, 4),
+    (128, 256, 32, 4, 8),
+    (256, 128, 32, 4, 8),
+    (128, 128, 32, 4, 4),
+    (64, 256, 64, 4, 4),
+    (128, 64, 64, 4, 4),
+    (64, 128, 64, 4, 4),
+    (128, 128, 128, 3, 8),
+    (64, 64, 64, 5, 4),
+]
 
 
 def triton_space() -> list[tuple[int, int, int, int, int]]:
@@ -682,9 +843,24 @@ except ImportError:  # pragma: no cover - depends on the machine
 if triton is not None:
 
     @triton.jit
-    def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
-                      stride_cn, BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr,
-                      BLOCK_SIZE_K: tl.constexpr, GROUP_SIZE_M: tl.constexpr):  # fmt: skip
+    def matmul_kernel(
+        a_ptr,
+        b_ptr,
+        c_ptr,
+        M,
+        N,
+        K,
+        stride_am,
+        stride_ak,
+        stride_bk,
+        stride_bn,
+        stride_cm,
+        stride_cn,
+        BLOCK_SIZE_M: tl.constexpr,
+        BLOCK_SIZE_N: tl.constexpr,
+        BLOCK_SIZE_K: tl.constexpr,
+        GROUP_SIZE_M: tl.constexpr,
+    ):
         # The Triton tutorial's matmul (03-matrix-multiplication.py): grouped ordering, tl.dot, fp32 accumulator.
         pid = tl.program_id(axis=0)
         num_pid_m = tl.cdiv(M, BLOCK_SIZE_M)
@@ -721,8 +897,14 @@ def triton_kernel():
 
 def _meta(c) -> dict:
     bm, bn, bk, st, w = c
-    return {"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": bk, "GROUP_SIZE_M": 8, "num_warps": w,
-            "num_stages": st}  # fmt: skip
+    return {
+        "BLOCK_SIZE_M": bm,
+        "BLOCK_SIZE_N": bn,
+        "BLOCK_SIZE_K": bk,
+        "GROUP_SIZE_M": 8,
+        "num_warps": w,
+        "num_stages": st,
+    }
 
 
 def _triton_warm(job) -> str:
@@ -757,8 +939,10 @@ def step_triton(ctx, configs_per_shape: dict, log, deadline: float, workers: int
                 warm[(j[0], j[2])] = r
     except Exception as e:
         log(f"  triton: parallel warm-up failed ({type(e).__name__}: {e}); compiling in the timed process")
-    log(f"  triton: {len(jobs)} compiles in {time.time() - t0:.1f} s "
-        f"({sum(v == 'ok' for v in warm.values())} ok)")  # fmt: skip
+    log(
+        f"  triton: {len(jobs)} compiles in {time.time() - t0:.1f} s "
+        f"({sum(v == 'ok' for v in warm.values())} ok)"
+    )
     out = {"triton": triton.__version__, "compile_s": time.time() - t0, "shapes": {}}
     for dname, shape in TRITON_SHAPES:
         if time.time() > deadline:
@@ -767,15 +951,18 @@ def step_triton(ctx, configs_per_shape: dict, log, deadline: float, workers: int
         m, n, k = shape
         rows = _triton_shape(torch, dname, shape, configs_per_shape[(dname, shape)], warm, deadline)
         ok = sorted((r for r in rows if "tflops" in r and "config" in r), key=lambda r: -r["tflops"])
-        log(f"  triton {dname} {m}x{n}x{k}: torch {rows[0]['tflops']:.0f}; best {ok[0]['config'] if ok else None} "
-            f"{ok[0]['tflops'] if ok else 0:.0f} TFLOP/s of {len(ok)} timed")  # fmt: skip
+        log(
+            f"  triton {dname} {m}x{n}x{k}: torch {rows[0]['tflops']:.0f}; best {ok[0]['config'] if ok else None} "
+            f"{ok[0]['tflops'] if ok else 0:.0f} TFLOP/s of {len(ok)} timed"
+        )
         out["shapes"][f"{dname} {m}x{n}x{k}"] = {"dtype": dname, "shape": list(shape), "rows": rows}
         torch.cuda.empty_cache()
     return out
 
 
-def _triton_shape(torch, dname: str, shape, configs, warm: dict, deadline: float = math.inf,
-                  rounds: int = 15) -> list[dict]:  # fmt: skip
+def _triton_shape(
+    torch, dname: str, shape, configs, warm: dict, deadline: float = math.inf, rounds: int = 15
+) -> list[dict]:
     """torch.matmul and every configuration: checked against fp32 torch, then timed in alternating rounds with
     the same 512 MiB flush before each call as the SGEMM bench (median, spread = (p90 - p10) / median)."""
     kern = triton_kernel()
@@ -796,8 +983,21 @@ def _triton_shape(torch, dname: str, shape, configs, warm: dict, deadline: float
         grid = (triton.cdiv(m, cc[0]) * triton.cdiv(n, cc[1]),)
 
         def run(meta=meta, grid=grid):
-            kern[grid](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0),
-                       c.stride(1), **meta)  # fmt: skip
+            kern[grid](
+                a,
+                b,
+                c,
+                m,
+                n,
+                k,
+                a.stride(0),
+                a.stride(1),
+                b.stride(0),
+                b.stride(1),
+                c.stride(0),
+                c.stride(1),
+                **meta,
+            )
 
         try:
             c.fill_(float("nan"))
@@ -819,11 +1019,25 @@ def _triton_shape(torch, dname: str, shape, configs, warm: dict, deadline: float
     for row in rows:
         key = json.dumps(row["config"])
         if key in st:
-            row.update(ms=st[key]["median_ms"], p10_ms=st[key]["p10_ms"], p90_ms=st[key]["p90_ms"],
-                       spread=st[key]["spread"], tflops=flops / st[key]["median_ms"] / 1e9)  # fmt: skip
+            row.update(
+                ms=st[key]["median_ms"],
+                p10_ms=st[key]["p10_ms"],
+                p90_ms=st[key]["p90_ms"],
+                spread=st[key]["spread"],
+                tflops=flops / st[key]["median_ms"] / 1e9,
+            )
     r = st["torch.matmul"]
-    rows.insert(0, {"reference": "torch.matmul", "ms": r["median_ms"], "p10_ms": r["p10_ms"], "p90_ms": r["p90_ms"],
-                    "spread": r["spread"], "tflops": flops / r["median_ms"] / 1e9})  # fmt: skip
+    rows.insert(
+        0,
+        {
+            "reference": "torch.matmul",
+            "ms": r["median_ms"],
+            "p10_ms": r["p10_ms"],
+            "p90_ms": r["p90_ms"],
+            "spread": r["spread"],
+            "tflops": flops / r["median_ms"] / 1e9,
+        },
+    )
     del flush
     return rows
 
@@ -840,16 +1054,23 @@ def versions(torch, dev) -> dict:
         tv = None
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "gpu": dev.name, "sms": dev.sm_count, "nvidia_smi": smi,
+        "gpu": dev.name,
+        "sms": dev.sm_count,
+        "nvidia_smi": smi,
         "driver": smi.split(",")[0].strip() if smi else None,
         "cuda_driver_api": env["cuda_driver_api"],
-        "versions": {"torch": torch.__version__, "torch_cuda": torch.version.cuda, "triton": tv,
-                     "cuda-bindings": env["cuda_bindings"], "nvrtc": env["nvrtc"]},
+        "versions": {
+            "torch": torch.__version__,
+            "torch_cuda": torch.version.cuda,
+            "triton": tv,
+            "cuda-bindings": env["cuda_bindings"],
+            "nvrtc": env["nvrtc"],
+        },
         "commit": os.environ.get("SMEMTILE_COMMIT", "unknown"),
         "reference": "faster of torch.matmul (allow_tf32 False) and cublasSgemm_v2 (default math), same A and B",
         "timing": f"{FLUSH_BYTES >> 20} MiB memset before every timed call (outside the events), alternating "
-                  "rounds, order reversed every round; median, spread = (p90 - p10) / median",
-    }  # fmt: skip
+        "rounds, order reversed every round; median, spread = (p90 - p10) / median",
+    }
 
 
 def cmd_run(args) -> None:
@@ -906,8 +1127,11 @@ def cmd_run(args) -> None:
                 res = step_sweep(ctx, shapes, [], log, deadline, extra)
                 save("sweep_extra_h200.json", {"pool": 0, "shapes": res})
             elif step == "triton":
-                space = [tuple(x) for x in json.loads(Path(args.triton_configs).read_text())] if \
-                    args.triton_configs else triton_space()  # fmt: skip
+                space = (
+                    [tuple(x) for x in json.loads(Path(args.triton_configs).read_text())]
+                    if args.triton_configs
+                    else triton_space()
+                )
                 per = {(d, s): space for d, s in TRITON_SHAPES}
                 save(
                     "triton_h200.json",

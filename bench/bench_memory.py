@@ -88,8 +88,14 @@ class Case:
 
 
 # run4: (role, rows, cols); one ragged shape in each group (edge tiles take the scalar path)
-RUN4_SHAPES = (("fit", 8192, 8192), ("fit", 4096, 4096), ("fit", 5000, 6000),
-               ("held_out", 4096, 16384), ("held_out", 16384, 4096), ("held_out", 7000, 9000))  # fmt: skip
+RUN4_SHAPES = (
+    ("fit", 8192, 8192),
+    ("fit", 4096, 4096),
+    ("fit", 5000, 6000),
+    ("held_out", 4096, 16384),
+    ("held_out", 16384, 4096),
+    ("held_out", 7000, 9000),
+)
 
 
 def pad1():
@@ -165,8 +171,15 @@ def stencil_configs(r: int, plan: str) -> tuple[Config, ...]:
             Config("old: 32x8 VEC1 RY1", {"R": r, "BX": 32, "BY": 8, "VEC": 1, "RY": 1}),
         )
     shapes = [  # (BX, BY, RY): output tile BX*4 x BY*RY
-        (32, 8, 4), (32, 4, 8), (32, 8, 8), (32, 16, 2), (32, 8, 2), (32, 4, 4), (16, 16, 4), (64, 4, 8),
-    ]  # fmt: skip
+        (32, 8, 4),
+        (32, 4, 8),
+        (32, 8, 8),
+        (32, 16, 2),
+        (32, 8, 2),
+        (32, 4, 4),
+        (16, 16, 4),
+        (64, 4, 8),
+    ]
     out = [Config(f"{bx}x{by} RY{ry}", {"R": r, "BX": bx, "BY": by, "RY": ry}) for bx, by, ry in shapes]
     out.append(Config("old: 32x8 VEC1 RY1", {"R": r, "BX": 32, "BY": 8, "VEC": 1, "RY": 1}))
     return tuple(out)
@@ -199,15 +212,29 @@ def run4_cases() -> list[Case]:
         cfgs = []
         for p in candidates(dt):
             params = set_params(p)
-            cfgs.append(Config(label(p), params, fixed_layouts("transpose", params, {"rows": 8192, "cols": 8192,
-                                                                                     "dtype": dt})))  # fmt: skip
+            cfgs.append(
+                Config(
+                    label(p),
+                    params,
+                    fixed_layouts("transpose", params, {"rows": 8192, "cols": 8192, "dtype": dt}),
+                )
+            )
         for role, rows, cols in RUN4_SHAPES:
             extra: tuple[Config, ...] = ()
             if (rows, cols) == (8192, 8192) and dt == "f32":
-                extra = (sample_config("transpose_32x32"),
-                         Config("T64x8 swz326", {"TILE": 64, "BLOCK_ROWS": 8}, swz(3, 2, 6)))  # fmt: skip
-            cases.append(Case(f"transpose {dt} {rows}x{cols}", "transpose", {"rows": rows, "cols": cols, "dtype": dt},
-                              (*cfgs, *extra), role))  # fmt: skip
+                extra = (
+                    sample_config("transpose_32x32"),
+                    Config("T64x8 swz326", {"TILE": 64, "BLOCK_ROWS": 8}, swz(3, 2, 6)),
+                )
+            cases.append(
+                Case(
+                    f"transpose {dt} {rows}x{cols}",
+                    "transpose",
+                    {"rows": rows, "cols": cols, "dtype": dt},
+                    (*cfgs, *extra),
+                    role,
+                )
+            )
     return cases
 
 
@@ -257,15 +284,24 @@ def ranked_configs(family: str, problem: dict, keys: dict) -> tuple[Config, ...]
 def spearman_cases() -> list[Case]:
     (ny, nx), radii = SPEARMAN_STENCIL
     held = tuple((rows, cols) for role, rows, cols in RUN4_SHAPES if role == "held_out")
-    return stencil_ranked_cases(((ny, nx),), radii) + transpose_ranked_cases(((("f32",), held), (("f16",), held)),
-                                                                             "held_out")  # fmt: skip
+    return stencil_ranked_cases(((ny, nx),), radii) + transpose_ranked_cases(
+        ((("f32",), held), (("f16",), held)), "held_out"
+    )
 
 
 def stencil_ranked_cases(shapes: tuple, radii: tuple, role: str = "held_out") -> list[Case]:
     """The sampled stencil2d candidates, with the model's prediction, for each shape and radius."""
-    return [Case(f"stencil R{r} {ny}x{nx}", "stencil2d", {"ny": ny, "nx": nx},
-                 ranked_configs("stencil2d", {"ny": ny, "nx": nx}, {"R": r}), role)
-            for ny, nx in shapes for r in radii]  # fmt: skip
+    return [
+        Case(
+            f"stencil R{r} {ny}x{nx}",
+            "stencil2d",
+            {"ny": ny, "nx": nx},
+            ranked_configs("stencil2d", {"ny": ny, "nx": nx}, {"R": r}),
+            role,
+        )
+        for ny, nx in shapes
+        for r in radii
+    ]
 
 
 # plan heldout (session 4, continued): the refitted models (frozen at the commit the run records) on shapes no
@@ -306,18 +342,30 @@ S5_FIT_SHAPES = {
     "f32": ((8192, 8192), (4096, 4096), (7000, 9000)),
     "f16": ((8192, 8192), (6144, 5000), (5000, 6000)),
 }
-S5_HELDOUT = ((("f16",), ((10240, 5400), (14336, 2600), (9216, 9216), (6600, 5400))),
-              (("f32",), ((7168, 7680), (6144, 7000))))  # fmt: skip
+S5_HELDOUT = (
+    (("f16",), ((10240, 5400), (14336, 2600), (9216, 9216), (6600, 5400))),
+    (("f32",), ((7168, 7680), (6144, 7000))),
+)
 # s6heldout: the session-6 model (the L1 feature, refitted on everything up to s6async) on shapes no results file
 # has measured: two aligned and one ragged, line-misaligned shape per element size; same sampling as s5heldout
-S6_HELDOUT = ((("f32",), ((10240, 6144), (6656, 8704), (9000, 5200))),
-              (("f16",), ((7680, 7168), (5760, 10240), (12000, 4000))))  # fmt: skip
+S6_HELDOUT = (
+    (("f32",), ((10240, 6144), (6656, 8704), (9000, 5200))),
+    (("f16",), ((7680, 7168), (5760, 10240), (12000, 4000))),
+)
 
 
 def shape_cases(dtype: str, shapes, cfgs: list[Config], role: str = "fit") -> list[Case]:
     """One transpose case per (rows, cols) of ``shapes``, each timing ``cfgs``."""
-    return [Case(f"transpose {dtype} {rows}x{cols}", "transpose", {"rows": rows, "cols": cols, "dtype": dtype},
-                 tuple(cfgs), role) for rows, cols in shapes]  # fmt: skip
+    return [
+        Case(
+            f"transpose {dtype} {rows}x{cols}",
+            "transpose",
+            {"rows": rows, "cols": cols, "dtype": dtype},
+            tuple(cfgs),
+            role,
+        )
+        for rows, cols in shapes
+    ]
 
 
 def s5_fit_sample(dtype: str) -> list[dict]:
@@ -345,8 +393,13 @@ def s5_fit_cases() -> list[Case]:
         cfgs = []
         for p in [*ctl, *s5_fit_sample(dt)]:
             params = tt.set_params(p)
-            cfgs.append(Config(tt.label(p), params, fixed_layouts("transpose", params, {"rows": 8192, "cols": 8192,
-                                                                                       "dtype": dt})))  # fmt: skip
+            cfgs.append(
+                Config(
+                    tt.label(p),
+                    params,
+                    fixed_layouts("transpose", params, {"rows": 8192, "cols": 8192, "dtype": dt}),
+                )
+            )
         cases += shape_cases(dt, shapes, cfgs)
     return cases
 
@@ -358,8 +411,15 @@ def transpose_ranked_cases(groups: tuple, role: str) -> list[Case]:
         for dt in dtypes:
             for rows, cols in shapes:
                 problem = {"rows": rows, "cols": cols, "dtype": dt}
-                cases.append(Case(f"transpose {dt} {rows}x{cols}", "transpose", problem,
-                                  ranked_configs("transpose", problem, {}), role))  # fmt: skip
+                cases.append(
+                    Case(
+                        f"transpose {dt} {rows}x{cols}",
+                        "transpose",
+                        problem,
+                        ranked_configs("transpose", problem, {}),
+                        role,
+                    )
+                )
     return cases
 
 
@@ -371,9 +431,21 @@ def s5_f16_top_cases() -> list[Case]:
     from smemtile.pipeline.tiles import family_tiles
 
     ranked = family_tiles("transpose", [8192, 8192], dtype="f16", keys={}, arch=ARCH).ranked
-    cfgs = [Config(s.label, s.params_dict(), fixed_layouts("transpose", s.params_dict(), problem),
-                   {"rank": s.rank, "of": len(ranked), "gbps": s.gbps, "time_us": s.time_us,
-                    "copy_ratio": s.copy_ratio}) for s in ranked[:20]]  # fmt: skip
+    cfgs = [
+        Config(
+            s.label,
+            s.params_dict(),
+            fixed_layouts("transpose", s.params_dict(), problem),
+            {
+                "rank": s.rank,
+                "of": len(ranked),
+                "gbps": s.gbps,
+                "time_us": s.time_us,
+                "copy_ratio": s.copy_ratio,
+            },
+        )
+        for s in ranked[:20]
+    ]
     for br, pack in ((8, 1), (8, 2), (16, 1), (16, 2), (4, 2)):
         params = {"TILE": 64, "BLOCK_ROWS": br, "TILE_Y": 256, **({"PACK": pack} if pack > 1 else {})}
         label = f"T64xY256x{br}" + (f" P{pack}" if pack > 1 else "")
@@ -383,19 +455,29 @@ def s5_f16_top_cases() -> list[Case]:
 
 # session 6: ASYNC = 0 / 1 pairs (phase 1 through registers or cp.async); (label, params) per dtype
 S6_ASYNC = {
-    "f16": (("T128x4 P2", {"TILE": 128, "BLOCK_ROWS": 4, "PACK": 2}), ("T128x8 P2", {"TILE": 128, "BLOCK_ROWS": 8, "PACK": 2}),
-            ("T128x2 P2", {"TILE": 128, "BLOCK_ROWS": 2, "PACK": 2}), ("T128x4 P4", {"TILE": 128, "BLOCK_ROWS": 4, "PACK": 4}),
-            ("T64xY128x4", {"TILE": 64, "BLOCK_ROWS": 4, "TILE_Y": 128}),
-            ("T64xY128x8 P2", {"TILE": 64, "BLOCK_ROWS": 8, "TILE_Y": 128, "PACK": 2}),
-            ("T64x4 P2", {"TILE": 64, "BLOCK_ROWS": 4, "PACK": 2}), ("T64x2 P2", {"TILE": 64, "BLOCK_ROWS": 2, "PACK": 2}),
-            ("T128x4 P2 2tiles", {"TILE": 128, "BLOCK_ROWS": 4, "PACK": 2, "TILES": 2}),
-            ("T64xY256x4 P2", {"TILE": 64, "BLOCK_ROWS": 4, "TILE_Y": 256, "PACK": 2})),
-    "f32": (("T64x8", {"TILE": 64, "BLOCK_ROWS": 8}), ("T64x4 P2", {"TILE": 64, "BLOCK_ROWS": 4, "PACK": 2}),
-            ("T64x2 P2 mb16", {"TILE": 64, "BLOCK_ROWS": 2, "PACK": 2, "MIN_BLOCKS": 16}),
-            ("T64x2 P4", {"TILE": 64, "BLOCK_ROWS": 2, "PACK": 4}), ("T64x4", {"TILE": 64, "BLOCK_ROWS": 4}),
-            ("T64xY128x8 P2", {"TILE": 64, "BLOCK_ROWS": 8, "TILE_Y": 128, "PACK": 2}),
-            ("T64x1", {"TILE": 64, "BLOCK_ROWS": 1}), ("T32x2 P2", {"TILE": 32, "BLOCK_ROWS": 2, "PACK": 2})),
-}  # fmt: skip
+    "f16": (
+        ("T128x4 P2", {"TILE": 128, "BLOCK_ROWS": 4, "PACK": 2}),
+        ("T128x8 P2", {"TILE": 128, "BLOCK_ROWS": 8, "PACK": 2}),
+        ("T128x2 P2", {"TILE": 128, "BLOCK_ROWS": 2, "PACK": 2}),
+        ("T128x4 P4", {"TILE": 128, "BLOCK_ROWS": 4, "PACK": 4}),
+        ("T64xY128x4", {"TILE": 64, "BLOCK_ROWS": 4, "TILE_Y": 128}),
+        ("T64xY128x8 P2", {"TILE": 64, "BLOCK_ROWS": 8, "TILE_Y": 128, "PACK": 2}),
+        ("T64x4 P2", {"TILE": 64, "BLOCK_ROWS": 4, "PACK": 2}),
+        ("T64x2 P2", {"TILE": 64, "BLOCK_ROWS": 2, "PACK": 2}),
+        ("T128x4 P2 2tiles", {"TILE": 128, "BLOCK_ROWS": 4, "PACK": 2, "TILES": 2}),
+        ("T64xY256x4 P2", {"TILE": 64, "BLOCK_ROWS": 4, "TILE_Y": 256, "PACK": 2}),
+    ),
+    "f32": (
+        ("T64x8", {"TILE": 64, "BLOCK_ROWS": 8}),
+        ("T64x4 P2", {"TILE": 64, "BLOCK_ROWS": 4, "PACK": 2}),
+        ("T64x2 P2 mb16", {"TILE": 64, "BLOCK_ROWS": 2, "PACK": 2, "MIN_BLOCKS": 16}),
+        ("T64x2 P4", {"TILE": 64, "BLOCK_ROWS": 2, "PACK": 4}),
+        ("T64x4", {"TILE": 64, "BLOCK_ROWS": 4}),
+        ("T64xY128x8 P2", {"TILE": 64, "BLOCK_ROWS": 8, "TILE_Y": 128, "PACK": 2}),
+        ("T64x1", {"TILE": 64, "BLOCK_ROWS": 1}),
+        ("T32x2 P2", {"TILE": 32, "BLOCK_ROWS": 2, "PACK": 2}),
+    ),
+}
 S6_ASYNC_SHAPES = (("f16", 8192, 8192), ("f32", 8192, 8192), ("f32", 7168, 7680))
 
 
@@ -422,10 +504,17 @@ def s6_group_cases() -> list[Case]:
     by column) of the best tiles, which sets how much of each output row the resident blocks write together; fp32
     T64x8 alongside."""
     cases = []
-    for dt, tiles in (("f16", (("T128x4 P2", {"TILE": 128, "BLOCK_ROWS": 4, "PACK": 2}),
-                               ("T128x8 P2", {"TILE": 128, "BLOCK_ROWS": 8, "PACK": 2}),
-                               ("T64xY256x4 P2", {"TILE": 64, "BLOCK_ROWS": 4, "TILE_Y": 256, "PACK": 2}))),
-                      ("f32", (("T64x8", {"TILE": 64, "BLOCK_ROWS": 8}),))):  # fmt: skip
+    for dt, tiles in (
+        (
+            "f16",
+            (
+                ("T128x4 P2", {"TILE": 128, "BLOCK_ROWS": 4, "PACK": 2}),
+                ("T128x8 P2", {"TILE": 128, "BLOCK_ROWS": 8, "PACK": 2}),
+                ("T64xY256x4 P2", {"TILE": 64, "BLOCK_ROWS": 4, "TILE_Y": 256, "PACK": 2}),
+            ),
+        ),
+        ("f32", (("T64x8", {"TILE": 64, "BLOCK_ROWS": 8}),)),
+    ):
         problem = {"rows": 8192, "cols": 8192, "dtype": dt}
         cfgs = []
         for label, params in tiles:
@@ -440,19 +529,25 @@ def s6_group_cases() -> list[Case]:
 
 # s6colheldout: the model with the launch order (refitted on s6colfit and every transpose run before it, s6heldout
 # included) on shapes no results file has measured; same sampling as s5heldout
-S6_COL_HELDOUT = ((("f32",), ((7680, 9216), (12288, 4608), (7496, 6504))),
-                  (("f16",), ((9728, 6144), (4608, 14336), (7000, 8000))))  # fmt: skip
+S6_COL_HELDOUT = (
+    (("f32",), ((7680, 9216), (12288, 4608), (7496, 6504))),
+    (("f16",), ((9728, 6144), (4608, 14336), (7000, 8000))),
+)
 # s6colheldout2: after s6colheldout's miss at fp16 7000 x 8000 (#1 row order 0.825x, column order 0.925x: column
 # order writes whole output rows, so a misaligned output pitch costs it less), the output side's weight with a
 # column term, refitted on everything, s6colheldout included; fresh shapes again
-S6_COL_HELDOUT2 = ((("f32",), ((9216, 7168), (5632, 11264), (6000, 7000))),
-                   (("f16",), ((6656, 9216), (11000, 5120), (6000, 9000))))  # fmt: skip
+S6_COL_HELDOUT2 = (
+    (("f32",), ((9216, 7168), (5632, 11264), (6000, 7000))),
+    (("f16",), ((6656, 9216), (11000, 5120), (6000, 9000))),
+)
 # s6colfit: the launch order as a fitting sweep, each configuration row by row (GROUP 1) and column by column
 # (GROUP 0): the model's top 10 at 8192^2 and S6_COL_SAMPLE more drawn (seed 6) from the rest of the space the
 # family builds without spills, on four fit shapes per element size (aligned, tall, wide, misaligned)
 S6_COL_TOP, S6_COL_SAMPLE, S6_COL_SEED = 10, 8, 6
-S6_COL_SHAPES = {"f32": ((8192, 8192), (4096, 4096), (7000, 9000), (16384, 4096)),
-                 "f16": ((8192, 8192), (6144, 5000), (5000, 6000), (4096, 16384))}  # fmt: skip
+S6_COL_SHAPES = {
+    "f32": ((8192, 8192), (4096, 4096), (7000, 9000), (16384, 4096)),
+    "f16": ((8192, 8192), (6144, 5000), (5000, 6000), (4096, 16384)),
+}
 
 
 def s6_col_configs(dtype: str) -> list[dict]:
@@ -478,8 +573,13 @@ def s6_col_fit_cases() -> list[Case]:
         for p in s6_col_configs(dt):
             for g in (1, 0):
                 q = tt.set_params({**p, "GROUP": g})
-                cfgs.append(Config(tt.label(q), q, fixed_layouts("transpose", q, {"rows": 8192, "cols": 8192,
-                                                                                 "dtype": dt})))  # fmt: skip
+                cfgs.append(
+                    Config(
+                        tt.label(q),
+                        q,
+                        fixed_layouts("transpose", q, {"rows": 8192, "cols": 8192, "dtype": dt}),
+                    )
+                )
         cases += shape_cases(dt, shapes, cfgs)
     return cases
 
@@ -503,8 +603,13 @@ def s6_col_top_cases() -> list[Case]:
                     continue
                 seen.add(tt.label(q))
                 params = tt.set_params(q)
-                cfgs.append(Config(tt.label(q), params, fixed_layouts("transpose", params, {"rows": 8192,
-                                                                                         "cols": 8192, "dtype": dt})))  # fmt: skip
+                cfgs.append(
+                    Config(
+                        tt.label(q),
+                        params,
+                        fixed_layouts("transpose", params, {"rows": 8192, "cols": 8192, "dtype": dt}),
+                    )
+                )
         cases += shape_cases(dt, shapes, cfgs)
     return cases
 
@@ -520,9 +625,20 @@ def s6_final_cases() -> list[Case]:
         cfgs = [sample_config("transpose_32x32")] if dt == "f32" else []
         for s in tt.rank_transpose(8192, 8192, dt)[:2]:
             q = s.params_dict()
-            cfgs.append(Config(f"tiles #{s.rank} {s.label}", q, fixed_layouts("transpose", q, problem),
-                               {"rank": s.rank, "of": 0, "gbps": s.gbps, "time_us": s.time_us,
-                                "copy_ratio": s.copy_ratio}))  # fmt: skip
+            cfgs.append(
+                Config(
+                    f"tiles #{s.rank} {s.label}",
+                    q,
+                    fixed_layouts("transpose", q, problem),
+                    {
+                        "rank": s.rank,
+                        "of": 0,
+                        "gbps": s.gbps,
+                        "time_us": s.time_us,
+                        "copy_ratio": s.copy_ratio,
+                    },
+                )
+            )
         cases.append(Case(f"transpose {dt} 8192x8192", "transpose", problem, tuple(cfgs), "experiment"))
     return cases
 
@@ -625,8 +741,12 @@ def compile_all(cases: list[Case], workers: int, quiet: bool = False) -> None:
             for size in fam.test_sizes:
                 scfg = small_config(case, c, size)
                 if scfg is not None and fam.name_expression(scfg) != fam.name_expression(cfg):
-                    jobs[(fam.name_expression(scfg), fam.name_expression(cfg))] = (case.family, params, c.layouts,
-                                                                                   dict(size))  # fmt: skip
+                    jobs[(fam.name_expression(scfg), fam.name_expression(cfg))] = (
+                        case.family,
+                        params,
+                        c.layouts,
+                        dict(size),
+                    )
     with ProcessPoolExecutor(workers) as ex:
         done = list(ex.map(_compile_one, jobs.values()))
     if not quiet:
@@ -650,8 +770,12 @@ def stencil_reference(x: np.ndarray, c: np.ndarray, workers: int = 16) -> np.nda
         h = y1 - y0
         acc = c[0] * v[r : r + h, r : r + nx]
         for d in range(1, r + 1):
-            acc += c[d] * (v[r : r + h, r - d : r - d + nx] + v[r : r + h, r + d : r + d + nx]
-                           + v[r - d : r - d + h, r : r + nx] + v[r + d : r + d + h, r : r + nx])  # fmt: skip
+            acc += c[d] * (
+                v[r : r + h, r - d : r - d + nx]
+                + v[r : r + h, r + d : r + d + nx]
+                + v[r - d : r - d + h, r : r + nx]
+                + v[r + d : r + d + h, r : r + nx]
+            )
         out[y0:y1] = acc
 
     step = -(-ny // workers)
@@ -685,10 +809,17 @@ def check_output(fam, ref: np.ndarray, got: np.ndarray) -> tuple[bool, float]:
 
 def versions(dev) -> dict:
     env = environment()
-    return {"gpu": dev.name, "cc": f"{dev.cc[0]}.{dev.cc[1]}", "sm_count": dev.sm_count,
-            "nvidia_smi": env["nvidia_smi"], "cuda_driver": env["cuda_driver_api"],
-            "cuda_bindings": env["cuda_bindings"], "nvrtc": env["nvrtc"], "numpy": np.__version__,
-            "python": sys.version.split()[0]}  # fmt: skip
+    return {
+        "gpu": dev.name,
+        "cc": f"{dev.cc[0]}.{dev.cc[1]}",
+        "sm_count": dev.sm_count,
+        "nvidia_smi": env["nvidia_smi"],
+        "cuda_driver": env["cuda_driver_api"],
+        "cuda_bindings": env["cuda_bindings"],
+        "nvrtc": env["nvrtc"],
+        "numpy": np.__version__,
+        "python": sys.version.split()[0],
+    }
 
 
 def source_sha256() -> dict:
@@ -739,8 +870,13 @@ def run_case(case: Case, dev, rounds: int, log, torch, flush) -> dict:
     for c in case.configs:
         cfg = full_config(case, c)
         src = body(cfg)
-        row: dict = {"label": c.label, "params": cfg.params, "layouts": c.layouts,
-                     "name_expression": fam.name_expression(cfg), "problem": dict(cfg.problem)}  # fmt: skip
+        row: dict = {
+            "label": c.label,
+            "params": cfg.params,
+            "layouts": c.layouts,
+            "name_expression": fam.name_expression(cfg),
+            "problem": dict(cfg.problem),
+        }
         if c.predicted:
             row["predicted"] = c.predicted
         try:
@@ -767,10 +903,15 @@ def run_case(case: Case, dev, rounds: int, log, torch, flush) -> dict:
             k.launch()
             k.synchronize()
             ok, err = check_output(fam, ref, k.output())
-            row.update(correct=ok and all(s.get("correct", True) for s in small), max_rel_error=err,
-                       registers=k.registers,
-                       static_smem_bytes=k.static_smem, local_bytes=k.local_bytes, blocks_per_sm=k.driver_blocks,
-                       launch=k.shape.to_dict())  # fmt: skip
+            row.update(
+                correct=ok and all(s.get("correct", True) for s in small),
+                max_rel_error=err,
+                registers=k.registers,
+                static_smem_bytes=k.static_smem,
+                local_bytes=k.local_bytes,
+                blocks_per_sm=k.driver_blocks,
+                launch=k.shape.to_dict(),
+            )
             if row["correct"]:
                 loaded[c.label] = k
             else:
@@ -794,23 +935,50 @@ def run_case(case: Case, dev, rounds: int, log, torch, flush) -> dict:
             continue
         ts = times[row["label"]]
         st = stats(ts)
-        row.update(st, gbps=nbytes / (st["median_ms"] * 1e-3) / 1e9, ratio=cs["median_ms"] / st["median_ms"],
-                   ratio_rounds=statistics.median(c / t for c, t in zip(times["copy"], ts, strict=True)))  # fmt: skip
-    return {"case": case.name, "family": case.family, "problem": case.problem, "role": case.role, "bytes": nbytes,
-            "copy": {**cs, "gbps": nbytes / (cs["median_ms"] * 1e-3) / 1e9}, "configs": rows}  # fmt: skip
+        row.update(
+            st,
+            gbps=nbytes / (st["median_ms"] * 1e-3) / 1e9,
+            ratio=cs["median_ms"] / st["median_ms"],
+            ratio_rounds=statistics.median(c / t for c, t in zip(times["copy"], ts, strict=True)),
+        )
+    return {
+        "case": case.name,
+        "family": case.family,
+        "problem": case.problem,
+        "role": case.role,
+        "bytes": nbytes,
+        "copy": {**cs, "gbps": nbytes / (cs["median_ms"] * 1e-3) / 1e9},
+        "configs": rows,
+    }
 
 
 def save_plan(cases: list[Case], path: Path) -> None:
     """The resolved plan (layouts from the fix search included), so the GPU machine does not redo the search."""
-    path.write_text(json.dumps([{"name": c.name, "family": c.family, "problem": c.problem, "role": c.role,
-                                 "configs": [{"label": x.label, "params": x.params, "layouts": x.layouts,
-                                              "predicted": x.predicted} for x in c.configs]}
-                                for c in cases], indent=1))  # fmt: skip
+    path.write_text(
+        json.dumps(
+            [
+                {
+                    "name": c.name,
+                    "family": c.family,
+                    "problem": c.problem,
+                    "role": c.role,
+                    "configs": [
+                        {"label": x.label, "params": x.params, "layouts": x.layouts, "predicted": x.predicted}
+                        for x in c.configs
+                    ],
+                }
+                for c in cases
+            ],
+            indent=1,
+        )
+    )
 
 
 def load_plan(path: Path) -> list[Case]:
-    return [Case(d["name"], d["family"], d["problem"], tuple(Config(**x) for x in d["configs"]), d["role"])
-            for d in json.loads(path.read_text())]  # fmt: skip
+    return [
+        Case(d["name"], d["family"], d["problem"], tuple(Config(**x) for x in d["configs"]), d["role"])
+        for d in json.loads(path.read_text())
+    ]
 
 
 def torch_setup():
@@ -843,8 +1011,11 @@ def transpose_rows(results: list[Path]) -> tuple[list[dict], list[tuple[float, f
             # a later run of a shape is anchored to the earlier ones by the candidates both timed (the median of
             # earlier ratio / this ratio): the session-5 fit run's copy at fp32 7000 x 9000 measured 12 % slow
             # (spread 25 %) while the candidates it shares with run 4 measured as there (bench/NOTES.md)
-            common = [statistics.median(ratios[(case["case"], lab)]) / r["ratio"] for lab, r in mine.items()
-                      if (case["case"], lab) in ratios]  # fmt: skip
+            common = [
+                statistics.median(ratios[(case["case"], lab)]) / r["ratio"]
+                for lab, r in mine.items()
+                if (case["case"], lab) in ratios
+            ]
             scale = statistics.median(common) if len(common) >= 2 else 1.0
             for lab, r in mine.items():
                 ratios.setdefault((case["case"], lab), []).append(r["ratio"] * scale)
@@ -853,10 +1024,19 @@ def transpose_rows(results: list[Path]) -> tuple[list[dict], list[tuple[float, f
     for (name, lab), rs in sorted(ratios.items()):
         case, r = shape_of[name], meta[(name, lab)]
         ratio = statistics.median(rs)
-        rows.append({"label": lab, "elem": tt.ELEM[case["problem"]["dtype"]], "rows": case["problem"]["rows"],
-                     "cols": case["problem"]["cols"], "time_us": copy_us[name] / ratio, "ratio": ratio,
-                     "runs": len(rs), "params": {k: r["params"].get(k, tt.DEFAULTS[k]) for k in tt.PARAMS},
-                     "case": name})  # fmt: skip
+        rows.append(
+            {
+                "label": lab,
+                "elem": tt.ELEM[case["problem"]["dtype"]],
+                "rows": case["problem"]["rows"],
+                "cols": case["problem"]["cols"],
+                "time_us": copy_us[name] / ratio,
+                "ratio": ratio,
+                "runs": len(rs),
+                "params": {k: r["params"].get(k, tt.DEFAULTS[k]) for k in tt.PARAMS},
+                "case": name,
+            }
+        )
     copies = [(float(case["bytes"]), copy_us[name]) for name, case in shape_of.items()]
     return rows, copies, docs
 
@@ -875,8 +1055,10 @@ _SPACE_LABELS: dict[str, set[str]] = {}
 def _predict_rows(rows: list[dict], cal: dict) -> list[float]:
     from smemtile.model import tiling_transpose as tt
 
-    return [tt.predict_time_us(r["params"], r["rows"], r["cols"], "f32" if r["elem"] == 4 else "f16", cal)
-            for r in rows]  # fmt: skip
+    return [
+        tt.predict_time_us(r["params"], r["rows"], r["cols"], "f32" if r["elem"] == 4 else "f16", cal)
+        for r in rows
+    ]
 
 
 def _cv_summary(rows: list[dict], pred: list[float]) -> dict:
@@ -890,8 +1072,13 @@ def _cv_summary(rows: list[dict], pred: list[float]) -> dict:
         ix = [i for i, r in enumerate(rows) if r["case"] == case]
         if len(ix) >= 3:
             per[case] = tiling_model.spearman([pred[i] for i in ix], [rows[i]["time_us"] for i in ix])
-    return {"median_error": statistics.median(errs), "max_error": max(errs), "rows": len(rows),
-            "mean_spearman": statistics.fmean(per.values()) if per else None, "spearman": per}  # fmt: skip
+    return {
+        "median_error": statistics.median(errs),
+        "max_error": max(errs),
+        "rows": len(rows),
+        "mean_spearman": statistics.fmean(per.values()) if per else None,
+        "spearman": per,
+    }
 
 
 def transpose_feature_cv(rows: list[dict], regs: dict, fitted: dict, folds: int = 5) -> dict:
@@ -910,8 +1097,12 @@ def transpose_feature_cv(rows: list[dict], regs: dict, fitted: dict, folds: int 
         pred = [0.0] * len(mine)
         for k in range(folds):
             test = {lab for i, lab in enumerate(labels) if i % folds == k}
-            cal = {"constants": tt.fit_features([r for r in mine if r["label"] not in test], regs, shared=shared),
-                   "registers": regs_table(regs)}  # fmt: skip
+            cal = {
+                "constants": tt.fit_features(
+                    [r for r in mine if r["label"] not in test], regs, shared=shared
+                ),
+                "registers": regs_table(regs),
+            }
             for i, r in enumerate(mine):
                 if r["label"] in test:
                     pred[i] = _predict_rows([r], cal)[0]
@@ -925,16 +1116,21 @@ def transpose_feature_cv(rows: list[dict], regs: dict, fitted: dict, folds: int 
         cand["top_fifth_signed_median_error"] = statistics.median(top)
         pred = [0.0] * len(mine)
         for case in sorted({r["case"] for r in mine}):
-            cal = {"constants": tt.fit_features([r for r in mine if r["case"] != case], regs, shared=shared),
-                   "registers": regs_table(regs)}  # fmt: skip
+            cal = {
+                "constants": tt.fit_features([r for r in mine if r["case"] != case], regs, shared=shared),
+                "registers": regs_table(regs),
+            }
             for i, r in enumerate(mine):
                 if r["case"] == case:
                     pred[i] = _predict_rows([r], cal)[0]
         shape = _cv_summary(mine, pred)
         out[str(elem)] = {"candidates_left_out": cand, "shapes_left_out": shape}
-        print(f"  elem {elem}: candidates left out: median |err| {cand['median_error']:.1%}, mean Spearman "
-              f"{cand['mean_spearman']:.2f}; shapes left out: {shape['median_error']:.1%}, "
-              f"{shape['mean_spearman']:.2f}", flush=True)  # fmt: skip
+        print(
+            f"  elem {elem}: candidates left out: median |err| {cand['median_error']:.1%}, mean Spearman "
+            f"{cand['mean_spearman']:.2f}; shapes left out: {shape['median_error']:.1%}, "
+            f"{shape['mean_spearman']:.2f}",
+            flush=True,
+        )
     return out
 
 
@@ -947,17 +1143,26 @@ def load_registers(path: Path) -> tuple[dict, dict]:
     """(``{elem: {label: registers}}`` of the built configurations, the data file's ``registers`` table with
     spills) from ``transpose_registers``' output."""
     doc = json.loads(path.read_text())
-    table = {str(4 if dt == "f32" else 2): {lab: [r["registers"], r["spills"]] for lab, r in rows.items()
-                                           if "registers" in r}
-             for dt, rows in doc["per_dtype"].items()}  # fmt: skip
+    table = {
+        str(4 if dt == "f32" else 2): {
+            lab: [r["registers"], r["spills"]] for lab, r in rows.items() if "registers" in r
+        }
+        for dt, rows in doc["per_dtype"].items()
+    }
     return {e: {lab: v[0] for lab, v in t.items()} for e, t in table.items()}, table
 
 
 def _provenance(docs: list[dict], results: list[Path]) -> dict:
     """Where a transpose calibration's data came from: the GPU, the results files, their commits, the last date."""
-    return {"gpu": docs[0]["versions"]["gpu"], "gpu_key": "h200", "sms": docs[0]["versions"]["sm_count"],
-            "archs": ["sm_90"], "run": ", ".join(f"bench/results/{r.name}" for r in results),
-            "commit": ", ".join(d.get("commit", "") for d in docs), "date": docs[-1]["date"][:10]}  # fmt: skip
+    return {
+        "gpu": docs[0]["versions"]["gpu"],
+        "gpu_key": "h200",
+        "sms": docs[0]["versions"]["sm_count"],
+        "archs": ["sm_90"],
+        "run": ", ".join(f"bench/results/{r.name}" for r in results),
+        "commit": ", ".join(d.get("commit", "") for d in docs),
+        "date": docs[-1]["date"][:10],
+    }
 
 
 def fit_transpose_features(results: list[Path], out: Path, registers: Path) -> dict:
@@ -989,25 +1194,34 @@ def fit_transpose_features(results: list[Path], out: Path, registers: Path) -> d
         )
     regdoc = json.loads(registers.read_text())
     shapes = sorted({r["case"] for r in rows})
-    cal = {"what": "constants of the transpose model, smemtile.model.tiling_transpose: per candidate time = t0 + "
-                   "(vector bytes + edge bytes / kappa + phi_line x line-misaligned run bytes + mu_in x input-side "
-                   "sector-misaligned bytes + mu_out x output-side sector-misaligned bytes) / bw, with t0, 1/bw and "
-                   "mu_out / bw linear in the candidate's features (coef); a measured candidate's own constants "
-                   "are its rows' least squares shrunk toward those",
-           **_provenance(docs, results),
-           "method": "the ratios to the same run's copy, median over runs, times = the first run's copy / ratio; per "
-                     "element size KAPPA, PHI_LINE and MU_IN on a grid and the feature coefficients (>= 0) by least "
-                     "squares on relative time error over every fit row (bench/bench_memory.py --fit-features); each "
-                     "measured candidate's (t0, 1/bw, mu_out/bw) by least squares of its own rows with the feature "
-                     "model as a prior (tiling_transpose.shrink). Expected errors: measured candidates, shapes left "
-                     "out (held_out_median_error); unmeasured, candidates left out in 5 folds "
-                     "(unmeasured_median_error); each replaced by a held-out run's when one is recorded",
-           "fit_shapes": shapes,
-           "held_out_shapes": [f"transpose {dt} leave-one-shape-out over the fit shapes (cross-validation)"
-                               for dt in ("f16", "f32")],
-           "not_fitted": {"what": "timed, but ptxas spills for them (the ranking rejects them)", "labels": dropped},
-           "cv": cv, "registers_compiler": regdoc["compiler"], "registers_source_sha256": regdoc["source_sha256"],
-           **full}  # fmt: skip
+    cal = {
+        "what": "constants of the transpose model, smemtile.model.tiling_transpose: per candidate time = t0 + "
+        "(vector bytes + edge bytes / kappa + phi_line x line-misaligned run bytes + mu_in x input-side "
+        "sector-misaligned bytes + mu_out x output-side sector-misaligned bytes) / bw, with t0, 1/bw and "
+        "mu_out / bw linear in the candidate's features (coef); a measured candidate's own constants "
+        "are its rows' least squares shrunk toward those",
+        **_provenance(docs, results),
+        "method": "the ratios to the same run's copy, median over runs, times = the first run's copy / ratio; per "
+        "element size KAPPA, PHI_LINE and MU_IN on a grid and the feature coefficients (>= 0) by least "
+        "squares on relative time error over every fit row (bench/bench_memory.py --fit-features); each "
+        "measured candidate's (t0, 1/bw, mu_out/bw) by least squares of its own rows with the feature "
+        "model as a prior (tiling_transpose.shrink). Expected errors: measured candidates, shapes left "
+        "out (held_out_median_error); unmeasured, candidates left out in 5 folds "
+        "(unmeasured_median_error); each replaced by a held-out run's when one is recorded",
+        "fit_shapes": shapes,
+        "held_out_shapes": [
+            f"transpose {dt} leave-one-shape-out over the fit shapes (cross-validation)"
+            for dt in ("f16", "f32")
+        ],
+        "not_fitted": {
+            "what": "timed, but ptxas spills for them (the ranking rejects them)",
+            "labels": dropped,
+        },
+        "cv": cv,
+        "registers_compiler": regdoc["compiler"],
+        "registers_source_sha256": regdoc["source_sha256"],
+        **full,
+    }
     out.write_text(json.dumps(cal, indent=1) + "\n")
     return cal
 
@@ -1030,12 +1244,21 @@ def transpose_loso(rows: list[dict], copies: list, mu_in_form: str = "per_candid
             pred = [tt.predict_time_us(r["params"], r["rows"], r["cols"], dt, cal) for r in test]
             errs = [abs(p / r["time_us"] - 1) for p, r in zip(pred, test, strict=True)]
             pooled += errs
-            folds[case] = {"median_error": statistics.median(errs),
-                           "spearman": tiling_model.spearman(pred, [r["time_us"] for r in test])}  # fmt: skip
-            print(f"  LOSO {case:28s} median |err| {folds[case]['median_error']:.1%}  spearman "
-                  f"{folds[case]['spearman']:.2f}", flush=True)  # fmt: skip
-        out[str(elem)] = {"folds": folds, "median_error": statistics.median(pooled), "max_error": max(pooled),
-                          "mean_spearman": statistics.fmean(f["spearman"] for f in folds.values())}  # fmt: skip
+            folds[case] = {
+                "median_error": statistics.median(errs),
+                "spearman": tiling_model.spearman(pred, [r["time_us"] for r in test]),
+            }
+            print(
+                f"  LOSO {case:28s} median |err| {folds[case]['median_error']:.1%}  spearman "
+                f"{folds[case]['spearman']:.2f}",
+                flush=True,
+            )
+        out[str(elem)] = {
+            "folds": folds,
+            "median_error": statistics.median(pooled),
+            "max_error": max(pooled),
+            "mean_spearman": statistics.fmean(f["spearman"] for f in folds.values()),
+        }
     return out
 
 
@@ -1071,33 +1294,57 @@ def fit_transpose(results: list[Path], out: Path, choice: dict | None = None) ->
         per["held_out_median_error"] = loso[elem]["median_error"]
         per["held_out_max_error"] = loso[elem]["max_error"]
         mine = [r for r in rows if str(r["elem"]) == elem]
-        e = [abs(tt.predict_time_us(r["params"], r["rows"], r["cols"], "f32" if elem == "4" else "f16",
-                                    {"copy": {"points": []}, **fitted}) / r["time_us"] - 1) for r in mine]  # fmt: skip
+        e = [
+            abs(
+                tt.predict_time_us(
+                    r["params"],
+                    r["rows"],
+                    r["cols"],
+                    "f32" if elem == "4" else "f16",
+                    {"copy": {"points": []}, **fitted},
+                )
+                / r["time_us"]
+                - 1
+            )
+            for r in mine
+        ]
         per["fit_median_error"], per["fit_max_error"] = statistics.median(e), max(e)
     shapes = sorted({r["case"] for r in rows})
-    cal = {"what": "constants of the transpose model, smemtile.model.tiling_transpose: per candidate time = t0 + "
-                   "(vector bytes + edge bytes / kappa + phi_line x line-misaligned run bytes + mu_in x input-side "
-                   "sector-misaligned bytes + mu_out x output-side sector-misaligned bytes) / bw",
-           **_provenance(docs, results),
-           "method": "the ratios to the same run's copy, median over runs, times = the first run's copy / ratio; per "
-                     "candidate (t0, bw, mu_out) by least squares on relative time error over every shape (t0, "
-                     "mu_out >= 0; mu_out only where a shape's output pitch is sector-misaligned, else the "
-                     "median), per element size kappa (>= 0.25), phi_line and mu_in on a grid (bench/bench_memory.py "
-                     "--fit). Since session 4 every measured shape is fit data (the session-4 sweep was scored as "
-                     "held out first); the form (a misalignment weight per side: mu_out per candidate, mu_in per "
-                     "element size) was chosen among six by leave-one-shape-out on these shapes (bench/NOTES.md, "
-                     "bench/results/memory_h200_session4_form_choice.json), the input side's weight (per element "
-                     "size or per candidate, mu_in_form) again after the input-pitch fit run by bench_memory."
-                     "choose_form (mu_in_form_choice), and the expected error is the chosen form's "
-                     "leave-one-shape-out median until a held-out sweep replaces it",
-           "fit_shapes": shapes,
-           "held_out_shapes": [f"transpose {dt} leave-one-shape-out over the fit shapes (cross-validation)"
-                               for dt in ("f16", "f32")],
-           "loso": loso, "mu_in_form": form,
-           "mu_in_form_choice": {f: {e: {k: v for k, v in c[e].items() if k != "folds"} | {"folds": {
-               n: {k: round(x, 4) for k, x in fd.items()} for n, fd in c[e]["folds"].items()}} for e in c}
-               for f, c in choice.items()},
-           "copy": tt.copy_fit(copies), "model": fitted["model"], "constants": constants}  # fmt: skip
+    cal = {
+        "what": "constants of the transpose model, smemtile.model.tiling_transpose: per candidate time = t0 + "
+        "(vector bytes + edge bytes / kappa + phi_line x line-misaligned run bytes + mu_in x input-side "
+        "sector-misaligned bytes + mu_out x output-side sector-misaligned bytes) / bw",
+        **_provenance(docs, results),
+        "method": "the ratios to the same run's copy, median over runs, times = the first run's copy / ratio; per "
+        "candidate (t0, bw, mu_out) by least squares on relative time error over every shape (t0, "
+        "mu_out >= 0; mu_out only where a shape's output pitch is sector-misaligned, else the "
+        "median), per element size kappa (>= 0.25), phi_line and mu_in on a grid (bench/bench_memory.py "
+        "--fit). Since session 4 every measured shape is fit data (the session-4 sweep was scored as "
+        "held out first); the form (a misalignment weight per side: mu_out per candidate, mu_in per "
+        "element size) was chosen among six by leave-one-shape-out on these shapes (bench/NOTES.md, "
+        "bench/results/memory_h200_session4_form_choice.json), the input side's weight (per element "
+        "size or per candidate, mu_in_form) again after the input-pitch fit run by bench_memory."
+        "choose_form (mu_in_form_choice), and the expected error is the chosen form's "
+        "leave-one-shape-out median until a held-out sweep replaces it",
+        "fit_shapes": shapes,
+        "held_out_shapes": [
+            f"transpose {dt} leave-one-shape-out over the fit shapes (cross-validation)"
+            for dt in ("f16", "f32")
+        ],
+        "loso": loso,
+        "mu_in_form": form,
+        "mu_in_form_choice": {
+            f: {
+                e: {k: v for k, v in c[e].items() if k != "folds"}
+                | {"folds": {n: {k: round(x, 4) for k, x in fd.items()} for n, fd in c[e]["folds"].items()}}
+                for e in c
+            }
+            for f, c in choice.items()
+        },
+        "copy": tt.copy_fit(copies),
+        "model": fitted["model"],
+        "constants": constants,
+    }
     out.write_text(json.dumps(cal, indent=1) + "\n")
     return cal
 
@@ -1124,8 +1371,10 @@ def _transpose_compile(job: tuple[str, list[tuple[str, dict, dict]]]) -> list[tu
 
     dt, items = job
     fam = FAMILIES["transpose"]
-    cfgs = [(lab, configure(fam, {**params, "rows": 8192, "cols": 8192, "dtype": dt}, lay, ARCH), lay)
-            for lab, params, lay in items]  # fmt: skip
+    cfgs = [
+        (lab, configure(fam, {**params, "rows": 8192, "cols": 8192, "dtype": dt}, lay, ARCH), lay)
+        for lab, params, lay in items
+    ]
     names = [fam.name_expression(c) for _, c, _ in cfgs]
     try:
         res = compile_cubin(body(cfgs[0][1]), names, ARCH, filename="transpose.cu").resources
@@ -1133,8 +1382,10 @@ def _transpose_compile(job: tuple[str, list[tuple[str, dict, dict]]]) -> list[tu
         if len(cfgs) == 1:  # the kernel refuses what the family's rules let through: data, stated
             return [(items[0][0], {"rejected": "NVRTC refuses it (a static_assert the family's rules lack)"})]
         return [x for it in items for x in _transpose_compile((dt, [it]))]
-    return [(lab, {"registers": int(res[n].registers), "spills": int(res[n].spills or 0), "layout": lay["tile"]})
-            for (lab, _, lay), n in zip(cfgs, names, strict=True)]  # fmt: skip
+    return [
+        (lab, {"registers": int(res[n].registers), "spills": int(res[n].spills or 0), "layout": lay["tile"]})
+        for (lab, _, lay), n in zip(cfgs, names, strict=True)
+    ]
 
 
 def transpose_registers(workers: int) -> dict:
@@ -1170,8 +1421,11 @@ def transpose_registers(workers: int) -> dict:
         for (dt, _), part in zip(jobs, ex.map(_transpose_compile, jobs), strict=True):
             for lab, row in part:
                 out[dt][lab] = row
-    return {"compiler": f"NVRTC {nvrtc_version()}, sm_90, the fix search's layout (what generate builds)",
-            "source_sha256": source_sha256()["transpose"], "per_dtype": out}  # fmt: skip
+    return {
+        "compiler": f"NVRTC {nvrtc_version()}, sm_90, the fix search's layout (what generate builds)",
+        "source_sha256": source_sha256()["transpose"],
+        "per_dtype": out,
+    }
 
 
 MODEL_DATA = ("stencil_h200.json", "transpose_h200.json")
@@ -1201,23 +1455,38 @@ def score_spearman(path: Path) -> list[dict]:
         def rho(rs: list[dict]) -> float:
             return spearman([r["predicted"]["gbps"] for r in rs], [r["gbps"] for r in rs])
 
-        scores.append({"case": case["case"], "role": case["role"], "swept": len(case["configs"]),
-                       "timed": len(rows), "ranked": rows[0]["predicted"]["of"] if rows else 0,
-                       "spearman": rho(rows), "spearman_top": rho(top), "top": len(top),
-                       "pick": pick and pick["label"], "pick_ratio": pick and pick["ratio"],
-                       "pick_measured_rank": pick and 1 + order.index(pick),
-                       "best": order[0]["label"], "best_ratio": order[0]["ratio"],
-                       "pick_vs_best": pick and pick["gbps"] / order[0]["gbps"],
-                       "top_measured_spread": 1 - min(r["gbps"] for r in top) / max(r["gbps"] for r in top),
-                       "measured_ratio_range": [order[-1]["ratio"], order[0]["ratio"]],
-                       "median_time_error": statistics.median(abs(r["predicted"]["time_us"] / (r["median_ms"] * 1e3)
-                                                                  - 1) for r in rows),
-                       "median_ratio_error": statistics.median(abs(r["predicted"]["copy_ratio"] / r["ratio"] - 1)
-                                                               for r in rows)})  # fmt: skip
+        scores.append(
+            {
+                "case": case["case"],
+                "role": case["role"],
+                "swept": len(case["configs"]),
+                "timed": len(rows),
+                "ranked": rows[0]["predicted"]["of"] if rows else 0,
+                "spearman": rho(rows),
+                "spearman_top": rho(top),
+                "top": len(top),
+                "pick": pick and pick["label"],
+                "pick_ratio": pick and pick["ratio"],
+                "pick_measured_rank": pick and 1 + order.index(pick),
+                "best": order[0]["label"],
+                "best_ratio": order[0]["ratio"],
+                "pick_vs_best": pick and pick["gbps"] / order[0]["gbps"],
+                "top_measured_spread": 1 - min(r["gbps"] for r in top) / max(r["gbps"] for r in top),
+                "measured_ratio_range": [order[-1]["ratio"], order[0]["ratio"]],
+                "median_time_error": statistics.median(
+                    abs(r["predicted"]["time_us"] / (r["median_ms"] * 1e3) - 1) for r in rows
+                ),
+                "median_ratio_error": statistics.median(
+                    abs(r["predicted"]["copy_ratio"] / r["ratio"] - 1) for r in rows
+                ),
+            }
+        )
     doc["scores"] = scores
-    doc["sampling"] = (f"per shape the model's top {SPEARMAN_TOP} of `smemtile tiles --family`, then "
-                       f"{SPEARMAN_SPREAD} evenly spaced ranks of the rest, the last included (bench_memory."
-                       f"spread_ranks); a shorter list whole")  # fmt: skip
+    doc["sampling"] = (
+        f"per shape the model's top {SPEARMAN_TOP} of `smemtile tiles --family`, then "
+        f"{SPEARMAN_SPREAD} evenly spaced ranks of the rest, the last included (bench_memory."
+        f"spread_ranks); a shorter list whole"
+    )
     path.write_text(json.dumps(doc, indent=1) + "\n")
     return scores
 
@@ -1241,21 +1510,37 @@ def record_validation(path: Path, data_dir: Path | None = None) -> dict:
             groups.setdefault(str(c["problem"].get("dtype", "")), []).append(c)
         shapes = []
         for dt, cs in sorted(groups.items()):
-            errs = [abs(r["predicted"]["time_us"] / (r["median_ms"] * 1e3) - 1) for c in cs for r in c["configs"]
-                    if "median_ms" in r]  # fmt: skip
+            errs = [
+                abs(r["predicted"]["time_us"] / (r["median_ms"] * 1e3) - 1)
+                for c in cs
+                for r in c["configs"]
+                if "median_ms" in r
+            ]
             target = cal["constants"]["4" if dt == "f32" else "2"] if fam == "transpose" else cal
             if fam == "transpose" and "coef" in target:  # session 5: measured and unmeasured candidates apart
                 timed = set(target["candidates"])
-                split = {m: [abs(r["predicted"]["time_us"] / (r["median_ms"] * 1e3) - 1) for c in cs
-                             for r in c["configs"] if "median_ms" in r and (r["label"] in timed) == m]
-                         for m in (True, False)}  # fmt: skip
+                split = {
+                    m: [
+                        abs(r["predicted"]["time_us"] / (r["median_ms"] * 1e3) - 1)
+                        for c in cs
+                        for r in c["configs"]
+                        if "median_ms" in r and (r["label"] in timed) == m
+                    ]
+                    for m in (True, False)
+                }
                 if split[False]:
                     target["unmeasured_median_error"] = statistics.median(split[False])
                     target["unmeasured_max_error"] = max(split[False])
                 errs = split[True] or errs
             target["held_out_median_error"], target["held_out_max_error"] = statistics.median(errs), max(errs)
-            shapes += sorted({c["case"] if fam == "transpose" else
-                              f"stencil R1-4 {c['problem']['ny']}x{c['problem']['nx']}" for c in cs})  # fmt: skip
+            shapes += sorted(
+                {
+                    c["case"]
+                    if fam == "transpose"
+                    else f"stencil R1-4 {c['problem']['ny']}x{c['problem']['nx']}"
+                    for c in cs
+                }
+            )
             out[f"{fam} {dt}".strip()] = target["held_out_median_error"]
         # a run of some dtypes keeps what the file states for the others (transpose: per element size)
         kept = [
@@ -1264,12 +1549,16 @@ def record_validation(path: Path, data_dir: Path | None = None) -> dict:
             if fam == "transpose" and not any(f" {dt} " in x for dt in groups)
         ]
         cal["held_out_shapes"] = kept + shapes
-        cal["validation"] = {"run": f"bench/results/{path.name}", "commit": doc["commit"], "date": doc["date"][:10],
-                             "model_data_sha256_at_plan_time": doc["model_data"][name],
-                             "what": "scored after the run (bench_memory.py --score, --record-validation); the "
-                                     "expected error is the pooled median |time error| of these cases; the "
-                                     "cross-validated one it replaces stays under form_choice / loso",
-                             "cases": [scores[c["case"]] for c in cases]}  # fmt: skip
+        cal["validation"] = {
+            "run": f"bench/results/{path.name}",
+            "commit": doc["commit"],
+            "date": doc["date"][:10],
+            "model_data_sha256_at_plan_time": doc["model_data"][name],
+            "what": "scored after the run (bench_memory.py --score, --record-validation); the "
+            "expected error is the pooled median |time error| of these cases; the "
+            "cross-validated one it replaces stays under form_choice / loso",
+            "cases": [scores[c["case"]] for c in cases],
+        }
         if fam == "stencil2d":
             from fit_stencil import write_data  # the stencil file's own layout (short lists on one line)
 
@@ -1342,16 +1631,20 @@ def main() -> int:
     if a.fit_features:
         cal = fit_transpose_features(a.fit_features, a.fit_out, a.registers_table)
         for elem, c in cal["constants"].items():
-            print(f"elem {elem}: {c['model']}; fit median {c['fit_median_error']:.1%}, shapes left out "
-                  f"{c['held_out_median_error']:.1%}, candidates left out {c['unmeasured_median_error']:.1%}")  # fmt: skip
+            print(
+                f"elem {elem}: {c['model']}; fit median {c['fit_median_error']:.1%}, shapes left out "
+                f"{c['held_out_median_error']:.1%}, candidates left out {c['unmeasured_median_error']:.1%}"
+            )
         return 0
     if a.score:
         for r in score_spearman(a.score):
-            print(f"{r['case']:28s} {r['timed']:2d}/{r['swept']:2d} of {r['ranked']:3d}  spearman {r['spearman']:5.2f}"
-                  f"  top{r['top']} {r['spearman_top']:5.2f} (measured within {r['top_measured_spread']:.1%})  "
-                  f"#1 {r['pick']} {r['pick_ratio']:.3f}x rank {r['pick_measured_rank']}, best {r['best']} "
-                  f"{r['best_ratio']:.3f}x: #1/best {r['pick_vs_best']:.3f}  median |err| time "
-                  f"{r['median_time_error']:.1%} ratio {r['median_ratio_error']:.1%}")  # fmt: skip
+            print(
+                f"{r['case']:28s} {r['timed']:2d}/{r['swept']:2d} of {r['ranked']:3d}  spearman {r['spearman']:5.2f}"
+                f"  top{r['top']} {r['spearman_top']:5.2f} (measured within {r['top_measured_spread']:.1%})  "
+                f"#1 {r['pick']} {r['pick_ratio']:.3f}x rank {r['pick_measured_rank']}, best {r['best']} "
+                f"{r['best_ratio']:.3f}x: #1/best {r['pick_vs_best']:.3f}  median |err| time "
+                f"{r['median_time_error']:.1%} ratio {r['median_ratio_error']:.1%}"
+            )
         return 0
     if a.fit:
         choice = None
@@ -1362,14 +1655,26 @@ def main() -> int:
 
             rows, copies, _ = transpose_rows(a.fit)
             choice = transpose_form_choice(rows, copies)
-            a.form_choice.write_text(json.dumps({"what": "leave-one-shape-out per input-side form of the "
-                                                 "transpose fit (bench_memory.transpose_form_choice) on these "
-                                                 "results", "results": [str(r) for r in a.fit], "forms":
-                                                 list(tt.MU_IN_FORMS), "loso": choice}, indent=1) + "\n")  # fmt: skip
+            a.form_choice.write_text(
+                json.dumps(
+                    {
+                        "what": "leave-one-shape-out per input-side form of the "
+                        "transpose fit (bench_memory.transpose_form_choice) on these "
+                        "results",
+                        "results": [str(r) for r in a.fit],
+                        "forms": list(tt.MU_IN_FORMS),
+                        "loso": choice,
+                    },
+                    indent=1,
+                )
+                + "\n"
+            )
         cal = fit_transpose(a.fit, a.fit_out, choice)
         for elem, c in cal["constants"].items():
-            print(f"elem {elem}: {c['model']}; fit median error {c['fit_median_error']:.1%}, leave-one-shape-out "
-                  f"median {c['held_out_median_error']:.1%}, max {c['held_out_max_error']:.1%}")  # fmt: skip
+            print(
+                f"elem {elem}: {c['model']}; fit median error {c['fit_median_error']:.1%}, leave-one-shape-out "
+                f"median {c['held_out_median_error']:.1%}, max {c['held_out_max_error']:.1%}"
+            )
         print(f"model {cal['model']}; wrote {a.fit_out}")
         return 0
     cases = load_plan(a.plan_file) if a.plan_file else plan_cases(a.plan)
@@ -1401,15 +1706,25 @@ def main() -> int:
     def log(msg: str) -> None:
         print(f"[{time.perf_counter() - t_start:6.1f} s] {msg}", flush=True)
 
-    doc = {"what": "issue 20: transpose and stencil2d vs device-to-device copy of the same bytes",
-           "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-           "commit": a.commit, "family_sources": source_sha256(), "model_data": model_data_sha256(),
-           "versions": versions(dev), "plan": a.plan,
-           "method": {"rounds": a.rounds, "flush_bytes": FLUSH_BYTES, "order": "alternating, reversed every other round",
-                      "timing": "bench/timing.py: torch CUDA events around each call, a 512 MiB tensor zeroed "
-                                "before it (outside the events)",
-                      "reference": "cuMemcpyDtoDAsync of one array (read + write bytes = the kernel's)",
-                      "spread": "(p90 - p10) / median"}, "cases": []}  # fmt: skip
+    doc = {
+        "what": "issue 20: transpose and stencil2d vs device-to-device copy of the same bytes",
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "commit": a.commit,
+        "family_sources": source_sha256(),
+        "model_data": model_data_sha256(),
+        "versions": versions(dev),
+        "plan": a.plan,
+        "method": {
+            "rounds": a.rounds,
+            "flush_bytes": FLUSH_BYTES,
+            "order": "alternating, reversed every other round",
+            "timing": "bench/timing.py: torch CUDA events around each call, a 512 MiB tensor zeroed "
+            "before it (outside the events)",
+            "reference": "cuMemcpyDtoDAsync of one array (read + write bytes = the kernel's)",
+            "spread": "(p90 - p10) / median",
+        },
+        "cases": [],
+    }
     for case in cases:
         log(f"{case.name}: {len(case.configs)} configurations")
         doc["cases"].append(run_case(case, dev, a.rounds, log, torch, flush))
@@ -1418,12 +1733,16 @@ def main() -> int:
             a.json.write_text(json.dumps(doc, indent=1))
     print()
     for cd in doc["cases"]:
-        print(f"{cd['case']} ({cd.get('role') or '-'}): copy {cd['copy']['gbps']:.0f} GB/s "
-              f"({cd['copy']['median_ms']:.4f} ms, spread {cd['copy']['spread']:.1%})")  # fmt: skip
+        print(
+            f"{cd['case']} ({cd.get('role') or '-'}): copy {cd['copy']['gbps']:.0f} GB/s "
+            f"({cd['copy']['median_ms']:.4f} ms, spread {cd['copy']['spread']:.1%})"
+        )
         for r in sorted(cd["configs"], key=lambda r: -r.get("ratio", 0)):
             if "ratio" in r:
-                print(f"  {r['label']:24s} {r['gbps']:7.0f} GB/s  {r['ratio']:.3f}x (rounds {r['ratio_rounds']:.3f})"
-                      f"  spread {r['spread']:5.1%}  {r['registers']} regs {r['blocks_per_sm']} blk/SM")  # fmt: skip
+                print(
+                    f"  {r['label']:24s} {r['gbps']:7.0f} GB/s  {r['ratio']:.3f}x (rounds {r['ratio_rounds']:.3f})"
+                    f"  spread {r['spread']:5.1%}  {r['registers']} regs {r['blocks_per_sm']} blk/SM"
+                )
             else:
                 print(f"  {r['label']:24s} FAILED {r.get('error', '')[:100]}")
     return 0

@@ -64,9 +64,14 @@ def main() -> None:
     rng = np.random.default_rng(1)
     n = args.rows
     per_row = [ARCHS[k] for k in np.array(list(ARCHS))[rng.integers(0, len(ARCHS), n)]]
-    cols = dict(threads=rng.integers(1, 1025, n), regs=rng.integers(0, 256, n),
-                smem_static=rng.integers(0, 48 * 1024, n), smem_dynamic=rng.integers(0, 228 * 1024, n),
-                carveout=rng.integers(-1, 101, n), opt_in=rng.random(n) < 0.5)  # fmt: skip
+    cols = dict(
+        threads=rng.integers(1, 1025, n),
+        regs=rng.integers(0, 256, n),
+        smem_static=rng.integers(0, 48 * 1024, n),
+        smem_dynamic=rng.integers(0, 228 * 1024, n),
+        carveout=rng.integers(-1, 101, n),
+        opt_in=rng.random(n) < 0.5,
+    )
     lib = []
     for _ in range(args.repeat):
         t0 = time.perf_counter()

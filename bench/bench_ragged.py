@@ -95,14 +95,27 @@ SIZES = [
     {"M": 512, "N": 384, "K": 1024, "beta": 1.0},  # aligned (the 16-byte path)
 ]
 # base pointers past a 16-byte boundary (bytes for A, B): torch tensors viewed from an offset
-MISALIGNED = [((0, 4), (512, 512, 512)), ((4, 0), (512, 512, 512)), ((8, 12), (300, 301, 302)),
-              ((12, 8), (1000, 1003, 500))]  # fmt: skip
+MISALIGNED = [
+    ((0, 4), (512, 512, 512)),
+    ((4, 0), (512, 512, 512)),
+    ((8, 12), (300, 301, 302)),
+    ((12, 8), (1000, 1003, 500)),
+]
 MISALIGNED_CONFIGS = [0, 2, 4, 8, 15]  # indices into CHECKS
 
-AB_CONFIGS = [_c(128, 128, 8, 8, 16, 2, 2), _c(128, 128, 8, 16, 8, 3, 2), _c(128, 128, 8, 8, 16, 3, 2), _c(128, 64, 8, 8, 8, 3, 3),
-              _c(64, 64, 8, 8, 8, 3, 4), _c(128, 64, 16, 8, 8, 3, 3), _c(256, 128, 8, 16, 8, 2, 1),
-              _c(128, 128, 8, 8, 8, 3, 1), _c(128, 128, 16, 8, 8, 3, 1),
-              {**_c(128, 128, 8, 8, 16, 2, 2), "RAGGED": 1}, {**_c(128, 128, 8, 16, 8, 3, 2), "RAGGED": 1}]  # fmt: skip
+AB_CONFIGS = [
+    _c(128, 128, 8, 8, 16, 2, 2),
+    _c(128, 128, 8, 16, 8, 3, 2),
+    _c(128, 128, 8, 8, 16, 3, 2),
+    _c(128, 64, 8, 8, 8, 3, 3),
+    _c(64, 64, 8, 8, 8, 3, 4),
+    _c(128, 64, 16, 8, 8, 3, 3),
+    _c(256, 128, 8, 16, 8, 2, 1),
+    _c(128, 128, 8, 8, 8, 3, 1),
+    _c(128, 128, 16, 8, 8, 3, 1),
+    {**_c(128, 128, 8, 8, 16, 2, 2), "RAGGED": 1},
+    {**_c(128, 128, 8, 16, 8, 3, 2), "RAGGED": 1},
+]
 AB_SHAPES = [(4095, 4097, 1023), (2999, 3001, 3003), (1999, 6001, 1500), (4096, 4096, 4096)]
 VARIANTS = ["", "prev"]  # see _key; "v16" and "v18" (COMMITS) were last timed in session 3
 MEMCHECK = [0, 2, 4, 7, 8, 15, 17]  # indices into CHECKS
@@ -188,10 +201,19 @@ def cmd_build(args) -> None:
 
     os.environ["SMEMTILE_CACHE_DIR"] = str(CACHE)
     files = _set_variants(args.variants)
-    old_cu = {v: Path(files[v]).read_text() if v in files else
-              subprocess.run(["git", "show", f"{COMMITS[v]}:smemtile/families/sgemm/sgemm.cu"], cwd=ROOT,
-                             capture_output=True, text=True, check=True).stdout
-              for v in VARIANTS if v}  # fmt: skip
+    old_cu = {
+        v: Path(files[v]).read_text()
+        if v in files
+        else subprocess.run(
+            ["git", "show", f"{COMMITS[v]}:smemtile/families/sgemm/sgemm.cu"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for v in VARIANTS
+        if v
+    }
     shapes = (None, CANONICAL_RAGGED)  # the aligned and the unaligned text (bench_kernels.canonical_shape)
     jobs = [(p, lay, "", old_cu, sh) for p, lay in CHECKS for sh in shapes]
     jobs += [(p, {}, v, old_cu, sh) for p in AB_CONFIGS for v in VARIANTS for sh in shapes]
@@ -217,8 +239,11 @@ def _sources() -> dict:
 def _load(params: dict, lay: dict, problem: dict, dev, variant: str = ""):
     from smemtile.gpu.run import LoadedKernel
 
-    return LoadedKernel(_configure(params, lay, problem, dev.arch_name), dev,
-                        source=_sources()[_key(params, lay, variant, _ragged(problem))])  # fmt: skip
+    return LoadedKernel(
+        _configure(params, lay, problem, dev.arch_name),
+        dev,
+        source=_sources()[_key(params, lay, variant, _ragged(problem))],
+    )
 
 
 def step_check(dev, log) -> dict:
@@ -238,8 +263,12 @@ def step_check(dev, log) -> dict:
                         inputs = fam.make_inputs(k.cfg, np.random.default_rng(200 + si))
                         refs[si] = (inputs, fam.reference(k.cfg, inputs))
                     res = k.check(dict(refs[si][0]), refs[si][1])
-                    row.update(correct=bool(res.correct), max_rel_error=float(res.max_rel_error),
-                               registers=k.registers, spill_bytes=k.local_bytes)  # fmt: skip
+                    row.update(
+                        correct=bool(res.correct),
+                        max_rel_error=float(res.max_rel_error),
+                        registers=k.registers,
+                        spill_bytes=k.local_bytes,
+                    )
                     if not res.correct:
                         row["mismatch"] = res.mismatch.describe() if res.mismatch else str(res)
                         log(f"  WRONG {row['config']} {size}: {row['mismatch']}")
@@ -251,8 +280,10 @@ def step_check(dev, log) -> dict:
             rows.append(row)
     mis = step_misaligned(dev, log)
     ok = sum(r["correct"] for r in rows) + sum(r["correct"] for r in mis)
-    log(f"  check: {ok} of {len(rows) + len(mis)} correct "
-        f"(worst error {max(r.get('max_rel_error', 0) for r in rows + mis):.2e})")  # fmt: skip
+    log(
+        f"  check: {ok} of {len(rows) + len(mis)} correct "
+        f"(worst error {max(r.get('max_rel_error', 0) for r in rows + mis):.2e})"
+    )
     return {"sizes": rows, "misaligned": mis}
 
 
@@ -273,8 +304,13 @@ def step_misaligned(dev, log) -> list[dict]:
         prob = Problem(torch, (m, n, kk), a=a, b=b)
         for ci in MISALIGNED_CONFIGS:
             params, lay = CHECKS[ci]
-            row = {"config": _key(params, lay), "shape": [m, n, kk], "offsets_bytes": [oa, ob],
-                   "a_mod16": a.data_ptr() % 16, "b_mod16": b.data_ptr() % 16}  # fmt: skip
+            row = {
+                "config": _key(params, lay),
+                "shape": [m, n, kk],
+                "offsets_bytes": [oa, ob],
+                "a_mod16": a.data_ptr() % 16,
+                "b_mod16": b.data_ptr() % 16,
+            }
             try:
                 k = _load(params, lay, {"M": m, "N": n, "K": kk}, dev)
                 try:
@@ -312,9 +348,14 @@ def step_ab(dev, log, rounds: int) -> list[dict]:
                 try:
                     k = _load(params, {}, {"M": m, "N": n, "K": kk}, dev, variant)
                     err = prob.run(k)
-                    meta[label] = {"registers": k.registers, "spill_bytes": k.local_bytes,
-                                   "blocks_per_sm": k.driver_blocks, "rel_err_fp64": err, "params": params,
-                                   "kernel": variant or "this tree"}  # fmt: skip
+                    meta[label] = {
+                        "registers": k.registers,
+                        "spill_bytes": k.local_bytes,
+                        "blocks_per_sm": k.driver_blocks,
+                        "rel_err_fp64": err,
+                        "params": params,
+                        "kernel": variant or "this tree",
+                    }
                     kernels.append(k)
                     if err <= tol:
                         fns[label] = k.launch
@@ -332,15 +373,31 @@ def step_ab(dev, log, rounds: int) -> list[dict]:
         for label, mt in meta.items():
             e = {"shape": list(shape), "config": label, **mt}
             if label in st:
-                e.update(ms=st[label]["median_ms"], tflops=flops / st[label]["median_ms"] / 1e9,
-                         spread=st[label]["spread"], stats=st[label], reference=ref_name, reference_ms=ref_ms,
-                         reference_tflops=flops / ref_ms / 1e9, reference_spread=st[ref_name]["spread"],
-                         ratio=ref_ms / st[label]["median_ms"])  # fmt: skip
-                log(f"  {m}x{n}x{kk} {label:<36} {e['tflops']:6.1f} TFLOP/s {e['ratio']:.3f}x "
-                    f"(spread {e['spread']:.1%}; ref {ref_name} {e['reference_tflops']:.1f})")  # fmt: skip
+                e.update(
+                    ms=st[label]["median_ms"],
+                    tflops=flops / st[label]["median_ms"] / 1e9,
+                    spread=st[label]["spread"],
+                    stats=st[label],
+                    reference=ref_name,
+                    reference_ms=ref_ms,
+                    reference_tflops=flops / ref_ms / 1e9,
+                    reference_spread=st[ref_name]["spread"],
+                    ratio=ref_ms / st[label]["median_ms"],
+                )
+                log(
+                    f"  {m}x{n}x{kk} {label:<36} {e['tflops']:6.1f} TFLOP/s {e['ratio']:.3f}x "
+                    f"(spread {e['spread']:.1%}; ref {ref_name} {e['reference_tflops']:.1f})"
+                )
             entries.append(e)
-        entries.append({"shape": list(shape), "references": {r: {**st[r], "tflops": flops / st[r]["median_ms"] / 1e9}
-                                                             for r in ("torch.matmul", "cublasSgemm")}})  # fmt: skip
+        entries.append(
+            {
+                "shape": list(shape),
+                "references": {
+                    r: {**st[r], "tflops": flops / st[r]["median_ms"] / 1e9}
+                    for r in ("torch.matmul", "cublasSgemm")
+                },
+            }
+        )
         for k in kernels:
             k.close()
         prob.free()
@@ -374,8 +431,13 @@ def run_bench_kernels(dev, head: dict, args, log) -> None:
 
     out = args.out / "bk"
     out.mkdir(parents=True, exist_ok=True)
-    ctx = {"torch": torch, "dev": dev, "flush": torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda"),
-           "cublas": Cublas(), "keep": []}  # fmt: skip
+    ctx = {
+        "torch": torch,
+        "dev": dev,
+        "flush": torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda"),
+        "cublas": Cublas(),
+        "keep": [],
+    }
     doc = {**head, "entries": step_bench(ctx, 15, False, log)}
     (out / "h200.json").write_text(json.dumps(doc, indent=1, default=str))
     shapes = [("held_out", s) for s in HELD_OUT] + [("fit", s) for s in FIT]
@@ -409,8 +471,17 @@ def cmd_run(args) -> None:
     head = versions(torch, dev)
     path = args.out / "ragged.json"  # steps run by separate invocations add to one document
     doc = json.loads(path.read_text()) if path.exists() else {}
-    doc.update({**head, "v16_commit": V16_COMMIT, "checks": [[p, lay] for p, lay in CHECKS], "check_sizes": SIZES,
-                "ab_configs": AB_CONFIGS, "ab_shapes": AB_SHAPES, "rounds": args.rounds})  # fmt: skip
+    doc.update(
+        {
+            **head,
+            "v16_commit": V16_COMMIT,
+            "checks": [[p, lay] for p, lay in CHECKS],
+            "check_sizes": SIZES,
+            "ab_configs": AB_CONFIGS,
+            "ab_shapes": AB_SHAPES,
+            "rounds": args.rounds,
+        }
+    )
     for step in args.steps.split(","):
         t0 = time.time()
         try:
@@ -421,8 +492,20 @@ def cmd_run(args) -> None:
             elif step == "bk":  # bench_kernels.py's bench and sweep steps, in this process (same JSON files)
                 run_bench_kernels(dev, head, args, log)
             elif step == "memcheck":
-                cmd = ["compute-sanitizer", "--tool", "memcheck", "--print-limit", "20", sys.executable,
-                       str(Path(__file__).resolve()), "run", "--out", str(args.out), "--steps", "memcheck-inner"]  # fmt: skip
+                cmd = [
+                    "compute-sanitizer",
+                    "--tool",
+                    "memcheck",
+                    "--print-limit",
+                    "20",
+                    sys.executable,
+                    str(Path(__file__).resolve()),
+                    "run",
+                    "--out",
+                    str(args.out),
+                    "--steps",
+                    "memcheck-inner",
+                ]
                 r = subprocess.run(cmd, capture_output=True, text=True, timeout=args.memcheck_timeout)
                 (args.out / "memcheck.txt").write_text(r.stdout + r.stderr)
                 summary = [ln for ln in (r.stdout + r.stderr).splitlines() if "ERROR SUMMARY" in ln]
@@ -440,8 +523,12 @@ def main() -> None:
     b = sub.add_parser("build", help="compile both kernels' configurations into the NVRTC cache (CPU)")
     b.add_argument("--jobs", type=int, default=2)
     for p in (b, r := sub.add_parser("run", help="measure on the GPU")):
-        p.add_argument("--variants", default="prev", help="kernels besides this tree's: commits of COMMITS "
-                       "(prev, v16, v18) or NAME=FILE (an sgemm.cu); the same list for build and run")  # fmt: skip
+        p.add_argument(
+            "--variants",
+            default="prev",
+            help="kernels besides this tree's: commits of COMMITS "
+            "(prev, v16, v18) or NAME=FILE (an sgemm.cu); the same list for build and run",
+        )
     r.add_argument("--out", type=Path, required=True)
     r.add_argument("--steps", default="check,ab,bk,memcheck")
     r.add_argument("--rounds", type=int, default=25)

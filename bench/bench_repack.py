@@ -42,9 +42,19 @@ from timing import stats, tee_log, time_rounds  # noqa: E402
 # Fitting shapes for the repacking rule (REPACK_MIN_FLOPS_PER_BYTE) and bandwidth: large unaligned problems where
 # the session-4 sweeps measured the unaligned loops, and smaller ones around the threshold; K or N alone
 # unaligned; skinny unaligned problems (where the copies cost most against the GEMM).
-SHAPES = [(4095, 4097, 1023), (2999, 3001, 3003), (1999, 6001, 1500), (2047, 2049, 2051), (1535, 1537, 1539),
-          (1023, 1025, 1027), (767, 769, 771), (4096, 4096, 4095), (4096, 4097, 4096), (256, 4097, 4095),
-          (4097, 256, 4095)]  # fmt: skip
+SHAPES = [
+    (4095, 4097, 1023),
+    (2999, 3001, 3003),
+    (1999, 6001, 1500),
+    (2047, 2049, 2051),
+    (1535, 1537, 1539),
+    (1023, 1025, 1027),
+    (767, 769, 771),
+    (4096, 4096, 4095),
+    (4096, 4097, 4096),
+    (256, 4097, 4095),
+    (4097, 256, 4095),
+]
 TOP = 2  # tiles' top configurations with REPACK forced on and forced off, per shape
 
 
@@ -67,8 +77,10 @@ def cmd_list(args) -> None:
 
     for shape in SHAPES:
         m, n, k = shape
-        print(f"{m}x{n}x{k}: flops/byte {2 * m * n * k / max(1, repack_bytes(*shape)):.0f}, auto "
-              f"{'on' if repack_pays(*shape) else 'off'}: " + ", ".join(cfg_label(p) for p in configs(shape)))  # fmt: skip
+        print(
+            f"{m}x{n}x{k}: flops/byte {2 * m * n * k / max(1, repack_bytes(*shape)):.0f}, auto "
+            f"{'on' if repack_pays(*shape) else 'off'}: " + ", ".join(cfg_label(p) for p in configs(shape))
+        )
 
 
 def cmd_build(args) -> None:
@@ -104,8 +116,12 @@ def _repack_steps(kern):
 
     def run():
         for func, step, vals, types in chosen:
-            _ok(d.cuLaunchKernel(func, *step.grid, *step.block, step.dynamic_smem_bytes, d.CUstream(0),
-                                 (vals, types), 0), step.kernel)  # fmt: skip
+            _ok(
+                d.cuLaunchKernel(
+                    func, *step.grid, *step.block, step.dynamic_smem_bytes, d.CUstream(0), (vals, types), 0
+                ),
+                step.kernel,
+            )
 
     return run
 
@@ -128,8 +144,13 @@ def cmd_run(args) -> None:
     head = versions(torch, dev)
     tol = FAMILIES["sgemm"].tolerance
     shapes = [s for s in SHAPES if not args.shapes or "x".join(map(str, s)) in args.shapes]
-    out = {"what": "sgemm REPACK on / off, same rounds, cuBLAS reference", "commit": args.commit, **head,
-           "rounds": args.rounds, "shapes": {}}  # fmt: skip
+    out = {
+        "what": "sgemm REPACK on / off, same rounds, cuBLAS reference",
+        "commit": args.commit,
+        **head,
+        "rounds": args.rounds,
+        "shapes": {},
+    }
     t0 = time.time()
     for shape in shapes:
         m, n, k = shape
@@ -142,10 +163,16 @@ def cmd_run(args) -> None:
                 chk = small_checks(p, dev, log)
                 kern = load(p, shape, dev)
                 err = prob.run(kern)
-                rows[label] = {"params": p, "rel_err_fp64": err, "small_checks": chk, "registers": kern.registers,
-                               "spill_bytes": kern.local_bytes, "blocks_per_sm": kern.driver_blocks,
-                               "steps": [s.kernel.split("<")[0] for s in kern.shape.steps],
-                               "workspace_bytes": kern.shape.workspace_bytes}  # fmt: skip
+                rows[label] = {
+                    "params": p,
+                    "rel_err_fp64": err,
+                    "small_checks": chk,
+                    "registers": kern.registers,
+                    "spill_bytes": kern.local_bytes,
+                    "blocks_per_sm": kern.driver_blocks,
+                    "steps": [s.kernel.split("<")[0] for s in kern.shape.steps],
+                    "workspace_bytes": kern.shape.workspace_bytes,
+                }
                 if err <= tol and chk["correct"]:
                     fns[label] = kern.launch
                     if p["REPACK"] == 1 and kern.shape.workspace_bytes and "repack only" not in fns:
@@ -163,11 +190,19 @@ def cmd_run(args) -> None:
         ref = min(("torch.matmul", "cublasSgemm"), key=lambda r: st[r]["median_ms"])
         for label, r in rows.items():
             if label in st:
-                r.update(time_ms=st[label]["median_ms"], spread=st[label]["spread"],
-                         tflops=flops / st[label]["median_ms"] / 1e9,
-                         ratio=st[ref]["median_ms"] / st[label]["median_ms"])  # fmt: skip
-        entry = {"shape": list(shape), "reference": ref, "reference_ms": st[ref]["median_ms"],
-                 "references": {r: st[r] for r in ("torch.matmul", "cublasSgemm")}, "rows": rows}  # fmt: skip
+                r.update(
+                    time_ms=st[label]["median_ms"],
+                    spread=st[label]["spread"],
+                    tflops=flops / st[label]["median_ms"] / 1e9,
+                    ratio=st[ref]["median_ms"] / st[label]["median_ms"],
+                )
+        entry = {
+            "shape": list(shape),
+            "reference": ref,
+            "reference_ms": st[ref]["median_ms"],
+            "references": {r: st[r] for r in ("torch.matmul", "cublasSgemm")},
+            "rows": rows,
+        }
         if "repack only" in st:
             b = repack_bytes(*shape)
             entry["repack_only"] = {
@@ -178,8 +213,10 @@ def cmd_run(args) -> None:
         out["shapes"]["x".join(map(str, shape))] = entry
         for label, r in sorted(rows.items(), key=lambda x: -x[1].get("ratio", 0)):
             if "ratio" in r:
-                log(f"  {m}x{n}x{k} {label:<40} {r['tflops']:6.1f} TFLOP/s {r['ratio']:.3f}x {ref} "
-                    f"(spread {r['spread']:.1%})")  # fmt: skip
+                log(
+                    f"  {m}x{n}x{k} {label:<40} {r['tflops']:6.1f} TFLOP/s {r['ratio']:.3f}x {ref} "
+                    f"(spread {r['spread']:.1%})"
+                )
         if "repack_only" in entry:
             ro = entry["repack_only"]
             log(f"  {m}x{n}x{k} repack only: {ro['median_ms'] * 1e3:.1f} us, {ro['gbps']:.0f} GB/s")

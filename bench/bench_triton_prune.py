@@ -56,16 +56,31 @@ def search_space() -> list[tuple[int, int, int, int, int]]:
 
 def as_dict(c) -> dict:
     bm, bn, bk, w, s = c
-    return {"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": bk, "GROUP_SIZE_M": 8, "num_warps": w,
-            "num_stages": s}  # fmt: skip
+    return {
+        "BLOCK_SIZE_M": bm,
+        "BLOCK_SIZE_N": bn,
+        "BLOCK_SIZE_K": bk,
+        "GROUP_SIZE_M": 8,
+        "num_warps": w,
+        "num_stages": s,
+    }
 
 
 def picks(dtype: str, m: int, n: int, k: int, arch: str = "sm_90") -> list[dict]:
     """prune's ranking of the space for one shape: the kept ones best first (the first 8 are its picks)."""
     rows = st.rank([as_dict(c) for c in search_space()], m, n, k, dtype, arch)
-    return [{"config": list(search_space()[r["index"]]), "kept": r["kept"], "reason": r["reason"],
-             "predicted_tflops": r["predicted_tflops"], "model_tflops": r["model_tflops"],
-             "k_divides": r["k_divides"], "smem_bytes": r["smem_bytes"]} for r in rows]  # fmt: skip
+    return [
+        {
+            "config": list(search_space()[r["index"]]),
+            "kept": r["kept"],
+            "reason": r["reason"],
+            "predicted_tflops": r["predicted_tflops"],
+            "model_tflops": r["model_tflops"],
+            "k_divides": r["k_divides"],
+            "smem_bytes": r["smem_bytes"],
+        }
+        for r in rows
+    ]
 
 
 try:  # the GPU machine has Triton; --list does not need it
@@ -77,9 +92,24 @@ except ImportError:  # pragma: no cover - depends on the machine
 if triton is not None:
 
     @triton.jit
-    def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, s_cm, s_cn,
-                      BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr, BLOCK_SIZE_K: tl.constexpr,
-                      GROUP_SIZE_M: tl.constexpr):  # fmt: skip
+    def matmul_kernel(
+        a_ptr,
+        b_ptr,
+        c_ptr,
+        M,
+        N,
+        K,
+        s_am,
+        s_ak,
+        s_bk,
+        s_bn,
+        s_cm,
+        s_cn,
+        BLOCK_SIZE_M: tl.constexpr,
+        BLOCK_SIZE_N: tl.constexpr,
+        BLOCK_SIZE_K: tl.constexpr,
+        GROUP_SIZE_M: tl.constexpr,
+    ):
         # C = A @ B, one BLOCK_M x BLOCK_N tile per program; programs walk groups of GROUP_SIZE_M tile rows
         # column by column (L2 reuse of B); K in BLOCK_K steps with masked loads of the K tail (every iteration
         # carries the mask, as in the tutorial); fp32 accumulation; rows/cols past M/N wrap (modulo) on load and
@@ -107,14 +137,23 @@ if triton is not None:
             pb += BLOCK_SIZE_K * s_bk
         cm = tm * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
         cn = tn * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
-        tl.store(c_ptr + cm[:, None] * s_cm + cn[None, :] * s_cn, acc.to(c_ptr.dtype.element_ty),
-                 mask=(cm[:, None] < M) & (cn[None, :] < N))  # fmt: skip
+        tl.store(
+            c_ptr + cm[:, None] * s_cm + cn[None, :] * s_cn,
+            acc.to(c_ptr.dtype.element_ty),
+            mask=(cm[:, None] < M) & (cn[None, :] < N),
+        )
 
 
 def _meta(c) -> dict:
     d = as_dict(c)
-    return {"BLOCK_SIZE_M": d["BLOCK_SIZE_M"], "BLOCK_SIZE_N": d["BLOCK_SIZE_N"], "BLOCK_SIZE_K": d["BLOCK_SIZE_K"],
-            "GROUP_SIZE_M": 8, "num_warps": d["num_warps"], "num_stages": d["num_stages"]}  # fmt: skip
+    return {
+        "BLOCK_SIZE_M": d["BLOCK_SIZE_M"],
+        "BLOCK_SIZE_N": d["BLOCK_SIZE_N"],
+        "BLOCK_SIZE_K": d["BLOCK_SIZE_K"],
+        "GROUP_SIZE_M": 8,
+        "num_warps": d["num_warps"],
+        "num_stages": d["num_stages"],
+    }
 
 
 def _torch_dtype(torch, name: str):
@@ -173,8 +212,21 @@ def time_shape(torch, name: str, m: int, n: int, k: int, warm: dict, deadline: f
         grid = (triton.cdiv(m, cfg[0]) * triton.cdiv(n, cfg[1]),)
 
         def run(meta=meta, grid=grid):
-            matmul_kernel[grid](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-                                c.stride(0), c.stride(1), **meta)  # fmt: skip
+            matmul_kernel[grid](
+                a,
+                b,
+                c,
+                m,
+                n,
+                k,
+                a.stride(0),
+                a.stride(1),
+                b.stride(0),
+                b.stride(1),
+                c.stride(0),
+                c.stride(1),
+                **meta,
+            )
 
         try:
             c.fill_(float("nan"))
@@ -203,14 +255,25 @@ def score(name: str, m: int, n: int, k: int, rows: list[dict]) -> dict:
     best8 = max((t for _, t in top_t), default=None)
     best_all = max(measured.values(), key=lambda r: r["tflops"], default=None)
     order = sorted(measured, key=lambda c: -measured[c]["tflops"])
-    out = {"shape": f"{name} {m}x{n}x{k}", "dtype": name, "M": m, "N": n, "K": k, "prune_top8": top,
-           "prune_top8_tflops": [t for _, t in top_t], "first": top[0] if top else None, "first_tflops": first,
-           "best_of_top8_tflops": best8, "best_of_top8": max(top_t, key=lambda x: x[1])[0] if top_t else None,
-           "first_vs_best_of_top8": (first / best8) if first and best8 else None,
-           "space_best": best_all["config"] if best_all else None,
-           "space_best_tflops": best_all["tflops"] if best_all else None,
-           "first_rank_in_space": order.index(tuple(top[0])) + 1 if top and tuple(top[0]) in measured else None,
-           "timed": len(measured), "space": len(search_space())}  # fmt: skip
+    out = {
+        "shape": f"{name} {m}x{n}x{k}",
+        "dtype": name,
+        "M": m,
+        "N": n,
+        "K": k,
+        "prune_top8": top,
+        "prune_top8_tflops": [t for _, t in top_t],
+        "first": top[0] if top else None,
+        "first_tflops": first,
+        "best_of_top8_tflops": best8,
+        "best_of_top8": max(top_t, key=lambda x: x[1])[0] if top_t else None,
+        "first_vs_best_of_top8": (first / best8) if first and best8 else None,
+        "space_best": best_all["config"] if best_all else None,
+        "space_best_tflops": best_all["tflops"] if best_all else None,
+        "first_rank_in_space": order.index(tuple(top[0])) + 1 if top and tuple(top[0]) in measured else None,
+        "timed": len(measured),
+        "space": len(search_space()),
+    }
     out["within_5pct"] = bool(first and best8 and first >= best8 * (1 - CRITERION))
     return out
 
@@ -251,9 +314,11 @@ def main() -> None:
         shapes[f"{name} {m}x{n}x{k}"] = rows
         s = score(name, m, n, k, rows)
         results.append(s)
-        log(f"{s['shape']}: prune #1 {s['first']} {s['first_tflops'] or 0:.0f} TFLOP/s, best of its top 8 "
+        log(
+            f"{s['shape']}: prune #1 {s['first']} {s['first_tflops'] or 0:.0f} TFLOP/s, best of its top 8 "
             f"{s['best_of_top8_tflops'] or 0:.0f}, space best {s['space_best_tflops'] or 0:.0f} "
-            f"(#1 ranks {s['first_rank_in_space']} of {s['timed']}): within 5 %: {s['within_5pct']}")  # fmt: skip
+            f"(#1 ranks {s['first_rank_in_space']} of {s['timed']}): within 5 %: {s['within_5pct']}"
+        )
     doc = {
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "gpu": torch.cuda.get_device_name(0),

@@ -73,9 +73,11 @@ PLAN = {
 }
 CACHE = ROOT / ".cache" / "wgmma_nvrtc"
 HELPER = ROOT / ".cache" / "wgmma_helper"  # a user's main() around the generated .cu, built here (nvcc 13.0)
-HELPER_CASES = [({}, {"M": 1000, "N": 1001, "K": 333, "dtype": "bf16"}),
-                ({"BN": 128}, {"M": 520, "N": 1024, "K": 264, "dtype": "f16"}),
-                ({}, {"M": 4095, "N": 4097, "K": 1023, "dtype": "bf16"})]  # fmt: skip
+HELPER_CASES = [
+    ({}, {"M": 1000, "N": 1001, "K": 333, "dtype": "bf16"}),
+    ({"BN": 128}, {"M": 520, "N": 1024, "K": 264, "dtype": "f16"}),
+    ({}, {"M": 4095, "N": 4097, "K": 1023, "dtype": "bf16"}),
+]
 
 
 def configure(label: str, problem: dict, dtype: str):
@@ -116,8 +118,10 @@ def cmd_list(args) -> None:
     for label in VARIANTS:
         cfg = configure(label, CANONICAL, "bf16")
         plan = fam.launch(cfg)
-        print(f"{label:<20} {fam.name_expression(cfg):<70} grid {plan.grid[0]:>4} cluster {plan.cluster[0]} "
-              f"smem {plan.dynamic_smem_bytes}")  # fmt: skip
+        print(
+            f"{label:<20} {fam.name_expression(cfg):<70} grid {plan.grid[0]:>4} cluster {plan.cluster[0]} "
+            f"smem {plan.dynamic_smem_bytes}"
+        )
     for (shape, dt), labels in PLAN.items():
         print(f"{shape} {dt}: {', '.join(labels)}")
 
@@ -138,8 +142,11 @@ def cmd_build(args) -> None:
         t0 = time.time()
         r = compile_cubin(src, [fam.name_expression(cfg)], cfg.arch.name, filename="wgmma_gemm.cu")
         res = r.resources.get(fam.name_expression(cfg))
-        print(f"  {fam.name_expression(cfg)}: {res.registers} regs, {res.spills} spill bytes, "
-              f"{time.time() - t0:.1f} s", flush=True)  # fmt: skip
+        print(
+            f"  {fam.name_expression(cfg)}: {res.registers} regs, {res.spills} spill bytes, "
+            f"{time.time() - t0:.1f} s",
+            flush=True,
+        )
 
 
 def helper_configs() -> list:
@@ -159,8 +166,11 @@ def cmd_helper_build(args) -> None:
     for i, c in enumerate(helper_configs()):
         src = HELPER / f"case{i}.cu"
         src.write_text(render(c).source + "\n" + harness_main(c))
-        p = subprocess.run(["nvcc", "-std=c++17", "-arch=sm_90a", "-o", str(HELPER / f"case{i}"), str(src)],
-                           capture_output=True, text=True)  # fmt: skip
+        p = subprocess.run(
+            ["nvcc", "-std=c++17", "-arch=sm_90a", "-o", str(HELPER / f"case{i}"), str(src)],
+            capture_output=True,
+            text=True,
+        )
         print(f"case{i} {c.problem}: nvcc exit {p.returncode} {p.stderr[-500:]}", flush=True)
 
 
@@ -181,16 +191,27 @@ def helper_run(log) -> list[dict]:
         work.mkdir(exist_ok=True)
         inputs = fam.make_inputs(c, np.random.default_rng(500 + i))
         argv, env, outp = run_arguments(c, inputs, work)
-        p = subprocess.run([str(HELPER / f"case{i}"), *argv], capture_output=True, text=True,
-                           env={**os.environ, **env}, timeout=120)  # fmt: skip
+        p = subprocess.run(
+            [str(HELPER / f"case{i}"), *argv],
+            capture_output=True,
+            text=True,
+            env={**os.environ, **env},
+            timeout=120,
+        )
         if p.returncode != 0:
             out.append(
                 {"case": c.problem, "correct": False, "error": f"exit {p.returncode}: {p.stderr[-300:]}"}
             )
         else:
             chk = compare(fam.reference(c, inputs), fam.decode_output(c, read_output(c, outp)), fam.tolerance)
-            out.append({"case": c.problem, "correct": chk.correct, "max_rel_error": chk.max_rel_error,
-                        "mismatch": chk.mismatch.describe() if chk.mismatch else None})  # fmt: skip
+            out.append(
+                {
+                    "case": c.problem,
+                    "correct": chk.correct,
+                    "max_rel_error": chk.max_rel_error,
+                    "mismatch": chk.mismatch.describe() if chk.mismatch else None,
+                }
+            )
         log(f"  helper {c.problem}: {out[-1]}")
     return out
 
@@ -220,18 +241,26 @@ def cmd_check(args) -> None:
                         inputs = fam.make_inputs(cfg, np.random.default_rng(1000 + i))
                         refs[key] = (inputs, fam.reference(cfg, inputs))
                     res = k.check(dict(refs[key][0]), refs[key][1])
-                    doc = {"variant": label, "dtype": dt, **problem, "correct": res.correct,
-                           "max_rel_error": res.max_rel_error, "registers": k.registers,
-                           "driver_blocks": k.driver_blocks, "driver_clusters": k.driver_clusters,
-                           "mismatch": res.mismatch.describe() if res.mismatch else None,
-                           "seconds": round(time.time() - t0, 2)}  # fmt: skip
+                    doc = {
+                        "variant": label,
+                        "dtype": dt,
+                        **problem,
+                        "correct": res.correct,
+                        "max_rel_error": res.max_rel_error,
+                        "registers": k.registers,
+                        "driver_blocks": k.driver_blocks,
+                        "driver_clusters": k.driver_clusters,
+                        "mismatch": res.mismatch.describe() if res.mismatch else None,
+                        "seconds": round(time.time() - t0, 2),
+                    }
                 finally:
                     k.close()
                 print("CHECK " + json.dumps(doc), flush=True)
 
 
-def run_checks(labels: list[str], dtypes: list[str], small: bool, log, deadline_s: float = 40.0,
-               wrap: list[str] = ()) -> list[dict]:  # fmt: skip
+def run_checks(
+    labels: list[str], dtypes: list[str], small: bool, log, deadline_s: float = 40.0, wrap: list[str] = ()
+) -> list[dict]:
     """Checks in a child process, restarted after a variant that hangs or crashes (deadline per variant)."""
     out, todo = [], list(labels)
     while todo:
@@ -294,8 +323,9 @@ def run_checks(labels: list[str], dtypes: list[str], small: bool, log, deadline_
 # ---- timing (parent, GPU) -----------------------------------------------------------------------------------------
 
 
-def bench_shape(shape, dt: str, labels: list[str], dev, torch, flush, rounds: int, log,
-                cfgs: dict | None = None) -> list[dict]:  # fmt: skip
+def bench_shape(
+    shape, dt: str, labels: list[str], dev, torch, flush, rounds: int, log, cfgs: dict | None = None
+) -> list[dict]:
     """cuBLAS and the kernels of ``labels`` (VARIANTS, or the configurations ``cfgs`` maps them to) on one
     shape: checked against fp32 (relative Frobenius error), timed in the same alternating rounds."""
     from smemtile.gpu.run import LoadedKernel
@@ -332,16 +362,36 @@ def bench_shape(shape, dt: str, labels: list[str], dev, torch, flush, rounds: in
     times = time_rounds(fns, torch, rounds, flush, warmup=3)
     flop = 2.0 * m * n * k
     base = stats(times["cuBLAS"])
-    rows = [{"shape": list(shape), "dtype": dt, "name": "cuBLAS", **base, "tflops": flop / base["median_ms"] / 1e9,
-             "rel_error_fro": float((c_ref.float() - ref).norm()) / rnorm}]  # fmt: skip
+    rows = [
+        {
+            "shape": list(shape),
+            "dtype": dt,
+            "name": "cuBLAS",
+            **base,
+            "tflops": flop / base["median_ms"] / 1e9,
+            "rel_error_fro": float((c_ref.float() - ref).norm()) / rnorm,
+        }
+    ]
     for lb, kern in kernels.items():
         s = stats(times[lb])
         c = outs[lb]
         err = float((c.float() - ref).norm()) / rnorm if bool(torch.isfinite(c).all()) else float("inf")
-        rows.append({"shape": list(shape), "dtype": dt, "name": lb, **s, "tflops": flop / s["median_ms"] / 1e9,
-                     "vs_cublas": base["median_ms"] / s["median_ms"], "rel_error_fro": err,
-                     "name_expression": kern.expr, "grid": list(kern.shape.grid), "cluster": list(kern.shape.cluster),
-                     "registers": kern.registers, "driver_clusters": kern.driver_clusters})  # fmt: skip
+        rows.append(
+            {
+                "shape": list(shape),
+                "dtype": dt,
+                "name": lb,
+                **s,
+                "tflops": flop / s["median_ms"] / 1e9,
+                "vs_cublas": base["median_ms"] / s["median_ms"],
+                "rel_error_fro": err,
+                "name_expression": kern.expr,
+                "grid": list(kern.shape.grid),
+                "cluster": list(kern.shape.cluster),
+                "registers": kern.registers,
+                "driver_clusters": kern.driver_clusters,
+            }
+        )
         kern.close()
     del a, b, ref, outs
     torch.cuda.empty_cache()
@@ -395,8 +445,11 @@ def cmd_run(args) -> None:
     log("== correctness (numpy float64, the family's test sizes)")
     checks = run_checks(list(VARIANTS), ["bf16", "f16"], False, log)
     doc["checks"] = checks
-    ok = {lb for lb in VARIANTS if all(c["correct"] for c in checks if c["variant"] == lb)
-          and any(c["variant"] == lb for c in checks)}  # fmt: skip
+    ok = {
+        lb
+        for lb in VARIANTS
+        if all(c["correct"] for c in checks if c["variant"] == lb) and any(c["variant"] == lb for c in checks)
+    }
     for lb in VARIANTS:
         rs = [c for c in checks if c["variant"] == lb]
         worst = max((c.get("max_rel_error", float("inf")) for c in rs), default=float("inf"))
@@ -421,11 +474,15 @@ def cmd_run(args) -> None:
         rs = bench_shape(shape, dt, labels, dev, torch, flush, args.rounds, log)
         rows += rs
         base = rs[0]
-        log(f"  {shape} {dt}: cuBLAS {base['tflops']:.0f} TFLOP/s (spread {base['spread']:.1%}, err "
-            f"{base['rel_error_fro']:.1e})")  # fmt: skip
+        log(
+            f"  {shape} {dt}: cuBLAS {base['tflops']:.0f} TFLOP/s (spread {base['spread']:.1%}, err "
+            f"{base['rel_error_fro']:.1e})"
+        )
         for r in rs[1:]:
-            log(f"    {r['name']:<20} {r['tflops']:6.0f} TFLOP/s  {r['vs_cublas']:.3f}x  spread {r['spread']:.1%}  "
-                f"err {r['rel_error_fro']:.1e}")  # fmt: skip
+            log(
+                f"    {r['name']:<20} {r['tflops']:6.0f} TFLOP/s  {r['vs_cublas']:.3f}x  spread {r['spread']:.1%}  "
+                f"err {r['rel_error_fro']:.1e}"
+            )
         doc["timing"] = rows
         (out / "wgmma_h200.json").write_text(json.dumps(doc, indent=1))
     if args.sanitize and ok:
@@ -434,11 +491,17 @@ def cmd_run(args) -> None:
         doc["sanitizer"] = {}
         for tool in ("memcheck", "racecheck"):
             for lb in ("R6 +tma store",):
-                txt = sh(f"{wrap} --tool {tool} {sys.executable} bench/bench_wgmma.py check --small --variants '{lb}' "
-                         "--dtypes bf16", timeout=100)  # fmt: skip
+                txt = sh(
+                    f"{wrap} --tool {tool} {sys.executable} bench/bench_wgmma.py check --small --variants '{lb}' "
+                    "--dtypes bf16",
+                    timeout=100,
+                )
                 doc["sanitizer"][f"{tool} {lb}"] = txt
-                summary = [ln for ln in txt.splitlines() if "ERROR SUMMARY" in ln or "RACECHECK SUMMARY" in ln
-                           or "TIMEOUT" in ln]  # fmt: skip
+                summary = [
+                    ln
+                    for ln in txt.splitlines()
+                    if "ERROR SUMMARY" in ln or "RACECHECK SUMMARY" in ln or "TIMEOUT" in ln
+                ]
                 log(f"  {tool} {lb}: {' | '.join(summary) or txt.splitlines()[-1:]}")
 
     doc["seconds"] = time.time() - t_start

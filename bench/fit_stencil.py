@@ -44,9 +44,11 @@ from smemtile.model import tiling_stencil as ts  # noqa: E402
 from smemtile.model.tiling_model import spearman  # noqa: E402
 
 DATA = ROOT / "smemtile" / "model" / "data" / ts.DATA_FILE
-RUNS = (("run1", ROOT / "bench" / "results" / "memory_h200_run1.json"),
-        ("run3", ROOT / "bench" / "results" / "memory_h200_run3.json"),
-        ("session4", ROOT / "bench" / "results" / "memory_h200_session4_spearman.json"))  # fmt: skip
+RUNS = (
+    ("run1", ROOT / "bench" / "results" / "memory_h200_run1.json"),
+    ("run3", ROOT / "bench" / "results" / "memory_h200_run3.json"),
+    ("session4", ROOT / "bench" / "results" / "memory_h200_session4_spearman.json"),
+)
 SMS, RATE_MAX = 132, 1980.0  # one shared-memory wavefront per clock at the H200's 1980 MHz
 
 
@@ -77,8 +79,11 @@ def table(workers: int) -> dict:
         for r, lab, row in ex.map(_one, jobs, chunksize=8):
             if row is not None:
                 out[str(r)][lab] = row
-    return {"compiler": f"NVRTC {nvrtc_version()} (nvidia-cuda-nvrtc 13.0.88), sm_90, dense tile",
-            "source_sha256": source_sha(), "rows": out}  # fmt: skip
+    return {
+        "compiler": f"NVRTC {nvrtc_version()} (nvidia-cuda-nvrtc 13.0.88), sm_90, dense tile",
+        "source_sha256": source_sha(),
+        "rows": out,
+    }
 
 
 def measured_rows() -> list[dict]:
@@ -98,10 +103,24 @@ def measured_rows() -> list[dict]:
                 p = dict(x["params"])
                 r = p.pop("R")
                 lab = ts.label(p)
-                rows.append({"run": run, "commit": d["commit"], "R": r, "params": p, "label": lab, "ny": ny,
-                             "nx": nx, "time_us": x["median_ms"] * 1e3, "copy_us": case["copy"]["median_ms"] * 1e3,
-                             "ratio": x["ratio"], "spread": x["spread"], "blocks_per_sm": x["blocks_per_sm"],
-                             "wavefronts_block": table[str(r)][lab][2], "set": "fit"})  # fmt: skip
+                rows.append(
+                    {
+                        "run": run,
+                        "commit": d["commit"],
+                        "R": r,
+                        "params": p,
+                        "label": lab,
+                        "ny": ny,
+                        "nx": nx,
+                        "time_us": x["median_ms"] * 1e3,
+                        "copy_us": case["copy"]["median_ms"] * 1e3,
+                        "ratio": x["ratio"],
+                        "spread": x["spread"],
+                        "blocks_per_sm": x["blocks_per_sm"],
+                        "wavefronts_block": table[str(r)][lab][2],
+                        "set": "fit",
+                    }
+                )
     return rows
 
 
@@ -118,14 +137,22 @@ def cross_validate(rows: list[dict], forms=None, warps_range=range(1, 65)) -> di
             e = ts.errors(test, c, SMS)
             sweep = [(r, x) for r, x in zip(test, e, strict=True) if r["run"] == "session4"]
             rho = spearman([r["time_us"] * (1 + x) for r, x in sweep], [r["time_us"] for r, _ in sweep])
-            per[f"R{r_}"] = {"median_error": statistics.median(abs(x) for x in e), "spearman_sweep": rho,
-                             "rows": len(test)}  # fmt: skip
-        out[form] = {"held_out_radius": per,
-                     "mean_median_error": statistics.fmean(v["median_error"] for v in per.values()),
-                     "mean_spearman": statistics.fmean(v["spearman_sweep"] for v in per.values())}  # fmt: skip
-        print(f"{form:46s} " + " ".join(f"{k} {v['median_error']:.1%}/{v['spearman_sweep']:.2f}"
-                                       for k, v in per.items())
-              + f"  mean {out[form]['mean_median_error']:.1%} / {out[form]['mean_spearman']:.3f}", flush=True)  # fmt: skip
+            per[f"R{r_}"] = {
+                "median_error": statistics.median(abs(x) for x in e),
+                "spearman_sweep": rho,
+                "rows": len(test),
+            }
+        out[form] = {
+            "held_out_radius": per,
+            "mean_median_error": statistics.fmean(v["median_error"] for v in per.values()),
+            "mean_spearman": statistics.fmean(v["spearman_sweep"] for v in per.values()),
+        }
+        print(
+            f"{form:46s} "
+            + " ".join(f"{k} {v['median_error']:.1%}/{v['spearman_sweep']:.2f}" for k, v in per.items())
+            + f"  mean {out[form]['mean_median_error']:.1%} / {out[form]['mean_spearman']:.3f}",
+            flush=True,
+        )
     return out
 
 
@@ -209,8 +236,12 @@ def main() -> int:
     old = json.loads(DATA.read_text()) if DATA.exists() else {}
     if a.what == "table":
         cand = table(a.workers)
-        doc = {**old, "compiler": cand["compiler"], "source_sha256": cand["source_sha256"],
-               "candidates": cand["rows"]}  # fmt: skip
+        doc = {
+            **old,
+            "compiler": cand["compiler"],
+            "source_sha256": cand["source_sha256"],
+            "candidates": cand["rows"],
+        }
     elif a.what == "cv":
         doc = {**old, "form_choice": cross_validate(measured_rows())}
     else:

@@ -35,8 +35,10 @@ from bench_memory import spread_ranks  # noqa: E402
 CACHE = ROOT / ".cache" / "gemm_sp"
 ARCH = {"hgemm": "sm_90", "wgmma_gemm": "sm_90a"}
 # never measured by the family's runs: a square between the fitted ones, a wide one in bf16, a deep-K one
-SHAPES = {"hgemm": [(6144, 6144, 6144, "f16"), (2048, 8192, 4096, "bf16"), (3072, 5120, 8192, "f16")],
-          "wgmma_gemm": [(6144, 6144, 6144, "bf16"), (2048, 8192, 4096, "bf16"), (3072, 5120, 8192, "f16")]}  # fmt: skip
+SHAPES = {
+    "hgemm": [(6144, 6144, 6144, "f16"), (2048, 8192, 4096, "bf16"), (3072, 5120, 8192, "f16")],
+    "wgmma_gemm": [(6144, 6144, 6144, "bf16"), (2048, 8192, 4096, "bf16"), (3072, 5120, 8192, "f16")],
+}
 
 
 def plan(family: str) -> list[dict]:
@@ -57,8 +59,17 @@ def plan(family: str) -> list[dict]:
             else:
                 params = s.cfg.params()
                 cfg = configure(fam, {**params, **problem}, {}, arch)
-            out.append({"shape": [m, n, k, dt], "label": s.cfg.label, "rank": s.rank, "of": len(ranked),
-                        "predicted_tflops": s.tflops, "params": params, "cfg": cfg})  # fmt: skip
+            out.append(
+                {
+                    "shape": [m, n, k, dt],
+                    "label": s.cfg.label,
+                    "rank": s.rank,
+                    "of": len(ranked),
+                    "predicted_tflops": s.tflops,
+                    "params": params,
+                    "cfg": cfg,
+                }
+            )
     return out
 
 
@@ -98,8 +109,12 @@ def cmd_run(args) -> None:
     torch = torch_setup()
     dev = open_device(torch.cuda.current_device())
     flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
-    commit = args.commit or subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                           text=True).stdout.strip()  # the device copy's git may be stale  # fmt: skip
+    commit = (
+        args.commit
+        or subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip()
+    )  # the device copy's git may be stale
     todo, rows = plan(args.family), []
     for shape in SHAPES[args.family]:
         mine = [e for e in todo if tuple(e["shape"]) == shape]
@@ -110,21 +125,51 @@ def cmd_run(args) -> None:
             got = bench_shape(
                 shape[:3], shape[3], list(cfgs), dev, torch, flush, args.rounds, print, cfgs=cfgs
             )
-            ours = {r["name"]: {"tflops": r["tflops"], "ratio": r["vs_cublas"], "spread": r["spread"],
-                                "correct": r["rel_error_fro"] <= 5e-3, "registers": r["registers"],
-                                "rel_err": r["rel_error_fro"]} for r in got if r["name"] != "cuBLAS"}  # fmt: skip
+            ours = {
+                r["name"]: {
+                    "tflops": r["tflops"],
+                    "ratio": r["vs_cublas"],
+                    "spread": r["spread"],
+                    "correct": r["rel_error_fro"] <= 5e-3,
+                    "registers": r["registers"],
+                    "rel_err": r["rel_error_fro"],
+                }
+                for r in got
+                if r["name"] != "cuBLAS"
+            }
         for e in mine:
             o = ours.get(e["label"])
             if o is None:  # not loaded (reported by the bench)
                 continue
-            rows.append({k: v for k, v in e.items() if k != "cfg"} | {"measured_tflops": o["tflops"],
-                        "ratio": o["ratio"], "spread": o["spread"], "correct": o["correct"],
-                        "registers": o["registers"], "rel_err": o["rel_err"]})  # fmt: skip
-            print(f"{' x '.join(map(str, shape)):<22} #{e['rank']:<4} {e['label']:<34} predicted "
-                  f"{e['predicted_tflops']:6.1f} measured {o['tflops']:6.1f} ({o['ratio']:.3f}x cuBLAS) "
-                  f"{'ok' if o['correct'] else 'WRONG'}", flush=True)  # fmt: skip
-        args.out.write_text(json.dumps({"family": args.family, "commit": commit, "gpu": torch.cuda.get_device_name(),
-                                        "rounds": args.rounds, "rows": rows}, indent=1))  # fmt: skip
+            rows.append(
+                {k: v for k, v in e.items() if k != "cfg"}
+                | {
+                    "measured_tflops": o["tflops"],
+                    "ratio": o["ratio"],
+                    "spread": o["spread"],
+                    "correct": o["correct"],
+                    "registers": o["registers"],
+                    "rel_err": o["rel_err"],
+                }
+            )
+            print(
+                f"{' x '.join(map(str, shape)):<22} #{e['rank']:<4} {e['label']:<34} predicted "
+                f"{e['predicted_tflops']:6.1f} measured {o['tflops']:6.1f} ({o['ratio']:.3f}x cuBLAS) "
+                f"{'ok' if o['correct'] else 'WRONG'}",
+                flush=True,
+            )
+        args.out.write_text(
+            json.dumps(
+                {
+                    "family": args.family,
+                    "commit": commit,
+                    "gpu": torch.cuda.get_device_name(),
+                    "rounds": args.rounds,
+                    "rows": rows,
+                },
+                indent=1,
+            )
+        )
         torch.cuda.empty_cache()
 
 
@@ -135,8 +180,10 @@ def score(rows: list[dict]) -> dict:
 
     out = {}
     for key in dict.fromkeys(" x ".join(map(str, r["shape"])) for r in rows):
-        mine = sorted((r for r in rows if " x ".join(map(str, r["shape"])) == key and r["correct"]),
-                      key=lambda r: r["rank"])  # fmt: skip
+        mine = sorted(
+            (r for r in rows if " x ".join(map(str, r["shape"])) == key and r["correct"]),
+            key=lambda r: r["rank"],
+        )
         top = mine[:12]
         best = max(r["measured_tflops"] for r in mine)
         out[key] = {
@@ -162,9 +209,11 @@ def cmd_score(args) -> None:
     doc["score"] = score(doc["rows"])
     args.results.write_text(json.dumps(doc, indent=1))
     for key, s in doc["score"].items():
-        print(f"{key:<24} n {s['n']:>2} of {s['of']:<4} Spearman {s['spearman']:.2f} (top 12 {s['spearman_top12']:.2f}) "
-              f"#1 {s['top1']} gap {s['top1_gap_to_best']:.1%} ({s['top1_ratio_to_cublas']:.3f}x cuBLAS) "
-              f"median |error| {s['median_abs_error']:.1%}")  # fmt: skip
+        print(
+            f"{key:<24} n {s['n']:>2} of {s['of']:<4} Spearman {s['spearman']:.2f} (top 12 {s['spearman_top12']:.2f}) "
+            f"#1 {s['top1']} gap {s['top1_gap_to_best']:.1%} ({s['top1_ratio_to_cublas']:.3f}x cuBLAS) "
+            f"median |error| {s['median_abs_error']:.1%}"
+        )
 
 
 def main() -> None:

@@ -160,9 +160,17 @@ def main() -> None:
     arch_flag = f"sm_{attrs['cc_major']}{attrs['cc_minor']}"
     table_vs_device = {
         f: {"table": getattr(table, f), "device": getattr(auto, f)}
-        for f in ("max_threads_per_sm", "max_blocks_per_sm", "smem_per_sm", "smem_optin_per_block",
-                  "smem_reserved_per_block", "smem_default_per_block", "regs_per_sm", "regs_per_block")
-    }  # fmt: skip
+        for f in (
+            "max_threads_per_sm",
+            "max_blocks_per_sm",
+            "smem_per_sm",
+            "smem_optin_per_block",
+            "smem_reserved_per_block",
+            "smem_default_per_block",
+            "regs_per_sm",
+            "regs_per_block",
+        )
+    }
 
     fa = driver.CUfunction_attribute
     kernels = []
@@ -198,8 +206,11 @@ def main() -> None:
             )
         info["_fns"] = fns
         kernels.append(info)
-        print(f"kernel nacc={nacc} maxrreg={maxrreg}: {info['regs']} regs, {info['static_smem']} B static, "
-              f"{info['local_bytes']} B local, {secs:.2f} s", flush=True)  # fmt: skip
+        print(
+            f"kernel nacc={nacc} maxrreg={maxrreg}: {info['regs']} regs, {info['static_smem']} B static, "
+            f"{info['local_bytes']} B local, {secs:.2f} s",
+            flush=True,
+        )
 
     rng = np.random.default_rng(args.seed)
     configs = random_configs(rng, kernels, auto.smem_optin_per_block, auto.smem_per_sm, args.configs)
@@ -233,10 +244,15 @@ def main() -> None:
     agree_table = int(((model_table == driver_blocks) & ok).sum())
     agree_auto = int(((model_auto == driver_blocks) & ok).sum())
     mismatches = [
-        {**configs[i], "regs": cols["regs"][i], "static_smem": cols["smem_static"][i], "driver": int(driver_blocks[i]),
-         "model": int(model_table[i])}
+        {
+            **configs[i],
+            "regs": cols["regs"][i],
+            "static_smem": cols["smem_static"][i],
+            "driver": int(driver_blocks[i]),
+            "model": int(model_table[i]),
+        }
         for i in np.flatnonzero((model_table != driver_blocks) & ok)[:50]
-    ]  # fmt: skip
+    ]
     by = {}
     for label, mask in {
         "zero_blocks_driver": driver_blocks == 0,

@@ -20,10 +20,16 @@ sys.path.insert(0, str(ROOT / "bench"))
 from bench_kernels import Problem, _c  # noqa: E402
 from bench_ragged import _load  # noqa: E402
 
-SESSION3 = ([_c(128, 128, 8, 8, 16, 3, 2), _c(128, 128, 8, 16, 8, 3, 2)], [(4095, 4097, 1023), (4096, 4096, 1024)],
-            ["", "v16", "v18"])  # fmt: skip
-SESSION4 = ([_c(128, 128, 8, 8, 16, 2, 2), _c(128, 64, 8, 8, 8, 3, 3)], [(4095, 4097, 1023), (4096, 4096, 1024)],
-            ["", "prev"])  # fmt: skip
+SESSION3 = (
+    [_c(128, 128, 8, 8, 16, 3, 2), _c(128, 128, 8, 16, 8, 3, 2)],
+    [(4095, 4097, 1023), (4096, 4096, 1024)],
+    ["", "v16", "v18"],
+)
+SESSION4 = (
+    [_c(128, 128, 8, 8, 16, 2, 2), _c(128, 64, 8, 8, 8, 3, 3)],
+    [(4095, 4097, 1023), (4096, 4096, 1024)],
+    ["", "prev"],
+)
 
 
 def main() -> None:
@@ -43,8 +49,11 @@ def main() -> None:
                 k.launch()
                 torch.cuda.synchronize()
                 n += 1
-                print(f"launch {n}: {shape} {params['TM']}x{params['TN']} {v or 'this tree'} "
-                      f"err {prob.error(prob.c):.1e}", flush=True)  # fmt: skip
+                print(
+                    f"launch {n}: {shape} {params['TM']}x{params['TN']} {v or 'this tree'} "
+                    f"err {prob.error(prob.c):.1e}",
+                    flush=True,
+                )
                 k.close()
         prob.free()
 

@@ -11,8 +11,15 @@ def stats(ts: list[float]) -> dict:
     """Median, extremes, p10/p90 and spread = (p90 - p10) / median of a list of milliseconds."""
     q = statistics.quantiles(ts, n=10) if len(ts) >= 2 else [ts[0]] * 9
     med = statistics.median(ts)
-    return {"median_ms": med, "min_ms": min(ts), "max_ms": max(ts), "p10_ms": q[0], "p90_ms": q[-1],
-            "spread": (q[-1] - q[0]) / med, "runs": len(ts)}  # fmt: skip
+    return {
+        "median_ms": med,
+        "min_ms": min(ts),
+        "max_ms": max(ts),
+        "p10_ms": q[0],
+        "p90_ms": q[-1],
+        "spread": (q[-1] - q[0]) / med,
+        "runs": len(ts),
+    }
 
 
 def time_rounds(fns: dict, torch, rounds: int, flush, *, warmup: int = 2) -> dict[str, list[float]]:
@@ -50,14 +57,22 @@ def environment() -> dict:
     from cuda.bindings import driver, nvrtc
 
     try:
-        smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version,clocks.max.sm,power.limit",
-                              "--format=csv,noheader"], capture_output=True, text=True, timeout=30).stdout.strip()  # fmt: skip
+        smi = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version,clocks.max.sm,power.limit", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         smi = ""
     drv = driver.cuDriverGetVersion()[1]
     nv = nvrtc.nvrtcVersion()
-    return {"nvidia_smi": smi, "cuda_driver_api": f"{drv // 1000}.{drv % 1000 // 10}",
-            "cuda_bindings": getattr(cuda.bindings, "__version__", "?"), "nvrtc": f"{nv[1]}.{nv[2]}"}  # fmt: skip
+    return {
+        "nvidia_smi": smi,
+        "cuda_driver_api": f"{drv // 1000}.{drv % 1000 // 10}",
+        "cuda_bindings": getattr(cuda.bindings, "__version__", "?"),
+        "nvrtc": f"{nv[1]}.{nv[2]}",
+    }
 
 
 def tee_log(path, mode: str = "a"):

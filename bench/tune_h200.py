@@ -31,9 +31,29 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 DATA = ROOT / "smemtile" / "model" / "data"
-PARAMS = ["f_ghz", "alpha", "beta", "beta_b", "gamma", "phi", "q", "r", "lat_a_us", "lat_b_us", "bar_cyc",
-          "atom_gbps", "squeeze", "launch_us", "icache_kb", "icache_pen", "unaligned", "e16", "e32", "e64",
-          "unaligned_ragged"]  # fmt: skip
+PARAMS = [
+    "f_ghz",
+    "alpha",
+    "beta",
+    "beta_b",
+    "gamma",
+    "phi",
+    "q",
+    "r",
+    "lat_a_us",
+    "lat_b_us",
+    "bar_cyc",
+    "atom_gbps",
+    "squeeze",
+    "launch_us",
+    "icache_kb",
+    "icache_pen",
+    "unaligned",
+    "e16",
+    "e32",
+    "e64",
+    "unaligned_ragged",
+]
 X0 = [
     1.8,
     1.0,
@@ -107,8 +127,9 @@ HI = [
 
 def commit() -> str:
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                              check=True).stdout.strip()  # fmt: skip
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 
@@ -127,19 +148,38 @@ def load_rows(paths: list[Path]) -> list[dict]:
             ref = max((r["tflops"] for r in s["rows"] if "reference" in r), default=None)
             for r in s["rows"]:
                 if "config" in r and "time_ms" in r:
-                    out[(shape, r["config"])] = {"role": s["role"], "shape": shape, "p": r["params"],
-                                                 "b": r["blocks_per_sm"], "t": r["time_ms"] * 1e-3,
-                                                 "threads": r["threads"], "regs": r["registers"],
-                                                 "spill": r["spill_bytes"], "tflops": r["tflops"], "ref": ref,
-                                                 "label": r["config"], "file": str(path)}  # fmt: skip
+                    out[(shape, r["config"])] = {
+                        "role": s["role"],
+                        "shape": shape,
+                        "p": r["params"],
+                        "b": r["blocks_per_sm"],
+                        "t": r["time_ms"] * 1e-3,
+                        "threads": r["threads"],
+                        "regs": r["registers"],
+                        "spill": r["spill_bytes"],
+                        "tflops": r["tflops"],
+                        "ref": ref,
+                        "label": r["config"],
+                        "file": str(path),
+                    }
     return list(out.values())
 
 
 def tile_of(p: dict, threads: int):
     from smemtile.model.tiling import TileConfig
 
-    return TileConfig(p["BM"], p["BN"], p["BK"], threads // 32, p["STAGES"], p.get("GROUP_M", 8), p["TM"], p["TN"],
-                      p["MIN_BLOCKS"], split_k=p.get("SPLIT_K", 1))  # fmt: skip
+    return TileConfig(
+        p["BM"],
+        p["BN"],
+        p["BK"],
+        threads // 32,
+        p["STAGES"],
+        p.get("GROUP_M", 8),
+        p["TM"],
+        p["TN"],
+        p["MIN_BLOCKS"],
+        split_k=p.get("SPLIT_K", 1),
+    )
 
 
 def consts_of(x, registers: dict) -> dict:
@@ -166,14 +206,19 @@ def fit_registers(rows: list[dict]) -> dict:
         p, t = r["p"], r["threads"]
         if r["regs"] < simt_cap(t, p["MIN_BLOCKS"]) - 4 and r["regs"] < 250:
             a, b = p["BM"] * p["BK"] / 4 / t, p["BK"] * p["BN"] / 4 / t
-            seen[r["label"]] = ([1, p["TM"] * p["TN"], p["TM"] + p["TN"], a, b, float(p.get("SPLIT_K", 1) > 1)],
-                                r["regs"])  # fmt: skip
+            seen[r["label"]] = (
+                [1, p["TM"] * p["TN"], p["TM"] + p["TN"], a, b, float(p.get("SPLIT_K", 1) > 1)],
+                r["regs"],
+            )
     x = np.array([v[0] for v in seen.values()])
     y = np.array([v[1] for v in seen.values()], dtype=float)
     c, *_ = np.linalg.lstsq(x, y, rcond=None)
     err = np.abs(x @ c - y)
-    return {**dict(zip(["c0", "acc", "tmtn", "a_items", "b_items", "split"], map(float, c), strict=True)),
-            "builds": len(y), "mean_abs_error": float(err.mean())}  # fmt: skip
+    return {
+        **dict(zip(["c0", "acc", "tmtn", "a_items", "b_items", "split"], map(float, c), strict=True)),
+        "builds": len(y),
+        "mean_abs_error": float(err.mean()),
+    }
 
 
 def fit_simt(rows: list[dict]) -> tuple[dict, dict]:
@@ -215,10 +260,15 @@ def score(rows: list[dict], q: dict) -> dict:
         errs += e
         i = int(np.argmax(pred))
         out["shapes"]["x".join(map(str, shape))] = {
-            "n": len(sr), "spearman": spearman(pred, meas), "median_error": float(np.median(e)),
-            "model_top1_of_measured": sr[i]["label"], "its_gap_to_best": max(meas) / meas[i] - 1,
+            "n": len(sr),
+            "spearman": spearman(pred, meas),
+            "median_error": float(np.median(e)),
+            "model_top1_of_measured": sr[i]["label"],
+            "its_gap_to_best": max(meas) / meas[i] - 1,
             "best_measured": max(sr, key=lambda r: r["tflops"])["label"],
-            "best_tflops": max(r["tflops"] for r in sr), "reference_tflops": sr[0]["ref"]}  # fmt: skip
+            "best_tflops": max(r["tflops"] for r in sr),
+            "reference_tflops": sr[0]["ref"],
+        }
     out["median"] = float(np.median(errs)) if errs else None
     out["p90"] = float(np.percentile(errs, 90)) if errs else None
     out["n"] = len(errs)
@@ -246,12 +296,15 @@ def tiles_top1(rows: list[dict]) -> dict:
         label = cfg_label(top.cfg.sgemm_params())
         best = max(r["tflops"] for r in sr.values())
         got = sr.get(label)
-        out["x".join(map(str, shape))] = {"tiles_top1": label, "predicted_tflops": top.tflops,
-                                          "measured_tflops": got["tflops"] if got else None,
-                                          "gap_to_best": best / got["tflops"] - 1 if got else None,
-                                          "best_measured": max(sr.values(), key=lambda r: r["tflops"])["label"],
-                                          "best_tflops": best, "top3": [cfg_label(s.cfg.sgemm_params())
-                                                                        for s in rep.ranked[:3]]}  # fmt: skip
+        out["x".join(map(str, shape))] = {
+            "tiles_top1": label,
+            "predicted_tflops": top.tflops,
+            "measured_tflops": got["tflops"] if got else None,
+            "gap_to_best": best / got["tflops"] - 1 if got else None,
+            "best_measured": max(sr.values(), key=lambda r: r["tflops"])["label"],
+            "best_tflops": best,
+            "top3": [cfg_label(s.cfg.sgemm_params()) for s in rep.ranked[:3]],
+        }
     return out
 
 
@@ -301,9 +354,14 @@ def tile_residuals(rows: list[dict], q: dict) -> tuple[dict, list[dict]]:
             e
         )
     bias = {k: round(sum(v) / len(v), 4) for k, v in sorted(tiles.items())}
-    local = [{"shape": list(s), "x": list(shape_features(*s)),
-              "bias": {k: round(sum(v) / len(v), 4) for k, v in sorted(d.items())}}
-             for s, d in sorted(per.items())]  # fmt: skip
+    local = [
+        {
+            "shape": list(s),
+            "x": list(shape_features(*s)),
+            "bias": {k: round(sum(v) / len(v), 4) for k, v in sorted(d.items())},
+        }
+        for s, d in sorted(per.items())
+    ]
     return bias, local
 
 
@@ -319,17 +377,27 @@ def loso(rows: list[dict], grid: list[dict]) -> dict:
         q, _ = fit_simt(train)
         for g in grid:
             name = json.dumps(g, sort_keys=True)
-            qq = {**q, "local_bias": {**g, "shapes": q["local_bias"]["shapes"]}} if g else \
-                {k: v for k, v in q.items() if k != "local_bias"}  # fmt: skip
+            qq = (
+                {**q, "local_bias": {**g, "shapes": q["local_bias"]["shapes"]}}
+                if g
+                else {k: v for k, v in q.items() if k != "local_bias"}
+            )
             sc = score(test, qq)["shapes"]["x".join(map(str, s))]
-            out.setdefault(name, {})["x".join(map(str, s))] = (round(sc["its_gap_to_best"], 4),
-                                                               round(sc["spearman"], 3))  # fmt: skip
+            out.setdefault(name, {})["x".join(map(str, s))] = (
+                round(sc["its_gap_to_best"], 4),
+                round(sc["spearman"], 3),
+            )
     summary = {}
     for name, per in out.items():
         gaps = [v[0] for v in per.values()]
-        summary[name] = {"within_5": sum(g <= 0.05 for g in gaps), "within_10": sum(g <= 0.10 for g in gaps),
-                         "mean_gap": round(float(np.mean(gaps)), 4), "max_gap": max(gaps),
-                         "min_spearman": min(v[1] for v in per.values()), "per_shape": per}  # fmt: skip
+        summary[name] = {
+            "within_5": sum(g <= 0.05 for g in gaps),
+            "within_10": sum(g <= 0.10 for g in gaps),
+            "mean_gap": round(float(np.mean(gaps)), 4),
+            "max_gap": max(gaps),
+            "min_spearman": min(v[1] for v in per.values()),
+            "per_shape": per,
+        }
     return summary
 
 
@@ -368,12 +436,27 @@ def fit_triton(path: Path) -> dict:
                     f"{bm}x{bn}x{bk * p.elem}B:{st}:{w}",
                 )
             )
-    keys = {"tile": sorted({o[0] for o in obs}), "warps": sorted({o[1] for o in obs}),
-            "bkst": sorted({o[2] for o in obs})}  # fmt: skip
-    cols = [("tile", k) for k in keys["tile"]] + [("warps", k) for k in keys["warps"][1:]] + \
-        [("bkst", k) for k in keys["bkst"][1:]]  # fmt: skip
-    x = np.array([[1.0 if (g == "tile" and o[0] == k) or (g == "warps" and o[1] == k) or (g == "bkst" and o[2] == k)
-                   else 0.0 for g, k in cols] for o in obs])  # fmt: skip
+    keys = {
+        "tile": sorted({o[0] for o in obs}),
+        "warps": sorted({o[1] for o in obs}),
+        "bkst": sorted({o[2] for o in obs}),
+    }
+    cols = (
+        [("tile", k) for k in keys["tile"]]
+        + [("warps", k) for k in keys["warps"][1:]]
+        + [("bkst", k) for k in keys["bkst"][1:]]
+    )
+    x = np.array(
+        [
+            [
+                1.0
+                if (g == "tile" and o[0] == k) or (g == "warps" and o[1] == k) or (g == "bkst" and o[2] == k)
+                else 0.0
+                for g, k in cols
+            ]
+            for o in obs
+        ]
+    )
     y = np.array([o[3] for o in obs])
     coef, *_ = np.linalg.lstsq(x, y, rcond=None)
     resid = y - x @ coef
@@ -384,10 +467,18 @@ def fit_triton(path: Path) -> dict:
     exact: dict[str, list[float]] = {}
     for o in obs:
         exact.setdefault(o[5], []).append(o[3])
-    out = {"tile": f["tile"], "warps": f["warps"], "stages_bk": f["bkst"],
-           "exact": {k: sum(v) / len(v) for k, v in sorted(exact.items())}}  # fmt: skip
-    return {"factors": out, "measured_pairs": sorted({o[4] for o in obs}), "observations": len(obs),
-            "rms_log_residual": float(np.sqrt(np.mean(resid**2)))}  # fmt: skip
+    out = {
+        "tile": f["tile"],
+        "warps": f["warps"],
+        "stages_bk": f["bkst"],
+        "exact": {k: sum(v) / len(v) for k, v in sorted(exact.items())},
+    }
+    return {
+        "factors": out,
+        "measured_pairs": sorted({o[4] for o in obs}),
+        "observations": len(obs),
+        "rms_log_residual": float(np.sqrt(np.mean(resid**2))),
+    }
 
 
 def main() -> None:
@@ -402,20 +493,35 @@ def main() -> None:
     ap.add_argument(
         "--loso", action="store_true", help="leave-one-fitting-shape-out scores of the local correction"
     )
-    ap.add_argument("--picks", type=Path, help="write the installed model's top 3 per held-out shape (an "
-                    "--extra-pool file for bench_kernels.py: every #1 gets measured) and exit")  # fmt: skip
-    ap.add_argument("--held-out-from", type=Path, nargs="*", default=[],
-                    help="the held-out rows come from these sweeps only (a validation run after the fit)")  # fmt: skip
-    ap.add_argument("--rescore", action="store_true",
-                    help="score the installed constants on --held-out-from and update only its error fields")  # fmt: skip
+    ap.add_argument(
+        "--picks",
+        type=Path,
+        help="write the installed model's top 3 per held-out shape (an "
+        "--extra-pool file for bench_kernels.py: every #1 gets measured) and exit",
+    )
+    ap.add_argument(
+        "--held-out-from",
+        type=Path,
+        nargs="*",
+        default=[],
+        help="the held-out rows come from these sweeps only (a validation run after the fit)",
+    )
+    ap.add_argument(
+        "--rescore",
+        action="store_true",
+        help="score the installed constants on --held-out-from and update only its error fields",
+    )
     args = ap.parse_args()
     if args.picks:
         from bench_kernels import HELD_OUT
 
         from smemtile.pipeline.tiles import recommend
 
-        picks = [{"shape": list(s), "params": c.cfg.sgemm_params()} for s in HELD_OUT
-                 for c in recommend(*s, "f32", "sm_90").ranked[:3]]  # fmt: skip
+        picks = [
+            {"shape": list(s), "params": c.cfg.sgemm_params()}
+            for s in HELD_OUT
+            for c in recommend(*s, "f32", "sm_90").ranked[:3]
+        ]
         args.picks.write_text(json.dumps(picks, indent=1) + "\n")
         print(f"{len(picks)} picks -> {args.picks}")
         return
@@ -428,12 +534,17 @@ def main() -> None:
         ]
     now = datetime.date.today().isoformat()
     if args.loso:
-        grid = [{}] + [{"sigma": s, "prior": p, "unaligned_distance": 2.0} for s in (0.5, 0.75, 1.0, 1.5, 2.0)
-                       for p in (0.1, 0.3, 1.0)]  # fmt: skip
+        grid = [{}] + [
+            {"sigma": s, "prior": p, "unaligned_distance": 2.0}
+            for s in (0.5, 0.75, 1.0, 1.5, 2.0)
+            for p in (0.1, 0.3, 1.0)
+        ]
         res = loso(rows, grid)
         for name, v in sorted(res.items(), key=lambda kv: (-kv[1]["within_5"], kv[1]["mean_gap"])):
-            print(f"{name:<60} within 5%: {v['within_5']}/{len(v['per_shape'])} within 10%: {v['within_10']} "
-                  f"mean gap {v['mean_gap']:.3f} max {v['max_gap']:.3f} min Spearman {v['min_spearman']:.2f}")  # fmt: skip
+            print(
+                f"{name:<60} within 5%: {v['within_5']}/{len(v['per_shape'])} within 10%: {v['within_10']} "
+                f"mean gap {v['mean_gap']:.3f} max {v['max_gap']:.3f} min Spearman {v['min_spearman']:.2f}"
+            )
         (args.out / "loso.json").write_text(json.dumps(res, indent=1))
         return
     if (
@@ -457,25 +568,37 @@ def main() -> None:
         from smemtile.model.tiling_model import simt_constants
 
         q = simt_constants()
-        doc = {"fit": score([r for r in rows if r["role"] == "fit"], q),
-               "held_out": score([r for r in rows if r["role"] == "held_out"], q),
-               "tiles_top1": tiles_top1([r for r in rows if r["role"] == "held_out"])}  # fmt: skip
+        doc = {
+            "fit": score([r for r in rows if r["role"] == "fit"], q),
+            "held_out": score([r for r in rows if r["role"] == "held_out"], q),
+            "tiles_top1": tiles_top1([r for r in rows if r["role"] == "held_out"]),
+        }
         print(json.dumps(doc, indent=1, default=str))
         return
     if rows:
         q, info = fit_simt(rows)
         fit_s = score([r for r in rows if r["role"] == "fit"], q)
         held = score([r for r in rows if r["role"] == "held_out"], q)
-        doc = {"what": "constants of the SIMT (sgemm) tile model, smemtile.model.tiling_model.simt_time",
-               "gpu": "NVIDIA H200", "gpu_key": "h200", "sms": 132, "arch": "sm_90",
-               "sweeps": [str(p) for p in args.sweeps], "held_out_sweeps": [str(p) for p in args.held_out_from],
-               "commit": commit(), "date": now,
-               "method": "weighted least squares on log(predicted / measured time) over the fitting shapes only "
-                         "(bench/tune_h200.py); the held-out shapes are scored after the fit, never fitted",
-               "fit_shapes": sorted(fit_s["shapes"]), "held_out_shapes": sorted(held["shapes"]),
-               "constants": q, "fit_info": info, "measured_tiles": measured_tiles(rows),
-               "error": {"fit": error_summary(fit_s), "held_out": error_summary(held)},
-               "per_shape": {"fit": fit_s["shapes"], "held_out": held["shapes"]}}  # fmt: skip
+        doc = {
+            "what": "constants of the SIMT (sgemm) tile model, smemtile.model.tiling_model.simt_time",
+            "gpu": "NVIDIA H200",
+            "gpu_key": "h200",
+            "sms": 132,
+            "arch": "sm_90",
+            "sweeps": [str(p) for p in args.sweeps],
+            "held_out_sweeps": [str(p) for p in args.held_out_from],
+            "commit": commit(),
+            "date": now,
+            "method": "weighted least squares on log(predicted / measured time) over the fitting shapes only "
+            "(bench/tune_h200.py); the held-out shapes are scored after the fit, never fitted",
+            "fit_shapes": sorted(fit_s["shapes"]),
+            "held_out_shapes": sorted(held["shapes"]),
+            "constants": q,
+            "fit_info": info,
+            "measured_tiles": measured_tiles(rows),
+            "error": {"fit": error_summary(fit_s), "held_out": error_summary(held)},
+            "per_shape": {"fit": fit_s["shapes"], "held_out": held["shapes"]},
+        }
         q["local_bias"].pop("_memo", None)
         doc["local_correction"] = (
             "per fitting shape and tile, the model's mean log(predicted / measured); a problem "
@@ -484,18 +607,26 @@ def main() -> None:
             "leave-one-fitting-shape-out (bench/tune_h200.py --loso), not on held-out shapes"
         )
         (args.out / "sgemm_h200.json").write_text(json.dumps(doc, indent=1) + "\n")
-        print(f"sgemm: fit median {fit_s['median']:.3f} p90 {fit_s['p90']:.3f}; held-out median "
-              f"{held['median']:.3f} p90 {held['p90']:.3f}")  # fmt: skip
+        print(
+            f"sgemm: fit median {fit_s['median']:.3f} p90 {fit_s['p90']:.3f}; held-out median "
+            f"{held['median']:.3f} p90 {held['p90']:.3f}"
+        )
     if args.triton:
         t = fit_triton(args.triton)
-        doc = {"what": "efficiency of the standard Triton matmul (tutorial kernel: tl.dot, GROUP_SIZE_M) per "
-                       "tile, warps, BK bytes x stages, relative to the tensor-core roofline model (log-linear)",
-               "gpu": "NVIDIA H200", "gpu_key": "h200", "arch": "sm_90", "sweeps": [str(args.triton)],
-               "commit": commit(), "date": now,
-               "kernel": "bench/bench_kernels.py matmul_kernel (Triton 3.6, triton.testing.do_bench median)",
-               "expected_error": f"rms {t['rms_log_residual']:.0%} (log residual of the fit over "
-                                 f"{t['observations']} measurements)",
-               **t}  # fmt: skip
+        doc = {
+            "what": "efficiency of the standard Triton matmul (tutorial kernel: tl.dot, GROUP_SIZE_M) per "
+            "tile, warps, BK bytes x stages, relative to the tensor-core roofline model (log-linear)",
+            "gpu": "NVIDIA H200",
+            "gpu_key": "h200",
+            "arch": "sm_90",
+            "sweeps": [str(args.triton)],
+            "commit": commit(),
+            "date": now,
+            "kernel": "bench/bench_kernels.py matmul_kernel (Triton 3.6, triton.testing.do_bench median)",
+            "expected_error": f"rms {t['rms_log_residual']:.0%} (log residual of the fit over "
+            f"{t['observations']} measurements)",
+            **t,
+        }
         (args.out / "triton_h200.json").write_text(json.dumps(doc, indent=1) + "\n")
         print(f"triton: {t['observations']} observations, rms log residual {t['rms_log_residual']:.3f}")
 

@@ -39,8 +39,10 @@ ROOT = Path(__file__).resolve().parents[1]
 SPEC = ROOT / "samples" / "sgemm_default.yaml"
 # issue 18's sweep: 2 SGEMM and 2 bf16 tensor-core (hgemm) problems, 64 candidates each (the model's top 63 + the
 # spec's own): 256 candidates in one run
-ISSUE18 = (["samples/sgemm_default.yaml", "samples/hgemm_bf16.yaml"],
-           [{"M": 4096, "N": 4096, "K": 4096}, {"M": 8192, "N": 8192, "K": 2048}])  # fmt: skip
+ISSUE18 = (
+    ["samples/sgemm_default.yaml", "samples/hgemm_bf16.yaml"],
+    [{"M": 4096, "N": 4096, "K": 4096}, {"M": 8192, "N": 8192, "K": 2048}],
+)
 
 
 def stats(xs: list[float]) -> dict | None:
@@ -62,17 +64,41 @@ def summarize_run(doc: dict) -> dict:
     for p in doc["problems"]:
         best = p["summary"]["best"]
         good = sorted((r for r in p["rows"] if r.get("status") == "ok"), key=lambda r: r["time_ms"])
-        winners.append({"spec": p["spec"], "problem": p["problem"], "winner": best and best["label"],
-                        "winner_ms": best and best["time_ms"], "winner_device": best and best.get("device_uuid"),
-                        "top5": [(r["label"], round(r["time_ms"], 4), r.get("worker")) for r in good[:5]]})  # fmt: skip
-    return {"candidates": len(rows), "ok": len(ok), "winner": winners[0]["winner"] if len(winners) == 1 else None,
-            "winners": winners, "per_worker": per_worker, "counts": doc["run"]["counts"],
-            "failures": doc["run"]["failures"], "engine_wall_s": doc["run"]["wall_s"],
-            "compile_s": stats([r.get("compile_s") for r in rows]), "measure_s": stats([r.get("measure_s") for r in ok]),
-            "sm_clock_mhz": stats([r.get("sm_clock_mhz") for r in ok]), "spread": stats([r.get("spread") for r in ok]),
-            "retimed": [{"label": r["label"], "why": r.get("retimed"), "first": r.get("first_timing"),
-                         "now_ms": r["time_ms"]} for r in rows if r.get("retimed")],
-            "devices": [{k: s.get(k) for k in ("name", "host", "uuid")} for s in doc["devices"]]}  # fmt: skip
+        winners.append(
+            {
+                "spec": p["spec"],
+                "problem": p["problem"],
+                "winner": best and best["label"],
+                "winner_ms": best and best["time_ms"],
+                "winner_device": best and best.get("device_uuid"),
+                "top5": [(r["label"], round(r["time_ms"], 4), r.get("worker")) for r in good[:5]],
+            }
+        )
+    return {
+        "candidates": len(rows),
+        "ok": len(ok),
+        "winner": winners[0]["winner"] if len(winners) == 1 else None,
+        "winners": winners,
+        "per_worker": per_worker,
+        "counts": doc["run"]["counts"],
+        "failures": doc["run"]["failures"],
+        "engine_wall_s": doc["run"]["wall_s"],
+        "compile_s": stats([r.get("compile_s") for r in rows]),
+        "measure_s": stats([r.get("measure_s") for r in ok]),
+        "sm_clock_mhz": stats([r.get("sm_clock_mhz") for r in ok]),
+        "spread": stats([r.get("spread") for r in ok]),
+        "retimed": [
+            {
+                "label": r["label"],
+                "why": r.get("retimed"),
+                "first": r.get("first_timing"),
+                "now_ms": r["time_ms"],
+            }
+            for r in rows
+            if r.get("retimed")
+        ],
+        "devices": [{k: s.get(k) for k in ("name", "host", "uuid")} for s in doc["devices"]],
+    }
 
 
 def shown(cmd: list[str], work: Path) -> str:
@@ -83,9 +109,25 @@ def shown(cmd: list[str], work: Path) -> str:
 
 def cli_point(gpus: int, top: int, work: Path, specs: list[str], shapes: Path | None) -> dict:
     env = {**os.environ, "SMEMTILE_CACHE_DIR": str(work / f"cache{gpus}")}  # empty NVRTC cache: compile all
-    cmd = [sys.executable, "-m", "smemtile", "tune", *specs, "--top", str(top), "--executor", "dask", "--gpus",
-           str(gpus), "--cache", str(work / f"tune{gpus}.jsonl"), "-o", str(work / f"best{gpus}"), "--json",
-           *(["--shapes", str(shapes)] if shapes else [])]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "smemtile",
+        "tune",
+        *specs,
+        "--top",
+        str(top),
+        "--executor",
+        "dask",
+        "--gpus",
+        str(gpus),
+        "--cache",
+        str(work / f"tune{gpus}.jsonl"),
+        "-o",
+        str(work / f"best{gpus}"),
+        "--json",
+        *(["--shapes", str(shapes)] if shapes else []),
+    ]
     if len(specs) == 1 and not shapes:
         cmd[cmd.index("-o") + 1] += ".yaml"  # one problem: -o is the winner's file
     t0 = time.perf_counter()
@@ -99,8 +141,11 @@ def cli_point(gpus: int, top: int, work: Path, specs: list[str], shapes: Path | 
 def gpu_pids(uuid: str, index: int, exclude: int) -> list[int]:
     """Processes holding a context on the GPU ``uuid`` (nvidia-smi: the GPU worker pinned to it); where
     nvidia-smi lists none (a VM), the processes with /dev/nvidia<index> open and no other GPU's node."""
-    out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,gpu_uuid", "--format=csv,noheader"],
-                         capture_output=True, text=True).stdout  # fmt: skip
+    out = subprocess.run(
+        ["nvidia-smi", "--query-compute-apps=pid,gpu_uuid", "--format=csv,noheader"],
+        capture_output=True,
+        text=True,
+    ).stdout
     pids = [int(ln.split(",")[0]) for ln in out.splitlines() if ln.strip().endswith(uuid)]
     if pids:
         return pids
@@ -208,8 +253,12 @@ def gpu(args) -> None:
     for g in (int(x) for x in args.gpus.split(",")):
         doc["points"].append(cli_point(g, args.top, work, specs, shapes))
         save()
-        print(json.dumps({k: v for k, v in doc["points"][-1].items() if k in ("gpus", "wall_s", "winner", "error")}),
-              flush=True)  # fmt: skip
+        print(
+            json.dumps(
+                {k: v for k, v in doc["points"][-1].items() if k in ("gpus", "wall_s", "winner", "error")}
+            ),
+            flush=True,
+        )
     ok = [p for p in doc["points"] if "error" not in p]
     if ok and ok[0]["gpus"] == 1:
         for p in ok:
@@ -294,8 +343,16 @@ def simulate(args) -> None:
             sub.close()
             winners = [summarize(rows)["best"]["label"] for rows in out["rows"]]
             ideal = n * delay / k
-            res["points"].append({"gpus": k, "wall_s": wall, "ideal_s": ideal, "efficiency": ideal / wall,
-                                  "winners": winners, "counts": out["counts"]})  # fmt: skip
+            res["points"].append(
+                {
+                    "gpus": k,
+                    "wall_s": wall,
+                    "ideal_s": ideal,
+                    "efficiency": ideal / wall,
+                    "winners": winners,
+                    "counts": out["counts"],
+                }
+            )
             print(json.dumps({"gpus": k, "wall_s": round(wall, 2), "ideal_s": round(ideal, 2)}), flush=True)
     finally:
         ex.close()

@@ -113,15 +113,27 @@ def fix(spec: SpecLike) -> FixResult:
     fixes = rep.to_dict()
     for f, fd in zip(rep.buffers, fixes, strict=True):
         fd["diff"] = layout_diff(f.buffer, f.baseline.layout, f.recommended.layout)
-    doc = {"source": res.source, "fixes": fixes,
-           "layouts": {name: lay.to_dict() for name, lay in rep.layouts.items()}}  # fmt: skip
+    doc = {
+        "source": res.source,
+        "fixes": fixes,
+        "layouts": {name: lay.to_dict() for name, lay in rep.layouts.items()},
+    }
     return FixResult(normalise(doc), report=rep)
 
 
 # ---- occupancy ------------------------------------------------------------------------------------------------
-def occupancy(*, arch: str = "sm_90", threads: int, regs: int, smem_static: int | str = 0,
-              smem_dynamic: int | str = 0, carveout: int | None = None, opt_in: bool = True, cluster: int = 1,
-              sms: int | None = None) -> OccupancyResult:  # fmt: skip
+def occupancy(
+    *,
+    arch: str = "sm_90",
+    threads: int,
+    regs: int,
+    smem_static: int | str = 0,
+    smem_dynamic: int | str = 0,
+    carveout: int | None = None,
+    opt_in: bool = True,
+    cluster: int = 1,
+    sms: int | None = None,
+) -> OccupancyResult:
     """Blocks per SM exactly as the CUDA driver computes them (``smemtile occupancy ... --json``).
 
     Sizes take bytes or ``"48K"`` / ``"48KiB"``; ``carveout``: percent of the SM's shared memory (None: the
@@ -165,9 +177,19 @@ def _int(v: Any, key: str, lo: int) -> int:
 
 
 # ---- tiles ----------------------------------------------------------------------------------------------------
-def tiles(*sizes: int | str, family: str | None = None, dtype: str | None = None, arch: str | None = None,
-          top: int = 10, rejected: int = 8, radius: int | None = None, vendor: str | None = None,
-          gpu: str | None = None, sms: int | None = None, **problem: int | str) -> TilesResult:  # fmt: skip
+def tiles(
+    *sizes: int | str,
+    family: str | None = None,
+    dtype: str | None = None,
+    arch: str | None = None,
+    top: int = 10,
+    rejected: int = 8,
+    radius: int | None = None,
+    vendor: str | None = None,
+    gpu: str | None = None,
+    sms: int | None = None,
+    **problem: int | str,
+) -> TilesResult:
     """Ranked tile configurations with reasons, and the rejected ones with why (``smemtile tiles ... --json``).
 
     GEMM: ``tiles(M, N, K, dtype="f32"|"f16"|"bf16"|..., arch="sm_90")``. A memory-bound family ranks its own
@@ -183,11 +205,16 @@ def tiles(*sizes: int | str, family: str | None = None, dtype: str | None = None
             str(family), sizes, problem, dtype, radius, arch, vendor, gpu, sms, top, rejected
         )
     if problem:
-        raise SpecError(f"unknown keyword {next(iter(problem))!r}; a GEMM takes M, N, K positionally (sizes by name "
-                        f"are for --family {' or '.join(pt.ranked_families())})", key="tiles")  # fmt: skip
+        raise SpecError(
+            f"unknown keyword {next(iter(problem))!r}; a GEMM takes M, N, K positionally (sizes by name "
+            f"are for --family {' or '.join(pt.ranked_families())})",
+            key="tiles",
+        )
     if radius is not None:
-        raise SpecError("radius is the stencil2d family's (tiles(family='stencil2d', ny=..., nx=..., radius=R))",
-                        key="radius")  # fmt: skip
+        raise SpecError(
+            "radius is the stencil2d family's (tiles(family='stencil2d', ny=..., nx=..., radius=R))",
+            key="radius",
+        )
     if len(sizes) != 3:
         raise SpecError(f"takes M, N, K (3 sizes) for a GEMM, got {len(sizes)}", key="sizes")
     dtype = "f32" if dtype is None else dtype
@@ -198,12 +225,18 @@ def tiles(*sizes: int | str, family: str | None = None, dtype: str | None = None
     if family is not None:
         implied = pt.implied_gemm_family(dtype, arch, vendor)
         if str(family) != implied:
-            raise SpecError(f"--dtype {dtype} on {arch or 'sm_90'} is ranked by the {implied or 'tile model alone'}"
-                            f"{' family' if implied else ''}, not {family}", key="family")  # fmt: skip
+            raise SpecError(
+                f"--dtype {dtype} on {arch or 'sm_90'} is ranked by the {implied or 'tile model alone'}"
+                f"{' family' if implied else ''}, not {family}",
+                key="family",
+            )
     report = pt.recommend(*sizes, dtype, arch, vendor=vendor, gpu=gpu, sms=n_sms)
     if not report.ranked:
-        raise OutOfResources(f"no configuration fits {report.problem.arch}: {report.rejected[0].reason}"
-                             if report.rejected else "no candidates")  # fmt: skip
+        raise OutOfResources(
+            f"no configuration fits {report.problem.arch}: {report.rejected[0].reason}"
+            if report.rejected
+            else "no candidates"
+        )
     doc = pt.json_doc(report, top, rejected)
     from smemtile.report import tiles as rt
 
@@ -226,23 +259,33 @@ def _family_tiles(
     if problem:
         unknown = [k for k in problem if k not in ints]
         if unknown or sizes:
-            raise SpecError(f"{family} takes its sizes as {', '.join(ints)} (by name or in that order), got "
-                            f"{', '.join(unknown) or 'both'}", key="sizes")  # fmt: skip
+            raise SpecError(
+                f"{family} takes its sizes as {', '.join(ints)} (by name or in that order), got "
+                f"{', '.join(unknown) or 'both'}",
+                key="sizes",
+            )
         given = [k for k in ints if k in problem]  # in the family's order, as the CLI takes them positionally
         missing = [k for k in ints[: ints.index(given[-1])] if k not in problem] if given else ints[:2]
         if missing or len(given) < 2:
-            raise SpecError(f"{family} needs {', '.join(missing or [k for k in ints[:2] if k not in problem])}",
-                            key="sizes")  # fmt: skip
+            raise SpecError(
+                f"{family} needs {', '.join(missing or [k for k in ints[:2] if k not in problem])}",
+                key="sizes",
+            )
         sizes = tuple(problem[k] for k in given)
     if sms is not None or (vendor or "nvidia").lower() != "nvidia":
-        raise SpecError(f"family {family} ranks for an NVIDIA GPU's own SM count (no sms, no vendor amd)",
-                        key="sms" if sms is not None else "vendor")  # fmt: skip
+        raise SpecError(
+            f"family {family} ranks for an NVIDIA GPU's own SM count (no sms, no vendor amd)",
+            key="sms" if sms is not None else "vendor",
+        )
     if str(arch).lower() == "auto":
         arch, _ = _this_gpu()
     rep = pt.family_tiles(family, sizes, dtype=dtype, keys={"R": radius}, arch=arch, gpu=gpu)
     if not rep.ranked:
-        raise OutOfResources(f"no {family} configuration fits: {rep.rejected[0]['reason']}"
-                             if rep.rejected else "no candidates")  # fmt: skip
+        raise OutOfResources(
+            f"no {family} configuration fits: {rep.rejected[0]['reason']}"
+            if rep.rejected
+            else "no candidates"
+        )
     return TilesResult(normalise(pt.family_json_doc(rep, top, rejected)), report=rep, top=top)
 
 
@@ -258,14 +301,22 @@ def _this_gpu() -> tuple[str, int]:
 def _kernel_spec(spec: SpecLike, arch: str | None = None):
     res = load_spec(spec, arch=arch)
     if res.config is None:
-        raise SpecError("the spec has no kernel: section, so there is no kernel to generate (add e.g. kernel: "
-                        "{family: sgemm, M: 4096, N: 4096, K: 4096}; families: sgemm, transpose, stencil2d)",
-                        source=res.source)  # fmt: skip
+        raise SpecError(
+            "the spec has no kernel: section, so there is no kernel to generate (add e.g. kernel: "
+            "{family: sgemm, M: 4096, N: 4096, K: 4096}; families: sgemm, transpose, stencil2d)",
+            source=res.source,
+        )
     return res
 
 
-def generate(spec: SpecLike, *, variant: str = "fixed", arch: str | None = None, compile: bool = True,
-             diff: bool = False) -> GenerateResult:  # fmt: skip
+def generate(
+    spec: SpecLike,
+    *,
+    variant: str = "fixed",
+    arch: str | None = None,
+    compile: bool = True,
+    diff: bool = False,
+) -> GenerateResult:
     """The CUDA kernel of a kernel spec (``smemtile generate SPEC --json``): ``source`` is the standalone .cu
     (analysis header, the template, its instantiation, the host launch helper), ``to_dict()`` the launch
     description (kernel, name_expression, grid, block, dynamic_smem_bytes, params, checklist, ...).
@@ -291,13 +342,24 @@ def generate(spec: SpecLike, *, variant: str = "fixed", arch: str | None = None,
 
         other = v["fixed"] if variant == "baseline" else base
         a, b = build(other, compile=False).kernel.source, gk.source
-        doc["diff"] = "".join(difflib.unified_diff(a.splitlines(True), b.splitlines(True),
-                                                   "baseline" if variant == "fixed" else "fixed", variant))  # fmt: skip
+        doc["diff"] = "".join(
+            difflib.unified_diff(
+                a.splitlines(True), b.splitlines(True), "baseline" if variant == "fixed" else "fixed", variant
+            )
+        )
     return GenerateResult(normalise(doc), source=gk.source)
 
 
-def verify(spec: SpecLike, *, compile_only: bool = False, device: int = 0, seed: int = 1234,
-           variants: tuple[str, ...] = (), stages: tuple[int, ...] = (), ncu: bool = False) -> VerifyResult:  # fmt: skip
+def verify(
+    spec: SpecLike,
+    *,
+    compile_only: bool = False,
+    device: int = 0,
+    seed: int = 1234,
+    variants: tuple[str, ...] = (),
+    stages: tuple[int, ...] = (),
+    ncu: bool = False,
+) -> VerifyResult:
     """Compile, run, check and time a spec's kernel, baseline and fixed (``smemtile verify SPEC --json``); a spec
     without ``kernel:`` runs its accesses as microkernels. ``compile_only=True`` needs no GPU (NVRTC and ptxas
     numbers, the model's occupancy); otherwise NoDevice without one. A wrong result is ``correct is False``
@@ -319,8 +381,13 @@ def verify(spec: SpecLike, *, compile_only: bool = False, device: int = 0, seed:
         from smemtile.gpu.microkernel import verify_spec
 
         layouts = {"baseline": {}, "fixed": fix_report(res).layouts}
-        doc = verify_spec(res.spec, {v: layouts[v] for v in (variants or names)}, compile_only=compile_only,
-                          device=device, use_ncu=ncu)  # fmt: skip
+        doc = verify_spec(
+            res.spec,
+            {v: layouts[v] for v in (variants or names)},
+            compile_only=compile_only,
+            device=device,
+            use_ncu=ncu,
+        )
         return VerifyResult(normalise(doc))
     both = family_variants(res)
     cfgs = {v: both[v] for v in (variants or names)}
@@ -335,9 +402,18 @@ def verify(spec: SpecLike, *, compile_only: bool = False, device: int = 0, seed:
 
 
 # ---- tune -----------------------------------------------------------------------------------------------------
-def tune(spec: SpecLike, *, top: int = 6, space: list[dict] | None = None, shapes: list[dict] | None = None,
-         dry_run: bool = False, device: int = 0, seed: int = 1234, cache: str | os.PathLike | None = None,
-         force: bool = False) -> TuneResult:  # fmt: skip
+def tune(
+    spec: SpecLike,
+    *,
+    top: int = 6,
+    space: list[dict] | None = None,
+    shapes: list[dict] | None = None,
+    dry_run: bool = False,
+    device: int = 0,
+    seed: int = 1234,
+    cache: str | os.PathLike | None = None,
+    force: bool = False,
+) -> TuneResult:
     """Time the tile model's top ``top`` configurations of a kernel spec on this machine's GPU (the local
     executor of ``smemtile tune``), cached and resumable; ``dry_run=True`` returns the plan without a GPU
     (``smemtile tune SPEC --dry-run --json``). ``space``: extra configurations (parameter mappings);
@@ -364,8 +440,13 @@ def tune(spec: SpecLike, *, top: int = 6, space: list[dict] | None = None, shape
 
 
 def _problem_doc(p: dict, arch: str) -> dict:
-    return {"spec": p["spec"], "family": p["family"], "problem": p["problem"], "arch": arch,
-            "candidates": [c.to_dict() for c in p["candidates"]]}  # fmt: skip
+    return {
+        "spec": p["spec"],
+        "family": p["family"],
+        "problem": p["problem"],
+        "arch": arch,
+        "candidates": [c.to_dict() for c in p["candidates"]],
+    }
 
 
 def _tune_on_gpu(docs, shapes, top, space, arch0, device, seed, cache_path, force) -> dict:
@@ -395,8 +476,13 @@ def _tune_on_gpu(docs, shapes, top, space, arch0, device, seed, cache_path, forc
             out.append(d)
         run = {k: result[k] for k in ("counts", "failures", "skipped", "events", "slots", "wall_s")}
         run["executor"] = ex.name
-        doc = {"executor": ex.name, "devices": result["slots"], "cache": str(cache.path), "run": run,
-               "problems": out}  # fmt: skip
+        doc = {
+            "executor": ex.name,
+            "devices": result["slots"],
+            "cache": str(cache.path),
+            "run": run,
+            "problems": out,
+        }
         if len(out) == 1:
             doc = {**out[0], "environment": slots[0].env, **doc}
         return doc
@@ -405,9 +491,21 @@ def _tune_on_gpu(docs, shapes, top, space, arch0, device, seed, cache_path, forc
 
 
 # ---- inspect: the user's own kernel -------------------------------------------------------------------------------
-def inspect(kernel_file: str | os.PathLike, *, kernel: str | None = None, grid=(1, 1, 1), block=(32, 1, 1),
-            smem: int | str = 0, args=None, defines=(), arch: str = "sm_90", mode: str = "auto", ncu: bool = False,
-            emit_spec: str | os.PathLike | None = None, device: int = 0) -> InspectResult:  # fmt: skip
+def inspect(
+    kernel_file: str | os.PathLike,
+    *,
+    kernel: str | None = None,
+    grid=(1, 1, 1),
+    block=(32, 1, 1),
+    smem: int | str = 0,
+    args=None,
+    defines=(),
+    arch: str = "sm_90",
+    mode: str = "auto",
+    ncu: bool = False,
+    emit_spec: str | os.PathLike | None = None,
+    device: int = 0,
+) -> InspectResult:
     """The user's own kernel (``.cu`` through NVRTC, or ``.ptx``) launched with ``grid`` / ``block`` / ``smem``
     and ``args`` (an ARGS.yaml path, YAML text or a list of mappings): per source line its shared-memory
     wavefronts against the ideal, the lanes and banks, and the fix (``smemtile inspect ... --json``).
@@ -416,6 +514,18 @@ def inspect(kernel_file: str | os.PathLike, *, kernel: str | None = None, grid=(
     from smemtile.model.sizes import parse_size
     from smemtile.pipeline.inspect import inspect as run
 
-    res = run(kernel_file, kernel=kernel, grid=grid, block=block, smem=parse_size(smem, key="smem"), args=args,
-              defines=defines, arch=arch, mode=mode, ncu=ncu, emit_spec=emit_spec, device=device)  # fmt: skip
+    res = run(
+        kernel_file,
+        kernel=kernel,
+        grid=grid,
+        block=block,
+        smem=parse_size(smem, key="smem"),
+        args=args,
+        defines=defines,
+        arch=arch,
+        mode=mode,
+        ncu=ncu,
+        emit_spec=emit_spec,
+        device=device,
+    )
     return InspectResult(normalise(res.to_dict()), report=res)

@@ -104,8 +104,10 @@ class AnalyzeResult(Result):
         return {f["buffer"]: f["recommended"]["describe"] for f in self.doc["fixes"]}
 
     def __repr__(self) -> str:
-        return (f"AnalyzeResult({self.doc['spec'].get('source', '?')!r}, {len(self.doc['accesses'])} accesses, "
-                f"worst {self.worst_conflict_degree:g}x -> {self.fixed_conflict_degree:g}x)")  # fmt: skip
+        return (
+            f"AnalyzeResult({self.doc['spec'].get('source', '?')!r}, {len(self.doc['accesses'])} accesses, "
+            f"worst {self.worst_conflict_degree:g}x -> {self.fixed_conflict_degree:g}x)"
+        )
 
     def _repr_html_(self) -> str:
         try:  # the report page, when smemtile.report.html provides one
@@ -115,13 +117,25 @@ class AnalyzeResult(Result):
         if report_html is not None and self.report is not None:
             return report_html(self.report)
         fixed = {a["name"]: a for a in self.doc["fixed_accesses"]}
-        rows = [{"access": a["name"], "buffer": a["buffer"], "op": a["op"], "width": a["width"],
-                 "wavefronts": a["wavefronts"], "ideal": a["ideal_wavefronts"], "degree": a["conflict_degree"],
-                 "fixed degree": fixed.get(a["name"], {}).get("conflict_degree", "")}
-                for a in self.doc["accesses"]]  # fmt: skip
+        rows = [
+            {
+                "access": a["name"],
+                "buffer": a["buffer"],
+                "op": a["op"],
+                "width": a["width"],
+                "wavefronts": a["wavefronts"],
+                "ideal": a["ideal_wavefronts"],
+                "degree": a["conflict_degree"],
+                "fixed degree": fixed.get(a["name"], {}).get("conflict_degree", ""),
+            }
+            for a in self.doc["accesses"]
+        ]
         note = "; ".join(f"{b}: {lay}" for b, lay in self.layouts.items())
-        return html_table(f"smemtile analyze {self.doc['spec'].get('source', '')}", rows,
-                          note=f"recommended layouts: {note}" if note else "")  # fmt: skip
+        return html_table(
+            f"smemtile analyze {self.doc['spec'].get('source', '')}",
+            rows,
+            note=f"recommended layouts: {note}" if note else "",
+        )
 
 
 @dataclass(frozen=True, eq=False)
@@ -138,10 +152,17 @@ class FixResult(Result):
         return f"FixResult({self.layouts})"
 
     def _repr_html_(self) -> str:
-        rows = [{"buffer": f["buffer"], "needed": f["needed"], "recommended": f["recommended"]["describe"],
-                 "wavefronts": f"{f['baseline']['total_wavefronts']} -> {f['recommended']['total_wavefronts']}",
-                 "extra bytes": f["recommended"]["extra_bytes"], "reason": f["reason"]}
-                for f in self.doc["fixes"]]  # fmt: skip
+        rows = [
+            {
+                "buffer": f["buffer"],
+                "needed": f["needed"],
+                "recommended": f["recommended"]["describe"],
+                "wavefronts": f"{f['baseline']['total_wavefronts']} -> {f['recommended']['total_wavefronts']}",
+                "extra bytes": f["recommended"]["extra_bytes"],
+                "reason": f["reason"],
+            }
+            for f in self.doc["fixes"]
+        ]
         return html_table("smemtile fix", rows)
 
 
@@ -164,13 +185,18 @@ class OccupancyResult(Result):
         return str(self.doc["limiter"])
 
     def __repr__(self) -> str:
-        return (f"OccupancyResult({self.active_blocks} blocks/SM, {self.occupancy:.0%}, "
-                f"limited by {self.limiter})")  # fmt: skip
+        return (
+            f"OccupancyResult({self.active_blocks} blocks/SM, {self.occupancy:.0%}, "
+            f"limited by {self.limiter})"
+        )
 
     def _repr_html_(self) -> str:
         rows = [{"resource": k, "blocks": v} for k, v in self.doc["limits"].items()]
-        return html_table(f"occupancy: {self.active_blocks} blocks/SM, {self.occupancy:.0%}", rows,
-                          note=f"limited by {self.limiter}")  # fmt: skip
+        return html_table(
+            f"occupancy: {self.active_blocks} blocks/SM, {self.occupancy:.0%}",
+            rows,
+            note=f"limited by {self.limiter}",
+        )
 
 
 @dataclass(frozen=True, eq=False)
@@ -212,8 +238,11 @@ class TilesResult(Result):
         else:
             cols = ["rank", "label", "tflops", "blocks_per_sm", "smem_bytes", "bound", "reason"]
         rows = [{c: s.get(c, "") for c in cols} for s in self.doc["candidates"]]
-        return html_table(self.doc.get("command", "smemtile tiles"), rows,
-                          note=f"{self.doc['counts'].get('rejected', 0)} rejected")  # fmt: skip
+        return html_table(
+            self.doc.get("command", "smemtile tiles"),
+            rows,
+            note=f"{self.doc['counts'].get('rejected', 0)} rejected",
+        )
 
 
 @dataclass(frozen=True, eq=False)
@@ -233,8 +262,10 @@ class GenerateResult(Result):
         return str(write_text_atomic(path, self.source, key="path", make_parents=True))
 
     def __repr__(self) -> str:
-        return (f"GenerateResult({self.name_expression!r}, grid {tuple(self.doc['grid'])}, "
-                f"block {tuple(self.doc['block'])})")  # fmt: skip
+        return (
+            f"GenerateResult({self.name_expression!r}, grid {tuple(self.doc['grid'])}, "
+            f"block {tuple(self.doc['block'])})"
+        )
 
     def _repr_html_(self) -> str:
         keys = (
@@ -295,8 +326,15 @@ class TuneResult(Result):
         return f"TuneResult({what}, {len(self.doc.get('candidates', []))} candidates)"
 
     def _repr_html_(self) -> str:
-        rows = [{"label": c.get("label"), "source": c.get("source"), "model_rank": c.get("model_rank"),
-                 "predicted": c.get("predicted")} for c in self.doc.get("candidates", [])]  # fmt: skip
+        rows = [
+            {
+                "label": c.get("label"),
+                "source": c.get("source"),
+                "model_rank": c.get("model_rank"),
+                "predicted": c.get("predicted"),
+            }
+            for c in self.doc.get("candidates", [])
+        ]
         return html_table("smemtile tune" + (" --dry-run" if self.doc.get("dry_run") else ""), rows)
 
 

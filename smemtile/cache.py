@@ -84,8 +84,10 @@ def fallback_cache_path() -> Path:
     except OSError as e:
         raise SpecError(f"cannot create a fallback cache folder: {e.strerror}", source=str(folder)) from None
     if not stat.S_ISDIR(st.st_mode) or (hasattr(os, "getuid") and st.st_uid != os.getuid()):
-        raise SpecError("the fallback cache folder is not a folder owned by this user; pass --cache FILE",
-                        source=str(folder))  # fmt: skip
+        raise SpecError(
+            "the fallback cache folder is not a folder owned by this user; pass --cache FILE",
+            source=str(folder),
+        )
     return folder / "tune.jsonl"
 
 
@@ -179,8 +181,10 @@ class ResultCache:
             os.write(fd, line)  # one write of the whole line (O_APPEND: at the end, whoever else appends)
             os.fsync(fd)
         except OSError as e:
-            raise SpecError(f"cannot write the tuning cache: {(e.strerror or str(e)).lower()}",
-                            source=printable(self.path)) from None  # fmt: skip
+            raise SpecError(
+                f"cannot write the tuning cache: {(e.strerror or str(e)).lower()}",
+                source=printable(self.path),
+            ) from None
         finally:
             os.close(fd)  # closing releases the lock
 
@@ -194,12 +198,15 @@ class ResultCache:
         folder = Path(str(self.path) + ".locks")
         try:
             folder.mkdir(exist_ok=True)
-            lock = os.open(folder / (hashlib.sha256(key.encode()).hexdigest()[:32] + ".lock"),
-                           os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0),
-                           0o666)  # fmt: skip
+            lock = os.open(
+                folder / (hashlib.sha256(key.encode()).hexdigest()[:32] + ".lock"),
+                os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0),
+                0o666,
+            )
         except OSError as e:
-            raise SpecError(f"cannot lock a cache entry: {(e.strerror or str(e)).lower()}",
-                            source=printable(folder)) from None  # fmt: skip
+            raise SpecError(
+                f"cannot lock a cache entry: {(e.strerror or str(e)).lower()}", source=printable(folder)
+            ) from None
         try:
             self._lock(lock, key)  # waits while another process measures this key, at most lock_timeout()
             self._refresh()
@@ -220,8 +227,10 @@ class ResultCache:
             except BlockingIOError:
                 pass
             if time.monotonic() >= deadline:
-                self.warn(f"cache {printable(self.path)}: entry {key[:16]} has been locked by another process for "
-                          f"{wait:g} s (a stuck or stopped smemtile tune?); measuring it here")  # fmt: skip
+                self.warn(
+                    f"cache {printable(self.path)}: entry {key[:16]} has been locked by another process for "
+                    f"{wait:g} s (a stuck or stopped smemtile tune?); measuring it here"
+                )
                 return
             time.sleep(pause)
             pause = min(0.5, pause * 2)
@@ -233,8 +242,10 @@ class ResultCache:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
-            raise SpecError(f"cannot create the tuning cache's folder: {(e.strerror or str(e)).lower()}",
-                            source=printable(self.path)) from None  # fmt: skip
+            raise SpecError(
+                f"cannot create the tuning cache's folder: {(e.strerror or str(e)).lower()}",
+                source=printable(self.path),
+            ) from None
 
     def _open(self, flags: int) -> int:
         """An fd on the cache file, which must be a regular file (never a FIFO or a device: no hang)."""
@@ -271,8 +282,11 @@ class ResultCache:
         try:
             size = os.fstat(fd).st_size
             if size > CACHE_BUDGET:
-                raise SpecError(f"the tuning cache is {size} bytes, over its budget of {CACHE_BUDGET >> 20} MiB; "
-                                "delete it or pass --cache FILE", source=printable(self.path))  # fmt: skip
+                raise SpecError(
+                    f"the tuning cache is {size} bytes, over its budget of {CACHE_BUDGET >> 20} MiB; "
+                    "delete it or pass --cache FILE",
+                    source=printable(self.path),
+                )
             if size < self._offset:  # replaced by a shorter file: read it all again
                 self._offset, self.rows = 0, {}
             data = os.pread(fd, size - self._offset, self._offset) if size > self._offset else b""

@@ -178,8 +178,14 @@ def decode_utf8(data: bytes, path: object, *, line_offset: int = 0, key: str | N
         ) from None
 
 
-def read_bytes(path: str | os.PathLike, *, what: str = "spec", budget: int = SPEC_BUDGET,
-               key: str | None = None, fifo: bool = True) -> bytes:  # fmt: skip
+def read_bytes(
+    path: str | os.PathLike,
+    *,
+    what: str = "spec",
+    budget: int = SPEC_BUDGET,
+    key: str | None = None,
+    fifo: bool = True,
+) -> bytes:
     """The bytes of a regular file (or a FIFO unless ``fifo`` is False: caches), or of stdin for ``-``, of at
     most ``budget`` bytes (checked before and while reading)."""
     too_big = f"is over the {what} size budget of {_size(budget)}; a {what} must be at most {budget} bytes"
@@ -204,16 +210,23 @@ def read_bytes(path: str | os.PathLike, *, what: str = "spec", budget: int = SPE
     return data
 
 
-def read_text(path: str | os.PathLike, *, what: str = "spec", budget: int = SPEC_BUDGET,
-              key: str | None = None, fifo: bool = True) -> str:  # fmt: skip
+def read_text(
+    path: str | os.PathLike,
+    *,
+    what: str = "spec",
+    budget: int = SPEC_BUDGET,
+    key: str | None = None,
+    fifo: bool = True,
+) -> str:
     """The text of a small user file (a spec, a ``--space`` list): regular file or FIFO, <= ``budget``, strict
     UTF-8."""
     data = read_bytes(path, what=what, budget=budget, key=key, fifo=fifo)
     return decode_utf8(data, "<stdin>" if str(path) == "-" else path, key=key)
 
 
-def read_blocks(path: str | os.PathLike, *, what: str = "file", key: str | None = None,
-                line_budget: int = LINE_BUDGET) -> Iterator[str]:  # fmt: skip
+def read_blocks(
+    path: str | os.PathLike, *, what: str = "file", key: str | None = None, line_budget: int = LINE_BUDGET
+) -> Iterator[str]:
     """The text of a regular file, or of stdin for ``-``, streamed in blocks of whole lines (about
     ``BLOCK`` bytes each), decoded strictly (the error names the line). Memory stays bounded whatever the size:
     a line still without its end after ``line_budget`` bytes is refused."""
@@ -225,8 +238,9 @@ def read_blocks(path: str | os.PathLike, *, what: str = "file", key: str | None 
         yield from iter_blocks(f, path, key=key, line_budget=line_budget)
 
 
-def read_lines(path: str | os.PathLike, *, what: str = "file", key: str | None = None,
-               line_budget: int = LINE_BUDGET) -> Iterator[tuple[int, str]]:  # fmt: skip
+def read_lines(
+    path: str | os.PathLike, *, what: str = "file", key: str | None = None, line_budget: int = LINE_BUDGET
+) -> Iterator[tuple[int, str]]:
     """(line number, text with its line ending) of a regular file or stdin (``-``), streamed as ``read_blocks``."""
     n = 0
     for block in read_blocks(path, what=what, key=key, line_budget=line_budget):
@@ -291,8 +305,9 @@ def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
         return False
 
 
-def check_outputs(outputs: dict[str, str | os.PathLike | None],
-                  inputs: dict[str, str | os.PathLike | None]) -> None:  # fmt: skip
+def check_outputs(
+    outputs: dict[str, str | os.PathLike | None], inputs: dict[str, str | os.PathLike | None]
+) -> None:
     """Before a command does any work: refuse an output (``{"--cache": path, "-o": path}``) that is one of its
     inputs (``{"SPEC": path, "--space": path}``) or another of its outputs, with one line naming both, and one
     that is a device, a FIFO or a socket (a folder is left to the writer: ``tune -o DIR`` takes one)."""
@@ -302,22 +317,39 @@ def check_outputs(outputs: dict[str, str | os.PathLike | None],
             _check_target(Path(path), key, ())
         for what, src in inputs.items():
             if src is not None and same_file(path, src):
-                raise _fail(path, f"is the input {what} ({printable(src)}); refusing to overwrite it (choose "
-                                  "another file name)", key)  # fmt: skip
+                raise _fail(
+                    path,
+                    f"is the input {what} ({printable(src)}); refusing to overwrite it (choose "
+                    "another file name)",
+                    key,
+                )
         for other, opath in outs[:i]:
             if same_file(path, opath):
                 raise _fail(path, f"is also the output of {other}; give each output its own file", key)
 
 
-def write_text_atomic(path: str | os.PathLike, text: str, *, key: str = "-o",
-                      inputs: Iterable[str | os.PathLike] = (), make_parents: bool = False) -> Path:  # fmt: skip
+def write_text_atomic(
+    path: str | os.PathLike,
+    text: str,
+    *,
+    key: str = "-o",
+    inputs: Iterable[str | os.PathLike] = (),
+    make_parents: bool = False,
+) -> Path:
     """Write ``text`` (UTF-8) to ``path`` safely and atomically; see the module docstring. Returns the path."""
-    return write_bytes_atomic(path, text.encode("utf-8", "surrogateescape"), key=key, inputs=inputs,
-                              make_parents=make_parents)  # fmt: skip
+    return write_bytes_atomic(
+        path, text.encode("utf-8", "surrogateescape"), key=key, inputs=inputs, make_parents=make_parents
+    )
 
 
-def write_bytes_atomic(path: str | os.PathLike, data: bytes, *, key: str = "-o",
-                       inputs: Iterable[str | os.PathLike] = (), make_parents: bool = False) -> Path:  # fmt: skip
+def write_bytes_atomic(
+    path: str | os.PathLike,
+    data: bytes,
+    *,
+    key: str = "-o",
+    inputs: Iterable[str | os.PathLike] = (),
+    make_parents: bool = False,
+) -> Path:
     """``write_text_atomic`` of bytes: every file smemtile writes whole (outputs, exports, compile caches)."""
     target = Path(path)
     if str(path).strip() == "":
@@ -372,8 +404,12 @@ def _check_target(target: Path, key: str, inputs: Iterable[str | os.PathLike]) -
     if stat.S_ISDIR(st.st_mode):
         raise _fail(target, "is a folder; give a file name", key)
     if not stat.S_ISREG(st.st_mode):
-        raise _fail(target, f"is {_kind(st.st_mode)}; refusing to replace it with a regular file "
-                            "(give a regular file's name)", key)  # fmt: skip
+        raise _fail(
+            target,
+            f"is {_kind(st.st_mode)}; refusing to replace it with a regular file "
+            "(give a regular file's name)",
+            key,
+        )
     for src in inputs:
         if str(src) == "-":
             continue
@@ -382,8 +418,11 @@ def _check_target(target: Path, key: str, inputs: Iterable[str | os.PathLike]) -
         except (OSError, ValueError):
             continue
         if (ist.st_dev, ist.st_ino) == (st.st_dev, st.st_ino):
-            raise _fail(target, f"is the input {printable(src)}; refusing to overwrite it (choose another file name)",
-                        key)  # fmt: skip
+            raise _fail(
+                target,
+                f"is the input {printable(src)}; refusing to overwrite it (choose another file name)",
+                key,
+            )
     return stat.S_IMODE(st.st_mode)
 
 

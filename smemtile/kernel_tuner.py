@@ -120,8 +120,10 @@ def kernel_source(cfg) -> tuple[str, str]:
     args = m.group("args").replace("const T*", f"const {ctype}*").replace("T*", f"{ctype}*")
     arg_names = [a.split()[-1].lstrip("*") for a in args.split(",")]
     targs = ", ".join(by_name[n] for n in names)
-    wrapper = (f'\nextern "C" __global__ void __launch_bounds__(block_size_x * block_size_y)\n{KERNEL_NAME}({args}) '
-               f"{{\n    transpose<{targs}>({', '.join(arg_names)});\n}}\n")  # fmt: skip
+    wrapper = (
+        f'\nextern "C" __global__ void __launch_bounds__(block_size_x * block_size_y)\n{KERNEL_NAME}({args}) '
+        f"{{\n    transpose<{targs}>({', '.join(arg_names)});\n}}\n"
+    )
     return src + wrapper, args
 
 
@@ -170,8 +172,9 @@ def export(family: str, problem: dict, *, dtype: str = "f32", arch: str = "sm_90
         set(SPACE) | {"block_size_z", "grid_size_x", "grid_size_y", "grid_size_z", "kernel_tuner"}
     )
     if clash:
-        raise SpecError(f"tune parameter names {sorted(clash)} collide with names in the kernel source",
-                        key="tune_params")  # fmt: skip
+        raise SpecError(
+            f"tune parameter names {sorted(clash)} collide with names in the kernel source", key="tune_params"
+        )
     rng = np.random.default_rng(seed)
     _, np_type = _CTYPES[dt]
     inp = FAMILIES["transpose"].make_inputs(base, rng)["in"]

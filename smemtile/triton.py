@@ -42,13 +42,36 @@ K_MASK_FACTOR = 34.0 / 131.0  # throughput of a BLOCK_K that does not divide K, 
 DEFAULT_K = 8
 
 # the names a configuration may use for each knob (Triton's tutorial uses BLOCK_SIZE_*)
-_KEYS = {"bm": ("BLOCK_SIZE_M", "BLOCK_M"), "bn": ("BLOCK_SIZE_N", "BLOCK_N"), "bk": ("BLOCK_SIZE_K", "BLOCK_K"),
-         "group": ("GROUP_SIZE_M", "GROUP_M")}  # fmt: skip
-_TORCH_DTYPES = {"bfloat16": "bf16", "float16": "f16", "half": "f16", "float32": "tf32", "float": "tf32",
-                 "float8_e4m3fn": "f8e4m3", "float8_e5m2": "f8e5m2", "int8": "i8"}  # fmt: skip
-_DTYPES = {"bf16": "bf16", "f16": "f16", "fp16": "f16", "f32": "tf32", "fp32": "tf32", "tf32": "tf32",
-           "f8e4m3": "f8e4m3", "f8e5m2": "f8e5m2", "i8": "i8", "bfloat16": "bf16", "float16": "f16",
-           "float32": "tf32"}  # fmt: skip
+_KEYS = {
+    "bm": ("BLOCK_SIZE_M", "BLOCK_M"),
+    "bn": ("BLOCK_SIZE_N", "BLOCK_N"),
+    "bk": ("BLOCK_SIZE_K", "BLOCK_K"),
+    "group": ("GROUP_SIZE_M", "GROUP_M"),
+}
+_TORCH_DTYPES = {
+    "bfloat16": "bf16",
+    "float16": "f16",
+    "half": "f16",
+    "float32": "tf32",
+    "float": "tf32",
+    "float8_e4m3fn": "f8e4m3",
+    "float8_e5m2": "f8e5m2",
+    "int8": "i8",
+}
+_DTYPES = {
+    "bf16": "bf16",
+    "f16": "f16",
+    "fp16": "f16",
+    "f32": "tf32",
+    "fp32": "tf32",
+    "tf32": "tf32",
+    "f8e4m3": "f8e4m3",
+    "f8e5m2": "f8e5m2",
+    "i8": "i8",
+    "bfloat16": "bf16",
+    "float16": "f16",
+    "float32": "tf32",
+}
 
 TRITON_MISSING = (
     "smemtile.triton.configs needs Triton: pip install 'smemtile[triton]' (configs_as_dicts works without it)"
@@ -90,8 +113,10 @@ def model_dtype(dtype: Any) -> str:
         return _DTYPES[text]
     if text in _TORCH_DTYPES:
         return _TORCH_DTYPES[text]
-    raise SpecError(f"unknown dtype {dtype!r}; choose one of bf16, f16, f32 (ranked as tf32), f8e4m3, f8e5m2, i8",
-                    key="dtype")  # fmt: skip
+    raise SpecError(
+        f"unknown dtype {dtype!r}; choose one of bf16, f16, f32 (ranked as tf32), f8e4m3, f8e5m2, i8",
+        key="dtype",
+    )
 
 
 # ---- the ranking --------------------------------------------------------------------------------------------------
@@ -111,12 +136,26 @@ def rank(configs: Iterable[Any], M: int, N: int, K: int, dtype: Any, arch: str =
     rows, cfgs = [], []
     for i, c in enumerate(configs):
         kn = knobs(c)
-        row = {"index": i, "config": c, "knobs": kn, "smem_bytes": smem_bytes(kn, p.elem), "kept": True,
-               "reason": "", "predicted_tflops": None, "model_tflops": None, "k_divides": p.k % kn["bk"] == 0,
-               "k_mask_factor": 1.0 if p.k % kn["bk"] == 0 else K_MASK_FACTOR, "pad_eff": None, "score": 0.0}  # fmt: skip
+        row = {
+            "index": i,
+            "config": c,
+            "knobs": kn,
+            "smem_bytes": smem_bytes(kn, p.elem),
+            "kept": True,
+            "reason": "",
+            "predicted_tflops": None,
+            "model_tflops": None,
+            "k_divides": p.k % kn["bk"] == 0,
+            "k_mask_factor": 1.0 if p.k % kn["bk"] == 0 else K_MASK_FACTOR,
+            "pad_eff": None,
+            "score": 0.0,
+        }
         if row["smem_bytes"] > limit:
-            row.update(kept=False, reason=f"out of resource: shared memory, required {row['smem_bytes']}, limit "
-                       f"{limit} on {p.arch}; reduce BLOCK_K or num_stages")  # fmt: skip
+            row.update(
+                kept=False,
+                reason=f"out of resource: shared memory, required {row['smem_bytes']}, limit "
+                f"{limit} on {p.arch}; reduce BLOCK_K or num_stages",
+            )
         else:
             cfgs.append(
                 (row, TileConfig(kn["bm"], kn["bn"], kn["bk"], kn["warps"], kn["stages"], kn["group"]))
@@ -153,8 +192,11 @@ def _problem_from_args(named_args: dict, names: tuple[str, str, str]) -> tuple[i
     for n in names:
         v = named_args.get(n)
         if v is None:
-            raise SpecError(f"the kernel call has no argument {n!r}; name the kernel's M, N, K arguments with "
-                            f"smemtile.triton.pruner(M=..., N=..., K=...)", key="named_args")  # fmt: skip
+            raise SpecError(
+                f"the kernel call has no argument {n!r}; name the kernel's M, N, K arguments with "
+                f"smemtile.triton.pruner(M=..., N=..., K=...)",
+                key="named_args",
+            )
         out.append(int(v))
     return out[0], out[1], out[2]
 
@@ -164,8 +206,10 @@ def _dtype_from_args(named_args: dict) -> str:
         dt = getattr(v, "dtype", None)
         if dt is not None and not isinstance(v, (int, float)):
             return model_dtype(dt)
-    raise SpecError("no tensor argument to read the element type from; pass smemtile.triton.pruner(dtype=...)",
-                    key="named_args")  # fmt: skip
+    raise SpecError(
+        "no tensor argument to read the element type from; pass smemtile.triton.pruner(dtype=...)",
+        key="named_args",
+    )
 
 
 def _device_arch() -> str:
@@ -180,8 +224,15 @@ def _device_arch() -> str:
     return "sm_90"
 
 
-def pruner(k: int = DEFAULT_K, *, arch: str | None = None, dtype: Any = None, M: str = "M", N: str = "N",
-           K: str = "K") -> Callable:  # fmt: skip
+def pruner(
+    k: int = DEFAULT_K,
+    *,
+    arch: str | None = None,
+    dtype: Any = None,
+    M: str = "M",
+    N: str = "N",
+    K: str = "K",
+) -> Callable:
     """An ``early_config_prune`` that keeps the model's best ``k``. ``arch``: the target (default: torch's
     current GPU, else sm_90); ``dtype``: the element type (default: the first tensor argument's); ``M``/``N``/``K``:
     the kernel's argument names for the problem size."""
@@ -224,8 +275,16 @@ def configs_as_dicts(
         if c.split_k > 1 or key in seen or c.bm * c.bn > 256 * 256 or _overhangs(p, c):
             continue
         seen.add(key)
-        space.append({"BLOCK_SIZE_M": c.bm, "BLOCK_SIZE_N": c.bn, "BLOCK_SIZE_K": c.bk, "GROUP_SIZE_M": c.group_m,
-                      "num_warps": c.warps, "num_stages": c.stages})  # fmt: skip
+        space.append(
+            {
+                "BLOCK_SIZE_M": c.bm,
+                "BLOCK_SIZE_N": c.bn,
+                "BLOCK_SIZE_K": c.bk,
+                "GROUP_SIZE_M": c.group_m,
+                "num_warps": c.warps,
+                "num_stages": c.stages,
+            }
+        )
     rows = [r for r in rank(space, p.m, p.n, p.k, dt, p.arch) if r["kept"] and r["predicted_tflops"]]
     return [dict(r["config"]) for r in rows[:top]]
 

@@ -18,8 +18,16 @@ import time
 from pathlib import Path
 
 CHROMIUM = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
-FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync")  # fmt: skip
+FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+)
 
 
 def find_chromium() -> str | None:
@@ -41,11 +49,20 @@ class Browser:
             os.dup2(from_browser_w, 4)
 
         self.proc = subprocess.Popen(
-            [exe, *FLAGS, f"--user-data-dir={self.profile}", f"--window-size={width},{height}",
-             "--remote-debugging-pipe", "about:blank"],  # fmt: skip
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            preexec_fn=fds, pass_fds=(3, 4),  # the pipes land on 3 and 4 in the child (close_fds runs after fds)
-        )  # fmt: skip
+            [
+                exe,
+                *FLAGS,
+                f"--user-data-dir={self.profile}",
+                f"--window-size={width},{height}",
+                "--remote-debugging-pipe",
+                "about:blank",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            preexec_fn=fds,
+            pass_fds=(3, 4),  # the pipes land on 3 and 4 in the child (close_fds runs after fds)
+        )
         os.close(to_browser_r)
         os.close(from_browser_w)
         self._buf = b""
@@ -100,16 +117,21 @@ class Browser:
         s = self.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
         for m in ("Page.enable", "Runtime.enable", "Log.enable"):
             self.send(m, session=s)
-        self.send("Emulation.setDeviceMetricsOverride", {"width": self.width, "height": self.height,
-                                                          "deviceScaleFactor": 1, "mobile": False}, s)  # fmt: skip
+        self.send(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": self.width, "height": self.height, "deviceScaleFactor": 1, "mobile": False},
+            s,
+        )
         self.events = [e for e in self.events if e.get("sessionId") != s]
         self.send("Page.navigate", {"url": url}, s)
         self.wait_event("Page.loadEventFired", s)
         value = self.send("Runtime.evaluate", {"expression": expression, "returnByValue": True}, s)
         shot: dict = {"format": "png"}
         if clip_y is not None:  # a window further down the page (looking at a page by hand)
-            shot.update(captureBeyondViewport=True, clip={"x": 0, "y": clip_y, "width": self.width,
-                                                          "height": self.height, "scale": 1})  # fmt: skip
+            shot.update(
+                captureBeyondViewport=True,
+                clip={"x": 0, "y": clip_y, "width": self.width, "height": self.height, "scale": 1},
+            )
         png = base64.b64decode(self.send("Page.captureScreenshot", shot, s)["data"])
         errors = []
         for e in self.events:
@@ -117,11 +139,17 @@ class Browser:
                 continue
             p = e.get("params", {})
             if e.get("method") == "Runtime.exceptionThrown":
-                errors.append("exception: " + p.get("exceptionDetails", {}).get("text", "")
-                              + " " + str(p.get("exceptionDetails", {}).get("exception", {}).get("description", "")))  # fmt: skip
+                errors.append(
+                    "exception: "
+                    + p.get("exceptionDetails", {}).get("text", "")
+                    + " "
+                    + str(p.get("exceptionDetails", {}).get("exception", {}).get("description", ""))
+                )
             elif e.get("method") == "Runtime.consoleAPICalled" and p.get("type") in ("error", "assert"):
-                errors.append("console.error: " + " ".join(str(a.get("value", a.get("description", "")))
-                                                           for a in p.get("args", [])))  # fmt: skip
+                errors.append(
+                    "console.error: "
+                    + " ".join(str(a.get("value", a.get("description", ""))) for a in p.get("args", []))
+                )
             elif e.get("method") == "Log.entryAdded" and p.get("entry", {}).get("level") == "error":
                 errors.append(f"log: {p['entry'].get('source')}: {p['entry'].get('text')}")
         self.events = [e for e in self.events if e.get("sessionId") != s]
@@ -152,8 +180,11 @@ if __name__ == "__main__":
         sys.exit("no chromium")
     br = Browser(exe)
     try:
-        r = br.load(Path(sys.argv[1]).resolve().as_uri(), "document.body.scrollHeight",
-                    int(sys.argv[3]) if len(sys.argv) > 3 else None)  # fmt: skip
+        r = br.load(
+            Path(sys.argv[1]).resolve().as_uri(),
+            "document.body.scrollHeight",
+            int(sys.argv[3]) if len(sys.argv) > 3 else None,
+        )
     finally:
         br.close()
     Path(sys.argv[2]).write_bytes(r["png"])

@@ -49,8 +49,14 @@ def run_cli(*args: str, input: str | None = None, process: bool = False):
     encodings, the real exit path). In process, an exception that escapes the command is re-raised: a bug is a
     test error, never a quiet exit 1. Returns returncode, stdout and stderr like subprocess.run."""
     if process:
-        return subprocess.run([sys.executable, "-m", "smemtile", *args], capture_output=True, text=True, cwd=ROOT,
-                              input=input, timeout=300)  # fmt: skip
+        return subprocess.run(
+            [sys.executable, "-m", "smemtile", *args],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            input=input,
+            timeout=300,
+        )
     from click.testing import CliRunner
 
     from smemtile.cli import main
@@ -89,8 +95,12 @@ def nvcc(source: str, args: list[str], *, suffix: str = ".cu") -> SimpleNamespac
     with tempfile.TemporaryDirectory() as d:
         src = Path(d) / f"k{suffix}"
         src.write_text(source)
-        p = subprocess.run([nvcc_path(), *args, str(src), "-o", str(Path(d) / "k.o")], capture_output=True,
-                           text=True, timeout=600)  # fmt: skip
+        p = subprocess.run(
+            [nvcc_path(), *args, str(src), "-o", str(Path(d) / "k.o")],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
     doc = {"returncode": p.returncode, "stdout": p.stdout, "stderr": p.stderr.replace(d, "TMP")}
     try:
         root.mkdir(parents=True, exist_ok=True)

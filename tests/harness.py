@@ -69,7 +69,7 @@ def harness_main(cfg: KernelConfig) -> str:
             "  void* ws = nullptr; size_t ws_bytes = 0;",
             f'  if (getenv("WORKSPACE")) {{ ws_bytes = launch_{fam.name}_workspace_bytes({ints});',
             "    if (cudaMalloc(&ws, ws_bytes ? ws_bytes : 1) != cudaSuccess) return 5; cudaMemset(ws, 0xFF, ws_bytes); }",
-        ]  # fmt: skip
+        ]
         call += ["0", "ws", "ws_bytes"]
     dense = [c for c, a in zip(call, fam.host_args, strict=False) if a.name not in lds] + call[
         len(fam.host_args) :
@@ -77,8 +77,10 @@ def harness_main(cfg: KernelConfig) -> str:
     if (
         lds
     ):  # DENSE=1: the overload without leading dimensions (the arguments given for them are then ignored)
-        lines += [f'  cudaError_t err = getenv("DENSE") ? launch_{fam.name}({", ".join(dense)})',
-                  f"                                  : launch_{fam.name}({', '.join(call)});"]  # fmt: skip
+        lines += [
+            f'  cudaError_t err = getenv("DENSE") ? launch_{fam.name}({", ".join(dense)})',
+            f"                                  : launch_{fam.name}({', '.join(call)});",
+        ]
     else:
         lines.append(f"  cudaError_t err = launch_{fam.name}({', '.join(call)});")
     lines += [

@@ -23,8 +23,19 @@ from smemtile.report.analyze import PARTS, render
 from smemtile.report.text import make_console
 
 SAMPLES = ROOT / "samples"
-CHECKLIST_IDS = ["bank_index", "pad_dimension", "padded_stride", "commit_group", "wait_group", "barrier_after_wait",
-                 "ring_index", "func_set_attribute", "smem_total", "ncu", "two_blocks"]  # fmt: skip
+CHECKLIST_IDS = [
+    "bank_index",
+    "pad_dimension",
+    "padded_stride",
+    "commit_group",
+    "wait_group",
+    "barrier_after_wait",
+    "ring_index",
+    "func_set_attribute",
+    "smem_total",
+    "ncu",
+    "two_blocks",
+]
 
 
 def text_of(rep, width: int = 80, brief: bool = False, lanes: bool = False) -> str:
@@ -64,8 +75,18 @@ def test_json_has_every_part():
     r = CliRunner().invoke(main, ["analyze", str(SAMPLES / "sgemm_float4.yaml"), "--json", "--no-compile"])
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
-    for key in ("accesses", "fixes", "fix_costs", "declarations", "tiles", "pipeline", "occupancy", "comparison",
-                "checklist", "parts"):  # fmt: skip
+    for key in (
+        "accesses",
+        "fixes",
+        "fix_costs",
+        "declarations",
+        "tiles",
+        "pipeline",
+        "occupancy",
+        "comparison",
+        "checklist",
+        "parts",
+    ):
         assert d[key], key
     assert d["parts"] == list(PARTS)
     assert [i["id"] for i in d["checklist"]] == CHECKLIST_IDS
@@ -127,13 +148,34 @@ accesses:
 
 def test_a_fix_that_makes_another_access_worse_is_warned():
     # a linear halo fill and a column read: padding rows by 2 frees the column but splits the fill's runs
-    spec = spec_from_dict({
-        "arch": "sm_90", "threads": 256, "buffers": [{"name": "t", "dtype": "f32", "shape": [16, 40]}],
-        "accesses": [
-            {"name": "fill", "buffer": "t", "op": "store", "width": 4, "row": "(tid + 256 * i) // 40",
-             "col": "(tid + 256 * i) % 40", "active": "tid + 256 * i < 640", "over": {"i": [0, 3]}},
-            {"name": "col", "buffer": "t", "op": "load", "width": 4, "row": "lane % 16", "col": "k + lane // 16",
-             "over": {"k": [0, 39]}}]})  # fmt: skip
+    spec = spec_from_dict(
+        {
+            "arch": "sm_90",
+            "threads": 256,
+            "buffers": [{"name": "t", "dtype": "f32", "shape": [16, 40]}],
+            "accesses": [
+                {
+                    "name": "fill",
+                    "buffer": "t",
+                    "op": "store",
+                    "width": 4,
+                    "row": "(tid + 256 * i) // 40",
+                    "col": "(tid + 256 * i) % 40",
+                    "active": "tid + 256 * i < 640",
+                    "over": {"i": [0, 3]},
+                },
+                {
+                    "name": "col",
+                    "buffer": "t",
+                    "op": "load",
+                    "width": 4,
+                    "row": "lane % 16",
+                    "col": "k + lane // 16",
+                    "over": {"k": [0, 39]},
+                },
+            ],
+        }
+    )
     from smemtile.model.fix import fix_spec
 
     results = analyze_spec(spec)
@@ -402,8 +444,13 @@ def test_all_instructions_streams_distinct_instructions_within_a_budget(tmp_path
     d = json.loads(r.stdout)
     a_col = next(a for a in d["accesses"] if a["name"] == "a_col")
     # rows depend on warp % 4: 4 x 32 distinct of 32 warps x 32 k
-    assert a_col["details_summary"] == {"instructions": 1024, "distinct": 128, "detailed": 128, "left_out": 0,
-                                        "budget": 4096}  # fmt: skip
+    assert a_col["details_summary"] == {
+        "instructions": 1024,
+        "distinct": 128,
+        "detailed": 128,
+        "left_out": 0,
+        "budget": 4096,
+    }
     assert sum(len(x["repeats"]) for x in a_col["details"]) == 1024
     assert a_col["details"][0]["wavefronts"] == 32 and len(a_col["details"][0]["lanes"]) == 32
     import smemtile.report.banks as banks

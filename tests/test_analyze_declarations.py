@@ -32,22 +32,27 @@ accesses:
 
 
 def program(file_scope, kernel, host, names) -> str:
-    touch = "\n".join(f"    reinterpret_cast<volatile unsigned char*>({n})[threadIdx.x] = 1;\n"
-                      f"    acc += reinterpret_cast<volatile unsigned char*>({n})[threadIdx.x ^ 1];" for n in names)  # fmt: skip
-    return "\n".join([
-        *file_scope,
-        "__global__ void kernel(int* out) {",
-        *("    " + ln for ln in kernel),
-        "    int acc = 0;",
-        touch,
-        "    out[threadIdx.x] = acc;",
-        "}",
-        "void launch(int* out) {",
-        *("    " + ln for ln in host),
-        "    kernel<<<1, 256, %d>>>(out);",
-        "}",
-        "",
-    ])  # fmt: skip
+    touch = "\n".join(
+        f"    reinterpret_cast<volatile unsigned char*>({n})[threadIdx.x] = 1;\n"
+        f"    acc += reinterpret_cast<volatile unsigned char*>({n})[threadIdx.x ^ 1];"
+        for n in names
+    )
+    return "\n".join(
+        [
+            *file_scope,
+            "__global__ void kernel(int* out) {",
+            *("    " + ln for ln in kernel),
+            "    int acc = 0;",
+            touch,
+            "    out[threadIdx.x] = acc;",
+            "}",
+            "void launch(int* out) {",
+            *("    " + ln for ln in host),
+            "    kernel<<<1, 256, %d>>>(out);",
+            "}",
+            "",
+        ]
+    )
 
 
 @pytest.mark.parametrize("kb", [16, 64, 192])

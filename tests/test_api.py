@@ -75,16 +75,46 @@ def test_fix_values():
 @pytest.mark.parametrize(
     "kwargs, argv",
     [
-        ({"arch": "sm_90", "threads": 256, "regs": 64, "smem_dynamic": "48K"},
-         ["--arch", "sm_90", "--threads", "256", "--regs", "64", "--smem-dynamic", "48K"]),
-        ({"arch": "sm_86", "threads": 128, "regs": 96, "smem_dynamic": 40960, "opt_in": False},
-         ["--arch", "sm_86", "--threads", "128", "--regs", "96", "--smem-dynamic", "40960", "--no-opt-in"]),
-        ({"arch": "sm_80", "threads": 256, "regs": 32, "smem_static": "8K", "carveout": 50},
-         ["--arch", "sm_80", "--threads", "256", "--regs", "32", "--smem-static", "8K", "--carveout", "50"]),
-        ({"arch": "sm_90", "threads": 128, "regs": 168, "smem_dynamic": "200K", "cluster": 2},
-         ["--arch", "sm_90", "--threads", "128", "--regs", "168", "--smem-dynamic", "200K", "--cluster", "2"]),
+        (
+            {"arch": "sm_90", "threads": 256, "regs": 64, "smem_dynamic": "48K"},
+            ["--arch", "sm_90", "--threads", "256", "--regs", "64", "--smem-dynamic", "48K"],
+        ),
+        (
+            {"arch": "sm_86", "threads": 128, "regs": 96, "smem_dynamic": 40960, "opt_in": False},
+            ["--arch", "sm_86", "--threads", "128", "--regs", "96", "--smem-dynamic", "40960", "--no-opt-in"],
+        ),
+        (
+            {"arch": "sm_80", "threads": 256, "regs": 32, "smem_static": "8K", "carveout": 50},
+            [
+                "--arch",
+                "sm_80",
+                "--threads",
+                "256",
+                "--regs",
+                "32",
+                "--smem-static",
+                "8K",
+                "--carveout",
+                "50",
+            ],
+        ),
+        (
+            {"arch": "sm_90", "threads": 128, "regs": 168, "smem_dynamic": "200K", "cluster": 2},
+            [
+                "--arch",
+                "sm_90",
+                "--threads",
+                "128",
+                "--regs",
+                "168",
+                "--smem-dynamic",
+                "200K",
+                "--cluster",
+                "2",
+            ],
+        ),
     ],
-)  # fmt: skip
+)
 def test_occupancy_matches_cli(kwargs, argv):
     r = smemtile.occupancy(**kwargs)
     assert r.to_dict() == cli_json("occupancy", *argv)
@@ -102,17 +132,29 @@ def test_occupancy_values_and_a_block_that_does_not_fit_is_data():
 @pytest.mark.parametrize(
     "args, kwargs, argv",
     [
-        ((4096, 4096, 4096), {"dtype": "f32", "arch": "sm_90", "top": 5}, ["4096", "4096", "4096", "--dtype", "f32",
-                                                                            "--arch", "sm_90", "--top", "5"]),
-        ((8192, 8192, 1024), {"dtype": "f16", "arch": "sm_90"}, ["8192", "8192", "1024", "--dtype", "f16",
-                                                                 "--arch", "sm_90"]),
+        (
+            (4096, 4096, 4096),
+            {"dtype": "f32", "arch": "sm_90", "top": 5},
+            ["4096", "4096", "4096", "--dtype", "f32", "--arch", "sm_90", "--top", "5"],
+        ),
+        (
+            (8192, 8192, 1024),
+            {"dtype": "f16", "arch": "sm_90"},
+            ["8192", "8192", "1024", "--dtype", "f16", "--arch", "sm_90"],
+        ),
         ((6000, 5000, 4000), {"dtype": "bf16"}, ["6000", "5000", "4000", "--dtype", "bf16"]),
-        ((), {"family": "transpose", "rows": 8192, "cols": 8192, "dtype": "f16", "top": 3},
-         ["--family", "transpose", "8192", "8192", "--dtype", "f16", "--top", "3"]),
-        ((4096, 4096), {"family": "stencil2d", "radius": 4, "top": 4},
-         ["--family", "stencil2d", "4096", "4096", "--radius", "4", "--top", "4"]),
+        (
+            (),
+            {"family": "transpose", "rows": 8192, "cols": 8192, "dtype": "f16", "top": 3},
+            ["--family", "transpose", "8192", "8192", "--dtype", "f16", "--top", "3"],
+        ),
+        (
+            (4096, 4096),
+            {"family": "stencil2d", "radius": 4, "top": 4},
+            ["--family", "stencil2d", "4096", "4096", "--radius", "4", "--top", "4"],
+        ),
     ],
-)  # fmt: skip
+)
 def test_tiles_match_cli(args, kwargs, argv):
     r = smemtile.tiles(*args, **kwargs)
     assert r.to_dict() == cli_json("tiles", *argv)
@@ -164,10 +206,21 @@ def test_verify_compile_only_matches_cli(name):
 
 def test_inspect_matches_cli():
     k = ROOT / "samples" / "kernels"
-    argv = [str(k / "transpose_naive.cu"), "--kernel", "transpose", "--grid", "32,32", "--block", "32,8",
-            "--args", str(k / "transpose_naive.args.yaml"), "--simulate"]  # fmt: skip
-    r = smemtile.inspect(argv[0], kernel="transpose", grid=(32, 32, 1), block=(32, 8, 1), args=argv[8],
-                         mode="simulate")  # fmt: skip
+    argv = [
+        str(k / "transpose_naive.cu"),
+        "--kernel",
+        "transpose",
+        "--grid",
+        "32,32",
+        "--block",
+        "32,8",
+        "--args",
+        str(k / "transpose_naive.args.yaml"),
+        "--simulate",
+    ]
+    r = smemtile.inspect(
+        argv[0], kernel="transpose", grid=(32, 32, 1), block=(32, 8, 1), args=argv[8], mode="simulate"
+    )
     assert r.to_dict() == cli_json("inspect", *argv)
     assert r.no_device is None and r["kernel"] == "transpose"
 
@@ -247,9 +300,13 @@ def test_import_smemtile_loads_no_cuda_and_the_api_is_lazy():
 
 
 def test_repr_html_is_an_escaped_table():
-    spec = {"arch": "sm_90", "threads": 32, "name": "<b>x</b>",
-            "buffers": [{"name": "S", "dtype": "f32", "shape": [32, 32]}],
-            "accesses": [{"name": "col", "buffer": "S", "op": "load", "width": 4, "row": "lane", "col": "0"}]}  # fmt: skip
+    spec = {
+        "arch": "sm_90",
+        "threads": 32,
+        "name": "<b>x</b>",
+        "buffers": [{"name": "S", "dtype": "f32", "shape": [32, 32]}],
+        "accesses": [{"name": "col", "buffer": "S", "op": "load", "width": 4, "row": "lane", "col": "0"}],
+    }
     r = smemtile.analyze(spec)
     page = r._repr_html_()  # the report page (smemtile.report.html) where it exists, else a table
     assert page.lstrip().startswith("<") and "col" in page and "32" in page  # the 32-way column read
@@ -288,8 +345,16 @@ def _kt_instance(export: dict, params: dict) -> str:
 
     cols, rows = export["problem_size"]
     grid = (math.ceil(cols / params["block_size_x"]), math.ceil(rows / params["block_size_x"]), 1)
-    defines = {"grid_size_x": grid[0], "grid_size_y": grid[1], "grid_size_z": 1, "block_size_x": params["block_size_x"],
-               "block_size_y": params["block_size_y"], "block_size_z": 1, **params, "kernel_tuner": 1}  # fmt: skip
+    defines = {
+        "grid_size_x": grid[0],
+        "grid_size_y": grid[1],
+        "grid_size_z": 1,
+        "block_size_x": params["block_size_x"],
+        "block_size_y": params["block_size_y"],
+        "block_size_z": 1,
+        **params,
+        "kernel_tuner": 1,
+    }
     return "".join(f"#define {k} {v}\n" for k, v in defines.items()) + "#line 1\n" + export["kernel_source"]
 
 
@@ -320,10 +385,12 @@ def test_kernel_tuner_export_is_tune_kernel_arguments():
 
 @pytest.mark.parametrize(
     "params",
-    [{"block_size_x": 64, "block_size_y": 8, "smem_pad": 1, "vec": 0, "launch_order": 0},
-     {"block_size_x": 32, "block_size_y": 32, "smem_pad": 0, "vec": 1, "launch_order": 1},
-     {"block_size_x": 128, "block_size_y": 4, "smem_pad": 0, "vec": 4, "launch_order": 1}],
-)  # fmt: skip
+    [
+        {"block_size_x": 64, "block_size_y": 8, "smem_pad": 1, "vec": 0, "launch_order": 0},
+        {"block_size_x": 32, "block_size_y": 32, "smem_pad": 0, "vec": 1, "launch_order": 1},
+        {"block_size_x": 128, "block_size_y": 4, "smem_pad": 0, "vec": 4, "launch_order": 1},
+    ],
+)
 def test_kernel_tuner_instances_compile_like_the_family(params):
     import smemtile.kernel_tuner as skt
     from smemtile.families import FAMILIES, configure
@@ -335,9 +402,20 @@ def test_kernel_tuner_instances_compile_like_the_family(params):
         _kt_instance(e, params), [skt.KERNEL_NAME], "sm_90", options=tuple(e["compiler_options"])
     )
     res = r.resources[skt.KERNEL_NAME]
-    cfg = configure("transpose", {"TILE": params["block_size_x"], "BLOCK_ROWS": params["block_size_y"],
-                                  "VEC": params["vec"], "GROUP": params["launch_order"], "rows": 1000, "cols": 777,
-                                  "dtype": "f16"}, {"tile": {"pad": params["smem_pad"]}}, "sm_90")  # fmt: skip
+    cfg = configure(
+        "transpose",
+        {
+            "TILE": params["block_size_x"],
+            "BLOCK_ROWS": params["block_size_y"],
+            "VEC": params["vec"],
+            "GROUP": params["launch_order"],
+            "rows": 1000,
+            "cols": 777,
+            "dtype": "f16",
+        },
+        {"tile": {"pad": params["smem_pad"]}},
+        "sm_90",
+    )
     plan = FAMILIES["transpose"].launch(cfg)
     assert (
         res.static_smem_bytes == plan.static_smem_bytes
@@ -350,9 +428,11 @@ def test_kernel_tuner_instances_compile_like_the_family(params):
 def test_kernel_tuner_bad_input_and_missing_package(monkeypatch):
     import smemtile.kernel_tuner as skt
 
-    for call, where in ((lambda: skt.export("sgemm", {"rows": 8, "cols": 8}), "family"),
-                        (lambda: skt.export("transpose", {"rows": 8}), "problem"),
-                        (lambda: skt.export("transpose", {"rows": 8, "cols": 8}, dtype="f64"), "dtype")):  # fmt: skip
+    for call, where in (
+        (lambda: skt.export("sgemm", {"rows": 8, "cols": 8}), "family"),
+        (lambda: skt.export("transpose", {"rows": 8}), "problem"),
+        (lambda: skt.export("transpose", {"rows": 8, "cols": 8}, dtype="f64"), "dtype"),
+    ):
         with pytest.raises(SpecError) as e:
             call()
         assert where in str(e.value) and "\n" not in str(e.value)
@@ -378,12 +458,14 @@ def test_kernel_tuner_builds_the_space_and_the_instances_compile():
     assert 0 < len(points) < 360 and all(e["restrictions"](p) for p in points)
     assert all(p["block_size_x"] * p["block_size_y"] <= 1024 for p in points)
     for p in points[:: max(1, len(points) // 3)][:3]:
-        threads, grid = util.setup_block_and_grid(e["problem_size"], (e["grid_div_x"], e["grid_div_y"], None), p,
-                                                  e["block_size_names"])  # fmt: skip
+        threads, grid = util.setup_block_and_grid(
+            e["problem_size"], (e["grid_div_x"], e["grid_div_y"], None), p, e["block_size_names"]
+        )
         assert tuple(threads[:2]) == (p["block_size_x"], p["block_size_y"])
         assert tuple(grid[:2]) == (-(-777 // p["block_size_x"]), -(-1000 // p["block_size_x"]))
-        name, src = util.prepare_kernel_string(e["kernel_name"], e["kernel_source"], p, grid, threads,
-                                               e["block_size_names"], e["lang"], None)  # fmt: skip
+        name, src = util.prepare_kernel_string(
+            e["kernel_name"], e["kernel_source"], p, grid, threads, e["block_size_names"], e["lang"], None
+        )
         r = compile_cubin(src, [name], "sm_90", options=tuple(e["compiler_options"]))
         assert (
             r.resources[name].static_smem_bytes == p["block_size_x"] * (p["block_size_x"] + p["smem_pad"]) * 2
@@ -396,8 +478,13 @@ def test_kernel_tuner_runs_a_short_tune_kernel():
     import smemtile.kernel_tuner as skt
 
     e = skt.export("transpose", {"rows": 2048, "cols": 1536}, dtype="f32")
-    e["tune_params"] = {"block_size_x": [32, 64], "block_size_y": [8], "smem_pad": [0, 1], "vec": [0],
-                        "launch_order": [1]}  # fmt: skip
+    e["tune_params"] = {
+        "block_size_x": [32, 64],
+        "block_size_y": [8],
+        "smem_pad": [0, 1],
+        "vec": [0],
+        "launch_order": [1],
+    }
     results, env = kernel_tuner.tune_kernel(**e, iterations=3, quiet=True)
     assert len(results) == 4  # every point passes the family's contract and the answer check
     assert all(r["time"] > 0 for r in results)

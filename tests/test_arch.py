@@ -84,7 +84,11 @@ def test_suffixed_targets_keep_their_name_and_the_base_limits(text):
     assert a.suffix == a.name[-1] and a.base == a.name[:-1]
     base = ARCHS[a.base]
     assert (a.cc, a.smem_optin_per_block, a.max_threads_per_sm, a.regs_per_sm) == (
-        base.cc, base.smem_optin_per_block, base.max_threads_per_sm, base.regs_per_sm)  # fmt: skip
+        base.cc,
+        base.smem_optin_per_block,
+        base.max_threads_per_sm,
+        base.regs_per_sm,
+    )
 
 
 @pytest.mark.parametrize(
@@ -144,8 +148,10 @@ def test_device_limits_override_and_say_so():
 
 # ---- the spec refuses what its arch lacks (one line, exit 2, naming the access or buffer) ---------------------------
 
-SPEC = "arch: {arch}\nthreads: 32\nbuffers: [{{name: S, dtype: {dtype}, shape: [16, 64]{layout}}}]\n" \
-       "accesses: [{{name: a, buffer: S, op: {op}, row: lane % 16, col: {col}}}]\n"  # fmt: skip
+SPEC = (
+    "arch: {arch}\nthreads: 32\nbuffers: [{{name: S, dtype: {dtype}, shape: [16, 64]{layout}}}]\n"
+    "accesses: [{{name: a, buffer: S, op: {op}, row: lane % 16, col: {col}}}]\n"
+)
 CASES = {  # (dtype, op, col, layout) -> the first arch that has it and the one before
     "ldmatrix": (("f16", "ldmatrix", "(lane // 16) * 8", ""), "sm_75", "sm_70", "access a of buffer S"),
     "cp.async": (("f32", "cp.async", "0", ""), "sm_80", "sm_75", "access a of buffer S"),
@@ -184,8 +190,10 @@ def test_spec_validation_matrix(case, tmp_path):
 def test_problem_dtype_is_checked_against_the_arch():
     from smemtile.model.spec import parse_spec
 
-    text = ("arch: {arch}\nthreads: 32\nproblem: {{M: 64, N: 64, K: 64, dtype: bf16}}\nbuffers: [{{name: S, dtype: "
-            "f16, shape: [64]}}]\naccesses: [{{name: a, buffer: S, index: lane}}]\n")  # fmt: skip
+    text = (
+        "arch: {arch}\nthreads: 32\nproblem: {{M: 64, N: 64, K: 64, dtype: bf16}}\nbuffers: [{{name: S, dtype: "
+        "f16, shape: [64]}}]\naccesses: [{{name: a, buffer: S, index: lane}}]\n"
+    )
     assert parse_spec(text.format(arch="sm_80")).problem == {"M": 64, "N": 64, "K": 64, "dtype": "bf16"}
     with pytest.raises(SpecError, match="problem.dtype: bf16 .* needs sm_80 or later; the target is sm_75"):
         parse_spec(text.format(arch="sm_75"))

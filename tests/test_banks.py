@@ -241,8 +241,9 @@ def test_fitted_and_held_out_scores_quoted_in_the_readme():
         active = None
         if "active_lanes" in p and p["op"] not in ("ldmatrix", "stmatrix"):
             active = np.isin(np.arange(32), p["active_lanes"])
-        model = analyze_addresses(p["addresses"], p["op"], p["width"], p.get("matrices", 4), sources=p.get("global"),
-                                  active=active).wavefronts[0]  # fmt: skip
+        model = analyze_addresses(
+            p["addresses"], p["op"], p["width"], p.get("matrices", 4), sources=p.get("global"), active=active
+        ).wavefronts[0]
         agree += abs(float(model) - p["measured"]["wavefronts_per_instruction"]) <= 0.1
     assert (len(HELDOUT), len(held), agree) == (79, 78, 78)
     readme = (Path(__file__).parents[1] / "README.md").read_text()

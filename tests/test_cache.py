@@ -186,8 +186,10 @@ WORKER = textwrap.dedent("""
 
 def test_two_processes_never_measure_an_entry_twice(tmp_path):
     cache, log = tmp_path / "tune.jsonl", tmp_path / "measured.log"
-    procs = [subprocess.Popen([sys.executable, "-c", WORKER, str(cache), str(log), order])
-             for order in ("forward", "reverse", "forward")]  # fmt: skip
+    procs = [
+        subprocess.Popen([sys.executable, "-c", WORKER, str(cache), str(log), order])
+        for order in ("forward", "reverse", "forward")
+    ]
     for p in procs:
         assert p.wait(120) == 0
     measured = [ln.split()[0] for ln in log.read_text().splitlines()]

@@ -94,9 +94,13 @@ def test_fixed_values_match_the_model_tables():
 
 def test_help_lists_the_choices():
     out = " ".join(CliRunner().invoke(main, ["tiles", "--help"], terminal_width=200).stdout.split())
-    for opt, values in (("--format", "[table|json|yaml|triton]"), ("--vendor", "[nvidia|amd]"),
-                        ("--family", "[sgemm|transpose|stencil2d|hgemm|wgmma_gemm]"),
-                        ("--dtype", "[f32|tf32|f16|bf16|f8e4m3|f8e5m2|i8]"), ("--radius", "INTEGER RANGE")):  # fmt: skip
+    for opt, values in (
+        ("--format", "[table|json|yaml|triton]"),
+        ("--vendor", "[nvidia|amd]"),
+        ("--family", "[sgemm|transpose|stencil2d|hgemm|wgmma_gemm]"),
+        ("--dtype", "[f32|tf32|f16|bf16|f8e4m3|f8e5m2|i8]"),
+        ("--radius", "INTEGER RANGE"),
+    ):
         assert f"{opt} {values}" in out, opt
     assert "sm_90a" in out and "gfx942" in out and "--top INTEGER RANGE" in out
     occ = " ".join(CliRunner().invoke(main, ["occupancy", "--help"], terminal_width=200).stdout.split())
@@ -108,8 +112,12 @@ def complete(*words: str) -> list[str]:
     import subprocess
     import sys
 
-    env = {**os.environ, "_SMEMTILE_COMPLETE": "bash_complete", "COMP_WORDS": " ".join(("smemtile", *words)),
-           "COMP_CWORD": str(len(words))}  # fmt: skip
+    env = {
+        **os.environ,
+        "_SMEMTILE_COMPLETE": "bash_complete",
+        "COMP_WORDS": " ".join(("smemtile", *words)),
+        "COMP_CWORD": str(len(words)),
+    }
     r = subprocess.run(
         [sys.executable, "-m", "smemtile"], env=env, capture_output=True, text=True, timeout=60
     )

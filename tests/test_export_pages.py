@@ -19,8 +19,22 @@ from smemtile.report.pages_tune import tune_page
 
 ROOT = Path(__file__).resolve().parent.parent
 K = ROOT / "samples" / "kernels"
-INSPECT = [str(K / "transpose_naive.cu"), "--kernel", "transpose", "--grid", "32,32", "--block", "32,8",
-           "--args", str(K / "transpose_naive.args.yaml"), "--simulate", "--blocks", "1", "--warps", "2"]  # fmt: skip
+INSPECT = [
+    str(K / "transpose_naive.cu"),
+    "--kernel",
+    "transpose",
+    "--grid",
+    "32,32",
+    "--block",
+    "32,8",
+    "--args",
+    str(K / "transpose_naive.args.yaml"),
+    "--simulate",
+    "--blocks",
+    "1",
+    "--warps",
+    "2",
+]
 TRANSPOSE = str(ROOT / "samples" / "transpose_32x32.yaml")
 
 
@@ -57,8 +71,10 @@ def section(text: str, key: str) -> str:
 def cells(html: str) -> list[list[str]]:
     """The body rows of the first table in ``html``, as text."""
     body = re.search(r"<tbody>(.*?)</tbody>", html, re.S).group(1)
-    return [[unescape(re.sub("<[^>]+>", "", c)) for c in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)]
-            for row in re.findall(r"<tr>(.*?)</tr>", body, re.S)]  # fmt: skip
+    return [
+        [unescape(re.sub("<[^>]+>", "", c)) for c in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)]
+        for row in re.findall(r"<tr>(.*?)</tr>", body, re.S)
+    ]
 
 
 # ---- tiles ----------------------------------------------------------------------------------------------------
@@ -198,12 +214,33 @@ def test_verify_page_of_a_gpu_run_has_times_and_driver():
     from smemtile.report.pages_verify import verify_page
 
     occ = {"active_blocks": 4, "occupancy": 1.0, "limiter": "registers"}
-    var = [{"variant": v, "layout_text": "tile: pad 1", "correct": True, "time_ms": t, "gbps": g, "registers": 32,
-            "spills": 0, "static_smem_bytes": 16640, "occupancy": {"model": occ, "driver": {**occ, "occupancy": d}},
-            "name_expression": f"transpose<{v}>"} for v, t, g, d in (("baseline", 0.5, 1000.0, 1.0),
-                                                                      ("fixed", 0.25, 2000.0, 0.75))]  # fmt: skip
-    text = verify_page({"spec": "x.yaml", "family": "transpose", "arch": "sm_90", "compile_only": False,
-                        "variants": var, "speedup": 2.0, "occupancy_agree": False, "correct": True})  # fmt: skip
+    var = [
+        {
+            "variant": v,
+            "layout_text": "tile: pad 1",
+            "correct": True,
+            "time_ms": t,
+            "gbps": g,
+            "registers": 32,
+            "spills": 0,
+            "static_smem_bytes": 16640,
+            "occupancy": {"model": occ, "driver": {**occ, "occupancy": d}},
+            "name_expression": f"transpose<{v}>",
+        }
+        for v, t, g, d in (("baseline", 0.5, 1000.0, 1.0), ("fixed", 0.25, 2000.0, 0.75))
+    ]
+    text = verify_page(
+        {
+            "spec": "x.yaml",
+            "family": "transpose",
+            "arch": "sm_90",
+            "compile_only": False,
+            "variants": var,
+            "speedup": 2.0,
+            "occupancy_agree": False,
+            "correct": True,
+        }
+    )
     p, _ = check_page(text)
     rows = cells(section(text, "variants"))
     assert [r[2:5] for r in rows] == [["yes", "0.5000", "1000.0 GB/s"], ["yes", "0.2500", "2000.0 GB/s"]]
@@ -236,13 +273,39 @@ def _synthetic_run() -> dict:
     """A one-problem tune run document as ``tune --json`` writes it: five measured, one skipped."""
     preds = [100.0, 90.0, 80.0, 70.0, 60.0]
     times = [0.11, 0.10, 0.12, 0.13, 0.14]  # measured: #2 fastest, then #1: ranks (2, 1, 3, 4, 5)
-    rows = [{"label": f"cfg{i}", "source": "model", "model_rank": i + 1, "predicted": p, "status": "ok",
-             "time_ms": t, "value": 10 / t, "unit": "gbps"} for i, (p, t) in enumerate(zip(preds, times, strict=True))]  # fmt: skip
-    rows.append({"label": "bad", "source": "space", "model_rank": None, "predicted": None, "status": "skipped",
-                 "reason": "compile error: x"})  # fmt: skip
-    d = {"spec": "s.yaml", "family": "transpose", "problem": {"rows": 64, "cols": 64, "dtype": "f32"},
-         "arch": "sm_90", "device": {"name": "NVIDIA H200"}, "candidates": [], "rows": rows,
-         "summary": summarize(rows)}  # fmt: skip
+    rows = [
+        {
+            "label": f"cfg{i}",
+            "source": "model",
+            "model_rank": i + 1,
+            "predicted": p,
+            "status": "ok",
+            "time_ms": t,
+            "value": 10 / t,
+            "unit": "gbps",
+        }
+        for i, (p, t) in enumerate(zip(preds, times, strict=True))
+    ]
+    rows.append(
+        {
+            "label": "bad",
+            "source": "space",
+            "model_rank": None,
+            "predicted": None,
+            "status": "skipped",
+            "reason": "compile error: x",
+        }
+    )
+    d = {
+        "spec": "s.yaml",
+        "family": "transpose",
+        "problem": {"rows": 64, "cols": 64, "dtype": "f32"},
+        "arch": "sm_90",
+        "device": {"name": "NVIDIA H200"},
+        "candidates": [],
+        "rows": rows,
+        "summary": summarize(rows),
+    }
     return {**d, "problems": [d]}
 
 
@@ -256,8 +319,11 @@ def test_tune_run_page_predicted_against_measured_with_spearman():
     (fig,) = p.figures(**{"data-figure": "tune-scatter"})
     assert float(fig["data-spearman"]) == pytest.approx(0.9) and fig["data-points"] == "5"
     assert "Spearman rank correlation 0.900" in fig["aria-label"]
-    pts = {a["data-label"]: (float(a["data-predicted"]), float(a["data-value"])) for t, a in p.tags
-           if t == "circle" and "data-value" in a}  # fmt: skip
+    pts = {
+        a["data-label"]: (float(a["data-predicted"]), float(a["data-value"]))
+        for t, a in p.tags
+        if t == "circle" and "data-value" in a
+    }
     assert pts == {r["label"]: (r["predicted"], round(r["value"], 3)) for r in doc["rows"][:5]}
     rows = cells(section(text, "problem1"))
     assert [r[4] for r in rows] == ["2", "1", "3", "4", "5", "-"]  # measured ranks; the skipped one has none
@@ -325,8 +391,18 @@ def test_tiles_page_marks_what_a_tune_run_measured(tmp_path):
     from conftest import run_cli
 
     cache, page = tmp_path / "tune.jsonl", tmp_path / "tiles.html"
-    p = run_cli("tune", "samples/transpose_32x32.yaml", "--top", "3", "--simulate", "--cache", str(cache), "--json",
-                "-o", str(tmp_path / "best.yaml"))  # fmt: skip
+    p = run_cli(
+        "tune",
+        "samples/transpose_32x32.yaml",
+        "--top",
+        "3",
+        "--simulate",
+        "--cache",
+        str(cache),
+        "--json",
+        "-o",
+        str(tmp_path / "best.yaml"),
+    )
     assert p.returncode == 0, p.stderr
     p = run_cli(
         "tiles", "--family", "transpose", "8192", "8192", "--cache", str(cache), "--export", str(page)

@@ -113,8 +113,9 @@ def test_sgemm_smem_formula_and_launch(params, pad_a, expected):
 
 
 def test_split_k_launch_plan_prepares_c_first():
-    cfg = configure("sgemm", {"BM": 64, "TM": 8, "STAGES": 2, "SPLIT_K": 4, "M": 1000, "N": 1000, "K": 50000},
-                    {}, "sm_90")  # fmt: skip
+    cfg = configure(
+        "sgemm", {"BM": 64, "TM": 8, "STAGES": 2, "SPLIT_K": 4, "M": 1000, "N": 1000, "K": 50000}, {}, "sm_90"
+    )
     plan = FAMILIES["sgemm"].launch(cfg)
     assert plan.grid == (16 * 8, 4, 1)
     prep, main = plan.steps
@@ -124,8 +125,12 @@ def test_split_k_launch_plan_prepares_c_first():
 
 
 def test_transpose_and_stencil_launch():
-    t = configure("transpose", {"TILE": 32, "BLOCK_ROWS": 8, "rows": 100, "cols": 33, "dtype": "f16"},
-                  {"tile": {"pad": 2}}, "sm_80")  # fmt: skip
+    t = configure(
+        "transpose",
+        {"TILE": 32, "BLOCK_ROWS": 8, "rows": 100, "cols": 33, "dtype": "f16"},
+        {"tile": {"pad": 2}},
+        "sm_80",
+    )
     lt = FAMILIES["transpose"].launch(t)
     assert lt.grid == (2, 4, 1) and lt.block == (32, 8, 1) and lt.static_smem_bytes == 32 * 34 * 2
     # a tall tile: TILE_Y input rows per tile, grid y over them
@@ -160,8 +165,10 @@ def test_bank_table_baseline_vs_fixed():
     fam = FAMILIES["transpose"]
     for p in ({}, {"TILE": 32, "BLOCK_ROWS": 8}):
         assert (_degree("transpose", p, {}, "tile_read"), _degree("transpose", p, {}, "tile_write")) == (8, 1)
-        assert {a["name"]: a["width"] for a in fam.accesses(configure(fam, p, {}, "sm_90"))} == \
-            {"tile_write": 16, "tile_read": 4}  # fmt: skip
+        assert {a["name"]: a["width"] for a in fam.accesses(configure(fam, p, {}, "sm_90"))} == {
+            "tile_write": 16,
+            "tile_read": 4,
+        }
         padded = configure(fam, p, {"tile": {"pad": 1}}, "sm_90")
         assert {a["name"]: a["width"] for a in fam.accesses(padded)} == {"tile_write": 4, "tile_read": 4}
         lay = {"tile": {"pad": 1}}
@@ -198,11 +205,17 @@ def test_bank_table_baseline_vs_fixed():
     assert _degree("stencil2d", {"R": 4}, {"tile": {"pad": 1}}, "column") == 4
 
 
-@pytest.mark.parametrize("family, params, lay", [
-    ("sgemm", SG128, {}), ("sgemm", {**SG128, "A_VEC": 0}, {"As": {"pad": 4}}), ("sgemm", {"CP_ASYNC": 0}, {}),
-    ("transpose", {"TILE": 32, "BLOCK_ROWS": 8}, {"tile": {"pad": 1}}), ("transpose", {"dtype": "f16"}, {}),
-    ("stencil2d", {"R": 2, "BX": 16, "BY": 16}, {"tile": {"pad": 3}}),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "family, params, lay",
+    [
+        ("sgemm", SG128, {}),
+        ("sgemm", {**SG128, "A_VEC": 0}, {"As": {"pad": 4}}),
+        ("sgemm", {"CP_ASYNC": 0}, {}),
+        ("transpose", {"TILE": 32, "BLOCK_ROWS": 8}, {"tile": {"pad": 1}}),
+        ("transpose", {"dtype": "f16"}, {}),
+        ("stencil2d", {"R": 2, "BX": 16, "BY": 16}, {"tile": {"pad": 3}}),
+    ],
+)
 def test_family_spec_round_trips_through_yaml(family, params, lay):
     """The family's spec document (generate --json's `spec` and `kernel_accesses`) parses back to the same
     analysis, through YAML text."""
@@ -211,9 +224,12 @@ def test_family_spec_round_trips_through_yaml(family, params, lay):
     fam = FAMILIES[family]
     cfg = configure(fam, params, lay, "sm_90")
     doc = yaml.safe_load(yaml.safe_dump(fam.spec_doc(cfg)))
-    again = {b.name: (b.wavefronts, b.ideal, b.instructions) for b in
-             __import__("smemtile.codegen.analysis", fromlist=["x"]).summarize(
-                 __import__("smemtile.model.analysis", fromlist=["x"]).analyze_spec(spec_from_dict(doc)))}  # fmt: skip
+    again = {
+        b.name: (b.wavefronts, b.ideal, b.instructions)
+        for b in __import__("smemtile.codegen.analysis", fromlist=["x"]).summarize(
+            __import__("smemtile.model.analysis", fromlist=["x"]).analyze_spec(spec_from_dict(doc))
+        )
+    }
     assert again == {b.name: (b.wavefronts, b.ideal, b.instructions) for b in bank_table(cfg)}
     # and the parsed spec's own document is a fixed point
     s1 = spec_from_dict(doc)

@@ -52,7 +52,7 @@ EXPRS = st.one_of(
             "lane << 70",
             "k * 2**40",
         ]
-    ),  # fmt: skip
+    ),
     st.integers(-3, 300),
     st.text(max_size=6),
 )
@@ -62,21 +62,33 @@ VALUES = st.one_of(INTS, st.sampled_from(["256", "BM", "true", "", None, 3.5, fl
 
 @st.composite
 def layouts(draw):
-    return draw(st.one_of(
-        st.none(),
-        st.fixed_dictionaries({"pad": VALUES}),
-        st.fixed_dictionaries({"swizzle": st.lists(st.integers(-1, 13), min_size=0, max_size=4)}),
-        st.fixed_dictionaries({"tma_swizzle": st.sampled_from(["none", "32B", "64B", "128B", "256B"])}),
-        st.sampled_from(["pad 1", 4, [1, 2]]),
-    ))  # fmt: skip
+    return draw(
+        st.one_of(
+            st.none(),
+            st.fixed_dictionaries({"pad": VALUES}),
+            st.fixed_dictionaries({"swizzle": st.lists(st.integers(-1, 13), min_size=0, max_size=4)}),
+            st.fixed_dictionaries({"tma_swizzle": st.sampled_from(["none", "32B", "64B", "128B", "256B"])}),
+            st.sampled_from(["pad 1", 4, [1, 2]]),
+        )
+    )
 
 
 @st.composite
 def buffers(draw):
-    b = {"name": draw(st.one_of(NAMES, st.sampled_from(["As", "Bs"]))),
-         "dtype": draw(st.sampled_from(["f32", "f16", "bf16", "tf32", "f8e4m3", "u8", "i64", "fp32", 7]))}  # fmt: skip
-    b["shape"] = draw(st.one_of(st.lists(st.one_of(st.integers(-1, 200), st.sampled_from(["BM", 2**63, 1 << 24])),
-                                         min_size=0, max_size=4), INTS))  # fmt: skip
+    b = {
+        "name": draw(st.one_of(NAMES, st.sampled_from(["As", "Bs"]))),
+        "dtype": draw(st.sampled_from(["f32", "f16", "bf16", "tf32", "f8e4m3", "u8", "i64", "fp32", 7])),
+    }
+    b["shape"] = draw(
+        st.one_of(
+            st.lists(
+                st.one_of(st.integers(-1, 200), st.sampled_from(["BM", 2**63, 1 << 24])),
+                min_size=0,
+                max_size=4,
+            ),
+            INTS,
+        )
+    )
     if draw(st.booleans()):
         b["layout"] = draw(layouts())
     if draw(st.integers(0, 3)) == 0:
@@ -88,8 +100,11 @@ def buffers(draw):
 
 @st.composite
 def accesses(draw, names):
-    a = {"name": draw(NAMES), "buffer": draw(st.sampled_from([*names, "Z"])),
-         "op": draw(st.sampled_from(["load", "store", "ldmatrix", "stmatrix", "cp.async", "lod"]))}  # fmt: skip
+    a = {
+        "name": draw(NAMES),
+        "buffer": draw(st.sampled_from([*names, "Z"])),
+        "op": draw(st.sampled_from(["load", "store", "ldmatrix", "stmatrix", "cp.async", "lod"])),
+    }
     if draw(st.booleans()):
         a["width"] = draw(st.sampled_from([1, 2, 3, 4, 8, 16, 32, "16", None]))
     form = draw(st.sampled_from(["rc", "rc", "src", "index", "address", "addresses", "none", "all"]))
@@ -104,13 +119,24 @@ def accesses(draw, names):
     if form == "addresses":
         a["addresses"] = draw(st.lists(st.integers(-4, 5000), min_size=30, max_size=33))
     if draw(st.booleans()):
-        rng = st.one_of(st.integers(-2, 40), st.lists(st.one_of(st.integers(-5, 40), st.sampled_from(
-            [10**9, 2**46, "BK", 0])), min_size=0, max_size=4))  # fmt: skip
+        rng = st.one_of(
+            st.integers(-2, 40),
+            st.lists(
+                st.one_of(st.integers(-5, 40), st.sampled_from([10**9, 2**46, "BK", 0])),
+                min_size=0,
+                max_size=4,
+            ),
+        )
         a["over"] = draw(st.dictionaries(st.sampled_from(["k", "i", "lane", "BM", "kk"]), rng, max_size=2))
-    for key, strat in (("warps", st.one_of(st.lists(st.integers(-1, 40), max_size=3), st.integers(-1, 9))),
-                       ("matrices", st.sampled_from([1, 2, 3, 4, "4"])), ("trans", st.sampled_from([True, "false", 1])),
-                       ("active", EXPRS), ("role", st.sampled_from(["inner", "copy", "main"])),
-                       ("source", EXPRS), ("note", st.sampled_from(["x", 3]))):  # fmt: skip
+    for key, strat in (
+        ("warps", st.one_of(st.lists(st.integers(-1, 40), max_size=3), st.integers(-1, 9))),
+        ("matrices", st.sampled_from([1, 2, 3, 4, "4"])),
+        ("trans", st.sampled_from([True, "false", 1])),
+        ("active", EXPRS),
+        ("role", st.sampled_from(["inner", "copy", "main"])),
+        ("source", EXPRS),
+        ("note", st.sampled_from(["x", 3])),
+    ):
         if draw(st.integers(0, 4)) == 0:
             a[key] = draw(strat)
     return a
@@ -120,8 +146,25 @@ def accesses(draw, names):
 def specs(draw):
     doc: dict = {}
     if draw(st.integers(0, 9)):
-        doc["arch"] = draw(st.sampled_from(["sm_90", "sm_90", "sm_80", "sm_75", "sm_70", "sm_90a", "sm_89a", "sm_120f",
-                                            "90", 9.0, "auto", "", None]))  # fmt: skip
+        doc["arch"] = draw(
+            st.sampled_from(
+                [
+                    "sm_90",
+                    "sm_90",
+                    "sm_80",
+                    "sm_75",
+                    "sm_70",
+                    "sm_90a",
+                    "sm_89a",
+                    "sm_120f",
+                    "90",
+                    9.0,
+                    "auto",
+                    "",
+                    None,
+                ]
+            )
+        )
     if draw(st.booleans()):
         doc["threads"] = draw(st.one_of(st.sampled_from([32, 64, 128, 256]), VALUES))
     if draw(st.booleans()):
@@ -131,17 +174,31 @@ def specs(draw):
     if draw(st.integers(0, 3)) == 0:
         doc["stages"] = draw(VALUES)
     if draw(st.integers(0, 4)) == 0:
-        doc["problem"] = draw(st.one_of(st.fixed_dictionaries({"M": INTS, "N": INTS, "K": INTS}),
-                                        st.fixed_dictionaries({"M": INTS, "N": INTS, "K": INTS,
-                                                               "dtype": st.sampled_from(["f16", "bf16", "x"])}),
-                                        st.sampled_from([3, "gemm"])))  # fmt: skip
+        doc["problem"] = draw(
+            st.one_of(
+                st.fixed_dictionaries({"M": INTS, "N": INTS, "K": INTS}),
+                st.fixed_dictionaries(
+                    {"M": INTS, "N": INTS, "K": INTS, "dtype": st.sampled_from(["f16", "bf16", "x"])}
+                ),
+                st.sampled_from([3, "gemm"]),
+            )
+        )
     if draw(st.integers(0, 6)) == 0:
-        doc["kernel"] = draw(st.one_of(
-            st.fixed_dictionaries({"family": st.sampled_from(["transpose", "stencil2d", "sgemm", "nope"]),
-                                   "rows": st.sampled_from([64, 0, 2**40]), "cols": st.sampled_from([64, 128]),
-                                   "M": st.sampled_from([64, 128]), "N": st.sampled_from([64]),
-                                   "K": st.sampled_from([64, 8])}),
-            st.sampled_from([{"family": "transpose", "rows": 256, "cols": 256}, "sgemm", {}])))  # fmt: skip
+        doc["kernel"] = draw(
+            st.one_of(
+                st.fixed_dictionaries(
+                    {
+                        "family": st.sampled_from(["transpose", "stencil2d", "sgemm", "nope"]),
+                        "rows": st.sampled_from([64, 0, 2**40]),
+                        "cols": st.sampled_from([64, 128]),
+                        "M": st.sampled_from([64, 128]),
+                        "N": st.sampled_from([64]),
+                        "K": st.sampled_from([64, 8]),
+                    }
+                ),
+                st.sampled_from([{"family": "transpose", "rows": 256, "cols": 256}, "sgemm", {}]),
+            )
+        )
     if doc.get("kernel") is None or draw(st.booleans()):
         bufs = draw(st.lists(buffers(), min_size=0, max_size=3))
         doc["buffers"] = bufs
@@ -167,8 +224,18 @@ def valid_specs(draw):
         shape = {"1d": [rows * cols], "2d": [rows, cols], "3d": [stages, rows, cols]}[dims]
         b: dict = {"name": name, "dtype": dtype, "shape": shape}
         if dims != "1d" and draw(st.booleans()):
-            b["layout"] = draw(st.sampled_from([{"pad": 1}, {"pad": 4}, {"pad": 8}, {"swizzle": [2, 0, 3]},
-                                                {"swizzle": [3, 2, 3]}, {"swizzle": [1, 1, 4]}]))  # fmt: skip
+            b["layout"] = draw(
+                st.sampled_from(
+                    [
+                        {"pad": 1},
+                        {"pad": 4},
+                        {"pad": 8},
+                        {"swizzle": [2, 0, 3]},
+                        {"swizzle": [3, 2, 3]},
+                        {"swizzle": [1, 1, 4]},
+                    ]
+                )
+            )
         if dims == "2d" and draw(st.integers(0, 3)) == 0:
             b["stages"] = 2
         bufs.append(b)
@@ -297,8 +364,11 @@ ONE = BASE + "accesses: [{name: a, buffer: S, op: load, row: lane, col: 0}]\n"
 
 
 def _accesses(n: int) -> bytes:
-    return (BASE + "accesses:\n" + "".join(f"  - {{name: a{i}, buffer: S, row: lane, col: 0}}\n"
-                                          for i in range(n))).encode()  # fmt: skip
+    return (
+        BASE
+        + "accesses:\n"
+        + "".join(f"  - {{name: a{i}, buffer: S, row: lane, col: 0}}\n" for i in range(n))
+    ).encode()
 
 
 HOSTILE = {
@@ -323,7 +393,7 @@ HOSTILE = {
             + "accesses: []\n"
         ).encode(),
         "10000 buffers",
-    ),  # fmt: skip
+    ),
     "loop to 10**9": (
         ONE.replace("col: 0}", "col: 0, over: {k: [0, 1000000000]}}").encode(),
         "at most 65536",
@@ -338,25 +408,25 @@ HOSTILE = {
             )
         ).encode(),
         "262144 instructions to analyse in all",
-    ),  # fmt: skip
+    ),
     "duplicate key": (ONE.replace("threads: 64", "threads: 64\nthreads: 32").encode(), "given twice"),
     "string boolean": (
         ONE.replace("col: 0}", "col: 0, op: ldmatrix, trans: 'false'}").replace("op: load, ", "").encode(),
         "must be true or false",
-    ),  # fmt: skip
+    ),
     "buffer name is markup": (
         ONE.replace("name: S", "name: '[/bold]'").replace("buffer: S", "buffer: '[/bold]'").encode(),
         "not a C++ identifier",
-    ),  # fmt: skip
+    ),
     "cp.async on sm_75": (
         ONE.replace("sm_90", "sm_75").replace("op: load", "op: cp.async, width: 4").encode(),
         "cp.async needs sm_80 or later; the target is sm_75",
-    ),  # fmt: skip
+    ),
     "sm_89a": (ONE.replace("sm_90", "sm_89a").encode(), "sm_89 has no 'a' target"),
     "misaligned raw address": (
         (BASE + "accesses: [{name: v, buffer: S, op: load, width: 16, address: 'lane * 16 + 4'}]\n").encode(),
         "lane 0 address 4 is not aligned to 16 bytes",
-    ),  # fmt: skip
+    ),
 }
 
 

@@ -89,8 +89,16 @@ CASES = [
     ("wgmma_gemm", {"BN": 128}, {"M": 520, "N": 1024, "K": 264, "dtype": "f16"}),
 ]
 # shapes for `tiles --top 1`: square, ragged, skinny M, skinny N, deep K, small, mid-size, huge K
-TILE_SHAPES = [(1024, 1024, 1024), (1000, 1001, 333), (64, 4096, 4096), (4096, 64, 4096), (256, 256, 65536),
-               (33, 4, 100), (2048, 2048, 512), (1000, 1000, 50000)]  # fmt: skip
+TILE_SHAPES = [
+    (1024, 1024, 1024),
+    (1000, 1001, 333),
+    (64, 4096, 4096),
+    (4096, 64, 4096),
+    (256, 256, 65536),
+    (33, 4, 100),
+    (2048, 2048, 512),
+    (1000, 1000, 50000),
+]
 
 
 def _tiles_yaml(m: int, n: int, k: int) -> str:
@@ -122,8 +130,12 @@ def _configs() -> list:
 def _build(cfg, work: Path) -> Path:
     (work / "k.cu").write_text(render(cfg).source + "\n" + harness_main(cfg))
     exe = work / "k"
-    p = subprocess.run([nvcc_path(), "-std=c++17", f"-arch={cfg.arch.name}", "-o", str(exe), str(work / "k.cu")],
-                       capture_output=True, text=True, timeout=900)  # fmt: skip
+    p = subprocess.run(
+        [nvcc_path(), "-std=c++17", f"-arch={cfg.arch.name}", "-o", str(exe), str(work / "k.cu")],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     return exe
 
@@ -151,8 +163,9 @@ def test_tiles_picks_grid_in_the_helper_equals_json(tmp_path):
         g = json.loads(CliRunner().invoke(main, ["generate", str(spec), "--json", "--no-compile"]).stdout)
         cfg = variants(resolve(yaml.safe_load(spec.read_text())))["fixed"]
         plan = FAMILIES[cfg.family].launch(cfg)
-        assert g["grid"] == list(plan.grid) and [s["grid"] for s in g["launch"]["steps"]] == \
-            [list(s.grid) for s in plan.steps]  # fmt: skip
+        assert g["grid"] == list(plan.grid) and [s["grid"] for s in g["launch"]["steps"]] == [
+            list(s.grid) for s in plan.steps
+        ]
         assert (
             cfg.params["SPLIT_K"] > 1 and g["launch"]["steps"][0]["kernel"] == "smemtile_sgemm_splitk_prepare"
         )
@@ -164,29 +177,45 @@ def test_tiles_picks_grid_in_the_helper_equals_json(tmp_path):
 # array 1 element into its allocation): correct, or refused with cudaErrorInvalidValue exactly where the plan
 # says so, never wrong.
 MATRIX = [
-    *[("wgmma_gemm", {}, {"M": 257, "N": 136, "K": k, "dtype": dt}) for k in range(1017, 1025)
-      for dt in ("bf16", "f16")],
+    *[
+        ("wgmma_gemm", {}, {"M": 257, "N": 136, "K": k, "dtype": dt})
+        for k in range(1017, 1025)
+        for dt in ("bf16", "f16")
+    ],
     ("wgmma_gemm", {}, {"M": 4096, "N": 4096, "K": 1023, "dtype": "bf16"}),
     ("wgmma_gemm", {"BN": 128, "EPI": 0}, {"M": 300, "N": 203, "K": 77, "dtype": "f16"}),
     *[("hgemm", {}, {"M": 200, "N": 136, "K": k, "beta": 0.5}) for k in range(97, 105)],
     ("hgemm", {}, {"M": 200, "N": 136, "K": 72, "b_layout": "col", "dtype": "bf16"}),
-    *[("sgemm", {"BM": 128, "BN": 128, "TM": 8, "TN": 16, "REPACK": r}, {"M": 300, "N": 257, "K": k, "beta": 0.5})
-      for r in (1, 2) for k in (129, 130, 131, 132)],
+    *[
+        (
+            "sgemm",
+            {"BM": 128, "BN": 128, "TM": 8, "TN": 16, "REPACK": r},
+            {"M": 300, "N": 257, "K": k, "beta": 0.5},
+        )
+        for r in (1, 2)
+        for k in (129, 130, 131, 132)
+    ],
     ("sgemm", {"BM": 64, "TM": 8, "STAGES": 2, "SPLIT_K": 4}, {"M": 64, "N": 1001, "K": 3001, "beta": -1.0}),
     *[
         ("transpose", p, {"rows": r, "cols": c, "dtype": dt})
-        for dt, p in (("f32", {}), ("f32", {"TILE": 64, "BLOCK_ROWS": 4, "PACK": 4}), ("f16", {}),
-                      ("f16", {"TILE": 128, "BLOCK_ROWS": 8, "PACK": 2}))
+        for dt, p in (
+            ("f32", {}),
+            ("f32", {"TILE": 64, "BLOCK_ROWS": 4, "PACK": 4}),
+            ("f16", {}),
+            ("f16", {"TILE": 128, "BLOCK_ROWS": 8, "PACK": 2}),
+        )
         for (r, c) in ((1001, 777), (1024, 1000))
     ],
     *[("stencil2d", {"R": r}, {"ny": 301, "nx": 1001}) for r in (1, 2, 3, 4)],
     # kernels built with row pitches (PITCH 1): the sub-view runs (the dense kernels above refuse it)
     *[("stencil2d", {"R": r, "PITCH": 1}, {"ny": 301, "nx": 1001}) for r in (1, 4)],
     ("stencil2d", {"R": 2, "PITCH": 1}, {"ny": 64, "nx": 1024}),
-    *[("transpose", {**p, "PITCH": 1}, {"rows": 1001, "cols": 777, "dtype": dt})
-      for dt, p in (("f32", {}), ("f16", {"TILE": 128, "BLOCK_ROWS": 8, "PACK": 2}))],
+    *[
+        ("transpose", {**p, "PITCH": 1}, {"rows": 1001, "cols": 777, "dtype": dt})
+        for dt, p in (("f32", {}), ("f16", {"TILE": 128, "BLOCK_ROWS": 8, "PACK": 2}))
+    ],
     ("transpose", {"PITCH": 1}, {"rows": 1024, "cols": 1024, "dtype": "f32"}),
-]  # fmt: skip
+]
 
 
 # the path of the report: `tiles 4096 4096 1023 --dtype bf16|f16 --arch sm_90a --top 1 --format yaml`
@@ -218,8 +247,12 @@ def _tiles_pick_16bit(m: int, n: int, k: int, dt: str):
 
 
 def _matrix_configs() -> list:
-    out = [variants(resolve({"arch": FAMILIES[f].default_arch, "tile": p, "kernel": {"family": f, **q}}))["fixed"]
-           for f, p, q in MATRIX]  # fmt: skip
+    out = [
+        variants(resolve({"arch": FAMILIES[f].default_arch, "tile": p, "kernel": {"family": f, **q}}))[
+            "fixed"
+        ]
+        for f, p, q in MATRIX
+    ]
     return out + [_tiles_pick_16bit(*s) for s in TILES_16BIT]
 
 
@@ -239,8 +272,11 @@ def run_helpers(cfgs: list, tmp_path: Path, *, layouts: bool = False) -> tuple[l
     firsts = [v[0] for v in sources.values()]
     with ThreadPoolExecutor(max_workers=min(16, os.cpu_count() or 4)) as pool:
         exes = list(pool.map(_build, firsts, works))
-    exe_of = {id(c): (exe, work) for (src, group), exe, work in zip(sources.items(), exes, works, strict=True)
-              for c in group}  # fmt: skip
+    exe_of = {
+        id(c): (exe, work)
+        for (src, group), exe, work in zip(sources.items(), exes, works, strict=True)
+        for c in group
+    }
     failures, report = [], []
     for i, cfg in enumerate(cfgs):
         fam = FAMILIES[cfg.family]
@@ -254,19 +290,30 @@ def run_helpers(cfgs: list, tmp_path: Path, *, layouts: bool = False) -> tuple[l
         for run_cfg, offsets, extra_env, what in runs:
             inputs = fam.make_inputs(run_cfg, np.random.default_rng(100 + i))
             argv, env, out = run_arguments(run_cfg, inputs, work, offsets)
-            p = subprocess.run([str(exe), *argv], capture_output=True, text=True,
-                               env={**os.environ, **env, **extra_env}, timeout=300)  # fmt: skip
+            p = subprocess.run(
+                [str(exe), *argv],
+                capture_output=True,
+                text=True,
+                env={**os.environ, **env, **extra_env},
+                timeout=300,
+            )
             label = f"{fam.name_expression(cfg)} {run_cfg.problem} ({what})"
             refused = refusal(fam, run_cfg, offsets)
-            row = {"case": label, "grid": list(fam.launch(cfg).grid), "refused_by_plan": refused,
-                   "key": (fam.name_expression(cfg), repr(cfg.problem), what)}  # fmt: skip
+            row = {
+                "case": label,
+                "grid": list(fam.launch(cfg).grid),
+                "refused_by_plan": refused,
+                "key": (fam.name_expression(cfg), repr(cfg.problem), what),
+            }
             if refused is not None:
                 ok = p.returncode == 3 and "invalid argument" in p.stderr
                 row.update(correct=None, refused=ok)
                 report.append(row)
                 if not ok:
-                    failures.append(f"{label}: the plan refuses ({refused}) but the helper gave exit "
-                                    f"{p.returncode} {p.stderr.strip()}")  # fmt: skip
+                    failures.append(
+                        f"{label}: the plan refuses ({refused}) but the helper gave exit "
+                        f"{p.returncode} {p.stderr.strip()}"
+                    )
                 continue
             if p.returncode != 0:
                 failures.append(f"{label}: exit {p.returncode} {p.stderr.strip()}")
@@ -332,8 +379,12 @@ def test_verify_reports_what_the_helper_does_on_the_gpu(tmp_path):
     from smemtile.gpu.run import LoadedKernel, open_device
     from smemtile.pipeline.verify import _subview
 
-    picks = [c for c in _matrix_configs() if (c.family, c.problem.get("K")) in
-             {("wgmma_gemm", 1023), ("hgemm", 104), ("sgemm", 131)} or c.family in ("stencil2d",)][:8]  # fmt: skip
+    picks = [
+        c
+        for c in _matrix_configs()
+        if (c.family, c.problem.get("K")) in {("wgmma_gemm", 1023), ("hgemm", 104), ("sgemm", 131)}
+        or c.family in ("stencil2d",)
+    ][:8]
     assert {c.family for c in picks} >= {"wgmma_gemm", "hgemm", "sgemm", "stencil2d"}
     failures, report = run_helpers(picks, tmp_path, layouts=True)
     assert not failures, failures

@@ -104,12 +104,18 @@ def test_threads_must_match_the_warp_tiles():
         ({"BK": 64, "STAGES": 3}, {"A_frag": 8, "B_frag": 8}, ("Swizzle<3,3,3>", "Swizzle<3,3,4>")),
         ({"BM": 128, "BN": 256}, {"A_frag": 4, "B_frag": 8}, ("Swizzle<2,3,3>", "Swizzle<3,3,5>")),
         ({"b_layout": "col"}, {"A_frag": 4, "B_frag": 4}, ("Swizzle<2,3,3>", "Swizzle<2,3,3>")),
-        ({"BM": 64, "BN": 64, "BK": 64, "WM": 32, "WN": 16}, {"A_frag": 8, "B_frag": 8},
-         ("Swizzle<3,3,3>", "Swizzle<3,3,3>")),
-        ({"BM": 64, "BN": 16, "WM": 32, "WN": 16, "BK": 128, "STAGES": 2, "M": 33, "N": 4, "K": 100},
-         {"A_frag": 8, "B_frag": 2}, ("Swizzle<3,3,4>", "Swizzle<1,3,3>")),
+        (
+            {"BM": 64, "BN": 64, "BK": 64, "WM": 32, "WN": 16},
+            {"A_frag": 8, "B_frag": 8},
+            ("Swizzle<3,3,3>", "Swizzle<3,3,3>"),
+        ),
+        (
+            {"BM": 64, "BN": 16, "WM": 32, "WN": 16, "BK": 128, "STAGES": 2, "M": 33, "N": 4, "K": 100},
+            {"A_frag": 8, "B_frag": 2},
+            ("Swizzle<3,3,4>", "Swizzle<1,3,3>"),
+        ),
     ],
-)  # fmt: skip
+)
 def test_accesses_conflicted_dense_and_conflict_free_swizzled(params, dense, swizzles):
     dense_cfg = configure(FAM, params, DENSE, "sm_90")
     d = _degrees(dense_cfg)
@@ -119,8 +125,10 @@ def test_accesses_conflicted_dense_and_conflict_free_swizzled(params, dense, swi
     assert (str(cfg.layouts["As"].swizzle), str(cfg.layouts["Bs"].swizzle)) == swizzles
     assert set(_degrees(cfg).values()) == {1.0}
     # the fix search on the dense spec finds layouts as good as the kernel's (swizzle or padding)
-    res = resolve(FAM.spec_doc(dense_cfg, accesses=False) | {"kernel": {"family": "hgemm", **dense_cfg.problem,
-                                                                        **dense_cfg.params}})  # fmt: skip
+    res = resolve(
+        FAM.spec_doc(dense_cfg, accesses=False)
+        | {"kernel": {"family": "hgemm", **dense_cfg.problem, **dense_cfg.params}}
+    )
     assert set(_degrees(variants(res)["fixed"]).values()) == {1.0}
 
 
@@ -154,16 +162,19 @@ def test_cp_async_sources_clamp_rows_and_mask_columns():
 def test_family_spec_round_trips_through_yaml(params):
     cfg = _swizzled(params)
     doc = yaml.safe_load(yaml.safe_dump(FAM.spec_doc(cfg)))
-    again = {r.access.name: (int(r.bank.wavefronts.max()), len(r.bank.wavefronts))
-             for r in analyze_spec(spec_from_dict(doc))}  # fmt: skip
+    again = {
+        r.access.name: (int(r.bank.wavefronts.max()), len(r.bank.wavefronts))
+        for r in analyze_spec(spec_from_dict(doc))
+    }
     assert again == {b.name: (b.wavefronts, b.instructions) for b in bank_table(cfg)}
     s1 = spec_from_dict(doc)
     assert spec_from_dict(s1.to_doc()).to_doc() == s1.to_doc()
 
 
 def test_launch_plan_split_k_and_column_major_b():
-    cfg = configure(FAM, {"M": 1000, "N": 1000, "K": 5000, "SPLIT_K": 4, "beta": 0.5, "b_layout": "col"}, {},
-                    "sm_90")  # fmt: skip
+    cfg = configure(
+        FAM, {"M": 1000, "N": 1000, "K": 5000, "SPLIT_K": 4, "beta": 0.5, "b_layout": "col"}, {}, "sm_90"
+    )
     plan = FAM.launch(cfg)
     prep, main = plan.steps
     assert prep.kernel == "hgemm_splitk_prepare" and not prep.main and main.main
@@ -172,8 +183,9 @@ def test_launch_plan_split_k_and_column_major_b():
     assert [a for a, _ in main.args][5:8] == [5000, "B", 5000]  # lda = K, ldb = K for column-major B
     assert (plan.static_smem_bytes, plan.dynamic_smem_bytes) == (0, 4 * (256 * 32 + 128 * 32) * 2)
     assert FAM.array_shape(cfg, next(a for a in FAM.host_args if a.name == "B")) == (1000, 5000)
-    no_split = FAM.launch(configure(FAM, {"BM": 64, "BN": 64, "WM": 32, "WN": 32, "STAGES": 2, "BK": 32}, {},
-                                    "sm_90"))  # fmt: skip
+    no_split = FAM.launch(
+        configure(FAM, {"BM": 64, "BN": 64, "WM": 32, "WN": 32, "STAGES": 2, "BK": 32}, {}, "sm_90")
+    )
     assert no_split.grid == (64 * 64, 1, 1) and len(no_split.steps) == 1
     assert no_split.dynamic_smem_bytes == 2 * (64 + 64) * 32 * 2 < 48 * 1024  # dynamic even under 48 KiB
     helper = launch_helper(cfg)
@@ -310,7 +322,11 @@ def test_tiles_rank_hgemm_configurations_and_emit_specs(dtype):
         assert cfg.layouts == v["baseline"].layouts  # the emitted swizzles are already the best layouts
         assert "fixed = baseline" in cfg.notes[-1]
         assert (cfg.params["BM"], cfg.params["BN"], cfg.params["BK"], cfg.params["STAGES"]) == (
-            s.cfg.bm, s.cfg.bn, s.cfg.bk, s.cfg.stages)  # fmt: skip
+            s.cfg.bm,
+            s.cfg.bn,
+            s.cfg.bk,
+            s.cfg.stages,
+        )
         assert FAM.threads(cfg.params) == s.threads
         assert cfg.layouts["As"].swizzled and set(_degrees(cfg).values()) == {1.0}
     # before sm_80 hgemm does not run: the model ranks f16 tiles alone (no kernel: section)
@@ -401,9 +417,24 @@ def test_register_copies_assemble_every_alignment_inside_the_chunk(tmp_path):
 
     (tmp_path / "t.cu").write_text(REGISTER_COPIES_ON_THE_CPU)
     fams = ROOT / "smemtile" / "families"
-    build = subprocess.run([nvcc_path(), "-std=c++17", "-arch=sm_80", f"-I{fams}", f"-I{fams / 'hgemm'}",
-                            "-Xcompiler", "-fsanitize=address,-fno-omit-frame-pointer", "-o", str(tmp_path / "t"),
-                            str(tmp_path / "t.cu"), "-lasan"], capture_output=True, text=True, timeout=600)  # fmt: skip
+    build = subprocess.run(
+        [
+            nvcc_path(),
+            "-std=c++17",
+            "-arch=sm_80",
+            f"-I{fams}",
+            f"-I{fams / 'hgemm'}",
+            "-Xcompiler",
+            "-fsanitize=address,-fno-omit-frame-pointer",
+            "-o",
+            str(tmp_path / "t"),
+            str(tmp_path / "t.cu"),
+            "-lasan",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert build.returncode == 0, build.stderr[-2000:]
     run = subprocess.run([str(tmp_path / "t")], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0 and "0 bad" in run.stdout, run.stdout[-2000:] + run.stderr[-2000:]
@@ -413,10 +444,14 @@ def test_register_copies_assemble_every_alignment_inside_the_chunk(tmp_path):
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 @pytest.mark.parametrize(
     "params",
-    [{"dtype": "bf16"}, {"BM": 128, "BN": 128, "BK": 32, "STAGES": 4, "b_layout": "col"},
-     {"BM": 64, "BN": 64, "WM": 32, "WN": 32, "SPLIT_K": 2, "K": 1000}, {"K": 1023, "c_dtype": "f16"}],
+    [
+        {"dtype": "bf16"},
+        {"BM": 128, "BN": 128, "BK": 32, "STAGES": 4, "b_layout": "col"},
+        {"BM": 64, "BN": 64, "WM": 32, "WN": 32, "SPLIT_K": 2, "K": 1000},
+        {"K": 1023, "c_dtype": "f16"},
+    ],
     ids=["default-bf16", "128x128x32-col", "splitk", "align1-f16c"],
-)  # fmt: skip
+)
 def test_nvrtc_build_ptx_and_checklist(arch, params):
     pytest.importorskip("cuda.bindings.nvrtc")
     from smemtile.pipeline.build import build

@@ -32,8 +32,13 @@ ARCHS = ("sm_80", "sm_90")
 def _compile(exprs: list[str], arch: str):
     from smemtile.gpu.nvrtc import compile_cubin
 
-    return compile_cubin(hb.SOURCE.read_text(), exprs, arch, headers={"smem_layout.cuh": hb.HEADER.read_text()},
-                         filename="hgemm.cu")  # fmt: skip
+    return compile_cubin(
+        hb.SOURCE.read_text(),
+        exprs,
+        arch,
+        headers={"smem_layout.cuh": hb.HEADER.read_text()},
+        filename="hgemm.cu",
+    )
 
 
 def test_shipped_list_is_known():
@@ -45,8 +50,12 @@ def test_shipped_list_is_known():
 @pytest.mark.parametrize("variant", SHIPPED, ids=lambda v: v.label)
 def test_shipped_variant_compiles_without_spills(variant, arch):
     # one input type with C in the input type, the other with fp32 C (split K: fp32 C only)
-    exprs = sorted({variant.expr("bf16", variant.c_type("bf16", variant.c_types[0])),
-                    variant.expr("f16", variant.c_type("f16", variant.c_types[-1]))})  # fmt: skip
+    exprs = sorted(
+        {
+            variant.expr("bf16", variant.c_type("bf16", variant.c_types[0])),
+            variant.expr("f16", variant.c_type("f16", variant.c_types[-1])),
+        }
+    )
     res = _compile(exprs, arch)
     for e in exprs:
         r = res.resources[e]
@@ -95,8 +104,10 @@ def test_default_template_arguments_are_the_bench_default():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(shutil.which("nvcc") is None and not Path("/usr/local/cuda/bin/nvcc").exists(),
-                    reason="nvcc not installed")  # fmt: skip
+@pytest.mark.skipif(
+    shutil.which("nvcc") is None and not Path("/usr/local/cuda/bin/nvcc").exists(),
+    reason="nvcc not installed",
+)
 def test_nvcc_builds_an_explicit_instantiation(tmp_path: Path):
     nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
     v = hb.ALL[0]
@@ -107,8 +118,22 @@ def test_nvcc_builds_an_explicit_instantiation(tmp_path: Path):
         f"template __global__ void hgemm<{args}>(int, int, int, float, const smemtile::bf16*, int,\n"
         "    const smemtile::bf16*, int, float, smemtile::bf16*, int);\n"
     )
-    out = subprocess.run([nvcc, "-std=c++17", "-arch=sm_80", f"-I{hb.FAMILIES}", "-Xptxas", "-v", "-c", str(tu),
-                          "-o", str(tmp_path / "k.o")], capture_output=True, text=True)  # fmt: skip
+    out = subprocess.run(
+        [
+            nvcc,
+            "-std=c++17",
+            "-arch=sm_80",
+            f"-I{hb.FAMILIES}",
+            "-Xptxas",
+            "-v",
+            "-c",
+            str(tu),
+            "-o",
+            str(tmp_path / "k.o"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0, out.stderr
     assert "0 bytes spill stores, 0 bytes spill loads" in out.stderr
 
@@ -156,12 +181,34 @@ def _run(dev, mod_func, prep, v, t, tc, m, n, k, alpha, beta, ld_extra, rng):
         dc.poison()
     P, INT, F = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
     if v.split_k > 1:
-        d.cuLaunchKernel(prep, max(1, m), 1, 1, 256, 1, 1, 0, d.CUstream(0),
-                         ((dc.addr, m, n, ldc, beta), (P, INT, INT, INT, F)), 0)  # fmt: skip
+        d.cuLaunchKernel(
+            prep,
+            max(1, m),
+            1,
+            1,
+            256,
+            1,
+            1,
+            0,
+            d.CUstream(0),
+            ((dc.addr, m, n, ldc, beta), (P, INT, INT, INT, F)),
+            0,
+        )
     gx, gy, gz = v.grid(m, n)
     vals = (m, n, k, alpha, da.addr, lda, db.addr, ldb, beta, dc.addr, ldc)
-    res = d.cuLaunchKernel(mod_func, gx, gy, gz, v.threads, 1, 1, v.smem_bytes, d.CUstream(0),
-                           (vals, (INT, INT, INT, F, P, INT, P, INT, F, P, INT)), 0)  # fmt: skip
+    res = d.cuLaunchKernel(
+        mod_func,
+        gx,
+        gy,
+        gz,
+        v.threads,
+        1,
+        1,
+        v.smem_bytes,
+        d.CUstream(0),
+        (vals, (INT, INT, INT, F, P, INT, P, INT, F, P, INT)),
+        0,
+    )
     assert int(res[0]) == 0, res
     assert int(d.cuCtxSynchronize()[0]) == 0
     got = dc.to_array(c_host.shape, c_host.dtype)

@@ -36,8 +36,14 @@ def proc(*args: str, **kw) -> subprocess.CompletedProcess:
     """``python -m smemtile ARGS`` in a subprocess (the real entry point, its streams and signals)."""
     env = {**os.environ, **kw.pop("env", {})}
     kw.setdefault("stdout", subprocess.PIPE)
-    return subprocess.run([sys.executable, "-m", "smemtile", *args], cwd=ROOT, stderr=subprocess.PIPE, env=env,
-                          timeout=120, **kw)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "smemtile", *args],
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
+        env=env,
+        timeout=120,
+        **kw,
+    )
 
 
 def one_line(stderr: str | bytes) -> str:
@@ -143,14 +149,20 @@ def test_stdout_full_or_closed_is_one_line_exit_1():
         with open("/dev/full", "w") as full:
             r = proc(*args, stdout=full)
         assert r.returncode == 1 and "no space left on device" in one_line(r.stderr)
-        r = subprocess.run([sys.executable, "-m", "smemtile", *args], cwd=ROOT, stderr=subprocess.PIPE,
-                           timeout=60, preexec_fn=lambda: os.close(1))  # fmt: skip
+        r = subprocess.run(
+            [sys.executable, "-m", "smemtile", *args],
+            cwd=ROOT,
+            stderr=subprocess.PIPE,
+            timeout=60,
+            preexec_fn=lambda: os.close(1),
+        )
         assert r.returncode == 1 and "stdout is closed" in one_line(r.stderr)
 
 
 def test_ascii_output_encoding_still_prints():
-    r = proc("occupancy", "--arch", "sm_90", "--threads", "256", "--regs", "64",
-             env={"PYTHONIOENCODING": "ascii"})  # fmt: skip
+    r = proc(
+        "occupancy", "--arch", "sm_90", "--threads", "256", "--regs", "64", env={"PYTHONIOENCODING": "ascii"}
+    )
     assert r.returncode == 0 and r.stderr == b"" and b"4 blocks/SM" in r.stdout
     r.stdout.decode("ascii")
 
@@ -216,12 +228,14 @@ def test_batch_streams_a_large_file_in_bounded_memory(tmp_path):
             )
     # the peak RSS of this process image: /proc's VmHWM, which exec resets (getrusage's ru_maxrss keeps the
     # forked parent's, a pytest worker of a few hundred MB, across the exec)
-    code = ("import resource, runpy, sys; sys.argv = ['smemtile', 'occupancy', '--batch', sys.argv[1], '--json']\n"
-            "try:\n    runpy.run_module('smemtile', run_name='__main__')\nfinally:\n"
-            "    try:\n        hwm = [ln for ln in open('/proc/self/status') if ln.startswith('VmHWM:')][0]\n"
-            "        print(int(hwm.split()[1]), file=sys.stderr)\n"
-            "    except (OSError, IndexError):\n"
-            "        print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n")  # fmt: skip
+    code = (
+        "import resource, runpy, sys; sys.argv = ['smemtile', 'occupancy', '--batch', sys.argv[1], '--json']\n"
+        "try:\n    runpy.run_module('smemtile', run_name='__main__')\nfinally:\n"
+        "    try:\n        hwm = [ln for ln in open('/proc/self/status') if ln.startswith('VmHWM:')][0]\n"
+        "        print(int(hwm.split()[1]), file=sys.stderr)\n"
+        "    except (OSError, IndexError):\n"
+        "        print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n"
+    )
     r = subprocess.run([sys.executable, "-c", code, str(f)], cwd=ROOT, capture_output=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     out = r.stdout
@@ -247,10 +261,35 @@ def test_batch_error_anywhere_prints_nothing_on_stdout(tmp_path):
 
 CELL = st.one_of(
     st.integers(-(2**70), 2**70).map(str),
-    st.sampled_from(["", " ", "48K", "48KiB", "1M", "-1K", "1e3", "0x10", "nan", "sm_90", "sm_61", "auto", "%",
-                     "50%", "yes", "no", "true", "#", "\x00", "\x1b[2J", "[/bold]", "é", "\ud800"]),
+    st.sampled_from(
+        [
+            "",
+            " ",
+            "48K",
+            "48KiB",
+            "1M",
+            "-1K",
+            "1e3",
+            "0x10",
+            "nan",
+            "sm_90",
+            "sm_61",
+            "auto",
+            "%",
+            "50%",
+            "yes",
+            "no",
+            "true",
+            "#",
+            "\x00",
+            "\x1b[2J",
+            "[/bold]",
+            "é",
+            "\ud800",
+        ]
+    ),
     st.text(max_size=8),
-)  # fmt: skip
+)
 ROW = st.lists(CELL, min_size=0, max_size=9)
 
 
@@ -278,15 +317,59 @@ def test_fuzz_batch_csv(rows, header, as_json):
         assert r.stdout == ""
 
 
-FLAGS = ["--arch", "--threads", "--regs", "--smem-static", "--smem-dynamic", "--carveout", "--no-opt-in",
-         "--json", "--top", "--dtype", "--format", "--sms", "--vendor", "--gpu", "--rejected", "--batch"]  # fmt: skip
+FLAGS = [
+    "--arch",
+    "--threads",
+    "--regs",
+    "--smem-static",
+    "--smem-dynamic",
+    "--carveout",
+    "--no-opt-in",
+    "--json",
+    "--top",
+    "--dtype",
+    "--format",
+    "--sms",
+    "--vendor",
+    "--gpu",
+    "--rejected",
+    "--batch",
+]
 VALUE = st.one_of(
-    st.sampled_from(["sm_90", "sm_80", "sm_121", "gfx942", "sm_90a", "256", "0", "-1", "64", "48K", "1e9",
-                     "99999999999999999999", "f16", "bf16", "f32", "tf32", "i8", "json", "yaml", "triton", "table",
-                     "amd", "h200", "", "[/bold]", "\x1b]8;;x\x07", "1024"]),
+    st.sampled_from(
+        [
+            "sm_90",
+            "sm_80",
+            "sm_121",
+            "gfx942",
+            "sm_90a",
+            "256",
+            "0",
+            "-1",
+            "64",
+            "48K",
+            "1e9",
+            "99999999999999999999",
+            "f16",
+            "bf16",
+            "f32",
+            "tf32",
+            "i8",
+            "json",
+            "yaml",
+            "triton",
+            "table",
+            "amd",
+            "h200",
+            "",
+            "[/bold]",
+            "\x1b]8;;x\x07",
+            "1024",
+        ]
+    ),
     st.integers(-(2**40), 2**40).map(str),
     st.text(max_size=6),
-)  # fmt: skip
+)
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -26,8 +26,14 @@ from test_hostile_cli import cli, one_line
 
 def proc(*args: str, cwd: Path = ROOT, env: dict | None = None, **kw) -> subprocess.CompletedProcess:
     """``python -m smemtile ARGS`` in a subprocess (the real entry point, its streams and signals)."""
-    return subprocess.run([sys.executable, "-m", "smemtile", *args], cwd=cwd, capture_output=True, timeout=120,
-                          env={**os.environ, **(env or {})}, **kw)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "smemtile", *args],
+        cwd=cwd,
+        capture_output=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+        **kw,
+    )
 
 
 SGEMM = ROOT / "samples" / "sgemm_float4.yaml"
@@ -418,10 +424,30 @@ def test_a_terminated_tune_ends_its_process_tree_and_keeps_its_results(tmp_path,
     shapes.write_text(yaml.safe_dump([{"M": 256 * (i + 1), "N": 1024, "K": 1024} for i in range(60)]))
     cache = tmp_path / "c.jsonl"
     p = subprocess.Popen(
-        [sys.executable, "-m", "smemtile", "tune", str(SGEMM), "--shapes", str(shapes), "--simulate", "--top", "3",
-         "--compile-workers", "2", "--cache", str(cache), "-o", str(tmp_path / "out"), "--json"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "smemtile",
+            "tune",
+            str(SGEMM),
+            "--shapes",
+            str(shapes),
+            "--simulate",
+            "--top",
+            "3",
+            "--compile-workers",
+            "2",
+            "--cache",
+            str(cache),
+            "-o",
+            str(tmp_path / "out"),
+            "--json",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     try:
         deadline, seen = time.monotonic() + 150, set()
         while time.monotonic() < deadline and p.poll() is None:
@@ -529,8 +555,10 @@ def test_bad_dask_addresses_fail_in_seconds_with_one_line(kind, text, monkeypatc
 
 def _constants_spec(tmp_path, n: int) -> Path:
     lines = ["arch: sm_90", "constants:", *(f"  C{i}: {i} + 1" for i in range(n))]
-    lines += ["buffers: [{name: S, dtype: u8, shape: [1024]}]",
-              "accesses: [{name: a, buffer: S, op: load, width: 4, address: 'lane * 4'}]"]  # fmt: skip
+    lines += [
+        "buffers: [{name: S, dtype: u8, shape: [1024]}]",
+        "accesses: [{name: a, buffer: S, op: load, width: 4, address: 'lane * 4'}]",
+    ]
     f = tmp_path / f"c{n}.yaml"
     f.write_text("\n".join(lines) + "\n")
     return f
@@ -637,9 +665,19 @@ def test_a_corrupt_compile_cache_entry_is_a_miss_and_is_rewritten(tmp_path, monk
 
 
 def test_raw_addresses_beyond_the_addressable_range_exit_2(tmp_path):
-    doc = {"arch": "sm_90", "buffers": [{"name": "S", "dtype": "u8", "shape": [65536]}],
-           "accesses": [{"name": "a", "buffer": "S", "op": "load", "width": 4,
-                         "addresses": [10**23] + [4 * i for i in range(1, 32)]}]}  # fmt: skip
+    doc = {
+        "arch": "sm_90",
+        "buffers": [{"name": "S", "dtype": "u8", "shape": [65536]}],
+        "accesses": [
+            {
+                "name": "a",
+                "buffer": "S",
+                "op": "load",
+                "width": 4,
+                "addresses": [10**23] + [4 * i for i in range(1, 32)],
+            }
+        ],
+    }
     f = tmp_path / "raw.yaml"
     f.write_text(yaml.safe_dump(doc))
     r = inproc("analyze", str(f))

@@ -52,8 +52,17 @@ def _run(src: str, name: str, args: list, *, grid=(1, 1, 1), block=(32, 1, 1), s
     instrs = ptx.shared_instructions(text, entry)
     params = ptx.entry_params(text, entry)
     kargs = load_args(args, params, {})
-    recs, meta = emulate(text, entry, instrs, grid=grid, block=block, dynamic_smem=smem, args=kargs,
-                         params=params, sample=sample or S())  # fmt: skip
+    recs, meta = emulate(
+        text,
+        entry,
+        instrs,
+        grid=grid,
+        block=block,
+        dynamic_smem=smem,
+        args=kargs,
+        params=params,
+        sample=sample or S(),
+    )
     return instrs, recs, meta
 
 
@@ -63,8 +72,11 @@ def _run(src: str, name: str, args: list, *, grid=(1, 1, 1), block=(32, 1, 1), s
 def test_entries_params_and_shared_variables(tptx):
     (entry,) = ptx.entry_names(tptx)
     assert entry == "_Z9transposePfPKfi" and ptx.demangle_function(entry) == "transpose"
-    assert ptx.entry_params(tptx, entry) == [(".u64", f"{entry}_param_0"), (".u64", f"{entry}_param_1"),
-                                             (".u32", f"{entry}_param_2")]  # fmt: skip
+    assert ptx.entry_params(tptx, entry) == [
+        (".u64", f"{entry}_param_0"),
+        (".u64", f"{entry}_param_1"),
+        (".u32", f"{entry}_param_2"),
+    ]
     assert ptx.shared_arrays(tptx, entry) == {"_ZZ9transposePfPKfiE4tile": 4096}
 
 
@@ -141,10 +153,17 @@ PARAMS = [(".u64", "p0"), (".u64", "p1"), (".u32", "p2")]
 
 
 def test_args_yaml_with_expressions():
-    a = load_args("args: [{name: o, dtype: f32, count: N * N}, {name: i, dtype: f32, count: 8, fill: iota},"
-                  " {name: n, value: N + 1}]\n", PARAMS, {"N": 32})  # fmt: skip
+    a = load_args(
+        "args: [{name: o, dtype: f32, count: N * N}, {name: i, dtype: f32, count: 8, fill: iota},"
+        " {name: n, value: N + 1}]\n",
+        PARAMS,
+        {"N": 32},
+    )
     assert [(x.kind, x.dtype, x.count, x.fill, x.value) for x in a] == [
-        ("array", "f32", 1024, "zeros", 0), ("array", "f32", 8, "iota", 0), ("scalar", "i32", 0, "zeros", 33)]  # fmt: skip
+        ("array", "f32", 1024, "zeros", 0),
+        ("array", "f32", 8, "iota", 0),
+        ("scalar", "i32", 0, "zeros", 33),
+    ]
 
 
 @pytest.mark.parametrize(
@@ -152,17 +171,32 @@ def test_args_yaml_with_expressions():
     [
         ("[{name: o, dtype: f32, count: 4}]", "1 arguments given, the kernel takes 3"),
         ("[{name: o, count: 4}, {name: i, dtype: f32}, {name: n, value: 1}]", "an array needs dtype"),
-        ("[{name: o, dtype: f33, count: 4}, {name: i, dtype: f32}, {name: n, value: 1}]", "unknown dtype 'f33'"),
-        ("[{name: o, dtype: f32, cont: 4}, {name: i, dtype: f32}, {name: n, value: 1}]", "did you mean 'count'"),
-        ("[{name: o, dtype: f32, count: 4}, {name: i, dtype: f32}, {name: n, dtype: f32, count: 2}]",
-         "needs a pointer parameter but the kernel's parameter is .u32"),
-        ("[{name: o, dtype: f32, count: 4}, {name: i, dtype: f32}, {name: n, dtype: f64, value: 1}]",
-         "dtype f64 is 8 bytes but the kernel's parameter is .u32"),
-        ("[{name: o, dtype: f32, count: 4}, {name: i, dtype: f32, fill: noise}, {name: n, value: 1}]",
-         "unknown fill 'noise'; allowed: zeros, ones, iota, random"),
-        ("[{name: o, dtype: f32, count: '__import__(1)'}, {name: i, dtype: f32}, {name: n, value: 1}]", "count"),
+        (
+            "[{name: o, dtype: f33, count: 4}, {name: i, dtype: f32}, {name: n, value: 1}]",
+            "unknown dtype 'f33'",
+        ),
+        (
+            "[{name: o, dtype: f32, cont: 4}, {name: i, dtype: f32}, {name: n, value: 1}]",
+            "did you mean 'count'",
+        ),
+        (
+            "[{name: o, dtype: f32, count: 4}, {name: i, dtype: f32}, {name: n, dtype: f32, count: 2}]",
+            "needs a pointer parameter but the kernel's parameter is .u32",
+        ),
+        (
+            "[{name: o, dtype: f32, count: 4}, {name: i, dtype: f32}, {name: n, dtype: f64, value: 1}]",
+            "dtype f64 is 8 bytes but the kernel's parameter is .u32",
+        ),
+        (
+            "[{name: o, dtype: f32, count: 4}, {name: i, dtype: f32, fill: noise}, {name: n, value: 1}]",
+            "unknown fill 'noise'; allowed: zeros, ones, iota, random",
+        ),
+        (
+            "[{name: o, dtype: f32, count: '__import__(1)'}, {name: i, dtype: f32}, {name: n, value: 1}]",
+            "count",
+        ),
     ],
-)  # fmt: skip
+)
 def test_bad_args_are_one_line(text, message):
     with pytest.raises(SpecError) as e:
         load_args(text + "\n", PARAMS, {})
@@ -195,10 +229,26 @@ def test_emulated_transpose_addresses(tptx):
     entry = ptx.find_entry(tptx, "transpose")
     instrs = ptx.shared_instructions(tptx, entry)
     params = ptx.entry_params(tptx, entry)
-    args = load_args([{"name": "o", "dtype": "f32", "count": 4096}, {"name": "i", "dtype": "f32", "count": 4096},
-                      {"name": "n", "value": 64}], params, {})  # fmt: skip
-    recs, meta = emulate(tptx, entry, instrs, grid=(2, 2, 1), block=(32, 8, 1), dynamic_smem=0, args=args,
-                         params=params, sample=S(blocks=2, warps=2))  # fmt: skip
+    args = load_args(
+        [
+            {"name": "o", "dtype": "f32", "count": 4096},
+            {"name": "i", "dtype": "f32", "count": 4096},
+            {"name": "n", "value": 64},
+        ],
+        params,
+        {},
+    )
+    recs, meta = emulate(
+        tptx,
+        entry,
+        instrs,
+        grid=(2, 2, 1),
+        block=(32, 8, 1),
+        dynamic_smem=0,
+        args=args,
+        params=params,
+        sample=S(blocks=2, warps=2),
+    )
     assert meta["executions"] == {i: 4 for i in range(8)} and meta["dropped"] == 0
     warp1 = [r for r in recs if r.block == (1, 0, 0) and r.warp == 1]
     st0 = next(r for r in warp1 if r.instr == 0)
@@ -297,8 +347,18 @@ def test_step_bound_cuts_the_warp_short_with_a_note():
     entry = ptx.find_entry(text, "k")
     instrs, params = ptx.shared_instructions(text, entry), ptx.entry_params(text, entry)
     args = load_args([{"name": "o", "dtype": "i32", "count": 32}, {"name": "n", "value": 10**9}], params, {})
-    recs, meta = emulate(text, entry, instrs, grid=(1,), block=(32,), dynamic_smem=0, args=args, params=params,
-                         sample=S(executions=8), max_steps=5000)  # fmt: skip
+    recs, meta = emulate(
+        text,
+        entry,
+        instrs,
+        grid=(1,),
+        block=(32,),
+        dynamic_smem=0,
+        args=args,
+        params=params,
+        sample=S(executions=8),
+        max_steps=5000,
+    )
     assert len(meta["notes"]) == 1 and "stopped after 5000 PTX instructions" in meta["notes"][0]
     assert meta["dropped"] > 0 and len(recs) == 8 * len({r.instr for r in recs})
 
@@ -313,8 +373,15 @@ def test_integer_semantics_of_the_emulator():
       __syncthreads();
       out[t] = s[t * 33];
     }"""
-    instrs, recs, _ = _run(src, "k", [{"name": "o", "dtype": "i32", "count": 32}, {"name": "a", "value": 7},
-                                      {"name": "b", "value": 0xDEADBEEF}])  # fmt: skip
+    instrs, recs, _ = _run(
+        src,
+        "k",
+        [
+            {"name": "o", "dtype": "i32", "count": 32},
+            {"name": "a", "value": 7},
+            {"name": "b", "value": 0xDEADBEEF},
+        ],
+    )
     got = {}
     for r in recs[:-1]:  # the stores; the last record is the read
         for lane in range(32):
@@ -322,11 +389,15 @@ def test_integer_semantics_of_the_emulator():
     t = np.arange(32)
     tl = list(range(32))
     want = [
-        np.trunc((7 - t) / 3).astype(int), np.fmod(7 - t, 3), (0xDEADBEEF >> (t % 8)) & 7,
-        np.minimum(t, 5) + np.maximum(-t, -9), [bin(x * 11).count("1") for x in tl],
-        [32 - (x + 1).bit_length() for x in tl], (t * 2654435761 % 2**32) >> 28,
+        np.trunc((7 - t) / 3).astype(int),
+        np.fmod(7 - t, 3),
+        (0xDEADBEEF >> (t % 8)) & 7,
+        np.minimum(t, 5) + np.maximum(-t, -9),
+        [bin(x * 11).count("1") for x in tl],
+        [32 - (x + 1).bit_length() for x in tl],
+        (t * 2654435761 % 2**32) >> 28,
         [int(f"{x:032b}"[::-1], 2) >> 27 for x in tl],
-    ]  # fmt: skip
+    ]
     for q in range(8):
         assert got[q] == [int(x) & 255 for x in want[q]], q
 
@@ -371,7 +442,7 @@ def test_listing_without_a_gpu_exits_3_with_one_line(tmp_path, monkeypatch):
         (["--simulate", "--gpu"], 2, "give --simulate or --gpu, not both"),
         (["--arch", "sm_99"], 2, "--arch: 'sm_99' is not an architecture NVRTC compiles for"),
     ],
-)  # fmt: skip
+)
 def test_bad_input_is_one_line_exit_2(tmp_path, extra, code, message):
     f = tmp_path / "t.cu"
     f.write_text(TRANSPOSE)
@@ -394,8 +465,10 @@ def test_ptx_input_is_taken_as_is(tmp_path, tptx):
     f = tmp_path / "t.ptx"
     f.write_text(tptx)
     args = tmp_path / "a.yaml"
-    args.write_text("args: [{name: o, dtype: f32, count: 4096}, {name: i, dtype: f32, count: 4096}, "
-                    "{name: n, value: 64}]\n")  # fmt: skip
+    args.write_text(
+        "args: [{name: o, dtype: f32, count: 4096}, {name: i, dtype: f32, count: 4096}, "
+        "{name: n, value: 64}]\n"
+    )
     r = _cli(str(f), "--grid", "2,2", "--block", "32,8", "--args", str(args), "--simulate", "--json")
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
@@ -420,11 +493,27 @@ class _FakeGpu:
 
         self.calls.append(("record", sample))
         params = ptx.entry_params(ptx_text, entry)
-        recs, meta = emulate(ptx_text, entry, instrs, grid=grid, block=block, dynamic_smem=dynamic_smem, args=args,
-                             params=params, sample=sample)  # fmt: skip
-        moved = [WarpRecord(r.instr, r.block, r.warp, r.active,
-                            tuple(a + self.shift if r.active >> k & 1 else 0 for k, a in enumerate(r.addresses)))
-                 for r in recs]  # fmt: skip
+        recs, meta = emulate(
+            ptx_text,
+            entry,
+            instrs,
+            grid=grid,
+            block=block,
+            dynamic_smem=dynamic_smem,
+            args=args,
+            params=params,
+            sample=sample,
+        )
+        moved = [
+            WarpRecord(
+                r.instr,
+                r.block,
+                r.warp,
+                r.active,
+                tuple(a + self.shift if r.active >> k & 1 else 0 for k, a in enumerate(r.addresses)),
+            )
+            for r in recs
+        ]
         syms = {s: off + self.shift for s, (off, _) in shared_layout(ptx_text, entry).items()}
         return moved, {**meta, "symbols": syms}
 
@@ -440,12 +529,20 @@ def test_gpu_mode_uses_the_recording_rebased_and_ncu_beside_it(tmp_path, monkeyp
     f.write_text(TRANSPOSE)
     # ncu, whole grid (4 blocks x 8 warps x 4 instructions per line): line 10 as predicted (32 per execution),
     # line 7 not (2 per execution, predicted 1)
-    fake = _FakeGpu(256, {(str(f), 10): {"wavefronts": 32 * 128, "ideal": 128, "instructions": 128},
-                          (str(f), 7): {"wavefronts": 2 * 128, "ideal": 128, "instructions": 128}})  # fmt: skip
+    fake = _FakeGpu(
+        256,
+        {
+            (str(f), 10): {"wavefronts": 32 * 128, "ideal": 128, "instructions": 128},
+            (str(f), 7): {"wavefronts": 2 * 128, "ideal": 128, "instructions": 128},
+        },
+    )
     monkeypatch.setattr(pi, "_gpu_module", lambda: fake)
     monkeypatch.setattr(pi, "_has_gpu", lambda device: True)
-    args = [{"name": "o", "dtype": "f32", "count": 4096}, {"name": "i", "dtype": "f32", "count": 4096},
-            {"name": "n", "value": 64}]  # fmt: skip
+    args = [
+        {"name": "o", "dtype": "f32", "count": 4096},
+        {"name": "i", "dtype": "f32", "count": 4096},
+        {"name": "n", "value": 64},
+    ]
     res = pi.inspect(f, grid=(2, 2), block=(32, 8), args=args, ncu=True, sample=pi.Sample(blocks=4, warps=8))
     assert res.mode == "gpu" and [c[0] for c in fake.calls] == ["record", "ncu"]
     assert fake.calls[0][1].__class__.__name__ == "Sample" and fake.calls[0][1].blocks == 4
@@ -491,8 +588,11 @@ def test_defines_reach_nvrtc_and_the_declaration(tmp_path):
 
     f = tmp_path / "t.cu"
     f.write_text("#ifndef TILE\n#define TILE 16\n#endif\n" + TRANSPOSE.replace("#define TILE 32\n", ""))
-    args = [{"name": "o", "dtype": "f32", "count": 4096}, {"name": "i", "dtype": "f32", "count": 4096},
-            {"name": "n", "value": 64}]  # fmt: skip
+    args = [
+        {"name": "o", "dtype": "f32", "count": 4096},
+        {"name": "i", "dtype": "f32", "count": 4096},
+        {"name": "n", "value": 64},
+    ]
     res = pi.inspect(f, grid=(2, 2), block=(32, 8), args=args, defines=["TILE=32"], mode="simulate")
     assert res.arrays["tile"].size == 4096 and res.arrays["tile"].buffer.shape == (32, 32)
     assert res.lines[0].instrs[0].worst == 32
@@ -508,9 +608,11 @@ def test_cuda_headers_are_found(tmp_path):
     if not pi.cuda_include_dirs():
         pytest.skip("no CUDA headers (cuda_fp16.h) on this machine")
     f = tmp_path / "h.cu"
-    f.write_text("#include <cuda_fp16.h>\n__global__ void k(__half* o) {\n  __shared__ __half s[64];\n"
-                 "  s[threadIdx.x] = o[threadIdx.x];\n  __syncthreads();\n  o[threadIdx.x] = __hadd(s[threadIdx.x ^ 1], "
-                 "s[threadIdx.x]);\n}\n")  # fmt: skip
+    f.write_text(
+        "#include <cuda_fp16.h>\n__global__ void k(__half* o) {\n  __shared__ __half s[64];\n"
+        "  s[threadIdx.x] = o[threadIdx.x];\n  __syncthreads();\n  o[threadIdx.x] = __hadd(s[threadIdx.x ^ 1], "
+        "s[threadIdx.x]);\n}\n"
+    )
     res = pi.inspect(f, block=(64,), args=[{"name": "o", "dtype": "f16", "count": 64}], mode="simulate")
     assert res.arrays["s"].buffer.dtype == "f16" and {r.instr.op for r in res.reports} == {"load", "store"}
     assert all(r.worst == 1 for r in res.reports)  # 2-byte lanes, consecutive: one wavefront
@@ -566,19 +668,30 @@ def signed_ptx() -> tuple:
 @given(a=st.integers(-(2**31), 2**31 - 1), b=st.integers(-(2**31), 2**31 - 1))
 def test_emulated_integer_arithmetic_is_cs_for_any_operands(signed_ptx, a, b):
     text, entry, instrs, params = signed_ptx
-    args = load_args([{"name": "o", "dtype": "i32", "count": 32}, {"name": "a", "value": a}, {"name": "b", "value": b}],
-                     params, {})  # fmt: skip
-    recs, _ = emulate(text, entry, instrs, grid=(1,), block=(32,), dynamic_smem=0, args=args, params=params,
-                      sample=S())  # fmt: skip
+    args = load_args(
+        [{"name": "o", "dtype": "i32", "count": 32}, {"name": "a", "value": a}, {"name": "b", "value": b}],
+        params,
+        {},
+    )
+    recs, _ = emulate(
+        text, entry, instrs, grid=(1,), block=(32,), dynamic_smem=0, args=args, params=params, sample=S()
+    )
     got: dict[int, list[int]] = {}
     for r in recs[:-1]:  # the stores (the last record is the read)
         for lane in range(32):
             got.setdefault(r.addresses[lane] // 1024, []).append(r.addresses[lane] // 4 % 256)
-    for q, f in enumerate([
-        lambda t: _c_div(_i32(a * t - b), 7), lambda t: _i32(a * t - b) - 7 * _c_div(_i32(a * t - b), 7),
-        lambda t: a >> (t % 31), lambda t: (a & 0xFFFFFFFF) >> (t % 31), lambda t: _i32(a * b),
-        lambda t: _i32((a * b) >> 32), lambda t: t if a < b else -t, lambda t: ((a ^ b) & 0xFFFFFFFF) % 13,
-    ]):  # fmt: skip
+    for q, f in enumerate(
+        [
+            lambda t: _c_div(_i32(a * t - b), 7),
+            lambda t: _i32(a * t - b) - 7 * _c_div(_i32(a * t - b), 7),
+            lambda t: a >> (t % 31),
+            lambda t: (a & 0xFFFFFFFF) >> (t % 31),
+            lambda t: _i32(a * b),
+            lambda t: _i32((a * b) >> 32),
+            lambda t: t if a < b else -t,
+            lambda t: ((a ^ b) & 0xFFFFFFFF) % 13,
+        ]
+    ):
         assert got[q] == [f(t) & 255 for t in range(32)], q
 
 
@@ -586,10 +699,14 @@ def test_a_call_not_inlined_is_noted(tmp_path):
     import smemtile.pipeline.inspect as pi
 
     f = tmp_path / "c.cu"
-    f.write_text("__device__ __noinline__ float load_any(const float* p, int i) { return p[i]; }\n"
-                 "__global__ void k(float* out) {\n  __shared__ float s[256];\n  s[threadIdx.x] = threadIdx.x;\n"
-                 "  __syncthreads();\n  out[threadIdx.x] = load_any(s, threadIdx.x ^ 1);\n}\n")  # fmt: skip
+    f.write_text(
+        "__device__ __noinline__ float load_any(const float* p, int i) { return p[i]; }\n"
+        "__global__ void k(float* out) {\n  __shared__ float s[256];\n  s[threadIdx.x] = threadIdx.x;\n"
+        "  __syncthreads();\n  out[threadIdx.x] = load_any(s, threadIdx.x ^ 1);\n}\n"
+    )
     res = pi.inspect(f, block=(64,), args=[{"name": "o", "dtype": "f32", "count": 64}], mode="simulate")
-    assert res.notes == ["the kernel calls load_any (_Z8load_anyPKfi) without inlining it: its shared-memory "
-                         "accesses are not listed (mark it __forceinline__ to see them)"]  # fmt: skip
+    assert res.notes == [
+        "the kernel calls load_any (_Z8load_anyPKfi) without inlining it: its shared-memory "
+        "accesses are not listed (mark it __forceinline__ to see them)"
+    ]
     assert res.to_dict()["notes"] == res.notes and [r.instr.op for r in res.reports] == ["store"]

@@ -25,25 +25,39 @@ KERNELS = ROOT / "samples" / "kernels"
 # name -> launch, {source line: (worst wavefronts, ideal) over the line's instructions}, fix (array, declaration)
 CORPUS = {
     # tile written along rows (1), read down a column: 32 lanes, 32 words of bank 0 -> 32 against 1
-    "transpose_naive": dict(grid=(32, 32), block=(32, 8), lines={11: (1, 1), 16: (32, 1)},
-                            fix=("tile", "__shared__ float tile[TILE][TILE + 1];  // [32][33]")),
+    "transpose_naive": dict(
+        grid=(32, 32),
+        block=(32, 8),
+        lines={11: (1, 1), 16: (32, 1)},
+        fix=("tile", "__shared__ float tile[TILE][TILE + 1];  // [32][33]"),
+    ),
     # row stride 33 words: lane l of the column read is in bank l -> 1
-    "transpose_padded": dict(grid=(32, 32), block=(32, 8), lines={10: (1, 1), 15: (1, 1)}, fix=("tile", None)),
+    "transpose_padded": dict(
+        grid=(32, 32), block=(32, 8), lines={10: (1, 1), 15: (1, 1)}, fix=("tile", None)
+    ),
     # As[ty][k]: two addresses (rows ty, ty+1, 16 words apart: banks differ), Bs[k][tx]: 16 words -> 1
     "sgemm_tiled": dict(grid=(16, 16), block=(16, 16), lines={11: (1, 1), 12: (1, 1), 15: (1, 1)}),
     # As[k][m] stored transposed from i = tid: k = tid % 8, m = tid / 8 -> words 64k + m: banks 0-3, 8 words
     # each -> 8; float4 reads: As[k][4 ty] one address per half-warp -> 2 merged halves; Bs[k][4 tx]: 16
     # consecutive vectors -> 4 quarter-warps
-    "sgemm_float4": dict(grid=(4, 4), block=(256,), lines={19: (8, 1), 23: (1, 1), 27: (2, 2), 28: (4, 4)},
-                         fix=("As", "__shared__ __align__(16) float As[BK][BM + 4];  // [8][68]")),
+    "sgemm_float4": dict(
+        grid=(4, 4),
+        block=(256,),
+        lines={19: (8, 1), 23: (1, 1), 27: (2, 2), 28: (4, 4)},
+        fix=("As", "__shared__ __align__(16) float As[BK][BM + 4];  // [8][68]"),
+    ),
     # index = 2 s tid: stride 2 s words; s = 4: 8 words per bank (s = 8, 16 with fewer lanes: 8 too)
     "reduction": dict(grid=(64,), block=(256,), lines={8: (1, 1), 12: (8, 1), 15: (1, 1)}),
     # data[i] = i (iota): the warp's atomics hit 32 consecutive bins -> 1
     "histogram": dict(grid=(4,), block=(256,), lines={6: (1, 1), 9: (1, 1), 11: (1, 1)}),
     # 128-byte rows: each 8x8 matrix's rows all start in bank 0 -> 8 per matrix: x4 32 (ideal 4),
     # x2.trans 16 (2); the 2-byte stores: lanes 16-31 write the next row, 32 words on -> banks 0-7 twice -> 2
-    "ldmatrix_gemm": dict(grid=(1,), block=(32,), lines={11: (2, 1), 12: (2, 1), 18: (32, 4), 21: (16, 2)},
-                          fix=("As", "__shared__ __align__(128) unsigned short As[16][LD + 24];  // [16][88]")),
+    "ldmatrix_gemm": dict(
+        grid=(1,),
+        block=(32,),
+        lines={11: (2, 1), 12: (2, 1), 18: (32, 4), 21: (16, 2)},
+        fix=("As", "__shared__ __align__(128) unsigned short As[16][LD + 24];  // [16][88]"),
+    ),
     # column c ^ r: the 32 lanes of the column read land in 32 different banks -> 1
     "transpose_swizzled": dict(grid=(32, 32), block=(32, 8), lines={12: (1, 1), 19: (1, 1)}),
     # pitch 32 (the args): buf[t * 32 + c] is a column read -> 32
@@ -54,18 +68,33 @@ CORPUS = {
     "stencil_halo": dict(grid=(16,), block=(256,), lines={10: (1, 1), 12: (1, 1), 13: (1, 1), 17: (1, 1)}),
     # 8-byte accesses in half-warps: the column read's 16 lanes per half sit 256 bytes apart (banks 0-1)
     # -> 16 + 16 = 32 against 2; one double of padding -> 2
-    "tile_f64": dict(grid=(8, 8), block=(32, 8), lines={9: (2, 2), 13: (32, 2)},
-                     fix=("tile", "__shared__ double tile[TILE][TILE + 1];  // [32][33]")),
+    "tile_f64": dict(
+        grid=(8, 8),
+        block=(32, 8),
+        lines={9: (2, 2), 13: (32, 2)},
+        fix=("tile", "__shared__ double tile[TILE][TILE + 1];  // [32][33]"),
+    ),
     # 4-byte cp.async rows: 32 lanes from one 128-byte global line, 32 banks -> 1; the column read -> 32
-    "cp_async_tile": dict(grid=(32, 32), block=(32, 8), lines={11: (1, 1), 16: (32, 1)},
-                          fix=("tile", "__shared__ __align__(128) float tile[TILE][TILE + 1];  // [32][33]")),
-}  # fmt: skip
+    "cp_async_tile": dict(
+        grid=(32, 32),
+        block=(32, 8),
+        lines={11: (1, 1), 16: (32, 1)},
+        fix=("tile", "__shared__ __align__(128) float tile[TILE][TILE + 1];  // [32][33]"),
+    ),
+}
 
 
 def _run(name: str, mode: str = "simulate", **kw):
     c = CORPUS[name]
-    return inspect(KERNELS / f"{name}.cu", grid=c["grid"], block=c["block"], smem=c.get("smem", 0),
-                   args=KERNELS / f"{name}.args.yaml", mode=mode, **kw)  # fmt: skip
+    return inspect(
+        KERNELS / f"{name}.cu",
+        grid=c["grid"],
+        block=c["block"],
+        smem=c.get("smem", 0),
+        args=KERNELS / f"{name}.args.yaml",
+        mode=mode,
+        **kw,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -122,8 +151,13 @@ def test_fix_declaration(simulated, name):
 def test_reduction_conflicts_double_with_the_stride(simulated):
     res = simulated["reduction"]
     # per step s = 1, 2, 4: 2-, 4-, 8-way (all 32 lanes active while 2 s tid < 256); the loop is unrolled
-    steps = sorted({(r.worst, bin(r.recorded[0].active).count("1")) for r in res.reports
-                    if r.instr.line == 12 and r.instr.op == "load" and r.result is not None})  # fmt: skip
+    steps = sorted(
+        {
+            (r.worst, bin(r.recorded[0].active).count("1"))
+            for r in res.reports
+            if r.instr.line == 12 and r.instr.op == "load" and r.result is not None
+        }
+    )
     assert (2, 32) in steps and (4, 32) in steps and (8, 32) in steps and (8, 16) in steps and (1, 1) in steps
 
 
@@ -187,8 +221,19 @@ def test_emit_spec_file_is_what_analyze_takes(tmp_path):
 
 def test_done_when_command(monkeypatch):
     monkeypatch.setenv("COLUMNS", "160")
-    cmd = ["inspect", "samples/kernels/transpose_naive.cu", "--kernel", "transpose", "--grid", "32,32", "--block",
-           "32,8", "--args", "samples/kernels/transpose_naive.args.yaml", "--simulate"]  # fmt: skip
+    cmd = [
+        "inspect",
+        "samples/kernels/transpose_naive.cu",
+        "--kernel",
+        "transpose",
+        "--grid",
+        "32,32",
+        "--block",
+        "32,8",
+        "--args",
+        "samples/kernels/transpose_naive.args.yaml",
+        "--simulate",
+    ]
     old = os.getcwd()
     os.chdir(ROOT)
     try:

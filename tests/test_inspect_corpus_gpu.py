@@ -79,9 +79,13 @@ KNOWN_DISAGREEMENTS = {
 @pytest.mark.skipif(shutil.which("ncu") is None, reason="ncu (Nsight Compute) not on PATH")
 @pytest.mark.parametrize(
     "name",
-    [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=KNOWN_DISAGREEMENTS[n]))
-     if n in KNOWN_DISAGREEMENTS else n for n in sorted(CORPUS)],
-)  # fmt: skip
+    [
+        pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=KNOWN_DISAGREEMENTS[n]))
+        if n in KNOWN_DISAGREEMENTS
+        else n
+        for n in sorted(CORPUS)
+    ],
+)
 def test_ncu_agrees_per_line(name):
     # the whole grid is recorded (totals compared), but for the 256-block SGEMM, whose warps all do the same:
     # its sampled warps' wavefronts per execution are the grid's

@@ -165,10 +165,16 @@ def test_transpose_results_are_the_transpose(tmp_path):
     instrs = instructions(ptx, "naive_transpose")
     layout = BufferLayout(len(instrs), len(shared_symbols(ptx, "naive_transpose")), Sample())
     args = [arr("in", "f32", n * n, "iota"), arr("out", "f32", n * n), val("n", "i32", n)]
-    k = PreparedLaunch(instrument(ptx, "naive_transpose", instrs, Sample()), "naive_transpose", grid=(4, 4),
-                       block=(32, 32), dynamic_smem=0, args=args,
-                       param_types=[t for t, _ in entry_params(ptx, "naive_transpose")],
-                       record_nbytes=layout.nbytes)  # fmt: skip
+    k = PreparedLaunch(
+        instrument(ptx, "naive_transpose", instrs, Sample()),
+        "naive_transpose",
+        grid=(4, 4),
+        block=(32, 32),
+        dynamic_smem=0,
+        args=args,
+        param_types=[t for t, _ in entry_params(ptx, "naive_transpose")],
+        record_nbytes=layout.nbytes,
+    )
     try:
         k.launch()
         k.synchronize()
@@ -218,8 +224,15 @@ def test_histogram_data_dependent_atomics(tmp_path):
                 i = b * 256 + 32 * w + LANES + 1024 * e
                 assert list(r.addresses) == (4 * (i & 255)).tolist()  # h[in[i] & 255], in = iota
     assert info["executions"][atom.index] == 2 * 4 * 4
-    k = PreparedLaunch(ptx, "histogram", grid=4, block=256, dynamic_smem=0, args=args,
-                       param_types=[t for t, _ in entry_params(ptx, "histogram")])  # fmt: skip
+    k = PreparedLaunch(
+        ptx,
+        "histogram",
+        grid=4,
+        block=256,
+        dynamic_smem=0,
+        args=args,
+        param_types=[t for t, _ in entry_params(ptx, "histogram")],
+    )
     try:
         k.launch()
         k.synchronize()
@@ -274,8 +287,15 @@ def test_ldmatrix_row_addresses_and_result(tmp_path):
     from smemtile.gpu.inspect import PreparedLaunch
     from smemtile.model.ptx import entry_params
 
-    k = PreparedLaunch(ptx, "ldm", grid=1, block=32, dynamic_smem=0, args=args,
-                       param_types=[t for t, _ in entry_params(ptx, "ldm")])  # fmt: skip
+    k = PreparedLaunch(
+        ptx,
+        "ldm",
+        grid=1,
+        block=32,
+        dynamic_smem=0,
+        args=args,
+        param_types=[t for t, _ in entry_params(ptx, "ldm")],
+    )
     try:
         k.launch()
         k.synchronize()
@@ -300,8 +320,15 @@ def test_ncu_per_line_naive_transpose(tmp_path):
     (ld,) = [i for i in instrs if i.op == "load"]
     (st,) = [i for i in instrs if i.op == "store"]
     args = [arr("in", "f32", n * n, "random"), arr("out", "f32", n * n), val("n", "i32", n)]
-    lines = ncu_per_line(ptx, "naive_transpose", grid=(n // 32, n // 32), block=(32, 32), dynamic_smem=0,
-                         args=args, save_dir=Path(os.environ.get("SMEMTILE_INSPECT_SAVE", tmp_path)) / "ncu")  # fmt: skip
+    lines = ncu_per_line(
+        ptx,
+        "naive_transpose",
+        grid=(n // 32, n // 32),
+        block=(32, 32),
+        dynamic_smem=0,
+        args=args,
+        save_dir=Path(os.environ.get("SMEMTILE_INSPECT_SAVE", tmp_path)) / "ncu",
+    )
     warps = (n // 32) ** 2 * 32
     col = lines[(ld.file, ld.line)]
     assert col["instructions"] == warps
@@ -330,8 +357,15 @@ def test_corpus_records_and_results_unchanged(args_yaml):
     ptx, entry = corpus_ptx(launch)
     args = load_args(launch["args"], entry_params(ptx, entry), _defines(launch["defines"])[1])
     sample = Sample()
-    instrs, records, info = run(ptx, entry, grid=launch["grid"], block=launch["block"], args=args, sample=sample,
-                                dynamic_smem=launch["smem"])  # fmt: skip
+    instrs, records, info = run(
+        ptx,
+        entry,
+        grid=launch["grid"],
+        block=launch["block"],
+        args=args,
+        sample=sample,
+        dynamic_smem=launch["smem"],
+    )
     assert records and info["dropped"] >= 0
     warps = min(sample.warps, -(-int(np.prod(launch["block"])) // 32))
     for r in records:

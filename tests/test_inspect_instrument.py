@@ -136,8 +136,12 @@ instructions = shared_instructions  # smemtile.model.ptx's list: what inspect in
 def ptxas(ptx: str, tmp_path: Path) -> subprocess.CompletedProcess:
     src = tmp_path / "k.ptx"
     src.write_text(ptx)
-    return subprocess.run([PTXAS, "-arch=sm_90", "-v", str(src), "-o", str(tmp_path / "k.cubin")],
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    return subprocess.run(
+        [PTXAS, "-arch=sm_90", "-v", str(src), "-o", str(tmp_path / "k.cubin")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def smem_bytes(log: str) -> dict[str, int]:
@@ -228,11 +232,25 @@ def test_ops_and_forms_covered():
             base = PI._ADDR.match(ins.addr).group(1)
             form = "sym" if not base.startswith("%") else ("r64" if base.startswith("%rd") else "r32")
             seen |= {(ins.op, ins.width, ins.space), ("form", form), ("pred", bool(ins.predicate))}
-    for want in [("load", 1, "shared"), ("store", 2, "shared"), ("store", 4, "shared"), ("store", 8, "shared"),
-                 ("store", 16, "shared"), ("load", 16, "shared"), ("ldmatrix", 16, "shared"),
-                 ("stmatrix", 16, "shared"), ("cp.async", 4, "shared"), ("cp.async", 16, "shared"),
-                 ("atom", 4, "shared"), ("load", 4, "generic"), ("store", 4, "generic"), ("form", "sym"),
-                 ("form", "r64"), ("form", "r32"), ("pred", True)]:  # fmt: skip
+    for want in [
+        ("load", 1, "shared"),
+        ("store", 2, "shared"),
+        ("store", 4, "shared"),
+        ("store", 8, "shared"),
+        ("store", 16, "shared"),
+        ("load", 16, "shared"),
+        ("ldmatrix", 16, "shared"),
+        ("stmatrix", 16, "shared"),
+        ("cp.async", 4, "shared"),
+        ("cp.async", 16, "shared"),
+        ("atom", 4, "shared"),
+        ("load", 4, "generic"),
+        ("store", 4, "generic"),
+        ("form", "sym"),
+        ("form", "r64"),
+        ("form", "r32"),
+        ("pred", True),
+    ]:
         assert want in seen, want
 
 
@@ -321,10 +339,15 @@ def test_decode_synthetic_buffer():
     col = [base + 128 * lane for lane in range(32)]  # tile[lane][0]: one bank, 32 rows
     half = [base + 2048 + 4 * lane if lane < 16 else 0 for lane in range(32)]
     raw = PI.decode_raw(
-        _buffer(lay, [base, base + 4096], {(0, 0, 1, 0): (0xFFFFFFFF, col), (1, 1, 0, 2): (0x0000FFFF, half)},
-                {(0, 0, 1): 1, (1, 1, 0): 5, (0, 1, 0): 2}),
-        lay, ["tile", "dyn"],
-    )  # fmt: skip
+        _buffer(
+            lay,
+            [base, base + 4096],
+            {(0, 0, 1, 0): (0xFFFFFFFF, col), (1, 1, 0, 2): (0x0000FFFF, half)},
+            {(0, 0, 1): 1, (1, 1, 0): 5, (0, 1, 0): 2},
+        ),
+        lay,
+        ["tile", "dyn"],
+    )
     assert raw.ran and raw.dynamic_smem == 4096
     assert raw.symbols == {"tile": base, "dyn": base + 4096}
     assert raw.instr.tolist() == [1, 0] and raw.block.tolist() == [0, 1] and raw.warp.tolist() == [0, 1]
@@ -339,8 +362,10 @@ def test_decode_synthetic_buffer():
 
 
 def _instrs(*ops):
-    return [SharedInstr(k, 1, "x", op, 16 if "matrix" in op else 4, m, False, "shared", "%r1", "", 0, None)
-            for k, (op, m) in enumerate(ops)]  # fmt: skip
+    return [
+        SharedInstr(k, 1, "x", op, 16 if "matrix" in op else 4, m, False, "shared", "%r1", "", 0, None)
+        for k, (op, m) in enumerate(ops)
+    ]
 
 
 def test_decode_ldmatrix_keeps_only_row_address_lanes():
@@ -420,8 +445,9 @@ def test_ncu_files_renamed_to_the_ptx_files():
     from smemtile.gpu.inspect import _to_ptx_files
 
     ptx = '.file\t1 "transpose.cu"\n'
-    got = _to_ptx_files({("/tmp/x/transpose.cu", 7): {"wavefronts": 1, "ideal": 1, "instructions": 1, "sass": []}},
-                        ptx)  # fmt: skip
+    got = _to_ptx_files(
+        {("/tmp/x/transpose.cu", 7): {"wavefronts": 1, "ideal": 1, "instructions": 1, "sass": []}}, ptx
+    )
     assert list(got) == [("transpose.cu", 7)]
 
 
@@ -475,10 +501,21 @@ def test_ncu_per_line_plumbing_with_a_stand_in_ncu(tmp_path):
 
     ptx = compile_ptx("transpose")
     page = CUDA_SASS_PAGE.replace("/tmp/x/transpose.cu", "/elsewhere/transpose.cu")
-    args = [KernelArg("in", "array", "f32", 4096, "random"), KernelArg("out", "array", "f32", 4096),
-            KernelArg("n", "scalar", "i32", value=64)]  # fmt: skip
-    got = ncu_per_line(ptx, "transpose", grid=(2, 2), block=(32, 32), dynamic_smem=0, args=args,
-                       ncu=_fake_ncu(tmp_path, page), save_dir=tmp_path / "saved")  # fmt: skip
+    args = [
+        KernelArg("in", "array", "f32", 4096, "random"),
+        KernelArg("out", "array", "f32", 4096),
+        KernelArg("n", "scalar", "i32", value=64),
+    ]
+    got = ncu_per_line(
+        ptx,
+        "transpose",
+        grid=(2, 2),
+        block=(32, 32),
+        dynamic_smem=0,
+        args=args,
+        ncu=_fake_ncu(tmp_path, page),
+        save_dir=tmp_path / "saved",
+    )
     file = instructions(ptx, "transpose")[1].file  # the PTX's .file path (NVRTC makes it absolute)
     assert file.endswith("/transpose.cu") and file != "/elsewhere/transpose.cu"
     assert set(got) == {(file, 4), (file, 7)} and got[(file, 7)]["wavefronts"] == 1024  # renamed to it
@@ -511,8 +548,15 @@ def test_launcher_spec_round_trip_and_bad_spec(tmp_path, capsys):
     from smemtile.model.inspect_args import KernelArg
 
     args = [KernelArg("in", "array", "bf16", 10, "iota"), KernelArg("n", "scalar", "f32", value=2.5)]
-    spec = launch_spec(tmp_path / "k.ptx", "k", grid=(3, 2), block=64, dynamic_smem=70000, args=args,
-                       param_types=[".u64", ".f32"])  # fmt: skip
+    spec = launch_spec(
+        tmp_path / "k.ptx",
+        "k",
+        grid=(3, 2),
+        block=64,
+        dynamic_smem=70000,
+        args=args,
+        param_types=[".u64", ".f32"],
+    )
     assert spec["grid"] == [3, 2, 1] and spec["block"] == [64, 1, 1] and spec["dynamic_smem"] == 70000
     assert inspect_launch._args(json.loads(json.dumps(spec["args"]))) == args
     (tmp_path / "bad.json").write_text("{")
@@ -543,9 +587,15 @@ def corpus_launch(args_yaml: Path) -> dict:
             opts[words[i]] = words[i + 1]
         i += 2
     dims = lambda s: tuple(int(x) for x in s.split(","))  # noqa: E731
-    return {"kernel_file": ROOT / words[2], "kernel": opts.get("--kernel"), "grid": dims(opts.get("--grid", "1")),
-            "block": dims(opts.get("--block", "32")), "smem": int(opts.get("--smem", 0)),
-            "args": ROOT / opts["--args"], "defines": defines}  # fmt: skip
+    return {
+        "kernel_file": ROOT / words[2],
+        "kernel": opts.get("--kernel"),
+        "grid": dims(opts.get("--grid", "1")),
+        "block": dims(opts.get("--block", "32")),
+        "smem": int(opts.get("--smem", 0)),
+        "args": ROOT / opts["--args"],
+        "defines": defines,
+    }
 
 
 def corpus_ptx(launch: dict) -> tuple[str, str]:
@@ -600,8 +650,13 @@ def ptxas_usage(log: str, entry: str) -> dict[str, int]:
     for line in log.splitlines():
         if m := re.search(r"Compiling entry function '([^']+)'", line):
             cur = m.group(1)
-        elif cur == entry and (m := re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes "
-                                              r"spill loads", line)):  # fmt: skip
+        elif cur == entry and (
+            m := re.search(
+                r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes "
+                r"spill loads",
+                line,
+            )
+        ):
             out.update(stack=int(m.group(1)), spill_stores=int(m.group(2)), spill_loads=int(m.group(3)))
         elif cur == entry and (m := re.search(r"Used (\d+) registers", line)):
             out["registers"] = int(m.group(1))
@@ -663,8 +718,13 @@ def test_recording_keeps_registers_occupancy_and_spills(case, tmp_path):
     if case in REGISTER_BOUND:  # at most the plain kernel's registers: the same allocation per warp
         assert inst["registers"] <= plain["registers"], (plain, inst)
         assert -(-inst["registers"] * 32 // 256) == -(-plain["registers"] * 32 // 256)
-    occ = occupancy_batch(get_arch("sm_90"), [threads] * 2, [plain["registers"], inst["registers"]],
-                          [plain["smem"]] * 2, [dynamic] * 2)  # fmt: skip
+    occ = occupancy_batch(
+        get_arch("sm_90"),
+        [threads] * 2,
+        [plain["registers"], inst["registers"]],
+        [plain["smem"]] * 2,
+        [dynamic] * 2,
+    )
     assert occ.active_blocks[0] == occ.active_blocks[1] > 0, (plain, inst)
 
 
@@ -746,8 +806,15 @@ def test_runs_of_statements_and_what_breaks_them():
     assert not PI._breaks(
         ["\tbar.sync \t0;", "\tld.shared.f32 \t%f1, [%r4];", "\t.loc\t1 5 3", "\t@%p1 add.s32 %r1, %r1, 1;"]
     )
-    for line in ["$L__BB0_2:", "\t@%p1 bra \t$L__BB0_2;", "\tbra.uni \t$L__BB0_3;", "\tret;", "\texit;",
-                 "\tcall.uni foo, (%r1);", "\t@!%p2 ret;"]:  # fmt: skip
+    for line in [
+        "$L__BB0_2:",
+        "\t@%p1 bra \t$L__BB0_2;",
+        "\tbra.uni \t$L__BB0_3;",
+        "\tret;",
+        "\texit;",
+        "\tcall.uni foo, (%r1);",
+        "\t@!%p2 ret;",
+    ]:
         assert PI._breaks(["\tmov.u32 \t%r1, 0;", line]), line
     # the guarded pair of the "pred" kernel and generic accesses count on their own
     for name in ("pred", "generic"):

@@ -42,14 +42,24 @@ CONFIGS = [
     # unaligned problems: the RAGGED loop compiled in (8x8 tiles; the 256x128 default at 1 block/SM), REPACK off
     (
         "sgemm",
-        {"BM": 128, "BN": 64, "BK": 16, "TM": 8, "TN": 8, "MIN_BLOCKS": 3, "M": 2999, "N": 3001, "K": 3003,
-         "REPACK": 2},
+        {
+            "BM": 128,
+            "BN": 64,
+            "BK": 16,
+            "TM": 8,
+            "TN": 8,
+            "MIN_BLOCKS": 3,
+            "M": 2999,
+            "N": 3001,
+            "K": 3003,
+            "REPACK": 2,
+        },
         {"As": {"pad": 4}},
     ),
     ("sgemm", {"M": 4095, "N": 4097, "K": 1023, "REPACK": 2}, {"As": {"pad": 4}}),
     # REPACK (auto at this problem): the repacking kernel and the GEMM's aligned loop
     ("sgemm", {"BM": 128, "TM": 8, "TN": 16, "M": 4095, "N": 4097, "K": 1023}, {"As": {"pad": 4}}),
-]  # fmt: skip
+]
 
 
 def _check(cfg):

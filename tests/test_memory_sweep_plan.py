@@ -97,8 +97,11 @@ def test_transpose_cases_cover_the_misalignment_classes_with_every_candidate():
     tr = [c for c in cases() if c.family == "transpose"]
     assert len(tr) == 6
     pitch = {c.name: (c.problem["cols"] * 2 % 32, c.problem["rows"] * 2 % 32) for c in tr if "f16" in c.name}
-    assert pitch == {"transpose f16 5000x7000": (16, 16), "transpose f16 8192x5000": (16, 0),
-                     "transpose f16 12288x6144": (0, 0)}  # fmt: skip
+    assert pitch == {
+        "transpose f16 5000x7000": (16, 16),
+        "transpose f16 8192x5000": (16, 0),
+        "transpose f16 12288x6144": (0, 0),
+    }
     for c in tr:  # session 5: the whole space is ranked (316 / 421), sampled as the stencil's
         n = c.configs[0].predicted["of"]
         assert len(c.configs) == 36 and n > len(candidates(c.problem["dtype"]))
@@ -111,10 +114,23 @@ def test_score_spearman(tmp_path):
     bm = bench_memory()
     rows = []
     for rank in range(1, 21):
-        pred = {"rank": rank, "of": 40, "gbps": 4000.0 - 100 * rank, "time_us": 100.0 + rank, "copy_ratio": 0.95}  # fmt: skip
+        pred = {
+            "rank": rank,
+            "of": 40,
+            "gbps": 4000.0 - 100 * rank,
+            "time_us": 100.0 + rank,
+            "copy_ratio": 0.95,
+        }
         gbps = pred["gbps"] if rank > 2 else {1: 3850.0, 2: 3900.0}[rank]  # #1 and #2 swapped
-        rows.append({"label": f"c{rank}", "predicted": pred, "gbps": gbps, "ratio": gbps / 4000.0,
-                     "median_ms": 1e-3 * (100.0 + rank)})  # fmt: skip
+        rows.append(
+            {
+                "label": f"c{rank}",
+                "predicted": pred,
+                "gbps": gbps,
+                "ratio": gbps / 4000.0,
+                "median_ms": 1e-3 * (100.0 + rank),
+            }
+        )
     rows.append({"label": "wrong", "predicted": {**pred, "rank": 40}, "correct": False})
     path = tmp_path / "r.json"
     path.write_text(json.dumps({"cases": [{"case": "x", "role": "held_out", "configs": rows}]}))

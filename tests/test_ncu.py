@@ -28,8 +28,10 @@ FIXTURE_PARAMS = {"sgemm": {"A_VEC": 0}, "transpose": {"VEC": 1}}
 # the sgemm_default_* fixtures were measured with the sample's tile of that day (256x128x8, 16x8, 3 stages)
 # and the transpose_32x32_* ones with its 32 x 32 tile, 32 x 8 block (64 x 64, 64 x 8 since issue 20; square tiles
 # issue the same instructions)
-FIXTURE_TILES = {"sgemm_default": {"BM": 256, "BN": 128, "BK": 8, "TM": 16, "TN": 8, "STAGES": 3, "MIN_BLOCKS": 1},
-                 "transpose_32x32": {"TILE": 32, "BLOCK_ROWS": 8}}  # fmt: skip
+FIXTURE_TILES = {
+    "sgemm_default": {"BM": 256, "BN": 128, "BK": 8, "TM": 16, "TN": 8, "STAGES": 3, "MIN_BLOCKS": 1},
+    "transpose_32x32": {"TILE": 32, "BLOCK_ROWS": 8},
+}
 
 
 def small_cfg(sample: str, variant: str, layouts: dict | None = None, pin: bool = True):
@@ -168,8 +170,10 @@ def test_stencil_padded_tile_is_4_way_and_its_fix_2_way():
     rows, _, met = load("stencil_pad1_fixed")
     d = C.compare(small_cfg("stencil_halo", "baseline", {"tile": {"swizzle": [1, 1, 4]}}), rows, met)
     assert d["match"] is True
-    assert {(i["opcode"], i["wavefronts_per_instruction"]) for i in d["instructions"]} == {("STS.64", 2),
-                                                                                          ("LDS.64", 2)}  # fmt: skip
+    assert {(i["opcode"], i["wavefronts_per_instruction"]) for i in d["instructions"]} == {
+        ("STS.64", 2),
+        ("LDS.64", 2),
+    }
 
 
 def _row(offset: int, sass: str, executed: float, wf: float, ideal: float) -> P.SassRow:

@@ -10,11 +10,21 @@ CASES = [
     (["measure", "bench/catalogue_heldout.yaml"], "--predict-only"),
     (["tune", "samples/sgemm_default.yaml", "--top", "2"], "--dry-run"),
     (
-        ["inspect", "samples/kernels/transpose_naive.cu", "--kernel", "transpose", "--grid", "32,32", "--block",
-         "32,8", "--args", "samples/kernels/transpose_naive.args.yaml"],
+        [
+            "inspect",
+            "samples/kernels/transpose_naive.cu",
+            "--kernel",
+            "transpose",
+            "--grid",
+            "32,32",
+            "--block",
+            "32,8",
+            "--args",
+            "samples/kernels/transpose_naive.args.yaml",
+        ],
         "--simulate",
     ),
-]  # fmt: skip
+]
 
 
 @pytest.mark.skipif(gpu_available(), reason="a GPU answers here: the commands run")

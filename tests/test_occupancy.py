@@ -27,8 +27,11 @@ def random_configs(arch, n: int, seed: int) -> dict[str, np.ndarray]:
     """Random configurations biased towards the edges where rounding decides the answer."""
     rng = np.random.default_rng(seed)
     threads = np.where(rng.random(n) < 0.5, rng.integers(1, 33, n) * 32, rng.integers(1, 1025, n))
-    regs = np.where(rng.random(n) < 0.3, np.clip(rng.integers(0, 33, n) * 8 + rng.integers(-1, 2, n), 0, 255),
-                    rng.integers(0, 256, n))  # fmt: skip
+    regs = np.where(
+        rng.random(n) < 0.3,
+        np.clip(rng.integers(0, 33, n) * 8 + rng.integers(-1, 2, n), 0, 255),
+        rng.integers(0, 256, n),
+    )
     static = np.where(rng.random(n) < 0.5, 0, rng.integers(0, STATIC_SMEM_MAX + 1, n))
     static = np.where(rng.random(n) < 0.05, STATIC_SMEM_MAX - rng.integers(0, 2, n), static)
     dynamic = rng.integers(0, arch.smem_optin_per_block + 4 * KB, n)

@@ -28,9 +28,21 @@ def test_occupancy_table():
 
 def test_occupancy_json_contract():
     p = run_cli(
-        "occupancy", "--arch", "sm_90", "--threads", "256", "--regs", "64", "--smem-static", "0",
-        "--smem-dynamic", "48K", "--carveout", "50", "--json",
-    )  # fmt: skip
+        "occupancy",
+        "--arch",
+        "sm_90",
+        "--threads",
+        "256",
+        "--regs",
+        "64",
+        "--smem-static",
+        "0",
+        "--smem-dynamic",
+        "48K",
+        "--carveout",
+        "50",
+        "--json",
+    )
     assert p.returncode == 0, p.stderr
     d = json.loads(p.stdout)
     assert CONTRACT <= set(d) and LIMIT_KEYS <= set(d["limits"])
@@ -44,8 +56,19 @@ def test_occupancy_json_contract():
 
 
 def test_zero_blocks_exit_1_with_report():
-    p = run_cli("occupancy", "--arch", "sm_86", "--threads", "128", "--regs", "32", "--smem-dynamic", "60000",
-                "--no-opt-in", "--json")  # fmt: skip
+    p = run_cli(
+        "occupancy",
+        "--arch",
+        "sm_86",
+        "--threads",
+        "128",
+        "--regs",
+        "32",
+        "--smem-dynamic",
+        "60000",
+        "--no-opt-in",
+        "--json",
+    )
     line = one_line_error(p, 1)
     d = json.loads(p.stdout)
     assert d["active_blocks"] == 0 and d["limiter"] == "shared_memory" and d["reason"]

@@ -16,8 +16,10 @@ from smemtile.cli import main
 from smemtile.report.text import EXPORT_WIDTH, MAX_WIDTH, Fit, make_console
 
 WIDTHS = (80, 200)
-BATCH = "arch,threads,regs,static_smem,dynamic_smem,carveout,opt_in\nsm_90,256,64,0,48K,,1\nsm_80,128,255,0,0,50,0\n" \
-        "sm_86,1024,32,0,60000,,0\n"  # fmt: skip
+BATCH = (
+    "arch,threads,regs,static_smem,dynamic_smem,carveout,opt_in\nsm_90,256,64,0,48K,,1\nsm_80,128,255,0,0,50,0\n"
+    "sm_86,1024,32,0,60000,,0\n"
+)
 
 
 def check_fits(text: str, width: int, code: frozenset[str] = frozenset()) -> None:
@@ -153,14 +155,35 @@ def test_tune_and_timed_verify_tables_fit():
     """GPU-only tables, rendered from documents of the shape the commands build."""
     from smemtile.report.tiles import render_tune
 
-    rows = [{"label": f"{bm}x128x8 (16x8) s3 g8", "source": "model", "predicted": 20.5 - i, "model_rank": i + 1,
-             "status": "ok", "time_ms": 7.25 + i, "value": 18.9 - i, "unit": "tflops", "registers": 128,
-             "spill_bytes": 0, "blocks_per_sm": 1, "cached": i == 0, "measured_rank": i + 1,
-             "name_expression": f"sgemm<{bm}, 128, 8>"} for i, bm in enumerate((256, 128, 64))]  # fmt: skip
-    doc = {"spec": "samples/sgemm_default.yaml", "family": "sgemm", "problem": {"M": 4096, "N": 4096, "K": 4096},
-           "device": {"name": "NVIDIA H200", "arch": "sm_90", "sm_count": 132}, "rows": rows,
-           "summary": {"best": rows[0], "rank_correlation": 1.0, "rank_correlation_n": 3, "model_top1": None},
-           "winner_spec": "sgemm_default.tuned.yaml", "cache": "/home/u/.cache/smemtile/tune.jsonl"}  # fmt: skip
+    rows = [
+        {
+            "label": f"{bm}x128x8 (16x8) s3 g8",
+            "source": "model",
+            "predicted": 20.5 - i,
+            "model_rank": i + 1,
+            "status": "ok",
+            "time_ms": 7.25 + i,
+            "value": 18.9 - i,
+            "unit": "tflops",
+            "registers": 128,
+            "spill_bytes": 0,
+            "blocks_per_sm": 1,
+            "cached": i == 0,
+            "measured_rank": i + 1,
+            "name_expression": f"sgemm<{bm}, 128, 8>",
+        }
+        for i, bm in enumerate((256, 128, 64))
+    ]
+    doc = {
+        "spec": "samples/sgemm_default.yaml",
+        "family": "sgemm",
+        "problem": {"M": 4096, "N": 4096, "K": 4096},
+        "device": {"name": "NVIDIA H200", "arch": "sm_90", "sm_count": 132},
+        "rows": rows,
+        "summary": {"best": rows[0], "rank_correlation": 1.0, "rank_correlation_n": 3, "model_top1": None},
+        "winner_spec": "sgemm_default.tuned.yaml",
+        "cache": "/home/u/.cache/smemtile/tune.jsonl",
+    }
     for width in WIDTHS:
         text = _render(render_tune(doc), width)
         check_fits(text, width)
@@ -171,18 +194,42 @@ def test_timed_verify_table_fits(monkeypatch, capsys):
     from smemtile.report.verify import render
 
     def variant(name: str, ms: float) -> dict:
-        return {"variant": name, "layout_text": "As: pad 4; Bs: row-major, no padding", "registers": 128,
-                "spills": 0, "local_bytes": 0, "static_smem_bytes": 33280,
-                "occupancy": {"model": {"active_blocks": 2, "occupancy": 0.25}, "driver": {"active_blocks": 2},
-                              "agree": True},
-                "correct": True, "max_rel_error": 3.2e-7, "time_ms": ms, "tflops": 137.4 / ms,
-                "peak_fraction": 0.68, "timing": {"runs": 41, "l2_flush_bytes": 100 << 20}}  # fmt: skip
+        return {
+            "variant": name,
+            "layout_text": "As: pad 4; Bs: row-major, no padding",
+            "registers": 128,
+            "spills": 0,
+            "local_bytes": 0,
+            "static_smem_bytes": 33280,
+            "occupancy": {
+                "model": {"active_blocks": 2, "occupancy": 0.25},
+                "driver": {"active_blocks": 2},
+                "agree": True,
+            },
+            "correct": True,
+            "max_rel_error": 3.2e-7,
+            "time_ms": ms,
+            "tflops": 137.4 / ms,
+            "peak_fraction": 0.68,
+            "timing": {"runs": 41, "l2_flush_bytes": 100 << 20},
+        }
 
     rows = [variant("baseline", 7.9112), variant("fixed", 7.2519)]
-    doc = {"spec": "samples/sgemm_float4.yaml", "family": "sgemm", "arch": "sm_90", "problem": {"M": 4096},
-           "compile_only": False, "variants": rows, "speedup": 7.9112 / 7.2519,
-           "device": {"name": "NVIDIA H200", "arch": "sm_90", "index": 0,
-                      "peak": {"tflops": 66.9, "tflops_basis": "FP32 FMA at 1980 MHz"}}}  # fmt: skip
+    doc = {
+        "spec": "samples/sgemm_float4.yaml",
+        "family": "sgemm",
+        "arch": "sm_90",
+        "problem": {"M": 4096},
+        "compile_only": False,
+        "variants": rows,
+        "speedup": 7.9112 / 7.2519,
+        "device": {
+            "name": "NVIDIA H200",
+            "arch": "sm_90",
+            "index": 0,
+            "peak": {"tflops": 66.9, "tflops_basis": "FP32 FMA at 1980 MHz"},
+        },
+    }
     for width in WIDTHS:
         monkeypatch.setenv("COLUMNS", str(width))
         render(doc)

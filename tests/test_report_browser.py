@@ -64,8 +64,10 @@ def _load_all(folder: Path) -> dict:
         pages[spec.stem] = out
     pages.update(_exports(folder))
     bad = folder / "control.html"  # the detector must see an error where there is one
-    bad.write_text("<!DOCTYPE html><html><body><p>control</p><script>console.error('control-console');"
-                   "throw new Error('control-throw')</script></body></html>")  # fmt: skip
+    bad.write_text(
+        "<!DOCTYPE html><html><body><p>control</p><script>console.error('control-console');"
+        "throw new Error('control-throw')</script></body></html>"
+    )
     browser = Browser(EXE, WIDTH, HEIGHT)
     try:
         out = {name: browser.load(path.as_uri(), PROBE) for name, path in pages.items()}

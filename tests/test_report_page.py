@@ -124,8 +124,12 @@ def test_heatmaps_before_and_after_the_same_instruction(pages):
             checked += 1
     assert checked >= 10
     # every conflicted access whose buffer the fix changes has its pair
-    conflicted = [(n, r.access.name) for n, (_, rep, _) in pages.items() for r, a in pairs(rep)
-                  if not r.conflict_free and a is not None]  # fmt: skip
+    conflicted = [
+        (n, r.access.name)
+        for n, (_, rep, _) in pages.items()
+        for r, a in pairs(rep)
+        if not r.conflict_free and a is not None
+    ]
     assert ("gemm_a_column", "a_col") in conflicted and ("hgemm_bf16", "B_frag") in conflicted
 
 
@@ -164,9 +168,23 @@ def test_swizzle_and_tma_grids_are_the_permutation():
 
 
 def _occupancy_cli(o: dict) -> float:
-    r = CliRunner().invoke(main, ["occupancy", "--arch", o["arch"], "--threads", str(o["threads"]), "--regs",
-                                  str(o["regs"]), "--smem-static", str(o["static_smem"]), "--smem-dynamic",
-                                  str(o["dynamic_smem"]), "--json"])  # fmt: skip
+    r = CliRunner().invoke(
+        main,
+        [
+            "occupancy",
+            "--arch",
+            o["arch"],
+            "--threads",
+            str(o["threads"]),
+            "--regs",
+            str(o["regs"]),
+            "--smem-static",
+            str(o["static_smem"]),
+            "--smem-dynamic",
+            str(o["dynamic_smem"]),
+            "--json",
+        ],
+    )
     assert r.exit_code == 0, r.output
     return json.loads(r.stdout)["occupancy"]
 
@@ -243,8 +261,11 @@ def test_cli_report_and_analyze_export(tmp_path):
     assert r.exit_code == 0, r.output
     root = ET.fromstring(svg.read_bytes())
     assert root.tag == "{http://www.w3.org/2000/svg}svg"
-    variants = [(g.get("data-access"), g.get("data-variant"), g.get("data-wavefronts"))
-                for g in root.iter("{http://www.w3.org/2000/svg}svg") if g.get("data-figure")]  # fmt: skip
+    variants = [
+        (g.get("data-access"), g.get("data-variant"), g.get("data-wavefronts"))
+        for g in root.iter("{http://www.w3.org/2000/svg}svg")
+        if g.get("data-figure")
+    ]
     assert ("a_col", "before", "32") in variants and ("a_col", "after", "1") in variants
 
 
@@ -281,9 +302,11 @@ def test_styles_stay_inside_the_page_element(pages):
 
 def test_a_block_that_cannot_launch_gets_its_page_and_exit_1(tmp_path):
     spec = tmp_path / "big.yaml"
-    spec.write_text("arch: sm_90\nthreads: 1024\nregs: 255\nbuffers:\n  - {name: As, dtype: f32, shape: [128, 32]}\n"
-                    "accesses:\n  - {name: a_col, buffer: As, op: load, width: 4, row: lane, col: k, "
-                    "over: {k: [0, 32]}}\n")  # fmt: skip
+    spec.write_text(
+        "arch: sm_90\nthreads: 1024\nregs: 255\nbuffers:\n  - {name: As, dtype: f32, shape: [128, 32]}\n"
+        "accesses:\n  - {name: a_col, buffer: As, op: load, width: 4, row: lane, col: k, "
+        "over: {k: [0, 32]}}\n"
+    )
     out = tmp_path / "big.html"
     r = CliRunner().invoke(main, ["report", str(spec), "-o", str(out)])
     assert r.exit_code == 1 and "cannot launch: 0 blocks" in r.output

@@ -44,8 +44,13 @@ def specs(draw) -> dict:
         acc["active"] = "lane < 24"
     if draw(st.booleans()):
         acc["role"] = "inner"
-    return {"arch": draw(st.sampled_from(["sm_80", "sm_90"])), "threads": threads, "tile": {"ROWS": rows},
-            "buffers": [buf], "accesses": [acc]}  # fmt: skip
+    return {
+        "arch": draw(st.sampled_from(["sm_80", "sm_90"])),
+        "threads": threads,
+        "tile": {"ROWS": rows},
+        "buffers": [buf],
+        "accesses": [acc],
+    }
 
 
 @settings(max_examples=40, deadline=None)
@@ -69,8 +74,13 @@ def test_spec_round_trips_through_yaml(doc):
 
 
 def test_loop_step_survives_to_dict():
-    s = spec_from_dict({"arch": "sm_90", "buffers": [{"name": "S", "dtype": "f32", "shape": [32, 32]}],
-                        "accesses": [{"name": "a", "buffer": "S", "row": "k", "col": "lane", "over": {"k": [0, 32, 8]}}]})  # fmt: skip
+    s = spec_from_dict(
+        {
+            "arch": "sm_90",
+            "buffers": [{"name": "S", "dtype": "f32", "shape": [32, 32]}],
+            "accesses": [{"name": "a", "buffer": "S", "row": "k", "col": "lane", "over": {"k": [0, 32, 8]}}],
+        }
+    )
     assert s.accesses[0].to_dict()["over"] == {"k": [0, 32, 8]}
     assert [lv["k"] for lv in analyze_spec(s)[0].loop_values] == [0, 8, 16, 24]
 

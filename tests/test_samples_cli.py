@@ -113,8 +113,21 @@ def built(tmp_path_factory):
     shutil.copy(ROOT / "README.md", src)
     shutil.copytree(ROOT / "smemtile", src / "smemtile", ignore=shutil.ignore_patterns("__pycache__"))
     out = tmp_path_factory.mktemp("lib")
-    subprocess.run([sys.executable, "-c", "from setuptools import setup; setup()", "-q", "build_py",
-                    "--build-lib", str(out)], cwd=src, check=True, capture_output=True, timeout=120)  # fmt: skip
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from setuptools import setup; setup()",
+            "-q",
+            "build_py",
+            "--build-lib",
+            str(out),
+        ],
+        cwd=src,
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     return out
 
 
@@ -123,11 +136,22 @@ def test_built_package_has_the_samples_and_runs_outside_the_repo(built, tmp_path
     env = {**os.environ, "PYTHONPATH": str(built), "COLUMNS": "80"}
 
     def smemtile(*args):
-        return subprocess.run([sys.executable, "-m", "smemtile", *args], cwd=tmp_path, env=env,
-                              capture_output=True, text=True, timeout=120)  # fmt: skip
+        return subprocess.run(
+            [sys.executable, "-m", "smemtile", *args],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
 
-    where = subprocess.run([sys.executable, "-c", "import smemtile; print(smemtile.__file__)"], cwd=tmp_path,
-                           env=env, capture_output=True, text=True).stdout  # fmt: skip
+    where = subprocess.run(
+        [sys.executable, "-c", "import smemtile; print(smemtile.__file__)"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    ).stdout
     assert where.startswith(str(built)), where
     r = smemtile("samples", "--copy", "samples")
     assert r.returncode == 0, r.stderr

@@ -79,8 +79,17 @@ def test_ragged_rule(params, problem, on):
     assert ("As_copy_ragged" in {a["name"] for a in fam.accesses(cfg)}) is on
     p = cfg.params
     if not p["RAGGED"] and p["A_VEC"]:
-        assert on == ragged_loop(p["BM"], p["BN"], p["BK"], p["TM"], p["TN"], fam.threads(p), p["MIN_BLOCKS"],
-                                 problem["K"], problem["N"])  # fmt: skip
+        assert on == ragged_loop(
+            p["BM"],
+            p["BN"],
+            p["BK"],
+            p["TM"],
+            p["TN"],
+            fam.threads(p),
+            p["MIN_BLOCKS"],
+            problem["K"],
+            problem["N"],
+        )
 
 
 def test_ragged_a_copy_covers_the_tile_conflict_free():
@@ -98,8 +107,13 @@ def test_ragged_explicit_on_needs_a_tile_it_can_split():
     """RAGGED=1 where the 8-k runs of A cannot split over the threads is a violation naming the rule."""
     from smemtile.families import FAMILIES
 
-    cfg = configure("sgemm", {"BM": 16, "BN": 96, "BK": 8, "TM": 4, "TN": 4, "RAGGED": 1, "M": 999, "N": 999,
-                              "K": 999}, PAD4, "sm_90", check=False)  # 96 threads, 128 A elements  # fmt: skip
+    cfg = configure(
+        "sgemm",
+        {"BM": 16, "BN": 96, "BK": 8, "TM": 4, "TN": 4, "RAGGED": 1, "M": 999, "N": 999, "K": 999},
+        PAD4,
+        "sm_90",
+        check=False,
+    )  # 96 threads, 128 A elements
     bad = FAMILIES["sgemm"].violations(cfg)
     assert any("RAGGED=1 copies A as runs of 8 k" in b for b in bad), bad
 

@@ -101,13 +101,24 @@ def test_header_says_what_auto_chose_and_the_workspace():
     assert "REPACK=0 (auto: 1)" in k.header and "RAGGED=0 (auto: 2)" in k.header
     assert "// Workspace Ap: 16773120 bytes at offset 0" in k.header
     assert "33550320 in all (launch_sgemm_workspace_bytes())" in k.header
-    assert re.search(r"inline cudaError_t launch_sgemm\(.*cudaStream_t stream = 0, void\* workspace = nullptr, "
-                     r"size_t workspace_bytes = 0\)", k.body)  # fmt: skip
+    assert re.search(
+        r"inline cudaError_t launch_sgemm\(.*cudaStream_t stream = 0, void\* workspace = nullptr, "
+        r"size_t workspace_bytes = 0\)",
+        k.body,
+    )
     assert "cudaMallocAsync" in k.body and "cudaFreeAsync" in k.body
 
 
-SHAPES = [(4095, 4097, 1023), (4096, 4097, 4096), (4096, 4096, 4095), (1, 1, 1), (33, 4, 1), (4096, 4096, 4096),
-          (7, 65537, 3), (100000, 5, 9)]  # fmt: skip
+SHAPES = [
+    (4095, 4097, 1023),
+    (4096, 4097, 4096),
+    (4096, 4096, 4095),
+    (1, 1, 1),
+    (33, 4, 1),
+    (4096, 4096, 4096),
+    (7, 65537, 3),
+    (100000, 5, 9),
+]
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
@@ -123,8 +134,12 @@ def test_helper_workspace_bytes_equal_the_plan_for_many_shapes(tmp_path):
     src = tmp_path / "ws.cpp"
     src.write_text(f"#include <cstdio>\n#include <cstddef>\n{fn}\nint main() {{\n{calls}\n  return 0;\n}}\n")
     subprocess.run(["g++", "-o", str(tmp_path / "ws"), str(src)], check=True)
-    got = [int(x) for x in subprocess.run([str(tmp_path / "ws")], capture_output=True, text=True,
-                                          check=True).stdout.split()]  # fmt: skip
+    got = [
+        int(x)
+        for x in subprocess.run(
+            [str(tmp_path / "ws")], capture_output=True, text=True, check=True
+        ).stdout.split()
+    ]
     base = cfg({"M": 4095, "N": 4097, "K": 1023}, REPACK=1)
     assert launch_helper(base) == helper
     want = [

@@ -58,8 +58,10 @@ def test_conflict_free_sample_has_no_strip():
     head = r.stdout.split("1. Bank analysis")[0]
     assert "-> banks:" not in head and "Saving: 832 -> 832 wavefronts per block (0% fewer" in head
     assert [ln.split()[0] for ln in head.splitlines() if ln.endswith("  -") and "none" in ln] == [
-        "halo_fill", "column", "sides"
-    ]  # fmt: skip
+        "halo_fill",
+        "column",
+        "sides",
+    ]
 
 
 def test_json_keeps_its_keys_and_adds_summary():

@@ -40,9 +40,20 @@ def invoke(*args):
 
 
 @pytest.mark.parametrize("m,n,k", [(4096, 4096, 4096), (64, 4096, 4096), (1, 1, 1)])
-@pytest.mark.parametrize("dtype,arch", [("f32", "sm_90"), ("f16", "sm_90"), ("bf16", "sm_80"), ("tf32", "sm_86"),
-                                        ("f32", "sm_75"), ("f16", "gfx942"), ("bf16", "gfx950"),
-                                        ("f8e4m3", "sm_90"), ("i8", "sm_80")])  # fmt: skip
+@pytest.mark.parametrize(
+    "dtype,arch",
+    [
+        ("f32", "sm_90"),
+        ("f16", "sm_90"),
+        ("bf16", "sm_80"),
+        ("tf32", "sm_86"),
+        ("f32", "sm_75"),
+        ("f16", "gfx942"),
+        ("bf16", "gfx950"),
+        ("f8e4m3", "sm_90"),
+        ("i8", "sm_80"),
+    ],
+)
 def test_at_least_three_candidates_every_one_within_limits(m, n, k, dtype, arch):
     r = recommend(m, n, k, dtype, arch)
     assert len(r.ranked) >= 3
@@ -129,8 +140,18 @@ def test_calibrated_model_ranks_the_held_out_measurements():
         pred = []
         for r in rows:
             p = r["params"]
-            c = TileConfig(p["BM"], p["BN"], p["BK"], r["threads"] // 32, p["STAGES"], 8, p["TM"], p["TN"],
-                           p["MIN_BLOCKS"], split_k=p.get("SPLIT_K", 1))  # fmt: skip
+            c = TileConfig(
+                p["BM"],
+                p["BN"],
+                p["BK"],
+                r["threads"] // 32,
+                p["STAGES"],
+                8,
+                p["TM"],
+                p["TN"],
+                p["MIN_BLOCKS"],
+                split_k=p.get("SPLIT_K", 1),
+            )
             pred.append(
                 1 / simt_time(m, n, k, c, r["threads"], r["blocks_per_sm"], 132, repack=_repack(p))["time"]
             )
@@ -183,8 +204,18 @@ def test_repack_held_out_sweep_ranks_and_picks():
         pred = []
         for r in rows.values():
             p = r["params"]
-            c = TileConfig(p["BM"], p["BN"], p["BK"], r["threads"] // 32, p["STAGES"], 8, p["TM"], p["TN"],
-                           p["MIN_BLOCKS"], split_k=p.get("SPLIT_K", 1))  # fmt: skip
+            c = TileConfig(
+                p["BM"],
+                p["BN"],
+                p["BK"],
+                r["threads"] // 32,
+                p["STAGES"],
+                8,
+                p["TM"],
+                p["TN"],
+                p["MIN_BLOCKS"],
+                split_k=p.get("SPLIT_K", 1),
+            )
             pred.append(1 / simt_time(m, n, k, c, r["threads"], r["blocks_per_sm"], 132)["time"])
         assert spearman(pred, [r["tflops"] for r in rows.values()]) >= 0.7, shape
         label = cfg_label(recommend(m, n, k).ranked[0].cfg.sgemm_params())
@@ -271,16 +302,30 @@ def test_split_k_for_every_dtype():
     assert "SPLIT_K" in triton_configs(recommend(1024, 1024, 65536, "f16", "sm_90", triton=True), 2)
 
 
-@pytest.mark.parametrize("dtype,arch", [("bf16", "sm_70"), ("tf32", "sm_75"), ("f8e4m3", "sm_80"),
-                                        ("f8e5m2", "sm_86"), ("i8", "sm_70"), ("f8e4m3", "gfx90a")])  # fmt: skip
+@pytest.mark.parametrize(
+    "dtype,arch",
+    [
+        ("bf16", "sm_70"),
+        ("tf32", "sm_75"),
+        ("f8e4m3", "sm_80"),
+        ("f8e5m2", "sm_86"),
+        ("i8", "sm_70"),
+        ("f8e4m3", "gfx90a"),
+    ],
+)
 def test_dtypes_the_hardware_lacks_are_refused(dtype, arch):
     with pytest.raises(SpecError):
         make_problem(64, 64, 64, dtype, arch)
 
 
 def test_fp8_and_int8_where_the_hardware_has_them():
-    for dtype, arch in (("f8e4m3", "sm_89"), ("f8e5m2", "sm_90"), ("i8", "sm_75"), ("f8e4m3", "gfx942"),
-                        ("i8", "gfx90a")):  # fmt: skip
+    for dtype, arch in (
+        ("f8e4m3", "sm_89"),
+        ("f8e5m2", "sm_90"),
+        ("i8", "sm_75"),
+        ("f8e4m3", "gfx942"),
+        ("i8", "gfx90a"),
+    ):
         p = make_problem(4096, 4096, 4096, dtype, arch)
         assert p.elem == 1 and p.gpu.peak(dtype) >= p.gpu.peak("f16")
 
@@ -297,8 +342,11 @@ def test_mi250x_is_one_gcd_and_waves_per_eu_follows_the_bound():
 
 
 def test_outputs_never_cite_shared():
-    for args in (("4096", "4096", "4096"), ("64", "4096", "4096", "--dtype", "f16", "--format", "triton"),
-                 ("4096", "4096", "4096", "--json")):  # fmt: skip
+    for args in (
+        ("4096", "4096", "4096"),
+        ("64", "4096", "4096", "--dtype", "f16", "--format", "triton"),
+        ("4096", "4096", "4096", "--json"),
+    ):
         out = invoke("tiles", *args).output
         assert "shared/" not in out and "HARDWARE.md" not in out
 
@@ -323,7 +371,8 @@ def test_shipped_sgemm_sample_is_the_best_measured_square_tile():
         rows = [e for e in entries if e.get("case") == case and "ratio" in e]
         best = max(rows, key=lambda e: e["ratio"])
         assert {k: best["params"][k] for k in ("BM", "BN", "BK", "TM", "TN")} == {
-            k: p[k] for k in ("BM", "BN", "BK", "TM", "TN")}  # fmt: skip
+            k: p[k] for k in ("BM", "BN", "BK", "TM", "TN")
+        }
 
 
 def test_small_grid_gets_smaller_tiles_or_split_k():
@@ -339,14 +388,32 @@ def test_grouping_reduces_modelled_dram_traffic():
     assert s.dram_bytes <= s.dram_bytes_ungrouped
 
 
-@pytest.mark.parametrize("bad", [dict(m=0), dict(dtype="f8"), dict(arch="sm_42"), dict(vendor="intel"),
-                                 dict(arch="gfx942", vendor="nvidia"), dict(gpu="tpu"), dict(sms=0)])  # fmt: skip
+@pytest.mark.parametrize(
+    "bad",
+    [
+        dict(m=0),
+        dict(dtype="f8"),
+        dict(arch="sm_42"),
+        dict(vendor="intel"),
+        dict(arch="gfx942", vendor="nvidia"),
+        dict(gpu="tpu"),
+        dict(sms=0),
+    ],
+)
 def test_bad_input_is_a_spec_error(bad):
     args = {"m": 64, "n": 64, "k": 64, "dtype": "f32", "arch": None, "vendor": None, "gpu": None, "sms": None}
     args.update(bad)
     with pytest.raises(SpecError):
-        make_problem(args["m"], args["n"], args["k"], args["dtype"], args["arch"], args["vendor"], args["gpu"],
-                     args["sms"])  # fmt: skip
+        make_problem(
+            args["m"],
+            args["n"],
+            args["k"],
+            args["dtype"],
+            args["arch"],
+            args["vendor"],
+            args["gpu"],
+            args["sms"],
+        )
 
 
 def test_yaml_export_round_trips_through_the_spec_and_codegen():
@@ -394,8 +461,16 @@ def test_cli_every_format(fmt):
         assert (
             len(d["candidates"]) == 3 and d["rejected"] and d["model"] and d["calibration"]["expected_error"]
         )
-        assert {"tflops", "waves", "wave_eff", "occupancy", "intensity", "dram_bytes_ungrouped", "reason",
-                "bound"} <= set(d["candidates"][0])  # fmt: skip
+        assert {
+            "tflops",
+            "waves",
+            "wave_eff",
+            "occupancy",
+            "intensity",
+            "dram_bytes_ungrouped",
+            "reason",
+            "bound",
+        } <= set(d["candidates"][0])
     elif fmt == "yaml":
         assert len(list(yaml.safe_load_all(r.output))) == 3
     elif fmt == "triton":
@@ -415,9 +490,16 @@ def test_cli_yaml_top1_generates():
     )
 
 
-BAD = [("0", "1", "1"), ("1", "x", "1"), ("64", "64", "64", "--dtype", "f8"), ("64", "64", "64", "--format", "xml"),
-       ("64", "64", "64", "--top", "0"), ("64", "64", "64", "--arch", "gfx942", "--vendor", "nvidia"),
-       ("64", "64", "64", "--arch", "gfx942", "--format", "yaml"), ("64", "64", "64", "--dtype", "bf16", "--arch", "sm_70")]  # fmt: skip
+BAD = [
+    ("0", "1", "1"),
+    ("1", "x", "1"),
+    ("64", "64", "64", "--dtype", "f8"),
+    ("64", "64", "64", "--format", "xml"),
+    ("64", "64", "64", "--top", "0"),
+    ("64", "64", "64", "--arch", "gfx942", "--vendor", "nvidia"),
+    ("64", "64", "64", "--arch", "gfx942", "--format", "yaml"),
+    ("64", "64", "64", "--dtype", "bf16", "--arch", "sm_70"),
+]
 
 
 @pytest.mark.parametrize("args", BAD)
@@ -454,8 +536,10 @@ def test_sm_90_16_bit_gemm_names_the_wgmma_family_and_its_measured_speed(dtype):
     out = " ".join(
         invoke("tiles", 4096, 4096, 4096, "--dtype", dtype, "--arch", "sm_90", "--top", 3).output.split()
     )
-    line = (f"Hopper: --arch sm_90a gives the wgmma_gemm family: {wg[0]:.2f}x / {wg[1]:.2f}x cuBLAS (4096^3 / 8192^3, "
-            f"H200) vs {hg[0]:.2f}x / {hg[1]:.2f}x for these hgemm tiles (sources: --explain)")  # fmt: skip
+    line = (
+        f"Hopper: --arch sm_90a gives the wgmma_gemm family: {wg[0]:.2f}x / {wg[1]:.2f}x cuBLAS (4096^3 / 8192^3, "
+        f"H200) vs {hg[0]:.2f}x / {hg[1]:.2f}x for these hgemm tiles (sources: --explain)"
+    )
     assert line in out and out.index(line) < out.index(" # tile ")
     assert "bench/" not in out
     doc = json.loads(invoke("tiles", 4096, 4096, 4096, "--dtype", dtype, "--json").output)
@@ -472,8 +556,10 @@ def test_sm_90_16_bit_gemm_names_the_wgmma_family_and_its_measured_speed(dtype):
         assert (ROOT / src).exists() and src in " ".join(explained.split())
 
 
-@pytest.mark.parametrize("args", [("--dtype", "f32"), ("--dtype", "bf16", "--arch", "sm_80"),
-                                  ("--dtype", "bf16", "--arch", "sm_90a")])  # fmt: skip
+@pytest.mark.parametrize(
+    "args",
+    [("--dtype", "f32"), ("--dtype", "bf16", "--arch", "sm_80"), ("--dtype", "bf16", "--arch", "sm_90a")],
+)
 def test_no_hopper_line_elsewhere(args):
     out = invoke("tiles", 4096, 4096, 4096, *args, "--top", 2).output
     assert "Hopper:" not in out

@@ -59,8 +59,9 @@ def test_stencil_data_names_its_provenance_and_the_shipped_kernel():
     assert {k: len(v) for k, v in c["candidates"].items()} == {"1": 325, "2": 325, "3": 324, "4": 319}
 
 
-@pytest.mark.parametrize("r,label", [(1, DEFAULT), (4, DEFAULT), (4, "32x8 VEC4 RY2"), (2, "32x8 VEC1 RY1"),
-                                     (3, "16x2 VEC2 RY8")])  # fmt: skip
+@pytest.mark.parametrize(
+    "r,label", [(1, DEFAULT), (4, DEFAULT), (4, "32x8 VEC4 RY2"), (2, "32x8 VEC1 RY1"), (3, "16x2 VEC2 RY8")]
+)
 def test_stencil_table_is_what_nvrtc_and_the_bank_model_give(r, label):
     from smemtile.model.analysis import analyze_spec
     from smemtile.pipeline.build import compile_config
@@ -88,8 +89,13 @@ def test_the_table_matches_the_h200_runs_registers():
 def test_stencil_fit_uses_every_row_and_reproduces_the_constants():
     rows = measured_rows()
     assert len(rows) == 240 and all(r["set"] == "fit" for r in rows)
-    assert {(r["ny"], r["run"]) for r in rows} == {(4096, "run1"), (4096, "run3"), (8192, "run1"), (8192, "run3"),
-                                                   (8192, "session4")}  # fmt: skip
+    assert {(r["ny"], r["run"]) for r in rows} == {
+        (4096, "run1"),
+        (4096, "run3"),
+        (8192, "run1"),
+        (8192, "run3"),
+        (8192, "session4"),
+    }
     c = cal()
     w = int(c["model"]["warps_full"])
     consts = ts.fit(rows, 132, warps_range=(w - 1, w, w + 1))  # the full search (1..64) takes a minute
@@ -111,8 +117,10 @@ def test_the_form_is_the_one_leave_one_radius_out_chose():
     assert min(fc, key=lambda f: fc[f]["mean_median_error"]) == ts.FORM
     old = fc["session 3 (fill rounds + shared wavefronts)"]
     assert old["held_out_radius"]["R1"]["spearman_sweep"] < 0.6 and old["mean_spearman"] < 0.85
-    assert fc[ts.FORM]["mean_spearman"] > 0.9 and min(
-        v["spearman_sweep"] for v in fc[ts.FORM]["held_out_radius"].values()) > 0.85  # fmt: skip
+    assert (
+        fc[ts.FORM]["mean_spearman"] > 0.9
+        and min(v["spearman_sweep"] for v in fc[ts.FORM]["held_out_radius"].values()) > 0.85
+    )
     assert 0.035 < fc[ts.FORM]["mean_median_error"] < 0.04
 
 
@@ -143,8 +151,12 @@ def test_stencil_constants_are_physical():
 
 # the #1 per radius (8192^2, 4096^2 alike): within the model's resolution the measured configuration that did
 # best where it was timed (ratio to a copy at 4096^2 / 8192^2)
-PICKS = {1: ("32x4 VEC4 RY8", (0.966, 0.975)), 2: ("32x4 VEC4 RY4", (0.972, 0.970)),
-         3: ("32x4 VEC4 RY4", (0.951, 0.963)), 4: (DEFAULT, (0.942, 0.956))}  # fmt: skip
+PICKS = {
+    1: ("32x4 VEC4 RY8", (0.966, 0.975)),
+    2: ("32x4 VEC4 RY4", (0.972, 0.970)),
+    3: ("32x4 VEC4 RY4", (0.951, 0.963)),
+    4: (DEFAULT, (0.942, 0.956)),
+}
 
 
 @pytest.mark.parametrize("n", [4096, 8192])
@@ -255,7 +267,8 @@ def test_transpose_family_ranking_and_its_refusals(dtype, first):
     # the pick and its prediction (session 6's model: column order; s6coltop measured 0.968x, s6colfit and
     # s6coltop 0.946-0.956x)
     assert rep.ranked[0].label == first and rep.ranked[0].copy_ratio == pytest.approx(
-        {"f32": 0.969, "f16": 0.958, "bf16": 0.958}[dtype], rel=0.015)  # fmt: skip
+        {"f32": 0.969, "f16": 0.958, "bf16": 0.958}[dtype], rel=0.015
+    )
     assert rep.ranked[0].params_dict()["GROUP"] == 0
     reasons = {r["label"]: r for r in rep.rejected}
     if dtype == "f32":  # fp16's 128-wide tiles are 64 KiB of fp32: over the static limit
@@ -289,8 +302,14 @@ def test_bad_sizes_and_options_exit_2(args):
     assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("smemtile: error:"), r.stderr
 
 
-@pytest.mark.parametrize("args,needle", [(ARITY[0], "takes 2 sizes (ROWS COLS), got 3"),
-                                         (ARITY[1], "needs --radius"), (ARITY[2], "M N K (3 sizes)")])  # fmt: skip
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (ARITY[0], "takes 2 sizes (ROWS COLS), got 3"),
+        (ARITY[1], "needs --radius"),
+        (ARITY[2], "M N K (3 sizes)"),
+    ],
+)
 def test_arity_errors_are_one_clear_line_from_the_real_entry_point(args, needle):
     r = run_cli(*args, process=True)
     assert r.returncode == 2 and needle in r.stderr and len(r.stderr.strip().splitlines()) == 1
@@ -307,12 +326,28 @@ def test_json_keys():
     )
     assert len(d["candidates"]) == 3 and d["counts"]["ranked"] == 324 and len(d["rejected"]) == 8
     c = d["candidates"][0]
-    assert {"label", "params", "tile", "time_us", "gbps", "copy_ratio", "rank", "reason", "registers",
-            "blocks_per_sm", "measured", "calibrated"} <= set(c)  # fmt: skip
+    assert {
+        "label",
+        "params",
+        "tile",
+        "time_us",
+        "gbps",
+        "copy_ratio",
+        "rank",
+        "reason",
+        "registers",
+        "blocks_per_sm",
+        "measured",
+        "calibrated",
+    } <= set(c)
     assert c["tile"]["R"] == 3 and c["rank"] == 1
     cal_ = d["calibration"]
-    assert cal_["file"].endswith("stencil_h200.json") and cal_["expected_error"] == pytest.approx(
-        cal()["held_out_median_error"]) and cal_["gpu"] == "NVIDIA H200" and cal_["commit"]  # fmt: skip
+    assert (
+        cal_["file"].endswith("stencil_h200.json")
+        and cal_["expected_error"] == pytest.approx(cal()["held_out_median_error"])
+        and cal_["gpu"] == "NVIDIA H200"
+        and cal_["commit"]
+    )
     assert d["command"] == "smemtile tiles --family stencil2d 8192 8192 --radius 3 --arch sm_90"
 
 
@@ -331,8 +366,13 @@ def test_yaml_specs_resolve_to_the_ranked_configurations():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("args", [("--family", "transpose", "8192", "8192", "--dtype", "bf16"),
-                                  ("--family", "stencil2d", "8192", "8192", "--radius", "4")])  # fmt: skip
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--family", "transpose", "8192", "8192", "--dtype", "bf16"),
+        ("--family", "stencil2d", "8192", "8192", "--radius", "4"),
+    ],
+)
 def test_yaml_top1_through_generate_builds_with_nvcc(tmp_path: Path, args):
     if nvcc_path() is None:
         pytest.skip("no nvcc")
@@ -349,9 +389,14 @@ def test_yaml_top1_through_generate_builds_with_nvcc(tmp_path: Path, args):
 
 
 @pytest.mark.parametrize("width", [80, 200])
-@pytest.mark.parametrize("args", [("--family", "stencil2d", "8192", "8192", "--radius", "4"),
-                                  ("--family", "transpose", "7000", "9000", "--dtype", "f16", "--top", "20"),
-                                  ("--family", "stencil2d", "4099", "300", "--radius", "1", "--rejected", "20")])  # fmt: skip
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--family", "stencil2d", "8192", "8192", "--radius", "4"),
+        ("--family", "transpose", "7000", "9000", "--dtype", "f16", "--top", "20"),
+        ("--family", "stencil2d", "4099", "300", "--radius", "1", "--rejected", "20"),
+    ],
+)
 def test_table_fits_the_console(width, args):
     from test_output_width import run
 

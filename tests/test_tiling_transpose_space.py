@@ -78,12 +78,25 @@ def _rows(coef: dict, labels: dict, shapes) -> list[dict]:
 
 def test_fit_features_recovers_known_coefficients_and_predicts_an_unseen_candidate():
     coef = dict.fromkeys(tt.COEF, 0.0)
-    coef.update({"t0": 3.0, "t0*block": 1.0, "inv": 1 / 4000, "inv*stream": 0.1 / 4000, "inv*latency": 0.5 / 4000,
-                 "out": 0.3 / 4000})  # fmt: skip
+    coef.update(
+        {
+            "t0": 3.0,
+            "t0*block": 1.0,
+            "inv": 1 / 4000,
+            "inv*stream": 0.1 / 4000,
+            "inv*latency": 0.5 / 4000,
+            "out": 0.3 / 4000,
+        }
+    )
     d = tt.DEFAULTS
     geo = {tt.label(p): tt.geometry(p, 2) for p in tt.space("f16")}
-    labels = {tt.label(p): p for p in tt.space("f16")[::7]
-              if geo[tt.label(p)].vec > 1 and geo[tt.label(p)].threads <= 1024 and geo[tt.label(p)].smem_bytes <= 49152}  # fmt: skip
+    labels = {
+        tt.label(p): p
+        for p in tt.space("f16")[::7]
+        if geo[tt.label(p)].vec > 1
+        and geo[tt.label(p)].threads <= 1024
+        and geo[tt.label(p)].smem_bytes <= 49152
+    }
     shapes = ((8192, 8192), (4096, 4096), (5000, 8192), (2048, 16384))
     rows = _rows(coef, labels, shapes)
     got = tt.fit_features(rows, {}, shared={2: (1.0, 0.0, 0.0)})["2"]
@@ -103,8 +116,10 @@ def test_a_measured_candidate_is_pulled_toward_its_own_rows_by_how_many_it_has()
     p = {**tt.DEFAULTS, "TILE": 64, "BLOCK_ROWS": 4}
     f = tt.features(p, 2, 32)
     model = {"kappa": 1.0, "phi_line": 0.0, "mu_in": 0.0}
-    rows = [{**r, "time_us": r["time_us"] * 1.05} for r in _rows(coef, {"a": p}, [(4096 * k, 8192) for k in
-                                                                                   (1, 2, 3, 4, 1, 2, 3, 4)])]  # fmt: skip
+    rows = [
+        {**r, "time_us": r["time_us"] * 1.05}
+        for r in _rows(coef, {"a": p}, [(4096 * k, 8192) for k in (1, 2, 3, 4, 1, 2, 3, 4)])
+    ]
     many, one = tt.shrink(rows, f, coef, model), tt.shrink(rows[3:4], f, coef, model)
     assert 1 / 1.05 - 0.01 < many["prior_ratio"] < 1 / 1.04 and 1 / 1.05 - 0.01 < one["prior_ratio"]
     assert one["prior_ratio"] < 1.0 and many["fit_points"] == 8 and one["fit_points"] == 1

@@ -129,9 +129,15 @@ def test_widest_mode_the_rows_allow():
     ],
 )
 def test_hardware_rules_fail_with_one_line(layout, rows, cols, needle):
-    s = spec(layout, rows, cols) if cols >= 16 else parse_spec(
-        SPEC.format(layout=layout, rows=rows, cols=cols, dtype="bf16").split("accesses:")[0]
-        + "accesses:\n  - {name: x, buffer: As, op: load, width: 2, row: lane, col: 0}\n", "t.yaml")  # fmt: skip
+    s = (
+        spec(layout, rows, cols)
+        if cols >= 16
+        else parse_spec(
+            SPEC.format(layout=layout, rows=rows, cols=cols, dtype="bf16").split("accesses:")[0]
+            + "accesses:\n  - {name: x, buffer: As, op: load, width: 2, row: lane, col: 0}\n",
+            "t.yaml",
+        )
+    )
     with pytest.raises(TmaRuleBroken) as e:
         check(s)
     msg = str(e.value)
@@ -143,10 +149,15 @@ def test_stages_keep_every_base_aligned():
     text = SPEC.format(layout="{tma_swizzle: 128B}", rows=4, cols=64, dtype="bf16").replace(
         "layout: {tma_swizzle: 128B}}", "layout: {tma_swizzle: 128B}, stages: 2}"
     )
-    s = parse_spec(text.replace("over: {kk: [0, 64 // 16]}", "warps: [0], over: {kk: [0, 1]}")
-                   .replace("warp * 16 + lane % 16", "lane % 4"), "t.yaml")  # fmt: skip
-    assert rule_violations(s.buffers[0]) == ["one stage is 512 bytes, not a multiple of 1024: stage 1 would start "
-                                             "misaligned for 128B"]  # fmt: skip
+    s = parse_spec(
+        text.replace("over: {kk: [0, 64 // 16]}", "warps: [0], over: {kk: [0, 1]}").replace(
+            "warp * 16 + lane % 16", "lane % 4"
+        ),
+        "t.yaml",
+    )
+    assert rule_violations(s.buffers[0]) == [
+        "one stage is 512 bytes, not a multiple of 1024: stage 1 would start misaligned for 128B"
+    ]
 
 
 @pytest.mark.parametrize(
@@ -169,8 +180,12 @@ def test_mode_table_and_pick_on_128_byte_rows():
     s = spec("{tma_swizzle: 128B}")
     rows = {m.mode: m for m in mode_table(s.buffers[0], analyze_spec(s))}
     # ldmatrix.x4 down 16 rows of 128 bytes: dense 8-way (32 wavefronts), 32B 4-way, 64B 2-way, 128B ideal (4)
-    assert {m: r.per_access["a_core"] for m, r in rows.items()} == {"none": (32, 4), "32B": (16, 4), "64B": (8, 4),
-                                                                     "128B": (4, 4)}  # fmt: skip
+    assert {m: r.per_access["a_core"] for m, r in rows.items()} == {
+        "none": (32, 4),
+        "32B": (16, 4),
+        "64B": (8, 4),
+        "128B": (4, 4),
+    }
     assert [m for m, r in rows.items() if r.tma_legal] == ["none", "128B"]
     assert [m for m, r in rows.items() if r.canonical] == ["128B"]
 
@@ -187,16 +202,26 @@ def test_sample_explains_a_128b_tile_in_four_notations():
     p = run_cli("analyze", str(SAMPLE))
     assert p.returncode == 0, p.stderr
     out = " ".join(p.stdout.split())
-    for needle in ("Swizzle<3,4,3>", "Swizzle<3,3,3>", "CU_TENSOR_MAP_SWIZZLE_128B", "layout type 1",
-                   "NVMMASharedLayout(swizzle_byte_width=128)", "vec=8, perPhase=1, maxPhase=8",
-                   "128B is the widest mode"):  # fmt: skip
+    for needle in (
+        "Swizzle<3,4,3>",
+        "Swizzle<3,3,3>",
+        "CU_TENSOR_MAP_SWIZZLE_128B",
+        "layout type 1",
+        "NVMMASharedLayout(swizzle_byte_width=128)",
+        "vec=8, perPhase=1, maxPhase=8",
+        "128B is the widest mode",
+    ):
         assert needle in out, needle
     doc = json.loads(run_cli("analyze", str(SAMPLE), "--json").stdout)
     tma = {t["buffer"]: t for t in doc["tma"]}
     assert set(tma) == {"As", "Cs"}
     assert tma["As"]["recommended"] == "128B"
-    assert {m["mode"]: m["total_wavefronts"] for m in tma["As"]["modes"]} == {"none": 512, "32B": 256, "64B": 128,
-                                                                              "128B": 64}  # fmt: skip
+    assert {m["mode"]: m["total_wavefronts"] for m in tma["As"]["modes"]} == {
+        "none": 512,
+        "32B": 256,
+        "64B": 128,
+        "128B": 64,
+    }
 
 
 def test_analyze_exit_1_on_a_misaligned_tile(tmp_path):

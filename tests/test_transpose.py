@@ -132,8 +132,12 @@ def _measured() -> dict:
 
     ratios: dict = {}
     problems = {}
-    for run in ("memory_h200_run4.json", "memory_h200_run5.json", "memory_h200_session4_spearman.json",
-                "memory_h200_session4_transpose_fit.json"):  # fmt: skip
+    for run in (
+        "memory_h200_run4.json",
+        "memory_h200_run5.json",
+        "memory_h200_session4_spearman.json",
+        "memory_h200_session4_transpose_fit.json",
+    ):
         for case in json.loads((ROOT / "bench" / "results" / run).read_text())["cases"]:
             if case["family"] != "transpose":
                 continue
@@ -190,9 +194,20 @@ def test_the_calibration_names_its_provenance_and_held_out_error():
     cal = load_calibration()
     assert cal["gpu"] == "NVIDIA H200" and all(
         f"memory_h200_{r}.json" in cal["run"]
-        for r in ("run4", "run5", "session4_spearman", "session4_transpose_fit", "session5_fit", "session5_heldout",
-                  "session5_f16top", "session6_heldout", "session6_colfit", "session6_coltop",
-                  "session6_colheldout"))  # fmt: skip
+        for r in (
+            "run4",
+            "run5",
+            "session4_spearman",
+            "session4_transpose_fit",
+            "session5_fit",
+            "session5_heldout",
+            "session5_f16top",
+            "session6_heldout",
+            "session6_colfit",
+            "session6_coltop",
+            "session6_colheldout",
+        )
+    )
     assert "2fb5e96" in cal["commit"] and "12a4e05" in cal["commit"] and "13.0" in cal["registers_compiler"]
     assert len(cal["fit_shapes"]) == 34 and not set(cal["fit_shapes"]) & set(cal["held_out_shapes"])
     # the expected errors: session 6's last held-out run (6 fresh shapes, 36 configurations each, model 54bf53c
@@ -214,8 +229,17 @@ def test_a_weight_per_candidate_for_the_input_side_is_recovered():
     """The alternative form the choice scored: t0, bw, MU_OUT and MU_IN per candidate."""
     p = {**DEFAULTS, "TILE": 128, "BLOCK_ROWS": 4, "PACK": 2}
     rows = []
-    for n, m in ((8192, 8192), (4096, 4096), (16384, 4096), (8192, 5000), (5000, 8192), (7000, 9000), (3000, 7000),
-                 (6144, 5000), (4096, 16384)):  # fmt: skip
+    for n, m in (
+        (8192, 8192),
+        (4096, 4096),
+        (16384, 4096),
+        (8192, 5000),
+        (5000, 8192),
+        (7000, 9000),
+        (3000, 7000),
+        (6144, 5000),
+        (4096, 16384),
+    ):
         vec, sc = split_bytes(p, n, m, 2)
         _, s_in, s_out = misaligned_sides(p, n, m, 2)
         t = 2.0 + (vec + sc + 0.3 * s_in + 0.6 * s_out) / (3900.0 * 1e3)
@@ -250,21 +274,37 @@ def test_fit_recovers_known_constants():
         ("b", {"TILE": 64, "BLOCK_ROWS": 4}, 3.0, 3800.0),
     ):
         for n in (4096, 8192):
-            rows.append({"label": lab, "elem": 4, "rows": n, "cols": n, "params": {**DEFAULTS, **p},
-                         "time_us": t0 + 2.0 * n * n * 4 / (bw * 1e3)})  # fmt: skip
+            rows.append(
+                {
+                    "label": lab,
+                    "elem": 4,
+                    "rows": n,
+                    "cols": n,
+                    "params": {**DEFAULTS, **p},
+                    "time_us": t0 + 2.0 * n * n * 4 / (bw * 1e3),
+                }
+            )
     out = fit(rows)["constants"]["4"]["candidates"]
     assert out["a"]["t0_us"] == pytest.approx(5.0, rel=1e-6) and out["a"]["bw_gbps"] == pytest.approx(4000.0)
     assert out["b"]["t0_us"] == pytest.approx(3.0, rel=1e-6) and out["b"]["bw_gbps"] == pytest.approx(3800.0)
 
 
-@pytest.mark.parametrize(("dtype", "want"), [("f32", {"TILE": 64, "BLOCK_ROWS": 4, "GROUP": 0}),
-                                             ("f16", {"TILE": 128, "BLOCK_ROWS": 4, "PACK": 2, "GROUP": 0})])  # fmt: skip
+@pytest.mark.parametrize(
+    ("dtype", "want"),
+    [
+        ("f32", {"TILE": 64, "BLOCK_ROWS": 4, "GROUP": 0}),
+        ("f16", {"TILE": 128, "BLOCK_ROWS": 4, "PACK": 2, "GROUP": 0}),
+    ],
+)
 def test_a_spec_without_a_tile_gets_the_pick_for_its_dtype(dtype, want):
     from smemtile.pipeline.fixes import variants
     from smemtile.pipeline.specs import resolve
 
-    cfg = variants(resolve({"arch": "sm_90", "kernel": {"family": "transpose", "rows": 8192, "cols": 8192,
-                                                         "dtype": dtype}}))["fixed"]  # fmt: skip
+    cfg = variants(
+        resolve(
+            {"arch": "sm_90", "kernel": {"family": "transpose", "rows": 8192, "cols": 8192, "dtype": dtype}}
+        )
+    )["fixed"]
     assert {k: cfg.params[k] for k in want} == want
     assert any("no tile given" in n for n in cfg.notes)
     assert all(r.conflict_free for r in analyze_spec(FAM.spec(cfg)))
@@ -351,7 +391,7 @@ def test_candidates_are_exact_on_the_gpu(dtype, p):
         ("f16", {"TILE": 128, "BLOCK_ROWS": 8, "PACK": 2}),
         ("f32", {"TILE": 64, "BLOCK_ROWS": 4, "PACK": 4}),
         ("f16", {"TILE": 64, "BLOCK_ROWS": 4, "PACK": 2, "TILES": 2}),
-    ],  # fmt: skip
+    ],
     ids=lambda x: x if isinstance(x, str) else label(x),
 )
 def test_verify_ncu_matches_the_pack_accesses(tmp_path, dtype, p):
@@ -366,8 +406,15 @@ def test_verify_ncu_matches_the_pack_accesses(tmp_path, dtype, p):
     if shutil.which("ncu") is None:
         pytest.skip("ncu not on PATH")
     spec = tmp_path / "t.yaml"
-    spec.write_text(yaml.safe_dump({"arch": "sm_90", "tile": p, "kernel": {"family": "transpose", "rows": 4096,
-                                                                           "cols": 4096, "dtype": dtype}}))  # fmt: skip
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "arch": "sm_90",
+                "tile": p,
+                "kernel": {"family": "transpose", "rows": 4096, "cols": 4096, "dtype": dtype},
+            }
+        )
+    )
     r = run_cli("verify", str(spec), "--ncu", "--json")
     assert r.returncode == 0, r.stderr
     n = json.loads(r.stdout)["ncu"]
@@ -384,8 +431,10 @@ def test_generated_helper_is_correct_for_transpose(tmp_path):
     from smemtile.pipeline.specs import resolve
 
     cases = [(p, q) for f, p, q in CASES if f == "transpose"]
-    cfgs = [variants(resolve({"arch": "sm_90", "tile": p, "kernel": {"family": "transpose", **q}}))["fixed"]
-            for p, q in cases]  # fmt: skip
+    cfgs = [
+        variants(resolve({"arch": "sm_90", "tile": p, "kernel": {"family": "transpose", **q}}))["fixed"]
+        for p, q in cases
+    ]
     failures, _ = run_helpers(cfgs, tmp_path)
     assert not failures, failures
 
@@ -403,21 +452,28 @@ def test_the_held_out_run_reproduces_the_data_files_expected_error(tmp_path):
 
     cal = load_calibration()
     frozen = {k: v for k, v in cal.items() if k != "validation"}
-    frozen["held_out_shapes"] = [f"transpose {dt} leave-one-shape-out over the fit shapes (cross-validation)"
-                                 for dt in ("f16", "f32")]  # fmt: skip
+    frozen["held_out_shapes"] = [
+        f"transpose {dt} leave-one-shape-out over the fit shapes (cross-validation)" for dt in ("f16", "f32")
+    ]
     frozen["constants"] = json.loads(json.dumps(cal["constants"]))
     for e in ("2", "4"):
         cv = cal["cv"][e]
         c = frozen["constants"][e]
-        c["held_out_median_error"], c["held_out_max_error"] = (cv["shapes_left_out"]["median_error"],
-                                                               cv["shapes_left_out"]["max_error"])  # fmt: skip
-        c["unmeasured_median_error"], c["unmeasured_max_error"] = (cv["candidates_left_out"]["median_error"],
-                                                                   cv["candidates_left_out"]["max_error"])  # fmt: skip
+        c["held_out_median_error"], c["held_out_max_error"] = (
+            cv["shapes_left_out"]["median_error"],
+            cv["shapes_left_out"]["max_error"],
+        )
+        c["unmeasured_median_error"], c["unmeasured_max_error"] = (
+            cv["candidates_left_out"]["median_error"],
+            cv["candidates_left_out"]["max_error"],
+        )
     (tmp_path / "transpose_h200.json").write_text(json.dumps(frozen, indent=1) + "\n")
     run = ROOT / "bench" / "results" / "memory_h200_session6_colheldout2.json"
     got = bm.record_validation(run, tmp_path)
-    assert got == {f"transpose {dt}": cal["constants"][e]["held_out_median_error"] for dt, e in (("f16", "2"),
-                                                                                                  ("f32", "4"))}  # fmt: skip
+    assert got == {
+        f"transpose {dt}": cal["constants"][e]["held_out_median_error"]
+        for dt, e in (("f16", "2"), ("f32", "4"))
+    }
     assert json.loads((tmp_path / "transpose_h200.json").read_text()) == cal
 
 
@@ -445,8 +501,11 @@ def _fixed(p: dict, dtype: str, rows: int = 8192, cols: int = 8192, arch: str = 
     from smemtile.pipeline.fixes import variants
     from smemtile.pipeline.specs import resolve
 
-    doc = {"arch": arch, "tile": dict(p), "kernel": {"family": "transpose", "rows": rows, "cols": cols,
-                                                     "dtype": dtype}}  # fmt: skip
+    doc = {
+        "arch": arch,
+        "tile": dict(p),
+        "kernel": {"family": "transpose", "rows": rows, "cols": cols, "dtype": dtype},
+    }
     return variants(resolve(doc))["fixed"]
 
 

@@ -14,8 +14,14 @@ from smemtile.errors import SpecError
 
 
 def cfg(bm, bn, bk, warps=8, stages=3, group=8):
-    return {"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": bk, "GROUP_SIZE_M": group,
-            "num_warps": warps, "num_stages": stages}  # fmt: skip
+    return {
+        "BLOCK_SIZE_M": bm,
+        "BLOCK_SIZE_N": bn,
+        "BLOCK_SIZE_K": bk,
+        "GROUP_SIZE_M": group,
+        "num_warps": warps,
+        "num_stages": stages,
+    }
 
 
 class FakeTensor:
@@ -34,8 +40,14 @@ def args(m, n, k, dtype="torch.bfloat16"):
     }
 
 
-SPACE = [cfg(bm, bn, bk, w, s) for bm in (64, 128, 256) for bn in (64, 128, 256) for bk in (32, 64, 128)
-         for w in (4, 8) for s in (3, 4, 5)]  # fmt: skip
+SPACE = [
+    cfg(bm, bn, bk, w, s)
+    for bm in (64, 128, 256)
+    for bn in (64, 128, 256)
+    for bk in (32, 64, 128)
+    for w in (4, 8)
+    for s in (3, 4, 5)
+]
 
 
 def test_shared_memory_formula_against_the_opt_in_limit():
@@ -119,7 +131,8 @@ def test_configs_as_dicts_is_a_ranked_space_that_fits():
     for c in d:
         assert 4000 % c["BLOCK_SIZE_K"] == 0
         assert (c["BLOCK_SIZE_M"] * c["BLOCK_SIZE_K"] + c["BLOCK_SIZE_K"] * c["BLOCK_SIZE_N"]) * 2 * c[
-            "num_stages"] <= 232448  # fmt: skip
+            "num_stages"
+        ] <= 232448
     ranked = [r["config"] for r in st.rank(d, 6000, 5000, 4000, "bf16")]
     assert ranked == d  # prune ranks them in the same order
     assert st.configs_as_dicts(4096, 4096, 4096, "f16", top=3) != st.configs_as_dicts(
@@ -143,7 +156,8 @@ def test_configs_builds_triton_config_objects(monkeypatch):
     out = st.configs(4096, 4096, 4096, "bf16", top=4)
     want = st.configs_as_dicts(4096, 4096, 4096, "bf16", top=4)
     assert [(c.kwargs["BLOCK_SIZE_M"], c.kwargs["BLOCK_SIZE_K"], c.num_warps, c.num_stages) for c in out] == [
-        (d["BLOCK_SIZE_M"], d["BLOCK_SIZE_K"], d["num_warps"], d["num_stages"]) for d in want]  # fmt: skip
+        (d["BLOCK_SIZE_M"], d["BLOCK_SIZE_K"], d["num_warps"], d["num_stages"]) for d in want
+    ]
     assert st.prune(out, args(4096, 4096, 4096)) == out  # Config objects rank like their dicts
 
 
@@ -154,11 +168,17 @@ def test_prune_inside_triton_autotune():
     sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1] / "bench"))
     import bench_triton_prune as b
 
-    space = [triton.Config({"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": bk, "GROUP_SIZE_M": 8},
-                           num_warps=w, num_stages=s)
-             for bm, bn, bk, w, s in b.search_space()]  # fmt: skip
-    tuned = triton.autotune(configs=space, key=["M", "N", "K"],
-                            prune_configs_by={"early_config_prune": st.pruner(k=2)})(b.matmul_kernel)  # fmt: skip
+    space = [
+        triton.Config(
+            {"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": bk, "GROUP_SIZE_M": 8},
+            num_warps=w,
+            num_stages=s,
+        )
+        for bm, bn, bk, w, s in b.search_space()
+    ]
+    tuned = triton.autotune(
+        configs=space, key=["M", "N", "K"], prune_configs_by={"early_config_prune": st.pruner(k=2)}
+    )(b.matmul_kernel)
     m, n, k = 512, 384, 200
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)

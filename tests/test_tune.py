@@ -227,8 +227,14 @@ class _NullGpu(NullRunner):
         self.dev = _Dev()
 
     def describe(self) -> dict:
-        return {"host": "here", "pid": 1, "uuid": "NULL-0", "arch": "sm_90", "device": self.dev.to_dict(),
-                "env": self.env}  # fmt: skip
+        return {
+            "host": "here",
+            "pid": 1,
+            "uuid": "NULL-0",
+            "arch": "sm_90",
+            "device": self.dev.to_dict(),
+            "env": self.env,
+        }
 
 
 @pytest.mark.gpu
@@ -250,8 +256,19 @@ def test_cli_several_problems_from_shapes(tmp_path, monkeypatch):
     shapes = tmp_path / "shapes.yaml"
     shapes.write_text("- {M: 256, N: 256, K: 128}\n- {M: 512, N: 256, K: 256}\n")
     outdir = tmp_path / "tuned"
-    args = ["tune", str(spec), "--shapes", str(shapes), "--top", "1", "--cache", str(tmp_path / "c.jsonl"),
-            "-o", str(outdir), "--json"]  # fmt: skip
+    args = [
+        "tune",
+        str(spec),
+        "--shapes",
+        str(shapes),
+        "--top",
+        "1",
+        "--cache",
+        str(tmp_path / "c.jsonl"),
+        "-o",
+        str(outdir),
+        "--json",
+    ]
     r = CliRunner().invoke(main, args)
     assert r.exit_code == 0, r.output
     d = json.loads(r.output)
@@ -270,8 +287,11 @@ def test_cli_bad_shapes_and_executor_flags_exit_2_one_line(tmp_path):
     r = run_cli("tune", str(SGEMM), "--shapes", str(shapes), "--dry-run")
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "--shapes" in r.stderr and "'Q'" in r.stderr and "allowed: M, N, K" in r.stderr
-    for args, word in ((["--executor", "ray"], "--executor"), (["--gpus", "0"], "--gpus"),
-                       (["--executor", "local", "--gpus", "2"], "--gpus")):  # fmt: skip
+    for args, word in (
+        (["--executor", "ray"], "--executor"),
+        (["--gpus", "0"], "--gpus"),
+        (["--executor", "local", "--gpus", "2"], "--gpus"),
+    ):
         r = CliRunner().invoke(main, ["tune", str(SGEMM), *args])
         assert r.exit_code == 2 and len(r.output.strip().splitlines()) == 1 and word in r.output, r.output
 
@@ -319,8 +339,15 @@ class _DevRunner:
         label = shape_label(cfg.params)
         self.calls.append(label)
         t = (1 + 0.01 * self.order.index(label)) * self.factor
-        return {"status": "ok", "time_ms": t, "unit": "tflops", "value": 1 / t, "device_uuid": self.uuid,
-                "sm_clock_mhz": self.clock, "throttle": self.throttle}  # fmt: skip
+        return {
+            "status": "ok",
+            "time_ms": t,
+            "unit": "tflops",
+            "value": 1 / t,
+            "device_uuid": self.uuid,
+            "sm_clock_mhz": self.clock,
+            "throttle": self.throttle,
+        }
 
 
 class _FakeCluster:

@@ -73,8 +73,20 @@ def test_cli_against_a_running_scheduler(setup, tmp_path):
     spec = tmp_path / "s.yaml"
     spec.write_text(yaml.safe_dump(problems[0]["doc"]))
     address = cluster.client.scheduler.address.split("://", 1)[1]
-    args = ["tune", str(spec), "--top", "2", "--executor", f"dask://{address}", "--simulate",
-            "--cache", str(tmp_path / "c.jsonl"), "-o", str(tmp_path / "best.yaml"), "--json"]  # fmt: skip
+    args = [
+        "tune",
+        str(spec),
+        "--top",
+        "2",
+        "--executor",
+        f"dask://{address}",
+        "--simulate",
+        "--cache",
+        str(tmp_path / "c.jsonl"),
+        "-o",
+        str(tmp_path / "best.yaml"),
+        "--json",
+    ]
     r = CliRunner().invoke(main, args)
     assert r.exit_code == 0, r.output
     d = json.loads(r.output)

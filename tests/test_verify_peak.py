@@ -9,18 +9,42 @@ import pytest
 from smemtile.families import FAMILIES
 from smemtile.report.verify import render
 
-PEAK = {"tflops": 66.9, "tflops_basis": "132 SMs x 128 FP32 lanes x 2 (FMA) x 1980 MHz", "gbps": 4814.3,
-        "gbps_basis": "2 x 3201 MHz x 6016-bit bus"}  # fmt: skip
+PEAK = {
+    "tflops": 66.9,
+    "tflops_basis": "132 SMs x 128 FP32 lanes x 2 (FMA) x 1980 MHz",
+    "gbps": 4814.3,
+    "gbps_basis": "2 x 3201 MHz x 6016-bit bus",
+}
 
 
 def doc(family: str, unit: str, value: float, fraction: float | None) -> dict:
     occ = {"model": {"active_blocks": 1, "occupancy": 0.125}, "driver": {"active_blocks": 1}, "agree": True}
-    rows = [{"variant": v, "layout_text": "dense", "registers": 168, "spills": 0, "static_smem_bytes": 0,
-             "occupancy": occ, "correct": True, "max_rel_error": 1e-3, "time_ms": 0.18, unit: value,
-             "peak_fraction": fraction, "timing": {"runs": 20}} for v in ("baseline", "fixed")]  # fmt: skip
-    return {"spec": "s.yaml", "family": family, "problem": {"M": 4096, "N": 4096, "K": 4096}, "arch": "sm_90a",
-            "device": {"name": "NVIDIA H200", "arch": "sm_90", "index": 0, "peak": PEAK}, "compile_only": False,
-            "variants": rows}  # fmt: skip
+    rows = [
+        {
+            "variant": v,
+            "layout_text": "dense",
+            "registers": 168,
+            "spills": 0,
+            "static_smem_bytes": 0,
+            "occupancy": occ,
+            "correct": True,
+            "max_rel_error": 1e-3,
+            "time_ms": 0.18,
+            unit: value,
+            "peak_fraction": fraction,
+            "timing": {"runs": 20},
+        }
+        for v in ("baseline", "fixed")
+    ]
+    return {
+        "spec": "s.yaml",
+        "family": family,
+        "problem": {"M": 4096, "N": 4096, "K": 4096},
+        "arch": "sm_90a",
+        "device": {"name": "NVIDIA H200", "arch": "sm_90", "index": 0, "peak": PEAK},
+        "compile_only": False,
+        "variants": rows,
+    }
 
 
 @pytest.mark.parametrize("family", ["hgemm", "wgmma_gemm"])

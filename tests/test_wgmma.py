@@ -26,8 +26,15 @@ def cfg(**kw):
 def test_defaults_and_stages_from_the_budget():
     c = cfg()
     p = c.params
-    assert (p["BM"], p["BN"], p["CONSUMERS"], p["CLUSTER"], p["WS"], p["EPI"], p["SETMAXNREG"]) == (128, 256, 2, 2,
-                                                                                                    1, 2, 1)  # fmt: skip
+    assert (p["BM"], p["BN"], p["CONSUMERS"], p["CLUSTER"], p["WS"], p["EPI"], p["SETMAXNREG"]) == (
+        128,
+        256,
+        2,
+        2,
+        1,
+        2,
+        1,
+    )
     # 1024 slack + 4 x (128 + 256) x 128 B + half the 128 x 256 bf16 C tile (EPI 2) + 8 mbarriers
     assert p["STAGES"] == 4 and p["EPI"] == 2 and FAM.smem_bytes(c) == 1024 + 4 * 49152 + 32768 + 64 == 230464
     assert cfg(EPI=1).params["STAGES"] == 3  # the whole tile staged: one stage less
@@ -205,10 +212,14 @@ def test_nvrtc_ptx_holds_wgmma_tma_multicast_and_no_spills():
     if b.compiled is None:
         pytest.skip(b.compile_note)
     ptx = b.compiled.ptx
-    for needle in (r"wgmma\.mma_async\.sync\.aligned\.m64n256k16\.f32\.bf16\.bf16",
-                   r"cp\.async\.bulk\.tensor\.2d\.shared::cluster\.global\.mbarrier::complete_tx::bytes\.multicast",
-                   r"cp\.async\.bulk\.tensor\.2d\.global\.shared::cta", r"setmaxnreg\.inc", r"stmatrix",
-                   r"mbarrier\.try_wait\.parity"):  # fmt: skip
+    for needle in (
+        r"wgmma\.mma_async\.sync\.aligned\.m64n256k16\.f32\.bf16\.bf16",
+        r"cp\.async\.bulk\.tensor\.2d\.shared::cluster\.global\.mbarrier::complete_tx::bytes\.multicast",
+        r"cp\.async\.bulk\.tensor\.2d\.global\.shared::cta",
+        r"setmaxnreg\.inc",
+        r"stmatrix",
+        r"mbarrier\.try_wait\.parity",
+    ):
         assert re.search(needle, ptx), needle
     assert b.kernel.extra["ptxas"]["spills"] == 0
     assert all(i.status != "fail" for i in b.checklist)

@@ -54,8 +54,11 @@ class _LazyGroup(SmemtileGroup):
 
 @click.group("smemtile", cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="smemtile")
-@click.option("--debug", is_flag=True, help="On an error, show the Python traceback too (for bug reports; "
-              "or set SMEMTILE_DEBUG=1).")  # fmt: skip
+@click.option(
+    "--debug",
+    is_flag=True,
+    help="On an error, show the Python traceback too (for bug reports; or set SMEMTILE_DEBUG=1).",
+)
 def main(debug: bool) -> None:
     """smemtile: shared-memory tiles as the hardware sees them.
 

@@ -52,8 +52,16 @@ from smemtile.fileio import printable
     type=click.Path(dir_okay=False, path_type=Path),
     help="Also save the report as FILE.svg or FILE.html.",
 )
-def command(spec: Path, as_json: bool, brief: bool, lanes: bool, all_instructions: bool, regs: int | None,
-            no_compile: bool, export: Path | None) -> None:  # fmt: skip
+def command(
+    spec: Path,
+    as_json: bool,
+    brief: bool,
+    lanes: bool,
+    all_instructions: bool,
+    regs: int | None,
+    no_compile: bool,
+    export: Path | None,
+) -> None:
     """Show how the hardware serves each shared-memory access of SPEC, the fix, and what it costs.
 
     First the answer: one verdict table (per access the op, worst / ideal wavefronts, the conflict degree, the

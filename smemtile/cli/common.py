@@ -17,9 +17,28 @@ from smemtile.errors import CompileError, SmemtileError, SpecError
 
 # Fixed values of the options, spelled out so that `--help` lists them and shell completion offers them without
 # importing the model at start-up; tests/test_cli_help.py checks each against the model's own table.
-ARCH_TARGETS = ("sm_70", "sm_75", "sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_100", "sm_103", "sm_120",
-                "sm_121", "sm_90a", "sm_100a", "sm_100f", "sm_103a", "sm_103f", "sm_120a", "sm_120f", "sm_121a",
-                "sm_121f")  # fmt: skip  # smemtile.model.arch.known_targets()
+ARCH_TARGETS = (
+    "sm_70",
+    "sm_75",
+    "sm_80",
+    "sm_86",
+    "sm_87",
+    "sm_89",
+    "sm_90",
+    "sm_100",
+    "sm_103",
+    "sm_120",
+    "sm_121",
+    "sm_90a",
+    "sm_100a",
+    "sm_100f",
+    "sm_103a",
+    "sm_103f",
+    "sm_120a",
+    "sm_120f",
+    "sm_121a",
+    "sm_121f",
+)  # smemtile.model.arch.known_targets()
 AMD_TARGETS = ("gfx90a", "gfx942", "gfx950")  # smemtile.model.tiling_gpus.AMD_ARCHS
 GEMM_DTYPES = ("f32", "tf32", "f16", "bf16", "f8e4m3", "f8e5m2", "i8")  # smemtile.model.tiling.DTYPE_BYTES
 FAMILY_NAMES = ("sgemm", "transpose", "stencil2d", "hgemm", "wgmma_gemm")  # smemtile.families.FAMILIES
@@ -126,8 +145,10 @@ def describe_error(e: BaseException) -> tuple[str, int]:
             2,
         )
     if isinstance(e, UnicodeEncodeError):
-        return (f"cannot write {e.object[e.start]!r} in the output encoding {e.encoding}; "
-                "set PYTHONIOENCODING=utf-8"), 1  # fmt: skip
+        return (
+            f"cannot write {e.object[e.start]!r} in the output encoding {e.encoding}; "
+            "set PYTHONIOENCODING=utf-8"
+        ), 1
     if isinstance(e, OSError):
         reason = e.strerror.lower() if e.strerror else str(e)
         if e.filename is not None:
@@ -136,8 +157,11 @@ def describe_error(e: BaseException) -> tuple[str, int]:
             return f"cannot write the output: {reason}", 1
         return reason, 1
     first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-    return f"internal error: {type(e).__name__}{': ' + first if first else ''} (run with --debug for the " \
-           "traceback, and report it)", 1  # fmt: skip
+    return (
+        f"internal error: {type(e).__name__}{': ' + first if first else ''} (run with --debug for the "
+        "traceback, and report it)",
+        1,
+    )
 
 
 def error_line(message: str, multi_line: bool = False) -> str:

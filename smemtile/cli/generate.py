@@ -84,12 +84,17 @@ def command(spec, output, variant, diff, arch, no_compile, as_json):
     check_outputs({"-o": output}, {"SPEC": spec})
     res = load(spec, arch=arch, first=True)  # `tiles ... --format yaml | generate -`: the stream's first spec
     if res.documents > 1:
-        click.echo(f"smemtile: note: {'<stdin>' if str(spec) == '-' else printable(spec)} holds {res.documents} "
-                   "specs; generating the first (smemtile tiles --top 1 gives one)", err=True)  # fmt: skip
+        click.echo(
+            f"smemtile: note: {'<stdin>' if str(spec) == '-' else printable(spec)} holds {res.documents} "
+            "specs; generating the first (smemtile tiles --top 1 gives one)",
+            err=True,
+        )
     if res.config is None:
-        raise SpecError("the spec has no kernel: section, so there is no kernel to generate (add e.g. kernel: "
-                        "{family: sgemm, M: 4096, N: 4096, K: 4096}; families: sgemm, transpose, stencil2d)",
-                        source=str(spec))  # fmt: skip
+        raise SpecError(
+            "the spec has no kernel: section, so there is no kernel to generate (add e.g. kernel: "
+            "{family: sgemm, M: 4096, N: 4096, K: 4096}; families: sgemm, transpose, stencil2d)",
+            source=str(spec),
+        )
     v = variants(res)
     cfg, base = v[variant], v["baseline"]
     other = v["fixed"] if variant == "baseline" else base

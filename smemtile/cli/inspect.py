@@ -19,43 +19,108 @@ def _dims(value: str, key: str) -> tuple[int, ...]:
 
 @click.command("inspect", short_help="Your own kernel: banks per source line, and the fix.")
 @click.argument("kernel_file", metavar="KERNEL", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--kernel", "kernel", help="The kernel's name (demangled, e.g. transpose, or mangled); needed when "
-              "the file has several.")  # fmt: skip
+@click.option(
+    "--kernel",
+    "kernel",
+    help="The kernel's name (demangled, e.g. transpose, or mangled); needed when the file has several.",
+)
 @click.option("--grid", default="1", show_default=True, help="Grid dimensions X[,Y[,Z]].")
 @click.option("--block", default="32", show_default=True, help="Block dimensions X[,Y[,Z]].")
 @click.option("--smem", default="0", show_default=True, help="Dynamic shared memory per block (49152, 48K).")
-@click.option("--args", "args", type=click.Path(dir_okay=False, path_type=Path),
-              help="ARGS.yaml: the kernel's arguments in parameter order ({name, dtype, count, fill} for arrays, "
-              "{name, value} for scalars; counts and values may be expressions over --define constants).")  # fmt: skip
-@click.option("--define", "-D", "defines", multiple=True, metavar="NAME=VALUE",
-              help="A macro for NVRTC and the declarations' sizes (repeatable).")  # fmt: skip
+@click.option(
+    "--args",
+    "args",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="ARGS.yaml: the kernel's arguments in parameter order ({name, dtype, count, fill} for arrays, "
+    "{name, value} for scalars; counts and values may be expressions over --define constants).",
+)
+@click.option(
+    "--define",
+    "-D",
+    "defines",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="A macro for NVRTC and the declarations' sizes (repeatable).",
+)
 @click.option("--arch", default="sm_90", show_default=True, help="The architecture NVRTC compiles for.")
 @click.option(
     "--simulate", is_flag=True, help="Emulate the sampled warps' address arithmetic on the CPU (no GPU)."
 )
 @click.option("--gpu", "use_gpu", is_flag=True, help="Record on the GPU (the default when one is present).")
-@click.option("--ncu", is_flag=True, help="Also profile the uninstrumented kernel with Nsight Compute and put "
-              "its wavefronts per source line beside the prediction, with a match column.")  # fmt: skip
-@click.option("--blocks", "n_blocks", type=click.IntRange(1, 4096), default=2, show_default=True,
-              help="Sample: the first N blocks in linear order.")  # fmt: skip
-@click.option("--warps", "n_warps", type=click.IntRange(1, 32), default=4, show_default=True,
-              help="Sample: warps 0..W-1 of each sampled block.")  # fmt: skip
-@click.option("--executions", "n_exec", type=click.IntRange(1, 1 << 20), default=64, show_default=True,
-              help="Sample: the first N executions per instruction per sampled warp.")  # fmt: skip
-@click.option("--max-steps", type=click.IntRange(1000, 1 << 30), default=None,
-              help="--simulate: PTX instructions per warp before the emulator stops (default 2,000,000).")  # fmt: skip
-@click.option("--emit-spec", "emit_spec", type=click.Path(dir_okay=False, path_type=Path),
-              help="Write the recorded accesses as a spec FILE.yaml that `smemtile analyze` takes.")  # fmt: skip
+@click.option(
+    "--ncu",
+    is_flag=True,
+    help="Also profile the uninstrumented kernel with Nsight Compute and put "
+    "its wavefronts per source line beside the prediction, with a match column.",
+)
+@click.option(
+    "--blocks",
+    "n_blocks",
+    type=click.IntRange(1, 4096),
+    default=2,
+    show_default=True,
+    help="Sample: the first N blocks in linear order.",
+)
+@click.option(
+    "--warps",
+    "n_warps",
+    type=click.IntRange(1, 32),
+    default=4,
+    show_default=True,
+    help="Sample: warps 0..W-1 of each sampled block.",
+)
+@click.option(
+    "--executions",
+    "n_exec",
+    type=click.IntRange(1, 1 << 20),
+    default=64,
+    show_default=True,
+    help="Sample: the first N executions per instruction per sampled warp.",
+)
+@click.option(
+    "--max-steps",
+    type=click.IntRange(1000, 1 << 30),
+    default=None,
+    help="--simulate: PTX instructions per warp before the emulator stops (default 2,000,000).",
+)
+@click.option(
+    "--emit-spec",
+    "emit_spec",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the recorded accesses as a spec FILE.yaml that `smemtile analyze` takes.",
+)
 @click.option("--no-lanes", is_flag=True, help="Leave out the lane -> address -> bank tables.")
 @click.option("--device", type=click.IntRange(0, 63), default=0, show_default=True, help="GPU ordinal.")
-@click.option("--export", "export", type=click.Path(dir_okay=False, path_type=Path),
-              help="Also write one self-contained HTML page (FILE.html): per source line the table, the worst "
-              "instruction's lanes x banks heatmap, the fix with the same instruction before and after.")  # fmt: skip
+@click.option(
+    "--export",
+    "export",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write one self-contained HTML page (FILE.html): per source line the table, the worst "
+    "instruction's lanes x banks heatmap, the fix with the same instruction before and after.",
+)
 @json_option
-def command(kernel_file: Path, kernel: str | None, grid: str, block: str, smem: str, args: Path | None,
-            defines: tuple[str, ...], arch: str, simulate: bool, use_gpu: bool, ncu: bool, n_blocks: int,
-            n_warps: int, n_exec: int, max_steps: int | None, emit_spec: Path | None, no_lanes: bool, device: int,
-            export: Path | None, as_json: bool) -> None:  # fmt: skip
+def command(
+    kernel_file: Path,
+    kernel: str | None,
+    grid: str,
+    block: str,
+    smem: str,
+    args: Path | None,
+    defines: tuple[str, ...],
+    arch: str,
+    simulate: bool,
+    use_gpu: bool,
+    ncu: bool,
+    n_blocks: int,
+    n_warps: int,
+    n_exec: int,
+    max_steps: int | None,
+    emit_spec: Path | None,
+    no_lanes: bool,
+    device: int,
+    export: Path | None,
+    as_json: bool,
+) -> None:
     """Inspect your own kernel: every shared-memory instruction with its source line and __shared__ array, the
     wavefronts each costs (L1 Wavefronts Shared, Ideal, Excessive, as Nsight Compute names them) per source line,
     costliest first, the lane -> address -> bank table of the costliest instruction, and for each array whose
@@ -89,10 +154,22 @@ def command(kernel_file: Path, kernel: str | None, grid: str, block: str, smem: 
         for p in (kernel_file, args, emit_spec):
             if p is not None:
                 check_output(export, p, key="--export")
-    res = inspect(kernel_file, kernel=kernel, grid=_dims(grid, "--grid"), block=_dims(block, "--block"),
-                  smem=parse_size(smem, key="--smem"), args=args, defines=defines, arch=arch, mode=mode, ncu=ncu,
-                  sample=Sample(n_blocks, n_warps, n_exec), emit_spec=emit_spec, max_steps=max_steps,
-                  device=device)  # fmt: skip
+    res = inspect(
+        kernel_file,
+        kernel=kernel,
+        grid=_dims(grid, "--grid"),
+        block=_dims(block, "--block"),
+        smem=parse_size(smem, key="--smem"),
+        args=args,
+        defines=defines,
+        arch=arch,
+        mode=mode,
+        ncu=ncu,
+        sample=Sample(n_blocks, n_warps, n_exec),
+        emit_spec=emit_spec,
+        max_steps=max_steps,
+        device=device,
+    )
     if export is not None:  # first: a page that cannot be written is the one line, before any output
         from smemtile.fileio import write_text_atomic
         from smemtile.report.pages_inspect import inspect_page

@@ -80,8 +80,12 @@ def command(
     raw = load_yaml(read_text(catalogue, what="catalogue"), printable(catalogue))
     arch, patterns = catalogue_patterns(raw, str(catalogue))
     names = [p.name for p in patterns]
-    head = {"catalogue": str(catalogue), "description": str((raw or {}).get("description", "")),
-            "date": _dt.date.today().isoformat(), "model": "smemtile.model.banks"}  # fmt: skip
+    head = {
+        "catalogue": str(catalogue),
+        "description": str((raw or {}).get("description", "")),
+        "date": _dt.date.today().isoformat(),
+        "model": "smemtile.model.banks",
+    }
     if out is not None and not (out.parent if str(out.parent) else Path(".")).is_dir():
         raise SpecError(f"folder {printable(out.parent)!r} does not exist", key="--out")
     if predict_only:
@@ -89,14 +93,21 @@ def command(
         from smemtile.gpu.microkernel import predict
 
         build_module(patterns, arch)  # the same refusals as a real run
-        doc = {**head, "about": "bank-model predictions, recorded before any measurement", "arch": arch.name,
-               "patterns": predict(patterns)}  # fmt: skip
+        doc = {
+            **head,
+            "about": "bank-model predictions, recorded before any measurement",
+            "arch": arch.name,
+            "patterns": predict(patterns),
+        }
     else:
         from smemtile.gpu.microkernel import measure_patterns
 
-        doc = {**head, "about": "shared-memory wavefronts per instruction measured by microkernels "
-               "(smemtile measure) beside the bank model's prediction",
-               **measure_patterns(patterns, arch, device=device, use_ncu=not no_ncu)}  # fmt: skip
+        doc = {
+            **head,
+            "about": "shared-memory wavefronts per instruction measured by microkernels "
+            "(smemtile measure) beside the bank model's prediction",
+            **measure_patterns(patterns, arch, device=device, use_ncu=not no_ncu),
+        }
     assert [p["name"] for p in doc["patterns"]] == names
     if out is not None:  # fileio: no device, FIFO or catalogue; a symlink kept; mode 0666 & ~umask
         write_text_atomic(out, json.dumps(doc, indent=1) + "\n", key="--out", inputs=[catalogue])

@@ -143,8 +143,10 @@ def command(
 
         console().print(render_occupancy(r, a))
         if clusters["cluster"] > 1:
-            console().print(f"clusters of {clusters['cluster']}: {clusters['active_clusters']} active per GPU "
-                            f"({clusters['sms']} SMs; {clusters['source']})")  # fmt: skip
+            console().print(
+                f"clusters of {clusters['cluster']}: {clusters['active_clusters']} active per GPU "
+                f"({clusters['sms']} SMs; {clusters['source']})"
+            )
     if r.active_blocks == 0:
         raise OutOfResources(f"0 blocks fit on an {r.arch} SM: {r.reason}")
 
@@ -158,8 +160,11 @@ def _clusters(a, blocks: int, cluster: str, sms: str | None) -> dict:
     if size > 16:
         raise SpecError(f"{size} CTAs per cluster; at most 16 (8 portable)", key="--cluster")
     if size > 1 and tuple(a.cc) < CLUSTER_CC:  # no silent answer for hardware without clusters
-        raise SpecError(f"thread-block clusters need sm_{CLUSTER_CC[0]}{CLUSTER_CC[1]} or later; the target is "
-                        f"{a.name} (leave out --cluster, or give --arch sm_90)", key="--cluster")  # fmt: skip
+        raise SpecError(
+            f"thread-block clusters need sm_{CLUSTER_CC[0]}{CLUSTER_CC[1]} or later; the target is "
+            f"{a.name} (leave out --cluster, or give --arch sm_90)",
+            key="--cluster",
+        )
     gpu = get_gpu(None, getattr(a, "base", a.name))
     n = parse_int(sms, "--sms", 1) if sms is not None else gpu.sms
     return {**active_clusters(blocks, size, n, gpu.key if sms is None else None), "sms": n}
@@ -181,11 +186,15 @@ def _batch(path: str, as_json: bool) -> None:
         for chunk in _chunks(read_blocks(path, what="CSV file", key="--batch"), name):
             spool.add(_arrays(chunk, name, archs, table))
             if spool.rows > MAX_BATCH_ROWS:  # linear, ~10-15 s a million rows: the documented budget
-                raise SpecError(f"more than {MAX_BATCH_ROWS} configurations; --batch takes at most "
-                                f"{MAX_BATCH_ROWS} (split the file)", source=name)  # fmt: skip
+                raise SpecError(
+                    f"more than {MAX_BATCH_ROWS} configurations; --batch takes at most "
+                    f"{MAX_BATCH_ROWS} (split the file)",
+                    source=name,
+                )
         if spool.rows == 0:
-            raise SpecError("no configurations (expected lines arch,threads,regs,static_smem,dynamic_smem)",
-                            source=name)  # fmt: skip
+            raise SpecError(
+                "no configurations (expected lines arch,threads,regs,static_smem,dynamic_smem)", source=name
+            )
         _emit(_unpack(spool, table), spool.rows, as_json)
 
 
@@ -313,8 +322,13 @@ def _header(r: list[str], n: int, name: str) -> list[str]:
     missing = [c for c in COLUMNS[:5] if c not in header]
     twice = next((c for i, c in enumerate(header) if c in header[:i]), None)
     if unknown or missing or twice:
-        what = (f"unknown column {printable(unknown[0])!r}" if unknown else f"column {twice!r} named twice"
-                if twice else f"missing column {missing[0]!r}")  # fmt: skip
+        what = (
+            f"unknown column {printable(unknown[0])!r}"
+            if unknown
+            else f"column {twice!r} named twice"
+            if twice
+            else f"missing column {missing[0]!r}"
+        )
         raise SpecError(f"{what}; columns: {', '.join(COLUMNS)}", source=f"{name}:{n}")
     return header
 

@@ -22,8 +22,10 @@ def check_output(output: Path, spec: Path, key: str = "-o") -> None:
         except OSError:
             same = False
         if same:
-            raise SpecError(f"{printable(output)} is the input spec; refusing to overwrite it (choose another file "
-                            "name)", key=key)  # fmt: skip
+            raise SpecError(
+                f"{printable(output)} is the input spec; refusing to overwrite it (choose another file name)",
+                key=key,
+            )
 
 
 def write_page(rep, res, output: Path, spec: Path, key: str = "-o") -> dict:
@@ -34,8 +36,12 @@ def write_page(rep, res, output: Path, spec: Path, key: str = "-o") -> dict:
 
     text = page(res, rep)
     path = write_text_atomic(output, text, key=key, inputs=[spec] if str(spec) != "-" else ())
-    return {"output": str(path), "bytes": len(text.encode("utf-8", "surrogateescape")),
-            "sections": [k for k, _ in SECTIONS], "figures": text.count("<svg ")}  # fmt: skip
+    return {
+        "output": str(path),
+        "bytes": len(text.encode("utf-8", "surrogateescape")),
+        "sections": [k for k, _ in SECTIONS],
+        "figures": text.count("<svg "),
+    }
 
 
 @click.command(
@@ -49,11 +55,19 @@ Examples:
 """,
 )
 @click.argument("spec", type=click.Path(dir_okay=False, path_type=Path, allow_dash=True))
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="The page to write (a .html file; written atomically, never over the spec).")  # fmt: skip
-@click.option("--regs", type=click.IntRange(1, 255),
-              help="Registers per thread for the occupancy curves (default as analyze: ptxas' count for a kernel "
-                   "spec, else the spec's regs, else 64, stated as an assumption).")  # fmt: skip
+@click.option(
+    "-o",
+    "--output",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The page to write (a .html file; written atomically, never over the spec).",
+)
+@click.option(
+    "--regs",
+    type=click.IntRange(1, 255),
+    help="Registers per thread for the occupancy curves (default as analyze: ptxas' count for a kernel "
+    "spec, else the spec's regs, else 64, stated as an assumption).",
+)
 @click.option(
     "--no-compile", is_flag=True, help="Kernel specs: do not compile with NVRTC (registers are then assumed)."
 )

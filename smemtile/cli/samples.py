@@ -39,8 +39,10 @@ def tree_files() -> list[tuple[str, object]]:
     for sub in SUBFOLDERS:
         folder = sample_dir() / sub
         if folder.is_dir():
-            out += sorted(((f"{sub}/{p.name}", p) for p in folder.iterdir() if p.name.endswith(SUFFIXES)),
-                          key=lambda x: x[0])  # fmt: skip
+            out += sorted(
+                ((f"{sub}/{p.name}", p) for p in folder.iterdir() if p.name.endswith(SUFFIXES)),
+                key=lambda x: x[0],
+            )
     return out
 
 
@@ -117,10 +119,19 @@ def command(copy: Path | None, as_json: bool) -> None:
     if copy is not None:
         con.print(f"wrote {len(written)} sample files into {printable(copy)}/ (specs, kernels/, catalogues/)")
         return
-    con.print(Grid(None, ["sample", "what it shows"], [[i["file"], i["description"]] for i in items], left=2,
-                   wrap_last=True))  # fmt: skip
-    con.print("Run one: smemtile analyze samples/gemm_a_column.yaml (outside a clone: smemtile samples --copy "
-              "samples first)")  # fmt: skip
+    con.print(
+        Grid(
+            None,
+            ["sample", "what it shows"],
+            [[i["file"], i["description"]] for i in items],
+            left=2,
+            wrap_last=True,
+        )
+    )
+    con.print(
+        "Run one: smemtile analyze samples/gemm_a_column.yaml (outside a clone: smemtile samples --copy "
+        "samples first)"
+    )
 
 
 def _copy(folder: Path) -> list[str]:
@@ -133,8 +144,11 @@ def _copy(folder: Path) -> list[str]:
     for name, _ in files:
         target = folder / name
         if target.exists() or target.is_symlink():
-            raise SpecError(f"{printable(target)} already exists; refusing to overwrite it (nothing was written: "
-                            "remove it or copy into another folder)", key="--copy")  # fmt: skip
+            raise SpecError(
+                f"{printable(target)} already exists; refusing to overwrite it (nothing was written: "
+                "remove it or copy into another folder)",
+                key="--copy",
+            )
     out = []
     for name, p in files:
         write_text_atomic(folder / name, p.read_text(encoding="utf-8"), key="--copy", make_parents=True)

@@ -168,15 +168,30 @@ def command(
     if export is not None:
         _check_export(export)
     if family is not None and str(family) in ranked_families():
-        return _family(str(family), sizes, dtype, radius, arch, vendor, gpu, sms, top_n, rej_n, fmt, explain,
-                       (export, cache_path))  # fmt: skip
+        return _family(
+            str(family),
+            sizes,
+            dtype,
+            radius,
+            arch,
+            vendor,
+            gpu,
+            sms,
+            top_n,
+            rej_n,
+            fmt,
+            explain,
+            (export, cache_path),
+        )
     if radius is not None:
-        raise SpecError("--radius is the stencil2d family's (use --family stencil2d NY NX --radius R)",
-                        key="--radius")  # fmt: skip
+        raise SpecError(
+            "--radius is the stencil2d family's (use --family stencil2d NY NX --radius R)", key="--radius"
+        )
     if len(sizes) != 3:
         fams = " or ".join(ranked_families())
-        raise SpecError(f"takes M N K (3 sizes) for a GEMM, got {len(sizes)}; ROWS COLS need --family {fams}",
-                        key="sizes")  # fmt: skip
+        raise SpecError(
+            f"takes M N K (3 sizes) for a GEMM, got {len(sizes)}; ROWS COLS need --family {fams}", key="sizes"
+        )
     m, n, k = sizes
     dtype = "f32" if dtype is None else dtype
     n_sms = sms
@@ -189,8 +204,11 @@ def command(
 
     report = recommend(m, n, k, dtype, arch, vendor=vendor, gpu=gpu, sms=n_sms, triton=fmt == "triton")
     if not report.ranked:
-        raise OutOfResources(f"no configuration fits {report.problem.arch}: {report.rejected[0].reason}"
-                        if report.rejected else "no candidates")  # fmt: skip
+        raise OutOfResources(
+            f"no configuration fits {report.problem.arch}: {report.rejected[0].reason}"
+            if report.rejected
+            else "no candidates"
+        )
     if export is not None:
         from smemtile.pipeline.tiles import json_doc
 
@@ -236,12 +254,17 @@ def _check_gemm_family(family: str, dtype: str, arch, vendor) -> None:
     if family == implied:
         return
     if family not in FAMILIES:
-        raise SpecError(f"unknown family {family!r}; tiles ranks {', '.join(ranked_families())} (ROWS COLS) and "
-                        "the GEMM families sgemm, hgemm, wgmma_gemm (M N K)", key="--family")  # fmt: skip
+        raise SpecError(
+            f"unknown family {family!r}; tiles ranks {', '.join(ranked_families())} (ROWS COLS) and "
+            "the GEMM families sgemm, hgemm, wgmma_gemm (M N K)",
+            key="--family",
+        )
     target = f"--dtype {dtype} on {arch or 'sm_90'}"
     if implied is None:
-        raise SpecError(f"no family generates {target} tiles (the ranking is the model's only); drop --family",
-                        key="--family")  # fmt: skip
+        raise SpecError(
+            f"no family generates {target} tiles (the ranking is the model's only); drop --family",
+            key="--family",
+        )
     raise SpecError(f"{target} is ranked by the {implied} family, not {family}", key="--family")
 
 
@@ -261,21 +284,27 @@ def _export(doc: dict, path: Path, cache_path: Path | None) -> None:
     write_text_atomic(path, tiles_page(doc, measured_points(doc, cache_path)), key="--export", inputs=inputs)
 
 
-def _family(family, sizes, dtype, radius, arch, vendor, gpu, sms, top_n, rej_n, fmt, explain,
-            export=(None, None)) -> None:  # fmt: skip
+def _family(
+    family, sizes, dtype, radius, arch, vendor, gpu, sms, top_n, rej_n, fmt, explain, export=(None, None)
+) -> None:
     from smemtile.pipeline.tiles import family_json_doc, family_tiles, family_yaml_specs
 
     if fmt == "triton":
         raise SpecError("--format triton is for GEMM tiles", key="--format")
     if sms is not None or (vendor or "nvidia").lower() != "nvidia":
-        raise SpecError(f"--family {family} ranks for an NVIDIA GPU's own SM count (no --sms, no --vendor amd)",
-                        key="--sms" if sms is not None else "--vendor")  # fmt: skip
+        raise SpecError(
+            f"--family {family} ranks for an NVIDIA GPU's own SM count (no --sms, no --vendor amd)",
+            key="--sms" if sms is not None else "--vendor",
+        )
     if str(arch).lower() == "auto":
         arch, _ = _this_gpu()
     rep = family_tiles(family, sizes, dtype=dtype, keys={"R": radius}, arch=arch, gpu=gpu)
     if not rep.ranked:
-        raise OutOfResources(f"no {family} configuration fits: {rep.rejected[0]['reason']}"
-                             if rep.rejected else "no candidates")  # fmt: skip
+        raise OutOfResources(
+            f"no {family} configuration fits: {rep.rejected[0]['reason']}"
+            if rep.rejected
+            else "no candidates"
+        )
     if export[0] is not None:
         _export(family_json_doc(rep, top_n, rej_n), *export)
     if fmt == "json":

@@ -85,8 +85,13 @@ Examples:
 )
 @click.option("--force", is_flag=True, help="Measure again even when the cache has a result.")
 @click.option("--dry-run", is_flag=True, help="Print the plan (candidates, model ranks) without a GPU.")
-@click.option("--device", type=click.IntRange(0), default=0, show_default=True,
-              help="CUDA device index (the local executor).")  # fmt: skip
+@click.option(
+    "--device",
+    type=click.IntRange(0),
+    default=0,
+    show_default=True,
+    help="CUDA device index (the local executor).",
+)
 @click.option("--seed", type=int, default=1234, show_default=True, help="Seed of the random inputs.")
 @click.option(
     "--simulate",
@@ -157,8 +162,11 @@ def command(
             "stdin (-) can be read once; give at most one of SPEC, --space, --shapes as -", key="SPEC"
         )
     if out is not None and str(out).strip() in ("", "-"):
-        raise SpecError(f"{'an empty name' if not str(out).strip() else '-'}: tune prints its report on stdout; "
-                        "give -o a file (one problem) or a folder (several)", key="-o")  # fmt: skip
+        raise SpecError(
+            f"{'an empty name' if not str(out).strip() else '-'}: tune prints its report on stdout; "
+            "give -o a file (one problem) or a folder (several)",
+            key="-o",
+        )
     from smemtile.cache import default_cache_path
 
     inputs = {("SPEC" if i == 0 else f"SPEC {i + 1}"): p for i, p in enumerate(specs)}
@@ -192,8 +200,9 @@ def command(
         _dry_run([_problem_doc(p, arch0) for p in problems], as_json, (export, [*specs, *read_inputs]))
         return
     runner = "smemtile.gpu.tune:SimulatedRunner" if simulate else "smemtile.gpu.tune:GpuRunner"
-    ex = make_executor(executor, gpus=gpus, runner=runner, seed=seed, device=device,
-                       compile_workers=compile_workers)  # fmt: skip
+    ex = make_executor(
+        executor, gpus=gpus, runner=runner, seed=seed, device=device, compile_workers=compile_workers
+    )
     with _terminated(ex, cache_path):
         _tune(ex, docs, planned, arch0, specs, out, cache_path, force, as_json, read_inputs, export)
 
@@ -257,8 +266,11 @@ class _terminated:
         what = "interrupted (Ctrl-C)" if issubclass(kind, KeyboardInterrupt) else "terminated (SIGTERM)"
         where = printable(self.cache_path or default_cache_path())
         try:
-            click.echo(f"smemtile: tune {what}; the results measured so far are in the cache {where} (run the "
-                       "same command again to resume)", err=True)  # fmt: skip
+            click.echo(
+                f"smemtile: tune {what}; the results measured so far are in the cache {where} (run the "
+                "same command again to resume)",
+                err=True,
+            )
         except Exception:
             pass
         sys.exit(130 if issubclass(kind, KeyboardInterrupt) else 143)
@@ -315,13 +327,20 @@ def _run(ex, problems, arch, specs, out, cache_path, force, as_json, inputs=(), 
     if failed:
         d = failed[0]
         first = d["rows"][0].get("reason") if d["rows"] else "no candidates"
-        raise OutOfResources(f"{d['spec']} {_label(d['problem'])}: every one of the {len(d['rows'])} "
-                             f"configurations failed; first: {first}")  # fmt: skip
+        raise OutOfResources(
+            f"{d['spec']} {_label(d['problem'])}: every one of the {len(d['rows'])} "
+            f"configurations failed; first: {first}"
+        )
 
 
 def _problem_doc(p: dict, arch: str) -> dict:
-    return {"spec": p["spec"], "family": p["family"], "problem": p["problem"], "arch": arch,
-            "candidates": [c.to_dict() for c in p["candidates"]]}  # fmt: skip
+    return {
+        "spec": p["spec"],
+        "family": p["family"],
+        "problem": p["problem"],
+        "arch": arch,
+        "candidates": [c.to_dict() for c in p["candidates"]],
+    }
 
 
 def _label(problem: dict) -> str:
@@ -355,8 +374,10 @@ def _write_winner(d: dict, doc: dict, target: Path, others=()) -> Path:
     new = respec(doc, d["family"], best["params"], best.get("layouts"), str(spec))
     unit = "TFLOP/s" if best.get("unit") == "tflops" else "GB/s"
     # printable: a newline (or any control character) in the file name would end the comment and add YAML
-    head = (f"# smemtile tune {printable(spec)}: winner {printable(best['label'])}, {best['time_ms']:.4f} ms "
-            f"median, {best['value']:.1f} {unit}\n")  # fmt: skip
+    head = (
+        f"# smemtile tune {printable(spec)}: winner {printable(best['label'])}, {best['time_ms']:.4f} ms "
+        f"median, {best['value']:.1f} {unit}\n"
+    )
     text = head + yaml.safe_dump(new, sort_keys=False, default_flow_style=None, width=120)
     # fileio: O_EXCL temp file, fsync, rename; never the spec, --space, --shapes or the cache
     return write_text_atomic(target, text, key="-o", inputs=[spec, *others])
@@ -384,8 +405,10 @@ def _dry_run(docs: list[dict], as_json: bool, export=(None, ())) -> None:
     con = console()
     for d in docs:
         problem = ", ".join(f"{k}={v}" for k, v in d["problem"].items())
-        con.print(f"[bold]smemtile tune --dry-run[/] {esc(d['spec'])}: {esc(d['family'])} "
-                  f"{esc(problem)} on {esc(d['arch'])}")  # fmt: skip
+        con.print(
+            f"[bold]smemtile tune --dry-run[/] {esc(d['spec'])}: {esc(d['family'])} "
+            f"{esc(problem)} on {esc(d['arch'])}"
+        )
         for i, c in enumerate(d["candidates"], 1):
             pred = f"{c['predicted']:.1f}" if c["predicted"] is not None else "-"
             rank = c["model_rank"] if c["model_rank"] is not None else "-"

@@ -120,8 +120,13 @@ def command(
 
         chosen = variants or VARIANTS
         layouts = {"baseline": {}, "fixed": fix_report(res).layouts}
-        doc = verify_spec(res.spec, {v: layouts[v] for v in chosen}, compile_only=compile_only, device=device,
-                          use_ncu=use_ncu)  # fmt: skip
+        doc = verify_spec(
+            res.spec,
+            {v: layouts[v] for v in chosen},
+            compile_only=compile_only,
+            device=device,
+            use_ncu=use_ncu,
+        )
         _export(doc, export, spec)
         if as_json:
             emit_json(doc)

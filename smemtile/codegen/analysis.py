@@ -42,9 +42,19 @@ def summarize(results: tuple[AccessResult, ...]) -> list[AccessBanks]:
     for r in results:
         ratio = r.bank.wavefronts / r.bank.ideal_wavefronts
         k = int(ratio.argmax())
-        out.append(AccessBanks(r.access.name, r.access.buffer, r.access.op, r.access.width, r.access.role,
-                               int(len(r.bank.wavefronts)), int(r.bank.wavefronts[k]),
-                               int(r.bank.ideal_wavefronts[k]), round(float(ratio[k]), 3)))  # fmt: skip
+        out.append(
+            AccessBanks(
+                r.access.name,
+                r.access.buffer,
+                r.access.op,
+                r.access.width,
+                r.access.role,
+                int(len(r.bank.wavefronts)),
+                int(r.bank.wavefronts[k]),
+                int(r.bank.ideal_wavefronts[k]),
+                round(float(ratio[k]), 3),
+            )
+        )
     return out
 
 

@@ -21,13 +21,17 @@ def evaluate(gk: GeneratedKernel, *, ptx: str | None = None, ncu: dict | None = 
     items: list[Item] = []
 
     inner = [b for b in gk.banks if b.inner_loop]
-    items.append(Item(
-        "bank_index", "bank index derived for every shared-memory access of the inner loop",
-        PASS if inner else FAIL,
-        "; ".join(f"{b.name}: {b.wavefronts}/{b.ideal} wavefronts ({b.degree:g}x)" for b in gk.banks)
-        + " (from the family's access expressions, the ones `analyze` prints)" if inner
-        else "the family lists no inner-loop access",
-    ))  # fmt: skip
+    items.append(
+        Item(
+            "bank_index",
+            "bank index derived for every shared-memory access of the inner loop",
+            PASS if inner else FAIL,
+            "; ".join(f"{b.name}: {b.wavefronts}/{b.ideal} wavefronts ({b.degree:g}x)" for b in gk.banks)
+            + " (from the family's access expressions, the ones `analyze` prints)"
+            if inner
+            else "the family lists no inner-loop access",
+        )
+    )
 
     padded = {k: v for k, v in cfg.layouts.items() if v.pad}
     base = {b.name: b for b in (gk.banks_baseline or [])}
@@ -36,8 +40,14 @@ def evaluate(gk: GeneratedKernel, *, ptx: str | None = None, ncu: dict | None = 
             Item("pad_dimension", "padding on the dimension that caused the conflict", NA, "no padding")
         )
     elif not base:
-        items.append(Item("pad_dimension", "padding on the dimension that caused the conflict", NA,
-                          "no baseline to compare with"))  # fmt: skip
+        items.append(
+            Item(
+                "pad_dimension",
+                "padding on the dimension that caused the conflict",
+                NA,
+                "no baseline to compare with",
+            )
+        )
     else:
         reasons, ok = [], True
         for name, lay in padded.items():
@@ -49,17 +59,29 @@ def evaluate(gk: GeneratedKernel, *, ptx: str | None = None, ncu: dict | None = 
                     f"{name}: pad {lay.pad} removes no conflict (it costs shared memory for nothing)"
                 )
             else:
-                reasons.append(f"{name}: pad {lay.pad} on the row stride: "
-                               + ", ".join(f"{w.name} {w.degree:g}x -> {b.degree:g}x" for w, b in pairs))  # fmt: skip
-        items.append(Item("pad_dimension", "padding on the dimension that caused the conflict", PASS if ok else FAIL,
-                          "; ".join(reasons)))  # fmt: skip
+                reasons.append(
+                    f"{name}: pad {lay.pad} on the row stride: "
+                    + ", ".join(f"{w.name} {w.degree:g}x -> {b.degree:g}x" for w, b in pairs)
+                )
+        items.append(
+            Item(
+                "pad_dimension",
+                "padding on the dimension that caused the conflict",
+                PASS if ok else FAIL,
+                "; ".join(reasons),
+            )
+        )
 
-    items.append(Item(
-        "padded_stride", "every index computation uses the padded stride", NA,
-        "not decidable from the generated source: the family's template indexes every shared buffer through "
-        "SmemTile<ROWS, COLS, PAD, B, M, S>::offset (stride COLS + PAD); `smemtile verify` checks the results "
-        "and `verify --ncu` the wavefronts of this layout on a GPU",
-    ))  # fmt: skip
+    items.append(
+        Item(
+            "padded_stride",
+            "every index computation uses the padded stride",
+            NA,
+            "not decidable from the generated source: the family's template indexes every shared buffer through "
+            "SmemTile<ROWS, COLS, PAD, B, M, S>::offset (stride COLS + PAD); `smemtile verify` checks the results "
+            "and `verify --ncu` the wavefronts of this layout on a GPU",
+        )
+    )
 
     items += fam.pipeline_items(cfg, ptx)
 
@@ -67,13 +89,26 @@ def evaluate(gk: GeneratedKernel, *, ptx: str | None = None, ncu: dict | None = 
     text = "cudaFuncSetAttribute for more than 48 KB of dynamic shared memory"
     if dyn > cfg.arch.static_smem_max:
         has = "cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize" in gk.snippet
-        items.append(Item("func_set_attribute", text, PASS if has else FAIL,
-                          f"{dyn} bytes dynamic: the generated launch_{fam.name}() raises "
-                          "MaxDynamicSharedMemorySize before the launch" if has else
-                          f"{dyn} bytes dynamic but the helper never raises the limit"))  # fmt: skip
+        items.append(
+            Item(
+                "func_set_attribute",
+                text,
+                PASS if has else FAIL,
+                f"{dyn} bytes dynamic: the generated launch_{fam.name}() raises "
+                "MaxDynamicSharedMemorySize before the launch"
+                if has
+                else f"{dyn} bytes dynamic but the helper never raises the limit",
+            )
+        )
     else:
-        items.append(Item("func_set_attribute", text, NA,
-                          f"{dyn} bytes dynamic ({gk.launch.static_smem_bytes} static): within the 48 KiB default"))  # fmt: skip
+        items.append(
+            Item(
+                "func_set_attribute",
+                text,
+                NA,
+                f"{dyn} bytes dynamic ({gk.launch.static_smem_bytes} static): within the 48 KiB default",
+            )
+        )
 
     limit = cfg.arch.smem_optin_per_block
     ptxas = (gk.extra or {}).get("ptxas") or {}
@@ -84,13 +119,21 @@ def evaluate(gk: GeneratedKernel, *, ptx: str | None = None, ncu: dict | None = 
     status = PASS if gk.smem_bytes <= limit else FAIL
     if ptxas.get("static_smem_bytes") is not None:
         same = ptxas["static_smem_bytes"] == gk.launch.static_smem_bytes
-        reason += (f"; ptxas reports {ptxas['static_smem_bytes']} bytes static, the formula "
-                   f"{gk.launch.static_smem_bytes}")  # fmt: skip
+        reason += (
+            f"; ptxas reports {ptxas['static_smem_bytes']} bytes static, the formula "
+            f"{gk.launch.static_smem_bytes}"
+        )
         status = status if same else FAIL
     else:
         reason += "; ptxas' number unknown (not compiled)"
-    items.append(Item("smem_total", "total shared memory per block (padding and stages included) within the "
-                      "allocation", status, reason))  # fmt: skip
+    items.append(
+        Item(
+            "smem_total",
+            "total shared memory per block (padding and stages included) within the allocation",
+            status,
+            reason,
+        )
+    )
 
     if ncu:
         items.append(Item("ncu", "conflicts confirmed by ncu", PASS if ncu.get("match") else FAIL, str(ncu)))
@@ -109,6 +152,12 @@ def evaluate(gk: GeneratedKernel, *, ptx: str | None = None, ncu: dict | None = 
         )
     else:
         why = fam.one_block_reason(cfg, occ)
-        items.append(Item("two_blocks", text, PASS if why else FAIL,
-                          why or f"{occ['active_blocks']} block/SM, limited by {occ['limiter']}"))  # fmt: skip
+        items.append(
+            Item(
+                "two_blocks",
+                text,
+                PASS if why else FAIL,
+                why or f"{occ['active_blocks']} block/SM, limited by {occ['limiter']}",
+            )
+        )
     return items

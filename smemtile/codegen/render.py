@@ -140,8 +140,9 @@ def launch_helper(cfg: KernelConfig) -> str:
     works = fam.workspaces(cfg)
     used = _used_names(fam, cfg)
     aligns = {arr: n for arr, n in fam.align_names().items() if n in used}
-    work_aligns = sorted(n for n in aligns.values()
-                         if any(n in parse_expr(x).names for w in works for x in (w.when, w.elems)))  # fmt: skip
+    work_aligns = sorted(
+        n for n in aligns.values() if any(n in parse_expr(x).names for w in works for x in (w.when, w.elems))
+    )
     # nothing problem-specific here: the body (what NVRTC compiles and caches) is the same for every size
     lines = [ALIGN_FN, ""] if aligns else []
     lines += _workspace_size_lines(fam, works, consts, ints, work_aligns) if works else []
@@ -152,9 +153,14 @@ def launch_helper(cfg: KernelConfig) -> str:
         "// Returns the first CUDA error (an invalid size gives cudaErrorInvalidValue before anything runs).",
     ]
     if lds:
-        lines.append("// Layout: " + "; ".join(
-            f"{a.name} is {' x '.join(a.shape)} row-major, element (r, c) at {a.name}[r * {a.ld} + c]" for a in lds)
-            + " (leading dimensions in elements, as cuBLAS takes them).")  # fmt: skip
+        lines.append(
+            "// Layout: "
+            + "; ".join(
+                f"{a.name} is {' x '.join(a.shape)} row-major, element (r, c) at {a.name}[r * {a.ld} + c]"
+                for a in lds
+            )
+            + " (leading dimensions in elements, as cuBLAS takes them)."
+        )
     for _e, rule in fam.requires(cfg):
         lines.append(f"// Requires {_clean(rule)}; otherwise cudaErrorInvalidValue.")
     for line in fam.layout_rules(cfg):
@@ -194,9 +200,14 @@ def launch_helper(cfg: KernelConfig) -> str:
         grid = [parse_expr(g).cpp(consts, "(long long){}") for g in call.grid]
         block = [parse_expr(b).cpp(consts) for b in call.block]
         types = fam.param_types(cfg, call)
-        args = [_workspace_arg(work[a], t) if a in work else
-                a if a in host or a in map_names else parse_expr(a).cpp(consts)
-                for a, t in zip(call.args, types, strict=True)]  # fmt: skip
+        args = [
+            _workspace_arg(work[a], t)
+            if a in work
+            else a
+            if a in host or a in map_names
+            else parse_expr(a).cpp(consts)
+            for a, t in zip(call.args, types, strict=True)
+        ]
         cluster = [parse_expr(c).cpp(consts) for c in call.cluster]
         guard = when not in ("1", "int(1)")
         ind = "        "
@@ -204,8 +215,10 @@ def launch_helper(cfg: KernelConfig) -> str:
             lines.append(f"    // {call.doc}")
         lines.append(f"    if ({when}) {{" if guard else "    {")
         lines.append(f"{ind}const long long gx = {grid[0]}, gy = {grid[1]}, gz = {grid[2]};")
-        lines.append(f"{ind}if (gx < 1 || gx > {GRID_LIMITS[0]}LL || gy < 1 || gy > {GRID_LIMITS[1]} || gz < 1 || "
-                     f"gz > {GRID_LIMITS[2]}) return cudaErrorInvalidConfiguration;")  # fmt: skip
+        lines.append(
+            f"{ind}if (gx < 1 || gx > {GRID_LIMITS[0]}LL || gy < 1 || gy > {GRID_LIMITS[1]} || gz < 1 || "
+            f"gz > {GRID_LIMITS[2]}) return cudaErrorInvalidConfiguration;"
+        )
         dims = f"dim3((unsigned)gx, (unsigned)gy, (unsigned)gz), dim3({', '.join(block)})"
         if call.main:
             lines.append(f"{ind}auto kernel = {expr};")
@@ -216,24 +229,28 @@ def launch_helper(cfg: KernelConfig) -> str:
                 lines.append(
                     f"{ind}// more than 48 KiB of dynamic shared memory: the kernel must opt in first"
                 )
-                lines.append(f"{ind}err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, "
-                             "(int)smem);")  # fmt: skip
+                lines.append(
+                    f"{ind}err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, "
+                    "(int)smem);"
+                )
                 lines.append(f"{ind}if (err != cudaSuccess) return err;")
             if cluster != ["1", "1", "1"]:  # a cluster launch: cudaLaunchKernelEx with the cluster dimension
-                lines += [f"{ind}cudaLaunchConfig_t config = {{}};",
-                          f"{ind}config.gridDim = dim3((unsigned)gx, (unsigned)gy, (unsigned)gz);",
-                          f"{ind}config.blockDim = dim3({', '.join(block)});",
-                          f"{ind}config.dynamicSmemBytes = smem;",
-                          f"{ind}config.stream = stream;",
-                          f"{ind}cudaLaunchAttribute attr[1];",
-                          f"{ind}attr[0].id = cudaLaunchAttributeClusterDimension;",
-                          f"{ind}attr[0].val.clusterDim.x = {cluster[0]};",
-                          f"{ind}attr[0].val.clusterDim.y = {cluster[1]};",
-                          f"{ind}attr[0].val.clusterDim.z = {cluster[2]};",
-                          f"{ind}config.attrs = attr;",
-                          f"{ind}config.numAttrs = 1;",
-                          f"{ind}err = cudaLaunchKernelEx(&config, kernel, {', '.join(args)});",
-                          f"{ind}if (err != cudaSuccess) return err;"]  # fmt: skip
+                lines += [
+                    f"{ind}cudaLaunchConfig_t config = {{}};",
+                    f"{ind}config.gridDim = dim3((unsigned)gx, (unsigned)gy, (unsigned)gz);",
+                    f"{ind}config.blockDim = dim3({', '.join(block)});",
+                    f"{ind}config.dynamicSmemBytes = smem;",
+                    f"{ind}config.stream = stream;",
+                    f"{ind}cudaLaunchAttribute attr[1];",
+                    f"{ind}attr[0].id = cudaLaunchAttributeClusterDimension;",
+                    f"{ind}attr[0].val.clusterDim.x = {cluster[0]};",
+                    f"{ind}attr[0].val.clusterDim.y = {cluster[1]};",
+                    f"{ind}attr[0].val.clusterDim.z = {cluster[2]};",
+                    f"{ind}config.attrs = attr;",
+                    f"{ind}config.numAttrs = 1;",
+                    f"{ind}err = cudaLaunchKernelEx(&config, kernel, {', '.join(args)});",
+                    f"{ind}if (err != cudaSuccess) return err;",
+                ]
             else:
                 lines.append(f"{ind}kernel<<<{dims}, smem, stream>>>({', '.join(args)});")
         else:
@@ -256,10 +273,12 @@ def _dense_overload(fam: Family, cfg: KernelConfig, tail: str) -> list[str]:
     fwd = [f"({parse_expr(dense[a.name]).cpp()})" if a.name in ld_names else a.name for a in fam.host_args]
     extra = ", stream, workspace, workspace_bytes" if "workspace" in tail else ", stream"
     what = ", ".join(f"{n} = {dense[n]}" for n in sorted(ld_names, key=[a.name for a in fam.host_args].index))
-    return [f"// Dense arrays ({what}): the same launch.",
-            f"inline cudaError_t launch_{fam.name}({params}{tail}) {{",
-            f"    return launch_{fam.name}({', '.join(fwd)}{extra});",
-            "}"]  # fmt: skip
+    return [
+        f"// Dense arrays ({what}): the same launch.",
+        f"inline cudaError_t launch_{fam.name}({params}{tail}) {{",
+        f"    return launch_{fam.name}({', '.join(fwd)}{extra});",
+        "}",
+    ]
 
 
 def _workspace_arg(w, ctype: str) -> str:
@@ -275,14 +294,20 @@ def _workspace_size_lines(
     (each at a multiple of WORKSPACE_ALIGN), written once; the helper takes the offsets from it. Where a region
     depends on the pointers' alignment (``A_align``), the size takes it as a trailing argument whose default, 1,
     is the worst case: the size returned then serves any pointers."""
-    lines = [f"// Bytes of workspace launch_{fam.name}() needs for a problem (0: none). Regions: "
-             + "; ".join(f"{w.name} ({_clean(w.doc)})" for w in works) + ".",
-             "// offsets (optional): each region's byte offset, (size_t)-1 where it is not used."
-             + (f" {', '.join(aligns)}: the arrays' pointer alignment (default 1: enough for any pointer)."
-                if aligns else ""),
-             f"inline size_t launch_{fam.name}_workspace_bytes({', '.join(f'int {n}' for n in ints)}, "
-             "size_t* offsets = nullptr" + "".join(f", long long {n} = 1" for n in aligns) + ") {",
-             "    size_t total = 0;"]  # fmt: skip
+    lines = [
+        f"// Bytes of workspace launch_{fam.name}() needs for a problem (0: none). Regions: "
+        + "; ".join(f"{w.name} ({_clean(w.doc)})" for w in works)
+        + ".",
+        "// offsets (optional): each region's byte offset, (size_t)-1 where it is not used."
+        + (
+            f" {', '.join(aligns)}: the arrays' pointer alignment (default 1: enough for any pointer)."
+            if aligns
+            else ""
+        ),
+        f"inline size_t launch_{fam.name}_workspace_bytes({', '.join(f'int {n}' for n in ints)}, "
+        "size_t* offsets = nullptr" + "".join(f", long long {n} = 1" for n in aligns) + ") {",
+        "    size_t total = 0;",
+    ]
     for i, w in enumerate(works):
         when = parse_expr(w.when).cpp(consts, "(long long){}")
         elems = parse_expr(w.elems).cpp(consts, "(long long){}")
@@ -316,15 +341,31 @@ def _workspace_lines(fam: Family, works: list, ints: list[str], aligns: list[str
         f"{ind}}}",
     ]
     for i, w in enumerate(works):
-        lines.append(f"{ind}{w.ctype}* {w.name} = ws_off[{i}] == (size_t)-1 ? nullptr : reinterpret_cast<{w.ctype}*>"
-                     f"(static_cast<char*>(workspace) + ws_off[{i}]);  // {_clean(w.doc)}")  # fmt: skip
+        lines.append(
+            f"{ind}{w.ctype}* {w.name} = ws_off[{i}] == (size_t)-1 ? nullptr : reinterpret_cast<{w.ctype}*>"
+            f"(static_cast<char*>(workspace) + ws_off[{i}]);  // {_clean(w.doc)}"
+        )
     return lines
 
 
 # spec dtype -> CUtensorMapDataType
-TMA_DTYPES = {"f16": "FLOAT16", "bf16": "BFLOAT16", "f32": "FLOAT32", "tf32": "TFLOAT32", "f64": "FLOAT64",
-              "u8": "UINT8", "i8": "UINT8", "u16": "UINT16", "i16": "UINT16", "u32": "UINT32", "i32": "INT32",
-              "u64": "UINT64", "i64": "INT64", "f8e4m3": "UINT8", "f8e5m2": "UINT8"}  # fmt: skip
+TMA_DTYPES = {
+    "f16": "FLOAT16",
+    "bf16": "BFLOAT16",
+    "f32": "FLOAT32",
+    "tf32": "TFLOAT32",
+    "f64": "FLOAT64",
+    "u8": "UINT8",
+    "i8": "UINT8",
+    "u16": "UINT16",
+    "i16": "UINT16",
+    "u32": "UINT32",
+    "i32": "INT32",
+    "u64": "UINT64",
+    "i64": "INT64",
+    "f8e4m3": "UINT8",
+    "f8e5m2": "UINT8",
+}
 
 
 def _tensor_map_lines(fam: Family, cfg: KernelConfig, maps, consts: dict) -> list[str]:
@@ -333,39 +374,46 @@ def _tensor_map_lines(fam: Family, cfg: KernelConfig, maps, consts: dict) -> lis
     ind = "    "
     arrays = {a.name: a for a in fam.host_args if a.array}
     fallback = {w.name: w.fallback for w in fam.workspaces(cfg)}
-    out = [f"{ind}// TMA descriptors (CUtensorMap, passed by value as __grid_constant__ kernel parameters)",
-           f"{ind}static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;",
-           f"{ind}if (encode == nullptr) {{",
-           f"{ind}    cudaDriverEntryPointQueryResult found;",
-           f"{ind}    err = cudaGetDriverEntryPointByVersion(\"cuTensorMapEncodeTiled\", reinterpret_cast<void**>(&encode), "
-           "12000, cudaEnableDefault, &found);",
-           f"{ind}    if (err != cudaSuccess) return err;",
-           f"{ind}    if (found != cudaDriverEntryPointSuccess || encode == nullptr) return cudaErrorNotSupported;",
-           f"{ind}}}"]  # fmt: skip
+    out = [
+        f"{ind}// TMA descriptors (CUtensorMap, passed by value as __grid_constant__ kernel parameters)",
+        f"{ind}static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;",
+        f"{ind}if (encode == nullptr) {{",
+        f"{ind}    cudaDriverEntryPointQueryResult found;",
+        f'{ind}    err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", reinterpret_cast<void**>(&encode), '
+        "12000, cudaEnableDefault, &found);",
+        f"{ind}    if (err != cudaSuccess) return err;",
+        f"{ind}    if (found != cudaDriverEntryPointSuccess || encode == nullptr) return cudaErrorNotSupported;",
+        f"{ind}}}",
+    ]
     for t in maps:
         src = arrays[t.array] if t.array in arrays else arrays[fallback[t.array]]
         dtype = TMA_DTYPES[fam.array_dtype(cfg, src)]
         # a map over a workspace region reads the user's array where the region is not in use
-        ptr = (f"(void*){t.array}" if t.array in arrays else
-               f"({t.array} ? (void*){t.array} : (void*){fallback[t.array]})")  # fmt: skip
+        ptr = (
+            f"(void*){t.array}"
+            if t.array in arrays
+            else f"({t.array} ? (void*){t.array} : (void*){fallback[t.array]})"
+        )
         dims = ", ".join(f"(cuuint64_t)({parse_expr(d).cpp(consts)})" for d in t.dims)
         stride = parse_expr(t.row_stride).cpp(consts, "(long long){}")
         box = ", ".join(f"(cuuint32_t)({parse_expr(b).cpp(consts)})" for b in t.box)
         when = parse_expr(t.when).cpp(consts)
         if t.doc:
             out.append(f"{ind}// {t.name}: {_clean(t.doc)}")
-        out += [f"{ind}smemtile::TensorMap {t.name} = {{}};",
-                f"{ind}if ({when}) {{",
-                f"{ind}    const cuuint64_t dims[2] = {{{dims}}};",
-                f"{ind}    const cuuint64_t strides[1] = {{(cuuint64_t)({stride})}};",
-                f"{ind}    const cuuint32_t box[2] = {{{box}}};",
-                f"{ind}    const cuuint32_t unit[2] = {{1, 1}};",
-                f"{ind}    if (encode(reinterpret_cast<CUtensorMap*>(&{t.name}), CU_TENSOR_MAP_DATA_TYPE_{dtype}, 2, "
-                f"{ptr}, dims, strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, "
-                f"CU_TENSOR_MAP_SWIZZLE_{t.swizzle.upper()}, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, "
-                "CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)",
-                f"{ind}        return cudaErrorInvalidValue;",
-                f"{ind}}}"]  # fmt: skip
+        out += [
+            f"{ind}smemtile::TensorMap {t.name} = {{}};",
+            f"{ind}if ({when}) {{",
+            f"{ind}    const cuuint64_t dims[2] = {{{dims}}};",
+            f"{ind}    const cuuint64_t strides[1] = {{(cuuint64_t)({stride})}};",
+            f"{ind}    const cuuint32_t box[2] = {{{box}}};",
+            f"{ind}    const cuuint32_t unit[2] = {{1, 1}};",
+            f"{ind}    if (encode(reinterpret_cast<CUtensorMap*>(&{t.name}), CU_TENSOR_MAP_DATA_TYPE_{dtype}, 2, "
+            f"{ptr}, dims, strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, "
+            f"CU_TENSOR_MAP_SWIZZLE_{t.swizzle.upper()}, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, "
+            "CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)",
+            f"{ind}        return cudaErrorInvalidValue;",
+            f"{ind}}}",
+        ]
     return out
 
 
@@ -378,19 +426,27 @@ def instantiation(cfg: KernelConfig) -> str:
 def body(cfg: KernelConfig) -> str:
     """Kernel text (header inlined) + explicit instantiation + host helper: what NVRTC and nvcc compile."""
     fam = FAMILIES[cfg.family]
-    return "\n".join([
-        inline_headers(fam.source()).rstrip(),
-        "",
-        "// ---- instantiation ----",
-        instantiation(cfg),
-        "",
-        "#if !defined(__CUDACC_RTC__)  // host launch helper: nvcc only",
-        *(["#include <cuda.h>  // CUtensorMap, cuTensorMapEncodeTiled's types", "#include <cudaTypedefs.h>"]
-          if fam.tensor_maps(cfg) else []),
-        launch_helper(cfg),
-        "#endif",
-        "",
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            inline_headers(fam.source()).rstrip(),
+            "",
+            "// ---- instantiation ----",
+            instantiation(cfg),
+            "",
+            "#if !defined(__CUDACC_RTC__)  // host launch helper: nvcc only",
+            *(
+                [
+                    "#include <cuda.h>  // CUtensorMap, cuTensorMapEncodeTiled's types",
+                    "#include <cudaTypedefs.h>",
+                ]
+                if fam.tensor_maps(cfg)
+                else []
+            ),
+            launch_helper(cfg),
+            "#endif",
+            "",
+        ]
+    )
 
 
 def _clean(text: str) -> str:
@@ -443,13 +499,17 @@ def _header(
     if extra.get("ptxas"):
         r = extra["ptxas"]
         nvrtc = f", NVRTC {extra['nvrtc_version']}" if extra.get("nvrtc_version") else ""
-        out.append(f"// ptxas ({cfg.arch.name}{nvrtc}): {r['registers']} registers, {r['spills']} bytes spilled, "
-                   f"{r['static_smem_bytes']} bytes static shared memory.")  # fmt: skip
+        out.append(
+            f"// ptxas ({cfg.arch.name}{nvrtc}): {r['registers']} registers, {r['spills']} bytes spilled, "
+            f"{r['static_smem_bytes']} bytes static shared memory."
+        )
     if extra.get("occupancy"):
         o = extra["occupancy"]
         s = "s" if o["active_blocks"] != 1 else ""
-        out.append(f"// Occupancy: {o['active_blocks']} block{s}/SM, {o['active_warps']} warps ({o['occupancy']:.0%}), "
-                   f"limited by {o['limiter']}.")  # fmt: skip
+        out.append(
+            f"// Occupancy: {o['active_blocks']} block{s}/SM, {o['active_warps']} warps ({o['occupancy']:.0%}), "
+            f"limited by {o['limiter']}."
+        )
     steps = " then ".join(
         f"{s.kernel.split('<')[0]} grid {tuple(s.grid)} block {tuple(s.block)}" for s in plan.steps
     )
@@ -463,8 +523,10 @@ def _header(
     docs = {w.name: w.doc for w in fam.workspaces(cfg)} if plan.workspace else {}
     for w in plan.workspace:
         if w.active:
-            out.append(f"// Workspace {w.name}: {w.nbytes} bytes at offset {w.offset} ({_clean(docs[w.name])}); "
-                       f"{plan.workspace_bytes} in all (launch_{fam.name}_workspace_bytes()).")  # fmt: skip
+            out.append(
+                f"// Workspace {w.name}: {w.nbytes} bytes at offset {w.offset} ({_clean(docs[w.name])}); "
+                f"{plan.workspace_bytes} in all (launch_{fam.name}_workspace_bytes())."
+            )
     for t in plan.tensor_maps:
         out.append(
             f"// TMA map {t.name}: {t.array} dims {list(t.dims)}, row stride {t.strides[0]} B, box "
@@ -473,8 +535,9 @@ def _header(
     return "\n".join(out)
 
 
-def render(cfg: KernelConfig, *, baseline: KernelConfig | None = None, extra: dict | None = None,
-           origin: str = "") -> GeneratedKernel:  # fmt: skip
+def render(
+    cfg: KernelConfig, *, baseline: KernelConfig | None = None, extra: dict | None = None, origin: str = ""
+) -> GeneratedKernel:
     """The standalone source and launch description of ``cfg`` (``baseline``: the unfixed variant to compare)."""
     fam = FAMILIES[cfg.family]
     plan = fam.launch(cfg)
@@ -482,6 +545,15 @@ def render(cfg: KernelConfig, *, baseline: KernelConfig | None = None, extra: di
     banks = bank_table(cfg)
     base_banks = bank_table(baseline) if baseline is not None else None
     extra = dict(extra or {})
-    return GeneratedKernel(cfg, fam.name_expression(cfg), plan, smem,
-                           _header(cfg, banks, base_banks, plan, smem, extra, origin), body(cfg),
-                           launch_helper(cfg), banks, base_banks, extra)  # fmt: skip
+    return GeneratedKernel(
+        cfg,
+        fam.name_expression(cfg),
+        plan,
+        smem,
+        _header(cfg, banks, base_banks, plan, smem, extra, origin),
+        body(cfg),
+        launch_helper(cfg),
+        banks,
+        base_banks,
+        extra,
+    )

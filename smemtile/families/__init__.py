@@ -53,8 +53,9 @@ def get_family(name: object) -> Family:
     if key not in FAMILIES:
         close = difflib.get_close_matches(key, FAMILIES, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ContractViolation(f"unknown kernel family {name!r}{hint}; known: {', '.join(FAMILIES)}",
-                                key="kernel.family")  # fmt: skip
+        raise ContractViolation(
+            f"unknown kernel family {name!r}{hint}; known: {', '.join(FAMILIES)}", key="kernel.family"
+        )
     return FAMILIES[key]
 
 
@@ -72,8 +73,9 @@ def split_params(fam: Family, values: dict[str, Any], where: str = "kernel") -> 
             known = [*names, *problem_names]
             close = difflib.get_close_matches(str(k), known, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ContractViolation(f"{fam.name} has no parameter {k!r}{hint}; known: {', '.join(known)}",
-                                    key=f"{where}.{k}")  # fmt: skip
+            raise ContractViolation(
+                f"{fam.name} has no parameter {k!r}{hint}; known: {', '.join(known)}", key=f"{where}.{k}"
+            )
     return params, problem
 
 
@@ -106,8 +108,10 @@ def configure(
         if isinstance(v, bool) or not isinstance(v, int):
             raise ContractViolation(f"must be a whole number, got {v!r}", key=f"{fam.name}.{p.name}")
         if p.allowed is not None and v not in p.allowed:
-            raise ContractViolation(f"{v} is not allowed; allowed: {', '.join(map(str, p.allowed))} ({p.doc})",
-                                    key=f"{fam.name}.{p.name}")  # fmt: skip
+            raise ContractViolation(
+                f"{v} is not allowed; allowed: {', '.join(map(str, p.allowed))} ({p.doc})",
+                key=f"{fam.name}.{p.name}",
+            )
         if p.allowed is None and not p.lo <= v <= p.hi:
             raise ContractViolation(
                 f"{v} is out of range ({p.lo}..{p.hi}; {p.doc})", key=f"{fam.name}.{p.name}"
@@ -122,8 +126,16 @@ def configure(
     for b in fam.buffers(own):
         lay.setdefault(b["name"], Layout())
     defaulted = tuple(k for k in full if k not in tparams)
-    cfg = KernelConfig(fam.name, full, lay, arch, problem, notes=tuple(notes), defaulted=defaulted,
-                       suggested=tuple(k for k in suggested if k in full))  # fmt: skip
+    cfg = KernelConfig(
+        fam.name,
+        full,
+        lay,
+        arch,
+        problem,
+        notes=tuple(notes),
+        defaulted=defaulted,
+        suggested=tuple(k for k in suggested if k in full),
+    )
     if check:
         problems = fam.problems(cfg)
         implied = fam.threads(full)
@@ -148,6 +160,12 @@ def reconfigure(
     """``cfg`` with some values changed; parameters the user never set stay defaults (re-derived for a new
     arch), so a later fallback (Family.relax) may still change them."""
     user = {k: v for k, v in cfg.params.items() if k not in cfg.defaulted}
-    return configure(cfg.family, {**user, **(params or {}), **cfg.problem, **(problem or {})},
-                     {**cfg.layouts, **(layouts or {})}, arch if arch is not None else cfg.arch, check=check,
-                     notes=cfg.notes, suggested=cfg.suggested)  # fmt: skip
+    return configure(
+        cfg.family,
+        {**user, **(params or {}), **cfg.problem, **(problem or {})},
+        {**cfg.layouts, **(layouts or {})},
+        arch if arch is not None else cfg.arch,
+        check=check,
+        notes=cfg.notes,
+        suggested=cfg.suggested,
+    )

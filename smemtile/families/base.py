@@ -29,9 +29,23 @@ from smemtile.model.layout import Layout
 
 GRID_LIMITS = (2**31 - 1, 65535, 65535)  # CUDA: gridDim.x, .y, .z
 # spec dtype -> numpy dtype of host arrays (bf16 and fp8 travel as raw bits)
-NUMPY_DTYPES = {"f64": "float64", "f32": "float32", "tf32": "float32", "f16": "float16", "bf16": "uint16",
-                "f8e4m3": "uint8", "f8e5m2": "uint8", "i64": "int64", "i32": "int32", "i16": "int16", "i8": "int8",
-                "u64": "uint64", "u32": "uint32", "u16": "uint16", "u8": "uint8"}  # fmt: skip
+NUMPY_DTYPES = {
+    "f64": "float64",
+    "f32": "float32",
+    "tf32": "float32",
+    "f16": "float16",
+    "bf16": "uint16",
+    "f8e4m3": "uint8",
+    "f8e5m2": "uint8",
+    "i64": "int64",
+    "i32": "int32",
+    "i16": "int16",
+    "i8": "int8",
+    "u64": "uint64",
+    "u32": "uint32",
+    "u16": "uint16",
+    "u8": "uint8",
+}
 INT_MAX = 2**31 - 1  # problem sizes travel as C++ int
 CTYPE_BYTES = {
     "float": 4,
@@ -148,8 +162,13 @@ class WorkspacePlan:
     fallback: str
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "offset": self.offset, "bytes": self.nbytes, "active": self.active,
-                "fallback": self.fallback}  # fmt: skip
+        return {
+            "name": self.name,
+            "offset": self.offset,
+            "bytes": self.nbytes,
+            "active": self.active,
+            "fallback": self.fallback,
+        }
 
 
 @dataclass(frozen=True)
@@ -185,9 +204,16 @@ class TensorMapPlan:
     active: bool
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "array": self.array, "dtype": self.dtype, "dims": list(self.dims),
-                "strides": list(self.strides), "box": list(self.box), "swizzle": self.swizzle,
-                "active": self.active}  # fmt: skip
+        return {
+            "name": self.name,
+            "array": self.array,
+            "dtype": self.dtype,
+            "dims": list(self.dims),
+            "strides": list(self.strides),
+            "box": list(self.box),
+            "swizzle": self.swizzle,
+            "active": self.active,
+        }
 
 
 @dataclass(frozen=True)
@@ -203,8 +229,14 @@ class Step:
     cluster: tuple[int, int, int] = (1, 1, 1)
 
     def to_dict(self) -> dict:
-        return {"kernel": self.kernel, "grid": list(self.grid), "block": list(self.block),
-                "cluster": list(self.cluster), "dynamic_smem_bytes": self.dynamic_smem_bytes, "main": self.main}  # fmt: skip
+        return {
+            "kernel": self.kernel,
+            "grid": list(self.grid),
+            "block": list(self.block),
+            "cluster": list(self.cluster),
+            "dynamic_smem_bytes": self.dynamic_smem_bytes,
+            "main": self.main,
+        }
 
 
 @dataclass(frozen=True)
@@ -235,9 +267,14 @@ class LaunchConfig:
         return self.cluster[0] * self.cluster[1] * self.cluster[2]
 
     def to_dict(self) -> dict:
-        d = {"grid": list(self.grid), "block": list(self.block), "cluster": list(self.cluster),
-             "dynamic_smem_bytes": self.dynamic_smem_bytes, "static_smem_bytes": self.static_smem_bytes,
-             "steps": [s.to_dict() for s in self.steps]}  # fmt: skip
+        d = {
+            "grid": list(self.grid),
+            "block": list(self.block),
+            "cluster": list(self.cluster),
+            "dynamic_smem_bytes": self.dynamic_smem_bytes,
+            "static_smem_bytes": self.static_smem_bytes,
+            "steps": [s.to_dict() for s in self.steps],
+        }
         if self.tensor_maps:
             d["tensor_maps"] = [t.to_dict() for t in self.tensor_maps]
         if self.workspace:
@@ -296,13 +333,23 @@ class KernelConfig:
 
     def key(self) -> tuple:
         lay = tuple(sorted((k, v.template_args()) for k, v in self.layouts.items()))
-        return (self.family, tuple(sorted(self.params.items())), lay, self.arch.name,
-                tuple(sorted((k, repr(v)) for k, v in self.problem.items())))  # fmt: skip
+        return (
+            self.family,
+            tuple(sorted(self.params.items())),
+            lay,
+            self.arch.name,
+            tuple(sorted((k, repr(v)) for k, v in self.problem.items())),
+        )
 
     def to_dict(self) -> dict:
-        return {"family": self.family, "params": dict(self.params), "arch": self.arch.name,
-                "layouts": {k: v.to_dict() for k, v in self.layouts.items()}, "problem": dict(self.problem),
-                "notes": list(self.notes)}  # fmt: skip
+        return {
+            "family": self.family,
+            "params": dict(self.params),
+            "arch": self.arch.name,
+            "layouts": {k: v.to_dict() for k, v in self.layouts.items()},
+            "problem": dict(self.problem),
+            "notes": list(self.notes),
+        }
 
 
 class Family:
@@ -483,8 +530,11 @@ class Family:
     def problem_ints(self, problem: dict) -> dict[str, int]:
         """The problem's integer keys, each leading dimension the problem leaves out at its dense value (derived
         from the sizes every time: a problem whose K changes keeps a dense A)."""
-        out = {pk.name: int(problem[pk.name]) for pk in self.problem_keys
-               if pk.kind == "int" and not pk.dense and pk.name in problem}  # fmt: skip
+        out = {
+            pk.name: int(problem[pk.name])
+            for pk in self.problem_keys
+            if pk.kind == "int" and not pk.dense and pk.name in problem
+        }
         for name, expr in self.dense_layout(problem).items():
             out[name] = (
                 int(problem[name]) if name in problem else _eval(expr, out, f"{self.name} dense {name}")
@@ -559,8 +609,12 @@ class Family:
         out = []
         for a in self.host_args:
             if a.array and a.ld:
-                out.append((f"{a.ld} >= {a.shape[-1]}",
-                            f"{a.ld} >= {a.shape[-1]} (the rows of {a.name} hold {a.shape[-1]} elements)"))  # fmt: skip
+                out.append(
+                    (
+                        f"{a.ld} >= {a.shape[-1]}",
+                        f"{a.ld} >= {a.shape[-1]} (the rows of {a.name} hold {a.shape[-1]} elements)",
+                    )
+                )
         return out
 
     def launch(self, cfg: KernelConfig, align: dict[str, int] | None = None) -> LaunchConfig:
@@ -588,11 +642,14 @@ class Family:
                 if not 1 <= g <= lim:
                     raise ContractViolation(
                         f"{self.name}: grid {'xyz'[axis]} = {g} for this problem is outside CUDA's 1..{lim}",
-                        key="kernel")  # fmt: skip
+                        key="kernel",
+                    )
             kernel = self.name_expression(cfg) if call.main else call.kernel
             types = self.param_types(cfg, call)
-            args = tuple((a if a in names else self._arg_value(a, env), t)
-                         for a, t in zip(call.args, types, strict=True))  # fmt: skip
+            args = tuple(
+                (a if a in names else self._arg_value(a, env), t)
+                for a, t in zip(call.args, types, strict=True)
+            )
             cluster = tuple(_eval(c, env, f"{self.name} cluster") for c in call.cluster)
             if any(c < 1 for c in cluster) or any(g % c for g, c in zip(grid, cluster, strict=True)):
                 raise ContractViolation(
@@ -624,10 +681,18 @@ class Family:
             src = (
                 arrays[t.array] if t.array in arrays else arrays[fallback[t.array]]
             )  # a workspace: its array's type
-            out.append(TensorMapPlan(
-                t.name, t.array, self.array_dtype(cfg, src),
-                tuple(_eval(x, env, what) for x in t.dims), (_eval(t.row_stride, env, what),),
-                tuple(_eval(x, env, what) for x in t.box), t.swizzle, bool(_eval(t.when, env, what))))  # fmt: skip
+            out.append(
+                TensorMapPlan(
+                    t.name,
+                    t.array,
+                    self.array_dtype(cfg, src),
+                    tuple(_eval(x, env, what) for x in t.dims),
+                    (_eval(t.row_stride, env, what),),
+                    tuple(_eval(x, env, what) for x in t.box),
+                    t.swizzle,
+                    bool(_eval(t.when, env, what)),
+                )
+            )
         return tuple(out)
 
     def param_types(self, cfg: KernelConfig, call: KernelCall) -> list[str]:
@@ -662,11 +727,15 @@ class Family:
         smem = spec.smem_bytes()
         limit = cfg.arch.smem_optin_per_block
         if smem > limit:
-            out.append(f"shared memory {smem} bytes per block exceeds the {cfg.arch.name} opt-in limit of {limit}"
-                       f" bytes{self.smem_hint(cfg)}")  # fmt: skip
+            out.append(
+                f"shared memory {smem} bytes per block exceeds the {cfg.arch.name} opt-in limit of {limit}"
+                f" bytes{self.smem_hint(cfg)}"
+            )
         elif self.smem_kind == "static" and smem > cfg.arch.static_smem_max:
-            out.append(f"its shared memory is static: {smem} bytes exceeds the {cfg.arch.static_smem_max}-byte "
-                       f"static limit{self.smem_hint(cfg)}")  # fmt: skip
+            out.append(
+                f"its shared memory is static: {smem} bytes exceeds the {cfg.arch.static_smem_max}-byte "
+                f"static limit{self.smem_hint(cfg)}"
+            )
         return out
 
     def smem_hint(self, cfg: KernelConfig) -> str:
@@ -761,8 +830,12 @@ class ArrayLayout:
         """The logical array inside the allocation's contents (a strided view, no copy)."""
         if not self.rows:
             return flat[:0].reshape(0, self.cols)
-        full = np.lib.stride_tricks.as_strided(flat[self.offset:], shape=(self.rows, self.cols),
-                                               strides=(self.ld * flat.itemsize, flat.itemsize), writeable=True)  # fmt: skip
+        full = np.lib.stride_tricks.as_strided(
+            flat[self.offset :],
+            shape=(self.rows, self.cols),
+            strides=(self.ld * flat.itemsize, flat.itemsize),
+            writeable=True,
+        )
         return full
 
     def outside_untouched(self, flat: np.ndarray) -> bool:
@@ -827,8 +900,9 @@ def check_problem(fam: Family, problem: dict) -> dict:
     known = {pk.name: pk for pk in fam.problem_keys}
     for name in problem:
         if name not in known:
-            raise ContractViolation(f"{fam.name} has no problem key {name!r}; known: {', '.join(known)}",
-                                    key=f"kernel.{name}")  # fmt: skip
+            raise ContractViolation(
+                f"{fam.name} has no problem key {name!r}; known: {', '.join(known)}", key=f"kernel.{name}"
+            )
     for pk in fam.problem_keys:
         if pk.dense and pk.name not in problem:
             continue  # filled in below, from the other keys
@@ -853,13 +927,36 @@ def check_problem(fam: Family, problem: dict) -> dict:
         if name in out:
             need = _eval(expr, full, f"{fam.name} dense {name}")
             if out[name] < need:
-                raise ContractViolation(f"{out[name]} is below the row length {expr} = {need}: a leading dimension "
-                                        "is at least the row length", key=f"kernel.{name}")  # fmt: skip
+                raise ContractViolation(
+                    f"{out[name]} is below the row length {expr} = {need}: a leading dimension "
+                    "is at least the row length",
+                    key=f"kernel.{name}",
+                )
     return out
 
 
 __all__ = [
-    "FAIL", "NA", "PASS", "ArrayLayout", "ContractViolation", "array_layout", "pointer_align", "refusal", "subview_case", "Family", "HostArg", "Item", "KernelCall", "KernelConfig",
-    "LaunchConfig", "Param", "ProblemKey", "Step", "TensorMapArg", "TensorMapPlan", "check_problem", "field",
+    "FAIL",
+    "NA",
+    "PASS",
+    "ArrayLayout",
+    "ContractViolation",
+    "array_layout",
+    "pointer_align",
+    "refusal",
+    "subview_case",
+    "Family",
+    "HostArg",
+    "Item",
+    "KernelCall",
+    "KernelConfig",
+    "LaunchConfig",
+    "Param",
+    "ProblemKey",
+    "Step",
+    "TensorMapArg",
+    "TensorMapPlan",
+    "check_problem",
+    "field",
     "with_params",
-]  # fmt: skip
+]

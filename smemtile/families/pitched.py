@@ -42,7 +42,11 @@ class Pitched(Family):
         out = super().requires(cfg)
         if not self.pitch(cfg):
             d = self.dense_layout(cfg.problem)
-            out.append((f"(ld_in == {d['ld_in']}) & (ld_out == {d['ld_out']})",
-                        f"ld_in = {d['ld_in']} and ld_out = {d['ld_out']} (this kernel was generated for dense rows; "
-                        "generate it with PITCH 1, or with ld_in / ld_out in the spec's kernel:, for pitched arrays)"))  # fmt: skip
+            out.append(
+                (
+                    f"(ld_in == {d['ld_in']}) & (ld_out == {d['ld_out']})",
+                    f"ld_in = {d['ld_in']} and ld_out = {d['ld_out']} (this kernel was generated for dense rows; "
+                    "generate it with PITCH 1, or with ld_in / ld_out in the spec's kernel:, for pitched arrays)",
+                )
+            )
         return out

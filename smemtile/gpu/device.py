@@ -57,8 +57,12 @@ def device_attributes(device: int = 0) -> dict[str, int]:
     if device >= count:
         raise NoDevice(f"no CUDA device {device} ({count} found); pass --arch sm_XX")
     dev = _check(driver, driver.cuDeviceGet(device), "cuDeviceGet")
-    names = dict(_ATTRIBUTES, cc_major="COMPUTE_CAPABILITY_MAJOR", cc_minor="COMPUTE_CAPABILITY_MINOR",
-                 sm_count="MULTIPROCESSOR_COUNT")  # fmt: skip
+    names = dict(
+        _ATTRIBUTES,
+        cc_major="COMPUTE_CAPABILITY_MAJOR",
+        cc_minor="COMPUTE_CAPABILITY_MINOR",
+        sm_count="MULTIPROCESSOR_COUNT",
+    )
     attrs = {}
     for field, attr in names.items():
         enum = getattr(driver.CUdevice_attribute, f"CU_DEVICE_ATTRIBUTE_{attr}")

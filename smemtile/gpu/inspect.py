@@ -69,13 +69,39 @@ class LaunchFailed(SmemtileError):
     exit_code = 1
 
 
-_NUMPY = {"f64": "float64", "f32": "float32", "tf32": "float32", "f16": "float16", "bf16": "uint16",
-          "f8e4m3": "uint8", "f8e5m2": "uint8", "i64": "int64", "i32": "int32", "i16": "int16", "i8": "int8",
-          "u64": "uint64", "u32": "uint32", "u16": "uint16", "u8": "uint8"}  # fmt: skip
-_PARAM_CTYPES = {".u8": ctypes.c_uint8, ".s8": ctypes.c_int8, ".b8": ctypes.c_uint8, ".u16": ctypes.c_uint16,
-                 ".s16": ctypes.c_int16, ".b16": ctypes.c_uint16, ".u32": ctypes.c_uint32, ".s32": ctypes.c_int32,
-                 ".b32": ctypes.c_uint32, ".u64": ctypes.c_uint64, ".s64": ctypes.c_int64, ".b64": ctypes.c_uint64,
-                 ".f32": ctypes.c_float, ".f64": ctypes.c_double}  # fmt: skip
+_NUMPY = {
+    "f64": "float64",
+    "f32": "float32",
+    "tf32": "float32",
+    "f16": "float16",
+    "bf16": "uint16",
+    "f8e4m3": "uint8",
+    "f8e5m2": "uint8",
+    "i64": "int64",
+    "i32": "int32",
+    "i16": "int16",
+    "i8": "int8",
+    "u64": "uint64",
+    "u32": "uint32",
+    "u16": "uint16",
+    "u8": "uint8",
+}
+_PARAM_CTYPES = {
+    ".u8": ctypes.c_uint8,
+    ".s8": ctypes.c_int8,
+    ".b8": ctypes.c_uint8,
+    ".u16": ctypes.c_uint16,
+    ".s16": ctypes.c_int16,
+    ".b16": ctypes.c_uint16,
+    ".u32": ctypes.c_uint32,
+    ".s32": ctypes.c_int32,
+    ".b32": ctypes.c_uint32,
+    ".u64": ctypes.c_uint64,
+    ".s64": ctypes.c_int64,
+    ".b64": ctypes.c_uint64,
+    ".f32": ctypes.c_float,
+    ".f64": ctypes.c_double,
+}
 
 
 def host_array(arg, rng: np.random.Generator) -> np.ndarray:
@@ -145,8 +171,20 @@ class PreparedLaunch:
     ``param_types`` are the PTX types of the user's parameters (smemtile.model.ptx.entry_params); with
     ``record_nbytes`` a zeroed record buffer is passed as one more trailing ``.u64``."""
 
-    def __init__(self, image, entry: str, *, grid, block, dynamic_smem: int, args: list, param_types: list[str],
-                 record_nbytes: int = 0, seed: int = 0, device: int = 0):  # fmt: skip
+    def __init__(
+        self,
+        image,
+        entry: str,
+        *,
+        grid,
+        block,
+        dynamic_smem: int,
+        args: list,
+        param_types: list[str],
+        record_nbytes: int = 0,
+        seed: int = 0,
+        device: int = 0,
+    ):
         from smemtile.gpu.run import DeviceBuffer, open_device
 
         if len(args) != len(param_types):
@@ -156,12 +194,15 @@ class PreparedLaunch:
         self.grid, self.block = _dim3(grid, "grid"), _dim3(block, "block")
         self.dynamic_smem = int(dynamic_smem)
         self.module = load_module(image)
-        self.func = _ok(d.cuModuleGetFunction(self.module, entry.encode()), f"cuModuleGetFunction({entry})",
-                        CompileError)  # fmt: skip
+        self.func = _ok(
+            d.cuModuleGetFunction(self.module, entry.encode()), f"cuModuleGetFunction({entry})", CompileError
+        )
         if self.dynamic_smem > 48 * 1024:
             attr = d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-            _ok(d.cuFuncSetAttribute(self.func, attr, self.dynamic_smem),
-                f"raising the dynamic shared memory limit to {self.dynamic_smem} bytes")  # fmt: skip
+            _ok(
+                d.cuFuncSetAttribute(self.func, attr, self.dynamic_smem),
+                f"raising the dynamic shared memory limit to {self.dynamic_smem} bytes",
+            )
         rng = np.random.default_rng(seed)
         self.arrays: dict[str, tuple[object, np.ndarray]] = {}
         vals, types = [], []
@@ -189,8 +230,10 @@ class PreparedLaunch:
         res = d.cuLaunchKernel(
             self.func, *self.grid, *self.block, self.dynamic_smem, d.CUstream(0), self._params, 0
         )
-        _ok((res[0],) if isinstance(res, tuple) else (res,),
-            f"launching with grid {self.grid}, block {self.block}, {self.dynamic_smem} B dynamic shared memory")  # fmt: skip
+        _ok(
+            (res[0],) if isinstance(res, tuple) else (res,),
+            f"launching with grid {self.grid}, block {self.block}, {self.dynamic_smem} B dynamic shared memory",
+        )
 
     def synchronize(self) -> None:
         _ok(
@@ -276,8 +319,19 @@ def instrumented(ptx: str, entry: str, instrs: list, sample: Sample, device: int
     return instrument(ptx, entry, instrs, sample, max_registers=plain_registers(ptx, entry, device))
 
 
-def record(ptx: str, entry: str, instrs: list, *, grid, block, dynamic_smem: int, args: list, sample: Sample,
-           device: int = 0, seed: int = 0) -> tuple[list, dict]:  # fmt: skip
+def record(
+    ptx: str,
+    entry: str,
+    instrs: list,
+    *,
+    grid,
+    block,
+    dynamic_smem: int,
+    args: list,
+    sample: Sample,
+    device: int = 0,
+    seed: int = 0,
+) -> tuple[list, dict]:
     """Run the instrumented kernel once; the sampled warps' records and
     ``{"executions": {instr: count}, "dropped": n, "symbols": {sym: offset}, "window_base": raw address,
     "dynamic_smem": bytes the kernel saw, "record_bytes": buffer size}``."""
@@ -286,9 +340,18 @@ def record(ptx: str, entry: str, instrs: list, *, grid, block, dynamic_smem: int
     symbols = shared_symbols(ptx, entry)
     layout = BufferLayout(len(instrs), len(symbols), sample)
     text = instrumented(ptx, entry, instrs, sample, device)
-    k = PreparedLaunch(text, entry, grid=grid, block=block, dynamic_smem=dynamic_smem, args=args,
-                       param_types=_param_types(ptx, entry), record_nbytes=layout.nbytes, seed=seed,
-                       device=device)  # fmt: skip
+    k = PreparedLaunch(
+        text,
+        entry,
+        grid=grid,
+        block=block,
+        dynamic_smem=dynamic_smem,
+        args=args,
+        param_types=_param_types(ptx, entry),
+        record_nbytes=layout.nbytes,
+        seed=seed,
+        device=device,
+    )
     try:
         k.launch()
         k.synchronize()
@@ -300,10 +363,15 @@ def record(ptx: str, entry: str, instrs: list, *, grid, block, dynamic_smem: int
     offsets = lane_addresses(raw, instrs)
     g = _dim3(grid, "grid")
     records = [
-        WarpRecord(instr=int(raw.instr[j]), block=block_index(int(raw.block[j]), g), warp=int(raw.warp[j]),
-                   active=int(raw.active[j]), addresses=tuple(int(x) for x in offsets[j]))
+        WarpRecord(
+            instr=int(raw.instr[j]),
+            block=block_index(int(raw.block[j]), g),
+            warp=int(raw.warp[j]),
+            active=int(raw.active[j]),
+            addresses=tuple(int(x) for x in offsets[j]),
+        )
         for j in range(len(raw.instr))
-    ]  # fmt: skip
+    ]
     base = window_base(raw)
     info = {
         "executions": raw.executions,
@@ -317,14 +385,32 @@ def record(ptx: str, entry: str, instrs: list, *, grid, block, dynamic_smem: int
     return records, info
 
 
-def check_unchanged(ptx: str, entry: str, instrs: list, *, grid, block, dynamic_smem: int, args: list,
-                    sample: Sample, device: int = 0, seed: int = 0) -> dict:  # fmt: skip
+def check_unchanged(
+    ptx: str,
+    entry: str,
+    instrs: list,
+    *,
+    grid,
+    block,
+    dynamic_smem: int,
+    args: list,
+    sample: Sample,
+    device: int = 0,
+    seed: int = 0,
+) -> dict:
     """Run the uninstrumented and the instrumented kernel on the same inputs; compare every array argument
     afterwards bit for bit. ``{"identical": bool, "arrays": {name: {"identical", "bytes", "differing_bytes"}}}``."""
     symbols = shared_symbols(ptx, entry)
     layout = BufferLayout(len(instrs), len(symbols), sample)
-    kw = dict(grid=grid, block=block, dynamic_smem=dynamic_smem, args=args, param_types=_param_types(ptx, entry),
-              seed=seed, device=device)  # fmt: skip
+    kw = dict(
+        grid=grid,
+        block=block,
+        dynamic_smem=dynamic_smem,
+        args=args,
+        param_types=_param_types(ptx, entry),
+        seed=seed,
+        device=device,
+    )
     results = []
     for image, nbytes in ((ptx, 0), (instrumented(ptx, entry, instrs, sample, device), layout.nbytes)):
         k = PreparedLaunch(image, entry, record_nbytes=nbytes, **kw)
@@ -362,9 +448,20 @@ def find_ncu() -> str | None:
     return f()
 
 
-def ncu_per_line(cubin_or_ptx: bytes | str, entry: str, *, grid, block, dynamic_smem: int, args: list,
-                 param_types: list[str] | None = None, device: int = 0, ncu: str | None = None,
-                 save_dir: Path | None = None, timeout: float = NCU_TIMEOUT_S) -> dict[tuple[str, int], dict]:  # fmt: skip
+def ncu_per_line(
+    cubin_or_ptx: bytes | str,
+    entry: str,
+    *,
+    grid,
+    block,
+    dynamic_smem: int,
+    args: list,
+    param_types: list[str] | None = None,
+    device: int = 0,
+    ncu: str | None = None,
+    save_dir: Path | None = None,
+    timeout: float = NCU_TIMEOUT_S,
+) -> dict[tuple[str, int], dict]:
     """Nsight Compute's shared-memory counters of the uninstrumented kernel per source line:
     ``(file, line) -> {"wavefronts", "ideal", "instructions", "sass": [opcodes]}`` summed over the line's
     shared-memory SASS instructions (LDS/STS/LDSM/STSM/LDGSTS/ATOMS). ``file`` is the PTX's ``.file`` path when
@@ -383,17 +480,46 @@ def ncu_per_line(cubin_or_ptx: bytes | str, entry: str, *, grid, block, dynamic_
             module.write_text(cubin_or_ptx)
         else:
             module.write_bytes(cubin_or_ptx)
-        spec = launch_spec(module, entry, grid=grid, block=block, dynamic_smem=dynamic_smem, args=args,
-                           param_types=param_types, device=device, result=work / "result.json")  # fmt: skip
+        spec = launch_spec(
+            module,
+            entry,
+            grid=grid,
+            block=block,
+            dynamic_smem=dynamic_smem,
+            args=args,
+            param_types=param_types,
+            device=device,
+            result=work / "result.json",
+        )
         (work / "spec.json").write_text(json.dumps(spec))
         report = work / "report"
         root = str(Path(__file__).resolve().parents[2])
         env = dict(os.environ)
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        cmd = [ncu, "--clock-control", "none", "--target-processes", "all", "--kernel-name-base", "mangled",
-               "-k", entry, "--launch-count", "1", "--section", "SourceCounters", "--import-source", "yes",
-               "-f", "-o", str(report), sys.executable, "-m", "smemtile.gpu.inspect_launch",
-               str(work / "spec.json")]  # fmt: skip
+        cmd = [
+            ncu,
+            "--clock-control",
+            "none",
+            "--target-processes",
+            "all",
+            "--kernel-name-base",
+            "mangled",
+            "-k",
+            entry,
+            "--launch-count",
+            "1",
+            "--section",
+            "SourceCounters",
+            "--import-source",
+            "yes",
+            "-f",
+            "-o",
+            str(report),
+            sys.executable,
+            "-m",
+            "smemtile.gpu.inspect_launch",
+            str(work / "spec.json"),
+        ]
         p = _run(cmd, timeout, env)
         rep = report.with_suffix(".ncu-rep")
         if p.returncode != 0 or not rep.exists():
@@ -440,13 +566,32 @@ def _run(cmd: list[str], timeout: float, env: dict) -> subprocess.CompletedProce
         raise NcuFailed(f"ncu timed out after {timeout:.0f} s") from None
 
 
-def launch_spec(module: Path, entry: str, *, grid, block, dynamic_smem: int, args: list, param_types: list[str],
-                device: int = 0, seed: int = 0, result: Path | None = None) -> dict:  # fmt: skip
+def launch_spec(
+    module: Path,
+    entry: str,
+    *,
+    grid,
+    block,
+    dynamic_smem: int,
+    args: list,
+    param_types: list[str],
+    device: int = 0,
+    seed: int = 0,
+    result: Path | None = None,
+) -> dict:
     """What ``python -m smemtile.gpu.inspect_launch SPEC.json`` reads."""
-    return {"module": str(module), "entry": entry, "grid": list(_dim3(grid, "grid")),
-            "block": list(_dim3(block, "block")), "dynamic_smem": int(dynamic_smem),
-            "args": [a.to_dict() for a in args], "param_types": list(param_types), "device": device, "seed": seed,
-            "result": str(result) if result else None}  # fmt: skip
+    return {
+        "module": str(module),
+        "entry": entry,
+        "grid": list(_dim3(grid, "grid")),
+        "block": list(_dim3(block, "block")),
+        "dynamic_smem": int(dynamic_smem),
+        "args": [a.to_dict() for a in args],
+        "param_types": list(param_types),
+        "device": device,
+        "seed": seed,
+        "result": str(result) if result else None,
+    }
 
 
 def _to_ptx_files(lines: dict, ptx: str) -> dict:

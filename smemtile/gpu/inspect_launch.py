@@ -46,9 +46,17 @@ def main(argv: list[str]) -> int:
         print(f"{argv[0]}: bad launch spec ({e.__class__.__name__}: {e})", file=sys.stderr)
         return 2
     try:
-        k = PreparedLaunch(image, spec["entry"], grid=spec["grid"], block=spec["block"],
-                           dynamic_smem=spec.get("dynamic_smem", 0), args=args, param_types=spec["param_types"],
-                           seed=spec.get("seed", 0), device=spec.get("device", 0))  # fmt: skip
+        k = PreparedLaunch(
+            image,
+            spec["entry"],
+            grid=spec["grid"],
+            block=spec["block"],
+            dynamic_smem=spec.get("dynamic_smem", 0),
+            args=args,
+            param_types=spec["param_types"],
+            seed=spec.get("seed", 0),
+            device=spec.get("device", 0),
+        )
         try:
             k.launch()
             k.synchronize()

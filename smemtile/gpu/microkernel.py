@@ -105,8 +105,13 @@ def check_sass(module: Module, cubin: bytes) -> dict:
     """Every kernel's shared-memory opcodes against the expected one; says when no disassembler is there."""
     tool = find_disassembler()
     if tool is None:
-        return {"available": False, "tool": None, "ok": None, "kernels": {},
-                "note": "SASS not checked: no cuobjdump or nvdisasm found"}  # fmt: skip
+        return {
+            "available": False,
+            "tool": None,
+            "ok": None,
+            "kernels": {},
+            "note": "SASS not checked: no cuobjdump or nvdisasm found",
+        }
     try:
         ops = sass_opcodes(cubin, tool)
     except (OSError, subprocess.SubprocessError) as e:
@@ -127,10 +132,16 @@ def check_sass(module: Module, cubin: bytes) -> dict:
         ok = bool(found) and set(found) == {want} and len(found) >= x.per_iteration
         kernels[x.kernel] = {"expected": want, "found": counts, "ok": ok}
     ok = all(k["ok"] for k in kernels.values())
-    note = (f"SASS checked with {tool[0]}: every kernel issues only its expected opcode" if ok else
-            f"SASS checked with {tool[0]}: " + "; ".join(
-                f"{n} expected {k['expected']}, found {k['found'] or 'none'}" for n, k in kernels.items()
-                if not k["ok"]))  # fmt: skip
+    note = (
+        f"SASS checked with {tool[0]}: every kernel issues only its expected opcode"
+        if ok
+        else f"SASS checked with {tool[0]}: "
+        + "; ".join(
+            f"{n} expected {k['expected']}, found {k['found'] or 'none'}"
+            for n, k in kernels.items()
+            if not k["ok"]
+        )
+    )
     return {"available": True, "tool": tool[0], "ok": ok, "kernels": kernels, "note": note}
 
 
@@ -205,13 +216,19 @@ class _Loaded:
         d = _driver()
         self.module = module
         self.handle = _ok(d.cuModuleLoadData(cubin), "cuModuleLoadData")
-        self.funcs = {k: _ok(d.cuModuleGetFunction(self.handle, k.encode()), f"cuModuleGetFunction({k})")
-                      for k in module.kernels}  # fmt: skip
+        self.funcs = {
+            k: _ok(d.cuModuleGetFunction(self.handle, k.encode()), f"cuModuleGetFunction({k})")
+            for k in module.kernels
+        }
         attr = d.CUfunction_attribute
-        self.registers = {k: int(_ok(d.cuFuncGetAttribute(attr.CU_FUNC_ATTRIBUTE_NUM_REGS, f), "NUM_REGS"))
-                          for k, f in self.funcs.items()}  # fmt: skip
-        self.local_bytes = {k: int(_ok(d.cuFuncGetAttribute(attr.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, f), "LOCAL"))
-                            for k, f in self.funcs.items()}  # fmt: skip
+        self.registers = {
+            k: int(_ok(d.cuFuncGetAttribute(attr.CU_FUNC_ATTRIBUTE_NUM_REGS, f), "NUM_REGS"))
+            for k, f in self.funcs.items()
+        }
+        self.local_bytes = {
+            k: int(_ok(d.cuFuncGetAttribute(attr.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, f), "LOCAL"))
+            for k, f in self.funcs.items()
+        }
         big = max(x.smem_bytes for x in module.launches)
         if big > 48 * 1024:
             for k, f in self.funcs.items():
@@ -219,9 +236,15 @@ class _Loaded:
         gbytes = max(x.global_bytes for x in module.launches)
         self.gsrc = DeviceBuffer(gbytes)
         _ok(d.cuMemsetD8(self.gsrc.ptr, 1, gbytes), "cuMemsetD8")
-        self.tables = [(DeviceBuffer.from_array(np.ascontiguousarray(x.addr)), DeviceBuffer.from_array(x.on),
-                        DeviceBuffer.from_array(x.warp_on), DeviceBuffer.from_array(np.ascontiguousarray(x.src)))
-                       for x in module.launches]  # fmt: skip
+        self.tables = [
+            (
+                DeviceBuffer.from_array(np.ascontiguousarray(x.addr)),
+                DeviceBuffer.from_array(x.on),
+                DeviceBuffer.from_array(x.warp_on),
+                DeviceBuffer.from_array(np.ascontiguousarray(x.src)),
+            )
+            for x in module.launches
+        ]
 
     def run(self, index: int, blocks: int) -> np.ndarray:
         """Launch ``module.launches[index]`` on ``blocks`` blocks; the cycles of every (block, warp), -1 idle."""
@@ -234,11 +257,14 @@ class _Loaded:
         sink = DeviceBuffer(blocks * x.threads * 4)
         a, on, won, src = self.tables[index]
         P, U = ctypes.c_void_p, ctypes.c_uint
-        args = ((a.addr, on.addr, won.addr, src.addr, self.gsrc.addr, x.iterations, 0, cycles.addr, sink.addr),
-                (P, P, P, P, P, U, U, P, P))  # fmt: skip
+        args = (
+            (a.addr, on.addr, won.addr, src.addr, self.gsrc.addr, x.iterations, 0, cycles.addr, sink.addr),
+            (P, P, P, P, P, U, U, P, P),
+        )
         try:
-            res = d.cuLaunchKernel(self.funcs[x.kernel], blocks, 1, 1, x.threads, 1, 1, x.smem_bytes,
-                                   d.CUstream(0), args, 0)  # fmt: skip
+            res = d.cuLaunchKernel(
+                self.funcs[x.kernel], blocks, 1, 1, x.threads, 1, 1, x.smem_bytes, d.CUstream(0), args, 0
+            )
             _ok((res[0],) if isinstance(res, tuple) else (res,), f"cuLaunchKernel({x.kernel})")
             try:
                 _ok(d.cuCtxSynchronize(), "cuCtxSynchronize")
@@ -280,8 +306,15 @@ def time_launches(loaded: _Loaded, blocks: int) -> dict[str, dict]:
             on = inst > 0
             samples += list((cyc[:, on] / inst[on]).ravel())
         per_label[label] = samples
-    return {k: {"cycles_per_instruction": statistics.median(v), "cycles_min": min(v), "cycles_max": max(v),
-                "samples": len(v)} for k, v in per_label.items()}  # fmt: skip
+    return {
+        k: {
+            "cycles_per_instruction": statistics.median(v),
+            "cycles_min": min(v),
+            "cycles_max": max(v),
+            "samples": len(v),
+        }
+        for k, v in per_label.items()
+    }
 
 
 # ---- Nsight Compute ----------------------------------------------------------------------------------------
@@ -289,11 +322,25 @@ def time_launches(loaded: _Loaded, blocks: int) -> dict[str, dict]:
 
 def _save_plan(module: Module, cubin: bytes, folder: Path) -> None:
     (folder / "module.cubin").write_bytes(cubin)
-    plan = [{"kernel": x.kernel, "threads": x.threads, "smem_bytes": x.smem_bytes, "iterations": x.iterations,
-             "global_bytes": x.global_bytes} for x in module.launches]  # fmt: skip
+    plan = [
+        {
+            "kernel": x.kernel,
+            "threads": x.threads,
+            "smem_bytes": x.smem_bytes,
+            "iterations": x.iterations,
+            "global_bytes": x.global_bytes,
+        }
+        for x in module.launches
+    ]
     (folder / "plan.json").write_text(json.dumps({"kernels": list(module.kernels), "launches": plan}))
-    np.savez(folder / "tables.npz", **{f"{k}{i}": getattr(x, k) for i, x in enumerate(module.launches)
-                                        for k in ("addr", "on", "warp_on", "src")})  # fmt: skip
+    np.savez(
+        folder / "tables.npz",
+        **{
+            f"{k}{i}": getattr(x, k)
+            for i, x in enumerate(module.launches)
+            for k in ("addr", "on", "warp_on", "src")
+        },
+    )
 
 
 class _PlannedLaunch:
@@ -352,9 +399,13 @@ def parse_ncu_rows(text: str, names) -> list[dict[str, float]]:
 
 # instruction counters per op (names from `ncu --query-metrics --chip gh100` on the H200; stmatrix has only an
 # sm__ counter)
-INSTRUCTION_COUNTERS = {"load": "smsp__inst_executed_op_shared_ld.sum", "store": "smsp__inst_executed_op_shared_st.sum",
-                        "ldmatrix": "smsp__inst_executed_op_ldsm.sum", "cp.async": "smsp__inst_executed_op_ldgsts.sum",
-                        "stmatrix": "sm__sass_inst_executed_op_shared_stsm.sum"}  # fmt: skip
+INSTRUCTION_COUNTERS = {
+    "load": "smsp__inst_executed_op_shared_ld.sum",
+    "store": "smsp__inst_executed_op_shared_st.sum",
+    "ldmatrix": "smsp__inst_executed_op_ldsm.sum",
+    "cp.async": "smsp__inst_executed_op_ldgsts.sum",
+    "stmatrix": "sm__sass_inst_executed_op_shared_stsm.sum",
+}
 
 
 def profile(
@@ -388,12 +439,32 @@ def _profile_once(module: Module, cubin: bytes, device: int) -> list[dict[str, f
         root = str(Path(__file__).resolve().parents[2])
         env = dict(os.environ)
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        cmd = [exe, "--clock-control", "none", "--target-processes", "all", "-k", "regex:^smk_",
-               "--metrics", ",".join(metrics), "--csv", "--page", "raw", "--print-units", "base",
-               sys.executable, "-m", "smemtile.gpu.microkernel", "--target", d, str(device)]  # fmt: skip
+        cmd = [
+            exe,
+            "--clock-control",
+            "none",
+            "--target-processes",
+            "all",
+            "-k",
+            "regex:^smk_",
+            "--metrics",
+            ",".join(metrics),
+            "--csv",
+            "--page",
+            "raw",
+            "--print-units",
+            "base",
+            sys.executable,
+            "-m",
+            "smemtile.gpu.microkernel",
+            "--target",
+            d,
+            str(device),
+        ]
         try:
-            p = subprocess.run(cmd, capture_output=True, text=True, env=env,
-                               timeout=NCU_TIMEOUT_S + 2 * len(module.launches))  # fmt: skip
+            p = subprocess.run(
+                cmd, capture_output=True, text=True, env=env, timeout=NCU_TIMEOUT_S + 2 * len(module.launches)
+            )
         except subprocess.TimeoutExpired:
             raise NcuError("ncu timed out") from None
     if p.returncode != 0:
@@ -416,9 +487,18 @@ def ncu_by_label(module: Module, rows: list[dict[str, float]]) -> dict[str, dict
     W = "l1tex__data_pipe_lsu_wavefronts_mem_shared"
     out: dict[str, dict] = {}
     for x, r in zip(module.launches, rows, strict=True):
-        o = out.setdefault(x.pattern.label, {"wavefronts": 0.0, "ld": 0.0, "st": 0.0, "misc": 0.0,
-                                              "instructions_expected": 0, "instructions_counted": 0.0,
-                                              "model_wavefronts": 0})  # fmt: skip
+        o = out.setdefault(
+            x.pattern.label,
+            {
+                "wavefronts": 0.0,
+                "ld": 0.0,
+                "st": 0.0,
+                "misc": 0.0,
+                "instructions_expected": 0,
+                "instructions_counted": 0.0,
+                "model_wavefronts": 0,
+            },
+        )
         n = x.iterations * x.repeats
         o["wavefronts"] += r.get(f"{W}.sum", 0.0) - r.get(f"{W}_op_misc.sum", 0.0)
         o["ld"] += r.get(f"{W}_op_ld.sum", 0.0)
@@ -474,16 +554,26 @@ def _row(p: Pattern, module: Module, compiled, ptx: dict | None, sass: dict, buf
     res = [compiled.resources.get(k) for k in kernels] if compiled is not None else []
     on = p.active.any(axis=1)
     row: dict[str, Any] = {
-        "variant": p.variant, "access": p.name, "buffer": buffer, "op": p.instr.op, "width": p.instr.width,
-        "instruction": p.instr.describe(), "ptx_instruction": p.instr.ptx, "kernels": kernels,
-        "instructions": int(on.sum()), "warps": len(set(p.warp.tolist())),
-        "model_wavefronts": float(p.wavefronts[on].mean()), "model_worst": int(p.wavefronts[on].max()),
+        "variant": p.variant,
+        "access": p.name,
+        "buffer": buffer,
+        "op": p.instr.op,
+        "width": p.instr.width,
+        "instruction": p.instr.describe(),
+        "ptx_instruction": p.instr.ptx,
+        "kernels": kernels,
+        "instructions": int(on.sum()),
+        "warps": len(set(p.warp.tolist())),
+        "model_wavefronts": float(p.wavefronts[on].mean()),
+        "model_worst": int(p.wavefronts[on].max()),
         "model_ideal": float(p.ideal[on].mean()),
         "registers": max((r.registers for r in res if r and r.registers is not None), default=None),
         "spills": max((r.spills for r in res if r and r.spills is not None), default=None),
         "sass": {k: sass["kernels"][k] for k in kernels if k in sass.get("kernels", {})} or None,
-        "cycles_per_instruction": None, "ncu_wavefronts": None, "agree": None,
-    }  # fmt: skip
+        "cycles_per_instruction": None,
+        "ncu_wavefronts": None,
+        "agree": None,
+    }
     if p.instr.op in ("ldmatrix", "stmatrix"):
         row.update(matrices=p.instr.matrices, trans=p.instr.trans)
     if p.instr.op == "cp.async":
@@ -551,16 +641,33 @@ def _ncu_rows(module: Module, cubin: bytes, device: int, rows: list[dict], pats:
     try:
         by = ncu_by_label(module, profile(module, cubin, device, failures=failures))
     except (NcuError, ValueError, OSError) as e:
-        return {"available": True, "error": str(e), "agree": None, "version": ncu_version(exe),
-                "retried_after": failures}  # fmt: skip
+        return {
+            "available": True,
+            "error": str(e),
+            "agree": None,
+            "version": ncu_version(exe),
+            "retried_after": failures,
+        }
     for r, p in zip(rows, pats, strict=True):
         m = by[p.label]
-        r.update(ncu_wavefronts=m["wavefronts_per_instruction"], agree=m["agree"],
-                 ncu_instructions=m["instructions_counted"], instructions_expected=m["instructions_expected"],
-                 ncu_ld_st=[m["ld"], m["st"]], ncu_note=m["note"])  # fmt: skip
+        r.update(
+            ncu_wavefronts=m["wavefronts_per_instruction"],
+            agree=m["agree"],
+            ncu_instructions=m["instructions_counted"],
+            instructions_expected=m["instructions_expected"],
+            ncu_ld_st=[m["ld"], m["st"]],
+            ncu_note=m["note"],
+        )
     flags = [r["agree"] for r in rows if r["agree"] is not None]
-    return {"available": True, "version": ncu_version(exe), "clock_control": "none", "blocks": 1,
-            "agree": all(flags) if flags else None, "error": None, "retried_after": failures}  # fmt: skip
+    return {
+        "available": True,
+        "version": ncu_version(exe),
+        "clock_control": "none",
+        "blocks": 1,
+        "agree": all(flags) if flags else None,
+        "error": None,
+        "retried_after": failures,
+    }
 
 
 def _document(spec, module, compiled, sass, rows, lays, dev, blocks, compile_only, ncu_doc) -> dict:
@@ -575,21 +682,41 @@ def _document(spec, module, compiled, sass, rows, lays, dev, blocks, compile_onl
             r["speedup"] = speed[a]
     regs = [r["registers"] for r in rows if r.get("registers") is not None]
     return {
-        "spec": spec.source, "name": spec.name, "mode": "microkernel", "compile_only": compile_only,
-        "arch": module.arch, "spec_arch": spec.arch.name, "device": dev.to_dict() if dev is not None else None,
-        "method": {"threads": 32 * spec.warps, "blocks": blocks, "instructions_per_warp": TARGET_INSTRUCTIONS,
-                   "in_flight": IN_FLIGHT, "timed_launches": TIMED_LAUNCHES, "cp_async_cache": "ca",
-                   "timing": "clock64() around the loop per warp; cycles per instruction, median over warps, "
-                             "blocks and launches"},
-        "nvrtc_version": compiled.nvrtc_version, "registers": max(regs) if regs else None,
+        "spec": spec.source,
+        "name": spec.name,
+        "mode": "microkernel",
+        "compile_only": compile_only,
+        "arch": module.arch,
+        "spec_arch": spec.arch.name,
+        "device": dev.to_dict() if dev is not None else None,
+        "method": {
+            "threads": 32 * spec.warps,
+            "blocks": blocks,
+            "instructions_per_warp": TARGET_INSTRUCTIONS,
+            "in_flight": IN_FLIGHT,
+            "timed_launches": TIMED_LAUNCHES,
+            "cp_async_cache": "ca",
+            "timing": "clock64() around the loop per warp; cycles per instruction, median over warps, "
+            "blocks and launches",
+        },
+        "nvrtc_version": compiled.nvrtc_version,
+        "registers": max(regs) if regs else None,
         "sass_check": {k: v for k, v in sass.items() if k != "kernels"},
-        "variants": [{"variant": v, "layouts": {k: x.to_dict() for k, x in lay.items()},
-                      "layout_text": _layout_text(lay),
-                      "accesses": [r for r in rows if r["variant"] == v]} for v, lay in lays.items()],
-        "accesses": rows, "speedup": speed or None,
+        "variants": [
+            {
+                "variant": v,
+                "layouts": {k: x.to_dict() for k, x in lay.items()},
+                "layout_text": _layout_text(lay),
+                "accesses": [r for r in rows if r["variant"] == v],
+            }
+            for v, lay in lays.items()
+        ],
+        "accesses": rows,
+        "speedup": speed or None,
         "fixed_no_worse": (all(x >= 0.97 for x in speed.values()) if speed else None),
-        "ncu": ncu_doc, "agree": None if ncu_doc is None else ncu_doc.get("agree"),
-    }  # fmt: skip
+        "ncu": ncu_doc,
+        "agree": None if ncu_doc is None else ncu_doc.get("agree"),
+    }
 
 
 # ---- measure: a catalogue ----------------------------------------------------------------------------------
@@ -644,8 +771,13 @@ def measure_patterns(patterns: list[Pattern], arch: Arch, *, device: int = 0, us
         failures: list[str] = []
         try:
             by = ncu_by_label(module, profile(module, compiled.cubin, device, failures=failures))
-            ncu = {"available": True, "version": ncu_version(), "clock_control": "none", "error": None,
-                   "retried_after": failures}  # fmt: skip
+            ncu = {
+                "available": True,
+                "version": ncu_version(),
+                "clock_control": "none",
+                "error": None,
+                "retried_after": failures,
+            }
         except (NcuError, ValueError, OSError) as e:
             ncu = {"available": True, "error": str(e), "retried_after": failures}
     elif not use_ncu:
@@ -660,12 +792,19 @@ def measure_patterns(patterns: list[Pattern], arch: Arch, *, device: int = 0, us
             "wavefronts_ld_st": [m["ld"], m["st"]] if m else None,
             "sass": sass["kernels"].get(kern, {}).get("found"),
             **times[p.label],
-        }  # fmt: skip
+        }
         d["agree"] = m["agree"] if m else None
     flags = [d["agree"] for d in rows if d["agree"] is not None]
-    return {"device": dev.to_dict(), "arch": darch.name, "ncu": ncu, "sass_check": {k: v for k, v in sass.items()
-            if k != "kernels"}, "nvrtc_version": compiled.nvrtc_version, "agreed": sum(flags),
-            "compared": len(flags), "patterns": rows}  # fmt: skip
+    return {
+        "device": dev.to_dict(),
+        "arch": darch.name,
+        "ncu": ncu,
+        "sass_check": {k: v for k, v in sass.items() if k != "kernels"},
+        "nvrtc_version": compiled.nvrtc_version,
+        "agreed": sum(flags),
+        "compared": len(flags),
+        "patterns": rows,
+    }
 
 
 if __name__ == "__main__":  # pragma: no cover - runs on a GPU under ncu

@@ -57,8 +57,15 @@ def _run(cmd: list[str], *, timeout: float, env: dict | None = None) -> subproce
 
 def config_json(cfg) -> str:
     """A configuration as JSON (what the profiled runner rebuilds it from)."""
-    return json.dumps({"family": cfg.family, "params": cfg.params, "problem": cfg.problem, "arch": cfg.arch.name,
-                       "layouts": {k: v.to_dict() for k, v in cfg.layouts.items()}})  # fmt: skip
+    return json.dumps(
+        {
+            "family": cfg.family,
+            "params": cfg.params,
+            "problem": cfg.problem,
+            "arch": cfg.arch.name,
+            "layouts": {k: v.to_dict() for k, v in cfg.layouts.items()},
+        }
+    )
 
 
 def config_from_json(text: str):
@@ -68,8 +75,16 @@ def config_from_json(text: str):
     return configure(d["family"], {**d["params"], **d["problem"]}, d["layouts"], d["arch"])
 
 
-def profile(label: str, variant: str, cfg, *, device: int = 0, ncu: str | None = None,
-            save_dir: Path | None = None, timeout: float = TIMEOUT_S) -> dict:  # fmt: skip
+def profile(
+    label: str,
+    variant: str,
+    cfg,
+    *,
+    device: int = 0,
+    ncu: str | None = None,
+    save_dir: Path | None = None,
+    timeout: float = TIMEOUT_S,
+) -> dict:
     """Profile ``cfg`` (``variant`` of the spec ``label``, at a small problem) under ncu; compare with the model."""
     from smemtile.families import FAMILIES
 
@@ -95,9 +110,27 @@ def profile(label: str, variant: str, cfg, *, device: int = 0, ncu: str | None =
         ]
         # -k matches the function name without template arguments: the family's main kernel, never the steps
         # before it (e.g. split K's preparation kernel)
-        cmd = [ncu, "--clock-control", "none", "--target-processes", "all", "-k", fam.kernel,
-               "--launch-count", "1", "--section", "SourceCounters", "--metrics", ",".join(METRICS),
-               "--import-source", "no", "-f", "-o", str(report), *target]  # fmt: skip
+        cmd = [
+            ncu,
+            "--clock-control",
+            "none",
+            "--target-processes",
+            "all",
+            "-k",
+            fam.kernel,
+            "--launch-count",
+            "1",
+            "--section",
+            "SourceCounters",
+            "--metrics",
+            ",".join(METRICS),
+            "--import-source",
+            "no",
+            "-f",
+            "-o",
+            str(report),
+            *target,
+        ]
         p = _run(cmd, timeout=timeout, env=env)
         rep = report.with_suffix(".ncu-rep")
         if p.returncode != 0 or not rep.exists():
@@ -176,8 +209,16 @@ def _target(config: str, device: str, result: str) -> int:
         chk = k.check(dict(inputs), fam.reference(cfg, inputs))
     finally:
         k.close()
-    Path(result).write_text(json.dumps({"name_expression": fam.name_expression(cfg), "problem": cfg.problem,
-                                        "correct": chk.correct, "max_rel_error": chk.max_rel_error}))  # fmt: skip
+    Path(result).write_text(
+        json.dumps(
+            {
+                "name_expression": fam.name_expression(cfg),
+                "problem": cfg.problem,
+                "correct": chk.correct,
+                "max_rel_error": chk.max_rel_error,
+            }
+        )
+    )
     return 0 if chk.correct else 1
 
 

@@ -69,9 +69,19 @@ def model_accesses(cfg) -> list[ModelAccess]:
         for i, loop in enumerate(r.loop_values):
             slots.setdefault(tuple(sorted(loop.items())), []).append(i)
         means = sorted({round(float(w[ix].sum()) / len(ix), 6) for ix in slots.values()})
-        out.append(ModelAccess(r.access.name, r.access.op, r.access.width, int(len(w)), int(w.sum()),
-                               int(ideal.sum()), int(ncu_ideal.sum()), means,
-                               float(own.get(r.access.name, reps))))  # fmt: skip
+        out.append(
+            ModelAccess(
+                r.access.name,
+                r.access.op,
+                r.access.width,
+                int(len(w)),
+                int(w.sum()),
+                int(ideal.sum()),
+                int(ncu_ideal.sum()),
+                means,
+                float(own.get(r.access.name, reps)),
+            )
+        )
     return out
 
 
@@ -202,8 +212,10 @@ def compare(cfg, rows: list[SassRow], metrics: dict[str, float]) -> dict:
         # Per instruction.
         for r, c in members:
             per = _ratio(r.wavefronts, r.executed)
-            conf = _ratio((r.wavefronts - r.ideal) if r.wavefronts is not None and r.ideal is not None else None,
-                          r.executed)  # fmt: skip
+            conf = _ratio(
+                (r.wavefronts - r.ideal) if r.wavefronts is not None and r.ideal is not None else None,
+                r.executed,
+            )
             row = {
                 "address": r.address,
                 "offset": r.offset,

@@ -167,8 +167,14 @@ def cache_dir() -> Path | None:
 
 
 def _cache_key(source, name_expressions, arch, headers, options) -> str:
-    doc = {"source": source, "names": list(name_expressions), "arch": arch, "headers": dict(headers or {}),
-           "options": [*DEFAULT_OPTIONS, *options], "nvrtc": nvrtc_version()}  # fmt: skip
+    doc = {
+        "source": source,
+        "names": list(name_expressions),
+        "arch": arch,
+        "headers": dict(headers or {}),
+        "options": [*DEFAULT_OPTIONS, *options],
+        "nvrtc": nvrtc_version(),
+    }
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
 
@@ -186,10 +192,14 @@ def _cache_get(key: str) -> CompileResult | None:
             read_text(d / f"{key}.json", what="compile cache entry", budget=CACHE_ENTRY_BUDGET, fifo=False)
         )
         return CompileResult(
-            cubin=base64.b64decode(doc["cubin"]), arch=doc["arch"], lowered=doc["lowered"], log=doc["log"],
+            cubin=base64.b64decode(doc["cubin"]),
+            arch=doc["arch"],
+            lowered=doc["lowered"],
+            log=doc["log"],
             resources={k: KernelResources(**v) for k, v in doc["resources"].items()},
-            nvrtc_version=doc["nvrtc_version"], ptx=doc["ptx"],
-        )  # fmt: skip
+            nvrtc_version=doc["nvrtc_version"],
+            ptx=doc["ptx"],
+        )
     except (SpecError, OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return None  # a miss, a torn or foreign file: compile again
 
@@ -198,11 +208,28 @@ def _cache_put(key: str, res: CompileResult) -> None:
     d = cache_dir()
     if d is None:
         return
-    doc = {"cubin": base64.b64encode(res.cubin).decode(), "arch": res.arch, "lowered": res.lowered, "log": res.log,
-           "resources": {k: {f: getattr(v, f) for f in ("registers", "spill_stores", "spill_loads", "stack_frame",
-                                                           "static_smem_bytes", "barriers")}
-                         for k, v in res.resources.items()},
-           "nvrtc_version": res.nvrtc_version, "ptx": res.ptx}  # fmt: skip
+    doc = {
+        "cubin": base64.b64encode(res.cubin).decode(),
+        "arch": res.arch,
+        "lowered": res.lowered,
+        "log": res.log,
+        "resources": {
+            k: {
+                f: getattr(v, f)
+                for f in (
+                    "registers",
+                    "spill_stores",
+                    "spill_loads",
+                    "stack_frame",
+                    "static_smem_bytes",
+                    "barriers",
+                )
+            }
+            for k, v in res.resources.items()
+        },
+        "nvrtc_version": res.nvrtc_version,
+        "ptx": res.ptx,
+    }
     from smemtile.errors import SpecError
     from smemtile.fileio import write_text_atomic
 

@@ -72,24 +72,45 @@ class Device:
         out: dict = {}
         if lanes and self.clock_khz:
             out["tflops"] = self.sm_count * lanes * 2 * self.clock_khz * 1e3 / 1e12
-            out["tflops_basis"] = (f"{self.sm_count} SMs x {lanes} FP32 lanes x 2 (FMA) x "
-                                   f"{self.clock_khz / 1e3:.0f} MHz")  # fmt: skip
+            out["tflops_basis"] = (
+                f"{self.sm_count} SMs x {lanes} FP32 lanes x 2 (FMA) x {self.clock_khz / 1e3:.0f} MHz"
+            )
         if self.mem_clock_khz and self.bus_width_bits:
             out["gbps"] = 2 * self.mem_clock_khz * 1e3 * self.bus_width_bits / 8 / 1e9
-            out["gbps_basis"] = (f"2 x {self.mem_clock_khz / 1e3:.0f} MHz x {self.bus_width_bits}-bit bus "
-                                 "(the datasheet figure; a device copy reaches ~90% of it)")  # fmt: skip
+            out["gbps_basis"] = (
+                f"2 x {self.mem_clock_khz / 1e3:.0f} MHz x {self.bus_width_bits}-bit bus "
+                "(the datasheet figure; a device copy reaches ~90% of it)"
+            )
         return out
 
     def to_dict(self) -> dict:
-        return {"index": self.index, "name": self.name, "cc": f"{self.cc[0]}.{self.cc[1]}",
-                "arch": self.arch_name, "sm_count": self.sm_count, "clock_mhz": _mhz(self.clock_khz),
-                "memory_clock_mhz": _mhz(self.mem_clock_khz), "bus_width_bits": self.bus_width_bits,
-                "l2_bytes": self.l2_bytes, "peak": self.peak()}  # fmt: skip
+        return {
+            "index": self.index,
+            "name": self.name,
+            "cc": f"{self.cc[0]}.{self.cc[1]}",
+            "arch": self.arch_name,
+            "sm_count": self.sm_count,
+            "clock_mhz": _mhz(self.clock_khz),
+            "memory_clock_mhz": _mhz(self.mem_clock_khz),
+            "bus_width_bits": self.bus_width_bits,
+            "l2_bytes": self.l2_bytes,
+            "peak": self.peak(),
+        }
 
 
 # FP32 FMA lanes per SM (CUDA C Programming Guide, arithmetic instruction throughput table)
-FP32_LANES_PER_SM = {(7, 0): 64, (7, 2): 64, (7, 5): 64, (8, 0): 64, (8, 6): 128, (8, 7): 128, (8, 9): 128,
-                     (9, 0): 128, (10, 0): 128, (12, 0): 128}  # fmt: skip
+FP32_LANES_PER_SM = {
+    (7, 0): 64,
+    (7, 2): 64,
+    (7, 5): 64,
+    (8, 0): 64,
+    (8, 6): 128,
+    (8, 7): 128,
+    (8, 9): 128,
+    (9, 0): 128,
+    (10, 0): 128,
+    (12, 0): 128,
+}
 
 
 def _mhz(khz: int | None) -> float | None:
@@ -217,8 +238,12 @@ class CheckResult:
     mismatch: Mismatch | None = None
 
     def to_dict(self) -> dict:
-        return {"correct": self.correct, "max_rel_error": self.max_rel_error, "tolerance": self.tolerance,
-                "first_mismatch": self.mismatch.to_dict() if self.mismatch else None}  # fmt: skip
+        return {
+            "correct": self.correct,
+            "max_rel_error": self.max_rel_error,
+            "tolerance": self.tolerance,
+            "first_mismatch": self.mismatch.to_dict() if self.mismatch else None,
+        }
 
 
 @dataclass
@@ -231,8 +256,14 @@ class Timing:
     l2_flush_bytes: int = 0  # written before every timed launch (outside the events) so L2 starts cold
 
     def to_dict(self) -> dict:
-        return {"median_ms": self.median_ms, "min_ms": self.min_ms, "max_ms": self.max_ms, "runs": self.runs,
-                "warmup_runs": self.warmup_runs, "l2_flush_bytes": self.l2_flush_bytes}  # fmt: skip
+        return {
+            "median_ms": self.median_ms,
+            "min_ms": self.min_ms,
+            "max_ms": self.max_ms,
+            "runs": self.runs,
+            "warmup_runs": self.warmup_runs,
+            "l2_flush_bytes": self.l2_flush_bytes,
+        }
 
 
 def compare(ref: np.ndarray, got: np.ndarray, tolerance: float, *, exact: bool = False) -> CheckResult:
@@ -284,8 +315,12 @@ def compile_config(cfg, *, source: str | None = None):
     from smemtile.gpu.nvrtc import compile_cubin
 
     fam = FAMILIES[cfg.family]
-    return compile_cubin(source if source is not None else body(cfg), [fam.name_expression(cfg)], cfg.arch.name,
-                         filename=f"{fam.name}.cu")  # fmt: skip
+    return compile_cubin(
+        source if source is not None else body(cfg),
+        [fam.name_expression(cfg)],
+        cfg.arch.name,
+        filename=f"{fam.name}.cu",
+    )
 
 
 def _tma_dtype(dtype: str) -> str:
@@ -303,14 +338,23 @@ def _encode_tensor_map(t, address: int):
         return d.CUtensorMap()
     u64, u32 = d.cuuint64_t, d.cuuint32_t
     res = d.cuTensorMapEncodeTiled(
-        getattr(d.CUtensorMapDataType, f"CU_TENSOR_MAP_DATA_TYPE_{_tma_dtype(t.dtype)}"), len(t.dims), address,
-        [u64(x) for x in t.dims], [u64(x) for x in t.strides], [u32(x) for x in t.box], [u32(1)] * len(t.dims),
+        getattr(d.CUtensorMapDataType, f"CU_TENSOR_MAP_DATA_TYPE_{_tma_dtype(t.dtype)}"),
+        len(t.dims),
+        address,
+        [u64(x) for x in t.dims],
+        [u64(x) for x in t.strides],
+        [u32(x) for x in t.box],
+        [u32(1)] * len(t.dims),
         d.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
         getattr(d.CUtensorMapSwizzle, f"CU_TENSOR_MAP_SWIZZLE_{t.swizzle.upper()}"),
         d.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-        d.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)  # fmt: skip
-    return _ok(res, f"cuTensorMapEncodeTiled({t.name}: dims {list(t.dims)}, strides {list(t.strides)}, box "
-               f"{list(t.box)}, {t.swizzle})")  # fmt: skip
+        d.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+    )
+    return _ok(
+        res,
+        f"cuTensorMapEncodeTiled({t.name}: dims {list(t.dims)}, strides {list(t.strides)}, box "
+        f"{list(t.box)}, {t.swizzle})",
+    )
 
 
 class LoadedKernel:
@@ -336,8 +380,11 @@ class LoadedKernel:
         self._funcs = {}
         for step in self.shape.steps:
             if not step.main:
-                self._funcs[step.kernel] = _ok(d.cuModuleGetFunction(self.module, step.kernel.encode()),
-                                               f"cuModuleGetFunction({step.kernel})", CompileError)  # fmt: skip
+                self._funcs[step.kernel] = _ok(
+                    d.cuModuleGetFunction(self.module, step.kernel.encode()),
+                    f"cuModuleGetFunction({step.kernel})",
+                    CompileError,
+                )
         a = d.CUfunction_attribute
         self.registers = int(_ok(d.cuFuncGetAttribute(a.CU_FUNC_ATTRIBUTE_NUM_REGS, self.func), "NUM_REGS"))
         self.static_smem = int(
@@ -361,8 +408,12 @@ class LoadedKernel:
         # every block is its own cluster: blocks per SM x SMs)
         self.driver_clusters = self.driver_blocks * device.sm_count
         if self.shape.cluster_size > 1:
-            self.driver_clusters = int(_ok(d.cuOccupancyMaxActiveClusters(self.func, self._launch_config(None, 0)),
-                                           "cuOccupancyMaxActiveClusters"))  # fmt: skip
+            self.driver_clusters = int(
+                _ok(
+                    d.cuOccupancyMaxActiveClusters(self.func, self._launch_config(None, 0)),
+                    "cuOccupancyMaxActiveClusters",
+                )
+            )
         self._buffers: dict[str, DeviceBuffer] = {}
         self._workspace: DeviceBuffer | None = None
         self._maps: dict = {}
@@ -413,8 +464,12 @@ class LoadedKernel:
                     raise ValueError(f"{arg.name}: input shape {host.shape}, the plan expects {shape}")
                 bufs[arg.name] = DeviceBuffer.from_array(lay.scatter(host))
         self._buffers = bufs
-        self.bind({name: b.addr + self._layouts[name][0].offset * self._layouts[name][1].itemsize
-                   for name, b in bufs.items()})  # fmt: skip
+        self.bind(
+            {
+                name: b.addr + self._layouts[name][0].offset * self._layouts[name][1].itemsize
+                for name, b in bufs.items()
+            }
+        )
 
     def bind(self, pointers: dict[str, int]) -> None:
         """Bind the plan's arguments to device arrays by name (``prepare`` binds its own; a benchmark may pass
@@ -461,8 +516,15 @@ class LoadedKernel:
             if step.cluster != (1, 1, 1):  # a cluster launch needs the launch attribute: cuLaunchKernelEx
                 res = d.cuLaunchKernelEx(self._launch_config(step, stream), func, (vals, types), 0)
             else:
-                res = d.cuLaunchKernel(func, *step.grid, *step.block, step.dynamic_smem_bytes, d.CUstream(stream),
-                                       (vals, types), 0)  # fmt: skip
+                res = d.cuLaunchKernel(
+                    func,
+                    *step.grid,
+                    *step.block,
+                    step.dynamic_smem_bytes,
+                    d.CUstream(stream),
+                    (vals, types),
+                    0,
+                )
             _ok((res[0],) if isinstance(res, tuple) else (res,), f"cuLaunchKernel({step.kernel})")
 
     def _launch_config(self, step, stream):
@@ -502,8 +564,9 @@ class LoadedKernel:
         _, lay, flat = self._last_flat
         return not lay.outside_untouched(flat)
 
-    def check_layout(self, inputs: dict[str, np.ndarray], reference: np.ndarray, cfg,
-                     offsets: dict[str, int]) -> CheckResult:  # fmt: skip
+    def check_layout(
+        self, inputs: dict[str, np.ndarray], reference: np.ndarray, cfg, offsets: dict[str, int]
+    ) -> CheckResult:
         """:meth:`check` with the same compiled kernel on another layout of the same problem (``cfg``: the
         problem with other leading dimensions, e.g. smemtile.families.base.subview_case); the dense layout is
         bound again afterwards is up to the caller (:meth:`prepare`)."""
@@ -516,8 +579,9 @@ class LoadedKernel:
         finally:
             self.cfg = own
 
-    def check(self, inputs: dict[str, np.ndarray], reference: np.ndarray,
-              offsets: dict[str, int] | None = None) -> CheckResult:  # fmt: skip
+    def check(
+        self, inputs: dict[str, np.ndarray], reference: np.ndarray, offsets: dict[str, int] | None = None
+    ) -> CheckResult:
         """One run of the plan on ``inputs`` laid out as the user has them (``offsets``: a sub-view), outputs
         poisoned, compared with ``reference``; bytes of the output's allocation outside its elements must stay
         untouched."""
@@ -527,8 +591,12 @@ class LoadedKernel:
         got = self.fam.decode_output(self.cfg, self.output())
         res = compare(reference, got, self.fam.tolerance_for(self.cfg), exact=self.fam.exact)
         if res.correct and self.wrote_outside():
-            return CheckResult(False, res.max_rel_error, res.tolerance,
-                               Mismatch((), 0.0, 0.0, 1, "wrote outside the output's rows (between rows or past the end)"))  # fmt: skip
+            return CheckResult(
+                False,
+                res.max_rel_error,
+                res.tolerance,
+                Mismatch((), 0.0, 0.0, 1, "wrote outside the output's rows (between rows or past the end)"),
+            )
         return res
 
     def time(

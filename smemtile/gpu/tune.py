@@ -180,8 +180,10 @@ class GpuRunner:
         held = self._data.get(key)
         same = held is not None and held[0].keys() == inputs.keys()
         if same:
-            same = all(a.shape == b.shape and a.dtype == b.dtype and np.array_equal(a, b)
-                       for a, b in ((inputs[n], held[0][n]) for n in inputs))  # fmt: skip
+            same = all(
+                a.shape == b.shape and a.dtype == b.dtype and np.array_equal(a, b)
+                for a, b in ((inputs[n], held[0][n]) for n in inputs)
+            )
         if not same:
             self._data = {key: (inputs, fam.reference(cfg, inputs))}  # one problem at a time in memory
         return self._data[key]
@@ -207,10 +209,18 @@ class GpuRunner:
             k = LoadedKernel(cfg, self.dev)
         inputs, reference = self._inputs(cfg)
         try:
-            row = {"min_blocks_note": lowered, "name_expression_run": k.expr, "registers": k.registers,
-                   "spill_bytes": k.local_bytes, "static_smem": k.static_smem,
-                   "dynamic_smem": k.shape.dynamic_smem_bytes, "blocks_per_sm": k.driver_blocks,
-                   "threads": k.threads, "host": socket.gethostname(), "device_uuid": self.uuid}  # fmt: skip
+            row = {
+                "min_blocks_note": lowered,
+                "name_expression_run": k.expr,
+                "registers": k.registers,
+                "spill_bytes": k.local_bytes,
+                "static_smem": k.static_smem,
+                "dynamic_smem": k.shape.dynamic_smem_bytes,
+                "blocks_per_sm": k.driver_blocks,
+                "threads": k.threads,
+                "host": socket.gethostname(),
+                "device_uuid": self.uuid,
+            }
             chk = k.check(dict(inputs), reference)
             row.update(correct=chk.correct, max_rel_error=chk.max_rel_error)
             if not chk.correct:
@@ -270,8 +280,10 @@ class _Nvml:
         if self.nv is None:
             return {}
         power = self._call("nvmlDeviceGetPowerManagementLimit")
-        return {"app_sm_clock_mhz": self._call("nvmlDeviceGetApplicationsClock", self.nv.NVML_CLOCK_SM),
-                "power_limit_w": power / 1000 if power else None}  # fmt: skip
+        return {
+            "app_sm_clock_mhz": self._call("nvmlDeviceGetApplicationsClock", self.nv.NVML_CLOCK_SM),
+            "power_limit_w": power / 1000 if power else None,
+        }
 
     def now(self) -> tuple[int | None, list[str] | None]:
         if self.nv is None:
@@ -295,8 +307,15 @@ class SimulatedRunner:
 
     compiler = "smemtile.gpu.tune:simulated_compile"
 
-    def __init__(self, device: int = 0, seed: int = 1234, *, delay_s: float = 0.0,
-                 throttled: tuple[str, ...] = (), crash_marker: str | None = None):  # fmt: skip
+    def __init__(
+        self,
+        device: int = 0,
+        seed: int = 1234,
+        *,
+        delay_s: float = 0.0,
+        throttled: tuple[str, ...] = (),
+        crash_marker: str | None = None,
+    ):
         from smemtile.model.arch import get_arch
 
         visible = os.environ.get("CUDA_VISIBLE_DEVICES", str(device)).split(",")[0] or str(device)
@@ -310,8 +329,14 @@ class SimulatedRunner:
 
     def describe(self) -> dict:
         dev = {"index": 0, "name": "SIMULATED", "arch": "sm_90", "sm_count": 132, "uuid": self.uuid}
-        return {"host": socket.gethostname(), "pid": os.getpid(), "uuid": self.uuid, "arch": "sm_90",
-                "device": dev, "env": self.env}  # fmt: skip
+        return {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "uuid": self.uuid,
+            "arch": "sm_90",
+            "device": dev,
+            "env": self.env,
+        }
 
     def healthy(self) -> bool:
         return True
@@ -400,8 +425,12 @@ def measure_row(runner, cfg, compiled=None) -> dict:
         return {"status": "skipped", "reason": f"compile error: {str(e).splitlines()[0]}", "cacheable": True}
     except Exception as e:  # a launch or driver failure: record, do not cache, carry on
         first = str(e).splitlines()[0] if str(e) else ""
-        return {"status": "skipped", "reason": f"{type(e).__name__}: {first}", "cacheable": False,
-                "broken": not getattr(runner, "healthy", lambda: True)()}  # fmt: skip
+        return {
+            "status": "skipped",
+            "reason": f"{type(e).__name__}: {first}",
+            "cacheable": False,
+            "broken": not getattr(runner, "healthy", lambda: True)(),
+        }
 
 
 def worker_measure(spec: str, seed: int, options: dict | None, cfg, compiled: dict | None) -> dict:

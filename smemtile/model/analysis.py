@@ -39,8 +39,11 @@ class AccessResult:
         sources) and, per instruction, which of those it repeats. Identical instructions have identical
         wavefronts under every layout, so the fix search models each distinct one once."""
         coords = [x for x in (self.rows, self.cols) if x is not None] or [self.bank.addresses]
-        key = np.concatenate([*coords, self.bank.active.astype(np.int64)]
-                             + ([self.bank.sources] if self.bank.sources is not None else []), axis=1)  # fmt: skip
+        key = np.concatenate(
+            [*coords, self.bank.active.astype(np.int64)]
+            + ([self.bank.sources] if self.bank.sources is not None else []),
+            axis=1,
+        )
         key = np.ascontiguousarray(key)
         # one 64-bit hash per instruction sorts fast; rows that share a hash are compared exactly below
         h = key @ np.random.default_rng(0).integers(1, 1 << 20, key.shape[1], dtype=np.int64)
@@ -156,28 +159,46 @@ def analyze_access(spec: KernelSpec, access: Access, layout: Layout | None = Non
             if stages is not None:
                 rows = stages * buf.rows + rows
             if elems > 1:
-                fail.check((cols % elems) != 0, None,
-                           lambda i, lane: f"has col {int(cols[i, lane])}, not a multiple of {elems}: a "
-                                           f"{access.width}-byte access of {buf.dtype} needs aligned vectors")  # fmt: skip
+                fail.check(
+                    (cols % elems) != 0,
+                    None,
+                    lambda i, lane: (
+                        f"has col {int(cols[i, lane])}, not a multiple of {elems}: a "
+                        f"{access.width}-byte access of {buf.dtype} needs aligned vectors"
+                    ),
+                )
             off = lay.offset(rows, cols, buf.cols)
         addr = off * buf.elem_bytes
     if active is not None:
         addr = np.where(active, addr, 0)
     total = buf.bytes(lay) // buf.stages  # accesses address the first stage of a buffer with `stages:`
     span = elems * buf.elem_bytes  # bytes one lane touches
-    fail.check((addr < 0) | (addr + span > total), None,
-               lambda i, lane: f"byte offset {int(addr[i, lane])} ({span} bytes) is outside 0..{total - 1} "
-                               f"({total} bytes)")  # fmt: skip
+    fail.check(
+        (addr < 0) | (addr + span > total),
+        None,
+        lambda i, lane: (
+            f"byte offset {int(addr[i, lane])} ({span} bytes) is outside 0..{total - 1} ({total} bytes)"
+        ),
+    )
     align = 16 if access.op in ("ldmatrix", "stmatrix") else access.width
-    fail.check(addr % align != 0, active,
-               lambda i, lane: f"address {int(addr[i, lane])} is not aligned to {align} bytes: a misaligned "
-                               f"{access.op} faults")  # fmt: skip
+    fail.check(
+        addr % align != 0,
+        active,
+        lambda i, lane: (
+            f"address {int(addr[i, lane])} is not aligned to {align} bytes: a misaligned {access.op} faults"
+        ),
+    )
     src = None
     if access.source is not None:
         src = _full(access.source(env), n) * buf.elem_bytes
-        fail.check(src % access.width != 0, active,
-                   lambda i, lane: f"source {int(src[i, lane])} is not aligned to {access.width} bytes (cp.async "
-                                   "needs aligned sources)")  # fmt: skip
+        fail.check(
+            src % access.width != 0,
+            active,
+            lambda i, lane: (
+                f"source {int(src[i, lane])} is not aligned to {access.width} bytes (cp.async "
+                "needs aligned sources)"
+            ),
+        )
     try:
         bank = analyze_addresses(addr, access.op, access.width, access.matrices, sources=src, active=active)
     except SpecError as e:
@@ -212,8 +233,11 @@ class _Failure:
             raise self(message(i, lane), i, lane)
 
     def bounds(self, v: np.ndarray, lo: int, hi: int, what: str, active: np.ndarray | None) -> None:
-        self.check((v < lo) | (v >= hi), active,
-                   lambda i, lane: f"has {what} = {int(v[i, lane])}, outside {self.shape}; allowed {lo}..{hi - 1}")  # fmt: skip
+        self.check(
+            (v < lo) | (v >= hi),
+            active,
+            lambda i, lane: f"has {what} = {int(v[i, lane])}, outside {self.shape}; allowed {lo}..{hi - 1}",
+        )
 
 
 def analyze_spec(spec: KernelSpec, layouts: dict[str, Layout] | None = None) -> tuple[AccessResult, ...]:

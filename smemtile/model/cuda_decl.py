@@ -17,26 +17,50 @@ from smemtile.model.expr import evaluate
 
 # C type -> (spec dtype, scalars per element)
 CTYPES = {
-    "float": ("f32", 1), "double": ("f64", 1), "int": ("i32", 1), "unsigned": ("u32", 1),
-    "unsigned int": ("u32", 1), "uint32_t": ("u32", 1), "int32_t": ("i32", 1), "short": ("i16", 1),
-    "unsigned short": ("u16", 1), "char": ("i8", 1), "signed char": ("i8", 1), "unsigned char": ("u8", 1),
-    "uint8_t": ("u8", 1), "int8_t": ("i8", 1), "long long": ("i64", 1), "unsigned long long": ("u64", 1),
-    "int64_t": ("i64", 1), "uint64_t": ("u64", 1), "half": ("f16", 1), "__half": ("f16", 1),
-    "__nv_bfloat16": ("bf16", 1), "nv_bfloat16": ("bf16", 1), "__half2": ("f16", 2), "half2": ("f16", 2),
-    "__nv_bfloat162": ("bf16", 2), "uint16_t": ("u16", 1), "int16_t": ("i16", 1),
-}  # fmt: skip
+    "float": ("f32", 1),
+    "double": ("f64", 1),
+    "int": ("i32", 1),
+    "unsigned": ("u32", 1),
+    "unsigned int": ("u32", 1),
+    "uint32_t": ("u32", 1),
+    "int32_t": ("i32", 1),
+    "short": ("i16", 1),
+    "unsigned short": ("u16", 1),
+    "char": ("i8", 1),
+    "signed char": ("i8", 1),
+    "unsigned char": ("u8", 1),
+    "uint8_t": ("u8", 1),
+    "int8_t": ("i8", 1),
+    "long long": ("i64", 1),
+    "unsigned long long": ("u64", 1),
+    "int64_t": ("i64", 1),
+    "uint64_t": ("u64", 1),
+    "half": ("f16", 1),
+    "__half": ("f16", 1),
+    "__nv_bfloat16": ("bf16", 1),
+    "nv_bfloat16": ("bf16", 1),
+    "__half2": ("f16", 2),
+    "half2": ("f16", 2),
+    "__nv_bfloat162": ("bf16", 2),
+    "uint16_t": ("u16", 1),
+    "int16_t": ("i16", 1),
+}
 for _base, _dt in (("float", "f32"), ("int", "i32"), ("uint", "u32"), ("double", "f64"), ("short", "i16")):
     for _n in (2, 4):
         CTYPES[f"{_base}{_n}"] = (_dt, _n)
 
 _DEFINE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)[ \t]+([^\n]+?)[ \t]*(?://.*)?$", re.M)
-_CONST = re.compile(r"\b(?:static\s+)?(?:constexpr|const)\s+(?:unsigned\s+|signed\s+)?(?:int|long|size_t|unsigned|"
-                    r"int32_t|uint32_t)\s+([A-Za-z_]\w*)\s*=\s*([^;]+);")  # fmt: skip
+_CONST = re.compile(
+    r"\b(?:static\s+)?(?:constexpr|const)\s+(?:unsigned\s+|signed\s+)?(?:int|long|size_t|unsigned|"
+    r"int32_t|uint32_t)\s+([A-Za-z_]\w*)\s*=\s*([^;]+);"
+)
 _TEMPLATE = re.compile(r"template\s*<([^>]*)>")
 _TPARAM = re.compile(r"(?:int|unsigned|size_t|long|bool)\s+([A-Za-z_]\w*)\s*=\s*([^,]+)")
-_SHARED = re.compile(r"(extern\s+)?__shared__\s+((?:__align__\s*\(\s*\d+\s*\)\s*|alignas\s*\(\s*\d+\s*\)\s*|"
-                     r"volatile\s+|const\s+)*)([A-Za-z_][\w:]*(?:\s+(?:int|char|short|long))*(?:\s+long)?)\s+"
-                     r"([^;]+);")  # fmt: skip
+_SHARED = re.compile(
+    r"(extern\s+)?__shared__\s+((?:__align__\s*\(\s*\d+\s*\)\s*|alignas\s*\(\s*\d+\s*\)\s*|"
+    r"volatile\s+|const\s+)*)([A-Za-z_][\w:]*(?:\s+(?:int|char|short|long))*(?:\s+long)?)\s+"
+    r"([^;]+);"
+)
 
 
 @dataclass(frozen=True)
@@ -62,9 +86,16 @@ class SharedDecl:
         return (*self.dims[:-1], self.dims[-1] * self.vector)
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "ctype": self.ctype, "dtype": self.dtype, "dims": list(self.dims or []),
-                "dim_text": list(self.dim_text), "extern": self.extern, "line": self.line,
-                "reason": self.reason}  # fmt: skip
+        return {
+            "name": self.name,
+            "ctype": self.ctype,
+            "dtype": self.dtype,
+            "dims": list(self.dims or []),
+            "dim_text": list(self.dim_text),
+            "extern": self.extern,
+            "line": self.line,
+            "reason": self.reason,
+        }
 
 
 def _strip_comments(src: str) -> str:
@@ -131,6 +162,16 @@ def shared_declarations(source: str, defines: dict[str, int] | None = None) -> d
                     )
                 else:
                     dims = tuple(int(v) for v in vals)
-            out[name] = SharedDecl(name, ctype, dtype, dims if not reason else None, dims_text, vec,
-                                   bool(m.group(1)), line, reason, " ".join(m.group(2).split()))  # fmt: skip
+            out[name] = SharedDecl(
+                name,
+                ctype,
+                dtype,
+                dims if not reason else None,
+                dims_text,
+                vec,
+                bool(m.group(1)),
+                line,
+                reason,
+                " ".join(m.group(2).split()),
+            )
     return out

@@ -114,8 +114,14 @@ def _relayout(ar: AccessResult, lay: Layout) -> np.ndarray:
     else:
         off = lay.swizzle(ar.cols[first]) if lay.swizzle is not None else ar.cols[first]
     src = None if ar.bank.sources is None else ar.bank.sources[first]
-    r = analyze_addresses(off * buf.elem_bytes, ar.access.op, ar.access.width, ar.access.matrices,
-                          sources=src, active=ar.bank.active[first])  # fmt: skip
+    r = analyze_addresses(
+        off * buf.elem_bytes,
+        ar.access.op,
+        ar.access.width,
+        ar.access.matrices,
+        sources=src,
+        active=ar.bank.active[first],
+    )
     return r.wavefronts[inv], r.ideal_wavefronts[inv]
 
 

@@ -27,9 +27,23 @@ from smemtile.model.spec import DTYPES, load_yaml
 FILLS = ("zeros", "ones", "iota", "random")
 ARG_KEYS = ("name", "dtype", "count", "fill", "value")
 # the spec dtype a scalar parameter gets from its PTX type when the YAML names none
-_SCALAR_DTYPE = {".u8": "u8", ".s8": "i8", ".b8": "u8", ".u16": "u16", ".s16": "i16", ".b16": "u16",
-                 ".u32": "i32", ".s32": "i32", ".b32": "u32", ".u64": "i64", ".s64": "i64", ".b64": "u64",
-                 ".f16": "f16", ".f32": "f32", ".f64": "f64"}  # fmt: skip
+_SCALAR_DTYPE = {
+    ".u8": "u8",
+    ".s8": "i8",
+    ".b8": "u8",
+    ".u16": "u16",
+    ".s16": "i16",
+    ".b16": "u16",
+    ".u32": "i32",
+    ".s32": "i32",
+    ".b32": "u32",
+    ".u64": "i64",
+    ".s64": "i64",
+    ".b64": "u64",
+    ".f16": "f16",
+    ".f32": "f32",
+    ".f64": "f64",
+}
 _PTX_BYTES = {t: DTYPES[d] for t, d in _SCALAR_DTYPE.items()}
 MAX_COUNT = 1 << 32  # elements of one array (16 GiB of f32): a typo like 1e12 is refused, not allocated
 
@@ -103,8 +117,11 @@ def load_args(
         )
     if len(doc) != len(entry_params):
         names = ", ".join(f"{n.rsplit('_param_', 1)[-1]}:{t}" for t, n in entry_params) or "none"
-        raise SpecError(f"{len(doc)} arguments given, the kernel takes {len(entry_params)} (PTX parameters: "
-                        f"{names})", key="args", source=source)  # fmt: skip
+        raise SpecError(
+            f"{len(doc)} arguments given, the kernel takes {len(entry_params)} (PTX parameters: {names})",
+            key="args",
+            source=source,
+        )
     return [_arg(i, a, entry_params[i][0], constants, source) for i, a in enumerate(doc)]
 
 
@@ -118,37 +135,52 @@ def _arg(i: int, a: object, ptx_type: str, constants: dict[str, int], source: st
         if k not in ARG_KEYS:
             close = difflib.get_close_matches(str(k), ARG_KEYS, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise SpecError(f"unknown key {printable(k)!r}{hint}; allowed: {', '.join(ARG_KEYS)}",
-                            key=key, source=source)  # fmt: skip
+            raise SpecError(
+                f"unknown key {printable(k)!r}{hint}; allowed: {', '.join(ARG_KEYS)}", key=key, source=source
+            )
     name = str(a.get("name", f"arg{i}"))
     key = f"args[{i}] ({printable(name)})"
     if "value" in a and "count" in a:
         raise SpecError("give count (an array) or value (a scalar), not both", key=key, source=source)
     dtype = a.get("dtype")
     if dtype is not None and dtype not in DTYPES:
-        raise SpecError(f"unknown dtype {printable(dtype)!r}; allowed: {', '.join(DTYPES)}", key=f"{key}.dtype",
-                        source=source)  # fmt: skip
+        raise SpecError(
+            f"unknown dtype {printable(dtype)!r}; allowed: {', '.join(DTYPES)}",
+            key=f"{key}.dtype",
+            source=source,
+        )
     if "value" in a:
         if ptx_type not in _SCALAR_DTYPE:
-            raise SpecError(f"the kernel's parameter is {ptx_type} (a struct or array by value): not supported",
-                            key=key, source=source)  # fmt: skip
+            raise SpecError(
+                f"the kernel's parameter is {ptx_type} (a struct or array by value): not supported",
+                key=key,
+                source=source,
+            )
         dtype = dtype or _SCALAR_DTYPE[ptx_type]
         if DTYPES[dtype] != _PTX_BYTES[ptx_type]:
-            raise SpecError(f"dtype {dtype} is {DTYPES[dtype]} bytes but the kernel's parameter is {ptx_type}",
-                            key=f"{key}.dtype", source=source)  # fmt: skip
+            raise SpecError(
+                f"dtype {dtype} is {DTYPES[dtype]} bytes but the kernel's parameter is {ptx_type}",
+                key=f"{key}.dtype",
+                source=source,
+            )
         value = a["value"]
         if isinstance(value, bool) or not isinstance(value, (int, float, str)):
             raise SpecError("value must be a number or an expression", key=f"{key}.value", source=source)
         if isinstance(value, str):
             value = evaluate(value, constants, key=f"{key}.value", source=source)
         if dtype[0] in "iu" and not float(value).is_integer():
-            raise SpecError(f"value {value} is not an integer but dtype is {dtype}", key=f"{key}.value",
-                            source=source)  # fmt: skip
+            raise SpecError(
+                f"value {value} is not an integer but dtype is {dtype}", key=f"{key}.value", source=source
+            )
         value = int(value) if dtype[0] in "iu" else float(value)
         return KernelArg(name=name, kind="scalar", dtype=dtype, value=value)
     if ptx_type not in (".u64", ".b64", ".s64"):
-        raise SpecError(f"an array needs a pointer parameter but the kernel's parameter is {ptx_type}; "
-                        "a scalar takes value:", key=key, source=source)  # fmt: skip
+        raise SpecError(
+            f"an array needs a pointer parameter but the kernel's parameter is {ptx_type}; "
+            "a scalar takes value:",
+            key=key,
+            source=source,
+        )
     if dtype is None:
         raise SpecError(f"an array needs dtype; allowed: {', '.join(DTYPES)}", key=key, source=source)
     count = a.get("count", 0)
@@ -160,6 +192,7 @@ def _arg(i: int, a: object, ptx_type: str, constants: dict[str, int], source: st
         raise SpecError(f"count {count} outside 0..{MAX_COUNT}", key=f"{key}.count", source=source)
     fill = a.get("fill", "zeros")
     if fill not in FILLS:
-        raise SpecError(f"unknown fill {printable(fill)!r}; allowed: {', '.join(FILLS)}", key=f"{key}.fill",
-                        source=source)  # fmt: skip
+        raise SpecError(
+            f"unknown fill {printable(fill)!r}; allowed: {', '.join(FILLS)}", key=f"{key}.fill", source=source
+        )
     return KernelArg(name=name, kind="array", dtype=dtype, count=int(count), fill=fill)

@@ -176,8 +176,15 @@ def _result(
             buf = Buffer(info.name, "u8", (max(info.size, 1),))
     elif info is not None:
         buf = Buffer(info.name if info.name.isidentifier() else "smem", "u8", (max(info.size, 1),))
-    access = Access(name=f"i{instr.index}", buffer=buf.name, op=op, width=width, matrices=instr.matrices,
-                    trans=instr.trans, addresses=None if rows is not None or cols is not None else (0,) * 32)  # fmt: skip
+    access = Access(
+        name=f"i{instr.index}",
+        buffer=buf.name,
+        op=op,
+        width=width,
+        matrices=instr.matrices,
+        trans=instr.trans,
+        addresses=None if rows is not None or cols is not None else (0,) * 32,
+    )
     return AccessResult(access, buf, layout, bank, warp, loops, rows, cols)
 
 
@@ -190,8 +197,12 @@ def _exec_numbers(recs: list[WarpRecord]):
         yield k, r
 
 
-def explain(instrs: list[SharedInstr], records: list[WarpRecord], executions: dict[int, int],
-            arrays: dict[str, ArrayInfo]) -> list[InstrReport]:  # fmt: skip
+def explain(
+    instrs: list[SharedInstr],
+    records: list[WarpRecord],
+    executions: dict[int, int],
+    arrays: dict[str, ArrayInfo],
+) -> list[InstrReport]:
     """One report per instruction, most Excessive first (unrecorded instructions last, in PTX order)."""
     by: dict[int, list[WarpRecord]] = {}
     for r in records:

@@ -57,8 +57,9 @@ def _expr(c: list[int], scale: int = 1) -> str:
     return " + ".join(terms) or "0"
 
 
-def emit_spec(reports: list[InstrReport], arrays: dict[str, ArrayInfo], *, arch: str, threads: int,
-              kernel: str) -> dict:  # fmt: skip
+def emit_spec(
+    reports: list[InstrReport], arrays: dict[str, ArrayInfo], *, arch: str, threads: int, kernel: str
+) -> dict:
     """The spec document (see the module docstring); its buffers are the arrays the accesses touch."""
     buffers: dict[str, dict] = {}
     accesses: list[dict] = []
@@ -119,8 +120,13 @@ def emit_spec(reports: list[InstrReport], arrays: dict[str, ArrayInfo], *, arch:
             )
             patterns[key] = patterns.get(key, 0) + 1
         for n, ((addrs, active), count) in enumerate(list(patterns.items())[:MAX_PATTERNS]):
-            d = {"name": f"i{ins.index}_p{n}", **common, "warps": [0], "addresses": list(addrs),
-                 "note": f"{note} ({count} of {len(recs)} recorded executions)"}  # fmt: skip
+            d = {
+                "name": f"i{ins.index}_p{n}",
+                **common,
+                "warps": [0],
+                "addresses": list(addrs),
+                "note": f"{note} ({count} of {len(recs)} recorded executions)",
+            }
             if active != 0xFFFFFFFF:
                 d["active"] = f"({active} >> lane) & 1"
             accesses.append(d)

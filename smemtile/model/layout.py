@@ -91,8 +91,15 @@ class Layout:
     wgmma: str | None = None
 
     @classmethod
-    def for_tma(cls, mode: str, elem_bytes: int, *, base: int = 0, global_stride: int | None = None,
-                wgmma: str | None = None) -> Layout:  # fmt: skip
+    def for_tma(
+        cls,
+        mode: str,
+        elem_bytes: int,
+        *,
+        base: int = 0,
+        global_stride: int | None = None,
+        wgmma: str | None = None,
+    ) -> Layout:
         """A TMA tile's layout: ``mode`` (none, 32B, 64B, 128B) as the element swizzle for ``elem_bytes``."""
         sw = tma_byte_swizzle(mode)
         if wgmma is not None:
@@ -132,8 +139,11 @@ class Layout:
     def to_dict(self) -> dict:
         if self.tma is not None:  # the spec form: parses back (with the buffer's dtype) to an equal layout
             t: dict = {"tma_swizzle": self.tma}
-            for key, v, default in (("base", self.base, 0), ("global_stride", self.global_stride, None),
-                                    ("wgmma_swizzle", self.wgmma, None)):  # fmt: skip
+            for key, v, default in (
+                ("base", self.base, 0),
+                ("global_stride", self.global_stride, None),
+                ("wgmma_swizzle", self.wgmma, None),
+            ):
                 if v != default:
                     t[key] = v
             return t
@@ -178,8 +188,13 @@ class Layout:
             if "elem_bytes" not in value:
                 raise TypeError("a tma_swizzle layout mapping needs elem_bytes (the element size)")
             gs = value.get("global_stride")
-            return cls.for_tma(str(value["tma_swizzle"]), int(value["elem_bytes"]), base=int(value.get("base", 0)),
-                               global_stride=None if gs is None else int(gs), wgmma=value.get("wgmma_swizzle"))  # fmt: skip
+            return cls.for_tma(
+                str(value["tma_swizzle"]),
+                int(value["elem_bytes"]),
+                base=int(value.get("base", 0)),
+                global_stride=None if gs is None else int(gs),
+                wgmma=value.get("wgmma_swizzle"),
+            )
         if isinstance(value, dict):
             sw = value.get("swizzle")
             swz = Swizzle(*(int(x) for x in sw)) if sw else None

@@ -508,8 +508,16 @@ def active_clusters(blocks_per_sm: int, cluster: int, sms: int, gpu: str | None 
     if cluster == 1:
         return {"active_clusters": bound, "cluster": 1, "source": "blocks per SM x SMs (clusters of 1)"}
     if measured is not None:
-        return {"active_clusters": measured, "cluster": cluster, "upper_bound": bound,
-                "source": f"cuOccupancyMaxActiveClusters measured on the {gpu} (bench/results/wgmma_h200.json)"}  # fmt: skip
-    return {"active_clusters": bound, "cluster": cluster, "upper_bound": bound,
-            "source": "upper bound floor(SMs x blocks per SM / cluster): the GPC sizes are not known; the driver's "
-                      "cuOccupancyMaxActiveClusters can be lower"}  # fmt: skip
+        return {
+            "active_clusters": measured,
+            "cluster": cluster,
+            "upper_bound": bound,
+            "source": f"cuOccupancyMaxActiveClusters measured on the {gpu} (bench/results/wgmma_h200.json)",
+        }
+    return {
+        "active_clusters": bound,
+        "cluster": cluster,
+        "upper_bound": bound,
+        "source": "upper bound floor(SMs x blocks per SM / cluster): the GPC sizes are not known; the driver's "
+        "cuOccupancyMaxActiveClusters can be lower",
+    }

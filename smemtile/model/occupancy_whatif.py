@@ -24,9 +24,13 @@ class WhatIf:
 
     def _lim(self, **vary) -> dict[str, np.ndarray]:
         args = dict(
-            threads=self.threads, regs=self.regs, smem_static=self.static, smem_dynamic=self.dynamic,
-            carveout=self.carveout, opt_in=self.opt_in,
-        )  # fmt: skip
+            threads=self.threads,
+            regs=self.regs,
+            smem_static=self.static,
+            smem_dynamic=self.dynamic,
+            carveout=self.carveout,
+            opt_in=self.opt_in,
+        )
         args.update(vary)
         n = max(np.size(v) for v in args.values())
         args["threads"] = np.broadcast_to(np.asarray(args["threads"], dtype=np.int64), (n,))

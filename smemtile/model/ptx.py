@@ -405,11 +405,21 @@ def shared_instructions(ptx: str, entry: str) -> list[SharedInstr]:
         text_ = st.text[:-1] if st.text.endswith(";") else st.text
         out.append(
             SharedInstr(
-                index=len(out), ptx_line=st.ptx_line, text=text_, op=op, width=width, matrices=matrices,
-                trans=trans, space=space, addr=addr, file=st.file, line=st.line,
-                array=_array_of(addr, defs, arrays, externs), predicate=st.predicate,
+                index=len(out),
+                ptx_line=st.ptx_line,
+                text=text_,
+                op=op,
+                width=width,
+                matrices=matrices,
+                trans=trans,
+                space=space,
+                addr=addr,
+                file=st.file,
+                line=st.line,
+                array=_array_of(addr, defs, arrays, externs),
+                predicate=st.predicate,
             )
-        )  # fmt: skip
+        )
     return out
 
 
@@ -429,5 +439,6 @@ def find_entry(ptx: str, kernel: str | None) -> str:
         return hits[0]
     if not hits:
         raise SpecError(f"no kernel {kernel!r}; kernels: {listing}", key="--kernel")
-    raise SpecError(f"{kernel!r} names several kernels (overloads); give the mangled name: {listing}",
-                    key="--kernel")  # fmt: skip
+    raise SpecError(
+        f"{kernel!r} names several kernels (overloads); give the mangled name: {listing}", key="--kernel"
+    )

@@ -227,8 +227,10 @@ class _Warp:
             if st.predicate:
                 p = self.read(st.predicate[1:], st)
                 if isinstance(p, Poison):
-                    raise EmulationError(f"PTX line {st.ptx_line}: the guard of `{st.text}` depends on {p}, which "
-                                         "the emulator does not evaluate")  # fmt: skip
+                    raise EmulationError(
+                        f"PTX line {st.ptx_line}: the guard of `{st.text}` depends on {p}, which "
+                        "the emulator does not evaluate"
+                    )
                 mask = group & np.asarray(p, dtype=bool)
             head = st.opcode.split(".", 1)[0]
             nxt = cur + 1
@@ -258,8 +260,19 @@ class _Warp:
 class Emulator:
     """The kernel's entry, launch and arguments; :meth:`run` emulates the sampled warps."""
 
-    def __init__(self, ptx: str, entry: str, instrs, *, grid, block, dynamic_smem: int,
-                 args: list[KernelArg], params: list[tuple[str, str]], max_steps: int = MAX_STEPS):  # fmt: skip
+    def __init__(
+        self,
+        ptx: str,
+        entry: str,
+        instrs,
+        *,
+        grid,
+        block,
+        dynamic_smem: int,
+        args: list[KernelArg],
+        params: list[tuple[str, str]],
+        max_steps: int = MAX_STEPS,
+    ):
         from smemtile.model import ptx_ops  # the instruction semantics
 
         self.ops = ptx_ops
@@ -327,15 +340,37 @@ class Emulator:
                         still.append((wi, gen))
                     except StopIteration as done:
                         if done.value > self.max_steps:
-                            notes.append(f"block {block} warp {wi}: stopped after {self.max_steps} PTX instructions "
-                                         "(the emulator's bound); its later accesses are missing")  # fmt: skip
+                            notes.append(
+                                f"block {block} warp {wi}: stopped after {self.max_steps} PTX instructions "
+                                "(the emulator's bound); its later accesses are missing"
+                            )
                 running = still
         return records, {"executions": executions, "dropped": dropped, "notes": notes}
 
 
-def emulate(ptx: str, entry: str, instrs, *, grid, block, dynamic_smem: int, args: list[KernelArg],
-            params: list[tuple[str, str]], sample, max_steps: int = MAX_STEPS) -> tuple[list[WarpRecord], dict]:  # fmt: skip
+def emulate(
+    ptx: str,
+    entry: str,
+    instrs,
+    *,
+    grid,
+    block,
+    dynamic_smem: int,
+    args: list[KernelArg],
+    params: list[tuple[str, str]],
+    sample,
+    max_steps: int = MAX_STEPS,
+) -> tuple[list[WarpRecord], dict]:
     """Emulate the sampled warps of ``entry`` on the CPU; the same result shape as the GPU ``record``."""
-    emu = Emulator(ptx, entry, instrs, grid=grid, block=block, dynamic_smem=dynamic_smem, args=args,
-                   params=params, max_steps=max_steps)  # fmt: skip
+    emu = Emulator(
+        ptx,
+        entry,
+        instrs,
+        grid=grid,
+        block=block,
+        dynamic_smem=dynamic_smem,
+        args=args,
+        params=params,
+        max_steps=max_steps,
+    )
     return emu.run(sample)

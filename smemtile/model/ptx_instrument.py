@@ -179,8 +179,9 @@ def _find_entry(ptx: str, entry: str) -> _Entry:
     raise SpecError(f"the body of {entry!r} is not closed", key="ptx")
 
 
-_SHARED_DECL = re.compile(r"^\s*(?:\.extern\s+|\.visible\s+|\.weak\s+)?\.shared\s+[^;]*?([\w$]+)\s*(?:\[[^\]]*\])*\s*;",
-                          re.M)  # fmt: skip
+_SHARED_DECL = re.compile(
+    r"^\s*(?:\.extern\s+|\.visible\s+|\.weak\s+)?\.shared\s+[^;]*?([\w$]+)\s*(?:\[[^\]]*\])*\s*;", re.M
+)
 
 
 def shared_symbols(ptx: str, entry: str) -> list[str]:
@@ -247,8 +248,10 @@ def _locate(lines: list[str], instr: Any, lo: int, hi: int, used: set[int]) -> i
         return i
     cands = [j for j in range(lo, hi) if j not in used and same(lines[j])]
     if not cands:
-        raise SpecError(f"instruction {instr.index} ({instr.text!r}, PTX line {instr.ptx_line}) is not in the entry",
-                        key="ptx")  # fmt: skip
+        raise SpecError(
+            f"instruction {instr.index} ({instr.text!r}, PTX line {instr.ptx_line}) is not in the entry",
+            key="ptx",
+        )
     return min(cands, key=lambda j: abs(j - i))
 
 
@@ -261,8 +264,11 @@ def _address_code(
     generic access through a non-shared symbol)."""
     m = _ADDR.match(instr.addr)
     if m is None:
-        raise SpecError(f"instruction {instr.index} ({instr.text!r}): address operand {instr.addr!r} is not "
-                        "register+offset or symbol+offset", key="ptx")  # fmt: skip
+        raise SpecError(
+            f"instruction {instr.index} ({instr.text!r}): address operand {instr.addr!r} is not "
+            "register+offset or symbol+offset",
+            key="ptx",
+        )
     base = m.group(1)
     off = (-1 if m.group(2) == "-" else 1) * int(m.group(3), 0) if m.group(3) else 0
     check: list[str] = []
@@ -271,18 +277,26 @@ def _address_code(
     if base.startswith("%"):
         nb = _reg_bits(base, bits)
         if nb not in (32, 64):
-            raise SpecError(f"instruction {instr.index} ({instr.text!r}): cannot tell the width of register "
-                            f"{base}", key="ptx")  # fmt: skip
+            raise SpecError(
+                f"instruction {instr.index} ({instr.text!r}): cannot tell the width of register {base}",
+                key="ptx",
+            )
         if generic:
             if nb != 64:
-                raise SpecError(f"instruction {instr.index} ({instr.text!r}): a generic address in a 32-bit "
-                                "register", key="ptx")  # fmt: skip
-            check += [f"add.s64 \t%smt_rd3, {base}, {off};",
-                      "isspacep.shared \t%smt_p1, %smt_rd3;",
-                      f"@!%smt_p1 bra \t{skip};"]  # fmt: skip
-            code += [f"add.s64 \t%smt_rd3, {base}, {off};",
-                     "cvta.to.shared.u64 \t%smt_rd3, %smt_rd3;",
-                     "cvt.u32.u64 \t%smt_r0, %smt_rd3;"]  # fmt: skip
+                raise SpecError(
+                    f"instruction {instr.index} ({instr.text!r}): a generic address in a 32-bit register",
+                    key="ptx",
+                )
+            check += [
+                f"add.s64 \t%smt_rd3, {base}, {off};",
+                "isspacep.shared \t%smt_p1, %smt_rd3;",
+                f"@!%smt_p1 bra \t{skip};",
+            ]
+            code += [
+                f"add.s64 \t%smt_rd3, {base}, {off};",
+                "cvta.to.shared.u64 \t%smt_rd3, %smt_rd3;",
+                "cvt.u32.u64 \t%smt_r0, %smt_rd3;",
+            ]
         elif nb == 64:
             code += [f"cvt.u32.u64 \t%smt_r0, {base};", f"add.s32 \t%smt_r0, %smt_r0, {off};"]
         else:
@@ -318,9 +332,13 @@ def _breaks(lines: list[str]) -> bool:
 
 
 def _site(
-    k: int, instr: Any, layout: BufferLayout, addr: tuple[list[str], list[str]], redux: bool = True,
+    k: int,
+    instr: Any,
+    layout: BufferLayout,
+    addr: tuple[list[str], list[str]],
+    redux: bool = True,
     members: list[int] | None = None,
-) -> list[str]:  # fmt: skip
+) -> list[str]:
     """The recording site of instruction k. Nothing lives in registers between sites (the warp's buffer
     addresses and its index are read from the lane's local scratch), so that the recording copy needs hardly
     more registers than the kernel. No atomic returns a value: a whole warp (all 32 lanes active) takes its
@@ -660,8 +678,10 @@ def decode_raw(buf: bytes | np.ndarray, layout: BufferLayout, symbols: list[str]
     s = layout.sample
     ran = int(words[0]) == MAGIC
     if ran and (int(words[1]) != layout.n_instr or int(words[2]) != len(symbols)):
-        raise ValueError(f"record buffer header says {int(words[1])} instructions and {int(words[2])} symbols, "
-                         f"expected {layout.n_instr} and {len(symbols)}")  # fmt: skip
+        raise ValueError(
+            f"record buffer header says {int(words[1])} instructions and {int(words[2])} symbols, "
+            f"expected {layout.n_instr} and {len(symbols)}"
+        )
     syms = {name: int(words[_HEADER_WORDS + j]) for j, name in enumerate(symbols)}
     counts = words[layout.count_off : layout.count_off + layout.n_counters].astype(np.int64)
     counts = counts.reshape(s.blocks, s.warps, layout.n_instr)

@@ -30,15 +30,59 @@ from smemtile.model.spec import DTYPES
 
 _LANE = np.arange(LANES, dtype=np.int64)
 _TYPES = re.compile(r"(?:[bsuf](?:8|16|32|64)|pred)")
-_NOOPS = ("bar", "barrier", "membar", "fence", "prefetch", "prefetchu", "griddepcontrol", "nanosleep", "discard",
-          "applypriority", "pmevent", "trap", "brkpt", "setmaxnreg", "wgmma", "tcgen05", "cp", "call")  # fmt: skip
-_FLOAT1 = {"abs": np.abs, "neg": np.negative, "sqrt": np.sqrt, "rsqrt": lambda x: 1 / np.sqrt(x),
-           "rcp": lambda x: 1 / x, "ex2": np.exp2, "lg2": np.log2, "sin": np.sin, "cos": np.cos,
-           "tanh": np.tanh}  # fmt: skip
-_FLOAT2 = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "min": np.fmin,
-           "max": np.fmax, "copysign": lambda a, b: np.copysign(b, a)}  # fmt: skip
-_CMP = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater,
-        "ge": np.greater_equal, "lo": np.less, "ls": np.less_equal, "hi": np.greater, "hs": np.greater_equal}  # fmt: skip
+_NOOPS = (
+    "bar",
+    "barrier",
+    "membar",
+    "fence",
+    "prefetch",
+    "prefetchu",
+    "griddepcontrol",
+    "nanosleep",
+    "discard",
+    "applypriority",
+    "pmevent",
+    "trap",
+    "brkpt",
+    "setmaxnreg",
+    "wgmma",
+    "tcgen05",
+    "cp",
+    "call",
+)
+_FLOAT1 = {
+    "abs": np.abs,
+    "neg": np.negative,
+    "sqrt": np.sqrt,
+    "rsqrt": lambda x: 1 / np.sqrt(x),
+    "rcp": lambda x: 1 / x,
+    "ex2": np.exp2,
+    "lg2": np.log2,
+    "sin": np.sin,
+    "cos": np.cos,
+    "tanh": np.tanh,
+}
+_FLOAT2 = {
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "div": np.divide,
+    "min": np.fmin,
+    "max": np.fmax,
+    "copysign": lambda a, b: np.copysign(b, a),
+}
+_CMP = {
+    "eq": np.equal,
+    "ne": np.not_equal,
+    "lt": np.less,
+    "le": np.less_equal,
+    "gt": np.greater,
+    "ge": np.greater_equal,
+    "lo": np.less,
+    "ls": np.less_equal,
+    "hi": np.greater,
+    "hs": np.greater_equal,
+}
 
 
 def immediate(emu, op: str, st: Statement):
@@ -131,9 +175,11 @@ def _shared_offsets(emu, st: Statement, a: np.ndarray, mask: np.ndarray, space: 
     bad = on & ((off < 0) | (off + size > emu.window))
     if bad.any():
         lane = int(np.flatnonzero(bad)[0])
-        raise EmulationError(f"PTX line {st.ptx_line} `{st.text}`: lane {lane} addresses shared byte "
-                             f"{int(off[lane])}, outside the {emu.window}-byte shared window (dynamic shared "
-                             "memory: --smem)")  # fmt: skip
+        raise EmulationError(
+            f"PTX line {st.ptx_line} `{st.text}`: lane {lane} addresses shared byte "
+            f"{int(off[lane])}, outside the {emu.window}-byte shared window (dynamic shared "
+            "memory: --smem)"
+        )
     return off, on
 
 
@@ -416,8 +462,13 @@ def _mov(w, st: Statement, t: str, mask) -> None:
         outs = _dsts(d)
         k = _bits(t) // len(outs)
         for i, o in enumerate(outs):
-            w.write(o, v if isinstance(v, Poison) else (_as_int(np.asarray(v), _bits(t), False) >> (k * i)) & (
-                (1 << k) - 1), mask)  # fmt: skip
+            w.write(
+                o,
+                v
+                if isinstance(v, Poison)
+                else (_as_int(np.asarray(v), _bits(t), False) >> (k * i)) & ((1 << k) - 1),
+                mask,
+            )
         return None
     if isinstance(v, Poison):
         return w.write(d, v, mask)
@@ -523,8 +574,14 @@ def _warp_op(w, st: Statement, parts: list[str], t: str, mask) -> None:
             return w.write(ops[0], x, mask)
         vals = x[0][mask]
         kind = parts[2] if parts[1] == "sync" else parts[1]
-        f = {"add": np.sum, "min": np.min, "max": np.max, "and": np.bitwise_and.reduce,
-             "or": np.bitwise_or.reduce, "xor": np.bitwise_xor.reduce}.get(kind)  # fmt: skip
+        f = {
+            "add": np.sum,
+            "min": np.min,
+            "max": np.max,
+            "and": np.bitwise_and.reduce,
+            "or": np.bitwise_or.reduce,
+            "xor": np.bitwise_xor.reduce,
+        }.get(kind)
         if f is None:
             return w.write(ops[0], Poison(st), mask)
         return w.write(ops[0], _norm(np.full(LANES, int(f(vals)), dtype=np.int64), t), mask)
@@ -578,12 +635,17 @@ def _memory(emu, w, st: Statement, parts: list[str], mask, sink) -> None:
         val = emu.params.get(name.strip())
         if val is None or off.strip():
             return w.write(ops[0], Poison(st), mask)
-        return w.write(ops[0], _norm(np.full(LANES, val[0], dtype=np.int64 if isinstance(val[0], int) else
-                                              np.float64), t), mask)  # fmt: skip
+        return w.write(
+            ops[0],
+            _norm(np.full(LANES, val[0], dtype=np.int64 if isinstance(val[0], int) else np.float64), t),
+            mask,
+        )
     a = _addr(w, addr_op, st)
     if isinstance(a, Poison):
-        raise EmulationError(f"PTX line {st.ptx_line}: the address of `{st.text}` depends on {a}, which the "
-                             "emulator does not evaluate")  # fmt: skip
+        raise EmulationError(
+            f"PTX line {st.ptx_line}: the address of `{st.text}` depends on {a}, which the "
+            "emulator does not evaluate"
+        )
     if head in ("ldmatrix", "stmatrix"):
         # lanes 8m..8m+7 give matrix m's row addresses; the others' are not used (recorded as 0, as on the GPU)
         matrices = next((int(p[1:]) for p in parts if p in ("x1", "x2", "x4")), 1)
@@ -624,8 +686,10 @@ def _memory(emu, w, st: Statement, parts: list[str], mask, sink) -> None:
             _smem_write(w, off + k * size, on, size, _as_int(np.asarray(v), _bits(t), False))
         return None
     # atom / red: shared ones update the warp's shared memory lane by lane (the hardware serialises them)
-    kind = next((p for p in parts[1:] if p in ("add", "inc", "dec", "exch", "cas", "min", "max", "and", "or",
-                                               "xor")), "add")  # fmt: skip
+    kind = next(
+        (p for p in parts[1:] if p in ("add", "inc", "dec", "exch", "cas", "min", "max", "and", "or", "xor")),
+        "add",
+    )
     val_ops = ops[brackets[0] + 1 :]
     vals = _ints(w, val_ops, st, _bits(t), t[0] == "s") if t[0] != "f" else _floats(w, val_ops, st, _bits(t))
     old = np.zeros(LANES, dtype=np.int64)
@@ -635,10 +699,18 @@ def _memory(emu, w, st: Statement, parts: list[str], mask, sink) -> None:
             cur = int(_smem_read(w, np.full(LANES, o), _LANE == lane, size)[lane])
             old[lane] = cur
             b = int(vals[0][lane])
-            new = {"add": cur + b, "exch": b, "min": min(cur, b), "max": max(cur, b), "and": cur & b,
-                   "or": cur | b, "xor": cur ^ b, "inc": 0 if cur >= b else cur + 1,
-                   "dec": b if cur == 0 or cur > b else cur - 1,
-                   "cas": int(vals[1][lane]) if len(vals) > 1 and cur == b else cur}[kind]  # fmt: skip
+            new = {
+                "add": cur + b,
+                "exch": b,
+                "min": min(cur, b),
+                "max": max(cur, b),
+                "and": cur & b,
+                "or": cur | b,
+                "xor": cur ^ b,
+                "inc": 0 if cur >= b else cur + 1,
+                "dec": b if cur == 0 or cur > b else cur - 1,
+                "cas": int(vals[1][lane]) if len(vals) > 1 and cur == b else cur,
+            }[kind]
             _smem_write(
                 w, np.full(LANES, o), _LANE == lane, size, np.full(LANES, new & ((1 << (8 * size)) - 1))
             )

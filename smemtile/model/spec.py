@@ -367,12 +367,19 @@ def _number(loader: _StrictLoader, node: yaml.ScalarNode) -> Any:
         digits = text.replace("_", "").lstrip("+-")
         value = int(digits, 8)
         raise yaml.constructor.ConstructorError(
-            None, None, f"{text} is a YAML 1.1 octal number ({value}); write {value}, or "
-            f"{int(digits)} without the leading 0 if you meant decimal", node.start_mark)  # fmt: skip
+            None,
+            None,
+            f"{text} is a YAML 1.1 octal number ({value}); write {value}, or "
+            f"{int(digits)} without the leading 0 if you meant decimal",
+            node.start_mark,
+        )
     if _SEXAGESIMAL.fullmatch(text):
         raise yaml.constructor.ConstructorError(
-            None, None, f"{text} is a YAML 1.1 base-60 number; quote it (\"{text}\") or write the value",
-            node.start_mark)  # fmt: skip
+            None,
+            None,
+            f'{text} is a YAML 1.1 base-60 number; quote it ("{text}") or write the value',
+            node.start_mark,
+        )
     tag = node.tag.rsplit(":", 1)[-1]
     return loader.construct_yaml_int(node) if tag == "int" else loader.construct_yaml_float(node)
 
@@ -392,8 +399,11 @@ def load_yaml(text: str, source: str, *, multi: bool = False) -> Any:
     if bad:
         line = text.count("\n", 0, bad.start()) + 1
         column = bad.start() - (text.rfind("\n", 0, bad.start()) + 1) + 1
-        raise SpecError(f"malformed YAML at line {line}, column {column}: character {printable(bad.group())} "
-                        "is not allowed in YAML", source=source)  # fmt: skip
+        raise SpecError(
+            f"malformed YAML at line {line}, column {column}: character {printable(bad.group())} "
+            "is not allowed in YAML",
+            source=source,
+        )
     depth = max_depth = 0
     for ch in text:  # flow and block nesting both open with [ { or indentation; bound the brackets cheaply
         if ch in "[{":
@@ -424,8 +434,11 @@ def load_yaml(text: str, source: str, *, multi: bool = False) -> Any:
             f"YAML nested {deepest} levels deep; a spec needs at most {MAX_YAML_DEPTH}", source=source
         )
     if values > MAX_YAML_VALUES:
-        raise SpecError(f"YAML aliases (*name) expand to over {MAX_YAML_VALUES} values; at most {MAX_YAML_VALUES} "
-                        "are read (an alias bomb?)", source=source)  # fmt: skip
+        raise SpecError(
+            f"YAML aliases (*name) expand to over {MAX_YAML_VALUES} values; at most {MAX_YAML_VALUES} "
+            "are read (an alias bomb?)",
+            source=source,
+        )
     return docs
 
 
@@ -449,8 +462,9 @@ def _measure(doc: Any, source: str) -> tuple[int, int]:
             for k in kids:
                 if isinstance(k, (dict, list)):
                     if id(k) in active:
-                        raise SpecError("a YAML alias refers to a list or mapping that contains it",
-                                        source=source)  # fmt: skip
+                        raise SpecError(
+                            "a YAML alias refers to a list or mapping that contains it", source=source
+                        )
                     stack.append((k, False))
             continue
         active.discard(id(node))
@@ -484,8 +498,11 @@ def spec_from_dict(doc: dict, source: str = "<spec>") -> KernelSpec:
         if not isinstance(sec, dict):
             raise SpecError("must be a mapping of NAME: integer", key=section, source=source)
         if len(env) + len(sec) > MAX_CONSTANTS:
-            raise SpecError(f"{len(env) + len(sec)} tile and constants names; a spec has at most {MAX_CONSTANTS}",
-                            key=section, source=source)  # fmt: skip
+            raise SpecError(
+                f"{len(env) + len(sec)} tile and constants names; a spec has at most {MAX_CONSTANTS}",
+                key=section,
+                source=source,
+            )
         for k, v in sec.items():
             if not str(k).isidentifier() or k in BUILTIN_VARS:
                 raise SpecError(f"invalid constant name {k!r}", key=f"{section}.{k}", source=source)
@@ -561,8 +578,12 @@ def spec_from_dict(doc: dict, source: str = "<spec>") -> KernelSpec:
         raise SpecError(f"duplicate access names in {anames}", key="accesses", source=source)
     total = sum(instructions(a, threads) for a in accesses)
     if total > MAX_INSTRUCTIONS:
-        raise SpecError(f"{total} instructions to analyse in all; at most {MAX_INSTRUCTIONS} per spec (narrow 'over' "
-                        "or 'warps')", key="accesses", source=source)  # fmt: skip
+        raise SpecError(
+            f"{total} instructions to analyse in all; at most {MAX_INSTRUCTIONS} per spec (narrow 'over' "
+            "or 'warps')",
+            key="accesses",
+            source=source,
+        )
     problem = _problem(doc, env, kernel, buffers, source)
     _check_arch(arch, buffers, accesses, problem, source)
     return KernelSpec(
@@ -588,11 +609,17 @@ def _problem(doc: dict, env: dict, kernel: KernelInfo | None, buffers: list[Buff
     if raw is None:
         return {}
     if kernel is not None:
-        raise SpecError("a kernel spec gives its problem in kernel: (e.g. kernel: {family: sgemm, M: 4096, ...})",
-                        key="problem", source=source)  # fmt: skip
+        raise SpecError(
+            "a kernel spec gives its problem in kernel: (e.g. kernel: {family: sgemm, M: 4096, ...})",
+            key="problem",
+            source=source,
+        )
     if not isinstance(raw, dict):
-        raise SpecError("must be a mapping {M: .., N: .., K: .., dtype: ..} (a GEMM C[M,N] = A[M,K] B[K,N])",
-                        key="problem", source=source)  # fmt: skip
+        raise SpecError(
+            "must be a mapping {M: .., N: .., K: .., dtype: ..} (a GEMM C[M,N] = A[M,K] B[K,N])",
+            key="problem",
+            source=source,
+        )
     _unknown(raw, PROBLEM_KEYS, "problem", source)
     out: dict[str, Any] = {}
     for k in ("M", "N", "K"):
@@ -606,8 +633,11 @@ def _problem(doc: dict, env: dict, kernel: KernelInfo | None, buffers: list[Buff
     default = next((b.dtype for b in buffers if b.dtype in DTYPE_BYTES), "f32")
     dtype = raw.get("dtype", default)
     if not isinstance(dtype, str) or dtype not in DTYPE_BYTES:
-        raise SpecError(f"unknown dtype {printable(dtype)!r}; allowed: {', '.join(DTYPE_BYTES)}",
-                        key="problem.dtype", source=source)  # fmt: skip
+        raise SpecError(
+            f"unknown dtype {printable(dtype)!r}; allowed: {', '.join(DTYPE_BYTES)}",
+            key="problem.dtype",
+            source=source,
+        )
     out["dtype"] = dtype
     for k in ("M", "N", "K"):
         env.setdefault(k, out[k])
@@ -620,16 +650,25 @@ def _check_arch(arch: Arch, buffers, accesses, problem: dict, source: str) -> No
         feature = DTYPE_FEATURES.get(b.dtype)
         why = arch.lacks(feature) if feature else None
         if why:
-            raise SpecError(f"{why} (buffer {printable(b.name)} is {b.dtype})", key=f"buffers.{printable(b.name)}.dtype",
-                            source=source)  # fmt: skip
+            raise SpecError(
+                f"{why} (buffer {printable(b.name)} is {b.dtype})",
+                key=f"buffers.{printable(b.name)}.dtype",
+                source=source,
+            )
         if getattr(b.layout, "tma", None) is not None and arch.lacks("tma"):
-            raise SpecError(f"{arch.lacks('tma')} (buffer {printable(b.name)} has a tma_swizzle layout)",
-                            key=f"buffers.{printable(b.name)}.layout", source=source)  # fmt: skip
+            raise SpecError(
+                f"{arch.lacks('tma')} (buffer {printable(b.name)} has a tma_swizzle layout)",
+                key=f"buffers.{printable(b.name)}.layout",
+                source=source,
+            )
     for a in accesses:
         why = arch.lacks(a.op) if a.op in FEATURES else None
         if why:
-            raise SpecError(f"{why} (access {printable(a.name)} of buffer {printable(a.buffer)})",
-                            key=f"accesses.{printable(a.name)}", source=source)  # fmt: skip
+            raise SpecError(
+                f"{why} (access {printable(a.name)} of buffer {printable(a.buffer)})",
+                key=f"accesses.{printable(a.name)}",
+                source=source,
+            )
     feature = DTYPE_FEATURES.get(problem.get("dtype", ""))
     why = arch.lacks(feature) if feature else None
     if why:
@@ -654,8 +693,12 @@ def _text(doc: dict, key: str, source: str) -> str:
     allowed = "\n\t" if key == "description" else ""  # a description may have lines; a name is one line
     for n, ch in enumerate(text):
         if ch not in allowed and (unicodedata.category(ch) in _HIDDEN or ch in "\u2028\u2029"):
-            raise SpecError(f"character {printable(ch)} at position {n + 1} is a control or invisible character "
-                            "(bidi, zero-width); write plain text", key=key, source=source)  # fmt: skip
+            raise SpecError(
+                f"character {printable(ch)} at position {n + 1} is a control or invisible character "
+                "(bidi, zero-width); write plain text",
+                key=key,
+                source=source,
+            )
     return text
 
 
@@ -672,10 +715,16 @@ def _buffer(b: Any, i: int, env: dict, source: str) -> Buffer:
             raise SpecError(f"missing key {req!r}", key=where, source=source)
     name = str(b["name"])
     if not _IDENT.fullmatch(name) or name in CPP_RESERVED:
-        why = "is reserved (a C++ keyword, or a name the printed declarations use)" if name in CPP_RESERVED else \
-            "is not a C++ identifier of at most 64 characters (letters, digits, _)"  # fmt: skip
-        raise SpecError(f"buffer name {printable(name)!r} {why}: it names the __shared__ array",
-                        key=f"buffers[{i}].name", source=source)  # fmt: skip
+        why = (
+            "is reserved (a C++ keyword, or a name the printed declarations use)"
+            if name in CPP_RESERVED
+            else "is not a C++ identifier of at most 64 characters (letters, digits, _)"
+        )
+        raise SpecError(
+            f"buffer name {printable(name)!r} {why}: it names the __shared__ array",
+            key=f"buffers[{i}].name",
+            source=source,
+        )
     where = f"buffers.{name}"
     dtype = str(b["dtype"])
     if dtype not in DTYPES:
@@ -741,17 +790,28 @@ def _buffer(b: Any, i: int, env: dict, source: str) -> Buffer:
 def _tma_layout(lay: dict, dtype: str, other: bool, env: dict, where: str, source: str) -> Layout:
     """``{tma_swizzle: none|32B|64B|128B, base: BYTES, global_stride: BYTES, wgmma_swizzle: MODE}``."""
     if lay.get("tma_swizzle") is None:
-        raise SpecError("base, global_stride and wgmma_swizzle describe a TMA tile: give tma_swizzle too",
-                        key=where, source=source)  # fmt: skip
+        raise SpecError(
+            "base, global_stride and wgmma_swizzle describe a TMA tile: give tma_swizzle too",
+            key=where,
+            source=source,
+        )
     if other:
-        raise SpecError("tma_swizzle is the whole layout (the copy engine's): no pad or swizzle with it",
-                        key=where, source=source)  # fmt: skip
+        raise SpecError(
+            "tma_swizzle is the whole layout (the copy engine's): no pad or swizzle with it",
+            key=where,
+            source=source,
+        )
     base = _int(lay.get("base", 0), env, f"{where}.base", source, 0, 1 << 24)
     gs = lay.get("global_stride")
     stride = None if gs is None else _int(gs, env, f"{where}.global_stride", source, 1, 1 << 40)
     try:
-        return Layout.for_tma(str(lay["tma_swizzle"]), DTYPES[dtype], base=base, global_stride=stride,
-                              wgmma=None if lay.get("wgmma_swizzle") is None else str(lay["wgmma_swizzle"]))  # fmt: skip
+        return Layout.for_tma(
+            str(lay["tma_swizzle"]),
+            DTYPES[dtype],
+            base=base,
+            global_stride=stride,
+            wgmma=None if lay.get("wgmma_swizzle") is None else str(lay["wgmma_swizzle"]),
+        )
     except ValueError as e:
         raise SpecError(str(e), key=f"{where}.tma_swizzle", source=source) from None
 
@@ -809,8 +869,12 @@ def _access(a: Any, i: int, env: dict, buffers: dict, threads: int | None, sourc
     name = str(a.get("name", f"access{i}"))
     # names reach C++ comments, YAML, terminals and HTML: plain words only
     if not _ACCESS_NAME.fullmatch(name):
-        raise SpecError(f"name {printable(name)!r} is not a plain name: at most 64 letters, digits, _ . or -, "
-                        "starting with a letter or _", key=f"{where}.name", source=source)  # fmt: skip
+        raise SpecError(
+            f"name {printable(name)!r} is not a plain name: at most 64 letters, digits, _ . or -, "
+            "starting with a letter or _",
+            key=f"{where}.name",
+            source=source,
+        )
     where = f"accesses.{name}"
     if "buffer" not in a:
         raise SpecError("missing key 'buffer'", key=where, source=source)
@@ -877,9 +941,12 @@ def _access(a: Any, i: int, env: dict, buffers: dict, threads: int | None, sourc
             )
         far = next((j for j, x in enumerate(raw) if not -ADDRESS_LIMIT < x < ADDRESS_LIMIT), None)
         if far is not None:
-            raise SpecError(f"lane {far} byte offset {raw[far]} is outside 0..{buf.bytes() - 1} ({buf.bytes()} "
-                            f"bytes of buffer {printable(buf.name)})", key=f"{where}.addresses",
-                            source=source)  # fmt: skip
+            raise SpecError(
+                f"lane {far} byte offset {raw[far]} is outside 0..{buf.bytes() - 1} ({buf.bytes()} "
+                f"bytes of buffer {printable(buf.name)})",
+                key=f"{where}.addresses",
+                source=source,
+            )
         addresses = tuple(raw)
     modes = [
         m
@@ -907,11 +974,17 @@ def _access(a: Any, i: int, env: dict, buffers: dict, threads: int | None, sourc
         use = "row and col" if dims == 2 else "stage, row and col"
         raise SpecError(f"buffer {bname} is {dims}-D: use {use}", key=where, source=source)
     if "row" in exprs and dims == 3 and "stage" not in exprs:
-        raise SpecError(f"buffer {bname} is 3-D {list(buf.shape)} [stage, row, col]: give stage as well as row "
-                        "and col", key=where, source=source)  # fmt: skip
+        raise SpecError(
+            f"buffer {bname} is 3-D {list(buf.shape)} [stage, row, col]: give stage as well as row and col",
+            key=where,
+            source=source,
+        )
     if "stage" in exprs and not ("row" in exprs and dims == 3):
-        raise SpecError(f"'stage' addresses a 3-D buffer [stage, row, col] with row and col; buffer {bname} is "
-                        f"{dims}-D", key=f"{where}.stage", source=source)  # fmt: skip
+        raise SpecError(
+            f"'stage' addresses a 3-D buffer [stage, row, col] with row and col; buffer {bname} is {dims}-D",
+            key=f"{where}.stage",
+            source=source,
+        )
     warps = None
     if a.get("warps") is not None:
         w = a["warps"] if isinstance(a["warps"], list) else [a["warps"]]

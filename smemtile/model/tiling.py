@@ -91,8 +91,15 @@ class Problem:
         return 2.0 * self.m * self.n * self.k
 
     def to_dict(self) -> dict:
-        return {"M": self.m, "N": self.n, "K": self.k, "dtype": self.dtype, "arch": self.arch,
-                "vendor": self.vendor, "gpu": self.gpu.to_dict()}  # fmt: skip
+        return {
+            "M": self.m,
+            "N": self.n,
+            "K": self.k,
+            "dtype": self.dtype,
+            "arch": self.arch,
+            "vendor": self.vendor,
+            "gpu": self.gpu.to_dict(),
+        }
 
 
 @dataclass(frozen=True)
@@ -123,15 +130,26 @@ class TileConfig:
 
     def sgemm_params(self) -> dict:
         """Template parameters of the sgemm family (SIMT candidates only)."""
-        d = {"BM": self.bm, "BN": self.bn, "BK": self.bk, "TM": self.tm, "TN": self.tn,
-             "STAGES": self.stages, "GROUP_M": self.group_m, "MIN_BLOCKS": self.min_blocks}  # fmt: skip
+        d = {
+            "BM": self.bm,
+            "BN": self.bn,
+            "BK": self.bk,
+            "TM": self.tm,
+            "TN": self.tn,
+            "STAGES": self.stages,
+            "GROUP_M": self.group_m,
+            "MIN_BLOCKS": self.min_blocks,
+        }
         if self.split_k > 1:
             d["SPLIT_K"] = self.split_k
         return d
 
     def to_dict(self) -> dict:
-        return {k: v for k, v in asdict(self).items()
-                if (v and not (k == "split_k" and v == 1)) or k in ("bm", "bn", "bk", "warps", "stages")}  # fmt: skip
+        return {
+            k: v
+            for k, v in asdict(self).items()
+            if (v and not (k == "split_k" and v == 1)) or k in ("bm", "bn", "bk", "warps", "stages")
+        }
 
 
 @dataclass(frozen=True)
@@ -182,8 +200,13 @@ class Rejected:
     alike: int = 1  # configurations (other stages / MIN_BLOCKS / GROUP_SIZE_M) rejected for the same reason
 
     def to_dict(self) -> dict:
-        return {"cfg": self.cfg.to_dict(), "label": self.cfg.label, "kind": self.kind, "reason": self.reason,
-                "alike": self.alike}  # fmt: skip
+        return {
+            "cfg": self.cfg.to_dict(),
+            "label": self.cfg.label,
+            "kind": self.kind,
+            "reason": self.reason,
+            "alike": self.alike,
+        }
 
 
 @dataclass(frozen=True)
@@ -207,8 +230,17 @@ class TileReport:
         }
 
 
-def make_problem(m, n, k, dtype: str = "f32", arch: str | None = None, vendor: str | None = None,
-                 gpu: str | None = None, sms: int | None = None, contract: Callable | None = None) -> Problem:  # fmt: skip
+def make_problem(
+    m,
+    n,
+    k,
+    dtype: str = "f32",
+    arch: str | None = None,
+    vendor: str | None = None,
+    gpu: str | None = None,
+    sms: int | None = None,
+    contract: Callable | None = None,
+) -> Problem:
     """Validate the inputs (SpecError, exit 2, one line each) and pick the GPU row."""
     dims = []
     for key, v in (("M", m), ("N", n), ("K", k)):
@@ -231,8 +263,10 @@ def make_problem(m, n, k, dtype: str = "f32", arch: str | None = None, vendor: s
     g = get_gpu(gpu, arch_name, sms=sms)
     if not g.has(dt):
         have = ", ".join(d for d in DTYPE_BYTES if g.has(d))
-        raise SpecError(f"the {g.name} has no {dt} {'FMA' if dt == 'f32' else 'matrix'} units in its row; it "
-                        f"has {have}", key="--dtype")  # fmt: skip
+        raise SpecError(
+            f"the {g.name} has no {dt} {'FMA' if dt == 'f32' else 'matrix'} units in its row; it has {have}",
+            key="--dtype",
+        )
     return Problem(*dims, dt, arch_name, vend, g, contract)
 
 
@@ -264,9 +298,19 @@ def _arch_name(arch: str, vendor: str) -> str:
     return get_arch(text).name
 
 
-def recommend(m, n, k, dtype: str = "f32", arch: str | None = None, *, vendor: str | None = None,
-              gpu: str | None = None, sms: int | None = None, contract: Callable | None = None,
-              repack: bool | None = None) -> TileReport:  # fmt: skip
+def recommend(
+    m,
+    n,
+    k,
+    dtype: str = "f32",
+    arch: str | None = None,
+    *,
+    vendor: str | None = None,
+    gpu: str | None = None,
+    sms: int | None = None,
+    contract: Callable | None = None,
+    repack: bool | None = None,
+) -> TileReport:
     """Every candidate for the problem, ranked by the model's predicted time; rejected ones with reasons.
     ``contract`` checks SIMT candidates against the sgemm family (smemtile.pipeline.tiles passes it);
     ``repack`` forces sgemm's REPACK on or off (None: its auto rule)."""
@@ -294,27 +338,45 @@ def recommend(m, n, k, dtype: str = "f32", arch: str | None = None, *, vendor: s
             if key in dominated:
                 dominated[key] = replace(dominated[key], alike=dominated[key].alike + 1)
             else:
-                dominated[key] = Rejected(s.cfg, "dominated", f"same tile as {top.cfg.label}, which the model "
-                                          f"predicts faster or ties and wins by the stated rule")  # fmt: skip
+                dominated[key] = Rejected(
+                    s.cfg,
+                    "dominated",
+                    f"same tile as {top.cfg.label}, which the model "
+                    f"predicts faster or ties and wins by the stated rule",
+                )
     ranked = sorted(best.values(), key=_order)
     ranked = [replace(s, rank=i + 1, reason=explain(s, ranked[0], p, ranked)) for i, s in enumerate(ranked)]
-    order = {"shared_memory": 0, "registers": 1, "occupancy": 2, "contract": 3, "mma_shape": 4, "padding": 5,
-             "stages": 6, "dominated": 7}  # fmt: skip
+    order = {
+        "shared_memory": 0,
+        "registers": 1,
+        "occupancy": 2,
+        "contract": 3,
+        "mma_shape": 4,
+        "padding": 5,
+        "stages": 6,
+        "dominated": 7,
+    }
     rej = sorted(
         rejected + list(dominated.values()),
         key=lambda r: (order.get(r.kind, 9), -r.cfg.bm * r.cfg.bn, r.cfg.label),
     )
-    counts = {"generated": len(cands), "ranked": len(ranked), "rejected": sum(r.alike for r in rej),
-              "rejected_shapes": len(rej)}  # fmt: skip
+    counts = {
+        "generated": len(cands),
+        "ranked": len(ranked),
+        "rejected": sum(r.alike for r in rej),
+        "rejected_shapes": len(rej),
+    }
     for r in rej:
         counts[f"rejected_{r.kind}"] = counts.get(f"rejected_{r.kind}", 0) + r.alike
     assert counts["generated"] == counts["ranked"] + counts["rejected"], counts
     return TileReport(p, tuple(ranked), tuple(rej), counts, calibration_info(p))
 
 
-TIE_RULE = ("ties (within 0.5% predicted) go to what measured faster on the H200 (sgemm: the tile's measured "
-            "speed on the fitting shapes, unmeasured tiles last; mma: the calibrated tile / BK / stages / warps "
-            "efficiency), then fewer stages, then less shared memory")  # fmt: skip
+TIE_RULE = (
+    "ties (within 0.5% predicted) go to what measured faster on the H200 (sgemm: the tile's measured "
+    "speed on the fitting shapes, unmeasured tiles last; mma: the calibrated tile / BK / stages / warps "
+    "efficiency), then fewer stages, then less shared memory"
+)
 
 
 def _order(s: Scored) -> tuple:

@@ -62,32 +62,66 @@ def calibration_info(p: Problem) -> dict:
         d = load_calibration("sgemm_h200.json")
         same = p.gpu.key == d["gpu_key"] and p.gpu.sms == d["sms"]
         err = d["error"]["held_out"]
-        return {"model": "sgemm (SIMT), calibrated", "file": "smemtile/model/data/sgemm_h200.json",
-                "gpu": d["gpu"], "sweeps": d["sweeps"], "commit": d["commit"], "date": d["date"],
-                "applies": same, "median_error": err["median"], "p90_error": err["p90"],
-                "expected_error": (f"held-out median {err['median']:.0%}, 90% within {err['p90']:.0%} "
-                                   f"({err['shapes']} shapes, {err['n']} configurations)") if same else
-                (f"not calibrated on the {p.gpu.name}: the {d['gpu']}'s constants with this GPU's FP32 lanes "
-                 "and clock; expect more than the H200's held-out error")}  # fmt: skip
+        return {
+            "model": "sgemm (SIMT), calibrated",
+            "file": "smemtile/model/data/sgemm_h200.json",
+            "gpu": d["gpu"],
+            "sweeps": d["sweeps"],
+            "commit": d["commit"],
+            "date": d["date"],
+            "applies": same,
+            "median_error": err["median"],
+            "p90_error": err["p90"],
+            "expected_error": (
+                f"held-out median {err['median']:.0%}, 90% within {err['p90']:.0%} "
+                f"({err['shapes']} shapes, {err['n']} configurations)"
+            )
+            if same
+            else (
+                f"not calibrated on the {p.gpu.name}: the {d['gpu']}'s constants with this GPU's FP32 lanes "
+                "and clock; expect more than the H200's held-out error"
+            ),
+        }
     d = load_calibration("triton_h200.json")
     nv = p.vendor == "nvidia"
     fam = family_calibration(p)
     if fam is not None:  # a family's own tiles with its measured factors (stages, load latency, split K)
         same = p.gpu.key == fam["gpu_key"]
-        return {"model": f"tensor-core roofline x the {fam['family']} family's measured factors",
-                "file": fam["file"], "gpu": fam["gpu"], "sweeps": list(fam["sources"]), "commit": fam["commit"],
-                "date": fam["date"], "applies": same, "expected_error": fam["expected_error"] if same else
-                f"factors measured on the {fam['gpu']}, not this GPU: use them to order, not to promise"}  # fmt: skip
+        return {
+            "model": f"tensor-core roofline x the {fam['family']} family's measured factors",
+            "file": fam["file"],
+            "gpu": fam["gpu"],
+            "sweeps": list(fam["sources"]),
+            "commit": fam["commit"],
+            "date": fam["date"],
+            "applies": same,
+            "expected_error": fam["expected_error"]
+            if same
+            else f"factors measured on the {fam['gpu']}, not this GPU: use them to order, not to promise",
+        }
     if p.contract is not None:  # a family's own tiles: the roofline model alone
-        return {"model": "tensor-core roofline (the generating family's tiles; no measured factors)",
-                "file": "smemtile/model/tiling_model.py", "gpu": p.gpu.name, "sweeps": [], "commit": "-",
-                "applies": False, "expected_error": "unknown: the family's own kernels were not swept; "
-                "`smemtile tune` measures them"}  # fmt: skip
-    return {"model": "tensor-core roofline x measured Triton efficiency" if nv else "matrix-core roofline",
-            "file": "smemtile/model/data/triton_h200.json", "gpu": d["gpu"], "sweeps": d["sweeps"],
-            "commit": d["commit"], "date": d["date"], "applies": nv and p.gpu.key == d["gpu_key"],
-            "expected_error": d["expected_error"] if nv and p.gpu.key == d["gpu_key"] else
-            "uncalibrated for this GPU (roofline from its datasheet row): use it to order, not to promise"}  # fmt: skip
+        return {
+            "model": "tensor-core roofline (the generating family's tiles; no measured factors)",
+            "file": "smemtile/model/tiling_model.py",
+            "gpu": p.gpu.name,
+            "sweeps": [],
+            "commit": "-",
+            "applies": False,
+            "expected_error": "unknown: the family's own kernels were not swept; "
+            "`smemtile tune` measures them",
+        }
+    return {
+        "model": "tensor-core roofline x measured Triton efficiency" if nv else "matrix-core roofline",
+        "file": "smemtile/model/data/triton_h200.json",
+        "gpu": d["gpu"],
+        "sweeps": d["sweeps"],
+        "commit": d["commit"],
+        "date": d["date"],
+        "applies": nv and p.gpu.key == d["gpu_key"],
+        "expected_error": d["expected_error"]
+        if nv and p.gpu.key == d["gpu_key"]
+        else "uncalibrated for this GPU (roofline from its datasheet row): use it to order, not to promise",
+    }
 
 
 # ---- the calibrated SIMT (sgemm) model ---------------------------------------------------------------------------
@@ -95,8 +129,14 @@ def simt_registers(c: TileConfig, threads: int, consts: dict | None = None) -> f
     """ptxas' register need without a cap (least squares over the sweep's uncapped builds, CUDA 13.0 sm_90)."""
     r = (consts or simt_constants())["registers"]
     a_items, b_items = c.bm * c.bk / 4 / threads, c.bk * c.bn / 4 / threads
-    return (r["c0"] + r["acc"] * c.tm * c.tn + r["tmtn"] * (c.tm + c.tn) + r["a_items"] * a_items
-            + r["b_items"] * b_items + (r["split"] if c.split_k > 1 else 0.0))  # fmt: skip
+    return (
+        r["c0"]
+        + r["acc"] * c.tm * c.tn
+        + r["tmtn"] * (c.tm + c.tn)
+        + r["a_items"] * a_items
+        + r["b_items"] * b_items
+        + (r["split"] if c.split_k > 1 else 0.0)
+    )
 
 
 def simt_cap(threads: int, min_blocks: int) -> int:
@@ -109,11 +149,14 @@ def ragged_split_errors(bm: int, bn: int, bk: int, threads: int) -> list[str]:
     per thread, B one element per thread."""
     out, per_pass = [], max(1, threads // 8)
     if (bm * bk) % threads or (bm % per_pass and per_pass % bm):
-        out.append(f"RAGGED=1 copies A as runs of 8 k per thread: BM*BK={bm * bk} must split over {threads} "
-                   f"threads and BM={bm}, threads/8={per_pass} must divide one another")  # fmt: skip
+        out.append(
+            f"RAGGED=1 copies A as runs of 8 k per thread: BM*BK={bm * bk} must split over {threads} "
+            f"threads and BM={bm}, threads/8={per_pass} must divide one another"
+        )
     if threads % bn and bn % threads:
-        out.append(f"RAGGED=1 copies B one element per thread: threads={threads} and BN={bn} must divide one "
-                   "another")  # fmt: skip
+        out.append(
+            f"RAGGED=1 copies B one element per thread: threads={threads} and BN={bn} must divide one another"
+        )
     return out
 
 
@@ -176,10 +219,15 @@ def _local_weights(q: dict, m: int, n: int, k: int) -> list[float]:
         x = shape_features(m, n, k)
         s, u = lb["sigma"], lb["unaligned_distance"]
         memo[(m, n, k)] = [
-            math.exp(-(sum((a - b) ** 2 for a, b in zip(x[:3], e["x"][:3], strict=True))
-                       + (u * (x[3] - e["x"][3])) ** 2) / (2 * s * s))
+            math.exp(
+                -(
+                    sum((a - b) ** 2 for a, b in zip(x[:3], e["x"][:3], strict=True))
+                    + (u * (x[3] - e["x"][3])) ** 2
+                )
+                / (2 * s * s)
+            )
             for e in lb["shapes"]
-        ]  # fmt: skip
+        ]
     return memo[(m, n, k)]
 
 
@@ -203,8 +251,19 @@ def tile_correction(q: dict, m: int, n: int, k: int, c: TileConfig) -> float | N
     return acc / wsum if wsum > 0 else glob
 
 
-def simt_time(m: int, n: int, k: int, c: TileConfig, threads: int, b: int, sms: int, *, consts: dict | None = None,
-              lanes: float = 128.0, repack: bool | None = None) -> dict:  # fmt: skip
+def simt_time(
+    m: int,
+    n: int,
+    k: int,
+    c: TileConfig,
+    threads: int,
+    b: int,
+    sms: int,
+    *,
+    consts: dict | None = None,
+    lanes: float = 128.0,
+    repack: bool | None = None,
+) -> dict:
     """Predicted seconds of one sgemm launch (and the parts) with ``b`` resident blocks per SM; ``repack``: whether
     unaligned A / B are repacked first (None: the family's auto rule, :func:`repack_pays`)."""
     q = consts or simt_constants()
@@ -223,8 +282,12 @@ def simt_time(m: int, n: int, k: int, c: TileConfig, threads: int, b: int, sms: 
     a_items, b_items = c.bm * c.bk / 4 / threads, c.bk * c.bn / 4 / threads
     # unaligned lda / ldb (K or N not a multiple of 4): A is loaded and B copied 4 bytes at a time (4x the copies)
     a_loads, b_copies = a_items * (4 if k % 4 else 1), b_items * (4 if n % 4 else 1)
-    instr = c.bk * (c.tm * c.tn + q["alpha"] * (c.tm + c.tn) / 4) + q["beta"] * (a_loads + 4 * a_items) \
-        + q["beta_b"] * b_copies + q["gamma"]  # per warp per K tile  # fmt: skip
+    instr = (
+        c.bk * (c.tm * c.tn + q["alpha"] * (c.tm + c.tn) / 4)
+        + q["beta"] * (a_loads + 4 * a_items)
+        + q["beta_b"] * b_copies
+        + q["gamma"]
+    )  # per warp per K tile
     wavefronts = w * c.bk * (c.tm + c.tn) / 4 * 2 + 4 * a_items * threads / 32 + b_copies * threads / 32 * 4
     ilp = c.tm * c.tn / 16
     eff = q["class_eff"].get(str(c.tm * c.tn), 1.0)
@@ -255,10 +318,20 @@ def simt_time(m: int, n: int, k: int, c: TileConfig, threads: int, b: int, sms: 
     if "tile_bias" in q:
         t_sm *= math.exp(-bias) if bias is not None else 1 + q["unmeasured_penalty"]
     t = t_sm + t_split + t_repack + q["launch_us"] * 1e-6
-    return {"calibrated_tile": bias is not None,"time": t, "t_sm": t_sm, "t_split": t_split, "t_repack": t_repack,
-            "tiles": tiles, "waves": tiles / slots,
-            "t_ktile": t_ktile(b), "squeeze": squeeze, "need": need, "icache": icache,
-            "latency_eff": 1 / (1 + q["phi"] / ((b * w / 4) ** q["q"] * ilp ** q["r"]))}  # fmt: skip
+    return {
+        "calibrated_tile": bias is not None,
+        "time": t,
+        "t_sm": t_sm,
+        "t_split": t_split,
+        "t_repack": t_repack,
+        "tiles": tiles,
+        "waves": tiles / slots,
+        "t_ktile": t_ktile(b),
+        "squeeze": squeeze,
+        "need": need,
+        "icache": icache,
+        "latency_eff": 1 / (1 + q["phi"] / ((b * w / 4) ** q["q"] * ilp ** q["r"])),
+    }
 
 
 # ---- resources and static pruning ---------------------------------------------------------------------------
@@ -290,12 +363,19 @@ def _overhang(size: int, tile: int) -> float:
 
 
 def _resources(p: Problem, c: TileConfig, prune_padding: bool, cache: dict) -> dict | Rejected:
-    for dim, size, tile, smallest in (("M", p.m, c.bm, 16 if not p.simt else 32), ("N", p.n, c.bn, 32 if p.simt else 16),
-                                      ("K", p.k, c.bk, 8 if p.simt else (32 if p.vendor == "amd" else 16))):  # fmt: skip
+    for dim, size, tile, smallest in (
+        ("M", p.m, c.bm, 16 if not p.simt else 32),
+        ("N", p.n, c.bn, 32 if p.simt else 16),
+        ("K", p.k, c.bk, 8 if p.simt else (32 if p.vendor == "amd" else 16)),
+    ):
         waste = _overhang(size, tile)
         if prune_padding and waste > 0.5 and tile > smallest:
-            return Rejected(c, "padding", f"B{dim}={tile} for {dim}={size}: {waste:.0%} of the tiles along {dim} "
-                            "is padding; a smaller tile fills the grid")  # fmt: skip
+            return Rejected(
+                c,
+                "padding",
+                f"B{dim}={tile} for {dim}={size}: {waste:.0%} of the tiles along {dim} "
+                "is padding; a smaller tile fills the grid",
+            )
     kt = math.ceil(p.k / (c.bk * c.split_k))
     if c.stages > max(2, kt):
         return Rejected(
@@ -324,12 +404,25 @@ def _simt_resources(p: Problem, c: TileConfig, cache: dict) -> dict | Rejected:
     need = simt_registers(c, threads)
     cap = simt_cap(threads, c.min_blocks)
     if need > cap * (1 + MAX_SQUEEZE):
-        return Rejected(c, "registers", f"registers: ~{need:.0f} per thread for the {c.tm}x{c.tn} tile, but "
-                        f"MIN_BLOCKS={c.min_blocks} caps ptxas at {cap}: it would spill")  # fmt: skip
+        return Rejected(
+            c,
+            "registers",
+            f"registers: ~{need:.0f} per thread for the {c.tm}x{c.tn} tile, but "
+            f"MIN_BLOCKS={c.min_blocks} caps ptxas at {cap}: it would spill",
+        )
     static = smem <= arch.static_smem_max
     pad_bytes = c.stages * c.bk * A_PAD_SIMT * 4
-    return {"cfg": c, "threads": threads, "regs": int(min(round(need), cap)), "smem": smem, "pad": pad_bytes,
-            "static": smem if static else 0, "dynamic": 0 if static else smem, "wm": 4 * c.tm, "wn": 8 * c.tn}  # fmt: skip
+    return {
+        "cfg": c,
+        "threads": threads,
+        "regs": int(min(round(need), cap)),
+        "smem": smem,
+        "pad": pad_bytes,
+        "static": smem if static else 0,
+        "dynamic": 0 if static else smem,
+        "wm": 4 * c.tm,
+        "wn": 8 * c.tn,
+    }
 
 
 def _mma_resources(p: Problem, c: TileConfig) -> dict | Rejected:
@@ -338,11 +431,18 @@ def _mma_resources(p: Problem, c: TileConfig) -> dict | Rejected:
     threads = c.warps * lane
     mm, mn = (16, 16) if amd else (16, 8)  # MFMA 16x16xK / mma.sync m16n8kK output shapes
     layouts = [(wm, c.warps // wm) for wm in (1, 2, 4, 8) if c.warps % wm == 0]
-    ok = [(c.bm // wm, c.bn // wn) for wm, wn in layouts
-          if c.bm % wm == 0 and c.bn % wn == 0 and (c.bm // wm) % mm == 0 and (c.bn // wn) % mn == 0]  # fmt: skip
+    ok = [
+        (c.bm // wm, c.bn // wn)
+        for wm, wn in layouts
+        if c.bm % wm == 0 and c.bn % wn == 0 and (c.bm // wm) % mm == 0 and (c.bn // wn) % mn == 0
+    ]
     if not ok:
-        return Rejected(c, "mma_shape", f"{c.bm}x{c.bn} cannot be split over {c.warps} warps in {mm}x{mn} "
-                        f"{'MFMA' if amd else 'mma'} tiles")  # fmt: skip
+        return Rejected(
+            c,
+            "mma_shape",
+            f"{c.bm}x{c.bn} cannot be split over {c.warps} warps in {mm}x{mn} "
+            f"{'MFMA' if amd else 'mma'} tiles",
+        )
     wm, wn = min(ok, key=lambda t: (t[0] + t[1], -t[0]))
     e = p.elem
     if amd:
@@ -357,17 +457,33 @@ def _mma_resources(p: Problem, c: TileConfig) -> dict | Rejected:
         smem, pad = c.stages * (c.bm + c.bn) * c.bk * e, 0  # Swizzle<3,3,3>-style layouts: no padding bytes
         lim_s = get_arch(p.arch).smem_optin_per_block
     if est > limit:
-        return Rejected(c, "registers", f"registers: ~{est} per thread ({wm}x{wn} fp32 accumulators per warp) "
-                        f"exceed {limit}: it would spill")  # fmt: skip
+        return Rejected(
+            c,
+            "registers",
+            f"registers: ~{est} per thread ({wm}x{wn} fp32 accumulators per warp) "
+            f"exceed {limit}: it would spill",
+        )
     if smem > lim_s:
-        return Rejected(c, "shared_memory", f"out of resource: shared memory, required {smem}, limit {lim_s}; "
-                        "reduce BK or num_stages")  # fmt: skip
+        return Rejected(
+            c,
+            "shared_memory",
+            f"out of resource: shared memory, required {smem}, limit {lim_s}; reduce BK or num_stages",
+        )
     if p.contract is not None:  # the kernel family that generates these tiles (as _simt_resources)
         bad, threads, smem = p.contract(c)
         if bad:
             return Rejected(c, "shared_memory" if "shared memory" in bad[0] else "contract", bad[0])
-    return {"cfg": c, "threads": threads, "regs": est, "smem": smem, "pad": pad, "static": 0, "dynamic": smem,
-            "wm": wm, "wn": wn}  # fmt: skip
+    return {
+        "cfg": c,
+        "threads": threads,
+        "regs": est,
+        "smem": smem,
+        "pad": pad,
+        "static": 0,
+        "dynamic": smem,
+        "wm": wm,
+        "wn": wn,
+    }
 
 
 def _blocks(p: Problem, fits: list[tuple[TileConfig, dict]]) -> list[tuple[int, str, float, str]]:
@@ -388,14 +504,25 @@ def _blocks(p: Problem, fits: list[tuple[TileConfig, dict]]) -> list[tuple[int, 
 
     arch = get_arch(p.arch)
     res = [r for _, r in fits]
-    ob = occupancy_batch(arch, [r["threads"] for r in res], [r["regs"] for r in res],
-                         [r["static"] for r in res], [r["dynamic"] for r in res])  # fmt: skip
+    ob = occupancy_batch(
+        arch,
+        [r["threads"] for r in res],
+        [r["regs"] for r in res],
+        [r["static"] for r in res],
+        [r["dynamic"] for r in res],
+    )
     out = []
     for i, r in enumerate(res):
         b = int(ob.active_blocks[i])
         bits = int(ob.limiting_factors[i])
-        lim = next((n for n in LIMITERS if bits & {"warps": 1, "registers": 2, "shared_memory": 4,
-                                                     "blocks": 8, "barriers": 16}[n]), "blocks")  # fmt: skip
+        lim = next(
+            (
+                n
+                for n in LIMITERS
+                if bits & {"warps": 1, "registers": 2, "shared_memory": 4, "blocks": 8, "barriers": 16}[n]
+            ),
+            "blocks",
+        )
         why = ""
         if b == 0:
             why = (
@@ -502,8 +629,11 @@ def _score(p: Problem, c: TileConfig, r: dict, b: int, limiter: str, occ: float)
     ridge = g.peak(p.dtype) * 1e12 / (g.dram_gbps * 1e9)
     meff, hint = measured_eff(p, c), ""
     if p.simt:
-        lanes = 128.0 if g.key == load_calibration("sgemm_h200.json")["gpu_key"] else \
-            g.peak("f32") * 1e12 / (2 * g.sms * g.clock_ghz * 1e9)  # fmt: skip
+        lanes = (
+            128.0
+            if g.key == load_calibration("sgemm_h200.json")["gpu_key"]
+            else g.peak("f32") * 1e12 / (2 * g.sms * g.clock_ghz * 1e9)
+        )
         s = simt_time(p.m, p.n, p.k, c, r["threads"], b, g.sms, lanes=lanes, repack=p.repack)
         t_sm = s["t_sm"] + s["t_split"]
         inner = (1 + s["squeeze"] * simt_constants()["squeeze"]) ** -1 / s["icache"]
@@ -557,13 +687,33 @@ def _score(p: Problem, c: TileConfig, r: dict, b: int, limiter: str, occ: float)
         c, hint = _waves_per_eu(p, c, r, b, bound)
     tflops = p.flops / t / 1e12
     return Scored(
-        cfg=c, threads=r["threads"], regs=r["regs"], smem_bytes=r["smem"], smem_pad_bytes=r["pad"],
-        blocks_per_sm=b, occupancy=occ, limiter=limiter, tiles=tiles, waves=waves,
-        wave_eff=waves / math.ceil(waves), inner_eff=inner, latency_eff=lat_eff, pad_eff=pad_eff,
-        dram_bytes=dram, dram_bytes_ungrouped=dram_ug, l2_bytes=l2, intensity=intensity,
-        ridge=ridge, bound=bound, time_s=t, tflops=tflops, roofline_frac=tflops / g.peak(p.dtype),
-        measured_eff=meff, hint=hint, repack_s=s["t_repack"] if p.simt else 0.0,
-    )  # fmt: skip
+        cfg=c,
+        threads=r["threads"],
+        regs=r["regs"],
+        smem_bytes=r["smem"],
+        smem_pad_bytes=r["pad"],
+        blocks_per_sm=b,
+        occupancy=occ,
+        limiter=limiter,
+        tiles=tiles,
+        waves=waves,
+        wave_eff=waves / math.ceil(waves),
+        inner_eff=inner,
+        latency_eff=lat_eff,
+        pad_eff=pad_eff,
+        dram_bytes=dram,
+        dram_bytes_ungrouped=dram_ug,
+        l2_bytes=l2,
+        intensity=intensity,
+        ridge=ridge,
+        bound=bound,
+        time_s=t,
+        tflops=tflops,
+        roofline_frac=tflops / g.peak(p.dtype),
+        measured_eff=meff,
+        hint=hint,
+        repack_s=s["t_repack"] if p.simt else 0.0,
+    )
 
 
 def _waves_per_eu(p: Problem, c: TileConfig, r: dict, b: int, bound: str) -> tuple[TileConfig, str]:
@@ -572,15 +722,19 @@ def _waves_per_eu(p: Problem, c: TileConfig, r: dict, b: int, bound: str) -> tup
     a = AMD_ARCHS[p.arch]
     achieved = max(1, min(a.max_waves_per_simd, b * c.warps // a.simds))
     if bound == "compute":
-        why = (f"compute-bound: waves_per_eu={achieved} (the occupancy the {r['regs']} VGPRs allow); a higher "
-               "hint would cap the registers the tile needs")  # fmt: skip
+        why = (
+            f"compute-bound: waves_per_eu={achieved} (the occupancy the {r['regs']} VGPRs allow); a higher "
+            "hint would cap the registers the tile needs"
+        )
         return TileConfig(**{**c.__dict__, "waves_per_eu": achieved}), why
     lds_blocks = a.lds_per_cu // r["smem"] if r["smem"] else a.max_waves_per_simd * a.simds
     lds_waves = max(1, min(a.max_waves_per_simd, lds_blocks * c.warps // a.simds))
     want = min(lds_waves, max(4, achieved))
     cap = "" if want >= 4 else f" (LDS: {r['smem']} B per workgroup allows only {lds_waves})"
-    why = (f"{bound}-bound: waves_per_eu={want}{cap}: more waves per SIMD hide memory latency (ROCm guide: 4-8 for "
-           f"memory-bound kernels); the compiler caps VGPRs at {a.vgprs_per_simd_lane // want} to get there")  # fmt: skip
+    why = (
+        f"{bound}-bound: waves_per_eu={want}{cap}: more waves per SIMD hide memory latency (ROCm guide: 4-8 for "
+        f"memory-bound kernels); the compiler caps VGPRs at {a.vgprs_per_simd_lane // want} to get there"
+    )
     return TileConfig(**{**c.__dict__, "waves_per_eu": want}), why
 
 
@@ -589,8 +743,10 @@ def _bound_text(s: Scored) -> str:
     if s.bound == "compute":
         return f"compute-bound (intensity {s.intensity:.0f} >= ridge {s.ridge:.0f} FLOP/B)"
     if s.bound == "latency":
-        return (f"latency-bound (intensity {s.intensity:.0f} < ridge {s.ridge:.0f} FLOP/B, yet too few tiles or "
-                "warps in flight to stream memory at full rate)")  # fmt: skip
+        return (
+            f"latency-bound (intensity {s.intensity:.0f} < ridge {s.ridge:.0f} FLOP/B, yet too few tiles or "
+            "warps in flight to stream memory at full rate)"
+        )
     return f"{s.bound}-bound (intensity {s.intensity:.0f} vs ridge {s.ridge:.0f} FLOP/B)"
 
 
@@ -603,8 +759,10 @@ def explain(s: Scored, top: Scored, p: Problem, ranked: list[Scored] | None = No
         head += f", split K {c.split_k} fills the {unit}s"
     fam = family_calibration(p)
     if not p.simt and p.vendor == "nvidia" and p.contract is None:
-        head += (f", Triton measured {s.measured_eff:.2f}x the roofline model for {c.bm}x{c.bn}, BK {c.bk}, "
-                 f"{c.stages} stages, {c.warps} warps")  # fmt: skip
+        head += (
+            f", Triton measured {s.measured_eff:.2f}x the roofline model for {c.bm}x{c.bn}, BK {c.bk}, "
+            f"{c.stages} stages, {c.warps} warps"
+        )
     elif fam is not None:
         head += f", BK {c.bk} / {c.stages} stages: {fam['family']} measured {s.measured_eff:.3f}x the fastest depth"
     if s.hint:
@@ -617,30 +775,44 @@ def explain(s: Scored, top: Scored, p: Problem, ranked: list[Scored] | None = No
             "measured faster on the H200" if s.measured_eff < top.measured_eff else "fewer stages / less smem"
         )
         if fam is not None and s.measured_eff < top.measured_eff:
-            why = (f"BK {top.cfg.bk} / {top.cfg.stages} stages measured faster: {top.measured_eff:.3f} vs "
-                   f"{s.measured_eff:.3f}, {fam['family']} on the {fam['gpu']}")  # fmt: skip
+            why = (
+                f"BK {top.cfg.bk} / {top.cfg.stages} stages measured faster: {top.measured_eff:.3f} vs "
+                f"{s.measured_eff:.3f}, {fam['family']} on the {fam['gpu']}"
+            )
         return f"ties #1 (within 0.5% predicted); below it by the tie rule ({why} wins)"
     tile = (
         f"{c.tm}x{c.tn} register tile" if c.tm else f"{s.threads // (64 if p.vendor == 'amd' else 32)} warps"
     )
     losses = {
-        "waves": (top.wave_eff / s.wave_eff if s.tiles < 4 * p.gpu.sms * s.blocks_per_sm else 1.0,
-                  f"last wave {s.waves % 1 or 1:.0%} full ({s.waves:.2f} waves)"),
-        "latency": (top.latency_eff / s.latency_eff,
-                    f"latency hiding {s.latency_eff:.0%} vs {top.latency_eff:.0%} "
-                    f"({s.blocks_per_sm * c.warps} vs {top.blocks_per_sm * top.cfg.warps} warps/{unit}, "
-                    f"{c.stages} vs {top.cfg.stages} stages)"),
-        "inner": (top.inner_eff / s.inner_eff, f"inner loop {s.inner_eff:.0%} vs {top.inner_eff:.0%} ({tile})"),
-        "measured": (top.measured_eff / s.measured_eff if not p.simt else 1.0,
-                     f"BK {c.bk} / {c.stages} stages: {fam['family']} measured {s.measured_eff:.3f}x vs "
-                     f"{top.measured_eff:.3f}x for #1 (BK {top.cfg.bk} / {top.cfg.stages} stages)" if fam else
-                     f"BK {c.bk} / {c.stages} stages / {c.warps} warps: Triton measured {s.measured_eff:.2f}x the "
-                     f"roofline vs {top.measured_eff:.2f}x for #1"),
+        "waves": (
+            top.wave_eff / s.wave_eff if s.tiles < 4 * p.gpu.sms * s.blocks_per_sm else 1.0,
+            f"last wave {s.waves % 1 or 1:.0%} full ({s.waves:.2f} waves)",
+        ),
+        "latency": (
+            top.latency_eff / s.latency_eff,
+            f"latency hiding {s.latency_eff:.0%} vs {top.latency_eff:.0%} "
+            f"({s.blocks_per_sm * c.warps} vs {top.blocks_per_sm * top.cfg.warps} warps/{unit}, "
+            f"{c.stages} vs {top.cfg.stages} stages)",
+        ),
+        "inner": (
+            top.inner_eff / s.inner_eff,
+            f"inner loop {s.inner_eff:.0%} vs {top.inner_eff:.0%} ({tile})",
+        ),
+        "measured": (
+            top.measured_eff / s.measured_eff if not p.simt else 1.0,
+            f"BK {c.bk} / {c.stages} stages: {fam['family']} measured {s.measured_eff:.3f}x vs "
+            f"{top.measured_eff:.3f}x for #1 (BK {top.cfg.bk} / {top.cfg.stages} stages)"
+            if fam
+            else f"BK {c.bk} / {c.stages} stages / {c.warps} warps: Triton measured {s.measured_eff:.2f}x the "
+            f"roofline vs {top.measured_eff:.2f}x for #1",
+        ),
         "padding": (top.pad_eff / s.pad_eff, f"{1 - s.pad_eff:.0%} of the computed tiles is padding"),
-        "memory": (s.time_s / top.time_s if s.bound in ("dram", "l2") else 1.0,
-                   f"{s.bound}-bound: {s.dram_bytes / 1e9:.2f} GB from DRAM, {s.intensity:.0f} FLOP/B "
-                   f"vs ridge {s.ridge:.0f}"),
-    }  # fmt: skip
+        "memory": (
+            s.time_s / top.time_s if s.bound in ("dram", "l2") else 1.0,
+            f"{s.bound}-bound: {s.dram_bytes / 1e9:.2f} GB from DRAM, {s.intensity:.0f} FLOP/B "
+            f"vs ridge {s.ridge:.0f}",
+        ),
+    }
     worst = max(losses.values(), key=lambda t: t[0])
     return f"{gap:+.1%} vs #1: {worst[1] if worst[0] > 1.002 else 'per-tile overheads (copies, barriers, split K)'}"
 

@@ -203,10 +203,17 @@ def calibration_applies(arch: str, gpu_key: str, cal: dict | None) -> bool:
     return cal is not None and arch in cal.get("archs", ()) and gpu_key == cal.get("gpu_key")
 
 
-def rank_stencil(ny: int, nx: int, radius: int = 1, arch: str = "sm_90", *, gpu: str | None = None,
-                 sms: int | None = None, calibration: dict | None = None,
-                 screen: Callable[[dict], list[str]] | None = None,
-                 ) -> tuple[list[StencilScored], list[StencilRejected]]:  # fmt: skip
+def rank_stencil(
+    ny: int,
+    nx: int,
+    radius: int = 1,
+    arch: str = "sm_90",
+    *,
+    gpu: str | None = None,
+    sms: int | None = None,
+    calibration: dict | None = None,
+    screen: Callable[[dict], list[str]] | None = None,
+) -> tuple[list[StencilScored], list[StencilRejected]]:
     """(ranked, rejected): every candidate at radius ``radius``, best predicted first. ``screen(params)`` is the
     family's rules for a candidate (its broken constraints, [] when it builds); a candidate ptxas makes spill or
     that fits no block on an SM is rejected too."""
@@ -232,13 +239,22 @@ def rank_stencil(ny: int, nx: int, radius: int = 1, arch: str = "sm_90", *, gpu:
             continue
         row = table.get(lab)
         if row is None:
-            rejected.append(StencilRejected(tuple(p.items()), lab, "rules", "not in the model's data (never "
-                                            "compiled for this radius)"))  # fmt: skip
+            rejected.append(
+                StencilRejected(
+                    tuple(p.items()), lab, "rules", "not in the model's data (never compiled for this radius)"
+                )
+            )
             continue
         regs, spill, wf_block = row
         if spill:
-            rejected.append(StencilRejected(tuple(p.items()), lab, "spills", f"ptxas spills {spill} bytes at "
-                                            f"{regs} registers ({cal['compiler']})"))  # fmt: skip
+            rejected.append(
+                StencilRejected(
+                    tuple(p.items()),
+                    lab,
+                    "spills",
+                    f"ptxas spills {spill} bytes at {regs} registers ({cal['compiler']})",
+                )
+            )
             continue
         keep.append((p, lab, regs, wf_block, geometry(p, radius)))
     occ = occupancy_batch(
@@ -249,8 +265,15 @@ def rank_stencil(ny: int, nx: int, radius: int = 1, arch: str = "sm_90", *, gpu:
     for i, (p, lab, regs, wf_block, geo) in enumerate(keep):
         bps = int(occ.active_blocks[i])
         if bps == 0:
-            rejected.append(StencilRejected(tuple(p.items()), lab, "occupancy", f"no block fits an SM ({regs} "
-                                            f"registers x {geo.threads} threads, {geo.smem_bytes} B shared)"))  # fmt: skip
+            rejected.append(
+                StencilRejected(
+                    tuple(p.items()),
+                    lab,
+                    "occupancy",
+                    f"no block fits an SM ({regs} "
+                    f"registers x {geo.threads} threads, {geo.smem_bytes} B shared)",
+                )
+            )
             continue
         blocks = grid_blocks(p, ny, nx)
         rounds = blocks / (g.sms * bps)
@@ -262,15 +285,32 @@ def rank_stencil(ny: int, nx: int, radius: int = 1, arch: str = "sm_90", *, gpu:
         if use_cal and scale > 1:
             copy_us = copy_time_us(total * scale, cal["copy"]["points"])
         warps = bps * geo.threads // 32
-        t_scaled = model_time_us(copy_us, rounds * scale, wf_sm * scale, warps, c, loads_sm * scale,
-                                 blocks * scale / g.sms)  # fmt: skip
+        t_scaled = model_time_us(
+            copy_us, rounds * scale, wf_sm * scale, warps, c, loads_sm * scale, blocks * scale / g.sms
+        )
         t = float(t_scaled) / scale
         vec_ok = nx % p["VEC"] == 0
         ratio = (copy_time_us(total, cal["copy"]["points"]) / t) if use_cal else None
         meas = cal.get("measured", {}).get(str(radius), {}).get(lab, {}) if use_cal else {}
-        s = StencilScored(tuple((k, p[k]) for k in PARAMS), lab, radius, geo.threads, geo.smem_bytes, regs, bps,
-                          rounds, wf_block / geo.outputs, geo.halo_reads, vec_ok, t, total / (t * 1e3), ratio,
-                          use_cal, dict(meas), total)  # fmt: skip
+        s = StencilScored(
+            tuple((k, p[k]) for k in PARAMS),
+            lab,
+            radius,
+            geo.threads,
+            geo.smem_bytes,
+            regs,
+            bps,
+            rounds,
+            wf_block / geo.outputs,
+            geo.halo_reads,
+            vec_ok,
+            t,
+            total / (t * 1e3),
+            ratio,
+            use_cal,
+            dict(meas),
+            total,
+        )
         scored.append(s)
     # the vector path first (the element path is not modelled), then by time; ties by the stated rule
     order = {s.label: i for i, s in enumerate(scored)}  # the candidates' order: the family's defaults first
@@ -284,15 +324,29 @@ def rank_stencil(ny: int, nx: int, radius: int = 1, arch: str = "sm_90", *, gpu:
     i = 0
     while i < len(scored):
         j = i + 1
-        while (j < len(scored) and scored[j].vector_path == scored[i].vector_path
-               and scored[j].time_us <= scored[i].time_us * (1 + tie)):  # fmt: skip
+        while (
+            j < len(scored)
+            and scored[j].vector_path == scored[i].vector_path
+            and scored[j].time_us <= scored[i].time_us * (1 + tie)
+        ):
             j += 1
-        out += sorted(scored[i:j], key=lambda s: (not s.measured, -_measured_rel(s, best_at), s.time_us,
-                                                  s.params_dict() != DEFAULTS, s.threads, order[s.label]))  # fmt: skip
+        out += sorted(
+            scored[i:j],
+            key=lambda s: (
+                not s.measured,
+                -_measured_rel(s, best_at),
+                s.time_us,
+                s.params_dict() != DEFAULTS,
+                s.threads,
+                order[s.label],
+            ),
+        )
         i = j
     top = out[0] if out else None
-    ranked = [StencilScored(**{**asdict(s), "rank": n + 1, "reason": _reason(s, top, cal, use_cal, tie)})
-              for n, s in enumerate(out)]  # fmt: skip
+    ranked = [
+        StencilScored(**{**asdict(s), "rank": n + 1, "reason": _reason(s, top, cal, use_cal, tie)})
+        for n, s in enumerate(out)
+    ]
     return ranked, rejected
 
 
@@ -358,8 +412,13 @@ FORMS = {
 FORM = "+ global loads + blocks"  # the shipped form (chosen by leave-one-radius-out, bench/fit_stencil.py cv)
 
 
-def _lm(resid: Callable[[np.ndarray], np.ndarray], x0: np.ndarray, lo: np.ndarray, hi: np.ndarray,
-        iters: int = 200) -> tuple[np.ndarray, float]:  # fmt: skip
+def _lm(
+    resid: Callable[[np.ndarray], np.ndarray],
+    x0: np.ndarray,
+    lo: np.ndarray,
+    hi: np.ndarray,
+    iters: int = 200,
+) -> tuple[np.ndarray, float]:
     """Levenberg-Marquardt on a box (each step clipped to [lo, hi]), forward-difference Jacobian; returns (x,
     sum of squared residuals). Deterministic; small problems only (a few parameters)."""
     x = np.clip(np.asarray(x0, float), lo, hi)
@@ -397,11 +456,21 @@ def fit(
     x = np.array([fit_inputs(r, sms) for r in rows], float)
     t = np.array([r["time_us"] for r in rows], float)
     lo = np.array([math.log(1e-6) if k in _LOG else {"t0_us": 0.0, "p": 1.0}[k] for k in free])
-    hi = np.array([math.log(rate_max) if k == "rate_per_us" else math.log(1e4) if k in _LOG else
-                   {"t0_us": 100.0, "p": 16.0}[k] for k in free])  # fmt: skip
-    starts = ({"t0_us": 0.3, "L_us": 0.9, "rate_per_us": 1500.0, "p": 3.0, "load_us": 3e-3, "block_us": 0.05},
-              {"t0_us": 1.0, "L_us": 0.3, "rate_per_us": 1000.0, "p": 2.0, "load_us": 1e-3, "block_us": 0.02},
-              {"t0_us": 0.0, "L_us": 1.5, "rate_per_us": 1900.0, "p": 6.0, "load_us": 1e-2, "block_us": 0.1})  # fmt: skip
+    hi = np.array(
+        [
+            math.log(rate_max)
+            if k == "rate_per_us"
+            else math.log(1e4)
+            if k in _LOG
+            else {"t0_us": 100.0, "p": 16.0}[k]
+            for k in free
+        ]
+    )
+    starts = (
+        {"t0_us": 0.3, "L_us": 0.9, "rate_per_us": 1500.0, "p": 3.0, "load_us": 3e-3, "block_us": 0.05},
+        {"t0_us": 1.0, "L_us": 0.3, "rate_per_us": 1000.0, "p": 2.0, "load_us": 1e-3, "block_us": 0.02},
+        {"t0_us": 0.0, "L_us": 1.5, "rate_per_us": 1900.0, "p": 6.0, "load_us": 1e-2, "block_us": 0.1},
+    )
 
     def consts(v: np.ndarray, wfull: float) -> dict:
         c = {k: (math.exp(a) if k in _LOG else float(a)) for k, a in zip(free, v, strict=True)}

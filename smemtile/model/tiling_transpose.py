@@ -80,27 +80,27 @@ def _c(tile: int, br: int, **kw: int) -> dict:
 # Per element size (bytes): the candidate configurations. 4 bytes: V = 4 (float4 global accesses); 2 bytes: V = 8.
 CANDIDATES: dict[int, tuple[dict, ...]] = {
     4: (
-        _c(64, 8),                    # the shipped sample (0.942x in run 2)
-        _c(64, 4),                    # the family's parameter defaults (0.933x)
-        _c(64, 8, PACK=2),            # 8-byte phase-2 loads: 2 output rows per thread
+        _c(64, 8),  # the shipped sample (0.942x in run 2)
+        _c(64, 4),  # the family's parameter defaults (0.933x)
+        _c(64, 8, PACK=2),  # 8-byte phase-2 loads: 2 output rows per thread
         _c(64, 4, PACK=2),
-        _c(64, 4, PACK=4),            # 16-byte phase-2 loads: a 4 x 4 block transposed in registers
-        _c(64, 16, TILES=2),          # 1024 threads, the second tile's loads in flight while the first is staged
+        _c(64, 4, PACK=4),  # 16-byte phase-2 loads: a 4 x 4 block transposed in registers
+        _c(64, 16, TILES=2),  # 1024 threads, the second tile's loads in flight while the first is staged
         _c(64, 8, TILES=2),
         _c(64, 8, PACK=2, TILES=2),
-        _c(64, 8, STREAM=1),          # evict-first global accesses
+        _c(64, 8, STREAM=1),  # evict-first global accesses
         _c(64, 8, PACK=2, STREAM=1),
-        _c(64, 16, TILE_Y=128),       # tall tile: 512-byte output runs
-        _c(32, 8),                    # the 32 x 32 classic (0.864x)
+        _c(64, 16, TILE_Y=128),  # tall tile: 512-byte output runs
+        _c(32, 8),  # the 32 x 32 classic (0.864x)
         _c(64, 16, TILES=4, MIN_BLOCKS=2),  # run 5: 4 tiles per block, registers held to 2 blocks/SM
     ),
     2: (
-        _c(128, 8),                   # best of run 2 (0.928x)
-        _c(64, 4),                    # the family's parameter defaults (0.900x)
-        _c(128, 8, PACK=2),           # half2 pairs: 4-byte phase-2 loads, 2 x 2 blocks swapped in registers
+        _c(128, 8),  # best of run 2 (0.928x)
+        _c(64, 4),  # the family's parameter defaults (0.900x)
+        _c(128, 8, PACK=2),  # half2 pairs: 4-byte phase-2 loads, 2 x 2 blocks swapped in registers
         _c(64, 4, PACK=2),
         _c(128, 4, PACK=2),
-        _c(128, 4, PACK=4),           # 8-byte phase-2 loads, 4 output rows per thread
+        _c(128, 4, PACK=4),  # 8-byte phase-2 loads, 4 output rows per thread
         _c(64, 2, PACK=4),
         _c(64, 8, TILE_Y=128, PACK=2),
         _c(128, 8, PACK=2, TILES=2),
@@ -108,14 +108,14 @@ CANDIDATES: dict[int, tuple[dict, ...]] = {
         _c(64, 4, PACK=2, TILES=2),
         _c(128, 8, PACK=2, STREAM=1),
         _c(64, 16, TILE_Y=128, TILES=2),
-        _c(64, 8),                    # one vector per thread (0.84x in run 2)
+        _c(64, 8),  # one vector per thread (0.84x in run 2)
         # run 5: TILES with the registers held to full occupancy (32 registers, no spills, ptxas 13.0)
         _c(128, 8, PACK=2, TILES=2, MIN_BLOCKS=2),
         _c(64, 8, TILES=2, MIN_BLOCKS=4),
         _c(64, 8, TILE_Y=128, TILES=2, MIN_BLOCKS=4),
         _c(64, 16, TILE_Y=128, TILES=4, MIN_BLOCKS=2),
     ),
-}  # fmt: skip
+}
 
 
 # The candidate space ``tiles --family transpose`` enumerates (session 5): every combination of these values, then
@@ -155,9 +155,17 @@ def space(dtype: str) -> list[dict]:
         q = dict(zip(keys, vals, strict=True))
         tile, br = q["TILE"], q["BLOCK_ROWS"]
         ty = tile * q["TILE_Y"]
-        p = {**DEFAULTS, "TILE": tile, "BLOCK_ROWS": br, "TILE_Y": 0 if ty == tile else ty, "PACK": q["PACK"],
-             "TILES": q["TILES"], "STREAM": q["STREAM"],
-             "MIN_BLOCKS": 1 if q["MIN_BLOCKS"] else full_blocks(tile * br), "GROUP": q["GROUP"]}  # fmt: skip
+        p = {
+            **DEFAULTS,
+            "TILE": tile,
+            "BLOCK_ROWS": br,
+            "TILE_Y": 0 if ty == tile else ty,
+            "PACK": q["PACK"],
+            "TILES": q["TILES"],
+            "STREAM": q["STREAM"],
+            "MIN_BLOCKS": 1 if q["MIN_BLOCKS"] else full_blocks(tile * br),
+            "GROUP": q["GROUP"],
+        }
         if q["MIN_BLOCKS"] == 0 and p["MIN_BLOCKS"] == 1:
             continue
         if label(p) not in seen:
@@ -408,9 +416,17 @@ def calibration_applies(arch: str, gpu_key: str, cal: dict | None) -> bool:
     return cal is not None and arch in cal.get("archs", ()) and gpu_key == cal.get("gpu_key")
 
 
-def rank_transpose(rows: int, cols: int, dtype: str = "f32", arch: str = "sm_90", *, gpu: str | None = None,
-                   sms: int | None = None, calibration: dict | None = None,
-                   cands: list[dict] | None = None) -> list[TransposeScored]:  # fmt: skip
+def rank_transpose(
+    rows: int,
+    cols: int,
+    dtype: str = "f32",
+    arch: str = "sm_90",
+    *,
+    gpu: str | None = None,
+    sms: int | None = None,
+    calibration: dict | None = None,
+    cands: list[dict] | None = None,
+) -> list[TransposeScored]:
     """Every candidate for ``dtype`` (``cands``, else ``ranked_space``), best predicted first (calibrated where
     the data file covers the target)."""
     from smemtile.model.arch import get_arch
@@ -444,18 +460,39 @@ def rank_transpose(rows: int, cols: int, dtype: str = "f32", arch: str = "sm_90"
         # that, the measured one is the safer pick
         pen = cal["constants"].get(str(elem), {}).get("unmeasured_penalty", 0.0) if calibrated else 0.0
         key = (t * (1 + (0.0 if label(p) in measured else pen)), geo.threads, i)
-        scored.append((key, TransposeScored(tuple((k, p[k]) for k in PARAMS), label(p), geo.threads,
-                                            geo.smem_bytes, blocks, in_flight, vec / total, t,
-                                            total / (t * 1e3), ratio, calibrated, elem, total,
-                                            measured=label(p) in measured, registers=regs)))  # fmt: skip
+        scored.append(
+            (
+                key,
+                TransposeScored(
+                    tuple((k, p[k]) for k in PARAMS),
+                    label(p),
+                    geo.threads,
+                    geo.smem_bytes,
+                    blocks,
+                    in_flight,
+                    vec / total,
+                    t,
+                    total / (t * 1e3),
+                    ratio,
+                    calibrated,
+                    elem,
+                    total,
+                    measured=label(p) in measured,
+                    registers=regs,
+                ),
+            )
+        )
     # calibrated candidates first; times within TIE of each other are ordered by threads, then candidate order
     scored.sort(key=lambda x: (not x[1].calibrated, x[0][0]))
     out: list[TransposeScored] = []
     i = 0
     while i < len(scored):
         j = i + 1
-        while (j < len(scored) and scored[j][1].calibrated == scored[i][1].calibrated
-               and scored[j][0][0] <= scored[i][0][0] * (1 + TIE)):  # fmt: skip
+        while (
+            j < len(scored)
+            and scored[j][1].calibrated == scored[i][1].calibrated
+            and scored[j][0][0] <= scored[i][0][0] * (1 + TIE)
+        ):
             j += 1
         out += [s for _, s in sorted(scored[i:j], key=lambda x: x[0][1:])]
         i = j
@@ -468,8 +505,10 @@ def rank_transpose(rows: int, cols: int, dtype: str = "f32", arch: str = "sm_90"
 
 def _reason(s: TransposeScored, top: TransposeScored | None, cal: dict | None, need: float) -> str:
     if not s.calibrated:
-        return (f"uncalibrated (Little's law): {s.in_flight_bytes // 1024} KiB in flight per SM of "
-                f"{need / 1024:.0f} KiB needed")  # fmt: skip
+        return (
+            f"uncalibrated (Little's law): {s.in_flight_bytes // 1024} KiB in flight per SM of "
+            f"{need / 1024:.0f} KiB needed"
+        )
     src = f"calibrated on the {cal['gpu']} ({cal['run']})" if cal else "calibrated"
     ratio = f", {s.copy_ratio:.3f}x a device copy" if s.copy_ratio else ""
     edge = f"; {1 - s.vector_fraction:.1%} of the bytes in edge tiles" if s.vector_fraction < 0.9995 else ""
@@ -532,9 +571,16 @@ def fit(rows: list[dict], mu_in_form: str = "per_candidate") -> dict:
         for r in rows:
             if r["elem"] == elem:
                 groups.setdefault(r["label"], []).append(r)
-        parts = {lab: [(*split_bytes(r["params"], r["rows"], r["cols"], elem),
-                        *misaligned_sides(r["params"], r["rows"], r["cols"], elem)) for r in pts]
-                 for lab, pts in groups.items()}  # fmt: skip
+        parts = {
+            lab: [
+                (
+                    *split_bytes(r["params"], r["rows"], r["cols"], elem),
+                    *misaligned_sides(r["params"], r["rows"], r["cols"], elem),
+                )
+                for r in pts
+            ]
+            for lab, pts in groups.items()
+        }
         any_in = any(si > 0 for pts in parts.values() for *_, si, _ in pts)
         best = None
         for kappa in KAPPAS:
@@ -556,8 +602,10 @@ def fit(rows: list[dict], mu_in_form: str = "per_candidate") -> dict:
                         best = (err, kappa, phi_line, mu_in, cons)
         assert best is not None
         _, kappa, phi_line, mu_in, cons = best
-        per = {"model": {"kappa": kappa, "phi_line": phi_line, "mu_in": mu_in, "mu_in_form": mu_in_form},
-               "candidates": {}}  # fmt: skip
+        per = {
+            "model": {"kappa": kappa, "phi_line": phi_line, "mu_in": mu_in, "mu_in_form": mu_in_form},
+            "candidates": {},
+        }
         for lab, (t0, inv, mus, errs) in sorted(cons.items()):
             c = {"t0_us": t0, "bw_gbps": 1.0 / inv, "mu_out": mus[0]}
             if per_cand:
@@ -603,8 +651,10 @@ def _lsq_rel(
         else:
             continue
         break
-    errs = [abs(t0 + inv * x + sum(w.get(2 + k, 0.0) * z for k, z in enumerate(zk)) - t) / t
-            for x, *zk, t in zip(xs, *zs, ts, strict=True)]  # fmt: skip
+    errs = [
+        abs(t0 + inv * x + sum(w.get(2 + k, 0.0) * z for k, z in enumerate(zk)) - t) / t
+        for x, *zk, t in zip(xs, *zs, ts, strict=True)
+    ]
     mus = [float(w[2 + k] / inv) if 2 + k in w else None for k in range(len(zs))]
     return float(t0), float(inv), mus, errs
 
@@ -668,14 +718,28 @@ def features(p: dict, elem: int, registers: int | None = None, arch: str = "sm_9
     carve = next((c for c in carveouts if c >= blocks * smem_alloc), carveouts[-1])
     l1 = max(0, L1_SHARED_BYTES - carve)
     col = float(q["GROUP"] == 0)  # launch order column by column
-    return {"l1": max(0.0, 1 - l1 / max(in_flight, 1)), "l1_bytes": l1, "blocks_per_sm": blocks, "in_flight": in_flight, "registers": registers or 32,
-            "latency": NEED_BYTES / max(in_flight, 1),
-            "occupancy": 1 - min(1.0, blocks * g.threads / FULL_THREADS), "narrow": 16 / (max(g.vec, 1) * elem) - 1,
-            "in_run": 128 / (g.tile * elem), "out_run": 128 / (g.ty * elem), "stream": float(q["STREAM"]),
-            "threads": g.threads / 1024, "tiles": float(q["TILES"] > 1), "lds": 1 / q["PACK"],
-            "block": 2 * g.ty * g.tile * q["TILES"] * elem / 65536, "col": col, "col_in_run": col * 128 / (g.tile * elem),
-            "col_out_run": col * 128 / (g.ty * elem),
-            "out_run_block": 128 / (g.ty * q["TILES"] * elem), "small_block": 256 / g.threads}  # fmt: skip
+    return {
+        "l1": max(0.0, 1 - l1 / max(in_flight, 1)),
+        "l1_bytes": l1,
+        "blocks_per_sm": blocks,
+        "in_flight": in_flight,
+        "registers": registers or 32,
+        "latency": NEED_BYTES / max(in_flight, 1),
+        "occupancy": 1 - min(1.0, blocks * g.threads / FULL_THREADS),
+        "narrow": 16 / (max(g.vec, 1) * elem) - 1,
+        "in_run": 128 / (g.tile * elem),
+        "out_run": 128 / (g.ty * elem),
+        "stream": float(q["STREAM"]),
+        "threads": g.threads / 1024,
+        "tiles": float(q["TILES"] > 1),
+        "lds": 1 / q["PACK"],
+        "block": 2 * g.ty * g.tile * q["TILES"] * elem / 65536,
+        "col": col,
+        "col_in_run": col * 128 / (g.tile * elem),
+        "col_out_run": col * 128 / (g.ty * elem),
+        "out_run_block": 128 / (g.ty * q["TILES"] * elem),
+        "small_block": 256 / g.threads,
+    }
 
 
 @functools.cache
@@ -722,12 +786,30 @@ def edge_loop(p: dict) -> float:
 def _design(
     f: dict, x0: float, s_out: float, edge: float = 0.0, s_in: float = 0.0, line: float = 0.0
 ) -> list[float]:
-    return [1.0, *(f[k] for k in T0_FEATURES), x0, *(x0 * f[k] for k in BW_FEATURES), s_out,
-            *(s_out * f[k] for k in OUT_FEATURES), edge, f["col"] * s_in, f["col"] * line]  # fmt: skip
+    return [
+        1.0,
+        *(f[k] for k in T0_FEATURES),
+        x0,
+        *(x0 * f[k] for k in BW_FEATURES),
+        s_out,
+        *(s_out * f[k] for k in OUT_FEATURES),
+        edge,
+        f["col"] * s_in,
+        f["col"] * line,
+    ]
 
 
-COEF = ("t0", *(f"t0*{k}" for k in T0_FEATURES), "inv", *(f"inv*{k}" for k in BW_FEATURES), "out",
-        *(f"out*{k}" for k in OUT_FEATURES), "edge", "in_col", "line_col")  # fmt: skip
+COEF = (
+    "t0",
+    *(f"t0*{k}" for k in T0_FEATURES),
+    "inv",
+    *(f"inv*{k}" for k in BW_FEATURES),
+    "out",
+    *(f"out*{k}" for k in OUT_FEATURES),
+    "edge",
+    "in_col",
+    "line_col",
+)
 SIGNED_COLUMNS = (*(COEF.index(f"inv*{k}") for k in SIGNED), COEF.index("out*col"))
 
 
@@ -791,8 +873,11 @@ def fit_features(rows: list[dict], registers: dict, *, shared: dict | None = Non
         assert best is not None
         _, kappa, phi, mu_in, x = best
         coef = dict(zip(COEF, (float(v) for v in x), strict=True))
-        per = {"model": {"kappa": kappa, "phi_line": phi, "mu_in": mu_in, "mu_in_form": "shared"},
-               "coef": coef, "candidates": {}}  # fmt: skip
+        per = {
+            "model": {"kappa": kappa, "phi_line": phi, "mu_in": mu_in, "mu_in_form": "shared"},
+            "coef": coef,
+            "candidates": {},
+        }
         groups: dict[str, list[dict]] = {}
         for r in mine:
             groups.setdefault(r["label"], []).append(r)
@@ -836,8 +921,16 @@ def shrink(pts: list[dict], f: dict, coef: dict, model: dict) -> dict:
     t0, inv = max(float(sol[0]), 0.0), float(sol[1])
     vl, wo = max(float(sol[2]), 0.0), max(float(sol[3]), 0.0)
     errs = [abs(float(np.array([t0, inv, vl, wo]) @ ra) - rb) for ra, rb in zip(rows_a, rows_b, strict=True)]
-    return {"t0_us": t0, "bw_gbps": 1.0 / inv, "phi_line": vl / inv, "mu_out": wo / inv, "fit_points": len(pts),
-            "fit_max_error": max(errs), "prior_ratio": invp / inv, "bw_measured": not prior_bw}  # fmt: skip
+    return {
+        "t0_us": t0,
+        "bw_gbps": 1.0 / inv,
+        "phi_line": vl / inv,
+        "mu_out": wo / inv,
+        "fit_points": len(pts),
+        "fit_max_error": max(errs),
+        "prior_ratio": invp / inv,
+        "bw_measured": not prior_bw,
+    }
 
 
 # the feature model's spread of inv over candidates (its candidate-left-out errors: median 2-5 %, tails 10 %)

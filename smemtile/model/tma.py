@@ -92,9 +92,14 @@ class Notations:
             lbo, sbo = "bytes between core matrices along K (rows x 16 for a [rows][16 B] box)", 128
         else:
             lbo, sbo = "unused when K fits one atom (encode 1)", 8 * span
-        return {"layout_type": WGMMA_LAYOUT_TYPE[self.mode],
-                "layout_name": "no swizzle (interleave)" if self.mode == "none" else f"{self.mode} swizzle",
-                "sbo_bytes": sbo, "lbo": lbo, "base_offset": 0, "k_step_bytes": 32}  # fmt: skip
+        return {
+            "layout_type": WGMMA_LAYOUT_TYPE[self.mode],
+            "layout_name": "no swizzle (interleave)" if self.mode == "none" else f"{self.mode} swizzle",
+            "sbo_bytes": sbo,
+            "lbo": lbo,
+            "base_offset": 0,
+            "k_step_bytes": 32,
+        }
 
     @property
     def triton(self) -> dict:
@@ -109,9 +114,15 @@ class Notations:
         }
 
     def to_dict(self) -> dict:
-        return {"mode": self.mode, "cute_bytes": self.byte_swizzle, "cute_elements": self.element_swizzle,
-                "tma": {"enum": self.tma[0], "value": self.tma[1]}, "wgmma": self.wgmma, "triton": self.triton,
-                "alignment_bytes": ALIGN[self.mode]}  # fmt: skip
+        return {
+            "mode": self.mode,
+            "cute_bytes": self.byte_swizzle,
+            "cute_elements": self.element_swizzle,
+            "tma": {"enum": self.tma[0], "value": self.tma[1]},
+            "wgmma": self.wgmma,
+            "triton": self.triton,
+            "alignment_bytes": ALIGN[self.mode],
+        }
 
 
 def row_bytes(buf) -> int:
@@ -134,25 +145,35 @@ def rule_violations(buf) -> list[str]:
     mode, out = lay.tma, []
     align, rb = ALIGN[mode], row_bytes(buf)
     if lay.base % align:
-        out.append(f"base {lay.base} is not {align}-byte aligned: the {mode} pattern repeats every {align} bytes "
-                   "and the wgmma descriptor (base offset 0) assumes it starts there")  # fmt: skip
+        out.append(
+            f"base {lay.base} is not {align}-byte aligned: the {mode} pattern repeats every {align} bytes "
+            "and the wgmma descriptor (base offset 0) assumes it starts there"
+        )
     stage = buf.bytes() // buf.stages
     if buf.stages > 1 and stage % align:
-        out.append(f"one stage is {stage} bytes, not a multiple of {align}: stage 1 would start misaligned for "
-                   f"{mode}")  # fmt: skip
+        out.append(
+            f"one stage is {stage} bytes, not a multiple of {align}: stage 1 would start misaligned for "
+            f"{mode}"
+        )
     if rb % 16:
         out.append(f"the box's inner dimension is {rb} bytes, not a multiple of 16 (TMA moves 16-byte units)")
     elif mode != "none" and rb > SPAN[mode]:
-        out.append(f"the box's inner dimension is {rb} bytes, wider than the {SPAN[mode]}-byte {mode} swizzle "
-                   f"span (cuTensorMapEncodeTiled refuses it): store the tile as {rb // SPAN[mode]} column panels "
-                   f"of {SPAN[mode]} bytes")  # fmt: skip
+        out.append(
+            f"the box's inner dimension is {rb} bytes, wider than the {SPAN[mode]}-byte {mode} swizzle "
+            f"span (cuTensorMapEncodeTiled refuses it): store the tile as {rb // SPAN[mode]} column panels "
+            f"of {SPAN[mode]} bytes"
+        )
     if lay.global_stride is not None and lay.global_stride % 16:
         e = buf.elem_bytes
-        out.append(f"global row stride {lay.global_stride} bytes is not a multiple of 16 (cuTensorMapEncodeTiled "
-                   f"refuses it): pad the leading dimension to a multiple of {max(1, 16 // e)} elements")  # fmt: skip
+        out.append(
+            f"global row stride {lay.global_stride} bytes is not a multiple of 16 (cuTensorMapEncodeTiled "
+            f"refuses it): pad the leading dimension to a multiple of {max(1, 16 // e)} elements"
+        )
     if lay.wgmma is not None and lay.wgmma != mode:
-        out.append(f"mode mismatch: TMA writes with {TMA_ENUM[mode][0]} but the wgmma descriptor reads layout "
-                   f"type {WGMMA_LAYOUT_TYPE[lay.wgmma]} ({lay.wgmma}): the tensor cores would read permuted data")  # fmt: skip
+        out.append(
+            f"mode mismatch: TMA writes with {TMA_ENUM[mode][0]} but the wgmma descriptor reads layout "
+            f"type {WGMMA_LAYOUT_TYPE[lay.wgmma]} ({lay.wgmma}): the tensor cores would read permuted data"
+        )
     return out
 
 
@@ -181,10 +202,18 @@ class ModeRow:
         return self.wavefronts == self.ideal
 
     def to_dict(self) -> dict:
-        return {"mode": self.mode, "tma_legal": self.tma_legal, "wgmma_canonical": self.canonical,
-                "alignment_bytes": ALIGN[self.mode], "total_wavefronts": self.wavefronts,
-                "total_ideal_wavefronts": self.ideal, "conflict_free": self.conflict_free,
-                "accesses": {k: {"wavefronts": w, "ideal_wavefronts": i} for k, (w, i) in self.per_access.items()}}  # fmt: skip
+        return {
+            "mode": self.mode,
+            "tma_legal": self.tma_legal,
+            "wgmma_canonical": self.canonical,
+            "alignment_bytes": ALIGN[self.mode],
+            "total_wavefronts": self.wavefronts,
+            "total_ideal_wavefronts": self.ideal,
+            "conflict_free": self.conflict_free,
+            "accesses": {
+                k: {"wavefronts": w, "ideal_wavefronts": i} for k, (w, i) in self.per_access.items()
+            },
+        }
 
 
 def mode_table(buf, results) -> list[ModeRow]:
@@ -197,8 +226,14 @@ def mode_table(buf, results) -> list[ModeRow]:
         for ar in mine:
             off = lay.offset(ar.rows, ar.cols, buf.cols) * buf.elem_bytes
             act = ar.bank.active
-            r = analyze_addresses(np.where(act, off, 0), ar.access.op, ar.access.width, ar.access.matrices,
-                                  sources=ar.bank.sources, active=act)  # fmt: skip
+            r = analyze_addresses(
+                np.where(act, off, 0),
+                ar.access.op,
+                ar.access.width,
+                ar.access.matrices,
+                sources=ar.bank.sources,
+                active=act,
+            )
             worst = int(np.argmax(r.wavefronts))
             per[ar.access.name] = (int(r.wavefronts[worst]), int(r.ideal_wavefronts[worst]))
             tot += int(r.wavefronts.sum())
@@ -223,11 +258,18 @@ class TmaBuffer:
     reason: str
 
     def to_dict(self) -> dict:
-        return {"buffer": self.name, "dtype": self.dtype, "shape": list(self.shape), "mode": self.mode,
-                "row_bytes": self.row_bytes, "notations": self.notations.to_dict(),
-                "modes": [m.to_dict() for m in self.modes], "recommended": self.recommended,
-                "recommended_notations": Notations(self.recommended, self.notations.elem_bytes).to_dict(),
-                "reason": self.reason}  # fmt: skip
+        return {
+            "buffer": self.name,
+            "dtype": self.dtype,
+            "shape": list(self.shape),
+            "mode": self.mode,
+            "row_bytes": self.row_bytes,
+            "notations": self.notations.to_dict(),
+            "modes": [m.to_dict() for m in self.modes],
+            "recommended": self.recommended,
+            "recommended_notations": Notations(self.recommended, self.notations.elem_bytes).to_dict(),
+            "reason": self.reason,
+        }
 
 
 def _reason(buf, rows: list[ModeRow], pick: str) -> str:
@@ -237,20 +279,26 @@ def _reason(buf, rows: list[ModeRow], pick: str) -> str:
     cost = f"{chosen.wavefronts} wavefronts (ideal {chosen.ideal}) over the buffer's accesses"
     if not chosen.per_access:
         cost = "no lane access of this buffer is described, so the bank model has nothing to compare"
-    parts = [f"rows are {rb} bytes: {pick} is the widest mode whose span ({SPAN[pick]} B) divides the row, so the "
-             f"tile is whole wgmma atoms of 8 rows x {SPAN[pick]} B (CUTLASS, Triton, DeepGEMM and ThunderKittens "
-             f"pick the same); under it {cost}"]  # fmt: skip
+    parts = [
+        f"rows are {rb} bytes: {pick} is the widest mode whose span ({SPAN[pick]} B) divides the row, so the "
+        f"tile is whole wgmma atoms of 8 rows x {SPAN[pick]} B (CUTLASS, Triton, DeepGEMM and ThunderKittens "
+        f"pick the same); under it {cost}"
+    ]
     if chosen.per_access:
         worse = [
             f"{r.mode} {r.wavefronts}" for r in rows if r.mode != pick and r.wavefronts > chosen.wavefronts
         ]
         if worse:
-            parts.append("narrower modes cost more (" + ", ".join(worse) + "): fewer distinct chunk phases, so "
-                         "rows of one core matrix share 16-byte bank groups")  # fmt: skip
+            parts.append(
+                "narrower modes cost more (" + ", ".join(worse) + "): fewer distinct chunk phases, so "
+                "rows of one core matrix share 16-byte bank groups"
+            )
     wider = [m for m in TMA_MODES if SPAN[m] > SPAN[pick] and m != "none"]
     if wider and rb < 128:
-        parts.append(f"{', '.join(wider)} would not be whole atoms on {rb}-byte rows (the descriptor cannot "
-                     "describe them)")  # fmt: skip
+        parts.append(
+            f"{', '.join(wider)} would not be whole atoms on {rb}-byte rows (the descriptor cannot "
+            "describe them)"
+        )
     if rb > 128:
         parts.append(
             f"a {rb}-byte row is wider than any span: TMA needs {rb // 128} column panels of 128 bytes"
@@ -266,8 +314,19 @@ def tma_report(spec, results) -> list[TmaBuffer]:
             continue
         rows = mode_table(b, results)
         pick = widest_mode(row_bytes(b))
-        out.append(TmaBuffer(b.name, b.dtype, tuple(b.shape), b.layout.tma, row_bytes(b),
-                             Notations(b.layout.tma, b.elem_bytes), tuple(rows), pick, _reason(b, rows, pick)))  # fmt: skip
+        out.append(
+            TmaBuffer(
+                b.name,
+                b.dtype,
+                tuple(b.shape),
+                b.layout.tma,
+                row_bytes(b),
+                Notations(b.layout.tma, b.elem_bytes),
+                tuple(rows),
+                pick,
+                _reason(b, rows, pick),
+            )
+        )
     return out
 
 
@@ -280,9 +339,13 @@ def mode_fix(buf, results, baseline, judge):
     pick = widest_mode(row_bytes(buf))
     cand = judge(Layout.for_tma(pick, buf.elem_bytes, base=lay.base, global_stride=lay.global_stride))
     if cand is not None and pick != lay.tma and cand.wavefronts < baseline.wavefronts:
-        why = (f"TMA {pick}: the widest mode the {row_bytes(buf)}-byte rows allow ({cand.wavefronts} wavefronts "
-               f"against {baseline.wavefronts}); padding is not a TMA layout")  # fmt: skip
+        why = (
+            f"TMA {pick}: the widest mode the {row_bytes(buf)}-byte rows allow ({cand.wavefronts} wavefronts "
+            f"against {baseline.wavefronts}); padding is not a TMA layout"
+        )
         return BufferFix(buf, baseline, None, cand, cand, why, 16, 2)
-    why = (f"no other TMA mode does better on {row_bytes(buf)}-byte rows ({pick} is the widest they allow); "
-           "padding is not a TMA layout")  # fmt: skip
+    why = (
+        f"no other TMA mode does better on {row_bytes(buf)}-byte rows ({pick} is the widest they allow); "
+        "padding is not a TMA layout"
+    )
     return BufferFix(buf, baseline, None, cand, baseline, why, 16, 2)

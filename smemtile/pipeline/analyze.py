@@ -62,8 +62,10 @@ def analyze(res: Resolved, regs: int | None = None, *, compile: bool = True) -> 
         for name in ("baseline", "fixed")
     }
     occ = {name: _occupancy(spec, f) for name, f in facts.items()}
-    decl = {"baseline": declarations(spec.buffers, {}, spec.arch),
-            "fixed": declarations(spec.buffers, fixes.layouts, spec.arch)}  # fmt: skip
+    decl = {
+        "baseline": declarations(spec.buffers, {}, spec.arch),
+        "fixed": declarations(spec.buffers, fixes.layouts, spec.arch),
+    }
     base = facts["baseline"]
 
     seen: dict[int, tuple[int, str]] = {}
@@ -78,16 +80,38 @@ def analyze(res: Resolved, regs: int | None = None, *, compile: bool = True) -> 
     tiles = tiles_part(res, facts, built)
     pipe = review.pipeline_part(spec, fixed_results, fixes.layouts, blocks_for_smem)
     if res.config is not None and pipe is not None and built.get("fixed") is not None:
-        pipe["checked"] = [i.to_dict() for i in built["fixed"].checklist
-                           if i.id in ("commit_group", "wait_group", "barrier_after_wait", "ring_index")]  # fmt: skip
+        pipe["checked"] = [
+            i.to_dict()
+            for i in built["fixed"].checklist
+            if i.id in ("commit_group", "wait_group", "barrier_after_wait", "ring_index")
+        ]
     if built.get("fixed") is not None:
         checklist = list(built["fixed"].checklist)
     else:
-        checklist = review.spec_checklist(spec, results, fixed_results, fixes.layouts, decl["fixed"], occ["fixed"],
-                                          pipe, _unpadded(spec, results))  # fmt: skip
+        checklist = review.spec_checklist(
+            spec,
+            results,
+            fixed_results,
+            fixes.layouts,
+            decl["fixed"],
+            occ["fixed"],
+            pipe,
+            _unpadded(spec, results),
+        )
     comparison = compare(spec, results, fixed_results, decl, occ)
-    return AnalyzeReport(spec, results, fixes, fixed_results, occ, costs=costs, declarations=decl, tiles=tiles,
-                         pipeline=pipe, comparison=comparison, checklist=tuple(checklist))  # fmt: skip
+    return AnalyzeReport(
+        spec,
+        results,
+        fixes,
+        fixed_results,
+        occ,
+        costs=costs,
+        declarations=decl,
+        tiles=tiles,
+        pipeline=pipe,
+        comparison=comparison,
+        checklist=tuple(checklist),
+    )
 
 
 def relaid(spec: KernelSpec, results: tuple[AccessResult, ...], layouts: dict[str, Layout]):
@@ -150,16 +174,32 @@ def _facts(spec: KernelSpec, name: str, fixes: FixReport, regs: int | None, buil
         r, r_src = spec.regs, "given (regs: in the spec)"
     else:
         why = f"; not compiled: {built.compile_note}" if built is not None and built.compile_note else ""
-        r, r_src = ASSUMED_REGS, ("assumed: set regs: in the spec or --regs, or read the real value with "
-                                  f"`smemtile verify --compile-only`{why}")  # fmt: skip
-    return {"threads": threads, "threads_source": t_src, "regs": r, "regs_source": r_src, "static": static,
-            "dynamic": dynamic, "ptxas": ptxas}  # fmt: skip
+        r, r_src = (
+            ASSUMED_REGS,
+            (
+                "assumed: set regs: in the spec or --regs, or read the real value with "
+                f"`smemtile verify --compile-only`{why}"
+            ),
+        )
+    return {
+        "threads": threads,
+        "threads_source": t_src,
+        "regs": r,
+        "regs_source": r_src,
+        "static": static,
+        "dynamic": dynamic,
+        "ptxas": ptxas,
+    }
 
 
 def _occupancy(spec: KernelSpec, f: dict) -> dict:
     o = occupancy(spec.arch, f["threads"], f["regs"], f["static"], f["dynamic"])
-    return {"smem_bytes": f["static"] + f["dynamic"], **o.to_dict(), "threads_source": f["threads_source"],
-            "regs_source": f["regs_source"]}  # fmt: skip
+    return {
+        "smem_bytes": f["static"] + f["dynamic"],
+        **o.to_dict(),
+        "threads_source": f["threads_source"],
+        "regs_source": f["regs_source"],
+    }
 
 
 def fix_costs(spec: KernelSpec, fixes: FixReport, results, fixed_results, blocks_for_smem) -> list[dict]:
@@ -177,10 +217,21 @@ def fix_costs(spec: KernelSpec, fixes: FixReport, results, fixed_results, blocks
             smem = spec.smem_bytes({f.buffer.name: c.layout})
             blocks, limiter = blocks_for_smem(smem)
             worse = [k for k, v in c.per_access.items() if v[2] > f.baseline.per_access.get(k, v)[2]]
-            options.append({"option": label, "layout": c.layout.describe(), "recommended": c is f.recommended,
-                            "extra_bytes": c.extra_bytes, "smem_bytes": smem, "blocks_per_sm": blocks,
-                            "limiter": limiter, "wavefronts": c.wavefronts, "ideal": c.ideal,
-                            "saved": f.baseline.wavefronts - c.wavefronts, "worse": worse})  # fmt: skip
+            options.append(
+                {
+                    "option": label,
+                    "layout": c.layout.describe(),
+                    "recommended": c is f.recommended,
+                    "extra_bytes": c.extra_bytes,
+                    "smem_bytes": smem,
+                    "blocks_per_sm": blocks,
+                    "limiter": limiter,
+                    "wavefronts": c.wavefronts,
+                    "ideal": c.ideal,
+                    "saved": f.baseline.wavefronts - c.wavefronts,
+                    "worse": worse,
+                }
+            )
         warnings = []
         rec = next(o for o in options if o["recommended"])
         for r in fixed_results:  # what the kernel issues under the fix, access by access
@@ -189,29 +240,63 @@ def fix_costs(spec: KernelSpec, fixes: FixReport, results, fixed_results, blocks
             w0, w1 = before[r.access.name], after[r.access.name]
             t0, t1 = int(w0.bank.wavefronts.sum()), int(w1.bank.wavefronts.sum())
             if t1 > t0:
-                warnings.append({"kind": "worse", "text": (
-                    f"the fix makes {r.access.name} worse: {w0.degree:g}x -> {w1.degree:g}x "
-                    f"({t0} -> {t1} wavefronts over its {len(w1.bank.wavefronts)} instructions)")})  # fmt: skip
+                warnings.append(
+                    {
+                        "kind": "worse",
+                        "text": (
+                            f"the fix makes {r.access.name} worse: {w0.degree:g}x -> {w1.degree:g}x "
+                            f"({t0} -> {t1} wavefronts over its {len(w1.bank.wavefronts)} instructions)"
+                        ),
+                    }
+                )
         size = f.buffer.bytes(Layout())
         saved = rec["saved"]
-        gain = (f"saves {saved} of {f.baseline.wavefronts} wavefronts "
-                f"({100 * saved / max(1, f.baseline.wavefronts):.0f}%)")  # fmt: skip
+        gain = (
+            f"saves {saved} of {f.baseline.wavefronts} wavefronts "
+            f"({100 * saved / max(1, f.baseline.wavefronts):.0f}%)"
+        )
         if rec["blocks_per_sm"] < b0:
-            alt = [o for o in options if o is not rec and o["option"] != "baseline" and o["blocks_per_sm"] >= b0
-                   and o["saved"] > 0]  # fmt: skip
-            tail = (f"; {alt[0]['layout']} keeps {b0} blocks/SM and saves {alt[0]['saved']}" if alt else
-                    "; keep the layout if the kernel is not bound by shared memory (`smemtile verify --ncu` and "
-                    "`smemtile tune` measure both)")  # fmt: skip
-            warnings.append({"kind": "occupancy", "text": (
-                f"{rec['layout']} {gain} but costs {rec['extra_bytes']} bytes and drops the block from {b0} to "
-                f"{rec['blocks_per_sm']} blocks/SM (limited by {rec['limiter']}){tail}")})  # fmt: skip
+            alt = [
+                o
+                for o in options
+                if o is not rec and o["option"] != "baseline" and o["blocks_per_sm"] >= b0 and o["saved"] > 0
+            ]
+            tail = (
+                f"; {alt[0]['layout']} keeps {b0} blocks/SM and saves {alt[0]['saved']}"
+                if alt
+                else "; keep the layout if the kernel is not bound by shared memory (`smemtile verify --ncu` and "
+                "`smemtile tune` measure both)"
+            )
+            warnings.append(
+                {
+                    "kind": "occupancy",
+                    "text": (
+                        f"{rec['layout']} {gain} but costs {rec['extra_bytes']} bytes and drops the block from {b0} to "
+                        f"{rec['blocks_per_sm']} blocks/SM (limited by {rec['limiter']}){tail}"
+                    ),
+                }
+            )
         elif rec["extra_bytes"] >= COSTLY_GROWTH * size and rec["extra_bytes"] > 0:
-            warnings.append({"kind": "memory", "text": (
-                f"{rec['layout']} {gain} but grows {f.buffer.name} by {100 * rec['extra_bytes'] / size:.0f}% "
-                f"({size} -> {size + rec['extra_bytes']} bytes); blocks/SM stay {rec['blocks_per_sm']} "
-                f"(limited by {rec['limiter']}), so here the memory is spare")})  # fmt: skip
-        out.append({"buffer": f.buffer.name, "blocks_before": b0, "limiter_before": lim0, "options": options,
-                    "gain": gain if f.needed else "no conflict to remove", "warnings": warnings})  # fmt: skip
+            warnings.append(
+                {
+                    "kind": "memory",
+                    "text": (
+                        f"{rec['layout']} {gain} but grows {f.buffer.name} by {100 * rec['extra_bytes'] / size:.0f}% "
+                        f"({size} -> {size + rec['extra_bytes']} bytes); blocks/SM stay {rec['blocks_per_sm']} "
+                        f"(limited by {rec['limiter']}), so here the memory is spare"
+                    ),
+                }
+            )
+        out.append(
+            {
+                "buffer": f.buffer.name,
+                "blocks_before": b0,
+                "limiter_before": lim0,
+                "options": options,
+                "gain": gain if f.needed else "no conflict to remove",
+                "warnings": warnings,
+            }
+        )
     return out
 
 
@@ -224,8 +309,11 @@ def _unpadded(spec: KernelSpec, results) -> dict[str, list]:
     plain = {n: Layout(0, b.layout.swizzle) for n, b in padded.items()}
     without = {r.access.name: r for r in analyze_spec(_only(spec, set(padded)), plain)}
     for name in padded:
-        out[name] = [(r.access.name, r.degree, without[r.access.name].degree) for r in results
-                     if r.access.buffer == name and r.access.name in without]  # fmt: skip
+        out[name] = [
+            (r.access.name, r.degree, without[r.access.name].degree)
+            for r in results
+            if r.access.buffer == name and r.access.name in without
+        ]
     return out
 
 
@@ -233,9 +321,14 @@ def tiles_part(res: Resolved, facts: dict, built: dict) -> dict:
     """Part 4: the tile model for the spec's problem, and blocks per SM against registers for this block."""
     spec = res.spec
     base = facts["fixed"]
-    d: dict = {"threads": base["threads"], "threads_source": base["threads_source"], "regs": base["regs"],
-               "regs_source": base["regs_source"], "smem_bytes": base["static"] + base["dynamic"],
-               "register_budget": register_budget(spec, base)}  # fmt: skip
+    d: dict = {
+        "threads": base["threads"],
+        "threads_source": base["threads_source"],
+        "regs": base["regs"],
+        "regs_source": base["regs_source"],
+        "smem_bytes": base["static"] + base["dynamic"],
+        "register_budget": register_budget(spec, base),
+    }
     if base.get("ptxas"):
         d["ptxas"] = base["ptxas"]
     if res.config is not None:
@@ -249,8 +342,10 @@ def tiles_part(res: Resolved, facts: dict, built: dict) -> dict:
             d["missing"] = f"the {fam.name} tile model cannot rank this problem: {e}"
             return d
         if ranker is None:
-            d["missing"] = (f"the {fam.name} family has no tile model: `smemtile tune SPEC` times its configurations "
-                            "on a GPU")  # fmt: skip
+            d["missing"] = (
+                f"the {fam.name} family has no tile model: `smemtile tune SPEC` times its configurations "
+                "on a GPU"
+            )
             return d
         unit = "TFLOP/s" if fam.work(cfg.problem)[0] == "tflops" else "GB/s"
         d["unit"] = unit
@@ -270,25 +365,44 @@ def tiles_part(res: Resolved, facts: dict, built: dict) -> dict:
         d["problem"] = dict(p)
         d["unit"] = "TFLOP/s"
         d["command"] = command_line(rep.problem)
-        d["ranked"] = [{"label": s.cfg.label, "model_rank": s.rank, "predicted": round(s.tflops, 2),
-                        "model_reason": s.reason, "blocks_per_sm": s.blocks_per_sm, "regs": s.regs,
-                        "smem_bytes": s.smem_bytes, "threads": s.threads} for s in rep.ranked[:3]]  # fmt: skip
+        d["ranked"] = [
+            {
+                "label": s.cfg.label,
+                "model_rank": s.rank,
+                "predicted": round(s.tflops, 2),
+                "model_reason": s.reason,
+                "blocks_per_sm": s.blocks_per_sm,
+                "regs": s.regs,
+                "smem_bytes": s.smem_bytes,
+                "threads": s.threads,
+            }
+            for s in rep.ranked[:3]
+        ]
         t = spec.tile or spec.constants
         mine = [
             s for s in rep.ranked if (s.cfg.bm, s.cfg.bn, s.cfg.bk) == (t.get("BM"), t.get("BN"), t.get("BK"))
         ]
         if mine:
             s = mine[0]
-            d["this"] = {"label": s.cfg.label, "model_rank": s.rank, "predicted": round(s.tflops, 2),
-                         "model_reason": s.reason}  # fmt: skip
+            d["this"] = {
+                "label": s.cfg.label,
+                "model_rank": s.rank,
+                "predicted": round(s.tflops, 2),
+                "model_reason": s.reason,
+            }
         else:
-            d["this"] = {"label": "BM x BN x BK = " + " x ".join(str(t.get(k, "?")) for k in ("BM", "BN", "BK")),
-                         "model_rank": None, "predicted": None,
-                         "model_reason": "not among the ranked tiles (give tile: {BM, BN, BK} to place it)"}  # fmt: skip
+            d["this"] = {
+                "label": "BM x BN x BK = " + " x ".join(str(t.get(k, "?")) for k in ("BM", "BN", "BK")),
+                "model_rank": None,
+                "predicted": None,
+                "model_reason": "not among the ranked tiles (give tile: {BM, BN, BK} to place it)",
+            }
         d["ranked_total"] = len(rep.ranked)
         return d
-    d["missing"] = ("no problem size: add problem: {M: .., N: .., K: .., dtype: ..} (a GEMM) or kernel: {family: "
-                    "..} to rank tile shapes for it (`smemtile tiles M N K` ranks GEMM tiles)")  # fmt: skip
+    d["missing"] = (
+        "no problem size: add problem: {M: .., N: .., K: .., dtype: ..} (a GEMM) or kernel: {family: "
+        "..} to rank tile shapes for it (`smemtile tiles M N K` ranks GEMM tiles)"
+    )
     return d
 
 
@@ -314,15 +428,31 @@ def compare(spec: KernelSpec, results, fixed_results, decl: dict, occ: dict) -> 
         a = after.get(r.access.name)
         if a is None:
             continue
-        rows.append({"access": r.access.name, "buffer": r.access.buffer,
-                     "before": {"wavefronts": r.wavefronts, "ideal": r.ideal, "degree": round(r.degree, 4),
-                                "total": int(r.bank.wavefronts.sum())},
-                     "after": {"wavefronts": a.wavefronts, "ideal": a.ideal, "degree": round(a.degree, 4),
-                               "total": int(a.bank.wavefronts.sum())}})  # fmt: skip
+        rows.append(
+            {
+                "access": r.access.name,
+                "buffer": r.access.buffer,
+                "before": {
+                    "wavefronts": r.wavefronts,
+                    "ideal": r.ideal,
+                    "degree": round(r.degree, 4),
+                    "total": int(r.bank.wavefronts.sum()),
+                },
+                "after": {
+                    "wavefronts": a.wavefronts,
+                    "ideal": a.ideal,
+                    "degree": round(a.degree, 4),
+                    "total": int(a.bank.wavefronts.sum()),
+                },
+            }
+        )
     tb = sum(x["before"]["total"] for x in rows)
     ta = sum(x["after"]["total"] for x in rows)
-    return {"accesses": rows, "total_wavefronts": {"before": tb, "after": ta},
-            "ideal_wavefronts": int(sum(int(r.bank.ideal_wavefronts.sum()) for r in results)),
-            "smem_bytes": {"before": decl["baseline"].total_bytes, "after": decl["fixed"].total_bytes},
-            "blocks_per_sm": {"before": occ["baseline"]["active_blocks"], "after": occ["fixed"]["active_blocks"]},
-            "occupancy": {"before": occ["baseline"]["occupancy"], "after": occ["fixed"]["occupancy"]}}  # fmt: skip
+    return {
+        "accesses": rows,
+        "total_wavefronts": {"before": tb, "after": ta},
+        "ideal_wavefronts": int(sum(int(r.bank.ideal_wavefronts.sum()) for r in results)),
+        "smem_bytes": {"before": decl["baseline"].total_bytes, "after": decl["fixed"].total_bytes},
+        "blocks_per_sm": {"before": occ["baseline"]["active_blocks"], "after": occ["fixed"]["active_blocks"]},
+        "occupancy": {"before": occ["baseline"]["occupancy"], "after": occ["fixed"]["occupancy"]},
+    }

@@ -31,8 +31,12 @@ def compile_config(cfg: KernelConfig, *, source: str | None = None):
     from smemtile.gpu.nvrtc import compile_cubin
 
     fam = FAMILIES[cfg.family]
-    return compile_cubin(source if source is not None else body(cfg), [fam.name_expression(cfg)], cfg.arch.name,
-                         filename=f"{fam.name}.cu")  # fmt: skip
+    return compile_cubin(
+        source if source is not None else body(cfg),
+        [fam.name_expression(cfg)],
+        cfg.arch.name,
+        filename=f"{fam.name}.cu",
+    )
 
 
 def relax(cfg: KernelConfig, compiled):
@@ -52,8 +56,9 @@ def relax(cfg: KernelConfig, compiled):
     return cfg, compiled
 
 
-def build(cfg: KernelConfig, *, baseline: KernelConfig | None = None, compile: bool = True,
-          origin: str = "") -> Built:  # fmt: skip
+def build(
+    cfg: KernelConfig, *, baseline: KernelConfig | None = None, compile: bool = True, origin: str = ""
+) -> Built:
     fam = FAMILIES[cfg.family]
     extra: dict = {}
     compiled, note = None, ""
@@ -76,9 +81,11 @@ def build(cfg: KernelConfig, *, baseline: KernelConfig | None = None, compile: b
         if res is not None and res.registers is not None:
             extra["ptxas"] = res.to_dict()
             if res.static_smem_bytes != plan.static_smem_bytes:
-                raise CompileError(f"ptxas reports {res.static_smem_bytes} bytes of static shared memory but the "
-                                   f"{fam.name} family's formula says {plan.static_smem_bytes}: the kernel and its "
-                                   "formula disagree")  # fmt: skip
+                raise CompileError(
+                    f"ptxas reports {res.static_smem_bytes} bytes of static shared memory but the "
+                    f"{fam.name} family's formula says {plan.static_smem_bytes}: the kernel and its "
+                    "formula disagree"
+                )
             occ = occupancy(
                 cfg.arch, plan.threads, res.registers, res.static_smem_bytes, plan.dynamic_smem_bytes
             )

@@ -72,22 +72,43 @@ def parse_gpus(text: str) -> int | None:
     return n
 
 
-def make_executor(kind: str, *, gpus: str = "all", runner: str, seed: int, device: int = 0,
-                  runner_options: dict | None = None, compile_options: dict | None = None,
-                  compile_workers: int | None = None):  # fmt: skip
+def make_executor(
+    kind: str,
+    *,
+    gpus: str = "all",
+    runner: str,
+    seed: int,
+    device: int = 0,
+    runner_options: dict | None = None,
+    compile_options: dict | None = None,
+    compile_workers: int | None = None,
+):
     """``local``, ``dask`` (a local cluster) or ``dask://HOST:PORT`` (an existing scheduler)."""
     count = parse_gpus(gpus)
     if kind == "local":
         if count not in (None, 1):
             raise SpecError("the local executor times on one GPU; use --executor dask for more", key="--gpus")
-        return LocalExecutor(runner, seed, device=device, runner_options=runner_options,
-                             compile_options=compile_options, compile_workers=compile_workers)  # fmt: skip
+        return LocalExecutor(
+            runner,
+            seed,
+            device=device,
+            runner_options=runner_options,
+            compile_options=compile_options,
+            compile_workers=compile_workers,
+        )
     if kind == "dask" or kind.startswith(("dask://", "tcp://")):
         if kind != "dask":
             split_address(kind)  # a malformed address is one line now, not a client timeout later
         address = None if kind == "dask" else "tcp://" + kind.split("://", 1)[1]
-        return DaskExecutor(address, count, runner, seed, runner_options=runner_options,
-                            compile_options=compile_options, compile_workers=compile_workers)  # fmt: skip
+        return DaskExecutor(
+            address,
+            count,
+            runner,
+            seed,
+            runner_options=runner_options,
+            compile_options=compile_options,
+            compile_workers=compile_workers,
+        )
     raise SpecError(f"expected local, dask or dask://HOST:PORT, got {kind!r}", key="--executor")
 
 
@@ -103,8 +124,11 @@ def split_address(text: str) -> tuple[str, int]:
         host = host[1:-1]
     ok_host = bool(host) and all(c.isalnum() or c in ".-_:" for c in host)
     if not sep or not ok_host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise SpecError(f"{shown!r} is not an address: expected dask://HOST:PORT (e.g. dask://10.0.0.5:8786, "
-                        "a port 1..65535)", key="--executor")  # fmt: skip
+        raise SpecError(
+            f"{shown!r} is not an address: expected dask://HOST:PORT (e.g. dask://10.0.0.5:8786, "
+            "a port 1..65535)",
+            key="--executor",
+        )
     return host, int(port)
 
 
@@ -123,11 +147,14 @@ def probe_scheduler(address: str, timeout: float = CONNECT_TIMEOUT) -> None:
             f"{where}: unknown host ({(e.strerror or str(e)).lower()})", key="--executor"
         ) from None
     except TimeoutError:
-        raise SpecError(f"{where}: no answer within {timeout:g} s (a firewall, or no host there)",
-                        key="--executor") from None  # fmt: skip
+        raise SpecError(
+            f"{where}: no answer within {timeout:g} s (a firewall, or no host there)", key="--executor"
+        ) from None
     except OSError as e:
-        raise SpecError(f"{where}: {(e.strerror or str(e)).lower()} (is a Dask scheduler running there?)",
-                        key="--executor") from None  # fmt: skip
+        raise SpecError(
+            f"{where}: {(e.strerror or str(e)).lower()} (is a Dask scheduler running there?)",
+            key="--executor",
+        ) from None
     with conn:
         conn.settimeout(timeout)
         data = b""
@@ -142,11 +169,15 @@ def probe_scheduler(address: str, timeout: float = CONNECT_TIMEOUT) -> None:
     if b"pickle-protocol" in data or b"compression" in data:
         return
     if not data:
-        raise SpecError(f"{where}: accepted the connection but sent nothing within {timeout:g} s; not a Dask "
-                        "scheduler (its port is usually 8786)", key="--executor")  # fmt: skip
+        raise SpecError(
+            f"{where}: accepted the connection but sent nothing within {timeout:g} s; not a Dask "
+            "scheduler (its port is usually 8786)",
+            key="--executor",
+        )
     said = printable(data[:40].decode("latin-1").strip())
-    raise SpecError(f"{where}: answered {said!r}, not a Dask scheduler (its port is usually 8786)",
-                    key="--executor")  # fmt: skip
+    raise SpecError(
+        f"{where}: answered {said!r}, not a Dask scheduler (its port is usually 8786)", key="--executor"
+    )
 
 
 def default_compile_workers(gpus: int) -> int:
@@ -159,8 +190,16 @@ class LocalExecutor:
 
     name = "local"
 
-    def __init__(self, runner: str, seed: int, *, device: int = 0, runner_options: dict | None = None,
-                 compile_options: dict | None = None, compile_workers: int | None = None):  # fmt: skip
+    def __init__(
+        self,
+        runner: str,
+        seed: int,
+        *,
+        device: int = 0,
+        runner_options: dict | None = None,
+        compile_options: dict | None = None,
+        compile_workers: int | None = None,
+    ):
         self.runner_spec, self.seed, self.device = runner, seed, device
         self.runner_options, self.compile_options = runner_options or {}, compile_options or {}
         self.cpu_workers = compile_workers or default_compile_workers(1)
@@ -182,8 +221,9 @@ class LocalExecutor:
             import multiprocessing
 
             # spawn, not fork: this process holds a CUDA context, which a forked child must not inherit
-            self._cpu = ProcessPoolExecutor(self.cpu_workers, mp_context=multiprocessing.get_context("spawn"),
-                                            initializer=worker_init)  # fmt: skip
+            self._cpu = ProcessPoolExecutor(
+                self.cpu_workers, mp_context=multiprocessing.get_context("spawn"), initializer=worker_init
+            )
         else:
             self._cpu = ThreadPoolExecutor(1, thread_name_prefix="smemtile-cpu")
 
@@ -278,9 +318,17 @@ class DaskExecutor:
 
     name = "dask"
 
-    def __init__(self, address: str | None, gpus: int | None, runner: str, seed: int, *,
-                 runner_options: dict | None = None, compile_options: dict | None = None,
-                 compile_workers: int | None = None):  # fmt: skip
+    def __init__(
+        self,
+        address: str | None,
+        gpus: int | None,
+        runner: str,
+        seed: int,
+        *,
+        runner_options: dict | None = None,
+        compile_options: dict | None = None,
+        compile_workers: int | None = None,
+    ):
         try:
             import distributed  # noqa: F401
         except ImportError:
@@ -323,8 +371,9 @@ class DaskExecutor:
         from distributed.utils import get_mp_context
 
         # ...and imported the workers' code too (pure Python: no CUDA library is loaded by these modules)
-        get_mp_context().set_forkserver_preload(["distributed", "numpy", "yaml", "smemtile.pipeline.tune",
-                                                 "smemtile.gpu.tune"])  # fmt: skip
+        get_mp_context().set_forkserver_preload(
+            ["distributed", "numpy", "yaml", "smemtile.pipeline.tune", "smemtile.gpu.tune"]
+        )
 
         devices = self._devices()
         cpus = self.compile_workers or default_compile_workers(len(devices))
@@ -353,8 +402,10 @@ class DaskExecutor:
                     "env": {"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"},
                 },
             }
-        scheduler = {"cls": Scheduler, "options": {"host": "127.0.0.1", "port": 0, "dashboard": False,
-                                                   "dashboard_address": ":0"}}  # fmt: skip
+        scheduler = {
+            "cls": Scheduler,
+            "options": {"host": "127.0.0.1", "port": 0, "dashboard": False, "dashboard_address": ":0"},
+        }
         return SpecCluster(
             workers=workers, scheduler=scheduler, silence_logs=logging.ERROR, name="smemtile-tune"
         )
@@ -371,11 +422,16 @@ class DaskExecutor:
                 self.client = Client(self.address, set_as_default=False, timeout=CONNECT_TIMEOUT)
             except Exception as e:  # a scheduler that answered the handshake but not the client
                 first = str(e).splitlines()[0] if str(e) else type(e).__name__
-                raise SpecError(f"the Dask scheduler at {printable(self.address)} did not accept a client: "
-                                f"{printable(first)}", key="--executor") from None  # fmt: skip
+                raise SpecError(
+                    f"the Dask scheduler at {printable(self.address)} did not accept a client: "
+                    f"{printable(first)}",
+                    key="--executor",
+                ) from None
         workers = self._workers(fresh=True)
-        gpu = sorted((a for a, w in workers.items() if w.get("resources", {}).get(GPU_RESOURCE)),
-                     key=lambda a: str(workers[a].get("name")))  # fmt: skip
+        gpu = sorted(
+            (a for a, w in workers.items() if w.get("resources", {}).get(GPU_RESOURCE)),
+            key=lambda a: str(workers[a].get("name")),
+        )
         if self.gpus is not None:
             gpu = gpu[: self.gpus]
         if not gpu:
@@ -463,15 +519,23 @@ class DaskExecutor:
     def prepare(self, doc, source, family, cand, arch):
         from smemtile.pipeline.tune import prepare
 
-        return self.client.submit(prepare, doc, source, family, cand, arch, pure=False,
-                                  **self._compile_restriction)  # fmt: skip
+        return self.client.submit(
+            prepare, doc, source, family, cand, arch, pure=False, **self._compile_restriction
+        )
 
     def compile(self, cfg):
         from smemtile.gpu.tune import load_object, worker_compile
 
         compiler = load_object(self.runner_spec).compiler
-        return self.client.submit(worker_compile, compiler, cfg, self.compile_options, pure=False, priority=1,
-                                  **self._compile_restriction)  # fmt: skip
+        return self.client.submit(
+            worker_compile,
+            compiler,
+            cfg,
+            self.compile_options,
+            pure=False,
+            priority=1,
+            **self._compile_restriction,
+        )
 
     def time(self, slot: Slot, cfg, compiled):
         from smemtile.gpu.tune import worker_measure

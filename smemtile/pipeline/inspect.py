@@ -26,8 +26,10 @@ from smemtile.model.inspect_explain import ArrayFix, ArrayInfo, InstrReport, Lin
 from smemtile.model.spec import Buffer
 
 MODES = ("auto", "listing", "simulate", "gpu")
-NO_DEVICE = ("no GPU here: listed the shared-memory instructions (compile + PTX listing); run with --simulate "
-             "for the CPU emulator of the sampled warps' addresses, or on a machine with a GPU")  # fmt: skip
+NO_DEVICE = (
+    "no GPU here: listed the shared-memory instructions (compile + PTX listing); run with --simulate "
+    "for the CPU emulator of the sampled warps' addresses, or on a machine with a GPU"
+)
 
 
 @dataclass(frozen=True)
@@ -131,8 +133,10 @@ def compile_source(path: str | os.PathLike, arch: str, macros: dict[str, str]) -
     except CompileError as e:
         first = str(e).splitlines()[0]
         if "--gpu-architecture" in first:
-            raise SpecError(f"{arch!r} is not an architecture NVRTC compiles for (e.g. sm_80, sm_90, sm_90a)",
-                            key="--arch") from None  # fmt: skip
+            raise SpecError(
+                f"{arch!r} is not an architecture NVRTC compiles for (e.g. sm_80, sm_90, sm_90a)",
+                key="--arch",
+            ) from None
         raise SpecError(first) from None
 
 
@@ -141,8 +145,12 @@ def cuda_include_dirs() -> list[str]:
     /usr/local/cuda[-X.Y], or an nvidia wheel's include folder; NVRTC itself searches none."""
     import glob
 
-    roots = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda",
-             *sorted(glob.glob("/usr/local/cuda-*"), reverse=True)]  # fmt: skip
+    roots = [
+        os.environ.get("CUDA_HOME"),
+        os.environ.get("CUDA_PATH"),
+        "/usr/local/cuda",
+        *sorted(glob.glob("/usr/local/cuda-*"), reverse=True),
+    ]
     dirs = [os.path.join(r, "include") for r in roots if r]
     try:
         import nvidia
@@ -226,16 +234,30 @@ def inspect(
     env = constants(source, ints) if source else dict(ints)
     decls = shared_declarations(source, ints) if source else {}
     arrays = _arrays(ptx, entry, decls, smem)
-    res = InspectResult(str(kernel_file), ptxmod.demangle_function(entry), entry, arch, grid3, block3, smem,
-                        "listing", sample, instrs, arrays, ptx=ptx, source_text=source)  # fmt: skip
+    res = InspectResult(
+        str(kernel_file),
+        ptxmod.demangle_function(entry),
+        entry,
+        arch,
+        grid3,
+        block3,
+        smem,
+        "listing",
+        sample,
+        instrs,
+        arrays,
+        ptx=ptx,
+        source_text=source,
+    )
     res.notes = _call_notes(ptx, entry)
     if mode == "listing":
         return res
     if mode == "auto":
         mode = "gpu" if _has_gpu(device) else "listing"
         if mode == "listing":
-            res.no_device = NO_DEVICE + ("; --emit-spec needs recorded accesses: nothing was written" if emit_spec
-                                         else "")  # fmt: skip
+            res.no_device = NO_DEVICE + (
+                "; --emit-spec needs recorded accesses: nothing was written" if emit_spec else ""
+            )
             return res
     if args is None and params:
         names = ", ".join(f"{n.rsplit('_param_', 1)[-1]}:{t}" for t, n in params)
@@ -246,8 +268,18 @@ def inspect(
     if mode == "simulate":
         from smemtile.model.ptx_emu import MAX_STEPS, emulate
 
-        records, meta = emulate(ptx, entry, instrs, grid=grid3, block=block3, dynamic_smem=smem, args=res.args,
-                                params=params, sample=sample, max_steps=max_steps or MAX_STEPS)  # fmt: skip
+        records, meta = emulate(
+            ptx,
+            entry,
+            instrs,
+            grid=grid3,
+            block=block3,
+            dynamic_smem=smem,
+            args=res.args,
+            params=params,
+            sample=sample,
+            max_steps=max_steps or MAX_STEPS,
+        )
     else:
         records, meta = _record_gpu(ptx, entry, instrs, grid3, block3, smem, res.args, sample, device)
         arrays = res.arrays = _rebase(arrays, meta.get("symbols") or {})
@@ -258,8 +290,9 @@ def inspect(
     res.fixes, res.no_fix = fixes(res.reports, arrays)
     from smemtile.model.inspect_spec import emit_spec as build_spec
 
-    res.spec = build_spec(res.reports, arrays, arch=arch, threads=block3[0] * block3[1] * block3[2],
-                          kernel=res.kernel)  # fmt: skip
+    res.spec = build_spec(
+        res.reports, arrays, arch=arch, threads=block3[0] * block3[1] * block3[2], kernel=res.kernel
+    )
     if ncu:
         res.ncu = _ncu(res, params, device)
     if emit_spec is not None:
@@ -276,14 +309,19 @@ def _call_notes(ptx: str, entry: str) -> list[str]:
             name = names[0] if names else "?"
             if name not in called and name != "vprintf":
                 called.append(name)
-    return [f"the kernel calls {ptxmod.demangle_function(n)} ({n}) without inlining it: its shared-memory accesses are "
-            "not listed (mark it __forceinline__ to see them)" for n in called]  # fmt: skip
+    return [
+        f"the kernel calls {ptxmod.demangle_function(n)} ({n}) without inlining it: its shared-memory accesses are "
+        "not listed (mark it __forceinline__ to see them)"
+        for n in called
+    ]
 
 
 def _rebase(arrays: dict[str, ArrayInfo], symbols: dict[str, int]) -> dict[str, ArrayInfo]:
     """The arrays at the window offsets the GPU reported for their symbols (the recording's own layout)."""
-    return {k: dataclasses.replace(a, base=int(symbols[a.symbol])) if a.symbol in symbols else a
-            for k, a in arrays.items()}  # fmt: skip
+    return {
+        k: dataclasses.replace(a, base=int(symbols[a.symbol])) if a.symbol in symbols else a
+        for k, a in arrays.items()
+    }
 
 
 def _has_gpu(device: int) -> bool:
@@ -309,15 +347,23 @@ def _gpu_module():
 def _record_gpu(ptx, entry, instrs, grid, block, smem, args, sample: Sample, device: int):
     g = _gpu_module()
     gs = g.Sample(blocks=sample.blocks, warps=sample.warps, executions=sample.executions)
-    return g.record(ptx, entry, instrs, grid=grid, block=block, dynamic_smem=smem, args=args, sample=gs,
-                    device=device)  # fmt: skip
+    return g.record(
+        ptx, entry, instrs, grid=grid, block=block, dynamic_smem=smem, args=args, sample=gs, device=device
+    )
 
 
 def _ncu(res: InspectResult, params, device: int) -> dict:
     """Measured wavefronts per source line (Nsight Compute, uninstrumented kernel) keyed "file:line"."""
     g = _gpu_module()
-    measured = g.ncu_per_line(res.ptx, res.entry, grid=res.grid, block=res.block, dynamic_smem=res.dynamic_smem,
-                              args=res.args, device=device)  # fmt: skip
+    measured = g.ncu_per_line(
+        res.ptx,
+        res.entry,
+        grid=res.grid,
+        block=res.block,
+        dynamic_smem=res.dynamic_smem,
+        args=res.args,
+        device=device,
+    )
     out = {}
     for (file, line), v in measured.items():
         out[f"{os.path.basename(file)}:{line}"] = dict(v)

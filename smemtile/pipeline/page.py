@@ -30,8 +30,11 @@ def tile_ranking(res: Resolved, rep: AnalyzeReport, top: int = TOP) -> dict:
             fam = FAMILIES[cfg.family]
             if fam.work(cfg.problem)[0] != "tflops":
                 # the sizes `tiles --family` takes (a leading dimension with a dense default is not one)
-                ints = [cfg.problem[pk.name] for pk in fam.problem_keys
-                        if pk.kind == "int" and not getattr(pk, "dense", "") and pk.name in cfg.problem]  # fmt: skip
+                ints = [
+                    cfg.problem[pk.name]
+                    for pk in fam.problem_keys
+                    if pk.kind == "int" and not getattr(pk, "dense", "") and pk.name in cfg.problem
+                ]
                 keys = {k: cfg.params[k] for k in fam.problem_params}
                 frep = tl.family_tiles(
                     cfg.family, ints, dtype=cfg.problem.get("dtype"), keys=keys, arch=spec.arch.name
@@ -42,8 +45,11 @@ def tile_ranking(res: Resolved, rep: AnalyzeReport, top: int = TOP) -> dict:
         elif spec.problem:
             p, dtype = spec.problem, str(spec.problem["dtype"])
         else:
-            return {"missing": (rep.tiles or {}).get("missing", "no problem size: the spec has neither kernel: nor "
-                                                                "problem:")}  # fmt: skip
+            return {
+                "missing": (rep.tiles or {}).get(
+                    "missing", "no problem size: the spec has neither kernel: nor problem:"
+                )
+            }
         if (rep.tiles or {}).get("missing"):
             return {"missing": rep.tiles["missing"]}
         trep = tl.recommend(p["M"], p["N"], p["K"], dtype, spec.arch.name)
@@ -55,11 +61,19 @@ def tile_ranking(res: Resolved, rep: AnalyzeReport, top: int = TOP) -> dict:
 def _gemm(trep, this: dict, top: int, command: str) -> dict:
     cal = trep.calibration or {}
     err = cal.get("median_error") if cal.get("applies") else None
-    cands = [{"rank": s.rank, "label": s.cfg.label, "predicted": float(s.tflops), "error": err, "measured": None}
-             for s in trep.ranked[:top]]  # fmt: skip
-    return {"unit": "TFLOP/s", "candidates": cands, "this": _this(this), "total": len(trep.ranked),
-            "error_text": str(cal.get("expected_error", "unknown")), "model": str(cal.get("model", "")),
-            "command": command}  # fmt: skip
+    cands = [
+        {"rank": s.rank, "label": s.cfg.label, "predicted": float(s.tflops), "error": err, "measured": None}
+        for s in trep.ranked[:top]
+    ]
+    return {
+        "unit": "TFLOP/s",
+        "candidates": cands,
+        "this": _this(this),
+        "total": len(trep.ranked),
+        "error_text": str(cal.get("expected_error", "unknown")),
+        "model": str(cal.get("model", "")),
+        "command": command,
+    }
 
 
 def _family(frep, this: dict, top: int, command: str) -> dict:
@@ -85,8 +99,15 @@ def _family(frep, this: dict, top: int, command: str) -> dict:
             text += f"; {unmeasured:.1%} for candidates never timed"
     else:
         text = "uncalibrated here: no expected error"
-    return {"unit": "GB/s", "candidates": cands, "this": _this(this), "total": len(frep.ranked),
-            "error_text": text, "model": str(prov.get("source", "")), "command": command}  # fmt: skip
+    return {
+        "unit": "GB/s",
+        "candidates": cands,
+        "this": _this(this),
+        "total": len(frep.ranked),
+        "error_text": text,
+        "model": str(prov.get("source", "")),
+        "command": command,
+    }
 
 
 def _this(this: dict) -> dict:

@@ -45,8 +45,9 @@ def stage_count(spec: KernelSpec) -> int:
     return max([b.stage_count for b in spec.buffers] + [spec.stages])
 
 
-def pipeline_part(spec: KernelSpec, results: tuple[AccessResult, ...], layouts: dict[str, Layout],
-                  blocks_for_smem) -> dict | None:  # fmt: skip
+def pipeline_part(
+    spec: KernelSpec, results: tuple[AccessResult, ...], layouts: dict[str, Layout], blocks_for_smem
+) -> dict | None:
     """Part 5 for specs with stages or cp.async (None otherwise). ``blocks_for_smem(bytes) -> (blocks, limiter)``
     is the occupancy of the spec's block with that much shared memory (the caller knows threads and registers)."""
     copies = [r for r in results if r.access.op == "cp.async"]
@@ -60,11 +61,15 @@ def pipeline_part(spec: KernelSpec, results: tuple[AccessResult, ...], layouts: 
     copy_rows = []
     for r in copies:
         n_warps = max(1, len(set(r.warp.tolist())))
-        copy_rows.append({
-            "access": r.access.name, "buffer": r.access.buffer, "width": r.access.width,
-            "per_thread": len(r.bank.wavefronts) // n_warps,  # instructions each thread issues per tile
-            "bytes": int(r.bank.active.sum()) * r.access.width,  # bytes the analysed warps copy per tile
-        })  # fmt: skip
+        copy_rows.append(
+            {
+                "access": r.access.name,
+                "buffer": r.access.buffer,
+                "width": r.access.width,
+                "per_thread": len(r.bank.wavefronts) // n_warps,  # instructions each thread issues per tile
+                "bytes": int(r.bank.active.sum()) * r.access.width,  # bytes the analysed warps copy per tile
+            }
+        )
     by_stages = {}
     for s in sorted({1, 2, stages, stages + 1}):
         blocks, limiter = blocks_for_smem(other + per_stage * s)
@@ -81,7 +86,7 @@ def pipeline_part(spec: KernelSpec, results: tuple[AccessResult, ...], layouts: 
                 "stages": b.stage_count,
             }
             for b in ring
-        ],  # fmt: skip
+        ],
         "copies": copy_rows,
         "stage_bytes": per_stage,
         "smem_bytes": other + per_stage * stages,
@@ -149,8 +154,16 @@ def stage_loop(stages: int, buffers: list[str], copies: list[str], cp_async: boo
     ]
 
 
-def spec_checklist(spec: KernelSpec, results, fixed_results, layouts: dict[str, Layout], decl, occ: dict | None,
-                   pipe: dict | None, unpadded: dict[str, tuple] | None = None) -> list[Item]:  # fmt: skip
+def spec_checklist(
+    spec: KernelSpec,
+    results,
+    fixed_results,
+    layouts: dict[str, Layout],
+    decl,
+    occ: dict | None,
+    pipe: dict | None,
+    unpadded: dict[str, tuple] | None = None,
+) -> list[Item]:
     """The review checklist on a spec (no generated kernel). ``decl`` is the fixed layout's Declarations,
     ``occ`` the fixed variant's occupancy, ``unpadded`` per padded buffer of the spec: (access, degree with the
     spec's padding, degree without it) triples."""
@@ -159,8 +172,14 @@ def spec_checklist(spec: KernelSpec, results, fixed_results, layouts: dict[str, 
     counted = inner or list(results)
     why = "; ".join(f"{r.access.name}: {r.wavefronts}/{r.ideal} wavefronts ({r.degree:g}x)" for r in counted)
     scope = "" if inner else " (no access has role: inner, so every access counts)"
-    items.append(Item("bank_index", TEXT["bank_index"], PASS if counted else FAIL,
-                      (why + scope) if counted else "the spec has no access"))  # fmt: skip
+    items.append(
+        Item(
+            "bank_index",
+            TEXT["bank_index"],
+            PASS if counted else FAIL,
+            (why + scope) if counted else "the spec has no access",
+        )
+    )
 
     before = {r.access.name: r for r in results}
     reasons, status = [], NA
@@ -172,56 +191,113 @@ def spec_checklist(spec: KernelSpec, results, fixed_results, layouts: dict[str, 
         if lay != b.layout:  # the fix pads: it must lower a conflict
             helped = any(w.degree > f.degree for w, f in pairs)
             status = PASS if helped and status != FAIL else FAIL
-            reasons.append(f"{b.name}: pad {lay.pad} on the row stride: " + ", ".join(
-                f"{w.access.name} {w.degree:g}x -> {f.degree:g}x" for w, f in pairs))  # fmt: skip
+            reasons.append(
+                f"{b.name}: pad {lay.pad} on the row stride: "
+                + ", ".join(f"{w.access.name} {w.degree:g}x -> {f.degree:g}x" for w, f in pairs)
+            )
     for name, trips in (unpadded or {}).items():  # the spec's own padding: does it remove anything?
         helped = any(without > with_ for _, with_, without in trips)
         status = FAIL if not helped else (PASS if status != FAIL else FAIL)
-        reasons.append(f"{name}: the spec's padding " + ("removes " if helped else "removes no conflict: ")
-                       + ", ".join(f"{a} {without:g}x -> {with_:g}x" for a, with_, without in trips))  # fmt: skip
+        reasons.append(
+            f"{name}: the spec's padding "
+            + ("removes " if helped else "removes no conflict: ")
+            + ", ".join(f"{a} {without:g}x -> {with_:g}x" for a, with_, without in trips)
+        )
     items.append(Item("pad_dimension", TEXT["pad_dimension"], status, "; ".join(reasons) or "no padding"))
 
     strides = [
         f"{b.name} {b.cols + layouts.get(b.name, b.layout).pad}" for b in spec.buffers if len(b.shape) > 1
     ]
-    items.append(Item("padded_stride", TEXT["padded_stride"], NA,
-                      "a spec gives addresses, not index code: write the indices as part 3 prints them (row "
-                      f"strides in elements: {', '.join(strides) or 'none'})"))  # fmt: skip
+    items.append(
+        Item(
+            "padded_stride",
+            TEXT["padded_stride"],
+            NA,
+            "a spec gives addresses, not index code: write the indices as part 3 prints them (row "
+            f"strides in elements: {', '.join(strides) or 'none'})",
+        )
+    )
 
     if pipe is None or not pipe["cp_async"]:
-        why = "no cp.async in the spec" if pipe is None or pipe["stages"] == 1 else \
-            "stages without cp.async: copies through registers (part 5)"  # fmt: skip
+        why = (
+            "no cp.async in the spec"
+            if pipe is None or pipe["stages"] == 1
+            else "stages without cp.async: copies through registers (part 5)"
+        )
         for key in ("commit_group", "wait_group", "barrier_after_wait", "ring_index"):
             items.append(Item(key, TEXT[key], NA, why))
     else:
         s = pipe["stages"]
         code = "a spec has no code to inspect: "
         items += [
-            Item("commit_group", TEXT["commit_group"], NA,
-                 code + f"commit once per tile ({max(0, s - 1)} in the prologue, 1 per iteration; part 5)"),
-            Item("wait_group", TEXT["wait_group"], NA, code + f"{s} stage(s) need wait_group({max(0, s - 2)})"),
-            Item("barrier_after_wait", TEXT["barrier_after_wait"], NA,
-                 code + f"__syncthreads() right after the wait ({pipe['barriers_per_iteration']} per iteration)"),
-            Item("ring_index", TEXT["ring_index"], NA,
-                 code + (f"read slot {pipe['ring_index']['read']}, write slot {pipe['ring_index']['write']}"
-                         if pipe["ring_index"] else "one slot: no ring")),
-        ]  # fmt: skip
+            Item(
+                "commit_group",
+                TEXT["commit_group"],
+                NA,
+                code + f"commit once per tile ({max(0, s - 1)} in the prologue, 1 per iteration; part 5)",
+            ),
+            Item(
+                "wait_group", TEXT["wait_group"], NA, code + f"{s} stage(s) need wait_group({max(0, s - 2)})"
+            ),
+            Item(
+                "barrier_after_wait",
+                TEXT["barrier_after_wait"],
+                NA,
+                code
+                + f"__syncthreads() right after the wait ({pipe['barriers_per_iteration']} per iteration)",
+            ),
+            Item(
+                "ring_index",
+                TEXT["ring_index"],
+                NA,
+                code
+                + (
+                    f"read slot {pipe['ring_index']['read']}, write slot {pipe['ring_index']['write']}"
+                    if pipe["ring_index"]
+                    else "one slot: no ring"
+                ),
+            ),
+        ]
 
     if decl.dynamic:
-        items.append(Item("func_set_attribute", TEXT["func_set_attribute"], PASS,
-                          f"{decl.total_bytes} bytes: part 3 declares them extern __shared__ and raises "
-                          "cudaFuncAttributeMaxDynamicSharedMemorySize before the launch"))  # fmt: skip
+        items.append(
+            Item(
+                "func_set_attribute",
+                TEXT["func_set_attribute"],
+                PASS,
+                f"{decl.total_bytes} bytes: part 3 declares them extern __shared__ and raises "
+                "cudaFuncAttributeMaxDynamicSharedMemorySize before the launch",
+            )
+        )
     else:
-        items.append(Item("func_set_attribute", TEXT["func_set_attribute"], NA,
-                          f"{decl.total_bytes} bytes: within the {decl.static_limit}-byte static limit"))  # fmt: skip
+        items.append(
+            Item(
+                "func_set_attribute",
+                TEXT["func_set_attribute"],
+                NA,
+                f"{decl.total_bytes} bytes: within the {decl.static_limit}-byte static limit",
+            )
+        )
 
     limit = spec.arch.smem_optin_per_block
     stages = max([b.stage_count for b in spec.buffers] + [1])
-    items.append(Item("smem_total", TEXT["smem_total"], PASS if decl.fits else FAIL,
-                      f"{decl.total_bytes} bytes ({stages} stage(s), padding included), {spec.arch.name} opt-in "
-                      f"limit {limit}"))  # fmt: skip
-    items.append(Item("ncu", TEXT["ncu"], NA,
-                      "not measured here: `smemtile verify --ncu SPEC` runs every access on the GPU"))  # fmt: skip
+    items.append(
+        Item(
+            "smem_total",
+            TEXT["smem_total"],
+            PASS if decl.fits else FAIL,
+            f"{decl.total_bytes} bytes ({stages} stage(s), padding included), {spec.arch.name} opt-in "
+            f"limit {limit}",
+        )
+    )
+    items.append(
+        Item(
+            "ncu",
+            TEXT["ncu"],
+            NA,
+            "not measured here: `smemtile verify --ncu SPEC` runs every access on the GPU",
+        )
+    )
     if occ is None:
         items.append(Item("two_blocks", TEXT["two_blocks"], NA, "no occupancy (see part 6)"))
     else:
@@ -231,6 +307,12 @@ def spec_checklist(spec: KernelSpec, results, fixed_results, layouts: dict[str, 
             if not str(occ.get("regs_source", "")).startswith("given")
             else ""
         )
-        items.append(Item("two_blocks", TEXT["two_blocks"], PASS if ok else FAIL,
-                          f"{occ['active_blocks']} block(s)/SM, limited by {occ['limiter']}{note}"))  # fmt: skip
+        items.append(
+            Item(
+                "two_blocks",
+                TEXT["two_blocks"],
+                PASS if ok else FAIL,
+                f"{occ['active_blocks']} block(s)/SM, limited by {occ['limiter']}{note}",
+            )
+        )
     return items

@@ -453,10 +453,19 @@ class _Run:
             rate = timed / max(time.perf_counter() - self.first_timed, 1e-3)
             eta = (len(self.items) - done + self.pending_retimes) / rate
         live = sum(not s.dead for s in self.slots.values())
-        return {"total": len(self.items), "done": done, "prepared": self.counts["prepared"],
-                "compiled": self.counts["compiled"], "timed": timed, "cached": self.counts["cached"],
-                "skipped": self.counts["skipped"], "requeued": self.counts["requeued"],
-                "retimed": self.counts["retimed"], "gpus": live, "eta_s": eta}  # fmt: skip
+        return {
+            "total": len(self.items),
+            "done": done,
+            "prepared": self.counts["prepared"],
+            "compiled": self.counts["compiled"],
+            "timed": timed,
+            "cached": self.counts["cached"],
+            "skipped": self.counts["skipped"],
+            "requeued": self.counts["requeued"],
+            "retimed": self.counts["retimed"],
+            "gpus": live,
+            "eta_s": eta,
+        }
 
     def _result(self) -> dict:
         rows = [[it.final for it in self.items if it.problem == p] for p in range(len(self.problems))]

@@ -62,8 +62,11 @@ def load(path: str | Path, *, arch: Arch | str | None = None, first: bool = Fals
     name = "<stdin>" if str(path) == "-" else printable(path)
     docs = load_yaml(text, name, multi=True)
     if len(docs) > 1 and not first:
-        raise SpecError(f"holds {len(docs)} YAML documents (a stream of specs); give one spec (e.g. smemtile "
-                        "tiles ... --top 1 --format yaml)", source=name)  # fmt: skip
+        raise SpecError(
+            f"holds {len(docs)} YAML documents (a stream of specs); give one spec (e.g. smemtile "
+            "tiles ... --top 1 --format yaml)",
+            source=name,
+        )
     doc = docs[0] if docs else None
     if not isinstance(doc, dict):
         raise SpecError("the spec must be a YAML mapping with arch, buffers and accesses", source=name)
@@ -90,18 +93,35 @@ def resolve(doc: dict, source: str = "<spec>", *, arch: Arch | str | None = None
         raise SpecError(str(e), source=source) from None
     if doc.get("accesses") is not None:
         if retargeted:  # the spec's accesses describe the kernel for its own arch, not this one
-            cfg = replace(cfg, notes=(*cfg.notes, f"the spec's accesses describe the {doc.get('arch')} kernel; "
-                                      f"the {cfg.arch.name} kernel's own accesses are used"))  # fmt: skip
+            cfg = replace(
+                cfg,
+                notes=(
+                    *cfg.notes,
+                    f"the spec's accesses describe the {doc.get('arch')} kernel; "
+                    f"the {cfg.arch.name} kernel's own accesses are used",
+                ),
+            )
         else:
             _check_accesses(doc, fam, cfg, source)
-    out = replace(fam.spec(cfg), source=source, name=head.name, description=head.description, regs=head.regs,
-                  kernel=head.kernel)  # fmt: skip
+    out = replace(
+        fam.spec(cfg),
+        source=source,
+        name=head.name,
+        description=head.description,
+        regs=head.regs,
+        kernel=head.kernel,
+    )
     return Resolved(out, doc, cfg)
 
 
 def _check_config(fam: Family, cfg: KernelConfig, threads: int | None) -> None:
-    configure(fam, {**{k: v for k, v in cfg.params.items() if k not in cfg.defaulted}, **cfg.problem},
-              cfg.layouts, cfg.arch, threads=threads)  # fmt: skip
+    configure(
+        fam,
+        {**{k: v for k, v in cfg.params.items() if k not in cfg.defaulted}, **cfg.problem},
+        cfg.layouts,
+        cfg.arch,
+        threads=threads,
+    )
 
 
 def kernel_config(spec: KernelSpec, doc: dict, *, check: bool = True, retarget: bool = False) -> KernelConfig:
@@ -114,8 +134,10 @@ def kernel_config(spec: KernelSpec, doc: dict, *, check: bool = True, retarget: 
         if k not in names:
             close = difflib.get_close_matches(k, names, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ContractViolation(f"{fam.name} has no parameter {k!r}{hint}; its parameters: {', '.join(names)}",
-                                    key=f"tile.{k}")  # fmt: skip
+            raise ContractViolation(
+                f"{fam.name} has no parameter {k!r}{hint}; its parameters: {', '.join(names)}",
+                key=f"tile.{k}",
+            )
         params[k] = v
     for k in doc.get("constants") or {}:  # a family parameter may also be given as a constant
         if k in names and k not in params:
@@ -141,15 +163,26 @@ def kernel_config(spec: KernelSpec, doc: dict, *, check: bool = True, retarget: 
     if retarget:
         params, more = fam.retarget(params, spec.arch)
         notes = [*notes, *more]
-    return configure(fam, {**params, **problem}, {}, spec.arch, threads=spec.threads if check else None,
-                     check=check, notes=tuple(notes), suggested=suggested)  # fmt: skip
+    return configure(
+        fam,
+        {**params, **problem},
+        {},
+        spec.arch,
+        threads=spec.threads if check else None,
+        check=check,
+        notes=tuple(notes),
+        suggested=suggested,
+    )
 
 
 def _model_pick(fam: Family, problem: dict, arch: Arch, kept: dict | None = None) -> tuple[dict, list[str]]:
     """The tile model's #1 for the problem (the family's ranker, as `smemtile tiles` ranks), with the reason;
     ``kept``: the family's problem parameters the spec gave (stencil2d's R), part of the problem here."""
-    full = {pk.name: problem.get(pk.name, pk.default) for pk in fam.problem_keys
-            if not pk.dense or pk.name in problem} | (kept or {})  # fmt: skip
+    full = {
+        pk.name: problem.get(pk.name, pk.default)
+        for pk in fam.problem_keys
+        if not pk.dense or pk.name in problem
+    } | (kept or {})
     try:
         ranker = fam.ranker(full, arch.name, None)
         top = ranker.top(1) if ranker is not None else []
@@ -168,8 +201,9 @@ def _model_pick(fam: Family, problem: dict, arch: Arch, kept: dict | None = None
     ]
 
 
-def _user_layouts(doc: dict, fam: Family, cfg: KernelConfig, source: str, *,
-                  stages_may_differ: bool = False) -> dict[str, Layout]:  # fmt: skip
+def _user_layouts(
+    doc: dict, fam: Family, cfg: KernelConfig, source: str, *, stages_may_differ: bool = False
+) -> dict[str, Layout]:
     """The layouts of the spec's own buffers, read with the family's constants; each buffer must be one of
     the family's, with its dtype, shape and stages (not the stages when ``--arch`` retargeted them)."""
     if not doc.get("buffers"):
@@ -182,15 +216,24 @@ def _user_layouts(doc: dict, fam: Family, cfg: KernelConfig, source: str, *,
     for b in mine:
         where = f"buffers.{b.name}"
         if b.name not in own:
-            raise SpecError(f"the {fam.name} kernel has no buffer {b.name!r}; its buffers: {', '.join(own)}",
-                            key=where, source=source)  # fmt: skip
+            raise SpecError(
+                f"the {fam.name} kernel has no buffer {b.name!r}; its buffers: {', '.join(own)}",
+                key=where,
+                source=source,
+            )
         o = own[b.name]
-        for what, m, t in (("dtype", b.dtype, o.dtype), ("shape", list(b.shape), list(o.shape)),
-                           ("stages", b.stages, o.stages)):  # fmt: skip
+        for what, m, t in (
+            ("dtype", b.dtype, o.dtype),
+            ("shape", list(b.shape), list(o.shape)),
+            ("stages", b.stages, o.stages),
+        ):
             if m != t and not (what == "stages" and stages_may_differ):
-                raise SpecError(f"{what} {m} does not match the {fam.name} kernel's {t} for this configuration "
-                                "(omit buffers: to use the kernel's, or give only the layout)",
-                                key=f"{where}.{what}", source=source)  # fmt: skip
+                raise SpecError(
+                    f"{what} {m} does not match the {fam.name} kernel's {t} for this configuration "
+                    "(omit buffers: to use the kernel's, or give only the layout)",
+                    key=f"{where}.{what}",
+                    source=source,
+                )
     return {b.name: b.layout for b in mine}
 
 
@@ -210,19 +253,28 @@ def _check_accesses(doc: dict, fam: Family, cfg: KernelConfig, source: str) -> N
     own = {r.access.name: r for r in analyze_spec(fam.spec(cfg))}
     for name in own:
         if name not in mine:
-            raise SpecError(f"the {fam.name} kernel's access {name!r} is missing; list all of "
-                            f"{', '.join(own)} or omit accesses: to use the kernel's own", key="accesses",
-                            source=source)  # fmt: skip
+            raise SpecError(
+                f"the {fam.name} kernel's access {name!r} is missing; list all of "
+                f"{', '.join(own)} or omit accesses: to use the kernel's own",
+                key="accesses",
+                source=source,
+            )
     for name, r in mine.items():
         where = f"accesses.{name}"
         if name not in own:
-            raise SpecError(f"the {fam.name} kernel has no access {name!r}; its accesses: {', '.join(own)}",
-                            key=where, source=source)  # fmt: skip
+            raise SpecError(
+                f"the {fam.name} kernel has no access {name!r}; its accesses: {', '.join(own)}",
+                key=where,
+                source=source,
+            )
         why = _difference(r, own[name])
         if why:
-            raise SpecError(f"does not match the {fam.name} kernel's own access: {why} (omit accesses: to use "
-                            "the kernel's; `smemtile generate --json` prints them as kernel_accesses)",
-                            key=where, source=source)  # fmt: skip
+            raise SpecError(
+                f"does not match the {fam.name} kernel's own access: {why} (omit accesses: to use "
+                "the kernel's; `smemtile generate --json` prints them as kernel_accesses)",
+                key=where,
+                source=source,
+            )
 
 
 def _difference(mine: AccessResult, own: AccessResult) -> str | None:
@@ -240,8 +292,9 @@ def _difference(mine: AccessResult, own: AccessResult) -> str | None:
         keys = [(int(r.warp[i]), tuple(sorted(r.loop_values[i].items()))) for i in range(len(r.warp))]
         return np.array(sorted(range(len(keys)), key=keys.__getitem__))
 
-    if sorted(map(tuple, (sorted(x.items()) for x in mine.loop_values))) != \
-            sorted(map(tuple, (sorted(x.items()) for x in own.loop_values))):  # fmt: skip
+    if sorted(map(tuple, (sorted(x.items()) for x in mine.loop_values))) != sorted(
+        map(tuple, (sorted(x.items()) for x in own.loop_values))
+    ):
         return "its loop variables or their ranges differ from the kernel's"
     ia, ib = order(mine), order(own)
     act_a, act_b = ma.active[ia], mb.active[ib]

@@ -21,9 +21,19 @@ from smemtile.model.tiling_gpus import get_gpu
 TILE_FAMILIES = {"f32": "sgemm", "f16": "hgemm", "bf16": "hgemm"}
 
 
-def recommend(m, n, k, dtype: str = "f32", arch: str | None = None, *, vendor: str | None = None,
-              gpu: str | None = None, sms: int | None = None, triton: bool = False,
-              repack: bool | None = None) -> TileReport:  # fmt: skip
+def recommend(
+    m,
+    n,
+    k,
+    dtype: str = "f32",
+    arch: str | None = None,
+    *,
+    vendor: str | None = None,
+    gpu: str | None = None,
+    sms: int | None = None,
+    triton: bool = False,
+    repack: bool | None = None,
+) -> TileReport:
     """The ranking of ``smemtile.model.tiling.recommend``, candidates checked by the family that generates them
     (fp32: sgemm, f16/bf16: hgemm). ``triton``: the tensor-core tiles as Triton runs them (no family's rules;
     ranked with the Triton efficiency measured on the H200), for ``--format triton``. ``repack``: sgemm's REPACK
@@ -58,8 +68,14 @@ def _own_ranking(dtype, arch, vendor):
     """The family whose ``tiles_for(dtype, arch)`` claims this target (it ranks and screens its own candidates)."""
     if (vendor or "nvidia").lower() != "nvidia" or arch is None:
         return None
-    return next((f for f in FAMILIES.values() if hasattr(f, "tiles_for") and f.tiles_for(str(dtype).lower(),
-                                                                                         str(arch))), None)  # fmt: skip
+    return next(
+        (
+            f
+            for f in FAMILIES.values()
+            if hasattr(f, "tiles_for") and f.tiles_for(str(dtype).lower(), str(arch))
+        ),
+        None,
+    )
 
 
 def command_line(p: Problem) -> str:
@@ -75,22 +91,32 @@ def triton_configs(report: TileReport, top: int) -> str:
 
     p = report.problem
     cal = report.calibration or {}
-    lines = [f"# {command_line(p)} --format triton ({p.gpu.name}, {p.gpu.sms} {'CUs' if p.vendor == 'amd' else 'SMs'}): "
-             f"top {min(top, len(report.ranked))} of {len(report.ranked)} by the smemtile tile model; #1 is the one to use"]  # fmt: skip
+    lines = [
+        f"# {command_line(p)} --format triton ({p.gpu.name}, {p.gpu.sms} {'CUs' if p.vendor == 'amd' else 'SMs'}): "
+        f"top {min(top, len(report.ranked))} of {len(report.ranked)} by the smemtile tile model; #1 is the one to use"
+    ]
     if p.simt:
-        lines.append("# fp32: ranked for SIMT FFMA (the sgemm family); tl.dot needs BLOCK_SIZE_K >= 16 and uses "
-                     "TF32 unless input_precision='ieee'")  # fmt: skip
+        lines.append(
+            "# fp32: ranked for SIMT FFMA (the sgemm family); tl.dot needs BLOCK_SIZE_K >= 16 and uses "
+            "TF32 unless input_precision='ieee'"
+        )
     elif p.vendor == "nvidia":
-        lines.append(f"# ranked by the roofline model x the efficiency measured for (tile, warps, BLOCK_SIZE_K, "
-                     f"num_stages) with the standard Triton matmul on the {cal.get('gpu', 'H200')} "
-                     f"({cal.get('sweeps', ['?'])[0]}); expected error: {cal.get('expected_error', '?')}")  # fmt: skip
+        lines.append(
+            f"# ranked by the roofline model x the efficiency measured for (tile, warps, BLOCK_SIZE_K, "
+            f"num_stages) with the standard Triton matmul on the {cal.get('gpu', 'H200')} "
+            f"({cal.get('sweeps', ['?'])[0]}); expected error: {cal.get('expected_error', '?')}"
+        )
         lines.append(f"# {TIE_RULE}")
     else:
-        lines.append("# AMD: the matrix-core roofline model (no measurement here); waves_per_eu by the "
-                     "memory/compute-bound rule, each with its reason")  # fmt: skip
+        lines.append(
+            "# AMD: the matrix-core roofline model (no measurement here); waves_per_eu by the "
+            "memory/compute-bound rule, each with its reason"
+        )
     if any(s.cfg.split_k > 1 for s in report.ranked[:top]):
-        lines.append("# SPLIT_K > 1: a split-K matmul (each program adds its K slice into C, e.g. tl.atomic_add "
-                     "into an fp32 C zeroed first); the tutorial kernel has no SPLIT_K")  # fmt: skip
+        lines.append(
+            "# SPLIT_K > 1: a split-K matmul (each program adds its K slice into C, e.g. tl.atomic_add "
+            "into an fp32 C zeroed first); the tutorial kernel has no SPLIT_K"
+        )
     lines += ["import triton", "", "configs = ["]
     for s in report.ranked[:top]:
         c = s.cfg
@@ -105,8 +131,10 @@ def triton_configs(report: TileReport, top: int) -> str:
         if p.vendor == "amd":
             kw["waves_per_eu"] = c.waves_per_eu
         args = ", ".join(f'"{k}": {v}' for k, v in kw.items())
-        lines.append(f"    triton.Config({{{args}}}, num_warps={c.warps}, num_stages={c.stages}),"
-                     f"  # #{s.rank} {s.tflops:.1f} TFLOP/s predicted: {s.reason}")  # fmt: skip
+        lines.append(
+            f"    triton.Config({{{args}}}, num_warps={c.warps}, num_stages={c.stages}),"
+            f"  # #{s.rank} {s.tflops:.1f} TFLOP/s predicted: {s.reason}"
+        )
     lines.append("]")
     return "\n".join(lines) + "\n"
 
@@ -116,11 +144,15 @@ def spec_doc(p: Problem, s: Scored, total: int) -> dict:
     f16/bf16 on sm_80+ ``kernel: {family: hgemm}`` with its swizzled buffers, so generate / verify / tune run
     them; other tensor-core tiles (tf32, f16 before sm_80) carry their fragment reads for ``analyze``."""
     if p.vendor != "nvidia":
-        raise SpecError("YAML specs describe NVIDIA kernels (the spec's arch table); use --format triton or json "
-                        "for AMD", key="--format")  # fmt: skip
+        raise SpecError(
+            "YAML specs describe NVIDIA kernels (the spec's arch table); use --format triton or json for AMD",
+            key="--format",
+        )
     c = s.cfg
-    doc: dict = {"name": f"{p.dtype} GEMM {c.bm}x{c.bn}x{c.bk} tile, smemtile tiles #{s.rank} of {total} "
-                 f"({s.tflops:.1f} TFLOP/s predicted on {p.gpu.name})"}  # fmt: skip
+    doc: dict = {
+        "name": f"{p.dtype} GEMM {c.bm}x{c.bn}x{c.bk} tile, smemtile tiles #{s.rank} of {total} "
+        f"({s.tflops:.1f} TFLOP/s predicted on {p.gpu.name})"
+    }
     doc["arch"] = p.arch
     doc["threads"] = s.threads
     doc["regs"] = s.regs  # the model's estimate; `smemtile verify --compile-only` reads the real count
@@ -131,8 +163,14 @@ def spec_doc(p: Problem, s: Scored, total: int) -> dict:
     if p.simt:  # the sgemm family: its buffers and accesses are its own (`smemtile analyze` prints them)
         doc["tile"] = {"BM": c.bm, "BN": c.bn, "BK": c.bk, "TM": c.tm, "TN": c.tn}
         doc["stages"] = c.stages
-        doc["kernel"] = {"family": "sgemm", "M": p.m, "N": p.n, "K": p.k, "GROUP_M": c.group_m,
-                         "MIN_BLOCKS": c.min_blocks}  # fmt: skip
+        doc["kernel"] = {
+            "family": "sgemm",
+            "M": p.m,
+            "N": p.n,
+            "K": p.k,
+            "GROUP_M": c.group_m,
+            "MIN_BLOCKS": c.min_blocks,
+        }
         if c.split_k > 1:  # the K slices add into C with atomics after the launch plan's C = beta * C
             doc["kernel"]["SPLIT_K"] = c.split_k
         return doc
@@ -147,30 +185,58 @@ def spec_doc(p: Problem, s: Scored, total: int) -> dict:
     doc["constants"] = {"WARPS_M": wm, "WM": wtm, "WN": wtn}
     doc["stages"] = c.stages
     dt = "f16" if p.dtype == "f16" else ("bf16" if p.dtype == "bf16" else "f32")
-    doc["buffers"] = [{"name": "As", "dtype": dt, "shape": ["BM", "BK"], "stages": c.stages},
-                      {"name": "Bs", "dtype": dt, "shape": ["BK", "BN"], "stages": c.stages}]  # fmt: skip
+    doc["buffers"] = [
+        {"name": "As", "dtype": dt, "shape": ["BM", "BK"], "stages": c.stages},
+        {"name": "Bs", "dtype": dt, "shape": ["BK", "BN"], "stages": c.stages},
+    ]
     if p.elem == 2:
         doc["accesses"] = [
-            {"name": "a_frag", "buffer": "As", "op": "ldmatrix", "matrices": 4,
-             "row": "(warp % WARPS_M) * WM + 16 * i + lane % 16", "col": "kk * 16 + (lane // 16) * 8",
-             "over": {"i": [0, "WM // 16"], "kk": [0, "BK // 16"]}},
-            {"name": "b_frag", "buffer": "Bs", "op": "ldmatrix", "matrices": 2, "trans": True,
-             "row": "kk * 16 + lane % 16", "col": "(warp // WARPS_M) * WN + 8 * j",
-             "over": {"j": [0, "WN // 8"], "kk": [0, "BK // 16"]}},
-        ]  # fmt: skip
+            {
+                "name": "a_frag",
+                "buffer": "As",
+                "op": "ldmatrix",
+                "matrices": 4,
+                "row": "(warp % WARPS_M) * WM + 16 * i + lane % 16",
+                "col": "kk * 16 + (lane // 16) * 8",
+                "over": {"i": [0, "WM // 16"], "kk": [0, "BK // 16"]},
+            },
+            {
+                "name": "b_frag",
+                "buffer": "Bs",
+                "op": "ldmatrix",
+                "matrices": 2,
+                "trans": True,
+                "row": "kk * 16 + lane % 16",
+                "col": "(warp // WARPS_M) * WN + 8 * j",
+                "over": {"j": [0, "WN // 8"], "kk": [0, "BK // 16"]},
+            },
+        ]
     else:  # tf32: 4-byte fragments read with 32-bit loads (one row per lane group)
         doc["accesses"] = [
-            {"name": "a_frag", "buffer": "As", "op": "load", "width": 4,
-             "row": "(warp % WARPS_M) * WM + 16 * i + lane // 4", "col": "kk * 8 + lane % 4",
-             "over": {"i": [0, "WM // 16"], "kk": [0, "BK // 8"]}},
-        ]  # fmt: skip
+            {
+                "name": "a_frag",
+                "buffer": "As",
+                "op": "load",
+                "width": 4,
+                "row": "(warp % WARPS_M) * WM + 16 * i + lane // 4",
+                "col": "kk * 8 + lane % 4",
+                "over": {"i": [0, "WM // 16"], "kk": [0, "BK // 8"]},
+            },
+        ]
     return doc
 
 
 def _warps_m(s: Scored) -> int:
     c = s.cfg
-    ok = [wm for wm in (1, 2, 4, 8) if c.warps % wm == 0 and c.bm % wm == 0 and (c.bm // wm) % 16 == 0
-          and c.bn % (c.warps // wm) == 0 and (c.bn // (c.warps // wm)) % 8 == 0]  # fmt: skip
+    ok = [
+        wm
+        for wm in (1, 2, 4, 8)
+        if c.warps % wm == 0
+        and c.bm % wm == 0
+        and (c.bm // wm) % 16 == 0
+        and c.bn % (c.warps // wm) == 0
+        and (c.bn // (c.warps // wm)) % 8 == 0
+    ]
     return min(ok, key=lambda wm: (c.bm // wm + c.bn // (c.warps // wm), -(c.bm // wm)))
 
 
@@ -179,8 +245,9 @@ def yaml_specs(report: TileReport, top: int) -> str:
     p = report.problem
     docs = []
     for s in report.ranked[:top]:
-        body = yaml.safe_dump(spec_doc(p, s, len(report.ranked)), sort_keys=False, default_flow_style=None,
-                              width=120)  # fmt: skip
+        body = yaml.safe_dump(
+            spec_doc(p, s, len(report.ranked)), sort_keys=False, default_flow_style=None, width=120
+        )
         docs.append(f"# {command_line(p)}: #{s.rank}: {s.reason}\n{body}")
     return "---\n".join(docs)
 
@@ -239,8 +306,11 @@ class FamilyTileReport:
 
     @property
     def counts(self) -> dict:
-        out = {"candidates": len(self.ranked) + len(self.rejected), "ranked": len(self.ranked),
-               "rejected": len(self.rejected)}  # fmt: skip
+        out = {
+            "candidates": len(self.ranked) + len(self.rejected),
+            "ranked": len(self.ranked),
+            "rejected": len(self.rejected),
+        }
         for r in self.rejected:
             out[f"rejected_{r['kind']}"] = out.get(f"rejected_{r['kind']}", 0) + 1
         return out
@@ -277,8 +347,15 @@ def _size(v, key: str) -> int:
     return iv
 
 
-def family_tiles(family: str, sizes, *, dtype: str | None = None, keys: dict | None = None, arch: str | None = None,
-                 gpu: str | None = None) -> FamilyTileReport:  # fmt: skip
+def family_tiles(
+    family: str,
+    sizes,
+    *,
+    dtype: str | None = None,
+    keys: dict | None = None,
+    arch: str | None = None,
+    gpu: str | None = None,
+) -> FamilyTileReport:
     """``tiles --family FAMILY SIZES...``: the family's ranker for the problem, with its rejections. ``sizes``:
     the family's integer problem keys in order (rows cols; ny nx); ``dtype``: its dtype problem key (a family
     without one takes f32 only); ``keys``: its ranker keys by name (``{"R": 4}``, from ``--radius``)."""
@@ -300,16 +377,20 @@ def family_tiles(family: str, sizes, *, dtype: str | None = None, keys: dict | N
     need = tuple(fam.problem_params)
     for k in need:
         if k not in given:
-            raise SpecError(f"--family {family} needs {KEY_OPTIONS.get(k, k)} (its {k}: the model ranks for one "
-                            f"{k})", key=KEY_OPTIONS.get(k, k))  # fmt: skip
+            raise SpecError(
+                f"--family {family} needs {KEY_OPTIONS.get(k, k)} (its {k}: the model ranks for one {k})",
+                key=KEY_OPTIONS.get(k, k),
+            )
     for k, v in given.items():
         if k not in need:
             raise SpecError(f"{KEY_OPTIONS.get(k, k)} is not a {family} setting", key=KEY_OPTIONS.get(k, k))
         problem[k] = _size(v, KEY_OPTIONS.get(k, k))
         par = next((q for q in fam.params if q.name == k), None)
         if par is not None and par.allowed is not None and problem[k] not in par.allowed:
-            raise SpecError(f"{problem[k]} is not allowed; allowed: {', '.join(map(str, par.allowed))} ({par.doc})",
-                            key=KEY_OPTIONS.get(k, k))  # fmt: skip
+            raise SpecError(
+                f"{problem[k]} is not allowed; allowed: {', '.join(map(str, par.allowed))} ({par.doc})",
+                key=KEY_OPTIONS.get(k, k),
+            )
     a = get_arch(arch or "sm_90")
     g = get_gpu(gpu, a.base)
     try:
@@ -317,9 +398,16 @@ def family_tiles(family: str, sizes, *, dtype: str | None = None, keys: dict | N
     except ValueError as e:
         raise SpecError(str(e)) from None
     rejected = sorted(ranker.rejections(), key=lambda r: {"spills": 0, "occupancy": 1}.get(r["kind"], 2))
-    return FamilyTileReport(family, problem, a.name,
-                            {"name": g.name, "key": g.key, "sms": g.sms, "dram_gbps": g.dram_gbps},
-                            tuple(ranker.ranked), tuple(rejected), ranker.provenance(), need)  # fmt: skip
+    return FamilyTileReport(
+        family,
+        problem,
+        a.name,
+        {"name": g.name, "key": g.key, "sms": g.sms, "dram_gbps": g.dram_gbps},
+        tuple(ranker.ranked),
+        tuple(rejected),
+        ranker.provenance(),
+        need,
+    )
 
 
 def family_command_line(rep: FamilyTileReport) -> str:
@@ -336,11 +424,16 @@ def family_spec_doc(rep: FamilyTileReport, s) -> dict:
     size = "x".join(str(rep.problem[pk.name]) for pk in fam.size_keys())
     dt = f" {rep.problem['dtype']}" if "dtype" in rep.problem else ""
     ratio = f", {s.copy_ratio:.3f}x a device copy" if s.copy_ratio else ""
-    return {"name": f"{rep.family}{dt} {size}, {s.label}: smemtile tiles #{s.rank} of {len(rep.ranked)} "
-                    f"({s.gbps:.0f} GB/s predicted on the {rep.gpu['name']}{ratio})",
-            "arch": rep.arch, "tile": rep.tile(s),
-            "kernel": {"family": rep.family, **{pk.name: rep.problem[pk.name] for pk in fam.problem_keys
-                                                if pk.name in rep.problem}}}  # fmt: skip
+    return {
+        "name": f"{rep.family}{dt} {size}, {s.label}: smemtile tiles #{s.rank} of {len(rep.ranked)} "
+        f"({s.gbps:.0f} GB/s predicted on the {rep.gpu['name']}{ratio})",
+        "arch": rep.arch,
+        "tile": rep.tile(s),
+        "kernel": {
+            "family": rep.family,
+            **{pk.name: rep.problem[pk.name] for pk in fam.problem_keys if pk.name in rep.problem},
+        },
+    }
 
 
 def family_yaml_specs(rep: FamilyTileReport, top: int) -> str:

@@ -108,8 +108,15 @@ def respec(doc: dict, family: str, params: dict, layouts: dict | None = None, so
     return new
 
 
-def plan(doc: dict, source: str, *, top: int, space: list[dict] | None = None, arch: str | None = None,
-         gpu: str | None = None) -> tuple[str, dict, list[Candidate]]:  # fmt: skip
+def plan(
+    doc: dict,
+    source: str,
+    *,
+    top: int,
+    space: list[dict] | None = None,
+    arch: str | None = None,
+    gpu: str | None = None,
+) -> tuple[str, dict, list[Candidate]]:
     """(family, problem, candidates): the model's top ``top``, then the spec's own configuration, then the
     space's, without duplicates. Every candidate carries the model's rank and prediction where it has one."""
     family = family_of(doc, source)
@@ -141,8 +148,9 @@ def plan(doc: dict, source: str, *, top: int, space: list[dict] | None = None, a
             )
         bad = [k for k, v in params.items() if isinstance(v, bool) or not isinstance(v, int)]
         if bad:
-            raise SpecError(f"space entry {i}: {bad[0]} must be a whole number, got {params[bad[0]]!r}",
-                            key="--space")  # fmt: skip
+            raise SpecError(
+                f"space entry {i}: {bad[0]} must be a whole number, got {params[bad[0]]!r}", key="--space"
+            )
         add(params, "space")
     return family, problem, list(out.values())
 
@@ -168,11 +176,17 @@ def shape_entries(path: str | Path, text: str | None = None) -> list[dict]:
     if isinstance(body, dict) and "shapes" in body:
         body = body["shapes"]
     if not isinstance(body, list) or not body or not all(isinstance(e, dict) for e in body):
-        raise SpecError("expected a non-empty list of problem mappings such as {M: 4096, N: 4096, K: 4096}",
-                        key="--shapes", source=str(path))  # fmt: skip
+        raise SpecError(
+            "expected a non-empty list of problem mappings such as {M: 4096, N: 4096, K: 4096}",
+            key="--shapes",
+            source=str(path),
+        )
     if len(body) > MAX_SHAPES:
-        raise SpecError(f"{len(body)} shapes; at most {MAX_SHAPES} per run (split the file)", key="--shapes",
-                        source=str(path))  # fmt: skip
+        raise SpecError(
+            f"{len(body)} shapes; at most {MAX_SHAPES} per run (split the file)",
+            key="--shapes",
+            source=str(path),
+        )
     return body
 
 
@@ -192,16 +206,25 @@ def with_shape(doc: dict, family: str, shape: dict, source: str, index: int) -> 
             or not isinstance(v, (int, float, str))
             or (isinstance(v, str) and not v.isidentifier())
         ):
-            raise SpecError(f"shape {index}: {k}: {printable(str(v))!r} is not a whole number (write e.g. {k}: 4096)",
-                            key="--shapes", source=source)  # fmt: skip
+            raise SpecError(
+                f"shape {index}: {k}: {printable(str(v))!r} is not a whole number (write e.g. {k}: 4096)",
+                key="--shapes",
+                source=source,
+            )
     new = copy.deepcopy(doc)
     new["kernel"] = {**new["kernel"], **shape}
     return new
 
 
-def plan_problems(specs: list[tuple[str, dict]], shapes: list[dict] | None, *, top: int,
-                  space: list[dict] | None = None, arch: str | None = None,
-                  shapes_source: str = "--shapes") -> list[dict]:  # fmt: skip
+def plan_problems(
+    specs: list[tuple[str, dict]],
+    shapes: list[dict] | None,
+    *,
+    top: int,
+    space: list[dict] | None = None,
+    arch: str | None = None,
+    shapes_source: str = "--shapes",
+) -> list[dict]:
     """One entry per problem (every spec, times every --shapes entry): ``{"spec", "doc", "family", "problem",
     "candidates"}``, each spec document validated first (bad input is exit 2)."""
     from smemtile.pipeline.specs import resolve
@@ -236,8 +259,17 @@ def config_for(doc: dict, source: str, family: str, cand: Candidate, arch) -> Ke
     return variants(res)["fixed"]
 
 
-def sweep(doc: dict, source: str, family: str, cands: list[Candidate], runner, cache, *,
-          force: bool = False, progress: Callable[[dict], None] | None = None) -> list[dict]:  # fmt: skip
+def sweep(
+    doc: dict,
+    source: str,
+    family: str,
+    cands: list[Candidate],
+    runner,
+    cache,
+    *,
+    force: bool = False,
+    progress: Callable[[dict], None] | None = None,
+) -> list[dict]:
     """Measure every candidate one after another in this process (or take it from the cache); a failing one
     is a skipped row, never an abort. ``smemtile.pipeline.schedule.tune_problems`` is the same on many
     workers. Each key is claimed while it is measured, so a second process sharing the cache waits for the
@@ -272,8 +304,14 @@ def sweep(doc: dict, source: str, family: str, cands: list[Candidate], runner, c
 
 def candidate_row(cand: Candidate) -> dict[str, Any]:
     """The part of a result row that comes from the plan."""
-    return {"label": cand.label, "params": cand.params, "source": cand.source, "model_rank": cand.model_rank,
-            "predicted": cand.predicted, "model_reason": cand.model_reason}  # fmt: skip
+    return {
+        "label": cand.label,
+        "params": cand.params,
+        "source": cand.source,
+        "model_rank": cand.model_rank,
+        "predicted": cand.predicted,
+        "model_reason": cand.model_reason,
+    }
 
 
 def prepare(doc: dict, source: str, family: str, cand: Candidate, arch) -> dict:
@@ -311,8 +349,11 @@ def summarize(rows: list[dict]) -> dict:
     ok = sorted((r for r in rows if r.get("status") == "ok"), key=lambda r: r["time_ms"])
     for i, r in enumerate(ok):
         r["measured_rank"] = i + 1
-    out: dict[str, Any] = {"measured": len(ok), "skipped": sum(r.get("status") != "ok" for r in rows),
-                           "best": ok[0] if ok else None}  # fmt: skip
+    out: dict[str, Any] = {
+        "measured": len(ok),
+        "skipped": sum(r.get("status") != "ok" for r in rows),
+        "best": ok[0] if ok else None,
+    }
     scored = [r for r in ok if r.get("predicted") is not None]
     preds = [r["predicted"] for r in scored]
     out["rank_correlation_n"] = len(scored)
@@ -331,9 +372,13 @@ def summarize(rows: list[dict]) -> dict:
     if ok and ranked:
         top1 = min(ranked, key=lambda r: r["model_rank"])
         gap = top1["time_ms"] / ok[0]["time_ms"] - 1
-        out["model_top1"] = {"label": top1["label"], "model_rank": top1["model_rank"],
-                             "measured_rank": top1["measured_rank"], "slower_than_best": gap,
-                             "within_10pct": gap <= 0.10}  # fmt: skip
+        out["model_top1"] = {
+            "label": top1["label"],
+            "model_rank": top1["model_rank"],
+            "measured_rank": top1["measured_rank"],
+            "slower_than_best": gap,
+            "within_10pct": gap <= 0.10,
+        }
     else:
         out["model_top1"] = None
     return out

@@ -27,8 +27,14 @@ def document(
 ) -> dict:
     by = {r["variant"]: r for r in rows}
     head = by.get("fixed") or rows[0]
-    doc: dict[str, Any] = {"spec": str(spec), "family": cfg.family, "arch": cfg.arch.name,
-                           "problem": dict(cfg.problem), "compile_only": compile_only, "device": device}  # fmt: skip
+    doc: dict[str, Any] = {
+        "spec": str(spec),
+        "family": cfg.family,
+        "arch": cfg.arch.name,
+        "problem": dict(cfg.problem),
+        "compile_only": compile_only,
+        "device": device,
+    }
     # Top-level keys of the contract: the headline (fixed) variant's numbers.
     for key in (
         "registers",
@@ -68,8 +74,11 @@ def stage_variants(fixed: KernelConfig, stages: tuple[int, ...], source: str) ->
         return {}
     names = [p.name for p in FAMILIES[fixed.family].params]
     if "STAGES" not in names:
-        raise SpecError(f"--stages: kernel family {fixed.family} has no STAGES parameter (its parameters: "
-                        f"{', '.join(names)})", source=source)  # fmt: skip
+        raise SpecError(
+            f"--stages: kernel family {fixed.family} has no STAGES parameter (its parameters: "
+            f"{', '.join(names)})",
+            source=source,
+        )
     out = {}
     for n in dict.fromkeys(stages):
         try:
@@ -91,28 +100,31 @@ def compile_only(spec: Path, cfgs: dict[str, KernelConfig]) -> dict:
         cfg = built.kernel.config  # after any fallback the family took
         fam = FAMILIES[cfg.family]
         ptx = built.kernel.extra.get("ptxas") or {}
-        rows.append({
-            "variant": variant,
-            "name_expression": fam.name_expression(cfg),
-            "layouts": {k: v.to_dict() for k, v in cfg.layouts.items()},
-            "layout_text": layout_text(cfg),
-            "launch": built.kernel.launch.to_dict(),
-            "threads": built.kernel.launch.threads,
-            "registers": ptx.get("registers"),
-            "spills": ptx.get("spills"),
-            "spill_stores": ptx.get("spill_stores"),
-            "spill_loads": ptx.get("spill_loads"),
-            "stack_frame": ptx.get("stack_frame"),
-            "static_smem_bytes": ptx.get("static_smem_bytes"),
-            "source": "ptxas",
-            "occupancy": {"model": built.kernel.extra.get("occupancy"), "driver": None},
-            "correct": None,
-            "max_rel_error": None,
-            "time_ms": None,
-            "notes": list(cfg.notes),
-            "compile_note": built.compile_note or (None if ptx else "ptxas reported no resources (cached result?)"),
-            "checklist": [i.to_dict() for i in built.checklist],
-        })  # fmt: skip
+        rows.append(
+            {
+                "variant": variant,
+                "name_expression": fam.name_expression(cfg),
+                "layouts": {k: v.to_dict() for k, v in cfg.layouts.items()},
+                "layout_text": layout_text(cfg),
+                "launch": built.kernel.launch.to_dict(),
+                "threads": built.kernel.launch.threads,
+                "registers": ptx.get("registers"),
+                "spills": ptx.get("spills"),
+                "spill_stores": ptx.get("spill_stores"),
+                "spill_loads": ptx.get("spill_loads"),
+                "stack_frame": ptx.get("stack_frame"),
+                "static_smem_bytes": ptx.get("static_smem_bytes"),
+                "source": "ptxas",
+                "occupancy": {"model": built.kernel.extra.get("occupancy"), "driver": None},
+                "correct": None,
+                "max_rel_error": None,
+                "time_ms": None,
+                "notes": list(cfg.notes),
+                "compile_note": built.compile_note
+                or (None if ptx else "ptxas reported no resources (cached result?)"),
+                "checklist": [i.to_dict() for i in built.checklist],
+            }
+        )
     return document(spec, next(iter(cfgs.values())), rows, compile_only=True, device=None)
 
 
@@ -164,14 +176,21 @@ def on_gpu(spec: Path, cfgs: dict[str, KernelConfig], device: int, seed: int) ->
                 # NVRTC may return a cached result with an empty ptxas log: then the driver's local memory per
                 # thread is the best bound on spilled bytes.
                 "spills": ptx.get("spills") if ptx.get("spills") is not None else k.local_bytes,
-                "spills_source": "ptxas" if ptx.get("spills") is not None else "driver LOCAL_SIZE_BYTES (ptxas log empty)",
+                "spills_source": "ptxas"
+                if ptx.get("spills") is not None
+                else "driver LOCAL_SIZE_BYTES (ptxas log empty)",
                 "source": "driver (CU_FUNC_ATTRIBUTE_*)",
                 "ptxas": ptx or None,
                 "clusters": _clusters(k, model, dev),
-                "occupancy": {"model": model,
-                              "driver": {"active_blocks": k.driver_blocks, "active_warps": drv_warps,
-                                         "occupancy": drv_warps / max_warps if max_warps else None},
-                              "agree": model.get("active_blocks") == k.driver_blocks},
+                "occupancy": {
+                    "model": model,
+                    "driver": {
+                        "active_blocks": k.driver_blocks,
+                        "active_warps": drv_warps,
+                        "occupancy": drv_warps / max_warps if max_warps else None,
+                    },
+                    "agree": model.get("active_blocks") == k.driver_blocks,
+                },
                 "correct": chk.correct and sub_ok,
                 "user_layouts": layouts,  # the arrays as users lay them out: dense, then a sub-view
                 "max_rel_error": chk.max_rel_error,
@@ -183,10 +202,12 @@ def on_gpu(spec: Path, cfgs: dict[str, KernelConfig], device: int, seed: int) ->
                 unit: value,
                 "peak_fraction": (value / peak[unit]) if fam.peak and peak.get(unit) else None,
                 "notes": list(cfg.notes),
-            }  # fmt: skip
+            }
             if k.static_smem != k.shape.static_smem_bytes:
-                row["static_smem_note"] = (f"driver reports {k.static_smem} B static shared memory, the family's "
-                                           f"formula says {k.shape.static_smem_bytes}")  # fmt: skip
+                row["static_smem_note"] = (
+                    f"driver reports {k.static_smem} B static shared memory, the family's "
+                    f"formula says {k.shape.static_smem_bytes}"
+                )
         finally:
             k.close()
         rows.append(row)
@@ -223,8 +244,13 @@ def _clusters(k, model: dict, dev) -> dict:
 
     size = k.shape.cluster_size
     m = active_clusters(int(model.get("active_blocks") or 0), size, dev.sm_count)
-    return {"cluster": list(k.shape.cluster), "driver": k.driver_clusters, "model": m["active_clusters"],
-            "model_source": m["source"], "agree": m["active_clusters"] == k.driver_clusters}  # fmt: skip
+    return {
+        "cluster": list(k.shape.cluster),
+        "driver": k.driver_clusters,
+        "model": m["active_clusters"],
+        "model_source": m["source"],
+        "agree": m["active_clusters"] == k.driver_clusters,
+    }
 
 
 # ---- Nsight Compute -----------------------------------------------------------------------------------------
@@ -269,6 +295,8 @@ def with_ncu(spec: Path, cfgs: dict[str, KernelConfig], doc: dict, device: int, 
     b, f = out["variants"].get("baseline"), out["variants"].get("fixed")
     if b and f and "wavefronts_per_block" in b and "wavefronts_per_block" in f:
         wb, wf = b["wavefronts_per_block"], f["wavefronts_per_block"]
-        out["fixed_vs_baseline"] = {"wavefronts_per_block": {"baseline": wb, "fixed": wf},
-                                    "fixed_costs_more": wf["measured"] > wb["measured"]}  # fmt: skip
+        out["fixed_vs_baseline"] = {
+            "wavefronts_per_block": {"baseline": wb, "fixed": wf},
+            "fixed_costs_more": wf["measured"] > wb["measured"],
+        }
     return out

@@ -140,9 +140,14 @@ def render(console: Console, rep: AnalyzeReport, *, brief: bool = False, lanes: 
 def _part1(console: Console, rep: AnalyzeReport, brief: bool, lanes: bool) -> None:
     _rule(console, 1)
     if not brief:
-        console.print(Text("A warp's request is split into phases (groups of lanes served together); a phase "
-                           "takes as many wavefronts as its busiest bank has distinct 4-byte words (bank = byte "
-                           "address / 4 mod 32; lanes reading one word share it).", style="dim"))  # fmt: skip
+        console.print(
+            Text(
+                "A warp's request is split into phases (groups of lanes served together); a phase "
+                "takes as many wavefronts as its busiest bank has distinct 4-byte words (bank = byte "
+                "address / 4 mod 32; lanes reading one word share it).",
+                style="dim",
+            )
+        )
     for r in rep.results:
         console.print(summary_line(r))
         if not brief:
@@ -156,8 +161,10 @@ def _part1(console: Console, rep: AnalyzeReport, brief: bool, lanes: bool) -> No
 def _part2(console: Console, rep: AnalyzeReport, brief: bool) -> None:
     _rule(console, 2)
     if not rep.fixes.buffers:
-        console.print("No buffer is addressed through logical coordinates (raw byte addresses): there is no layout "
-                      "to change. Edit the addresses themselves.")  # fmt: skip
+        console.print(
+            "No buffer is addressed through logical coordinates (raw byte addresses): there is no layout "
+            "to change. Edit the addresses themselves."
+        )
     costs = {c["buffer"]: c for c in rep.costs}
     for f in rep.fixes.buffers:
         c = costs[f.buffer.name]
@@ -167,8 +174,12 @@ def _part2(console: Console, rep: AnalyzeReport, brief: bool) -> None:
             for opt in c["options"]:
                 cand = {"baseline": f.baseline, "padding": f.padding, "swizzle": f.swizzle}[opt["option"]]
                 label = opt["layout"] if opt["option"] != "baseline" else f"baseline ({opt['layout']})"
-                row = [label + (" *" if opt["recommended"] else ""),
-                       f"{opt['extra_bytes']} B", str(opt["blocks_per_sm"]), f"{opt['wavefronts']}/{opt['ideal']}"]  # fmt: skip
+                row = [
+                    label + (" *" if opt["recommended"] else ""),
+                    f"{opt['extra_bytes']} B",
+                    str(opt["blocks_per_sm"]),
+                    f"{opt['wavefronts']}/{opt['ideal']}",
+                ]
                 st = ["", "", "", ""]
                 for name in accesses:
                     w, i, deg = cand.per_access.get(name, (0, 0, 1.0))
@@ -177,16 +188,27 @@ def _part2(console: Console, rep: AnalyzeReport, brief: bool) -> None:
                 rows.append(row)
                 styles.append(st)
             heads = ["option", "extra smem", "blocks/SM", "total wf"] + [printable(a) for a in accesses]
-            title = Text(f"{printable(f.buffer.name)}: rows stay {f.align_bytes}-byte aligned; each option re-run "
-                         f"through the bank model ({f.tried} tried)", style="bold")  # fmt: skip
+            title = Text(
+                f"{printable(f.buffer.name)}: rows stay {f.align_bytes}-byte aligned; each option re-run "
+                f"through the bank model ({f.tried} tried)",
+                style="bold",
+            )
             console.print(Grid(title, heads, rows, styles, left=1))
         style = "green" if f.recommended.conflict_free else "yellow"
-        console.print(plain(f"Recommended for {f.buffer.name}: {f.recommended.layout.describe()} — {f.reason}",
-                            style=style))  # fmt: skip
+        console.print(
+            plain(
+                f"Recommended for {f.buffer.name}: {f.recommended.layout.describe()} — {f.reason}",
+                style=style,
+            )
+        )
         if f.needed:
             rec = next(o for o in c["options"] if o["recommended"])
-            console.print(plain(f"Gain and cost: {c['gain']}; +{rec['extra_bytes']} bytes, blocks/SM "
-                                f"{c['blocks_before']} -> {rec['blocks_per_sm']}"))  # fmt: skip
+            console.print(
+                plain(
+                    f"Gain and cost: {c['gain']}; +{rec['extra_bytes']} bytes, blocks/SM "
+                    f"{c['blocks_before']} -> {rec['blocks_per_sm']}"
+                )
+            )
         for w in c["warnings"]:
             console.print(plain(f"warning: {w['text']}", style="bold yellow"))
         console.print()
@@ -200,36 +222,64 @@ def _part3(console: Console, rep: AnalyzeReport, brief: bool) -> None:
         if rep.fixes.layouts and any(f.needed for f in rep.fixes.buffers)
         else "the layouts"
     )
-    form = (f"{decl.total_bytes} bytes: over the {decl.static_limit}-byte static limit, so dynamic shared memory "
-            "with the opt-in attribute" if decl.dynamic else f"{decl.total_bytes} bytes: static __shared__ arrays")  # fmt: skip
+    form = (
+        f"{decl.total_bytes} bytes: over the {decl.static_limit}-byte static limit, so dynamic shared memory "
+        "with the opt-in attribute"
+        if decl.dynamic
+        else f"{decl.total_bytes} bytes: static __shared__ arrays"
+    )
     console.print(plain(f"Exact declarations for {what} ({form}):", style="bold"))
     console.print(plain("\n".join(decl.lines()), style="cyan"), soft_wrap=True)  # code: never wrapped
     if not decl.fits:
-        console.print(plain(f"warning: {decl.total_bytes} bytes per block do not fit {rep.spec.arch.name} (opt-in "
-                            f"maximum {rep.spec.arch.smem_optin_per_block})", style="bold red"))  # fmt: skip
+        console.print(
+            plain(
+                f"warning: {decl.total_bytes} bytes per block do not fit {rep.spec.arch.name} (opt-in "
+                f"maximum {rep.spec.arch.smem_optin_per_block})",
+                style="bold red",
+            )
+        )
     if brief:
         return
     for f in rep.fixes.buffers:
-        hot = max((r for r in rep.fixed_results if r.access.buffer == f.buffer.name and r.rows is not None),
-                  key=lambda r: r.degree, default=None)  # fmt: skip
-        base_hot = max((r for r in rep.results if r.access.buffer == f.buffer.name and r.rows is not None),
-                       key=lambda r: r.degree, default=None)  # fmt: skip
+        hot = max(
+            (r for r in rep.fixed_results if r.access.buffer == f.buffer.name and r.rows is not None),
+            key=lambda r: r.degree,
+            default=None,
+        )
+        base_hot = max(
+            (r for r in rep.results if r.access.buffer == f.buffer.name and r.rows is not None),
+            key=lambda r: r.degree,
+            default=None,
+        )
         if f.needed:
             console.print(diagram(f.buffer, f.baseline.layout, base_hot, max_rows=8))
         console.print(diagram(f.buffer, f.recommended.layout, hot, max_rows=8))
-    console.print(Text("Cells the worst instruction of the most conflicted access touches: red where their bank "
-                       "delivers more than one distinct word, green where it delivers one.", style="dim"))  # fmt: skip
+    console.print(
+        Text(
+            "Cells the worst instruction of the most conflicted access touches: red where their bank "
+            "delivers more than one distinct word, green where it delivers one.",
+            style="dim",
+        )
+    )
 
 
 def _part4(console: Console, rep: AnalyzeReport, brief: bool) -> None:
     _rule(console, 4)
     t = rep.tiles
-    console.print(plain(f"This block: {t['threads']} threads, {t['smem_bytes']} bytes of shared memory, "
-                        f"{t['regs']} registers/thread ({t['regs_source']})."))  # fmt: skip
+    console.print(
+        plain(
+            f"This block: {t['threads']} threads, {t['smem_bytes']} bytes of shared memory, "
+            f"{t['regs']} registers/thread ({t['regs_source']})."
+        )
+    )
     if t.get("ptxas") and not brief:
         p = t["ptxas"]
-        console.print(plain(f"ptxas: {p['registers']} registers, {p['spills']} bytes spilled, "
-                            f"{p['static_smem_bytes']} bytes static shared memory"))  # fmt: skip
+        console.print(
+            plain(
+                f"ptxas: {p['registers']} registers, {p['spills']} bytes spilled, "
+                f"{p['static_smem_bytes']} bytes static shared memory"
+            )
+        )
     if "missing" in t:
         console.print(plain(t["missing"], style="yellow"))
     else:
@@ -238,21 +288,53 @@ def _part4(console: Console, rep: AnalyzeReport, brief: bool) -> None:
         rank = f"#{this['model_rank']}" if this.get("model_rank") else "not ranked"
         pred = f", {this['predicted']:.1f} {unit} predicted" if this.get("predicted") else ""
         total = f" of {t['ranked_total']}" if t.get("ranked_total") else ""
-        console.print(plain(f"The tile model for {_problem_text(t['problem'])}: this tile ({this['label']}) is "
-                            f"{rank}{total}{pred}; {this['model_reason']}"))  # fmt: skip
+        console.print(
+            plain(
+                f"The tile model for {_problem_text(t['problem'])}: this tile ({this['label']}) is "
+                f"{rank}{total}{pred}; {this['model_reason']}"
+            )
+        )
         if not brief:
-            rows = [[f"#{c['model_rank']}" if c.get("model_rank") else "-", c["label"],
-                     f"{c['predicted']:.1f}" if c.get("predicted") is not None else "-", c.get("model_reason", "")]
-                    for c in t["ranked"]]  # fmt: skip
-            console.print(Grid(Text(f"Top {len(rows)} ({t['command']})", style="bold"),
-                               ["rank", "tile", unit, "why"], rows, left=4, wrap_last=True))  # fmt: skip
+            rows = [
+                [
+                    f"#{c['model_rank']}" if c.get("model_rank") else "-",
+                    c["label"],
+                    f"{c['predicted']:.1f}" if c.get("predicted") is not None else "-",
+                    c.get("model_reason", ""),
+                ]
+                for c in t["ranked"]
+            ]
+            console.print(
+                Grid(
+                    Text(f"Top {len(rows)} ({t['command']})", style="bold"),
+                    ["rank", "tile", unit, "why"],
+                    rows,
+                    left=4,
+                    wrap_last=True,
+                )
+            )
     if brief:
         return
     budget = t["register_budget"]
-    cells = [[f"{b['regs_from']}-{b['regs_to']}", str(b["blocks_per_sm"]),
-              "<- this block" if b["regs_from"] <= t["regs"] <= b["regs_to"] else ""] for b in budget]  # fmt: skip
-    console.print(Grid(Text("Blocks per SM against registers per thread (this block's threads and shared memory):",
-                            style="bold"), ["registers", "blocks/SM", ""], cells, left=2))  # fmt: skip
+    cells = [
+        [
+            f"{b['regs_from']}-{b['regs_to']}",
+            str(b["blocks_per_sm"]),
+            "<- this block" if b["regs_from"] <= t["regs"] <= b["regs_to"] else "",
+        ]
+        for b in budget
+    ]
+    console.print(
+        Grid(
+            Text(
+                "Blocks per SM against registers per thread (this block's threads and shared memory):",
+                style="bold",
+            ),
+            ["registers", "blocks/SM", ""],
+            cells,
+            left=2,
+        )
+    )
 
 
 def _problem_text(p: dict) -> str:
@@ -267,25 +349,51 @@ def _part5(console: Console, rep: AnalyzeReport, brief: bool) -> None:
         return
     s = p["stages"]
     ring = ", ".join(f"{r['buffer']} {r['stages']} x {r['stage_bytes']} B" for r in p["ring"]) or "none"
-    console.print(plain(f"{s} stage(s); ring: {ring}; {p['stage_bytes']} bytes per stage, {p['smem_bytes']} bytes "
-                        f"per block in all (+{p['extra_bytes_over_one_stage']} over one stage)."))  # fmt: skip
+    console.print(
+        plain(
+            f"{s} stage(s); ring: {ring}; {p['stage_bytes']} bytes per stage, {p['smem_bytes']} bytes "
+            f"per block in all (+{p['extra_bytes_over_one_stage']} over one stage)."
+        )
+    )
     if p["cp_async"] and brief:
-        console.print(plain(f"cp.async: wait_group({p['wait_group']}), {p['barriers_per_iteration']} barrier(s) per "
-                            "iteration (the loop: without --brief)"))  # fmt: skip
+        console.print(
+            plain(
+                f"cp.async: wait_group({p['wait_group']}), {p['barriers_per_iteration']} barrier(s) per "
+                "iteration (the loop: without --brief)"
+            )
+        )
     elif p["cp_async"]:
         c = p["commits"]
-        console.print(plain(f"cp.async protocol: {c['prologue']} commit(s) in the prologue, {c['per_iteration']} per "
-                            f"iteration; wait_group({p['wait_group']}); {p['barriers_per_iteration']} barrier(s) per "
-                            "iteration" + (f"; ring index: read {p['ring_index']['read']}, write "
-                                           f"{p['ring_index']['write']}" if p["ring_index"] else "")))  # fmt: skip
+        console.print(
+            plain(
+                f"cp.async protocol: {c['prologue']} commit(s) in the prologue, {c['per_iteration']} per "
+                f"iteration; wait_group({p['wait_group']}); {p['barriers_per_iteration']} barrier(s) per "
+                "iteration"
+                + (
+                    f"; ring index: read {p['ring_index']['read']}, write {p['ring_index']['write']}"
+                    if p["ring_index"]
+                    else ""
+                )
+            )
+        )
         for cp in p["copies"]:
-            console.print(plain(f"  {cp['access']}: {cp['per_thread']} cp.async of {cp['width']} B per thread per "
-                                f"tile ({cp['bytes']} bytes per tile into {cp['buffer']})"))  # fmt: skip
+            console.print(
+                plain(
+                    f"  {cp['access']}: {cp['per_thread']} cp.async of {cp['width']} B per thread per "
+                    f"tile ({cp['bytes']} bytes per tile into {cp['buffer']})"
+                )
+            )
     if brief:
         return
     by = p["by_stages"]
-    console.print(plain("Shared memory and blocks/SM by stage count: " + "; ".join(
-        f"{k} stage(s): {v['smem_bytes']} B, {v['blocks_per_sm']} blocks/SM" for k, v in by.items())))  # fmt: skip
+    console.print(
+        plain(
+            "Shared memory and blocks/SM by stage count: "
+            + "; ".join(
+                f"{k} stage(s): {v['smem_bytes']} B, {v['blocks_per_sm']} blocks/SM" for k, v in by.items()
+            )
+        )
+    )
     for item in p.get("checked", []):
         console.print(plain(f"  compiled kernel: {item['id']}: {item['status']} — {item['reason']}"))
     console.print(plain("\n".join(p["code"]), style="cyan"), soft_wrap=True)  # code: never wrapped
@@ -296,10 +404,13 @@ def _part6(console: Console, rep: AnalyzeReport, brief: bool) -> None:
     o = rep.occupancy
     for name in ("fixed",) if brief else ("baseline", "fixed"):
         x = o[name]
-        console.print(plain(
-            f"{name}: {x['smem_bytes']} B shared memory per block ({x['static_smem']} static, {x['dynamic_smem']} "
-            f"dynamic), {x['threads']} threads, {x['regs']} registers -> {x['active_blocks']} blocks/SM, "
-            f"{x['active_warps']} warps, occupancy {100 * x['occupancy']:.0f}% (limiter: {x['limiter']})"))  # fmt: skip
+        console.print(
+            plain(
+                f"{name}: {x['smem_bytes']} B shared memory per block ({x['static_smem']} static, {x['dynamic_smem']} "
+                f"dynamic), {x['threads']} threads, {x['regs']} registers -> {x['active_blocks']} blocks/SM, "
+                f"{x['active_warps']} warps, occupancy {100 * x['occupancy']:.0f}% (limiter: {x['limiter']})"
+            )
+        )
     f = o["fixed"]
     if not brief:
         console.print(plain(f"threads: {f['threads_source']}; registers: {f['regs_source']}", style="dim"))
@@ -311,9 +422,13 @@ def _part6(console: Console, rep: AnalyzeReport, brief: bool) -> None:
         if x["active_blocks"] == 1 and stated and "by design" in stated:
             console.print(plain(f"note: {name}: {stated}", style="dim"))
             continue
-        console.print(plain(f"warning: {name}: {x['active_blocks']} block(s) per SM (limited by {x['limiter']}): a "
-                            "barrier then idles the whole SM and one block's warps must hide all latency",
-                            style="bold yellow"))  # fmt: skip
+        console.print(
+            plain(
+                f"warning: {name}: {x['active_blocks']} block(s) per SM (limited by {x['limiter']}): a "
+                "barrier then idles the whole SM and one block's warps must hide all latency",
+                style="bold yellow",
+            )
+        )
 
 
 def _part7(console: Console, rep: AnalyzeReport, brief: bool) -> None:
@@ -322,23 +437,54 @@ def _part7(console: Console, rep: AnalyzeReport, brief: bool) -> None:
     rows, styles = [], []
     for a in c["accesses"]:
         b, f = a["before"], a["after"]
-        rows.append([a["access"], f"{b['wavefronts']}/{b['ideal']}", f"{b['degree']:g}x", f"{f['wavefronts']}/{f['ideal']}",
-                     f"{f['degree']:g}x", str(b["total"]), str(f["total"])])  # fmt: skip
+        rows.append(
+            [
+                a["access"],
+                f"{b['wavefronts']}/{b['ideal']}",
+                f"{b['degree']:g}x",
+                f"{f['wavefronts']}/{f['ideal']}",
+                f"{f['degree']:g}x",
+                str(b["total"]),
+                str(f["total"]),
+            ]
+        )
         worse = f["total"] > b["total"]
-        styles.append(["", "", "", "", "red" if worse else "green" if f["degree"] == 1 else "yellow", "",
-                       "red" if worse else ""])  # fmt: skip
+        styles.append(
+            [
+                "",
+                "",
+                "",
+                "",
+                "red" if worse else "green" if f["degree"] == 1 else "yellow",
+                "",
+                "red" if worse else "",
+            ]
+        )
     tw = c["total_wavefronts"]
     rows.append(["all accesses", "", "", "", "", str(tw["before"]), str(tw["after"])])
     styles.append([""] * 7)
     if not brief:
-        console.print(Grid(Text("Worst instruction (wavefronts/ideal) and total wavefronts over every instruction:",
-                                style="bold"), ["access", "before", "", "after", "", "total before", "total after"],
-                           rows, styles, left=1))  # fmt: skip
+        console.print(
+            Grid(
+                Text(
+                    "Worst instruction (wavefronts/ideal) and total wavefronts over every instruction:",
+                    style="bold",
+                ),
+                ["access", "before", "", "after", "", "total before", "total after"],
+                rows,
+                styles,
+                left=1,
+            )
+        )
     pct = 100 * (tw["before"] - tw["after"]) / max(1, tw["before"])
     sm, bl = c["smem_bytes"], c["blocks_per_sm"]
-    console.print(plain(f"Total wavefronts {tw['before']} -> {tw['after']} ({pct:.0f}% fewer; ideal "
-                        f"{c['ideal_wavefronts']}); shared memory {sm['before']} -> {sm['after']} bytes; blocks/SM "
-                        f"{bl['before']} -> {bl['after']}"))  # fmt: skip
+    console.print(
+        plain(
+            f"Total wavefronts {tw['before']} -> {tw['after']} ({pct:.0f}% fewer; ideal "
+            f"{c['ideal_wavefronts']}); shared memory {sm['before']} -> {sm['after']} bytes; blocks/SM "
+            f"{bl['before']} -> {bl['after']}"
+        )
+    )
     if brief:
         return
     for f in rep.fixes.buffers:
@@ -358,9 +504,16 @@ def _checklist(console: Console, rep: AnalyzeReport, brief: bool) -> None:
     console.print(Rule("Review checklist", align="left"))
     items = rep.checklist
     counts = {s: sum(1 for i in items if i.status == s) for s in (PASS, FAIL, "n/a")}
-    console.print(plain(f"{counts[PASS]} pass, {counts[FAIL]} fail, {counts['n/a']} n/a"
-                        + (" (evaluated on the generated kernel)" if rep.spec.kernel is not None else
-                           " (evaluated on the spec: what it cannot answer is n/a, with why)")))  # fmt: skip
+    console.print(
+        plain(
+            f"{counts[PASS]} pass, {counts[FAIL]} fail, {counts['n/a']} n/a"
+            + (
+                " (evaluated on the generated kernel)"
+                if rep.spec.kernel is not None
+                else " (evaluated on the spec: what it cannot answer is n/a, with why)"
+            )
+        )
+    )
     for i in items:
         if brief and i.status != FAIL:
             continue

@@ -151,8 +151,12 @@ def details_summary(ar: AccessResult, budget: int) -> dict:
     """How many instructions, how many distinct, how many of those detailed within ``budget``."""
     first, _ = ar.distinct
     shown = min(len(first), max(0, budget))
-    return {"instructions": len(ar.bank.wavefronts), "distinct": len(first), "detailed": shown,
-            "left_out": len(first) - shown}  # fmt: skip
+    return {
+        "instructions": len(ar.bank.wavefronts),
+        "distinct": len(first),
+        "detailed": shown,
+        "left_out": len(first) - shown,
+    }
 
 
 def iter_details(ar: AccessResult, budget: int) -> Iterator[dict]:
@@ -210,8 +214,15 @@ class Grid:
     """A table drawn as text: right-aligned columns separated by two spaces when it fits the width it is rendered
     at, else one ``header: value`` record per row (first cell as the record's title). Fast: no layout pass."""
 
-    def __init__(self, title: Text | str | None, headers: list[str], rows: list[list[str]],
-                 styles: list[list[str]] | None = None, left: int = 0, wrap_last: bool = False):  # fmt: skip
+    def __init__(
+        self,
+        title: Text | str | None,
+        headers: list[str],
+        rows: list[list[str]],
+        styles: list[list[str]] | None = None,
+        left: int = 0,
+        wrap_last: bool = False,
+    ):
         self.title = Text(title) if isinstance(title, str) else title
         self.headers, self.rows, self.styles, self.left = headers, rows, styles, left
         self.wrap_last = wrap_last  # the last column is prose: wrapped in its own column when the rest fits
@@ -276,13 +287,23 @@ def lane_table(ar: AccessResult, i: int | None = None) -> Grid:
     when a console is too narrow for its columns."""
     i = ar.worst if i is None else i
     rows = lane_rows(ar, i)
-    coord = ("stage, row, col" if ar.stages is not None else "row, col") if ar.rows is not None else (
-        "index" if ar.cols is not None else None)  # fmt: skip
-    title = Text(f"{printable(ar.access.name)} @ {printable(ar.label(i))}: {int(ar.bank.wavefronts[i])} wavefronts "
-                 f"(ideal {int(ar.bank.ideal_wavefronts[i])})", style="bold")  # fmt: skip
+    coord = (
+        ("stage, row, col" if ar.stages is not None else "row, col")
+        if ar.rows is not None
+        else ("index" if ar.cols is not None else None)
+    )
+    title = Text(
+        f"{printable(ar.access.name)} @ {printable(ar.label(i))}: {int(ar.bank.wavefronts[i])} wavefronts "
+        f"(ideal {int(ar.bank.ideal_wavefronts[i])})",
+        style="bold",
+    )
     cp = ar.bank.sources is not None
-    heads = ["lane"] + ([coord] if coord else []) + (["source byte"] if cp else []) + \
-        ["byte addr", "bank(s)", "group" if cp else "phase", "wavefront"]  # fmt: skip
+    heads = (
+        ["lane"]
+        + ([coord] if coord else [])
+        + (["source byte"] if cp else [])
+        + ["byte addr", "bank(s)", "group" if cp else "phase", "wavefront"]
+    )
     cells = []
     for r in rows:
         if not r["active"]:
@@ -298,8 +319,12 @@ def lane_table(ar: AccessResult, i: int | None = None) -> Grid:
         banks = r["banks"]
         if cp:
             c.append(str(r["source"]))
-        c += [str(r["address"]), f"{banks[0]}" if len(banks) == 1 else f"{banks[0]}-{banks[-1]}", str(r["phase"]),
-              ",".join(str(w) for w in r["wavefronts"])]  # fmt: skip
+        c += [
+            str(r["address"]),
+            f"{banks[0]}" if len(banks) == 1 else f"{banks[0]}-{banks[-1]}",
+            str(r["phase"]),
+            ",".join(str(w) for w in r["wavefronts"]),
+        ]
         cells.append(c)
     return Grid(title, heads, cells)
 

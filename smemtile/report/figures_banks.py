@@ -54,8 +54,10 @@ def bank_loads(ar: AccessResult, i: int) -> tuple[np.ndarray, np.ndarray, np.nda
 
 
 def _caption(ar: AccessResult, i: int) -> str:
-    return (f"{ar.access.name} @ {ar.label(i)}: {int(ar.bank.wavefronts[i])} wavefronts (ideal "
-            f"{int(ar.bank.ideal_wavefronts[i])}), {ar.layout.describe()}")  # fmt: skip
+    return (
+        f"{ar.access.name} @ {ar.label(i)}: {int(ar.bank.wavefronts[i])} wavefronts (ideal "
+        f"{int(ar.bank.ideal_wavefronts[i])}), {ar.layout.describe()}"
+    )
 
 
 def lanes_by_banks(ar: AccessResult, i: int, variant: str) -> Svg:
@@ -65,10 +67,24 @@ def lanes_by_banks(ar: AccessResult, i: int, variant: str) -> Svg:
     wf, ideal = int(ar.bank.wavefronts[i]), int(ar.bank.ideal_wavefronts[i])
     unit = "group" if ar.bank.sources is not None else "phase"
     label = f"{variant}: lanes x banks, {_caption(ar, i)}"
-    svg = Svg(left + BANKS * cell_w + 10, top + 32 * cell_h + 40, label, data_figure="lanes-banks",
-              data_variant=variant, data_access=ar.access.name, data_wavefronts=wf, data_ideal=ideal)  # fmt: skip
-    svg.text(0, 14, f"{variant}: {wf} wavefronts (ideal {ideal})", size=13, weight="bold",
-             fill="#c92a2a" if wf > ideal else "#2b8a3e")  # fmt: skip
+    svg = Svg(
+        left + BANKS * cell_w + 10,
+        top + 32 * cell_h + 40,
+        label,
+        data_figure="lanes-banks",
+        data_variant=variant,
+        data_access=ar.access.name,
+        data_wavefronts=wf,
+        data_ideal=ideal,
+    )
+    svg.text(
+        0,
+        14,
+        f"{variant}: {wf} wavefronts (ideal {ideal})",
+        size=13,
+        weight="bold",
+        fill="#c92a2a" if wf > ideal else "#2b8a3e",
+    )
     svg.text(0, 28, f"{ar.access.name} @ {ar.label(i)} · {ar.layout.describe()}", size=10, fill="#495057")
     for b in range(BANKS):
         svg.text(left + b * cell_w + cell_w / 2, top - 4, b, size=7, anchor="middle", fill="#495057")
@@ -90,8 +106,14 @@ def lanes_by_banks(ar: AccessResult, i: int, variant: str) -> Svg:
     for lane in range(32):
         y = top + lane * cell_h
         idle = phase[lane] < 0
-        svg.text(left - 4, y + cell_h - 3, f"lane {lane} · {unit} {phase[lane]}" if not idle else f"lane {lane} idle",
-                 size=8, anchor="end", fill="#adb5bd" if idle else "#343a40")  # fmt: skip
+        svg.text(
+            left - 4,
+            y + cell_h - 3,
+            f"lane {lane} · {unit} {phase[lane]}" if not idle else f"lane {lane} idle",
+            size=8,
+            anchor="end",
+            fill="#adb5bd" if idle else "#343a40",
+        )
         for b in np.flatnonzero(load[lane]).tolist():
             n = int(load[lane, b])
             tip = f"lane {lane}, bank {b}: the bank delivers {n} distinct word{'s' if n != 1 else ''} in {unit} {phase[lane]}"
@@ -138,11 +160,22 @@ def buffer_words(ar: AccessResult, i: int, variant: str) -> Svg:
     cell = max(8, min(18, 620 // per_row))
     left, top = 74, 40
     height = top + len(shown) * cell + 30
-    svg = Svg(max(420, left + per_row * cell + 10), height, f"{variant}: {ar.buffer.name} storage, {what}s x 4-byte words, "
-              f"{_caption(ar, i)}", data_figure="buffer-words", data_variant=variant, data_access=ar.access.name,
-              data_wavefronts=int(ar.bank.wavefronts[i]))  # fmt: skip
-    svg.text(0, 14, f"{ar.buffer.name}: {what}s x 4-byte words ({rb} bytes per {what}), bank in each cell", size=11,
-             weight="bold")  # fmt: skip
+    svg = Svg(
+        max(420, left + per_row * cell + 10),
+        height,
+        f"{variant}: {ar.buffer.name} storage, {what}s x 4-byte words, {_caption(ar, i)}",
+        data_figure="buffer-words",
+        data_variant=variant,
+        data_access=ar.access.name,
+        data_wavefronts=int(ar.bank.wavefronts[i]),
+    )
+    svg.text(
+        0,
+        14,
+        f"{ar.buffer.name}: {what}s x 4-byte words ({rb} bytes per {what}), bank in each cell",
+        size=11,
+        weight="bold",
+    )
     svg.text(
         0, 28, f"{len(word_load)} words touched by {ar.access.name} @ {ar.label(i)}", size=9, fill="#495057"
     )
@@ -168,8 +201,14 @@ def buffer_words(ar: AccessResult, i: int, variant: str) -> Svg:
             tip = f"byte {4 * w}: bank {w % BANKS}, delivers {n} distinct word(s) in its phase" if n else None
             svg.rect(left + c * cell, y, cell - 1, cell - 1, load_colour(n), title=tip)
             if cell >= 14:
-                svg.text(left + c * cell + (cell - 1) / 2, y + cell - 5, w % BANKS, size=7, anchor="middle",
-                         fill="#ffffff" if n > 1 else "#495057" if n == 0 else "#0b3d17")  # fmt: skip
+                svg.text(
+                    left + c * cell + (cell - 1) / 2,
+                    y + cell - 5,
+                    w % BANKS,
+                    size=7,
+                    anchor="middle",
+                    fill="#ffffff" if n > 1 else "#495057" if n == 0 else "#0b3d17",
+                )
     return svg
 
 
@@ -205,12 +244,22 @@ def _swizzle_grid(buf: Buffer, lay: Layout, label: str, max_rows: int) -> Svg:
     period_rows = max(1, sw.period // max(1, stride)) if sw is not None else 8
     n_rows = max(1, min(max_rows, buf.rows if len(buf.shape) > 1 else 16, max(8, period_rows)))
     cell, left, top = 30, 58, 44
-    svg = Svg(max(420, left + n_chunks * cell + 10), top + n_rows * 20 + 30, label, data_figure="layout",
-              data_layout=lay.describe())  # fmt: skip
+    svg = Svg(
+        max(420, left + n_chunks * cell + 10),
+        top + n_rows * 20 + 30,
+        label,
+        data_figure="layout",
+        data_layout=lay.describe(),
+    )
     svg.text(0, 14, label, size=11, weight="bold")
     what = str(sw) if sw is not None else "no swizzle"
-    svg.text(0, 28, f"{what}: logical chunk ({chunk} elements = {chunk * buf.elem_bytes} B) -> stored chunk",
-             size=9, fill="#495057")  # fmt: skip
+    svg.text(
+        0,
+        28,
+        f"{what}: logical chunk ({chunk} elements = {chunk * buf.elem_bytes} B) -> stored chunk",
+        size=9,
+        fill="#495057",
+    )
     for c in range(n_chunks):
         svg.text(left + c * cell + cell / 2, top - 4, c, size=8, anchor="middle", fill="#868e96")
     for r in range(n_rows):
@@ -221,10 +270,22 @@ def _swizzle_grid(buf: Buffer, lay: Layout, label: str, max_rows: int) -> Svg:
             dr, dc = divmod(o, stride)
             dc //= chunk
             txt = str(dc) if dr == r else f"{dr}.{dc}"
-            svg.rect(left + c * cell, y, cell - 2, 18, hue(dc, n_chunks),
-                     title=f"row {r}, chunk {c} -> stored in row {dr}, chunk {dc}")  # fmt: skip
-            svg.text(left + c * cell + (cell - 2) / 2, y + 13, txt, size=9, anchor="middle",
-                     weight="bold" if dc != c else None)  # fmt: skip
+            svg.rect(
+                left + c * cell,
+                y,
+                cell - 2,
+                18,
+                hue(dc, n_chunks),
+                title=f"row {r}, chunk {c} -> stored in row {dr}, chunk {dc}",
+            )
+            svg.text(
+                left + c * cell + (cell - 2) / 2,
+                y + 13,
+                txt,
+                size=9,
+                anchor="middle",
+                weight="bold" if dc != c else None,
+            )
     svg.text(
         0, top + n_rows * 20 + 16, "bold: the chunk moved; r.c: stored in another row", size=9, fill="#495057"
     )
@@ -239,21 +300,38 @@ def _bank_grid(buf: Buffer, lay: Layout, label: str, max_rows: int) -> Svg:
     cell = max(8, min(18, 640 // n_el))
     n_rows = max(1, min(max_rows, buf.rows if len(buf.shape) > 1 else 4))
     left, top = 58, 44
-    svg = Svg(max(420, left + n_el * cell + 10), top + n_rows * (cell + 2) + 26, label, data_figure="layout",
-              data_layout=lay.describe())  # fmt: skip
+    svg = Svg(
+        max(420, left + n_el * cell + 10),
+        top + n_rows * (cell + 2) + 26,
+        label,
+        data_figure="layout",
+        data_layout=lay.describe(),
+    )
     svg.text(0, 14, label, size=11, weight="bold")
     more = f" (first {n_el} of {stride})" if n_el < stride else ""
-    svg.text(0, 28, f"bank of each element (row stride {stride} elements = {stride * e} B{more}); hatched: padding",
-             size=9, fill="#495057")  # fmt: skip
+    svg.text(
+        0,
+        28,
+        f"bank of each element (row stride {stride} elements = {stride * e} B{more}); hatched: padding",
+        size=9,
+        fill="#495057",
+    )
     for r in range(n_rows):
         y = top + r * (cell + 2)
         svg.text(left - 6, y + cell - 4, f"row {r}", size=8, anchor="end")
         for c in range(n_el):
             bank = (r * stride + c) * e // 4 % BANKS
             pad = c >= cols
-            svg.rect(left + c * cell, y, cell - 1, cell, "#dee2e6" if pad else hue(bank, BANKS, 72),
-                     title=f"row {r}, element {c}: bank {bank}" + (" (padding)" if pad else ""),
-                     stroke="#868e96" if pad else None, stroke_dasharray="2 2" if pad else None)  # fmt: skip
+            svg.rect(
+                left + c * cell,
+                y,
+                cell - 1,
+                cell,
+                "#dee2e6" if pad else hue(bank, BANKS, 72),
+                title=f"row {r}, element {c}: bank {bank}" + (" (padding)" if pad else ""),
+                stroke="#868e96" if pad else None,
+                stroke_dasharray="2 2" if pad else None,
+            )
             if cell >= 14:
                 svg.text(left + c * cell + (cell - 1) / 2, y + cell - 5, bank, size=7, anchor="middle")
     return svg

@@ -35,11 +35,25 @@ def _axes(svg: Svg, xmax: float, xlabel: str, xticks: list[float], fmt) -> None:
     svg.text((x0 + x1) / 2, H - 8, xlabel, size=10, anchor="middle", fill="#343a40")
 
 
-def _curve(title: str, xs: np.ndarray, occ: np.ndarray, this_x: float, this_occ: float, xlabel: str,
-           xticks: list[float], fmt, key: str) -> Svg:  # fmt: skip
+def _curve(
+    title: str,
+    xs: np.ndarray,
+    occ: np.ndarray,
+    this_x: float,
+    this_occ: float,
+    xlabel: str,
+    xticks: list[float],
+    fmt,
+    key: str,
+) -> Svg:
     xmax = float(xs[-1])
-    svg = Svg(W, H, f"{title}; this kernel {100 * this_occ:.0f}% at {fmt(this_x)}", data_figure="occupancy",
-              data_curve=key)  # fmt: skip
+    svg = Svg(
+        W,
+        H,
+        f"{title}; this kernel {100 * this_occ:.0f}% at {fmt(this_x)}",
+        data_figure="occupancy",
+        data_curve=key,
+    )
     svg.text(4, 16, title, size=12, weight="bold")
     _axes(svg, xmax, xlabel, xticks, fmt)
     x0, y0, x1, y1 = PAD_L, H - PAD_B, W - PAD_R, PAD_T
@@ -58,11 +72,26 @@ def _curve(title: str, xs: np.ndarray, occ: np.ndarray, this_x: float, this_occ:
     svg.polyline(pts, "#1c7ed6", 2)
     cx, cy = px(this_x), py(this_occ)
     svg.line(cx, y0, cx, cy, stroke="#e03131", stroke_dasharray="3 3")
-    svg.circle(cx, cy, 5, "#e03131", title=f"this kernel: {fmt(this_x)} -> occupancy {100 * this_occ:.1f}%",
-               data_marker="this", data_x=this_x, data_occupancy=round(this_occ, 6))  # fmt: skip
+    svg.circle(
+        cx,
+        cy,
+        5,
+        "#e03131",
+        title=f"this kernel: {fmt(this_x)} -> occupancy {100 * this_occ:.1f}%",
+        data_marker="this",
+        data_x=this_x,
+        data_occupancy=round(this_occ, 6),
+    )
     anchor = "end" if cx > (x0 + x1) / 2 else "start"
-    svg.text(cx + (-8 if anchor == "end" else 8), max(y1 + 12, cy - 8), f"this kernel {100 * this_occ:.0f}%",
-             size=10, anchor=anchor, fill="#c92a2a", weight="bold")  # fmt: skip
+    svg.text(
+        cx + (-8 if anchor == "end" else 8),
+        max(y1 + 12, cy - 8),
+        f"this kernel {100 * this_occ:.0f}%",
+        size=10,
+        anchor=anchor,
+        fill="#c92a2a",
+        weight="bold",
+    )
     return svg
 
 
@@ -88,13 +117,40 @@ def occupancy_curves(
     occ = float(here.occupancy[0])
     tmax = arch.max_threads_per_block
     figs = [
-        _curve("Occupancy vs threads per block", ts, t.occupancy, threads, occ, "threads per block",
-               [x for x in (0, 256, 512, 768, 1024) if x <= tmax], lambda v: f"{v:g}", "threads"),
-        _curve("Occupancy vs registers per thread", rs, r.occupancy, regs, occ, "registers per thread",
-               [0, 64, 128, 192, 255], lambda v: f"{v:g}", "registers"),
-        _curve("Occupancy vs shared memory per block", ss, s.occupancy, smem, occ, "shared memory per block",
-               [x * 1024 for x in range(0, arch.smem_optin_per_block // 1024 + 1, 64)], _kib, "shared_memory"),
-    ]  # fmt: skip
+        _curve(
+            "Occupancy vs threads per block",
+            ts,
+            t.occupancy,
+            threads,
+            occ,
+            "threads per block",
+            [x for x in (0, 256, 512, 768, 1024) if x <= tmax],
+            lambda v: f"{v:g}",
+            "threads",
+        ),
+        _curve(
+            "Occupancy vs registers per thread",
+            rs,
+            r.occupancy,
+            regs,
+            occ,
+            "registers per thread",
+            [0, 64, 128, 192, 255],
+            lambda v: f"{v:g}",
+            "registers",
+        ),
+        _curve(
+            "Occupancy vs shared memory per block",
+            ss,
+            s.occupancy,
+            smem,
+            occ,
+            "shared memory per block",
+            [x * 1024 for x in range(0, arch.smem_optin_per_block // 1024 + 1, 64)],
+            _kib,
+            "shared_memory",
+        ),
+    ]
     return figs, {
         "occupancy": occ,
         "active_blocks": int(here.active_blocks[0]),
@@ -119,8 +175,14 @@ def tile_chart(data: dict, max_rows: int = 16) -> Svg:
         "predicted"
     ):  # the spec's own tile, scored but outside the ranking: its own row
         err = cands[0].get("error") if cands else None
-        cands.append({"rank": "spec", "label": f"this spec: {mine_.get('label')}", "predicted": mine_["predicted"],
-                      "error": err})  # fmt: skip
+        cands.append(
+            {
+                "rank": "spec",
+                "label": f"this spec: {mine_.get('label')}",
+                "predicted": mine_["predicted"],
+                "error": err,
+            }
+        )
         this = "spec"
     label_w = min(300, 12 + 6.2 * max((len(c["label"]) for c in cands), default=10))
     row_h, top, width = 18, 40, 860
@@ -131,12 +193,28 @@ def tile_chart(data: dict, max_rows: int = 16) -> Svg:
     vmin = max(0.0, np.floor((min(lows) - 0.15 * span) / step) * step)
     vmax = np.ceil((max(highs) + 0.1 * span) / step) * step
     height = top + len(cands) * row_h + 44
-    svg = Svg(width, height, f"tile ranking: predicted {unit} of the top {len(cands)} candidates with the expected "
-              "error", data_figure="tiles", data_unit=unit)  # fmt: skip
-    svg.text(4, 16, f"Predicted {unit} per candidate (top {len(cands)} of {data.get('total', len(cands))})", size=12,
-             weight="bold")  # fmt: skip
-    svg.text(4, 30, f"dot: the model's prediction; whiskers: x (1 +- expected error); red: this spec's tile; the axis "
-             f"starts at {vmin:g}", size=9, fill="#495057")  # fmt: skip
+    svg = Svg(
+        width,
+        height,
+        f"tile ranking: predicted {unit} of the top {len(cands)} candidates with the expected error",
+        data_figure="tiles",
+        data_unit=unit,
+    )
+    svg.text(
+        4,
+        16,
+        f"Predicted {unit} per candidate (top {len(cands)} of {data.get('total', len(cands))})",
+        size=12,
+        weight="bold",
+    )
+    svg.text(
+        4,
+        30,
+        f"dot: the model's prediction; whiskers: x (1 +- expected error); red: this spec's tile; the axis "
+        f"starts at {vmin:g}",
+        size=9,
+        fill="#495057",
+    )
     x0, x1 = label_w + 34, width - 110
 
     def px(v: float) -> float:
@@ -165,8 +243,20 @@ def tile_chart(data: dict, max_rows: int = 16) -> Svg:
             svg.line(lo, y + 5, lo, y + row_h - 5, stroke="#495057")
             svg.line(hi, y + 5, hi, y + row_h - 5, stroke="#495057")
         tip = f"#{c['rank']} {c['label']}: {p:.2f} {unit}" + (f" +- {100 * e:.1f}%" if e else "")
-        svg.circle(px(p), mid, 5, "#e03131" if mine else "#1c7ed6", title=tip, data_rank=c["rank"],
-                   data_predicted=round(p, 3))  # fmt: skip
-        svg.text(max(px(p * (1 + (e or 0))), px(p) + 6) + 5, y + 12,
-                 f"{p:.1f}" + (" measured" if c.get("measured") else ""), size=9, fill="#495057")  # fmt: skip
+        svg.circle(
+            px(p),
+            mid,
+            5,
+            "#e03131" if mine else "#1c7ed6",
+            title=tip,
+            data_rank=c["rank"],
+            data_predicted=round(p, 3),
+        )
+        svg.text(
+            max(px(p * (1 + (e or 0))), px(p) + 6) + 5,
+            y + 12,
+            f"{p:.1f}" + (" measured" if c.get("measured") else ""),
+            size=9,
+            fill="#495057",
+        )
     return svg

@@ -78,14 +78,23 @@ def report_html(rep: AnalyzeReport, ranking: dict | None = None) -> str:
     spec = rep.spec
     title = spec.name or spec.source
     body = [f"<h1>smemtile report: {_e(title)}</h1>", _header(rep), _verdict(rep), _toc()]
-    body += [_summary(rep), _heatmaps(rep), _layouts(rep), _occupancy(rep), _tiles(rep, ranking),
-             _declarations(rep), _checklist(rep)]  # fmt: skip
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
-            '<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f"<title>smemtile report: {_e(title)}</title><style>html,body{{margin:0;background:#f8f9fa}}\n"
-            f'{_scoped(STYLE)}</style></head>\n<body><main class="smemtile-report">{"".join(body)}</main></body>'
-            "</html>\n")  # fmt: skip
+    body += [
+        _summary(rep),
+        _heatmaps(rep),
+        _layouts(rep),
+        _occupancy(rep),
+        _tiles(rep, ranking),
+        _declarations(rep),
+        _checklist(rep),
+    ]
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>smemtile report: {_e(title)}</title><style>html,body{{margin:0;background:#f8f9fa}}\n"
+        f'{_scoped(STYLE)}</style></head>\n<body><main class="smemtile-report">{"".join(body)}</main></body>'
+        "</html>\n"
+    )
 
 
 def _section(key: str) -> str:
@@ -101,8 +110,10 @@ def _toc() -> str:
 def _header(rep: AnalyzeReport) -> str:
     spec, o = rep.spec, rep.occupancy["fixed"]
     bufs = "; ".join(f"{b.name}: {b.dtype} {list(b.shape)}, {b.layout.describe()}" for b in spec.buffers)
-    return (f'<p class="note">arch {_e(spec.arch.name)} (CC {spec.arch.cc[0]}.{spec.arch.cc[1]}), {o["threads"]} '
-            f"threads; buffers: {_e(bufs)}; source <code>{_e(spec.source)}</code></p>")  # fmt: skip
+    return (
+        f'<p class="note">arch {_e(spec.arch.name)} (CC {spec.arch.cc[0]}.{spec.arch.cc[1]}), {o["threads"]} '
+        f"threads; buffers: {_e(bufs)}; source <code>{_e(spec.source)}</code></p>"
+    )
 
 
 def _verdict(rep: AnalyzeReport) -> str:
@@ -119,9 +130,11 @@ def _verdict(rep: AnalyzeReport) -> str:
         if fix and fix.needed
         else ""
     )
-    return (f'<p class="verdict">{len(bad)} of {len(rep.results)} accesses conflict; worst <b>{_e(worst.access.name)}'
-            f"</b> {_degree(worst.degree)} ({worst.wavefronts} wavefronts, ideal {worst.ideal}){fx}. Total wavefronts "
-            f"{tw['before']} &rarr; {tw['after']} ({pct:.0f}% fewer).</p>")  # fmt: skip
+    return (
+        f'<p class="verdict">{len(bad)} of {len(rep.results)} accesses conflict; worst <b>{_e(worst.access.name)}'
+        f"</b> {_degree(worst.degree)} ({worst.wavefronts} wavefronts, ideal {worst.ideal}){fx}. Total wavefronts "
+        f"{tw['before']} &rarr; {tw['after']} ({pct:.0f}% fewer).</p>"
+    )
 
 
 def _degree(d: float) -> str:
@@ -135,8 +148,11 @@ def _summary(rep: AnalyzeReport) -> str:
     rows = []
     for r in rep.results:
         a = r.access
-        op = f"{a.op} x{a.matrices}{'.trans' if a.trans else ''}" if a.op in ("ldmatrix", "stmatrix") else (
-            f"{a.op} {a.width} B")  # fmt: skip
+        op = (
+            f"{a.op} x{a.matrices}{'.trans' if a.trans else ''}"
+            if a.op in ("ldmatrix", "stmatrix")
+            else (f"{a.op} {a.width} B")
+        )
         f = fixes.get(a.buffer)
         fix = (
             (f.recommended.layout.describe() if f.needed else "none needed")
@@ -147,19 +163,26 @@ def _summary(rep: AnalyzeReport) -> str:
         aft = f"{c['after']['wavefronts']}/{c['after']['ideal']} ({c['after']['degree']:g}x)" if c else "-"
         cls = "good" if r.conflict_free else "bad"
         acls = "good" if c and c["after"]["wavefronts"] == c["after"]["ideal"] else "warn"
-        rows.append(f"<tr><td>{_e(a.name)}</td><td>{_e(a.buffer)}</td><td>{_e(op)}</td>"
-                    f'<td class="num {cls}">{r.wavefronts}/{r.ideal} ({r.degree:g}x)</td><td>{_e(fix)}</td>'
-                    f'<td class="num {acls}">{_e(aft)}</td></tr>')  # fmt: skip
+        rows.append(
+            f"<tr><td>{_e(a.name)}</td><td>{_e(a.buffer)}</td><td>{_e(op)}</td>"
+            f'<td class="num {cls}">{r.wavefronts}/{r.ideal} ({r.degree:g}x)</td><td>{_e(fix)}</td>'
+            f'<td class="num {acls}">{_e(aft)}</td></tr>'
+        )
     c = rep.comparison
     tw, sm, bl = c["total_wavefronts"], c["smem_bytes"], c["blocks_per_sm"]
     o = rep.occupancy["fixed"]
-    occ = (f"occupancy {100 * o['occupancy']:.0f}% ({o['active_blocks']} blocks/SM, {o['active_warps']} warps; "
-           f"limiter: {o['limiter'].replace('_', ' ')})")  # fmt: skip
-    return (_section("summary") + "<table><thead><tr><th>access</th><th>buffer</th><th>op</th><th>worst / ideal "
-            "(degree)</th><th>fix</th><th>after the fix</th></tr></thead><tbody>" + "".join(rows) +
-            f"</tbody></table><p>Total wavefronts over every instruction {tw['before']} &rarr; {tw['after']} "
-            f"(ideal {c['ideal_wavefronts']}); shared memory {sm['before']} &rarr; {sm['after']} bytes; blocks/SM "
-            f"{bl['before']} &rarr; {bl['after']}; {_e(occ)}.</p></section>")  # fmt: skip
+    occ = (
+        f"occupancy {100 * o['occupancy']:.0f}% ({o['active_blocks']} blocks/SM, {o['active_warps']} warps; "
+        f"limiter: {o['limiter'].replace('_', ' ')})"
+    )
+    return (
+        _section("summary") + "<table><thead><tr><th>access</th><th>buffer</th><th>op</th><th>worst / ideal "
+        "(degree)</th><th>fix</th><th>after the fix</th></tr></thead><tbody>"
+        + "".join(rows)
+        + f"</tbody></table><p>Total wavefronts over every instruction {tw['before']} &rarr; {tw['after']} "
+        f"(ideal {c['ideal_wavefronts']}); shared memory {sm['before']} &rarr; {sm['after']} bytes; blocks/SM "
+        f"{bl['before']} &rarr; {bl['after']}; {_e(occ)}.</p></section>"
+    )
 
 
 def _fig(svg: Svg | str, caption: str, cls: str = "") -> str:
@@ -168,15 +191,20 @@ def _fig(svg: Svg | str, caption: str, cls: str = "") -> str:
 
 
 def _heatmaps(rep: AnalyzeReport) -> str:
-    out = [_section("heatmaps"), '<p class="note">Each row is a lane, each column a bank; a filled cell is a word the '
-           "lane touches, coloured by how many distinct words its bank delivers in the lane's phase (the busiest "
-           "bank of a phase is its wavefront count; lanes reading one word share it). Below, the same instruction "
-           "on the buffer's storage, with the bank in each cell. <b>After</b> is the same instruction (same warp "
-           "and loop values) under the fixed layout.</p>"]  # fmt: skip
+    out = [
+        _section("heatmaps"),
+        '<p class="note">Each row is a lane, each column a bank; a filled cell is a word the '
+        "lane touches, coloured by how many distinct words its bank delivers in the lane's phase (the busiest "
+        "bank of a phase is its wavefront count; lanes reading one word share it). Below, the same instruction "
+        "on the buffer's storage, with the bank in each cell. <b>After</b> is the same instruction (same warp "
+        "and loop values) under the fixed layout.</p>",
+    ]
     for r, a in pairs(rep):
         i = r.worst
-        out.append(f"<h3>{_e(r.access.name)} ({_e(r.access.op)} of {_e(r.access.buffer)}): {r.wavefronts} "
-                   f"wavefronts, ideal {r.ideal}</h3>")  # fmt: skip
+        out.append(
+            f"<h3>{_e(r.access.name)} ({_e(r.access.op)} of {_e(r.access.buffer)}): {r.wavefronts} "
+            f"wavefronts, ideal {r.ideal}</h3>"
+        )
         j = same_instruction(r, i, a) if a is not None else None
         figs = [_fig(lanes_by_banks(r, i, "before"), f"before: {r.layout.describe()}", "half")]
         words = [_fig(buffer_words(r, i, "before"), f"before: {r.buffer.name} storage", "half")]
@@ -246,16 +274,20 @@ def _occupancy(rep: AnalyzeReport) -> str:
     arch = rep.spec.arch
     figs, here = occupancy_curves(arch, o["threads"], o["regs"], o["static_smem"], o["dynamic_smem"])
     lim = o["limiter"].replace("_", " ")
-    text = (f"This kernel (the fixed variant): {o['threads']} threads, {o['regs']} registers/thread, "
-            f"{o['static_smem'] + o['dynamic_smem']} bytes of shared memory per block &rarr; {o['active_blocks']} "
-            f"blocks/SM, {o['active_warps']} of {arch.max_warps_per_sm} warps, occupancy "
-            f"<b>{100 * o['occupancy']:.0f}%</b>. Limiter: <b>{_e(lim)}</b>"
-            f" ({_e(_limits(o))}). Registers: {_e(o['regs_source'])}.")  # fmt: skip
+    text = (
+        f"This kernel (the fixed variant): {o['threads']} threads, {o['regs']} registers/thread, "
+        f"{o['static_smem'] + o['dynamic_smem']} bytes of shared memory per block &rarr; {o['active_blocks']} "
+        f"blocks/SM, {o['active_warps']} of {arch.max_warps_per_sm} warps, occupancy "
+        f"<b>{100 * o['occupancy']:.0f}%</b>. Limiter: <b>{_e(lim)}</b>"
+        f" ({_e(_limits(o))}). Registers: {_e(o['regs_source'])}."
+    )
     if o["active_blocks"] == 0:
         why = o.get("reason") or "0 blocks fit on an SM"
         text += f' <b class="bad">The block cannot launch: {_e(why)}.</b>'
-    return (_section("occupancy") + f'<div class="figs">{"".join(_fig(s, s.label) for s in figs)}</div>'
-            f'<p data-occupancy="{here["occupancy"]:.6f}">{text}</p></section>')  # fmt: skip
+    return (
+        _section("occupancy") + f'<div class="figs">{"".join(_fig(s, s.label) for s in figs)}</div>'
+        f'<p data-occupancy="{here["occupancy"]:.6f}">{text}</p></section>'
+    )
 
 
 def _limits(o: dict) -> str:
@@ -273,45 +305,77 @@ def _tiles(rep: AnalyzeReport, ranking: dict | None) -> str:
         if "ranked" not in t:
             ranking = {"missing": t.get("missing", "no tile model applies")}
         else:
-            cands = [{"rank": c.get("model_rank"), "label": c["label"], "predicted": c["predicted"], "error": None}
-                     for c in t["ranked"] if c.get("predicted") is not None]  # fmt: skip
+            cands = [
+                {"rank": c.get("model_rank"), "label": c["label"], "predicted": c["predicted"], "error": None}
+                for c in t["ranked"]
+                if c.get("predicted") is not None
+            ]
             this = t.get("this") or {}
-            ranking = {"unit": t.get("unit", ""), "candidates": cands, "total": t.get("ranked_total", len(cands)),
-                       "this": {"rank": this.get("model_rank"), "label": this.get("label"),
-                                "predicted": this.get("predicted")},
-                       "error_text": "not given here (smemtile tiles prints it)", "command": t.get("command", "")}  # fmt: skip
+            ranking = {
+                "unit": t.get("unit", ""),
+                "candidates": cands,
+                "total": t.get("ranked_total", len(cands)),
+                "this": {
+                    "rank": this.get("model_rank"),
+                    "label": this.get("label"),
+                    "predicted": this.get("predicted"),
+                },
+                "error_text": "not given here (smemtile tiles prints it)",
+                "command": t.get("command", ""),
+            }
     if "missing" in ranking or not ranking.get("candidates"):
         why = ranking.get("missing", "the model ranks no candidate")
         return out + f'<p class="note">Not applicable: {_e(why)}</p></section>'
     this = ranking.get("this") or {}
-    where = (f"this spec's tile ({_e(this.get('label'))}) is #{this['rank']}" if this.get("rank") else
-             f"this spec's tile ({_e(this.get('label') or 'unnamed')}) is not among the ranked candidates"
-             + (" (its own prediction is the last row)" if this.get("predicted") else ""))  # fmt: skip
-    return (out + _fig(tile_chart(ranking), f"the ranking of {ranking.get('command', '')}") +
-            f"<p>{where}. Expected error: {_e(ranking.get('error_text', 'unknown'))}. Reproduce with "
-            f"<code>{_e(ranking.get('command', ''))}</code>.</p></section>")  # fmt: skip
+    where = (
+        f"this spec's tile ({_e(this.get('label'))}) is #{this['rank']}"
+        if this.get("rank")
+        else f"this spec's tile ({_e(this.get('label') or 'unnamed')}) is not among the ranked candidates"
+        + (" (its own prediction is the last row)" if this.get("predicted") else "")
+    )
+    return (
+        out
+        + _fig(tile_chart(ranking), f"the ranking of {ranking.get('command', '')}")
+        + f"<p>{where}. Expected error: {_e(ranking.get('error_text', 'unknown'))}. Reproduce with "
+        f"<code>{_e(ranking.get('command', ''))}</code>.</p></section>"
+    )
 
 
 def _declarations(rep: AnalyzeReport) -> str:
     decl = rep.declarations["fixed"]
-    out = [_section("declarations"), f"<p>{decl.total_bytes} bytes per block"
-           + (", dynamic shared memory with the opt-in attribute" if decl.dynamic else ", static __shared__ arrays")
-           + ":</p>", f"<pre><code>{_e(chr(10).join(decl.lines()))}</code></pre>"]  # fmt: skip
+    out = [
+        _section("declarations"),
+        f"<p>{decl.total_bytes} bytes per block"
+        + (
+            ", dynamic shared memory with the opt-in attribute"
+            if decl.dynamic
+            else ", static __shared__ arrays"
+        )
+        + ":</p>",
+        f"<pre><code>{_e(chr(10).join(decl.lines()))}</code></pre>",
+    ]
     from smemtile.report.layout import layout_diff
 
     for f in rep.fixes.buffers:
         diff = layout_diff(f.buffer, f.baseline.layout, f.recommended.layout)
         if diff:
-            out.append(f"<h3>{_e(f.buffer.name)}: the declaration's diff</h3><pre><code>{_e(chr(10).join(diff))}"
-                       "</code></pre>")  # fmt: skip
+            out.append(
+                f"<h3>{_e(f.buffer.name)}: the declaration's diff</h3><pre><code>{_e(chr(10).join(diff))}"
+                "</code></pre>"
+            )
     return "".join(out) + "</section>"
 
 
 def _checklist(rep: AnalyzeReport) -> str:
-    rows = "".join(f'<tr><td class="{"good" if i.status == "pass" else "bad" if i.status == "fail" else ""}">'
-                   f"{_e(i.status)}</td><td>{_e(i.text)}</td><td>{_e(i.reason)}</td></tr>" for i in rep.checklist)  # fmt: skip
-    return (_section("checklist") + "<table><thead><tr><th>status</th><th>item</th><th>why</th></tr></thead>"
-            f"<tbody>{rows}</tbody></table></section>")  # fmt: skip
+    rows = "".join(
+        f'<tr><td class="{"good" if i.status == "pass" else "bad" if i.status == "fail" else ""}">'
+        f"{_e(i.status)}</td><td>{_e(i.text)}</td><td>{_e(i.reason)}</td></tr>"
+        for i in rep.checklist
+    )
+    return (
+        _section("checklist") + "<table><thead><tr><th>status</th><th>item</th><th>why</th></tr></thead>"
+        f"<tbody>{rows}</tbody></table></section>"
+    )
 
 
 def report_svg(rep: AnalyzeReport) -> str:
@@ -341,16 +405,24 @@ def command_page(
         body.append(verdict)
     body.append(f'<nav aria-label="contents"><h2>Contents</h2><ol>{items}</ol></nav>')
     body += [f'<section id="{k}"><h2>{_e(n)}</h2>{html}</section>' for k, n, html in sections]
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
-            '<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f"<title>{_e(title)}</title><style>html,body{{margin:0;background:#f8f9fa}}\n"
-            f'{_scoped(STYLE)}</style></head>\n<body><main class="smemtile-report">{"".join(body)}</main></body>'
-            "</html>\n")  # fmt: skip
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{_e(title)}</title><style>html,body{{margin:0;background:#f8f9fa}}\n"
+        f'{_scoped(STYLE)}</style></head>\n<body><main class="smemtile-report">{"".join(body)}</main></body>'
+        "</html>\n"
+    )
 
 
-def table(heads: list[str], rows: list[list[object]], *, num: tuple[int, ...] = (), cls=None,
-          nowrap: tuple[int, ...] = ()) -> str:  # fmt: skip
+def table(
+    heads: list[str],
+    rows: list[list[object]],
+    *,
+    num: tuple[int, ...] = (),
+    cls=None,
+    nowrap: tuple[int, ...] = (),
+) -> str:
     """An HTML table of escaped cells; columns in ``num`` right-aligned, in ``nowrap`` kept on one line (short
     words); ``cls(row_index, col) -> class``."""
     th = "".join(f"<th>{_e(h)}</th>" for h in heads)

@@ -53,8 +53,10 @@ def declaration_text(fx: ArrayFix, lay: Layout) -> list[str]:
     if d is None or d.dims is None:
         return declaration(fx.fix.buffer, lay)
     if lay.swizzle is not None:
-        return [f"__shared__ {d.ctype} {d.name}{''.join(f'[{t}]' for t in d.dim_text)};  // unchanged; index it "
-                f"through the swizzle:"] + declaration(fx.fix.buffer, lay)[1:]  # fmt: skip
+        return [
+            f"__shared__ {d.ctype} {d.name}{''.join(f'[{t}]' for t in d.dim_text)};  // unchanged; index it "
+            f"through the swizzle:"
+        ] + declaration(fx.fix.buffer, lay)[1:]
     pad = lay.pad // d.vector if lay.pad % d.vector == 0 else None
     if pad is None:
         return declaration(fx.fix.buffer, lay)
@@ -72,11 +74,16 @@ def _instr_dict(r: InstrReport, detail: bool) -> dict:
     d.update(array=r.array, executions=r.executions, records=r.records, modelled=r.modelled, note=r.note)
     if r.result is not None:
         d.update(
-            wavefronts_worst=r.worst, ideal_worst=r.worst_ideal, wavefronts_mean=round(r.mean, 4),
-            ideal_mean=round(r.mean_ideal, 4), l1_wavefronts_shared=round(r.wavefronts, 2),
-            ideal=round(r.ideal, 2), excessive=round(r.excessive, 2),
-            conflict_degree=round(r.result.degree, 4), worst_at=r.result.label(r.result.worst),
-        )  # fmt: skip
+            wavefronts_worst=r.worst,
+            ideal_worst=r.worst_ideal,
+            wavefronts_mean=round(r.mean, 4),
+            ideal_mean=round(r.mean_ideal, 4),
+            l1_wavefronts_shared=round(r.wavefronts, 2),
+            ideal=round(r.ideal, 2),
+            excessive=round(r.excessive, 2),
+            conflict_degree=round(r.result.degree, 4),
+            worst_at=r.result.label(r.result.worst),
+        )
         if detail:
             d["worst_lanes"] = [x for x in lane_rows(r.result, r.result.worst) if x["active"]]
     return d
@@ -103,16 +110,24 @@ def _match(pred: float, execs: int, m: dict | None, full: bool, ln=None) -> tupl
         if abs(pred - q) <= MATCH_TOLERANCE * max(q, 1):
             return "yes", ""
         sass = ", ".join(m.get("sass") or []) or "?"
-        counts = "" if n == execs else (f"; ncu counts {n} executions of the line's SASS instructions ({sass}), "
-                                        f"the recording {execs} of its PTX ones (ptxas merged, split or predicated "
-                                        "them)")  # fmt: skip
+        counts = (
+            ""
+            if n == execs
+            else (
+                f"; ncu counts {n} executions of the line's SASS instructions ({sass}), "
+                f"the recording {execs} of its PTX ones (ptxas merged, split or predicated "
+                "them)"
+            )
+        )
         return "no", f"measured {q:.0f} wavefronts over the whole grid, predicted {pred:.0f}{counts}"
     p, q = pred / execs, m["wavefronts"] / n
     if abs(p - q) <= MATCH_TOLERANCE * max(q, 1):
         return "yes", ""
-    return "no", (f"the sample covers {execs} of ncu's {n} executions; measured {q:.2f} wavefronts per execution "
-                  f"over the grid, predicted {p:.2f} for the sampled warps (the unsampled ones differ, or ptxas "
-                  "predicated the line's instructions: run with --blocks/--warps covering the grid)")  # fmt: skip
+    return "no", (
+        f"the sample covers {execs} of ncu's {n} executions; measured {q:.2f} wavefronts per execution "
+        f"over the grid, predicted {p:.2f} for the sampled warps (the unsampled ones differ, or ptxas "
+        "predicated the line's instructions: run with --blocks/--warps covering the grid)"
+    )
 
 
 def _full(res) -> bool:
@@ -124,10 +139,17 @@ def result_to_dict(res) -> dict:
     full = _full(res)
     lines = []
     for ln in res.lines:
-        d = {"file": ln.file, "line": ln.line, "instructions": [r.instr.index for r in ln.instrs],
-             "executions": ln.executions, "l1_wavefronts_shared": round(ln.wavefronts, 2),
-             "ideal": round(ln.ideal, 2), "excessive": round(ln.excessive, 2),
-             "worst_conflict_degree": round(ln.worst_degree, 4), "arrays": ln.arrays}  # fmt: skip
+        d = {
+            "file": ln.file,
+            "line": ln.line,
+            "instructions": [r.instr.index for r in ln.instrs],
+            "executions": ln.executions,
+            "l1_wavefronts_shared": round(ln.wavefronts, 2),
+            "ideal": round(ln.ideal, 2),
+            "excessive": round(ln.excessive, 2),
+            "worst_conflict_degree": round(ln.worst_degree, 4),
+            "arrays": ln.arrays,
+        }
         if res.ncu is not None:
             m = res.ncu.get(_where(ln.file, ln.line))
             d["ncu"] = m
@@ -155,7 +177,7 @@ def result_to_dict(res) -> dict:
                 "note": a.note,
             }
             for k, a in res.arrays.items()
-        ],  # fmt: skip
+        ],
         "instructions": [_instr_dict(r, r is top) for r in res.reports]
         if res.reports
         else [{**i.to_dict(), "executions": None} for i in res.instrs],
@@ -184,16 +206,29 @@ def _listing_lines(res) -> list[dict]:
     by: dict[tuple[str, int], list] = {}
     for i in res.instrs:
         by.setdefault((i.file, i.line), []).append(i)
-    return [{"file": f, "line": ln, "instructions": [i.index for i in v], "count": len(v),
-             "arrays": sorted({i.array for i in v if i.array})} for (f, ln), v in by.items()]  # fmt: skip
+    return [
+        {
+            "file": f,
+            "line": ln,
+            "instructions": [i.index for i in v],
+            "count": len(v),
+            "arrays": sorted({i.array for i in v if i.array}),
+        }
+        for (f, ln), v in by.items()
+    ]
 
 
 def _fix_dict(f: ArrayFix) -> dict:
     rec = f.fix.recommended
     d = f.fix.to_dict()
-    d.update(array=f.array.name, declaration_before=declaration_text(f, f.fix.baseline.layout),
-             declaration_after=declaration_text(f, rec.layout), wavefronts_before=round(f.before, 2),
-             wavefronts_after=round(f.after, 2), saving=round(f.before - f.after, 2))  # fmt: skip
+    d.update(
+        array=f.array.name,
+        declaration_before=declaration_text(f, f.fix.baseline.layout),
+        declaration_after=declaration_text(f, rec.layout),
+        wavefronts_before=round(f.before, 2),
+        wavefronts_after=round(f.after, 2),
+        saving=round(f.before - f.after, 2),
+    )
     return d
 
 
@@ -211,14 +246,20 @@ def _source_line(res, file: str, line: int) -> str:
 def render(console: Console, res, *, lanes: bool = True) -> None:
     """The listing, or the per-line and per-instruction tables, the costliest instruction's lanes, the fixes."""
     head = Text(f"{printable(res.kernel)}", style="bold")
-    head.append(f"  ({printable(res.source)}, grid {','.join(map(str, res.grid))}, block "
-                f"{','.join(map(str, res.block))}, {res.dynamic_smem} B dynamic shared memory, {res.arch})")  # fmt: skip
+    head.append(
+        f"  ({printable(res.source)}, grid {','.join(map(str, res.grid))}, block "
+        f"{','.join(map(str, res.block))}, {res.dynamic_smem} B dynamic shared memory, {res.arch})"
+    )
     console.print(head)
     for a in res.arrays.values():
         d = a.decl
         what = f"{d.ctype} {d.name}{''.join(f'[{x}]' for x in d.dim_text)}" if d else a.name
-        console.print(f"  __shared__ {printable(what)}: {a.size} bytes at shared offset {a.base}"
-                      + (f" ({printable(a.note)})" if a.note else ""), markup=False, highlight=False)  # fmt: skip
+        console.print(
+            f"  __shared__ {printable(what)}: {a.size} bytes at shared offset {a.base}"
+            + (f" ({printable(a.note)})" if a.note else ""),
+            markup=False,
+            highlight=False,
+        )
     for n in res.notes:
         console.print(f"  note: {printable(n)}", markup=False, highlight=False)
     if not res.reports:
@@ -226,10 +267,13 @@ def render(console: Console, res, *, lanes: bool = True) -> None:
     how = {"simulate": "emulated on the CPU", "gpu": "recorded on the GPU"}[res.mode]
     s = res.sample
     nb, nw = _blocks(res), _warps(res)
-    console.print(f"Sample: {how}, the first {min(s.blocks, nb)} of {nb} block(s) x warps 0-{min(s.warps, nw) - 1} of "
-                  f"{nw}, the first {s.executions} executions per instruction per warp "
-                  f"({res.meta.get('recorded', 0)} warp accesses recorded, {res.meta.get('dropped', 0)} more counted)",
-                  markup=False, highlight=False)  # fmt: skip
+    console.print(
+        f"Sample: {how}, the first {min(s.blocks, nb)} of {nb} block(s) x warps 0-{min(s.warps, nw) - 1} of "
+        f"{nw}, the first {s.executions} executions per instruction per warp "
+        f"({res.meta.get('recorded', 0)} warp accesses recorded, {res.meta.get('dropped', 0)} more counted)",
+        markup=False,
+        highlight=False,
+    )
     for n in res.meta.get("notes", []):
         console.print(f"  note: {printable(n)}", markup=False, highlight=False)
     console.print()
@@ -240,9 +284,11 @@ def render(console: Console, res, *, lanes: bool = True) -> None:
     if top is not None:
         console.print()
         ar = top.result
-        t = Text(f"Costliest: #{top.instr.index} `{printable(top.instr.text)}` at "
-                 f"{printable(_where(top.instr.file, top.instr.line))} on {printable(top.array or '?')}: ",
-                 style="bold")  # fmt: skip
+        t = Text(
+            f"Costliest: #{top.instr.index} `{printable(top.instr.text)}` at "
+            f"{printable(_where(top.instr.file, top.instr.line))} on {printable(top.array or '?')}: ",
+            style="bold",
+        )
         t.append(f"{ar.wavefronts} wavefronts (ideal {ar.ideal}), ")
         t.append_text(degree_text(ar))
         console.print(t)
@@ -252,8 +298,11 @@ def render(console: Console, res, *, lanes: bool = True) -> None:
                 console.print(ph)
     _render_fixes(console, res, lanes)
     if res.emitted:
-        console.print(f"\nSpec written to {printable(res.emitted)} (smemtile analyze it for the what-ifs)",
-                      markup=False, highlight=False)  # fmt: skip
+        console.print(
+            f"\nSpec written to {printable(res.emitted)} (smemtile analyze it for the what-ifs)",
+            markup=False,
+            highlight=False,
+        )
 
 
 def _render_listing(console: Console, res) -> None:
@@ -261,10 +310,22 @@ def _render_listing(console: Console, res) -> None:
     rows = []
     for d in _listing_lines(res):
         ops = sorted({_op_text(i) for i in res.instrs if (i.file, i.line) == (d["file"], d["line"])})
-        rows.append([_where(d["file"], d["line"]), str(d["count"]), ", ".join(ops), ", ".join(d["arrays"]) or "?",
-                     _source_line(res, d["file"], d["line"])])  # fmt: skip
-    console.print(_grid("Shared-memory instructions per source line (from the PTX; nothing was run):",
-                        ["line", "instructions", "ops", "array", "source"], rows))  # fmt: skip
+        rows.append(
+            [
+                _where(d["file"], d["line"]),
+                str(d["count"]),
+                ", ".join(ops),
+                ", ".join(d["arrays"]) or "?",
+                _source_line(res, d["file"], d["line"]),
+            ]
+        )
+    console.print(
+        _grid(
+            "Shared-memory instructions per source line (from the PTX; nothing was run):",
+            ["line", "instructions", "ops", "array", "source"],
+            rows,
+        )
+    )
     console.print()
     rows = [
         [str(i.index), _where(i.file, i.line), _op_text(i), i.array or "?", i.predicate, i.text]
@@ -285,22 +346,37 @@ def _render_lines(console: Console, res) -> None:
     notes = []
     for ln in res.lines:
         worst = max((r.result.degree for r in ln.instrs if r.result), default=None)
-        row = [_where(ln.file, ln.line), str(ln.executions), _num(ln.wavefronts), _num(ln.ideal), _num(ln.excessive),
-               "-" if worst is None else f"{worst:g}-way" if float(worst).is_integer() else f"{worst:.2f}x",
-               ", ".join(ln.arrays) or "?"]  # fmt: skip
+        row = [
+            _where(ln.file, ln.line),
+            str(ln.executions),
+            _num(ln.wavefronts),
+            _num(ln.ideal),
+            _num(ln.excessive),
+            "-" if worst is None else f"{worst:g}-way" if float(worst).is_integer() else f"{worst:.2f}x",
+            ", ".join(ln.arrays) or "?",
+        ]
         if res.ncu is not None:
             m = res.ncu.get(_where(ln.file, ln.line))
             ok, why = _match(ln.wavefronts, ln.executions, m, full, ln)
-            row += ["-" if not m else str(m["wavefronts"]),
-                    "-" if not m or not m.get("instructions") else f"{m['wavefronts'] / m['instructions']:.2f}", ok]  # fmt: skip
+            row += [
+                "-" if not m else str(m["wavefronts"]),
+                "-" if not m or not m.get("instructions") else f"{m['wavefronts'] / m['instructions']:.2f}",
+                ok,
+            ]
             if why and ok == "no":
                 notes.append(f"{_where(ln.file, ln.line)}: {why}")
         row.append(_source_line(res, ln.file, ln.line))
         rows.append(row)
         hot = "bold red" if ln.excessive > 0 else ""
         styles.append([hot] + [""] * (len(row) - 1))
-    console.print(_grid("Per source line, costliest first (over the sampled warps; Nsight Compute's columns):", heads,
-                        rows, styles))  # fmt: skip
+    console.print(
+        _grid(
+            "Per source line, costliest first (over the sampled warps; Nsight Compute's columns):",
+            heads,
+            rows,
+            styles,
+        )
+    )
     for n in notes:
         console.print(f"  disagreement {printable(n)}", markup=False, highlight=False)
 
@@ -310,20 +386,50 @@ def _render_instrs(console: Console, res) -> None:
     for r in res.reports:
         i = r.instr
         if r.result is None:
-            rows.append([str(i.index), _where(i.file, i.line), _op_text(i), r.array or "?", str(r.executions), "-", "-",
-                         "-", r.note or i.text])  # fmt: skip
+            rows.append(
+                [
+                    str(i.index),
+                    _where(i.file, i.line),
+                    _op_text(i),
+                    r.array or "?",
+                    str(r.executions),
+                    "-",
+                    "-",
+                    "-",
+                    r.note or i.text,
+                ]
+            )
             continue
-        rows.append([str(i.index), _where(i.file, i.line), _op_text(i), r.array or "?", str(r.executions),
-                     f"{r.worst} ({r.worst_ideal})", f"{r.mean:.2f} ({r.mean_ideal:.2f})", _num(r.excessive),
-                     i.text])  # fmt: skip
-    console.print(_grid("Per instruction (worst and mean wavefronts over the recorded executions, ideal in brackets):",
-                        ["#", "line", "op", "array", "executions", "worst", "mean", "Excessive", "PTX"], rows, left=2))  # fmt: skip
+        rows.append(
+            [
+                str(i.index),
+                _where(i.file, i.line),
+                _op_text(i),
+                r.array or "?",
+                str(r.executions),
+                f"{r.worst} ({r.worst_ideal})",
+                f"{r.mean:.2f} ({r.mean_ideal:.2f})",
+                _num(r.excessive),
+                i.text,
+            ]
+        )
+    console.print(
+        _grid(
+            "Per instruction (worst and mean wavefronts over the recorded executions, ideal in brackets):",
+            ["#", "line", "op", "array", "executions", "worst", "mean", "Excessive", "PTX"],
+            rows,
+            left=2,
+        )
+    )
 
 
 def _render_fixes(console: Console, res, lanes: bool) -> None:
     for name, why in res.no_fix.items():
-        console.print(f"\nNo fix for {printable(name)}: {printable(why)}; the tables above still hold.",
-                      markup=False, highlight=False)  # fmt: skip
+        console.print(
+            f"\nNo fix for {printable(name)}: {printable(why)}; the tables above still hold.",
+            markup=False,
+            highlight=False,
+        )
     for f in res.fixes:
         console.print()
         rec = f.fix.recommended
@@ -334,19 +440,29 @@ def _render_fixes(console: Console, res, lanes: bool) -> None:
             continue
         t.append(f"{rec.layout.describe()}: {f.fix.reason}")
         console.print(t)
-        console.print("  before: " + "\n          ".join(declaration_text(f, f.fix.baseline.layout)), markup=False,
-                      highlight=False)  # fmt: skip
-        console.print("  after:  " + "\n          ".join(declaration_text(f, rec.layout)), markup=False,
-                      highlight=False)  # fmt: skip
+        console.print(
+            "  before: " + "\n          ".join(declaration_text(f, f.fix.baseline.layout)),
+            markup=False,
+            highlight=False,
+        )
+        console.print(
+            "  after:  " + "\n          ".join(declaration_text(f, rec.layout)), markup=False, highlight=False
+        )
         saving = f.before - f.after
         pct = 100 * saving / f.before if f.before else 0
-        console.print(f"  predicted: {_num(f.before)} -> {_num(f.after)} L1 Wavefronts Shared over the sampled "
-                      f"warps ({pct:.0f}% fewer)", markup=False, highlight=False)  # fmt: skip
+        console.print(
+            f"  predicted: {_num(f.before)} -> {_num(f.after)} L1 Wavefronts Shared over the sampled "
+            f"warps ({pct:.0f}% fewer)",
+            markup=False,
+            highlight=False,
+        )
         worst = max(f.reports, key=lambda r: r.excessive)
         after = f.relaid.get(worst.instr.index)
         if after is not None and lanes:
-            t = Text(f"  re-derived #{worst.instr.index} at {_where(worst.instr.file, worst.instr.line)} under "
-                     f"{rec.layout.describe()}: {after.wavefronts} wavefronts (ideal {after.ideal}), ")  # fmt: skip
+            t = Text(
+                f"  re-derived #{worst.instr.index} at {_where(worst.instr.file, worst.instr.line)} under "
+                f"{rec.layout.describe()}: {after.wavefronts} wavefronts (ideal {after.ideal}), "
+            )
             t.append_text(degree_text(after))
             console.print(t)
             console.print(lane_table(after, worst.result.worst))

@@ -64,20 +64,32 @@ def _dims(buf: Buffer, lay: Layout) -> tuple[list[str], str, str]:
     if len(buf.shape) == 1:
         n = f"{buf.shape[0]} + {lay.pad}" if lay.pad else f"{buf.shape[0]}"
         idx = f"{name}_swz(i)" if lay.swizzle is not None else "i"
-        return ([f"{buf.stages}"] if buf.stages > 1 else []) + [n], \
-            f"{name}{'[stage]' if buf.stages > 1 else ''}[{idx}]", "element i"  # fmt: skip
+        return (
+            ([f"{buf.stages}"] if buf.stages > 1 else []) + [n],
+            f"{name}{'[stage]' if buf.stages > 1 else ''}[{idx}]",
+            "element i",
+        )
     if lay.swizzle is not None:
         if len(buf.shape) == 3:  # the swizzle acts on the offset of (stage, row, col): one flat array
             s, r = buf.shape[0], buf.rows
-            return [f"{s} * {r} * ({stride})" if lay.pad else f"{s} * {r} * {stride}"], \
-                f"{name}[{name}_swz((s * {r} + r) * {_p(stride, lay)} + c)]", "element (s, r, c)"  # fmt: skip
+            return (
+                [f"{s} * {r} * ({stride})" if lay.pad else f"{s} * {r} * {stride}"],
+                f"{name}[{name}_swz((s * {r} + r) * {_p(stride, lay)} + c)]",
+                "element (s, r, c)",
+            )
         flat = f"{buf.rows} * ({stride})" if lay.pad else f"{buf.rows} * {stride}"
-        return ([f"{buf.stages}"] if staged else []) + [flat], \
-            f"{name}{'[stage]' if staged else ''}[{name}_swz(r * {_p(stride, lay)} + c)]", "element (r, c)"  # fmt: skip
+        return (
+            ([f"{buf.stages}"] if staged else []) + [flat],
+            f"{name}{'[stage]' if staged else ''}[{name}_swz(r * {_p(stride, lay)} + c)]",
+            "element (r, c)",
+        )
     if len(buf.shape) == 3:
         return [str(buf.shape[0]), str(buf.rows), stride], f"{name}[s][r][c]", "element (s, r, c)"
-    return ([f"{buf.stages}"] if staged else []) + [str(buf.rows), stride], \
-        f"{name}{'[stage]' if staged else ''}[r][c]", "element (r, c)"  # fmt: skip
+    return (
+        ([f"{buf.stages}"] if staged else []) + [str(buf.rows), stride],
+        f"{name}{'[stage]' if staged else ''}[r][c]",
+        "element (r, c)",
+    )
 
 
 def _p(stride: str, lay: Layout) -> str:
@@ -131,9 +143,15 @@ class Declarations:
         return out
 
     def to_dict(self) -> dict:
-        return {"file_scope": list(self.file_scope), "kernel": list(self.kernel), "host": list(self.host),
-                "bytes": self.total_bytes, "dynamic": self.dynamic, "static_limit": self.static_limit,
-                "fits": self.fits}  # fmt: skip
+        return {
+            "file_scope": list(self.file_scope),
+            "kernel": list(self.kernel),
+            "host": list(self.host),
+            "bytes": self.total_bytes,
+            "dynamic": self.dynamic,
+            "static_limit": self.static_limit,
+            "fits": self.fits,
+        }
 
 
 def declarations(buffers, layouts: dict[str, Layout] | None, arch: Arch) -> Declarations:
@@ -150,8 +168,15 @@ def declarations(buffers, layouts: dict[str, Layout] | None, arch: Arch) -> Decl
         kernel = []
         for b, lay in bufs:
             kernel += [ln for ln in declaration(b, lay) if "_swz(int o)" not in ln and "XORs bits" not in ln]
-        return Declarations(tuple(file_scope), tuple(kernel), (), static_total, False, limit,
-                            static_total <= arch.smem_optin_per_block)  # fmt: skip
+        return Declarations(
+            tuple(file_scope),
+            tuple(kernel),
+            (),
+            static_total,
+            False,
+            limit,
+            static_total <= arch.smem_optin_per_block,
+        )
     # dynamic: one extern array, each buffer at an offset aligned as its static declaration would be
     kernel, off = [], 0
     placed = []
@@ -161,8 +186,10 @@ def declarations(buffers, layouts: dict[str, Layout] | None, arch: Arch) -> Decl
         placed.append((b, lay, off))
         off += b.bytes(lay)
     total = off
-    kernel.append(f"extern __shared__ __align__({max([128] + [max(128, _align(b, lay)) for b, lay in bufs])}) "
-                  f"unsigned char smem[];  // {total} bytes, dynamic (over the {limit}-byte static limit)")  # fmt: skip
+    kernel.append(
+        f"extern __shared__ __align__({max([128] + [max(128, _align(b, lay)) for b, lay in bufs])}) "
+        f"unsigned char smem[];  // {total} bytes, dynamic (over the {limit}-byte static limit)"
+    )
     for b, lay, at in placed:
         dims, idx, what = _dims(b, lay)
         ct = CTYPES[b.dtype]
@@ -179,8 +206,10 @@ def declarations(buffers, layouts: dict[str, Layout] | None, arch: Arch) -> Decl
     ]
     fits = total <= arch.smem_optin_per_block
     if not fits:
-        host.append(f"// does not fit: {total} bytes > the {arch.name} opt-in maximum of "
-                    f"{arch.smem_optin_per_block} bytes per block")  # fmt: skip
+        host.append(
+            f"// does not fit: {total} bytes > the {arch.name} opt-in maximum of "
+            f"{arch.smem_optin_per_block} bytes per block"
+        )
     return Declarations(tuple(file_scope), tuple(kernel), tuple(host), total, True, limit, fits)
 
 
@@ -222,8 +251,10 @@ def diagram(buf: Buffer, lay: Layout, hot: AccessResult | None = None, max_rows:
                 b = int(grid[r, c]) if r < grid.shape[0] and c < grid.shape[1] else None
                 if b is not None:
                     marks[(r, c)] = "bold white on red" if per_bank[b] > 1 else "bold black on green"
-    labels = [str(j * per_word) if per_word > 1 else str(j) if eb <= 4 else str(j * 4 // eb)
-              for j in range(grid.shape[1])]  # fmt: skip
+    labels = [
+        str(j * per_word) if per_word > 1 else str(j) if eb <= 4 else str(j * 4 // eb)
+        for j in range(grid.shape[1])
+    ]
     what = "rows (across stages)" if len(buf.shape) == 3 else "rows"
     title = Text(f"{printable(buf.name)} ({lay.describe()}): bank of each word, {what} 0-{grid.shape[0] - 1}")
     return BankDiagram(title, grid, marks, labels)

@@ -46,14 +46,21 @@ def render(doc: dict, console=None) -> None:
     con = console or Console(highlight=False)
     m = doc["method"]
     dev = doc.get("device")
-    where = (f"{dev['name']} ({dev['arch']}, device {dev['index']})" if dev
-             else f"{doc['arch']} (compile only, no GPU used)")  # fmt: skip
-    con.print(f"[bold]smemtile verify[/] {doc['spec']}: no kernel: section, so each access runs as a synthesized "
-              f"microkernel on {where}")  # fmt: skip
+    where = (
+        f"{dev['name']} ({dev['arch']}, device {dev['index']})"
+        if dev
+        else f"{doc['arch']} (compile only, no GPU used)"
+    )
+    con.print(
+        f"[bold]smemtile verify[/] {doc['spec']}: no kernel: section, so each access runs as a synthesized "
+        f"microkernel on {where}"
+    )
     blocks = f" x {m['blocks']} blocks" if m.get("blocks") else ""
-    con.print(f"{m['threads']} threads{blocks}; every warp issues its instructions of the access "
-              f"{m['instructions_per_warp']}+ times (inline PTX, {m['in_flight']} in flight); "
-              f"cp.async copies use .{m['cp_async_cache']}")  # fmt: skip
+    con.print(
+        f"{m['threads']} threads{blocks}; every warp issues its instructions of the access "
+        f"{m['instructions_per_warp']}+ times (inline PTX, {m['in_flight']} in flight); "
+        f"cp.async copies use .{m['cp_async_cache']}"
+    )
     con.print(doc["sass_check"]["note"])
     for v in doc["variants"]:
         con.print(f"  {v['variant']}: {v['layout_text']}")
@@ -89,17 +96,24 @@ def render(doc: dict, console=None) -> None:
             ]
         t.add_row(*cells)
     con.print(t)
-    con.print("model wf: the bank model's wavefronts per instruction (mean over the access's instructions)"
-              + ("; ncu wf: measured by Nsight Compute (--clock-control none); cyc/inst: clock64() per warp "
-                 "instruction, median over warps and blocks; speed-up: baseline cycles / fixed cycles"
-                 if not doc["compile_only"] else ""))  # fmt: skip
+    con.print(
+        "model wf: the bank model's wavefronts per instruction (mean over the access's instructions)"
+        + (
+            "; ncu wf: measured by Nsight Compute (--clock-control none); cyc/inst: clock64() per warp "
+            "instruction, median over warps and blocks; speed-up: baseline cycles / fixed cycles"
+            if not doc["compile_only"]
+            else ""
+        )
+    )
     if doc["compile_only"]:
         for r in doc["accesses"]:
             if r["variant"] != doc["variants"][0]["variant"]:
                 continue
             con.print(f"  {r['access']} PTX: " + "; ".join(r.get("ptx") or [r["ptx_instruction"]]))
-        con.print("compile only: run without --compile-only on a GPU to time each access and, with --ncu, count "
-                  "its wavefronts.")  # fmt: skip
+        con.print(
+            "compile only: run without --compile-only on a GPU to time each access and, with --ncu, count "
+            "its wavefronts."
+        )
         return
     n = doc.get("ncu")
     if n is None:
@@ -128,8 +142,11 @@ def render_measure(doc: dict, console=None) -> None:
 
     con = console or Console(highlight=False)
     measured = "device" in doc
-    head = (f"on {doc['device']['name']} ({doc['arch']})" if measured
-            else f"predictions only ({doc['arch']}), nothing measured")  # fmt: skip
+    head = (
+        f"on {doc['device']['name']} ({doc['arch']})"
+        if measured
+        else f"predictions only ({doc['arch']}), nothing measured"
+    )
     con.print(f"[bold]smemtile measure[/] {doc['catalogue']}: {len(doc['patterns'])} patterns {head}")
     t = _table()
     _text_col(t, "pattern")

@@ -59,8 +59,13 @@ def render_occupancy(r: OccupancyResult, arch: Arch) -> Group:
     if r.reason:
         head.append(f"\ncannot run: {r.reason}", style="red")
 
-    t = Table(title="Blocks per SM each resource allows (* binds)", title_justify="left", box=box.SIMPLE,
-              show_edge=False, pad_edge=False)  # fmt: skip
+    t = Table(
+        title="Blocks per SM each resource allows (* binds)",
+        title_justify="left",
+        box=box.SIMPLE,
+        show_edge=False,
+        pad_edge=False,
+    )
     t.add_column("limit", no_wrap=True)
     t.add_column("blocks/SM", justify="right", no_wrap=True)
     t.add_column("one block uses")
@@ -73,13 +78,13 @@ def render_occupancy(r: OccupancyResult, arch: Arch) -> Group:
             f"{arch.regs_per_sm:,} ({arch.sub_partitions} x {arch.regs_per_sm // arch.sub_partitions:,})",
         ),
         "shared_memory": (
-            f"{a['smem_per_block']:,} B" + (f" (incl. {a['smem_reserved_per_block']:,} rsvd)" if a["smem_reserved_per_block"]
-                                            else ""),
+            f"{a['smem_per_block']:,} B"
+            + (f" (incl. {a['smem_reserved_per_block']:,} rsvd)" if a["smem_reserved_per_block"] else ""),
             f"{a['smem_per_sm']:,} B carveout",
         ),
         "blocks": ("1", f"{arch.max_blocks_per_sm}"),
         "barriers": ("1", f"{arch.barrier_factor * arch.max_blocks_per_sm}"),
-    }  # fmt: skip
+    }
     for name in ("warps", "registers", "shared_memory", "blocks", "barriers"):
         if name == "barriers" and name not in r.limiters:
             continue  # never lower than the block limit with one barrier per block; noise unless the driver flags it
@@ -109,8 +114,11 @@ def _what_if(r: OccupancyResult) -> Text:
     nxt = w["next_block"]
     verb = "to run at all" if r.active_blocks == 0 else f"for {nxt['blocks']} blocks/SM"
     if not nxt["possible"]:
-        why = [f"{_LABEL[k]} allow at most {v['max_blocks_per_sm']}" for k, v in nxt["needs"].items() if k in
-               ("blocks", "barriers")]  # fmt: skip
+        why = [
+            f"{_LABEL[k]} allow at most {v['max_blocks_per_sm']}"
+            for k, v in nxt["needs"].items()
+            if k in ("blocks", "barriers")
+        ]
         out.append(
             f"  · {verb}: not possible on this architecture" + (f" ({'; '.join(why)})" if why else "") + "\n"
         )
@@ -161,9 +169,19 @@ def batch_header(index_width: int) -> str:
 
 def _columns(res: BatchOccupancy, bits: list[int]) -> list:
     """The per-row values both batch renderings print, as Python lists (one column each)."""
-    return [res.arch, res.threads.tolist(), res.regs.tolist(), res.smem_static.tolist(), res.smem_dynamic.tolist(),
-            res.carveout.tolist(), res.opt_in.tolist(), res.active_blocks.tolist(), res.active_warps.tolist(),
-            res.occupancy.tolist(), bits]  # fmt: skip
+    return [
+        res.arch,
+        res.threads.tolist(),
+        res.regs.tolist(),
+        res.smem_static.tolist(),
+        res.smem_dynamic.tolist(),
+        res.carveout.tolist(),
+        res.opt_in.tolist(),
+        res.active_blocks.tolist(),
+        res.active_warps.tolist(),
+        res.occupancy.tolist(),
+        bits,
+    ]
 
 
 def batch_lines(res: BatchOccupancy, start: int = 1, index_width: int = 1) -> str:
@@ -175,8 +193,22 @@ def batch_lines(res: BatchOccupancy, start: int = 1, index_width: int = 1) -> st
     out = []
     for i, (a, th, rg, s, d, c, o, b, w, occ, lim) in enumerate(rows, start):
         limiter = ("cannot run: " if b == 0 else "") + _SHORT[names[lim]]
-        out.append(fmt.format(i, a, th, rg, s, d, "-" if c < 0 else f"{c}%", "yes" if o else "no", b, w,
-                              f"{occ:.0%}", limiter))  # fmt: skip
+        out.append(
+            fmt.format(
+                i,
+                a,
+                th,
+                rg,
+                s,
+                d,
+                "-" if c < 0 else f"{c}%",
+                "yes" if o else "no",
+                b,
+                w,
+                f"{occ:.0%}",
+                limiter,
+            )
+        )
     return "".join(out)
 
 
@@ -203,8 +235,24 @@ def batch_json(res: BatchOccupancy) -> str:
     out = []
     for a, th, rg, s, d, c, o, b, w, occ, lb, *lim in rows:
         limiter, limiters, reason = per_bits[lb]
-        out.append(fmt(arch[a], th, rg, s, d, "null" if c < 0 else c, "true" if o else "false", b, w, occ,
-                       limiter, limiters, *lim, "" if b else reason))  # fmt: skip
+        out.append(
+            fmt(
+                arch[a],
+                th,
+                rg,
+                s,
+                d,
+                "null" if c < 0 else c,
+                "true" if o else "false",
+                b,
+                w,
+                occ,
+                limiter,
+                limiters,
+                *lim,
+                "" if b else reason,
+            )
+        )
     return ",\n".join(out)
 
 
@@ -216,8 +264,15 @@ def render_batch(res: BatchOccupancy) -> str:
 
 def render_archs(archs: list[Arch]) -> Group:
     """The architecture table, then where each column comes from."""
-    t = Table(title="Architectures (per SM unless noted)", title_justify="left", show_edge=False, box=box.SIMPLE,
-              pad_edge=False, padding=(0, 1), collapse_padding=True)  # fmt: skip
+    t = Table(
+        title="Architectures (per SM unless noted)",
+        title_justify="left",
+        show_edge=False,
+        box=box.SIMPLE,
+        pad_edge=False,
+        padding=(0, 1),
+        collapse_padding=True,
+    )
     heads = (
         "arch",
         "CC",
@@ -234,10 +289,16 @@ def render_archs(archs: list[Arch]) -> Group:
         t.add_column(col, justify="left" if col in ("arch", "carveouts KB") else "right", no_wrap=not wrap)
     for a in archs:
         t.add_row(
-            a.name, f"{a.cc[0]}.{a.cc[1]}", str(a.max_threads_per_sm), str(a.max_blocks_per_sm),
-            str(a.smem_per_sm // 1024), str(a.smem_optin_per_block // 1024), str(a.smem_reserved_per_block),
-            str(a.smem_alloc_unit), " ".join(map(str, a.carveouts_kb)),
-        )  # fmt: skip
+            a.name,
+            f"{a.cc[0]}.{a.cc[1]}",
+            str(a.max_threads_per_sm),
+            str(a.max_blocks_per_sm),
+            str(a.smem_per_sm // 1024),
+            str(a.smem_optin_per_block // 1024),
+            str(a.smem_reserved_per_block),
+            str(a.smem_alloc_unit),
+            " ".join(map(str, a.carveouts_kb)),
+        )
     src = Text("\nSources\n", style="bold")
     for field, s in FIELD_SOURCES.items():
         src.append(f"  {field}: ", style="bold")
@@ -249,7 +310,9 @@ def render_archs(archs: list[Arch]) -> Group:
         for s, fields in notes.items():
             src.append(f"  {a.name} ", style="bold")
             src.append(f"{', '.join(fields)}: {s}\n")
-    common = ("All: 65,536 registers per SM and per block, allocated per warp in units of 256 over 4 sub-partitions,"
-              " 255 per thread; 1024 threads per block; 48 KB of shared memory per block unless the kernel opts in; "
-              "32 banks x 4 bytes.")  # fmt: skip
+    common = (
+        "All: 65,536 registers per SM and per block, allocated per warp in units of 256 over 4 sub-partitions,"
+        " 255 per thread; 1024 threads per block; 48 KB of shared memory per block unless the kernel opts in; "
+        "32 banks x 4 bytes."
+    )
     return Group(Fit(t), src, Text(common))

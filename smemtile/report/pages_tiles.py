@@ -38,14 +38,27 @@ def ranking(doc: dict) -> dict:
         else:
             text = "uncalibrated here: no expected error"
         gpu = cal.get("gpu") or (doc.get("gpu") or {}).get("name", "")
-        return {"unit": "GB/s", "rows": rows, "total": doc["counts"].get("ranked", len(rows)),
-                "error_text": text, "gpu": gpu, "date": ""}  # fmt: skip
+        return {
+            "unit": "GB/s",
+            "rows": rows,
+            "total": doc["counts"].get("ranked", len(rows)),
+            "error_text": text,
+            "gpu": gpu,
+            "date": "",
+        }
     err = cal.get("median_error") if cal.get("applies") else None
-    rows = [{"rank": c["rank"], "label": c["label"], "predicted": float(c["tflops"]), "error": err}
-            for c in doc["candidates"]]  # fmt: skip
-    return {"unit": "TFLOP/s", "rows": rows, "total": doc["counts"].get("ranked", len(rows)),
-            "error_text": f"expected error: {cal.get('expected_error', 'unknown')}", "gpu": cal.get("gpu", ""),
-            "date": cal.get("date", "")}  # fmt: skip
+    rows = [
+        {"rank": c["rank"], "label": c["label"], "predicted": float(c["tflops"]), "error": err}
+        for c in doc["candidates"]
+    ]
+    return {
+        "unit": "TFLOP/s",
+        "rows": rows,
+        "total": doc["counts"].get("ranked", len(rows)),
+        "error_text": f"expected error: {cal.get('expected_error', 'unknown')}",
+        "gpu": cal.get("gpu", ""),
+        "date": cal.get("date", ""),
+    }
 
 
 def problem_of(doc: dict) -> dict:
@@ -91,8 +104,13 @@ def _nice_step(raw: float) -> float:
     return float(next(m * p for m in (1, 2, 5, 10) if m * p >= raw))
 
 
-def dot_chart(rows: list[dict], unit: str, total: int, measured: dict[str, float] | None = None,
-              figure_id: str = "tiles") -> Svg:  # fmt: skip
+def dot_chart(
+    rows: list[dict],
+    unit: str,
+    total: int,
+    measured: dict[str, float] | None = None,
+    figure_id: str = "tiles",
+) -> Svg:
     """Predicted value per candidate as a dot with its expected-error whiskers; a measured value (where the
     tune cache has one) as a diamond on the same row."""
     measured = measured or {}
@@ -108,9 +126,15 @@ def dot_chart(rows: list[dict], unit: str, total: int, measured: dict[str, float
     row_h, top, width = 18, 44, 860
     height = top + len(rows) * row_h + 44
     n_meas = sum(r["label"] in measured for r in rows)
-    svg = Svg(width, height, f"{figure_id}: predicted {unit} of the top {len(rows)} candidates with the expected "
-              f"error" + (f", {n_meas} measured" if n_meas else ""), data_figure=figure_id, data_unit=unit,
-              data_measured=n_meas)  # fmt: skip
+    svg = Svg(
+        width,
+        height,
+        f"{figure_id}: predicted {unit} of the top {len(rows)} candidates with the expected "
+        f"error" + (f", {n_meas} measured" if n_meas else ""),
+        data_figure=figure_id,
+        data_unit=unit,
+        data_measured=n_meas,
+    )
     svg.text(4, 16, f"Predicted {unit} per candidate (top {len(rows)} of {total})", size=12, weight="bold")
     legend = "dot: the model's prediction; whiskers: x (1 +- expected error)"
     if n_meas:
@@ -145,8 +169,7 @@ def dot_chart(rows: list[dict], unit: str, total: int, measured: dict[str, float
         if m is not None:
             cx = px(m)
             pts = [(cx, mid - 6), (cx + 6, mid), (cx, mid + 6), (cx - 6, mid)]
-            svg.polyline(pts + pts[:1], stroke="#862e2e", width=1, fill="#e8590c",
-                         data_measured=round(m, 3))  # fmt: skip
+            svg.polyline(pts + pts[:1], stroke="#862e2e", width=1, fill="#e8590c", data_measured=round(m, 3))
         svg.text(
             x1 + 6, y + 12, f"{p:.1f}" + (f" / {m:.1f}" if m is not None else ""), size=9, fill="#495057"
         )
@@ -169,21 +192,44 @@ def tiles_page(doc: dict, measured: dict[str, float] | None = None) -> str:
     cal_line = ", ".join(x for x in (rk["gpu"], rk["date"], rk["error_text"]) if x)
     chart = dot_chart(rk["rows"], rk["unit"], rk["total"], measured)
     n_meas = len(measured or {})
-    meas_note = (f"{n_meas} candidate(s) measured by <code>smemtile tune</code> (the tune cache): the diamonds."
-                 if n_meas else "No measured results for this problem in the tune cache.")  # fmt: skip
-    plot = (figure(chart, f"the ranking of {doc.get('command', '')}") +
-            f'<p class="note">{meas_note}</p>')  # fmt: skip
+    meas_note = (
+        f"{n_meas} candidate(s) measured by <code>smemtile tune</code> (the tune cache): the diamonds."
+        if n_meas
+        else "No measured results for this problem in the tune cache."
+    )
+    plot = figure(chart, f"the ranking of {doc.get('command', '')}") + f'<p class="note">{meas_note}</p>'
     if fam:
         heads = ["rank", "configuration", "GB/s", "x copy", "threads", "smem B", "blocks/SM", "timed", "why"]
-        rows = [[c["rank"], c["label"], _f(c["gbps"]), _f(c.get("copy_ratio"), "{:.3f}"), c.get("threads"),
-                 c.get("smem_bytes"), c.get("blocks_per_sm"), "yes" if c.get("measured") else "no", c.get("reason")]
-                for c in doc["candidates"]]  # fmt: skip
+        rows = [
+            [
+                c["rank"],
+                c["label"],
+                _f(c["gbps"]),
+                _f(c.get("copy_ratio"), "{:.3f}"),
+                c.get("threads"),
+                c.get("smem_bytes"),
+                c.get("blocks_per_sm"),
+                "yes" if c.get("measured") else "no",
+                c.get("reason"),
+            ]
+            for c in doc["candidates"]
+        ]
         num = (0, 2, 3, 4, 5, 6)
     else:
         heads = ["rank", "configuration", "TFLOP/s", "bound", "blocks/SM", "occupancy", "limiter", "why"]
-        rows = [[c["rank"], c["label"], _f(c["tflops"], "{:.2f}"), c.get("bound"), c.get("blocks_per_sm"),
-                 _f(c.get("occupancy"), "{:.0%}"), c.get("limiter"), c.get("reason")]
-                for c in doc["candidates"]]  # fmt: skip
+        rows = [
+            [
+                c["rank"],
+                c["label"],
+                _f(c["tflops"], "{:.2f}"),
+                c.get("bound"),
+                c.get("blocks_per_sm"),
+                _f(c.get("occupancy"), "{:.0%}"),
+                c.get("limiter"),
+                c.get("reason"),
+            ]
+            for c in doc["candidates"]
+        ]
         num = (0, 2, 4, 5)
     nowrap = (heads.index("bound"), heads.index("limiter")) if "bound" in heads else ()
     if measured:
@@ -195,18 +241,30 @@ def tiles_page(doc: dict, measured: dict[str, float] | None = None) -> str:
     rej = doc.get("rejected") or []
     counts = doc.get("counts") or {}
     rej_rows = [[r["label"], r.get("kind", ""), r.get("reason", ""), r.get("alike", "")] for r in rej]
-    rej_html = (f"<p>{counts.get('rejected', len(rej))} rejected in all; "
-                + esc(", ".join(f"{k.removeprefix('rejected_')} {v}" for k, v in counts.items()
-                                if k.startswith("rejected_"))) + ".</p>"
-                + (table(["configuration", "kind", "reason", "alike"], rej_rows, num=(3,), nowrap=(1,)) if rej_rows
-                   else '<p class="note">None shown (--rejected 0).</p>'))  # fmt: skip
+    rej_html = (
+        f"<p>{counts.get('rejected', len(rej))} rejected in all; "
+        + esc(
+            ", ".join(
+                f"{k.removeprefix('rejected_')} {v}" for k, v in counts.items() if k.startswith("rejected_")
+            )
+        )
+        + ".</p>"
+        + (
+            table(["configuration", "kind", "reason", "alike"], rej_rows, num=(3,), nowrap=(1,))
+            if rej_rows
+            else '<p class="note">None shown (--rejected 0).</p>'
+        )
+    )
     sections = [
         ("ranking", "Ranking: predicted throughput with the expected error", plot),
         ("candidates", "Candidates", cands),
         ("rejected", "Rejected", rej_html),
-        ("calibration", "Calibration", f"<p>{esc(cal_line)}.</p><p>Reproduce with <code>"
-                                        f"{esc(doc.get('command', ''))}</code>.</p>"),
-    ]  # fmt: skip
+        (
+            "calibration",
+            "Calibration",
+            f"<p>{esc(cal_line)}.</p><p>Reproduce with <code>{esc(doc.get('command', ''))}</code>.</p>",
+        ),
+    ]
     note = esc(
         f"{what}; {len(doc['candidates'])} of {rk['total']} ranked candidates shown; calibration: {cal_line}"
     )

@@ -65,8 +65,11 @@ def summary_to_dict(rep) -> dict:
             row["fix_reason"] = "the buffer has no conflict"
         else:
             rec = next(o for o in costs[a.buffer]["options"] if o["recommended"])
-            row.update(fix=f.recommended.layout.describe(), fix_extra_bytes=rec["extra_bytes"],
-                       blocks_per_sm={"before": costs[a.buffer]["blocks_before"], "after": rec["blocks_per_sm"]})  # fmt: skip
+            row.update(
+                fix=f.recommended.layout.describe(),
+                fix_extra_bytes=rec["extra_bytes"],
+                blocks_per_sm={"before": costs[a.buffer]["blocks_before"], "after": rec["blocks_per_sm"]},
+            )
         rows.append(row)
     c = rep.comparison
     tw = c["total_wavefronts"]
@@ -118,9 +121,13 @@ def bank_strip(ar: AccessResult) -> list[Text]:
     bank in red. A title line says which instruction and what the busiest bank delivers."""
     s = strip_to_dict(ar)
     words = s["busiest_bank_words"]
-    out = [plain(f"{ar.access.name} @ {s['instruction']}: {s['wavefronts']}/{s['ideal_wavefronts']} wavefronts; "
-                 f"bank {s['busiest_bank']}: {words} distinct word{'s' if words != 1 else ''} (red)",
-                 style="bold")]  # fmt: skip
+    out = [
+        plain(
+            f"{ar.access.name} @ {s['instruction']}: {s['wavefronts']}/{s['ideal_wavefronts']} wavefronts; "
+            f"bank {s['busiest_bank']}: {words} distinct word{'s' if words != 1 else ''} (red)",
+            style="bold",
+        )
+    ]
     hot = set(s["hot_lanes"]) if words > 1 else set()
     for start in (0, 16):
         t = Text(f"  lanes {start:2d}-{start + 15:2d} -> banks:")
@@ -151,26 +158,40 @@ def render_summary(console: Console, rep, lanes_hint: bool = True) -> None:
             a["ideal_wavefronts"],
         )
         after = f" -> {af['wavefronts']}/{af['ideal']}" if changed else ""
-        rows.append([printable(a["access"]), a["op"], f"{a['wavefronts']}/{a['ideal_wavefronts']}{after}",
-                     _degree(deg), fix, extra, blocks])  # fmt: skip
+        rows.append(
+            [
+                printable(a["access"]),
+                a["op"],
+                f"{a['wavefronts']}/{a['ideal_wavefronts']}{after}",
+                _degree(deg),
+                fix,
+                extra,
+                blocks,
+            ]
+        )
         bad = "bold red" if deg >= 4 else "bold yellow" if deg > 1 else "green"
         good = "red" if worse else "green" if af and af["degree"] <= 1 else "yellow"
         styles.append(["bold", "", good, bad, "bold" if fix not in ("-", "raw: edit") else "dim", "", ""])
-    console.print(Grid(None, ["access", "op", "wavefronts", "degree", "fix", "+bytes", "blk/SM"], rows,
-                       styles, left=2))  # fmt: skip
+    console.print(
+        Grid(None, ["access", "op", "wavefronts", "degree", "fix", "+bytes", "blk/SM"], rows, styles, left=2)
+    )
     tw = s["total_wavefronts"]
     sm, bl = s["shared_memory_bytes"], s["blocks_per_sm"]
     saving = Text("Saving: ", style="bold")
     extra = sm["after"] - sm["before"]
-    saving.append(f"{tw['before']} -> {tw['after']} wavefronts per block ({100 * s['saved_fraction']:.0f}% "
-                  f"fewer, ideal {tw['ideal']}); {extra:+d} B smem")  # fmt: skip
+    saving.append(
+        f"{tw['before']} -> {tw['after']} wavefronts per block ({100 * s['saved_fraction']:.0f}% "
+        f"fewer, ideal {tw['ideal']}); {extra:+d} B smem"
+    )
     console.print(saving)
     o = s["occupancy"]
     regs = "assumed" if str(o["regs_source"]).startswith("assumed") else "given"
     occ = Text("Occupancy: ", style="bold")
-    occ.append(f"blocks/SM {bl['before']} -> {bl['after']}, {100 * o['occupancy']:.0f}%, limiter {o['limiter']} "
-               f"({o['regs']} regs, {regs})",
-               style="bold red" if o["active_blocks"] == 0 else "")  # fmt: skip
+    occ.append(
+        f"blocks/SM {bl['before']} -> {bl['after']}, {100 * o['occupancy']:.0f}%, limiter {o['limiter']} "
+        f"({o['regs']} regs, {regs})",
+        style="bold red" if o["active_blocks"] == 0 else "",
+    )
     console.print(occ)
     if not s["launches"]:
         console.print(plain("The block cannot launch: 0 blocks fit on an SM (see part 6).", style="bold red"))

@@ -67,8 +67,18 @@ class Svg:
         tag = f"<rect{_attrs({'x': x, 'y': y, 'width': w, 'height': h, 'fill': fill, 'stroke': stroke, **attrs})}"
         self.parts.append(f"{tag}>{body}</rect>" if body else f"{tag}/>")
 
-    def text(self, x, y, s: object, *, size: float = 11, anchor: str = "start", weight: str | None = None,
-             fill: str = "#212529", **attrs) -> None:  # fmt: skip
+    def text(
+        self,
+        x,
+        y,
+        s: object,
+        *,
+        size: float = 11,
+        anchor: str = "start",
+        weight: str | None = None,
+        fill: str = "#212529",
+        **attrs,
+    ) -> None:
         a = {
             "x": x,
             "y": y,
@@ -97,8 +107,10 @@ class Svg:
 
     def __str__(self) -> str:
         w, h = _num(float(self.width)), _num(float(self.height))
-        head = (f'<svg viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img" '
-                f'aria-label="{escape(self.label, quote=True)}" font-family="{FONT}"{_attrs(self.attrs)}>')  # fmt: skip
+        head = (
+            f'<svg viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img" '
+            f'aria-label="{escape(self.label, quote=True)}" font-family="{FONT}"{_attrs(self.attrs)}>'
+        )
         return head + f"<title>{escape(self.label)}</title>" + "".join(self.parts) + "</svg>"
 
 

@@ -81,12 +81,20 @@ def hopper_line(seam: dict, explain: bool = False) -> list[Text]:
     w = " / ".join(f"{x:.2f}x" for x in seam["wgmma_gemm_vs_cublas"])
     h = " / ".join(f"{x:.2f}x" for x in seam["hgemm_vs_cublas"])
     t = Text("Hopper: ", style="bold")
-    t.append(f"--arch sm_90a gives the wgmma_gemm family: {w} cuBLAS (4096^3 / 8192^3, H200) vs {h} for these "
-             f"hgemm tiles ({EXPLAIN_HINT})", style="bold yellow")  # fmt: skip
+    t.append(
+        f"--arch sm_90a gives the wgmma_gemm family: {w} cuBLAS (4096^3 / 8192^3, H200) vs {h} for these "
+        f"hgemm tiles ({EXPLAIN_HINT})",
+        style="bold yellow",
+    )
     out = [t]
     if explain:
-        out.append(plain(f"  hopper: {seam['data']} ({seam['gpu']}; {'; '.join(seam['sources'])}; "
-                         f"{' / '.join(seam['dates'])})", style="dim"))  # fmt: skip
+        out.append(
+            plain(
+                f"  hopper: {seam['data']} ({seam['gpu']}; {'; '.join(seam['sources'])}; "
+                f"{' / '.join(seam['dates'])})",
+                style="dim",
+            )
+        )
     return out
 
 
@@ -101,61 +109,107 @@ def render_tiles(
     head = Text()
     head.append(f"smemtile tiles {p.m} x {p.n} x {p.k} {p.dtype}", style="bold")
     ops = "TOPS" if p.dtype == "i8" else "TFLOP/s"
-    head.append(f" on {p.arch} ({g.name}: {g.sms} {unit}s, {g.peak(p.dtype):g} {ops} {p.dtype}, "
-                f"{g.dram_gbps:g} GB/s, L2 {g.l2_bytes >> 20} MiB)\n")  # fmt: skip
+    head.append(
+        f" on {p.arch} ({g.name}: {g.sms} {unit}s, {g.peak(p.dtype):g} {ops} {p.dtype}, "
+        f"{g.dram_gbps:g} GB/s, L2 {g.l2_bytes >> 20} MiB)\n"
+    )
     # a family that ranks its own configurations names them in the header
     own = getattr(report.ranked[0].cfg, "kind_text", None) if report.ranked else None
     kind = own or (
         "SIMT FFMA, the sgemm family (generate / verify / tune can build these)"
         if p.simt
-        else ("MFMA (wavefront 64), model only" if amd else
-              "tensor-core mma tiles (the hgemm family's where it builds them, else as Triton runs them)")
-    )  # fmt: skip
+        else (
+            "MFMA (wavefront 64), model only"
+            if amd
+            else "tensor-core mma tiles (the hgemm family's where it builds them, else as Triton runs them)"
+        )
+    )
     c = report.counts
-    rej = ", ".join(f"{v} {k.removeprefix('rejected_').replace('_', ' ')}" for k, v in c.items()
-                    if k.startswith("rejected_") and k != "rejected_shapes")  # fmt: skip
-    head.append(f"{kind}. {c['generated']} configurations: {c['ranked']} tile shapes ranked (the best stages / "
-                f"MIN_BLOCKS of each), {c['rejected']} configurations rejected ({rej}), listed below as "
-                f"{c.get('rejected_shapes', len(report.rejected))} shapes.")  # fmt: skip
+    rej = ", ".join(
+        f"{v} {k.removeprefix('rejected_').replace('_', ' ')}"
+        for k, v in c.items()
+        if k.startswith("rejected_") and k != "rejected_shapes"
+    )
+    head.append(
+        f"{kind}. {c['generated']} configurations: {c['ranked']} tile shapes ranked (the best stages / "
+        f"MIN_BLOCKS of each), {c['rejected']} configurations rejected ({rej}), listed below as "
+        f"{c.get('rejected_shapes', len(report.rejected))} shapes."
+    )
     cal = report.calibration or {}
     lines: list = [head]
     if cal:
         measured = cal.get("commit", "-") != "-" or bool(cal.get("date"))
-        lines.append(calibration_line(cal.get("gpu") if measured else None, cal.get("date"),
-                                      short_error(cal.get("expected_error", "unknown")), cal.get("applies", True)))  # fmt: skip
+        lines.append(
+            calibration_line(
+                cal.get("gpu") if measured else None,
+                cal.get("date"),
+                short_error(cal.get("expected_error", "unknown")),
+                cal.get("applies", True),
+            )
+        )
     else:
         lines.append(calibration_line(None, None, f"the roofline and the {g.name}'s peaks only"))
     if explain:
         lines.append(plain(f"  peaks: {g.source_of(p.dtype)}", style="dim"))
         if cal:
-            lines.append(plain(f"  predicted {ops}: {cal.get('model', '')} ({cal.get('file', '')}: "
-                               f"{cal.get('gpu', '')}, {', '.join(cal.get('sweeps', []))}, commit "
-                               f"{cal.get('commit', '?')}); expected error: {cal.get('expected_error', 'unknown')}",
-                               style="dim"))  # fmt: skip
+            lines.append(
+                plain(
+                    f"  predicted {ops}: {cal.get('model', '')} ({cal.get('file', '')}: "
+                    f"{cal.get('gpu', '')}, {', '.join(cal.get('sweeps', []))}, commit "
+                    f"{cal.get('commit', '?')}); expected error: {cal.get('expected_error', 'unknown')}",
+                    style="dim",
+                )
+            )
     seam = hopper_seam(report)
     if seam is not None:
         lines += hopper_line(seam, explain)
     wide = width >= 160  # the reasons go in a column, else in a numbered list under the table
     t = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
     shape = "tile (TMxTN)" if p.simt else "tile"
-    cols = ["#", shape, "warps" if wide else "w", "stages" if wide else "st", "group" if wide else "g", "smem",
-            "regs~", f"blk/{unit}" if wide else "blk", "occ", "waves", "TFLOP/s"]  # fmt: skip
+    cols = [
+        "#",
+        shape,
+        "warps" if wide else "w",
+        "stages" if wide else "st",
+        "group" if wide else "g",
+        "smem",
+        "regs~",
+        f"blk/{unit}" if wide else "blk",
+        "occ",
+        "waves",
+        "TFLOP/s",
+    ]
     if amd:
         cols.insert(8, "w/EU" if wide else "wEU")
     if wide:
         cols += ["% peak", "why this rank"]
     for col in cols:
-        t.add_column(col, justify="left" if col in (shape, "why this rank") else "right",
-                     overflow="fold", max_width=80 if col == "why this rank" else None,
-                     no_wrap=col != "why this rank")  # fmt: skip
+        t.add_column(
+            col,
+            justify="left" if col in (shape, "why this rank") else "right",
+            overflow="fold",
+            max_width=80 if col == "why this rank" else None,
+            no_wrap=col != "why this rank",
+        )
     for s in report.ranked[:top]:
         cf = s.cfg
         tile = getattr(cf, "tile_text", None)  # a family's own ranking names its knobs
         tile = tile or f"{cf.bm}x{cf.bn}x{cf.bk}" + (f" ({cf.tm}x{cf.tn})" if p.simt else "")
         if cf.split_k > 1:
             tile += f" splitK {cf.split_k}"
-        row = [str(s.rank), tile, str(cf.warps), str(cf.stages), str(cf.group_m), _kib(s.smem_bytes), str(s.regs),
-               str(s.blocks_per_sm), f"{s.occupancy:.0%}", f"{s.waves:.2f}", f"{s.tflops:.1f}"]  # fmt: skip
+        row = [
+            str(s.rank),
+            tile,
+            str(cf.warps),
+            str(cf.stages),
+            str(cf.group_m),
+            _kib(s.smem_bytes),
+            str(s.regs),
+            str(s.blocks_per_sm),
+            f"{s.occupancy:.0%}",
+            f"{s.waves:.2f}",
+            f"{s.tflops:.1f}",
+        ]
         if amd:
             row.insert(8, str(cf.waves_per_eu))
         if wide:
@@ -166,20 +220,28 @@ def render_tiles(
         parts.append(Text("\n".join(f"{s.rank:>3}. {s.reason}" for s in report.ranked[:top])))
     if report.ranked:
         best = report.ranked[0]
-        parts.append(Text(
-            f"#1 in numbers: {best.tiles} tiles, wave efficiency {best.wave_eff:.0%}, inner loop {best.inner_eff:.0%}, "
-            f"latency hiding {best.latency_eff:.0%}, padding waste {1 - best.pad_eff:.1%}, DRAM "
-            f"{best.dram_bytes / 1e9:.2f} GB (raster order {best.dram_bytes_ungrouped / 1e9:.2f} GB), intensity "
-            f"{best.intensity:.0f} FLOP/B vs ridge {best.ridge:.0f}: {best.bound}-bound."))  # fmt: skip
+        parts.append(
+            Text(
+                f"#1 in numbers: {best.tiles} tiles, wave efficiency {best.wave_eff:.0%}, inner loop {best.inner_eff:.0%}, "
+                f"latency hiding {best.latency_eff:.0%}, padding waste {1 - best.pad_eff:.1%}, DRAM "
+                f"{best.dram_bytes / 1e9:.2f} GB (raster order {best.dram_bytes_ungrouped / 1e9:.2f} GB), intensity "
+                f"{best.intensity:.0f} FLOP/B vs ridge {best.ridge:.0f}: {best.bound}-bound."
+            )
+        )
         if best.repack_s > 0:
-            parts.append(Text(
-                f"K or N is not a multiple of 4: the launch first copies the unaligned operands into 16-byte rows "
-                f"(the sgemm family's REPACK, {best.repack_s * 1e6:.0f} us of the predicted time), so the GEMM runs "
-                "its aligned loop; the generated helper takes that workspace (launch_sgemm_workspace_bytes())."))  # fmt: skip
+            parts.append(
+                Text(
+                    f"K or N is not a multiple of 4: the launch first copies the unaligned operands into 16-byte rows "
+                    f"(the sgemm family's REPACK, {best.repack_s * 1e6:.0f} us of the predicted time), so the GEMM runs "
+                    "its aligned loop; the generated helper takes that workspace (launch_sgemm_workspace_bytes())."
+                )
+            )
     if rejected and report.rejected:
         shown = report.rejected[:rejected]
-        lines = [f"first {len(shown)} of {len(report.rejected)} rejected shapes ({report.counts.get('rejected', '?')} "
-                 "configurations; +N alike = other stages / MIN_BLOCKS of the shape, same reason):"]  # fmt: skip
+        lines = [
+            f"first {len(shown)} of {len(report.rejected)} rejected shapes ({report.counts.get('rejected', '?')} "
+            "configurations; +N alike = other stages / MIN_BLOCKS of the shape, same reason):"
+        ]
         for x in shown:
             more = f" (+{x.alike - 1} alike)" if x.alike > 1 else ""
             lines.append(f"  {x.cfg.label}{more} [{x.kind.replace('_', ' ')}]: {x.reason}")
@@ -187,10 +249,14 @@ def render_tiles(
     from smemtile.model.tiling import TIE_RULE
 
     parts.append(Text(f"Ties: {TIE_RULE}.", style="dim"))
-    parts.append(Text("Model: smemtile/model/tiling.py states it (SIMT: the calibrated sgemm model; tensor cores: "
-                      "roofline x measured Triton efficiency); labels: compute-bound only above the ridge, "
-                      "latency-bound below it when the SMs still dominate; `--format json` has every factor.",
-                      style="dim"))  # fmt: skip
+    parts.append(
+        Text(
+            "Model: smemtile/model/tiling.py states it (SIMT: the calibrated sgemm model; tensor cores: "
+            "roofline x measured Triton efficiency); labels: compute-bound only above the ridge, "
+            "latency-bound below it when the SMs still dominate; `--format json` has every factor.",
+            style="dim",
+        )
+    )
     return Group(*parts)
 
 
@@ -219,9 +285,19 @@ def render_tune(doc: dict) -> Group:
     for r in ok:
         pred = f"{r['predicted']:.1f}" if r.get("predicted") is not None else "-"
         mr = f"#{r['model_rank']}" if r.get("model_rank") is not None else "-"
-        cells = [str(r["measured_rank"]), mr, esc(r["label"]), esc(r["source"]), pred, f"{r['value']:.1f}",
-                 f"{r['time_ms']:.3f}", str(r.get("registers", "-")), str(r.get("spill_bytes", "-")),
-                 str(r.get("blocks_per_sm", "-")), "hit" if r.get("cached") else ""]  # fmt: skip
+        cells = [
+            str(r["measured_rank"]),
+            mr,
+            esc(r["label"]),
+            esc(r["source"]),
+            pred,
+            f"{r['value']:.1f}",
+            f"{r['time_ms']:.3f}",
+            str(r.get("registers", "-")),
+            str(r.get("spill_bytes", "-")),
+            str(r.get("blocks_per_sm", "-")),
+            "hit" if r.get("cached") else "",
+        ]
         if len(workers) > 1:
             cells.append(esc(str(r.get("worker") or "-")) + ("*" if r.get("retimed") else ""))
         t.add_row(*cells, style="bold" if r is ok[0] else None)
@@ -237,13 +313,17 @@ def render_tune(doc: dict) -> Group:
             f"best: {b['label']} ({b['name_expression']}) {b['time_ms']:.4f} ms, {b['value']:.1f} {unit}"
         )
     if s.get("rank_correlation") is not None:
-        lines.append(f"model vs measured: Spearman rank correlation {s['rank_correlation']:+.2f} over "
-                     f"{s['rank_correlation_n']} configurations")  # fmt: skip
+        lines.append(
+            f"model vs measured: Spearman rank correlation {s['rank_correlation']:+.2f} over "
+            f"{s['rank_correlation_n']} configurations"
+        )
     t1 = s.get("model_top1")
     if t1:
         verdict = "within 10%" if t1["within_10pct"] else "more than 10% off"
-        lines.append(f"model's top-1 ({t1['label']}, model #{t1['model_rank']}) measured #{t1['measured_rank']}: "
-                     f"{t1['slower_than_best']:+.1%} vs the best ({verdict})")  # fmt: skip
+        lines.append(
+            f"model's top-1 ({t1['label']}, model #{t1['model_rank']}) measured #{t1['measured_rank']}: "
+            f"{t1['slower_than_best']:+.1%} vs the best ({verdict})"
+        )
     if doc.get("winner_spec"):
         lines.append(f"winner written to {doc['winner_spec']}; cache {doc['cache']}")
     parts.append(Text("\n".join(lines), style="bold"))
@@ -255,13 +335,17 @@ def render_tune_run(run: dict) -> Text:
     c = run["counts"]
     slots = run.get("slots") or []
     hosts = sorted({s.get("host") or "?" for s in slots})
-    lines = [f"{run.get('executor', 'local')}: {c['gpus']} GPU worker{'s' if c['gpus'] != 1 else ''} on "
-             f"{', '.join(printable(h) for h in hosts)}; {c['total']} configurations: {c['timed']} timed, "
-             f"{c['cached']} from the cache, {c['skipped']} skipped; {c.get('retimed', 0)} timed again "
-             f"({c.get('outliers', 0)} outliers); {run['wall_s']:.1f} s"]  # fmt: skip
+    lines = [
+        f"{run.get('executor', 'local')}: {c['gpus']} GPU worker{'s' if c['gpus'] != 1 else ''} on "
+        f"{', '.join(printable(h) for h in hosts)}; {c['total']} configurations: {c['timed']} timed, "
+        f"{c['cached']} from the cache, {c['skipped']} skipped; {c.get('retimed', 0)} timed again "
+        f"({c.get('outliers', 0)} outliers); {run['wall_s']:.1f} s"
+    ]
     if c.get("workers_lost") or c.get("requeued"):
-        lines.append(f"{c.get('workers_lost', 0)} GPU worker(s) left mid-run; {c.get('requeued', 0)} in-flight "
-                     "candidate(s) re-queued and timed elsewhere")  # fmt: skip
+        lines.append(
+            f"{c.get('workers_lost', 0)} GPU worker(s) left mid-run; {c.get('requeued', 0)} in-flight "
+            "candidate(s) re-queued and timed elsewhere"
+        )
     if run.get("failures"):
         lines.append("failed: " + ", ".join(f"{f['count']} {printable(f['kind'])}" for f in run["failures"]))
     return Text("\n".join(lines))

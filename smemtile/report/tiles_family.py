@@ -55,8 +55,10 @@ def render_family_tiles(rep, top: int, rejected: int, width: int = 200, explain:
     head.append(f" on {rep.arch} ({esc(g['name'])}: {g['sms']} SMs, {g['dram_gbps']:g} GB/s DRAM)\n")
     c = rep.counts
     kinds = ", ".join(f"{v} {k.removeprefix('rejected_')}" for k, v in c.items() if k.startswith("rejected_"))
-    head.append(f"{c['candidates']} configurations the family can generate: {c['ranked']} ranked, {c['rejected']} "
-                f"rejected ({kinds or 'none'}), listed below with the family's reason.")  # fmt: skip
+    head.append(
+        f"{c['candidates']} configurations the family can generate: {c['ranked']} ranked, {c['rejected']} "
+        f"rejected ({kinds or 'none'}), listed below with the family's reason."
+    )
     lines: list = [head]
     err = prov.get("expected_error")
     if prov.get("calibrated"):
@@ -70,25 +72,48 @@ def render_family_tiles(rep, top: int, rejected: int, width: int = 200, explain:
     if explain:
         if prov.get("calibrated"):
             full = f"{err:.1%} ({prov.get('expected_error_of', '')})" if isinstance(err, float) else "unknown"
-            lines.append(plain(f"  predicted GB/s: {prov.get('source', '')}, constants {prov.get('file', '')} "
-                               f"({prov.get('gpu', '')}; {prov.get('runs', '')}; commit {prov.get('commit', '?')}); "
-                               f"expected error {full}", style="dim"))  # fmt: skip
+            lines.append(
+                plain(
+                    f"  predicted GB/s: {prov.get('source', '')}, constants {prov.get('file', '')} "
+                    f"({prov.get('gpu', '')}; {prov.get('runs', '')}; commit {prov.get('commit', '?')}); "
+                    f"expected error {full}",
+                    style="dim",
+                )
+            )
         else:
-            lines.append(plain(f"  uncalibrated for {rep.arch} / {g['name']}: {prov.get('source', '')} with the "
-                               f"{prov.get('gpu', 'H200')}'s constants ({prov.get('file', '')})", style="dim"))  # fmt: skip
+            lines.append(
+                plain(
+                    f"  uncalibrated for {rep.arch} / {g['name']}: {prov.get('source', '')} with the "
+                    f"{prov.get('gpu', 'H200')}'s constants ({prov.get('file', '')})",
+                    style="dim",
+                )
+            )
     wide = width >= 160
     t = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
     cols = ["#", "configuration", "thr", "regs", "blk", "smem", "GB/s", "x copy", "meas"]
     if wide:
         cols.append("why this rank")
     for col in cols:
-        t.add_column(col, justify="left" if col in ("configuration", "why this rank") else "right",
-                     overflow="fold", no_wrap=col != "why this rank", max_width=90 if col == "why this rank" else None)  # fmt: skip
+        t.add_column(
+            col,
+            justify="left" if col in ("configuration", "why this rank") else "right",
+            overflow="fold",
+            no_wrap=col != "why this rank",
+            max_width=90 if col == "why this rank" else None,
+        )
     for s in rep.ranked[:top]:
         regs = getattr(s, "registers", None)
-        row = [str(s.rank), esc(s.label), str(s.threads), "-" if regs is None else str(regs), str(s.blocks_per_sm),
-               _kib(s.smem_bytes), f"{s.gbps:.0f}", "-" if s.copy_ratio is None else f"{s.copy_ratio:.3f}",
-               _measured(s)]  # fmt: skip
+        row = [
+            str(s.rank),
+            esc(s.label),
+            str(s.threads),
+            "-" if regs is None else str(regs),
+            str(s.blocks_per_sm),
+            _kib(s.smem_bytes),
+            f"{s.gbps:.0f}",
+            "-" if s.copy_ratio is None else f"{s.copy_ratio:.3f}",
+            _measured(s),
+        ]
         if wide:
             row.append(esc(s.reason))
         t.add_row(*row, style="bold" if s.rank == 1 else None)
@@ -102,16 +127,26 @@ def render_family_tiles(rep, top: int, rejected: int, width: int = 200, explain:
         for x in rep.rejected:
             groups.setdefault((x["kind"], re.sub(r"\d+", "N", x["reason"])), []).append(x)
         shown = list(groups.values())[:rejected]
-        lines = [f"{len(rep.rejected)} rejected, {len(groups)} reasons (first example of each; +N alike = other "
-                 "configurations broken the same way):"]  # fmt: skip
+        lines = [
+            f"{len(rep.rejected)} rejected, {len(groups)} reasons (first example of each; +N alike = other "
+            "configurations broken the same way):"
+        ]
         for xs in shown:
             more = f" (+{len(xs) - 1} alike)" if len(xs) > 1 else ""
             lines.append(f"  {xs[0]['label']}{more} [{xs[0]['kind']}]: {xs[0]['reason']}")
         parts.append(plain("\n".join(lines)))
     tie = prov.get("tie_band")
-    rule = (f"predicted times within {tie:.1%} (the model's resolution) are a tie, and go to configurations measured "
-            "on the H200 first" if tie else "predicted times within 0.05 % are a tie (fewer threads first)")  # fmt: skip
-    parts.append(Text(f"Ties: {rule}. meas: timed on the H200 (the model's own data); `--format yaml` writes "
-                      "specs that `smemtile generate` / `verify` take; `--format json` has every number.",
-                      style="dim"))  # fmt: skip
+    rule = (
+        f"predicted times within {tie:.1%} (the model's resolution) are a tie, and go to configurations measured "
+        "on the H200 first"
+        if tie
+        else "predicted times within 0.05 % are a tie (fewer threads first)"
+    )
+    parts.append(
+        Text(
+            f"Ties: {rule}. meas: timed on the H200 (the model's own data); `--format yaml` writes "
+            "specs that `smemtile generate` / `verify` take; `--format json` has every number.",
+            style="dim",
+        )
+    )
     return Group(*parts)

@@ -24,18 +24,25 @@ def notation_table(t: TmaBuffer) -> Fit:
     """The buffer's mode as CuTe, TMA, the wgmma descriptor and Triton write it."""
     n = t.notations
     w, tr = n.wgmma, n.triton
-    tab = Table(title=f"{esc(t.name)}: {t.mode} in four notations ({t.dtype}, {t.row_bytes}-byte rows)",
-                title_justify="left")  # fmt: skip
+    tab = Table(
+        title=f"{esc(t.name)}: {t.mode} in four notations ({t.dtype}, {t.row_bytes}-byte rows)",
+        title_justify="left",
+    )
     tab.add_column("ecosystem", no_wrap=True)
     tab.add_column("how it is written", overflow="fold")
     tab.add_row(
         "CuTe", f"{n.byte_swizzle} on the byte address = {n.element_swizzle} on {t.dtype} element offsets"
     )
-    tab.add_row("TMA tensor map", f"{n.tma[0]} (= {n.tma[1]}) in cuTensorMapEncodeTiled; tile base aligned to "
-                f"{ALIGN[t.mode]} bytes")  # fmt: skip
-    tab.add_row("wgmma descriptor", f"layout type {w['layout_type']} ({w['layout_name']}, bits 62-63); K-major: "
-                f"SBO {w['sbo_bytes']} B, LBO {w['lbo']}; base offset 0; +{w['k_step_bytes']} B start address per "
-                "k-step")  # fmt: skip
+    tab.add_row(
+        "TMA tensor map",
+        f"{n.tma[0]} (= {n.tma[1]}) in cuTensorMapEncodeTiled; tile base aligned to {ALIGN[t.mode]} bytes",
+    )
+    tab.add_row(
+        "wgmma descriptor",
+        f"layout type {w['layout_type']} ({w['layout_name']}, bits 62-63); K-major: "
+        f"SBO {w['sbo_bytes']} B, LBO {w['lbo']}; base offset 0; +{w['k_step_bytes']} B start address per "
+        "k-step",
+    )
     if tr["swizzle_byte_width"]:
         tri = (
             f"NVMMASharedLayout(swizzle_byte_width={tr['swizzle_byte_width']}) = SwizzledSharedLayout(vec="
@@ -80,8 +87,13 @@ def render_tma(console: Console, spec, results, number: int) -> None:
     if not report:
         return
     console.print(Rule(f"{number}. TMA / wgmma layouts (Hopper)", align="left"))
-    console.print(Text("TMA writes whole boxes through the async proxy (no lane addresses); the rows below are the "
-                       "lane accesses of each tile under every mode, through the same bank model.", style="dim"))  # fmt: skip
+    console.print(
+        Text(
+            "TMA writes whole boxes through the async proxy (no lane addresses); the rows below are the "
+            "lane accesses of each tile under every mode, through the same bank model.",
+            style="dim",
+        )
+    )
     for t in report:
         console.print(notation_table(t))
         console.print(mode_table(t))

@@ -93,9 +93,11 @@ def render(doc: dict) -> None:
             con.print(f"  {esc(r['variant'])}: {esc(lay['layout'])}: {state}")
         cl = r.get("clusters")
         if cl and cl["cluster"] != [1, 1, 1]:  # cluster launches: how many clusters the whole GPU holds
-            con.print(f"  {esc(r['variant'])}: clusters of {cl['cluster'][0]}x{cl['cluster'][1]}x{cl['cluster'][2]}: "
-                      f"{cl['driver']} active clusters per GPU (cuOccupancyMaxActiveClusters), model {cl['model']}"
-                      + ("" if cl["agree"] else f" ({esc(cl['model_source'])})"))  # fmt: skip
+            con.print(
+                f"  {esc(r['variant'])}: clusters of {cl['cluster'][0]}x{cl['cluster'][1]}x{cl['cluster'][2]}: "
+                f"{cl['driver']} active clusters per GPU (cuOccupancyMaxActiveClusters), model {cl['model']}"
+                + ("" if cl["agree"] else f" ({esc(cl['model_source'])})")
+            )
     if doc.get("speedup"):
         b = next(r for r in doc["variants"] if r["variant"] == "baseline")
         f = next(r for r in doc["variants"] if r["variant"] == "fixed")
@@ -165,8 +167,16 @@ def _render_ncu(con, n: dict) -> None:
             title=f"{esc(variant)} ({esc(r['layout_text'])}): {prob}, {r['blocks']} blocks{reps}",
             title_justify="left",
         )
-        for col in ("SASS", "access", "executed", "wf/inst ncu", "wf/inst model", "confl/inst ncu",
-                    "confl/inst model", "match"):  # fmt: skip
+        for col in (
+            "SASS",
+            "access",
+            "executed",
+            "wf/inst ncu",
+            "wf/inst model",
+            "confl/inst ncu",
+            "confl/inst model",
+            "match",
+        ):
             text = col in ("SASS", "access")
             t.add_column(col, justify="left" if text else "right", overflow="fold", no_wrap=not text)
         for label, row, count in _collapse(r["instructions"]):
@@ -227,8 +237,13 @@ def _render_ncu(con, n: dict) -> None:
                 f"  {esc(variant)}: ncu and the model [green]agree[/] on every comparable shared-memory instruction"
             )
         else:
-            bad = sorted({i["opcode"] + (f" ({i['access']})" if i["access"] else "")
-                          for i in r["instructions"] if i["match"] is False})  # fmt: skip
+            bad = sorted(
+                {
+                    i["opcode"] + (f" ({i['access']})" if i["access"] else "")
+                    for i in r["instructions"]
+                    if i["match"] is False
+                }
+            )
             bad += [f"kernel {k}" for k, t in r["totals"].items() if t["match"] is False]
             bad += [f"all {g['op']} {g['width']} B" for g in r["groups"] if g["match"] is False and not bad]
             con.print(f"  [red]{esc(variant)}: ncu and the model DISAGREE on {esc(', '.join(bad))}[/]")
@@ -250,8 +265,15 @@ def _collapse(rows: list[dict]):
     """Consecutive instructions with the same opcode, access and numbers as one line (address range)."""
 
     def key(r):
-        return (r["opcode"], r["access"], r["executed"], r["wavefronts_per_instruction"],
-                r["model_wavefronts_per_instruction"], r["conflicts_per_instruction"], r["match"])  # fmt: skip
+        return (
+            r["opcode"],
+            r["access"],
+            r["executed"],
+            r["wavefronts_per_instruction"],
+            r["model_wavefronts_per_instruction"],
+            r["conflicts_per_instruction"],
+            r["match"],
+        )
 
     i = 0
     while i < len(rows):

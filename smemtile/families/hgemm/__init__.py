@@ -106,24 +106,56 @@ class Hgemm(GemmFamily):
     file = "hgemm.cu"
     peak = None
     kernel = "hgemm"
-    signature = ("int M", "int N", "int K", "float alpha", "const {T}* A", "int lda", "const {T}* B", "int ldb",
-                 "float beta", "{TC}* C", "int ldc")  # fmt: skip
+    signature = (
+        "int M",
+        "int N",
+        "int K",
+        "float alpha",
+        "const {T}* A",
+        "int lda",
+        "const {T}* B",
+        "int ldb",
+        "float beta",
+        "{TC}* C",
+        "int ldc",
+    )
     params = (
         Param("BM", 256, "block tile rows (a multiple of WM)", lo=16, hi=1024),
         Param("BN", 128, "block tile columns (a power of two, a multiple of WN)", lo=16, hi=1024),
         Param("BK", 32, "K step per stage (two or more k16 mma steps)", (32, 64, 128)),
         Param("WM", 64, "warp tile rows (a multiple of 16: m16 mma tiles)", lo=16, hi=256),
-        Param("WN", 64, "warp tile columns (a multiple of 16: one ldmatrix.x4 feeds two n8 tiles)", lo=16, hi=256),
+        Param(
+            "WN",
+            64,
+            "warp tile columns (a multiple of 16: one ldmatrix.x4 feeds two n8 tiles)",
+            lo=16,
+            hi=256,
+        ),
         Param("STAGES", 4, "cp.async ring depth", (2, 3, 4, 5)),
         Param("GROUP_M", 8, "block rows per L2 group in the block order", lo=1, hi=1024),
-        Param("SPLIT_K", 1, "K slices (grid z); > 1 adds alpha*A@B into fp32 C with atomics after C = beta*C",
-              lo=1, hi=64),
-        Param("MIN_BLOCKS", 1, "__launch_bounds__ minimum blocks per SM (caps registers); default from the "
-              "register estimate and shared memory", (1, 2, 3, 4)),
-        Param("ALIGN", 0, "copies: 8 = 16-byte cp.async (K and ldb multiples of 8), 1 = 2-byte loads through "
-              "registers, a chunk at a time (any size), 2 = 4-byte loads, a tile's loads before its stores (any "
-              "size; measured 7 % slower than 1), 0 = 8 when the problem allows it, else 1", (0, 1, 2, 8)),
-    )  # fmt: skip
+        Param(
+            "SPLIT_K",
+            1,
+            "K slices (grid z); > 1 adds alpha*A@B into fp32 C with atomics after C = beta*C",
+            lo=1,
+            hi=64,
+        ),
+        Param(
+            "MIN_BLOCKS",
+            1,
+            "__launch_bounds__ minimum blocks per SM (caps registers); default from the "
+            "register estimate and shared memory",
+            (1, 2, 3, 4),
+        ),
+        Param(
+            "ALIGN",
+            0,
+            "copies: 8 = 16-byte cp.async (K and ldb multiples of 8), 1 = 2-byte loads through "
+            "registers, a chunk at a time (any size), 2 = 4-byte loads, a tile's loads before its stores (any "
+            "size; measured 7 % slower than 1), 0 = 8 when the problem allows it, else 1",
+            (0, 1, 2, 8),
+        ),
+    )
     problem_keys = (
         ProblemKey("M", 4096, "rows of A and C"),
         ProblemKey("N", 4096, "columns of B and C"),
@@ -132,12 +164,13 @@ class Hgemm(GemmFamily):
         ProblemKey("beta", 0.0, "scale of the old C (0: C is not read)", "float"),
         ProblemKey("dtype", "f16", "A and B element type", "choice", tuple(T_CTYPES)),
         ProblemKey("c_dtype", "f32", "C element type (accumulation is fp32)", "choice", tuple(C_CTYPES)),
-        ProblemKey("b_layout", "row", "B row-major (K x N) or column-major (N x K storage)", "choice",
-                   ("row", "col")),
+        ProblemKey(
+            "b_layout", "row", "B row-major (K x N) or column-major (N x K storage)", "choice", ("row", "col")
+        ),
         ProblemKey("lda", 0, "leading dimension of A (elements between rows; default K: dense)", dense="K"),
         ProblemKey("ldb", 0, "leading dimension of B (default N, or K for column-major B: dense)", dense="N"),
         ProblemKey("ldc", 0, "leading dimension of C (default N: dense)", dense="N"),
-    )  # fmt: skip
+    )
     host_args = (
         HostArg("M", "int"),
         HostArg("N", "int"),
@@ -167,8 +200,12 @@ class Hgemm(GemmFamily):
         {"M": 512, "N": 384, "K": 1024, "c_dtype": "f16"},
         {"M": 300, "N": 264, "K": 1023, "beta": 0.5, "dtype": "bf16", "c_dtype": "bf16"},
     )
-    bench_sizes = ({"M": 4096, "N": 4096, "K": 4096}, {"M": 8192, "N": 8192, "K": 8192},
-                   {"M": 64, "N": 8192, "K": 4096}, {"M": 4095, "N": 4097, "K": 1023})  # fmt: skip
+    bench_sizes = (
+        {"M": 4096, "N": 4096, "K": 4096},
+        {"M": 8192, "N": 8192, "K": 8192},
+        {"M": 64, "N": 8192, "K": 4096},
+        {"M": 4095, "N": 4097, "K": 1023},
+    )
 
     # ---- shape --------------------------------------------------------------------------------------------
     def threads(self, p: dict[str, int]) -> int:
@@ -178,8 +215,10 @@ class Hgemm(GemmFamily):
         return (p["BM"] // wm) * (p["BN"] // wn) * 32
 
     def threads_message(self, p: dict[str, int], threads: int, implied: int) -> str:
-        return (f"threads = {threads} but (BM/WM) * (BN/WN) warps of the {p['BM']}x{p['BN']} tile with "
-                f"{p['WM']}x{p['WN']} warp tiles need {implied}")  # fmt: skip
+        return (
+            f"threads = {threads} but (BM/WM) * (BN/WN) warps of the {p['BM']}x{p['BN']} tile with "
+            f"{p['WM']}x{p['WN']} warp tiles need {implied}"
+        )
 
     def b_col(self, cfg: KernelConfig) -> bool:
         return cfg.problem["b_layout"] == "col"
@@ -205,14 +244,23 @@ class Hgemm(GemmFamily):
 
     def requires(self, cfg: KernelConfig) -> list[tuple[str, str]]:
         b_row = "K" if self.b_col(cfg) else "N"
-        out = [("lda >= K", "lda >= K (the rows of A hold K elements)"),
-               (f"ldb >= {b_row}", f"ldb >= {b_row} (the rows of {'column-major ' if self.b_col(cfg) else ''}B hold "
-                                   f"{b_row} elements)"),
-               ("ldc >= N", "ldc >= N (the rows of C hold N elements)")]  # fmt: skip
+        out = [
+            ("lda >= K", "lda >= K (the rows of A hold K elements)"),
+            (
+                f"ldb >= {b_row}",
+                f"ldb >= {b_row} (the rows of {'column-major ' if self.b_col(cfg) else ''}B hold "
+                f"{b_row} elements)",
+            ),
+            ("ldc >= N", "ldc >= N (the rows of C hold N elements)"),
+        ]
         if self.align(cfg) == 8:  # the 16-byte cp.async copies cannot read rows that do not start on 16 bytes
-            out.append(("((lda % 8) == 0) & ((ldb % 8) == 0) & (A_align >= 16) & (B_align >= 16)",
-                        "lda and ldb multiples of 8 and A, B 16-byte aligned (this kernel is built with ALIGN 8, "
-                        "16-byte cp.async copies; generate with ALIGN 1 for any layout)"))  # fmt: skip
+            out.append(
+                (
+                    "((lda % 8) == 0) & ((ldb % 8) == 0) & (A_align >= 16) & (B_align >= 16)",
+                    "lda and ldb multiples of 8 and A, B 16-byte aligned (this kernel is built with ALIGN 8, "
+                    "16-byte cp.async copies; generate with ALIGN 1 for any layout)",
+                )
+            )
         return out
 
     def layout_rules(self, cfg: KernelConfig) -> list[str]:
@@ -275,28 +323,40 @@ class Hgemm(GemmFamily):
             return out
         b_cpr = bk // CHUNK if self.b_col(cfg) else bn // CHUNK
         if threads % (bk // CHUNK) or (bm * bk // CHUNK) % threads:
-            out.append(f"the {bm * bk // CHUNK} 16-byte A chunks of a tile do not split evenly over {threads} "
-                       "threads in whole rows (BM*BK/8 % THREADS == 0)")  # fmt: skip
+            out.append(
+                f"the {bm * bk // CHUNK} 16-byte A chunks of a tile do not split evenly over {threads} "
+                "threads in whole rows (BM*BK/8 % THREADS == 0)"
+            )
         elif threads % b_cpr or (bk * bn // CHUNK) % threads:
-            out.append(f"the {bk * bn // CHUNK} 16-byte B chunks of a tile do not split evenly over {threads} "
-                       f"threads in whole rows of {b_cpr} chunks")  # fmt: skip
+            out.append(
+                f"the {bk * bn // CHUNK} 16-byte B chunks of a tile do not split evenly over {threads} "
+                f"threads in whole rows of {b_cpr} chunks"
+            )
         if p["SPLIT_K"] > 1 and cfg.problem["c_dtype"] != "f32":
-            out.append(f"SPLIT_K={p['SPLIT_K']} adds the K slices into C with fp32 atomics: c_dtype must be f32, "
-                       f"not {cfg.problem['c_dtype']}")  # fmt: skip
+            out.append(
+                f"SPLIT_K={p['SPLIT_K']} adds the K slices into C with fp32 atomics: c_dtype must be f32, "
+                f"not {cfg.problem['c_dtype']}"
+            )
         if p["ALIGN"] == 8 and not self.aligned_problem(cfg):
-            out.append(f"ALIGN=8 (16-byte cp.async) needs K and ldb ({'K' if self.b_col(cfg) else 'N'}) to be "
-                       f"multiples of 8 elements; this problem is {cfg.problem['M']}x{cfg.problem['N']}x"
-                       f"{cfg.problem['K']}: use ALIGN 1 or 0")  # fmt: skip
+            out.append(
+                f"ALIGN=8 (16-byte cp.async) needs K and ldb ({'K' if self.b_col(cfg) else 'N'}) to be "
+                f"multiples of 8 elements; this problem is {cfg.problem['M']}x{cfg.problem['N']}x"
+                f"{cfg.problem['K']}: use ALIGN 1 or 0"
+            )
         for b in ("As", "Bs"):
             lay = cfg.layouts.get(b)
             if lay is None:
                 continue
             if lay.pad % CHUNK:
-                out.append(f"{b}: padding {lay.pad} must be a multiple of 8 elements: cp.async and ldmatrix rows "
-                           "are 16-byte aligned")  # fmt: skip
+                out.append(
+                    f"{b}: padding {lay.pad} must be a multiple of 8 elements: cp.async and ldmatrix rows "
+                    "are 16-byte aligned"
+                )
             if lay.swizzled and lay.swizzle.M < 3:
-                out.append(f"{b}: {lay.swizzle} splits 16-byte granules; cp.async and ldmatrix move 16 bytes "
-                           "(M >= 3)")  # fmt: skip
+                out.append(
+                    f"{b}: {lay.swizzle} splits 16-byte granules; cp.async and ldmatrix move 16 bytes "
+                    "(M >= 3)"
+                )
         return out
 
     def smem_hint(self, cfg: KernelConfig) -> str:
@@ -305,64 +365,136 @@ class Hgemm(GemmFamily):
     def template_args(self, cfg: KernelConfig) -> list[str]:
         p = cfg.params
         a, b = cfg.layouts["As"].template_args(), cfg.layouts["Bs"].template_args()
-        vals = [T_CTYPES[cfg.problem["dtype"]], C_CTYPES[cfg.problem["c_dtype"]],
-                "true" if self.b_col(cfg) else "false", p["BM"], p["BN"], p["BK"], p["WM"], p["WN"], p["STAGES"],
-                p["GROUP_M"], p["SPLIT_K"], p["MIN_BLOCKS"], self.align(cfg), *a, *b]  # fmt: skip
+        vals = [
+            T_CTYPES[cfg.problem["dtype"]],
+            C_CTYPES[cfg.problem["c_dtype"]],
+            "true" if self.b_col(cfg) else "false",
+            p["BM"],
+            p["BN"],
+            p["BK"],
+            p["WM"],
+            p["WN"],
+            p["STAGES"],
+            p["GROUP_M"],
+            p["SPLIT_K"],
+            p["MIN_BLOCKS"],
+            self.align(cfg),
+            *a,
+            *b,
+        ]
         return [str(v) for v in vals]
 
     # ---- the kernel's shared memory, written once ---------------------------------------------------------
     def buffers(self, cfg: KernelConfig) -> list[dict]:
         dt = cfg.problem["dtype"]
         if self.b_col(cfg):
-            bs = {"name": "Bs", "dtype": dt, "shape": ["BN", "BK"], "stages": "STAGES",
-                  "note": "B tile, column-major B: Bs[n][k] = B[(n0+n)*K + k0+k]"}  # fmt: skip
+            bs = {
+                "name": "Bs",
+                "dtype": dt,
+                "shape": ["BN", "BK"],
+                "stages": "STAGES",
+                "note": "B tile, column-major B: Bs[n][k] = B[(n0+n)*K + k0+k]",
+            }
         else:
-            bs = {"name": "Bs", "dtype": dt, "shape": ["BK", "BN"], "stages": "STAGES",
-                  "note": "B tile: Bs[k][n] = B[k0+k][n0+n]"}  # fmt: skip
+            bs = {
+                "name": "Bs",
+                "dtype": dt,
+                "shape": ["BK", "BN"],
+                "stages": "STAGES",
+                "note": "B tile: Bs[k][n] = B[k0+k][n0+n]",
+            }
         return [
-            {"name": "As", "dtype": dt, "shape": ["BM", "BK"], "stages": "STAGES",
-             "note": "A tile: As[m][k] = A[m0+m][k0+k]"},
+            {
+                "name": "As",
+                "dtype": dt,
+                "shape": ["BM", "BK"],
+                "stages": "STAGES",
+                "note": "A tile: As[m][k] = A[m0+m][k0+k]",
+            },
             bs,
-        ]  # fmt: skip
+        ]
 
     def accesses(self, cfg: KernelConfig) -> list[dict]:
         col = self.b_col(cfg)
         vec = self.align(cfg) == 8
         op = "cp.async" if vec else "store"
-        how = ("16-byte cp.async.cg" if vec else "4-byte global loads, one st.shared.v4 (ALIGN 2)"
-               if self.align(cfg) == 2 else "2-byte global loads, one st.shared.v4 (ALIGN 1)")  # fmt: skip
+        how = (
+            "16-byte cp.async.cg"
+            if vec
+            else "4-byte global loads, one st.shared.v4 (ALIGN 2)"
+            if self.align(cfg) == 2
+            else "2-byte global loads, one st.shared.v4 (ALIGN 1)"
+        )
         ca = "(tid + i*THREADS)"
         a_row, a_col = f"{ca} // (BK//8)", f"({ca} % (BK//8)) * 8"
-        a_copy = {"name": "A_copy", "buffer": "As", "op": op, "width": 16, "role": "copy", "row": a_row,
-                  "col": a_col, "over": {"i": [0, "BM*BK//8//THREADS"]},
-                  "note": f"A rows, {how}; rows past M read row M-1"}  # fmt: skip
+        a_copy = {
+            "name": "A_copy",
+            "buffer": "As",
+            "op": op,
+            "width": 16,
+            "role": "copy",
+            "row": a_row,
+            "col": a_col,
+            "over": {"i": [0, "BM*BK//8//THREADS"]},
+            "note": f"A rows, {how}; rows past M read row M-1",
+        }
         cb = "(tid + j*THREADS)"
         per_row = "(BK//8)" if col else "(BN//8)"
         b_row, b_col = f"{cb} // {per_row}", f"({cb} % {per_row}) * 8"
-        b_copy = {"name": "B_copy", "buffer": "Bs", "op": op, "width": 16, "role": "copy", "row": b_row,
-                  "col": b_col, "over": {"j": [0, "BK*BN//8//THREADS"]},
-                  "note": f"B {'columns (column-major B)' if col else 'rows'}, {how}"}  # fmt: skip
+        b_copy = {
+            "name": "B_copy",
+            "buffer": "Bs",
+            "op": op,
+            "width": 16,
+            "role": "copy",
+            "row": b_row,
+            "col": b_col,
+            "over": {"j": [0, "BK*BN//8//THREADS"]},
+            "note": f"B {'columns (column-major B)' if col else 'rows'}, {how}",
+        }
         # cp.async sources: the global element each lane copies from (block 0, K tile 0), with the kernel's row
         # clamp (rows past M or N read the last row) and column mask (row-major B chunks past N read column 0)
         if vec:
             a_copy["source"] = f"min({a_row}, M - 1) * K + {a_col}"
-            b_copy["source"] = (f"min({b_row}, N - 1) * K + {b_col}" if col
-                                else f"({b_row}) * N + ({b_col}) * ({b_col} < N)")  # fmt: skip
-        a_frag = {"name": "A_frag", "buffer": "As", "op": "ldmatrix", "matrices": 4, "role": "inner",
-                  "row": "(warp // (BN//WN))*WM + mi*16 + lane % 16", "col": "kk*16 + (lane // 16)*8",
-                  "over": {"mi": [0, "WM//16"], "kk": [0, "BK//16"]},
-                  "note": "mma A operand a0..a3 of m16 tile mi, k16 step kk"}  # fmt: skip
+            b_copy["source"] = (
+                f"min({b_row}, N - 1) * K + {b_col}" if col else f"({b_row}) * N + ({b_col}) * ({b_col} < N)"
+            )
+        a_frag = {
+            "name": "A_frag",
+            "buffer": "As",
+            "op": "ldmatrix",
+            "matrices": 4,
+            "role": "inner",
+            "row": "(warp // (BN//WN))*WM + mi*16 + lane % 16",
+            "col": "kk*16 + (lane // 16)*8",
+            "over": {"mi": [0, "WM//16"], "kk": [0, "BK//16"]},
+            "note": "mma A operand a0..a3 of m16 tile mi, k16 step kk",
+        }
         if col:
-            b_frag = {"name": "B_frag", "buffer": "Bs", "op": "ldmatrix", "matrices": 4, "role": "inner",
-                      "row": "(warp % (BN//WN))*WN + nj*16 + lane % 8 + (lane // 16)*8",
-                      "col": "kk*16 + ((lane // 8) % 2)*8", "over": {"nj": [0, "WN//16"], "kk": [0, "BK//16"]},
-                      "note": "b0, b1 of the n8 tiles 2nj and 2nj+1, k16 step kk"}  # fmt: skip
+            b_frag = {
+                "name": "B_frag",
+                "buffer": "Bs",
+                "op": "ldmatrix",
+                "matrices": 4,
+                "role": "inner",
+                "row": "(warp % (BN//WN))*WN + nj*16 + lane % 8 + (lane // 16)*8",
+                "col": "kk*16 + ((lane // 8) % 2)*8",
+                "over": {"nj": [0, "WN//16"], "kk": [0, "BK//16"]},
+                "note": "b0, b1 of the n8 tiles 2nj and 2nj+1, k16 step kk",
+            }
         else:
-            b_frag = {"name": "B_frag", "buffer": "Bs", "op": "ldmatrix", "matrices": 4, "trans": True,
-                      "role": "inner", "row": "kk*16 + lane % 16",
-                      "col": "(warp % (BN//WN))*WN + nj*16 + (lane // 16)*8",
-                      "over": {"nj": [0, "WN//16"], "kk": [0, "BK//16"]},
-                      "note": "b0, b1 of the n8 tiles 2nj and 2nj+1 (transposed), k16 step kk"}  # fmt: skip
+            b_frag = {
+                "name": "B_frag",
+                "buffer": "Bs",
+                "op": "ldmatrix",
+                "matrices": 4,
+                "trans": True,
+                "role": "inner",
+                "row": "kk*16 + lane % 16",
+                "col": "(warp % (BN//WN))*WN + nj*16 + (lane // 16)*8",
+                "over": {"nj": [0, "WN//16"], "kk": [0, "BK//16"]},
+                "note": "b0, b1 of the n8 tiles 2nj and 2nj+1 (transposed), k16 step kk",
+            }
         return [a_copy, b_copy, a_frag, b_frag]
 
     def default_layouts(self, cfg: KernelConfig) -> dict[str, Layout]:
@@ -373,12 +505,21 @@ class Hgemm(GemmFamily):
     # ---- launch -------------------------------------------------------------------------------------------
     def calls(self, cfg: KernelConfig) -> list[KernelCall]:
         return [
-            KernelCall(("C", "M", "N", "ldc", "beta"), ("min(M, 65535)", "1", "1"), ("256", "1", "1"),
-                       kernel="hgemm_splitk_prepare", params=("float* C", "int M", "int N", "int ldc", "float beta"),
-                       when="SPLIT_K > 1", doc="split K: C = beta * C (0 for beta = 0) before the slices add into it"),
-            KernelCall(("M", "N", "K", "alpha", "A", "lda", "B", "ldb", "beta", "C", "ldc"),
-                       ("cdiv(M, BM) * cdiv(N, BN)", "1", "SPLIT_K"), ("THREADS", "1", "1")),
-        ]  # fmt: skip
+            KernelCall(
+                ("C", "M", "N", "ldc", "beta"),
+                ("min(M, 65535)", "1", "1"),
+                ("256", "1", "1"),
+                kernel="hgemm_splitk_prepare",
+                params=("float* C", "int M", "int N", "int ldc", "float beta"),
+                when="SPLIT_K > 1",
+                doc="split K: C = beta * C (0 for beta = 0) before the slices add into it",
+            ),
+            KernelCall(
+                ("M", "N", "K", "alpha", "A", "lda", "B", "ldb", "beta", "C", "ldc"),
+                ("cdiv(M, BM) * cdiv(N, BN)", "1", "SPLIT_K"),
+                ("THREADS", "1", "1"),
+            ),
+        ]
 
     # ---- reference -----------------------------------------------------------------------------------------
     def make_inputs(self, cfg: KernelConfig, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -414,12 +555,16 @@ class Hgemm(GemmFamily):
         p = cfg.params
         acc = p["WM"] * p["WN"] // 32
         if occ.get("limiter") == "registers":
-            return (f"1 block/SM by design: a {p['WM']}x{p['WN']} warp tile keeps {acc} fp32 accumulators and "
-                    f"{(p['WM'] + p['WN']) // 2} fragment registers per thread; {occ['active_warps']} warps/SM "
-                    f"issue {p['WM'] // 16 * p['WN'] // 8} independent mma.sync per k16 step each")  # fmt: skip
+            return (
+                f"1 block/SM by design: a {p['WM']}x{p['WN']} warp tile keeps {acc} fp32 accumulators and "
+                f"{(p['WM'] + p['WN']) // 2} fragment registers per thread; {occ['active_warps']} warps/SM "
+                f"issue {p['WM'] // 16 * p['WN'] // 8} independent mma.sync per k16 step each"
+            )
         if occ.get("limiter") == "shared_memory":
-            return (f"1 block/SM by design: {p['STAGES']} cp.async stages of the {p['BM']}x{p['BN']}x{p['BK']} tile "
-                    f"keep {p['STAGES'] - 1} K tiles in flight (shared memory is the limiter)")  # fmt: skip
+            return (
+                f"1 block/SM by design: {p['STAGES']} cp.async stages of the {p['BM']}x{p['BN']}x{p['BK']} tile "
+                f"keep {p['STAGES'] - 1} K tiles in flight (shared memory is the limiter)"
+            )
         return None
 
     def relax(self, cfg: KernelConfig, spilled_bytes: int) -> tuple[KernelConfig, str] | None:

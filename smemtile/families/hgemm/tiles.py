@@ -37,8 +37,15 @@ from smemtile.model.layout import Layout
 
 def warp_tile(bm: int, bn: int, warps: int) -> tuple[int, int] | None:
     """(WM, WN): the tile model's split of ``warps`` over the block tile (m16 x n8 mma multiples)."""
-    ok = [(bm // wm, bn // (warps // wm)) for wm in (1, 2, 4, 8) if warps % wm == 0
-          and bm % wm == 0 and bn % (warps // wm) == 0 and (bm // wm) % 16 == 0 and (bn // (warps // wm)) % 8 == 0]  # fmt: skip
+    ok = [
+        (bm // wm, bn // (warps // wm))
+        for wm in (1, 2, 4, 8)
+        if warps % wm == 0
+        and bm % wm == 0
+        and bn % (warps // wm) == 0
+        and (bm // wm) % 16 == 0
+        and (bn // (warps // wm)) % 8 == 0
+    ]
     return min(ok, key=lambda t: (t[0] + t[1], -t[0])) if ok else None
 
 
@@ -102,9 +109,11 @@ class Contract:
                 and params["BK"] > 32
                 and params["WM"] * params["WN"] >= 4096
             ):
-                bad = [f"hgemm: registers: the copies through registers (ALIGN {self.fam.align(cfg)}: K or ldb not a "
-                       f"multiple of 8) of BK {params['BK']} beside {params['WM']}x{params['WN']} accumulators spill "
-                       "(ptxas 13.0: 8-96 bytes); BK 32 does not"]  # fmt: skip
+                bad = [
+                    f"hgemm: registers: the copies through registers (ALIGN {self.fam.align(cfg)}: K or ldb not a "
+                    f"multiple of 8) of BK {params['BK']} beside {params['WM']}x{params['WN']} accumulators spill "
+                    "(ptxas 13.0: 8-96 bytes); BK 32 does not"
+                ]
         except SpecError as e:
             bad = [f"hgemm: {e}"]
         out = (bad, self.fam.threads(params), 0 if bad else self.fam.smem_bytes(cfg))
@@ -128,8 +137,15 @@ def tile_spec(fam, p, s) -> dict | None:
         return None
     params = {**tile_params(s.cfg), "MIN_BLOCKS": max(1, min(4, s.blocks_per_sm))}
     cfg = _config(fam, params, {"M": p.m, "N": p.n, "K": p.k, "dtype": p.dtype}, arch, check=True)
-    kernel = {"family": fam.name, "M": p.m, "N": p.n, "K": p.k, "dtype": p.dtype, "GROUP_M": params["GROUP_M"],
-              "MIN_BLOCKS": params["MIN_BLOCKS"]}  # fmt: skip
+    kernel = {
+        "family": fam.name,
+        "M": p.m,
+        "N": p.n,
+        "K": p.k,
+        "dtype": p.dtype,
+        "GROUP_M": params["GROUP_M"],
+        "MIN_BLOCKS": params["MIN_BLOCKS"],
+    }
     if params["SPLIT_K"] > 1:  # the K slices add into fp32 C with atomics (the family's default c_dtype)
         kernel["SPLIT_K"] = params["SPLIT_K"]
     return {
@@ -155,8 +171,10 @@ class Ranker:
         self.by_label = {s.cfg.label: s for s in self.report.ranked}
 
     def top(self, k: int) -> list[dict]:
-        return [{**tile_params(s.cfg), "MIN_BLOCKS": max(1, min(4, s.blocks_per_sm))}
-                for s in self.report.ranked[:k]]  # fmt: skip
+        return [
+            {**tile_params(s.cfg), "MIN_BLOCKS": max(1, min(4, s.blocks_per_sm))}
+            for s in self.report.ranked[:k]
+        ]
 
     def __call__(self, params: dict, src: str) -> Candidate:
         from smemtile.model.tiling import TileConfig
@@ -180,7 +198,10 @@ class Ranker:
             return Candidate(label, params, src, ranked.rank, ranked.tflops, ranked.reason)
         scored, rejected = evaluate(self.p, [c])
         if scored:
-            why = ("not in the model's ranking (another stages / GROUP_M of the tile ranks instead)" if same_warps
-                   else "the model scores the tile with its own warp split")  # fmt: skip
+            why = (
+                "not in the model's ranking (another stages / GROUP_M of the tile ranks instead)"
+                if same_warps
+                else "the model scores the tile with its own warp split"
+            )
             return Candidate(label, params, src, None, scored[0].tflops, why)
         return Candidate(label, params, src, None, None, rejected[0].reason if rejected else "")

@@ -76,8 +76,19 @@ class Sgemm(GemmFamily):
     summary = "fp32 GEMM (FFMA), register-blocked, cp.async pipeline, split K"
     file = "sgemm.cu"
     kernel = "sgemm"
-    signature = ("int M", "int N", "int K", "float alpha", "const float* A", "int lda", "const float* B",
-                 "int ldb", "float beta", "float* C", "int ldc")  # fmt: skip
+    signature = (
+        "int M",
+        "int N",
+        "int K",
+        "float alpha",
+        "const float* A",
+        "int lda",
+        "const float* B",
+        "int ldb",
+        "float beta",
+        "float* C",
+        "int ldc",
+    )
     params = (
         Param("BM", 256, "block tile rows (a multiple of 4*TM)", lo=4, hi=1024),
         Param("BN", 128, "block tile columns (a multiple of 8*TN)", lo=8, hi=1024),
@@ -85,23 +96,51 @@ class Sgemm(GemmFamily):
         Param("TM", 16, "accumulator rows per thread (a multiple of 4)", (4, 8, 16)),
         Param("TN", 8, "accumulator columns per thread (a multiple of 4)", (4, 8, 16)),
         Param("STAGES", 3, "shared-memory ring depth (2..8); exactly 2 without cp.async", lo=1, hi=8),
-        Param("CP_ASYNC", 1, "1 = cp.async pipeline (sm_80+, the default there); 0 = register double-buffering",
-              (0, 1)),
+        Param(
+            "CP_ASYNC",
+            1,
+            "1 = cp.async pipeline (sm_80+, the default there); 0 = register double-buffering",
+            (0, 1),
+        ),
         Param("GROUP_M", 8, "block rows per L2 group in the block order", lo=1, hi=1024),
-        Param("MIN_BLOCKS", 1, "__launch_bounds__ minimum blocks per SM (caps registers); default 2 when "
-              "TM*TN <= 64, else the most that leave ~TM*TN + 100 registers per thread", (1, 2, 3, 4)),
-        Param("A_VEC", 1, "A copy: 1 = float4 loads to registers + transposed stores, 0 = 4-byte cp.async",
-              (0, 1)),
-        Param("SPLIT_K", 1, "K slices (grid y); > 1 adds alpha*A@B into C with atomics after C = beta*C",
-              lo=1, hi=64),
-        Param("RAGGED", 0, "unaligned whole tiles (K or N not a multiple of 4): 1 = an unmasked loop of 4-byte "
-              "copies (A through registers, 8 k x 4 rows per warp), 2 = the masked copies; 0 picks 1 for such "
-              "problems where it measured faster (not for 128-accumulator tiles at 2+ blocks/SM with K % 4 != 0, "
-              "nor at register caps <= 128), else 2", (0, 1, 2)),
-        Param("REPACK", 0, "unaligned operands (K or N not a multiple of 4): 1 = the launch first copies them into "
-              "a workspace with 16-byte rows (the GEMM then runs its aligned loop), 2 = never; 0 picks 1 where "
-              "the copy costs little against the GEMM (smemtile.model.tiling_model.repack_pays)", (0, 1, 2)),
-    )  # fmt: skip
+        Param(
+            "MIN_BLOCKS",
+            1,
+            "__launch_bounds__ minimum blocks per SM (caps registers); default 2 when "
+            "TM*TN <= 64, else the most that leave ~TM*TN + 100 registers per thread",
+            (1, 2, 3, 4),
+        ),
+        Param(
+            "A_VEC",
+            1,
+            "A copy: 1 = float4 loads to registers + transposed stores, 0 = 4-byte cp.async",
+            (0, 1),
+        ),
+        Param(
+            "SPLIT_K",
+            1,
+            "K slices (grid y); > 1 adds alpha*A@B into C with atomics after C = beta*C",
+            lo=1,
+            hi=64,
+        ),
+        Param(
+            "RAGGED",
+            0,
+            "unaligned whole tiles (K or N not a multiple of 4): 1 = an unmasked loop of 4-byte "
+            "copies (A through registers, 8 k x 4 rows per warp), 2 = the masked copies; 0 picks 1 for such "
+            "problems where it measured faster (not for 128-accumulator tiles at 2+ blocks/SM with K % 4 != 0, "
+            "nor at register caps <= 128), else 2",
+            (0, 1, 2),
+        ),
+        Param(
+            "REPACK",
+            0,
+            "unaligned operands (K or N not a multiple of 4): 1 = the launch first copies them into "
+            "a workspace with 16-byte rows (the GEMM then runs its aligned loop), 2 = never; 0 picks 1 where "
+            "the copy costs little against the GEMM (smemtile.model.tiling_model.repack_pays)",
+            (0, 1, 2),
+        ),
+    )
     problem_keys = (
         ProblemKey("M", 4096, "rows of A and C"),
         ProblemKey("N", 4096, "columns of B and C"),
@@ -143,8 +182,10 @@ class Sgemm(GemmFamily):
         return (p["BM"] // wm) * (p["BN"] // wn) * 32
 
     def threads_message(self, p: dict[str, int], threads: int, implied: int) -> str:
-        return (f"the thread layout does not cover the tile: BM*BN = {p['BM'] * p['BN']} but threads*TM*TN = "
-                f"{threads * p['TM'] * p['TN']} (with TM={p['TM']}, TN={p['TN']} it needs {implied} threads)")  # fmt: skip
+        return (
+            f"the thread layout does not cover the tile: BM*BN = {p['BM'] * p['BN']} but threads*TM*TN = "
+            f"{threads * p['TM'] * p['TN']} (with TM={p['TM']}, TN={p['TN']} it needs {implied} threads)"
+        )
 
     def derive(self, params: dict[str, int], user: set[str], arch: Arch) -> dict[str, int]:
         p = dict(params)
@@ -170,8 +211,10 @@ class Sgemm(GemmFamily):
         notes = []
         if params.get("STAGES", 2) != 2:
             out["STAGES"] = 2
-            notes.append(f"{arch.name} has no cp.async: register double-buffering with 2 stages (the spec asks "
-                         f"for {params['STAGES']})")  # fmt: skip
+            notes.append(
+                f"{arch.name} has no cp.async: register double-buffering with 2 stages (the spec asks "
+                f"for {params['STAGES']})"
+            )
         return out, notes
 
     def violations(self, cfg: KernelConfig) -> list[str]:
@@ -211,8 +254,10 @@ class Sgemm(GemmFamily):
             out += ragged_split_errors(p["BM"], p["BN"], p["BK"], self.threads(p))
         stages, cp = p["STAGES"], bool(p["CP_ASYNC"])
         if cp and not cfg.arch.has_cp_async:
-            out.append(f"cp.async needs sm_80 or newer; {cfg.arch.name} must use CP_ASYNC=0 "
-                       "(register double-buffering)")  # fmt: skip
+            out.append(
+                f"cp.async needs sm_80 or newer; {cfg.arch.name} must use CP_ASYNC=0 "
+                "(register double-buffering)"
+            )
         if cp and stages < 2:
             out.append(f"a cp.async pipeline needs at least 2 stages, got STAGES={stages}")
         if not cp and stages != 2:
@@ -235,9 +280,13 @@ class Sgemm(GemmFamily):
         if not self.repack(cfg):  # the helper of an aligned (or not repacked) problem takes no workspace
             return []
         return [
-            Workspace("Ap", f"M * {LDA4}", when=A_UNALIGNED, fallback="A", doc="A with rows of ceil(K/4)*4 floats"),
-            Workspace("Bp", f"K * {LDB4}", when=B_UNALIGNED, fallback="B", doc="B with rows of ceil(N/4)*4 floats"),
-        ]  # fmt: skip
+            Workspace(
+                "Ap", f"M * {LDA4}", when=A_UNALIGNED, fallback="A", doc="A with rows of ceil(K/4)*4 floats"
+            ),
+            Workspace(
+                "Bp", f"K * {LDB4}", when=B_UNALIGNED, fallback="B", doc="B with rows of ceil(N/4)*4 floats"
+            ),
+        ]
 
     def ragged(self, cfg: KernelConfig) -> bool:
         """Whether the kernel compiles in the unmasked 4-byte loop for unaligned whole tiles (template RAGGED):
@@ -251,8 +300,17 @@ class Sgemm(GemmFamily):
             return p["RAGGED"] == 1 and bool(p["A_VEC"]) and bool(p["CP_ASYNC"])
         if self.repack(cfg):  # the GEMM gets 16-byte rows: no unaligned whole tiles
             return False
-        return ragged_loop(p["BM"], p["BN"], p["BK"], p["TM"], p["TN"], self.threads(p), p["MIN_BLOCKS"],
-                           int(cfg.problem["K"]), int(cfg.problem["N"]))  # fmt: skip
+        return ragged_loop(
+            p["BM"],
+            p["BN"],
+            p["BK"],
+            p["TM"],
+            p["TN"],
+            self.threads(p),
+            p["MIN_BLOCKS"],
+            int(cfg.problem["K"]),
+            int(cfg.problem["N"]),
+        )
 
     def auto_values(self, cfg: KernelConfig) -> dict[str, int]:
         out = {"RAGGED": 1 if self.ragged(cfg) else 2} if cfg.params["RAGGED"] == 0 else {}
@@ -278,17 +336,41 @@ class Sgemm(GemmFamily):
     def template_args(self, cfg: KernelConfig) -> list[str]:
         p = cfg.params
         a, b = cfg.layouts["As"].template_args(), cfg.layouts["Bs"].template_args()
-        vals = [p["BM"], p["BN"], p["BK"], p["TM"], p["TN"], p["STAGES"], "true" if p["CP_ASYNC"] else "false",
-                *a, *b, p["GROUP_M"], p["MIN_BLOCKS"], p["A_VEC"], p["SPLIT_K"], int(self.ragged(cfg))]  # fmt: skip
+        vals = [
+            p["BM"],
+            p["BN"],
+            p["BK"],
+            p["TM"],
+            p["TN"],
+            p["STAGES"],
+            "true" if p["CP_ASYNC"] else "false",
+            *a,
+            *b,
+            p["GROUP_M"],
+            p["MIN_BLOCKS"],
+            p["A_VEC"],
+            p["SPLIT_K"],
+            int(self.ragged(cfg)),
+        ]
         return [str(v) for v in vals]
 
     def buffers(self, cfg: KernelConfig) -> list[dict]:
         return [
-            {"name": "As", "dtype": "f32", "shape": ["BK", "BM"], "stages": "STAGES",
-             "note": "A tile transposed (k-major): As[k][m] = A[m0+m][k0+k]"},
-            {"name": "Bs", "dtype": "f32", "shape": ["BK", "BN"], "stages": "STAGES",
-             "note": "B tile: Bs[k][n] = B[k0+k][n0+n]"},
-        ]  # fmt: skip
+            {
+                "name": "As",
+                "dtype": "f32",
+                "shape": ["BK", "BM"],
+                "stages": "STAGES",
+                "note": "A tile transposed (k-major): As[k][m] = A[m0+m][k0+k]",
+            },
+            {
+                "name": "Bs",
+                "dtype": "f32",
+                "shape": ["BK", "BN"],
+                "stages": "STAGES",
+                "note": "B tile: Bs[k][n] = B[k0+k][n0+n]",
+            },
+        ]
 
     def accesses(self, cfg: KernelConfig) -> list[dict]:
         p, repack = cfg.params, self.repack(cfg)
@@ -296,52 +378,115 @@ class Sgemm(GemmFamily):
         if p["A_VEC"]:
             # chunk c = tid + i*THREADS is the float4 A[m][k..k+3], r = c//2, m = r % BM,
             # k = (r//BM)*8 + (c%2)*4; stored transposed as four 4-byte stores As[k+q][m]
-            a_copy = {"name": "As_copy", "buffer": "As", "op": "store", "width": 4, "role": "copy",
-                      "row": "(((tid + i*THREADS)//2)//BM)*8 + (tid%2)*4 + q", "col": "((tid + i*THREADS)//2) % BM",
-                      "over": {"i": [0, "BM*BK//4//THREADS"], "q": [0, 4]},
-                      "note": "float4 of A in registers -> 4 transposed 4-byte stores"}  # fmt: skip
+            a_copy = {
+                "name": "As_copy",
+                "buffer": "As",
+                "op": "store",
+                "width": 4,
+                "role": "copy",
+                "row": "(((tid + i*THREADS)//2)//BM)*8 + (tid%2)*4 + q",
+                "col": "((tid + i*THREADS)//2) % BM",
+                "over": {"i": [0, "BM*BK//4//THREADS"], "q": [0, 4]},
+                "note": "float4 of A in registers -> 4 transposed 4-byte stores",
+            }
         else:
             # element e = tid + i*THREADS: k = (e//8//BM)*8 + e%8, m = (e//8) % BM, one 4-byte copy A[m][k] -> As[k][m]
             row, col = "((tid + i*THREADS)//8//BM)*8 + tid%8", "((tid + i*THREADS)//8) % BM"
-            a_copy = {"name": "As_copy", "buffer": "As", "op": copy_op, "width": 4, "role": "copy", "row": row,
-                      "col": col, "over": {"i": [0, "BM*BK//THREADS"]}, "note": "A[m][k] -> As[k][m], 4 bytes"}  # fmt: skip
+            a_copy = {
+                "name": "As_copy",
+                "buffer": "As",
+                "op": copy_op,
+                "width": 4,
+                "role": "copy",
+                "row": row,
+                "col": col,
+                "over": {"i": [0, "BM*BK//THREADS"]},
+                "note": "A[m][k] -> As[k][m], 4 bytes",
+            }
             if copy_op == "cp.async":  # where each lane's word comes from: row-major A, leading dimension lda
                 a_copy["source"] = f"({col}) * {LDA4 if repack else 'K'} + {row}"
         ragged = []
         if self.ragged(cfg):  # unaligned whole tiles (RAGGED): the A_VEC = 0 mapping, through registers
-            ragged = [{"name": "As_copy_ragged", "buffer": "As", "op": "store", "width": 4, "role": "copy",
-                       "row": "((tid + i*THREADS)//8//BM)*8 + tid%8", "col": "((tid + i*THREADS)//8) % BM",
-                       "over": {"i": [0, "BM*BK//THREADS"]},
-                       "note": "unaligned whole tiles (RAGGED=1): A[m][k] through registers, 8 k x 4 rows per "
-                               "warp; As_copy is then the prologue's and the partial K tile's"}]  # fmt: skip
+            ragged = [
+                {
+                    "name": "As_copy_ragged",
+                    "buffer": "As",
+                    "op": "store",
+                    "width": 4,
+                    "role": "copy",
+                    "row": "((tid + i*THREADS)//8//BM)*8 + tid%8",
+                    "col": "((tid + i*THREADS)//8) % BM",
+                    "over": {"i": [0, "BM*BK//THREADS"]},
+                    "note": "unaligned whole tiles (RAGGED=1): A[m][k] through registers, 8 k x 4 rows per "
+                    "warp; As_copy is then the prologue's and the partial K tile's",
+                }
+            ]
         if int(cfg.problem["N"]) % 4 == 0 or repack:  # ldb % 4 == 0 (B, or B repacked): 16-byte copies
             b_row, b_col = "(tid + j*THREADS)//(BN//4)", "((tid + j*THREADS) % (BN//4))*4"
-            b_copy = {"name": "Bs_copy", "buffer": "Bs", "op": copy_op, "width": 16, "role": "copy", "row": b_row,
-                      "col": b_col, "over": {"j": [0, "BK*BN//4//THREADS"]}, "note": "B rows, 16 bytes per lane"}  # fmt: skip
+            b_copy = {
+                "name": "Bs_copy",
+                "buffer": "Bs",
+                "op": copy_op,
+                "width": 16,
+                "role": "copy",
+                "row": b_row,
+                "col": b_col,
+                "over": {"j": [0, "BK*BN//4//THREADS"]},
+                "note": "B rows, 16 bytes per lane",
+            }
         else:  # rows of B are not 16-byte aligned: the kernel copies one element per lane (b_vec false)
             b_row, b_col = "(tid + j*THREADS)//BN", "(tid + j*THREADS) % BN"
-            b_copy = {"name": "Bs_copy", "buffer": "Bs", "op": copy_op, "width": 4, "role": "copy", "row": b_row,
-                      "col": b_col, "over": {"j": [0, "BK*BN//THREADS"]},
-                      "note": "B rows, 4 bytes per lane (N is not a multiple of 4)"}  # fmt: skip
+            b_copy = {
+                "name": "Bs_copy",
+                "buffer": "Bs",
+                "op": copy_op,
+                "width": 4,
+                "role": "copy",
+                "row": b_row,
+                "col": b_col,
+                "over": {"j": [0, "BK*BN//THREADS"]},
+                "note": "B rows, 4 bytes per lane (N is not a multiple of 4)",
+            }
         if copy_op == "cp.async":  # row-major B, leading dimension ldb
             b_copy["source"] = f"({b_row}) * {LDB4 if repack else 'N'} + {b_col}"
         return [
             a_copy,
             *ragged,
             b_copy,
-            {"name": "As_read", "buffer": "As", "op": "load", "width": 16, "role": "inner", "row": "k",
-             "col": f"(warp//(BN//(8*TN)))*4*TM + {LM}*4 + 16*i", "over": {"k": [0, "BK"], "i": [0, "TM//4"]},
-             "note": "float4 of As[k] along m (8-lane broadcasts)"},
-            {"name": "Bs_read", "buffer": "Bs", "op": "load", "width": 16, "role": "inner", "row": "k",
-             "col": f"(warp%(BN//(8*TN)))*8*TN + {LN}*4 + 32*j", "over": {"k": [0, "BK"], "j": [0, "TN//4"]},
-             "note": "float4 of Bs[k] along n"},
-        ]  # fmt: skip
+            {
+                "name": "As_read",
+                "buffer": "As",
+                "op": "load",
+                "width": 16,
+                "role": "inner",
+                "row": "k",
+                "col": f"(warp//(BN//(8*TN)))*4*TM + {LM}*4 + 16*i",
+                "over": {"k": [0, "BK"], "i": [0, "TM//4"]},
+                "note": "float4 of As[k] along m (8-lane broadcasts)",
+            },
+            {
+                "name": "Bs_read",
+                "buffer": "Bs",
+                "op": "load",
+                "width": 16,
+                "role": "inner",
+                "row": "k",
+                "col": f"(warp%(BN//(8*TN)))*8*TN + {LN}*4 + 32*j",
+                "over": {"k": [0, "BK"], "j": [0, "TN//4"]},
+                "note": "float4 of Bs[k] along n",
+            },
+        ]
 
     def calls(self, cfg: KernelConfig) -> list[KernelCall]:
-        prepare = KernelCall(("C", "M", "N", "ldc", "beta"), ("min(cdiv(N, 256), 64)", "min(M, 65535)", "1"),
-                             ("256", "1", "1"), kernel="smemtile_sgemm_splitk_prepare",
-                             params=("float* C", "int M", "int N", "int ldc", "float beta"), when="SPLIT_K > 1",
-                             doc="split K: C = beta * C (0 for beta = 0) before the slices add into it")  # fmt: skip
+        prepare = KernelCall(
+            ("C", "M", "N", "ldc", "beta"),
+            ("min(cdiv(N, 256), 64)", "min(M, 65535)", "1"),
+            ("256", "1", "1"),
+            kernel="smemtile_sgemm_splitk_prepare",
+            params=("float* C", "int M", "int N", "int ldc", "float beta"),
+            when="SPLIT_K > 1",
+            doc="split K: C = beta * C (0 for beta = 0) before the slices add into it",
+        )
         grid, block = ("cdiv(M, BM) * cdiv(N, BN)", "SPLIT_K", "1"), ("THREADS", "1", "1")
         if not self.repack(cfg):
             return [
@@ -351,20 +496,36 @@ class Sgemm(GemmFamily):
         # repacked: unaligned A / B copied into the workspace first; the GEMM reads Ap / Bp (A / B when aligned)
         return [
             prepare,
-            KernelCall(("A", "M", "K", "lda", "Ap", LDA4), ("cdiv(K, 1024)", "min(M, 65535)", "1"), ("256", "1", "1"),
-                       kernel="smemtile_sgemm_repack", params=REPACK_PARAMS, when=A_UNALIGNED,
-                       doc="repack: A into rows of ceil(K/4)*4 floats"),
-            KernelCall(("B", "K", "N", "ldb", "Bp", LDB4), ("cdiv(N, 1024)", "min(K, 65535)", "1"), ("256", "1", "1"),
-                       kernel="smemtile_sgemm_repack", params=REPACK_PARAMS, when=B_UNALIGNED,
-                       doc="repack: B into rows of ceil(N/4)*4 floats"),
-            KernelCall(("M", "N", "K", "alpha", "Ap", LDA_USED, "Bp", LDB_USED, "beta", "C", "ldc"), grid, block),
-        ]  # fmt: skip
+            KernelCall(
+                ("A", "M", "K", "lda", "Ap", LDA4),
+                ("cdiv(K, 1024)", "min(M, 65535)", "1"),
+                ("256", "1", "1"),
+                kernel="smemtile_sgemm_repack",
+                params=REPACK_PARAMS,
+                when=A_UNALIGNED,
+                doc="repack: A into rows of ceil(K/4)*4 floats",
+            ),
+            KernelCall(
+                ("B", "K", "N", "ldb", "Bp", LDB4),
+                ("cdiv(N, 1024)", "min(K, 65535)", "1"),
+                ("256", "1", "1"),
+                kernel="smemtile_sgemm_repack",
+                params=REPACK_PARAMS,
+                when=B_UNALIGNED,
+                doc="repack: B into rows of ceil(N/4)*4 floats",
+            ),
+            KernelCall(
+                ("M", "N", "K", "alpha", "Ap", LDA_USED, "Bp", LDB_USED, "beta", "C", "ldc"), grid, block
+            ),
+        ]
 
     def layout_rules(self, cfg: KernelConfig) -> list[str]:
-        return ["C must not overlap A or B (the kernel reads A and B while blocks write C).",
-                "Any pointer alignment and leading dimension: the 16-byte copies run only where rows are 16-byte "
-                "aligned (checked at run time, uniform per launch), 4-byte copies otherwise"
-                + (" or, with the workspace, a repack into 16-byte rows first." if self.workspaces(cfg) else ".")]  # fmt: skip
+        return [
+            "C must not overlap A or B (the kernel reads A and B while blocks write C).",
+            "Any pointer alignment and leading dimension: the 16-byte copies run only where rows are 16-byte "
+            "aligned (checked at run time, uniform per launch), 4-byte copies otherwise"
+            + (" or, with the workspace, a repack into 16-byte rows first." if self.workspaces(cfg) else "."),
+        ]
 
     def make_inputs(self, cfg: KernelConfig, rng: np.random.Generator) -> dict[str, np.ndarray]:
         m, n, k = (int(cfg.problem[x]) for x in "MNK")
@@ -381,9 +542,11 @@ class Sgemm(GemmFamily):
     def one_block_reason(self, cfg: KernelConfig, occ: dict) -> str | None:
         if cfg.params["MIN_BLOCKS"] == 1:
             p = cfg.params
-            return (f"1 block/SM by design (MIN_BLOCKS=1): a {p['TM']}x{p['TN']} register tile per thread needs more "
-                    f"than 128 registers; {occ['active_warps']} warps/SM with {p['TM'] * p['TN']} independent FMAs "
-                    "each keep the FMA pipes busy")  # fmt: skip
+            return (
+                f"1 block/SM by design (MIN_BLOCKS=1): a {p['TM']}x{p['TN']} register tile per thread needs more "
+                f"than 128 registers; {occ['active_warps']} warps/SM with {p['TM'] * p['TN']} independent FMAs "
+                "each keep the FMA pipes busy"
+            )
         return None
 
     def relax(self, cfg: KernelConfig, spilled_bytes: int) -> tuple[KernelConfig, str] | None:
@@ -396,8 +559,10 @@ class Sgemm(GemmFamily):
                 cfg, A_VEC=0
             ), "using A_VEC=0: 4-byte cp.async for A, no A tile held in registers"
         if cfg.may_change("MIN_BLOCKS") and p["MIN_BLOCKS"] > 1:
-            return (with_params(cfg, MIN_BLOCKS=1),
-                    "using MIN_BLOCKS=1: 1 block per SM with every register it needs")  # fmt: skip
+            return (
+                with_params(cfg, MIN_BLOCKS=1),
+                "using MIN_BLOCKS=1: 1 block per SM with every register it needs",
+            )
         return None
 
     def pipeline_items(self, cfg: KernelConfig, ptx: str | None) -> list[Item]:
@@ -405,12 +570,22 @@ class Sgemm(GemmFamily):
         stages, cp = cfg.params["STAGES"], bool(cfg.params["CP_ASYNC"])
         if not cp:
             why = "no cp.async: register double-buffering (global loads to registers, one barrier per K step)"
-            return [Item("commit_group", "cp.async.commit_group after all copies of a tile", NA, why),
-                    Item("wait_group", "cp.async.wait_group(N) with the right N for the stage count", NA, why),
-                    Item("barrier_after_wait", "a barrier after the wait and before reading the newly filled "
-                         "buffer", NA, why),
-                    Item("ring_index", "the ring-buffer index advances every iteration", NA,
-                         "two slots; a stale slot shows as a wrong result in `smemtile verify`, not here")]  # fmt: skip
+            return [
+                Item("commit_group", "cp.async.commit_group after all copies of a tile", NA, why),
+                Item("wait_group", "cp.async.wait_group(N) with the right N for the stage count", NA, why),
+                Item(
+                    "barrier_after_wait",
+                    "a barrier after the wait and before reading the newly filled buffer",
+                    NA,
+                    why,
+                ),
+                Item(
+                    "ring_index",
+                    "the ring-buffer index advances every iteration",
+                    NA,
+                    "two slots; a stale slot shows as a wrong result in `smemtile verify`, not here",
+                ),
+            ]
         if ptx is None:
             why = "not compiled (no PTX to read): run without --no-compile"
             return [Item(i, t, NA, why) for i, t in _PIPELINE]
@@ -418,19 +593,44 @@ class Sgemm(GemmFamily):
         commits = len(re.findall(r"cp\.async\.commit_group", ptx))
         steady = [w for w in waits if w != 0]
         want = stages - 2
-        items = [Item("commit_group", _PIPELINE[0][1], PASS if commits >= 2 else FAIL,
-                      f"the PTX commits {commits} groups (prologue + K loops)")]  # fmt: skip
+        items = [
+            Item(
+                "commit_group",
+                _PIPELINE[0][1],
+                PASS if commits >= 2 else FAIL,
+                f"the PTX commits {commits} groups (prologue + K loops)",
+            )
+        ]
         ok = bool(waits) and all(w == want for w in steady) and (want != 0 or not steady)
-        items.append(Item("wait_group", _PIPELINE[1][1], PASS if ok else FAIL,
-                          f"PTX wait_group values {sorted(set(waits))}; {stages} stages need {want} in the K loop "
-                          f"({stages - 1} tiles in flight, at most {want} pending) and 0 for the drain"))  # fmt: skip
+        items.append(
+            Item(
+                "wait_group",
+                _PIPELINE[1][1],
+                PASS if ok else FAIL,
+                f"PTX wait_group values {sorted(set(waits))}; {stages} stages need {want} in the K loop "
+                f"({stages - 1} tiles in flight, at most {want} pending) and 0 for the drain",
+            )
+        )
         barrier_ok = barrier_follows_each_wait(ptx)
-        items.append(Item("barrier_after_wait", _PIPELINE[2][1], PASS if barrier_ok else FAIL,
-                          "every cp.async.wait_group in the PTX is followed by bar.sync before the next shared "
-                          "load" if barrier_ok else "a shared load follows a wait_group before any bar.sync"))  # fmt: skip
-        items.append(Item("ring_index", _PIPELINE[3][1], NA,
-                          "the slot index lives in registers and is not visible in PTX; a stale slot gives wrong "
-                          "results, which `smemtile verify` checks on the GPU"))  # fmt: skip
+        items.append(
+            Item(
+                "barrier_after_wait",
+                _PIPELINE[2][1],
+                PASS if barrier_ok else FAIL,
+                "every cp.async.wait_group in the PTX is followed by bar.sync before the next shared load"
+                if barrier_ok
+                else "a shared load follows a wait_group before any bar.sync",
+            )
+        )
+        items.append(
+            Item(
+                "ring_index",
+                _PIPELINE[3][1],
+                NA,
+                "the slot index lives in registers and is not visible in PTX; a stale slot gives wrong "
+                "results, which `smemtile verify` checks on the GPU",
+            )
+        )
         return items
 
     # ---- the tile model's view of this family (smemtile tiles / tune) -----------------------------------
@@ -441,8 +641,13 @@ class Sgemm(GemmFamily):
         from smemtile.model.tiling import A_PAD_SIMT
 
         def check(c):
-            params = {**c.sgemm_params(), "MIN_BLOCKS": 1, "SPLIT_K": 1, "CP_ASYNC": int(arch.has_cp_async),
-                      **problem}  # fmt: skip
+            params = {
+                **c.sgemm_params(),
+                "MIN_BLOCKS": 1,
+                "SPLIT_K": 1,
+                "CP_ASYNC": int(arch.has_cp_async),
+                **problem,
+            }
             try:
                 cfg = configure(self, params, {"As": {"pad": A_PAD_SIMT}}, arch, check=False)
             except SpecError as e:
@@ -490,16 +695,33 @@ class _Ranker:
 
         full = {**self.fam.defaults(), **params}
         threads = self.fam.threads(full)
-        c = TileConfig(full["BM"], full["BN"], full["BK"], threads // 32, full["STAGES"], full["GROUP_M"],
-                       full["TM"], full["TN"], full["MIN_BLOCKS"], split_k=full["SPLIT_K"])  # fmt: skip
+        c = TileConfig(
+            full["BM"],
+            full["BN"],
+            full["BK"],
+            threads // 32,
+            full["STAGES"],
+            full["GROUP_M"],
+            full["TM"],
+            full["TN"],
+            full["MIN_BLOCKS"],
+            split_k=full["SPLIT_K"],
+        )
         label = c.label
         ranked = self.by_label.get(c.label)
         if ranked is not None:
             return Candidate(label, params, src, ranked.rank, ranked.tflops, ranked.reason)
         scored, rejected = evaluate(self.p, [c])
         if scored:
-            return Candidate(label, params, src, None, scored[0].tflops, "not in the model's ranking (another "
-                             "stages / GROUP_M / MIN_BLOCKS of the tile ranks instead)")  # fmt: skip
+            return Candidate(
+                label,
+                params,
+                src,
+                None,
+                scored[0].tflops,
+                "not in the model's ranking (another "
+                "stages / GROUP_M / MIN_BLOCKS of the tile ranks instead)",
+            )
         return Candidate(label, params, src, None, None, rejected[0].reason if rejected else "")
 
 

@@ -49,14 +49,25 @@ class Stencil2d(Pitched):
         "int ld_out",
     )
     params = (
-        Param("BX", 32, "threads along x (divides 32 or a multiple of 32); the tile is BX*VEC columns", lo=1, hi=1024),
+        Param(
+            "BX",
+            32,
+            "threads along x (divides 32 or a multiple of 32); the tile is BX*VEC columns",
+            lo=1,
+            hi=1024,
+        ),
         Param("BY", 8, "threads along y; the tile is BY*RY rows", lo=1, hi=1024),
         Param("R", 1, "stencil radius", (1, 2, 3, 4)),
         Param("VEC", 4, "columns per thread, moved as one vector (4: float4 loads and stores)", (1, 2, 4)),
-        Param("RY", 4, "rows per thread (register blocking along y: RY + 2R column loads feed RY outputs)",
-              lo=1, hi=16),
+        Param(
+            "RY",
+            4,
+            "rows per thread (register blocking along y: RY + 2R column loads feed RY outputs)",
+            lo=1,
+            hi=16,
+        ),
         PITCH_PARAM,
-    )  # fmt: skip
+    )
     problem_keys = (
         ProblemKey("ny", 4096, "grid rows"),
         ProblemKey("nx", 4096, "grid columns"),
@@ -116,31 +127,64 @@ class Stencil2d(Pitched):
         return [str(v) for v in (p["BX"], p["BY"], p["R"], *t, p["VEC"], p["RY"], *self.pitch_args(cfg))]
 
     def buffers(self, cfg: KernelConfig) -> list[dict]:
-        return [{"name": "tile", "dtype": "f32", "shape": ["BY*RY + 2*R", "BX*VEC + 2*HX"],
-                 "note": "input tile with its halo: R rows above and below, HX columns left and right"}]  # fmt: skip
+        return [
+            {
+                "name": "tile",
+                "dtype": "f32",
+                "shape": ["BY*RY + 2*R", "BX*VEC + 2*HX"],
+                "note": "input tile with its halo: R rows above and below, HX columns left and right",
+            }
+        ]
 
     def accesses(self, cfg: KernelConfig) -> list[dict]:
         e, nv, th = "(tid + i*THREADS)", "((BX*VEC + 2*HX)//VEC)", "(BY*RY + 2*R)"
         ry, cx = "(tid//BX)*RY", "(tid%BX)*VEC"
         ee = f"({e} - THREADS*({e} >= {th}*{nv}))"  # past the tile: the lane's previous vector again
         return [
-            {"name": "halo_fill", "buffer": "tile", "op": "store", "width": "4*W", "role": "copy",
-             "row": f"{ee}//{nv}", "col": f"({ee}%{nv})*VEC + j",
-             "over": {"i": [0, f"cdiv({th}*{nv}, THREADS)"], "j": [0, "VEC", "W"]},
-             "note": "vector e = tid + i*THREADS of the halo tile, row-major; lanes past the tile store their "
-                     "previous vector (e - THREADS) again, so every lane of every warp stores"},
-            {"name": "column", "buffer": "tile", "op": "load", "width": "4*W", "role": "inner",
-             "row": f"{ry} + k", "col": f"HX + {cx} + j", "over": {"k": [0, "RY + 2*R"], "j": [0, "VEC", "W"]},
-             "note": "the column window: centre and up/down neighbours of the thread's RY output rows"},
-            {"name": "sides", "buffer": "tile", "op": "load", "width": "4*W", "role": "inner",
-             "row": f"{ry} + R + o", "col": f"HX + {cx} + s*(VEC + (2*m + 1)*W) - (m + 1)*W",
-             "over": {"o": [0, "RY"], "m": [0, "cdiv(R, W)"], "s": [0, 2]},
-             "note": "per output row, runs of W next to the centre vector, left (s = 0) and right (s = 1)"},
-        ]  # fmt: skip
+            {
+                "name": "halo_fill",
+                "buffer": "tile",
+                "op": "store",
+                "width": "4*W",
+                "role": "copy",
+                "row": f"{ee}//{nv}",
+                "col": f"({ee}%{nv})*VEC + j",
+                "over": {"i": [0, f"cdiv({th}*{nv}, THREADS)"], "j": [0, "VEC", "W"]},
+                "note": "vector e = tid + i*THREADS of the halo tile, row-major; lanes past the tile store their "
+                "previous vector (e - THREADS) again, so every lane of every warp stores",
+            },
+            {
+                "name": "column",
+                "buffer": "tile",
+                "op": "load",
+                "width": "4*W",
+                "role": "inner",
+                "row": f"{ry} + k",
+                "col": f"HX + {cx} + j",
+                "over": {"k": [0, "RY + 2*R"], "j": [0, "VEC", "W"]},
+                "note": "the column window: centre and up/down neighbours of the thread's RY output rows",
+            },
+            {
+                "name": "sides",
+                "buffer": "tile",
+                "op": "load",
+                "width": "4*W",
+                "role": "inner",
+                "row": f"{ry} + R + o",
+                "col": f"HX + {cx} + s*(VEC + (2*m + 1)*W) - (m + 1)*W",
+                "over": {"o": [0, "RY"], "m": [0, "cdiv(R, W)"], "s": [0, 2]},
+                "note": "per output row, runs of W next to the centre vector, left (s = 0) and right (s = 1)",
+            },
+        ]
 
     def calls(self, cfg: KernelConfig) -> list[KernelCall]:
-        return [KernelCall(("in", "out", "ny", "nx", "coeffs", "ld_in", "ld_out"), ("cdiv(nx, BX*VEC)", "cdiv(ny, BY*RY)", "1"),
-                           ("BX", "BY", "1"))]  # fmt: skip
+        return [
+            KernelCall(
+                ("in", "out", "ny", "nx", "coeffs", "ld_in", "ld_out"),
+                ("cdiv(nx, BX*VEC)", "cdiv(ny, BY*RY)", "1"),
+                ("BX", "BY", "1"),
+            )
+        ]
 
     def coefficients(self, r: int) -> np.ndarray:
         """Fixed, distinct coefficients so a swapped neighbour shows up as an error."""
@@ -161,8 +205,12 @@ class Stencil2d(Pitched):
         xp = np.pad(x, r)
         out = c[0] * x
         for d in range(1, r + 1):
-            s = (xp[r : r + ny, r - d : r - d + nx] + xp[r : r + ny, r + d : r + d + nx]
-                 + xp[r - d : r - d + ny, r : r + nx] + xp[r + d : r + d + ny, r : r + nx])  # fmt: skip
+            s = (
+                xp[r : r + ny, r - d : r - d + nx]
+                + xp[r : r + ny, r + d : r + d + nx]
+                + xp[r - d : r - d + ny, r : r + nx]
+                + xp[r + d : r + d + ny, r : r + nx]
+            )
             out = out + c[d] * s
         return out
 
@@ -200,8 +248,9 @@ class _Ranker:
         self.ny, self.nx = int(problem["ny"]), int(problem["nx"])
         self.radius = int(problem.get("R", fam.defaults()["R"]))
         try:
-            self.ranked, self.rejected = rank_stencil(self.ny, self.nx, self.radius, arch, gpu=gpu, sms=sms,
-                                                      screen=self._screen_for(self.radius))  # fmt: skip
+            self.ranked, self.rejected = rank_stencil(
+                self.ny, self.nx, self.radius, arch, gpu=gpu, sms=sms, screen=self._screen_for(self.radius)
+            )
         except ValueError as e:
             raise SpecError(str(e), key="R") from None
         self._by_radius = {self.radius: self.ranked}
@@ -220,8 +269,9 @@ class _Ranker:
         name = f"{label(full)} R{r}"
         if r not in self._by_radius:
             try:
-                self._by_radius[r] = rank_stencil(self.ny, self.nx, r, self.arch, gpu=self.gpu, sms=self.sms,
-                                                  screen=self._screen_for(r))[0]  # fmt: skip
+                self._by_radius[r] = rank_stencil(
+                    self.ny, self.nx, r, self.arch, gpu=self.gpu, sms=self.sms, screen=self._screen_for(r)
+                )[0]
             except ValueError:
                 self._by_radius[r] = []
         want = {k: full[k] for k in PARAMS}
@@ -238,15 +288,23 @@ class _Ranker:
 
         cal = load_calibration() or {}
         calibrated = bool(self.ranked and self.ranked[0].calibrated)
-        return {"model": "time = t0 + smax_p(smax_p(copy(bytes), fill rounds x L + shared wavefronts / (SMs x "
-                         "rate x min(1, warps / WARPS)) + fill loads / SMs x LOAD), blocks / SMs x BLOCK); ties "
-                         "within the model's resolution go to measured configurations, by what they measured "
-                         "(smemtile/model/tiling_stencil.py)",
-                "source": "smemtile/model/tiling_stencil.py", "file": f"smemtile/model/data/{DATA_FILE}",
-                "gpu": cal.get("gpu"), "runs": cal.get("run"), "commit": cal.get("commit"), "calibrated": calibrated,
-                "expected_error": cal.get("held_out_median_error") if calibrated else None,
-                "expected_error_of": "median |time error|, held out: " + ", ".join(cal.get("held_out_shapes", [])),
-                "tie_band": cal.get("tie_band"), "compiler": cal.get("compiler")}  # fmt: skip
+        return {
+            "model": "time = t0 + smax_p(smax_p(copy(bytes), fill rounds x L + shared wavefronts / (SMs x "
+            "rate x min(1, warps / WARPS)) + fill loads / SMs x LOAD), blocks / SMs x BLOCK); ties "
+            "within the model's resolution go to measured configurations, by what they measured "
+            "(smemtile/model/tiling_stencil.py)",
+            "source": "smemtile/model/tiling_stencil.py",
+            "file": f"smemtile/model/data/{DATA_FILE}",
+            "gpu": cal.get("gpu"),
+            "runs": cal.get("run"),
+            "commit": cal.get("commit"),
+            "calibrated": calibrated,
+            "expected_error": cal.get("held_out_median_error") if calibrated else None,
+            "expected_error_of": "median |time error|, held out: "
+            + ", ".join(cal.get("held_out_shapes", [])),
+            "tie_band": cal.get("tie_band"),
+            "compiler": cal.get("compiler"),
+        }
 
 
 FAMILY = Stencil2d()

@@ -58,28 +58,70 @@ class Transpose(Pitched):
     params = (
         # 64 x 4 (16 elements per thread): 0.933x of a device copy on the H200 for fp32 8192^2, 64 x 8: 0.94x (within
         # the 1.3 % spread; the sample ships it), fp16: 0.90x, TILE 128 x 8: 0.93x (bench/results/memory_h200_run2.json)
-        Param("TILE", 64, "tile edge: input columns = output rows per tile (a warp spans whole tile rows)",
-              (32, 64, 128)),
+        Param(
+            "TILE",
+            64,
+            "tile edge: input columns = output rows per tile (a warp spans whole tile rows)",
+            (32, 64, 128),
+        ),
         Param("BLOCK_ROWS", 4, "thread rows; each thread moves TILE/BLOCK_ROWS elements", lo=1, hi=64),
-        Param("VEC", 0, "elements per global access on whole tiles (0 = 16 bytes: 4 for fp32, 8 for fp16; "
-              "1 = scalar only)", (0, 1, 2, 4, 8)),
-        Param("GROUP", 1, "launch order: tile rows per group, walked column by column (1 = row by row, 0 = all "
-              "of them: column by column, the writes of whole output rows together)", lo=0, hi=256),
-        Param("TILE_Y", 0, "input rows = output columns per tile, a multiple of TILE (0 = TILE: square)",
-              (0, 32, 64, 128, 256, 512)),
-        Param("PACK", 1, "elements per phase-2 shared load = output rows per thread (whole tiles; 2 for 16-bit "
-              "types: 4-byte loads of 2 x 2 blocks swapped in registers)", (1, 2, 4, 8)),
-        Param("TILES", 1, "tiles per block, one below the other; the next tile's loads are in flight while one is "
-              "staged", (1, 2, 4)),
-        Param("STREAM", 0, "1: the whole tiles' global loads and stores are evict-first (ld/st.global.cs: data used "
-              "once); 0: plain", (0, 1)),
-        Param("MIN_BLOCKS", 1, "blocks per SM the registers must allow (__launch_bounds__' second argument)",
-              lo=1, hi=32),
-        Param("ASYNC", 0, "1 (sm_80+): phase 1 of whole tiles is cp.async, global straight into the tile (no "
-              "registers, no L1 line in flight; the layout must keep whole vectors); 0: loads through registers",
-              (0, 1)),
+        Param(
+            "VEC",
+            0,
+            "elements per global access on whole tiles (0 = 16 bytes: 4 for fp32, 8 for fp16; "
+            "1 = scalar only)",
+            (0, 1, 2, 4, 8),
+        ),
+        Param(
+            "GROUP",
+            1,
+            "launch order: tile rows per group, walked column by column (1 = row by row, 0 = all "
+            "of them: column by column, the writes of whole output rows together)",
+            lo=0,
+            hi=256,
+        ),
+        Param(
+            "TILE_Y",
+            0,
+            "input rows = output columns per tile, a multiple of TILE (0 = TILE: square)",
+            (0, 32, 64, 128, 256, 512),
+        ),
+        Param(
+            "PACK",
+            1,
+            "elements per phase-2 shared load = output rows per thread (whole tiles; 2 for 16-bit "
+            "types: 4-byte loads of 2 x 2 blocks swapped in registers)",
+            (1, 2, 4, 8),
+        ),
+        Param(
+            "TILES",
+            1,
+            "tiles per block, one below the other; the next tile's loads are in flight while one is staged",
+            (1, 2, 4),
+        ),
+        Param(
+            "STREAM",
+            0,
+            "1: the whole tiles' global loads and stores are evict-first (ld/st.global.cs: data used "
+            "once); 0: plain",
+            (0, 1),
+        ),
+        Param(
+            "MIN_BLOCKS",
+            1,
+            "blocks per SM the registers must allow (__launch_bounds__' second argument)",
+            lo=1,
+            hi=32,
+        ),
+        Param(
+            "ASYNC",
+            0,
+            "1 (sm_80+): phase 1 of whole tiles is cp.async, global straight into the tile (no "
+            "registers, no L1 line in flight; the layout must keep whole vectors); 0: loads through registers",
+            (0, 1),
+        ),
         PITCH_PARAM,
-    )  # fmt: skip
+    )
     problem_keys = (
         ProblemKey("rows", 8192, "rows of the input"),
         ProblemKey("cols", 8192, "columns of the input"),
@@ -169,26 +211,36 @@ class Transpose(Pitched):
             if vec * size > 16:
                 out.append(f"VEC={vec}: {vec * size} bytes per access; at most 16")
             elif (tile // vec) % 8 or (ty // vec) % 8:
-                out.append(f"VEC={vec}: TILE/VEC={tile // vec} and TY/VEC={ty // vec} must be multiples of 8 (8 lanes "
-                           "along a row)")  # fmt: skip
+                out.append(
+                    f"VEC={vec}: TILE/VEC={tile // vec} and TY/VEC={ty // vec} must be multiples of 8 (8 lanes "
+                    "along a row)"
+                )
             elif ((ty // 4) * (tile // vec // 8)) % (tile * rows // 32):
-                out.append(f"VEC={vec}: the {tile * rows // 32} warps do not share the tile's 4 x 8-vector blocks "
-                           "evenly")  # fmt: skip
+                out.append(
+                    f"VEC={vec}: the {tile * rows // 32} warps do not share the tile's 4 x 8-vector blocks "
+                    "evenly"
+                )
             elif p["STREAM"] and vec * size not in (8, 16):  # transpose.cu's ld/st_global static_assert
-                out.append(f"STREAM=1 needs 8- or 16-byte vectors (ld/st.global.cs); VEC={vec} moves {vec * size} "
-                           "bytes (fewer BLOCK_ROWS or a wider TILE)")  # fmt: skip
+                out.append(
+                    f"STREAM=1 needs 8- or 16-byte vectors (ld/st.global.cs); VEC={vec} moves {vec * size} "
+                    "bytes (fewer BLOCK_ROWS or a wider TILE)"
+                )
         if p["ASYNC"] and not out:
             if cfg.arch.lacks("cp.async"):
                 out.append(f"ASYNC=1: {cfg.arch.lacks('cp.async')}")
             elif vec < 2 or vec * size < 4:
-                out.append(f"ASYNC=1 needs the vector path with 4-, 8- or 16-byte vectors (VEC={vec} moves "
-                           f"{vec * size} bytes)")  # fmt: skip
+                out.append(
+                    f"ASYNC=1 needs the vector path with 4-, 8- or 16-byte vectors (VEC={vec} moves "
+                    f"{vec * size} bytes)"
+                )
             elif p["STREAM"]:
                 out.append("ASYNC=1 copies with cp.async, which has no evict-first form: STREAM must be 0")
             elif "tile" in cfg.layouts and self.run(cfg) != vec:
-                out.append(f"ASYNC=1 copies whole {vec}-element vectors into the tile: the layout must keep them "
-                           f"contiguous and aligned (pad a multiple of {vec} or a swizzle with M >= "
-                           f"{vec.bit_length() - 1}; pad 1 cannot)")  # fmt: skip
+                out.append(
+                    f"ASYNC=1 copies whole {vec}-element vectors into the tile: the layout must keep them "
+                    f"contiguous and aligned (pad a multiple of {vec} or a swizzle with M >= "
+                    f"{vec.bit_length() - 1}; pad 1 cannot)"
+                )
         pack = p["PACK"]
         if pack > 1 and not out:
             lay = cfg.layouts.get("tile")
@@ -198,8 +250,10 @@ class Transpose(Pitched):
             elif pack * size > 16:
                 out.append(f"PACK={pack}: {pack * size} bytes per shared load; at most 16")
             elif per_thread % pack:
-                out.append(f"PACK={pack} must divide the {per_thread} vectors each thread moves per tile "
-                           f"(fewer BLOCK_ROWS)")  # fmt: skip
+                out.append(
+                    f"PACK={pack} must divide the {per_thread} vectors each thread moves per tile "
+                    f"(fewer BLOCK_ROWS)"
+                )
             elif lay is not None and (
                 (tile + lay.pad) % pack or (lay.swizzled and (1 << lay.swizzle.M) < pack)
             ):
@@ -222,16 +276,29 @@ class Transpose(Pitched):
         barrier_ok = barrier_follows_each_wait(ptx)
         (i0, t0), (i1, t1), (i2, t2), (i3, t3) = PIPELINE_ITEMS
         return [
-            Item(i0, t0, PASS if copies and waits else FAIL,
-                 f"the PTX has {copies} cp.async copies and {waits} cp.async.wait_all (commit and wait in one: "
-                 f"one group per tile)"),
-            Item(i1, t1, PASS if waits and not re.search(r"cp\.async\.wait_group", ptx) else FAIL,
-                 "one stage: wait_all (= wait_group 0) before the tile is read, nothing left pending"),
-            Item(i2, t2, PASS if barrier_ok else FAIL,
-                 "every cp.async.wait_all in the PTX is followed by bar.sync before the next shared load"
-                 if barrier_ok else "a shared load follows a wait_all before any bar.sync"),
+            Item(
+                i0,
+                t0,
+                PASS if copies and waits else FAIL,
+                f"the PTX has {copies} cp.async copies and {waits} cp.async.wait_all (commit and wait in one: "
+                f"one group per tile)",
+            ),
+            Item(
+                i1,
+                t1,
+                PASS if waits and not re.search(r"cp\.async\.wait_group", ptx) else FAIL,
+                "one stage: wait_all (= wait_group 0) before the tile is read, nothing left pending",
+            ),
+            Item(
+                i2,
+                t2,
+                PASS if barrier_ok else FAIL,
+                "every cp.async.wait_all in the PTX is followed by bar.sync before the next shared load"
+                if barrier_ok
+                else "a shared load follows a wait_all before any bar.sync",
+            ),
             Item(i3, t3, NA, "one tile buffer, no ring (the next tile is copied after a barrier)"),
-        ]  # fmt: skip
+        ]
 
     def template_args(self, cfg: KernelConfig) -> list[str]:
         p = cfg.params
@@ -252,8 +319,14 @@ class Transpose(Pitched):
         return [CTYPES[cfg.problem["dtype"]], *(str(v) for v in args), *self.pitch_args(cfg)]
 
     def buffers(self, cfg: KernelConfig) -> list[dict]:
-        return [{"name": "tile", "dtype": cfg.problem["dtype"], "shape": ["TY", "TILE"],
-                 "note": "tile[r][c] = in[y0+r][x0+c]: written by rows, read by columns"}]  # fmt: skip
+        return [
+            {
+                "name": "tile",
+                "dtype": cfg.problem["dtype"],
+                "shape": ["TY", "TILE"],
+                "note": "tile[r][c] = in[y0+r][x0+c]: written by rows, read by columns",
+            }
+        ]
 
     def accesses(self, cfg: KernelConfig) -> list[dict]:
         if self.vec(cfg) > 1:
@@ -262,21 +335,41 @@ class Transpose(Pitched):
             row, col = f"({wb}//(TILE//V//8))*4 + lane//8", f"(({wb}%(TILE//V//8))*8 + lane%8)*V + e"
             orow, ocol = f"({wb}//(TY//V//8))*4 + lane//8", f"(({wb}%(TY//V//8))*8 + lane%8)*V + e"
             blocks = "(TY//4)*(TILE//V//8)//(THREADS//32)"
-            read = {"name": "tile_read", "buffer": "tile", "op": "load", "width": self.elem_bytes(cfg),
-                    "role": "inner", "row": ocol, "col": orow, "over": {"i": [0, blocks], "e": [0, "V"]},
-                    "note": "phase 2: one element per tile row, down a column"}  # fmt: skip
+            read = {
+                "name": "tile_read",
+                "buffer": "tile",
+                "op": "load",
+                "width": self.elem_bytes(cfg),
+                "role": "inner",
+                "row": ocol,
+                "col": orow,
+                "over": {"i": [0, blocks], "e": [0, "V"]},
+                "note": "phase 2: one element per tile row, down a column",
+            }
             if cfg.params["PACK"] > 1:  # PACK consecutive elements of a tile row = PACK output rows per load
                 orow0 = f"({wb}//(TY//V//8))*(4*PACK) + (lane//8)*PACK"
-                read = {**read, "width": self.elem_bytes(cfg) * cfg.params["PACK"], "col": orow0,
-                        "over": {"i": [0, f"{blocks}//PACK"], "e": [0, "V"]},
-                        "note": "phase 2: PACK elements of each of V tile rows (a PACK x V block, transposed in "
-                                "registers into PACK output vectors)"}  # fmt: skip
+                read = {
+                    **read,
+                    "width": self.elem_bytes(cfg) * cfg.params["PACK"],
+                    "col": orow0,
+                    "over": {"i": [0, f"{blocks}//PACK"], "e": [0, "V"]},
+                    "note": "phase 2: PACK elements of each of V tile rows (a PACK x V block, transposed in "
+                    "registers into PACK output vectors)",
+                }
             return [
-                {"name": "tile_write", "buffer": "tile", "op": "store", "width": self.elem_bytes(cfg) * self.run(cfg),
-                 "role": "inner", "row": row, "col": col, "over": {"i": [0, blocks], "e": [0, "V", "W"]},
-                 "note": "phase 1: W-element runs of each vector (whole vectors when the layout keeps them)"},
+                {
+                    "name": "tile_write",
+                    "buffer": "tile",
+                    "op": "store",
+                    "width": self.elem_bytes(cfg) * self.run(cfg),
+                    "role": "inner",
+                    "row": row,
+                    "col": col,
+                    "over": {"i": [0, blocks], "e": [0, "V", "W"]},
+                    "note": "phase 1: W-element runs of each vector (whole vectors when the layout keeps them)",
+                },
                 read,
-            ]  # fmt: skip
+            ]
         tall = self.tile_y(cfg.params) != cfg.params["TILE"]  # output columns in chunks c0 of TILE
         read_over = (
             {"c0": [0, "TY", "TILE"], "j": [0, "TILE", "BLOCK_ROWS"]}
@@ -284,17 +377,38 @@ class Transpose(Pitched):
             else {"j": [0, "TILE", "BLOCK_ROWS"]}
         )
         return [
-            {"name": "tile_write", "buffer": "tile", "op": "store", "width": self.elem_bytes(cfg), "role": "inner",
-             "row": "tid//TILE + j", "col": "tid%TILE", "over": {"j": [0, "TY", "BLOCK_ROWS"]},
-             "note": "tile[ty + j][tx] = in[...]"},
-            {"name": "tile_read", "buffer": "tile", "op": "load", "width": self.elem_bytes(cfg), "role": "inner",
-             "row": "c0 + tid%TILE" if tall else "tid%TILE", "col": "tid//TILE + j", "over": read_over,
-             "note": "out[...] = tile[c0 + tx][ty + j]" if tall else "out[...] = tile[tx][ty + j]"},
-        ]  # fmt: skip
+            {
+                "name": "tile_write",
+                "buffer": "tile",
+                "op": "store",
+                "width": self.elem_bytes(cfg),
+                "role": "inner",
+                "row": "tid//TILE + j",
+                "col": "tid%TILE",
+                "over": {"j": [0, "TY", "BLOCK_ROWS"]},
+                "note": "tile[ty + j][tx] = in[...]",
+            },
+            {
+                "name": "tile_read",
+                "buffer": "tile",
+                "op": "load",
+                "width": self.elem_bytes(cfg),
+                "role": "inner",
+                "row": "c0 + tid%TILE" if tall else "tid%TILE",
+                "col": "tid//TILE + j",
+                "over": read_over,
+                "note": "out[...] = tile[c0 + tx][ty + j]" if tall else "out[...] = tile[tx][ty + j]",
+            },
+        ]
 
     def calls(self, cfg: KernelConfig) -> list[KernelCall]:
-        return [KernelCall(("in", "out", "rows", "cols", "ld_in", "ld_out"), ("cdiv(cols, TILE)", "cdiv(rows, TY*TILES)", "1"),
-                           ("TILE", "BLOCK_ROWS", "1"))]  # fmt: skip
+        return [
+            KernelCall(
+                ("in", "out", "rows", "cols", "ld_in", "ld_out"),
+                ("cdiv(cols, TILE)", "cdiv(rows, TY*TILES)", "1"),
+                ("TILE", "BLOCK_ROWS", "1"),
+            )
+        ]
 
     def make_inputs(self, cfg: KernelConfig, rng: np.random.Generator) -> dict[str, np.ndarray]:
         dt = cfg.problem["dtype"]
@@ -331,8 +445,10 @@ def _screen(fam: Transpose, dtype: str, arch: str) -> tuple[list[dict], list[tup
         ok, refused = [], []
         for p in space(dtype):
             try:
-                why = fam.problems(configure(fam, {**p, "rows": 8192, "cols": 8192, "dtype": dtype}, arch=arch,
-                                             check=False), accesses=False)  # fmt: skip
+                why = fam.problems(
+                    configure(fam, {**p, "rows": 8192, "cols": 8192, "dtype": dtype}, arch=arch, check=False),
+                    accesses=False,
+                )
             except SpecError as e:
                 why = [str(e)]
             if why:
@@ -367,15 +483,24 @@ class _Ranker:
             regs, spills = table.get(label(p), [None, 0])
             dup = duplicate_of(p, dtype, cal)
             if spills:
-                self._rejected.append(self._reject(p, "spills", f"ptxas spills {spills} bytes ({regs} registers, "
-                                                                f"MIN_BLOCKS={p['MIN_BLOCKS']})"))  # fmt: skip
+                self._rejected.append(
+                    self._reject(
+                        p,
+                        "spills",
+                        f"ptxas spills {spills} bytes ({regs} registers, MIN_BLOCKS={p['MIN_BLOCKS']})",
+                    )
+                )
             elif dup:
-                self._rejected.append(self._reject(p, "duplicate", f"the same kernel as {dup}: ptxas gives both "
-                                                                   f"{regs} registers"))  # fmt: skip
+                self._rejected.append(
+                    self._reject(
+                        p, "duplicate", f"the same kernel as {dup}: ptxas gives both {regs} registers"
+                    )
+                )
             else:
                 cands.append(p)
-        self.ranked = rank_transpose(int(problem["rows"]), int(problem["cols"]), dtype, arch, gpu=gpu,
-                                     cands=cands)  # fmt: skip
+        self.ranked = rank_transpose(
+            int(problem["rows"]), int(problem["cols"]), dtype, arch, gpu=gpu, cands=cands
+        )
 
     def _reject(self, p: dict, kind: str, reason: str) -> dict:
         from smemtile.model.tiling_transpose import label, set_params

@@ -111,29 +111,68 @@ class WgmmaGemm(GemmFamily):
     file = "wgmma_gemm.cu"
     peak = None
     kernel = "wgmma_gemm"
-    signature = ("int M", "int N", "int K", "const __grid_constant__ smemtile::TensorMap tmA",
-                 "const __grid_constant__ smemtile::TensorMap tmB", "const __grid_constant__ smemtile::TensorMap tmC",
-                 "{T}* C", "int ldc", "int c_tma")  # fmt: skip
+    signature = (
+        "int M",
+        "int N",
+        "int K",
+        "const __grid_constant__ smemtile::TensorMap tmA",
+        "const __grid_constant__ smemtile::TensorMap tmB",
+        "const __grid_constant__ smemtile::TensorMap tmC",
+        "{T}* C",
+        "int ldc",
+        "int c_tma",
+    )
     params = (
         Param("BM", 128, "block tile rows (64 or 128 per consumer warpgroup)", (64, 128, 256)),
-        Param("BN", 256, "block tile columns = the wgmma n (at most 128 fp32 accumulators per thread)",
-              (64, 128, 192, 256)),
-        Param("STAGES", 0, "TMA/mbarrier ring depth; 0 = the most that fit the opt-in shared memory", lo=0, hi=8),
+        Param(
+            "BN",
+            256,
+            "block tile columns = the wgmma n (at most 128 fp32 accumulators per thread)",
+            (64, 128, 192, 256),
+        ),
+        Param(
+            "STAGES", 0, "TMA/mbarrier ring depth; 0 = the most that fit the opt-in shared memory", lo=0, hi=8
+        ),
         Param("CONSUMERS", 2, "consumer warpgroups (BM / CONSUMERS rows each)", (1, 2)),
         Param("CLUSTER", 2, "CTAs per cluster along M; 2 = the pair shares B through TMA multicast", (1, 2)),
-        Param("WS", 1, "1 = a producer warpgroup issues the TMA loads (warp specialisation); 0 = thread 0 of the "
-              "consumers does", (0, 1)),
-        Param("INFLIGHT", 1, "wgmma groups a consumer keeps in flight before releasing a stage (0 or 1)", (0, 1)),
-        Param("EPI", 2, "epilogue: 1 = stmatrix into a swizzled staging tile + TMA store; 2 = the same in two "
-              "halves (half the staging memory: one more stage); 0 = stores from registers", (0, 1, 2)),
+        Param(
+            "WS",
+            1,
+            "1 = a producer warpgroup issues the TMA loads (warp specialisation); 0 = thread 0 of the "
+            "consumers does",
+            (0, 1),
+        ),
+        Param(
+            "INFLIGHT", 1, "wgmma groups a consumer keeps in flight before releasing a stage (0 or 1)", (0, 1)
+        ),
+        Param(
+            "EPI",
+            2,
+            "epilogue: 1 = stmatrix into a swizzled staging tile + TMA store; 2 = the same in two "
+            "halves (half the staging memory: one more stage); 0 = stores from registers",
+            (0, 1, 2),
+        ),
         Param("GROUP_M", 8, "cluster rows per group of the tile order", lo=1, hi=1024),
-        Param("SETMAXNREG", 1, "1 = producer gives registers to the consumers (setmaxnreg; WS 1 and 2 consumers)",
-              (0, 1)),
-        Param("PERSISTENT", 1, "1 = grid of at most SMS CTAs looping over the tiles; 0 = one cluster per tile",
-              (0, 1)),
-        Param("SMS", H200_SMS, "CTAs the persistent grid may keep resident (one per SM: the SM count, 132 on the "
-              "H200)", lo=1, hi=4096),
-    )  # fmt: skip
+        Param(
+            "SETMAXNREG",
+            1,
+            "1 = producer gives registers to the consumers (setmaxnreg; WS 1 and 2 consumers)",
+            (0, 1),
+        ),
+        Param(
+            "PERSISTENT",
+            1,
+            "1 = grid of at most SMS CTAs looping over the tiles; 0 = one cluster per tile",
+            (0, 1),
+        ),
+        Param(
+            "SMS",
+            H200_SMS,
+            "CTAs the persistent grid may keep resident (one per SM: the SM count, 132 on the H200)",
+            lo=1,
+            hi=4096,
+        ),
+    )
     problem_keys = (
         ProblemKey("M", 4096, "rows of A and C"),
         ProblemKey("N", 4096, "rows of B, columns of C"),
@@ -164,8 +203,11 @@ class WgmmaGemm(GemmFamily):
         {"M": 4095, "N": 4097, "K": 1023},
         {"M": 64, "N": 8, "K": 8},
     )
-    bench_sizes = ({"M": 4096, "N": 4096, "K": 4096}, {"M": 8192, "N": 8192, "K": 8192},
-                   {"M": 4095, "N": 4097, "K": 1023})  # fmt: skip
+    bench_sizes = (
+        {"M": 4096, "N": 4096, "K": 4096},
+        {"M": 8192, "N": 8192, "K": 8192},
+        {"M": 4095, "N": 4097, "K": 1023},
+    )
 
     # ---- configuration ---------------------------------------------------------------------------------------
     def threads(self, p: dict[str, int]) -> int:
@@ -191,19 +233,25 @@ class WgmmaGemm(GemmFamily):
         lacks = getattr(cfg.arch, "lacks", None)
         why = lacks("wgmma") if lacks is not None else None
         if lacks is None or why:
-            out.append(f"wgmma and setmaxnreg need sm_90a (architecture-specific Hopper code), not {cfg.arch.name}"
-                       + (f": {why}" if why else ""))  # fmt: skip
+            out.append(
+                f"wgmma and setmaxnreg need sm_90a (architecture-specific Hopper code), not {cfg.arch.name}"
+                + (f": {why}" if why else "")
+            )
         wg_m = p["BM"] // p["CONSUMERS"]
         if p["BM"] % p["CONSUMERS"] or wg_m not in (64, 128):
             out.append(
                 f"BM / CONSUMERS = {p['BM']} / {p['CONSUMERS']} must be 64 or 128 rows per consumer warpgroup"
             )
         elif wg_m // 64 * p["BN"] // 2 > 128:
-            out.append(f"{wg_m // 64 * p['BN'] // 2} fp32 accumulators per thread (BM/CONSUMERS = {wg_m}, BN = "
-                       f"{p['BN']}); at most 128 fit next to the addresses (use BN <= {256 // (wg_m // 64)})")  # fmt: skip
+            out.append(
+                f"{wg_m // 64 * p['BN'] // 2} fp32 accumulators per thread (BM/CONSUMERS = {wg_m}, BN = "
+                f"{p['BN']}); at most 128 fit next to the addresses (use BN <= {256 // (wg_m // 64)})"
+            )
         if (p["BN"] // p["CLUSTER"]) % 8:
-            out.append(f"each CTA of a cluster loads BN / CLUSTER = {p['BN'] // p['CLUSTER']} rows of B: whole 8-row "
-                       "swizzle atoms needed")  # fmt: skip
+            out.append(
+                f"each CTA of a cluster loads BN / CLUSTER = {p['BN'] // p['CLUSTER']} rows of B: whole 8-row "
+                "swizzle atoms needed"
+            )
         if p["EPI"] == 2 and p["BN"] % 128:
             out.append(
                 f"EPI 2 stages the C tile in two halves of whole 64-column panels: BN = {p['BN']} cannot"
@@ -218,13 +266,17 @@ class WgmmaGemm(GemmFamily):
             out.append("SETMAXNREG is for 2 consumer warpgroups (384 threads capped at 168 registers each)")
         smem = smem_formula(p)
         if smem > cfg.arch.smem_optin_per_block:
-            out.append(f"shared memory {smem} bytes per block (1024 alignment slack included) exceeds the "
-                       f"{cfg.arch.name} opt-in limit of {cfg.arch.smem_optin_per_block} bytes; reduce STAGES (at "
-                       f"most {max_stages(p, cfg.arch.smem_optin_per_block)} fit) or use EPI 0")  # fmt: skip
+            out.append(
+                f"shared memory {smem} bytes per block (1024 alignment slack included) exceeds the "
+                f"{cfg.arch.name} opt-in limit of {cfg.arch.smem_optin_per_block} bytes; reduce STAGES (at "
+                f"most {max_stages(p, cfg.arch.smem_optin_per_block)} fit) or use EPI 0"
+            )
         for name, lay in cfg.layouts.items():
             if name in TMA_BUFFERS and lay != self._tma_layout():
-                out.append(f"{name}: the kernel's tensor maps and wgmma descriptors use TMA 128B (rows of 128 "
-                           f"bytes); {lay.describe()} is not what it builds")  # fmt: skip
+                out.append(
+                    f"{name}: the kernel's tensor maps and wgmma descriptors use TMA 128B (rows of 128 "
+                    f"bytes); {lay.describe()} is not what it builds"
+                )
         return out
 
     def smem_hint(self, cfg: KernelConfig) -> str:
@@ -232,8 +284,19 @@ class WgmmaGemm(GemmFamily):
 
     def template_args(self, cfg: KernelConfig) -> list[str]:
         p = cfg.params
-        vals = [T_CTYPES[cfg.problem["dtype"]], p["BM"], p["BN"], p["STAGES"], p["CONSUMERS"], p["CLUSTER"], p["WS"],
-                p["INFLIGHT"], p["EPI"], p["GROUP_M"], p["SETMAXNREG"]]  # fmt: skip
+        vals = [
+            T_CTYPES[cfg.problem["dtype"]],
+            p["BM"],
+            p["BN"],
+            p["STAGES"],
+            p["CONSUMERS"],
+            p["CLUSTER"],
+            p["WS"],
+            p["INFLIGHT"],
+            p["EPI"],
+            p["GROUP_M"],
+            p["SETMAXNREG"],
+        ]
         return [str(v) for v in vals]
 
     def smem_bytes(self, cfg: KernelConfig) -> int:
@@ -250,16 +313,38 @@ class WgmmaGemm(GemmFamily):
     def buffers(self, cfg: KernelConfig) -> list[dict]:
         dt = cfg.problem["dtype"]
         out = [
-            {"name": "As", "dtype": dt, "shape": ["BM", BK], "stages": "STAGES",
-             "note": "A tile, TMA box {64, BM}: As[m][k] = A[m0 + m][k0 + k]"},
-            {"name": "Bs", "dtype": dt, "shape": ["BN", BK], "stages": "STAGES",
-             "note": "B tile, TMA box {64, BN / CLUSTER} per CTA (multicast): Bs[n][k] = B[n0 + n][k0 + k]"},
-        ]  # fmt: skip
+            {
+                "name": "As",
+                "dtype": dt,
+                "shape": ["BM", BK],
+                "stages": "STAGES",
+                "note": "A tile, TMA box {64, BM}: As[m][k] = A[m0 + m][k0 + k]",
+            },
+            {
+                "name": "Bs",
+                "dtype": dt,
+                "shape": ["BN", BK],
+                "stages": "STAGES",
+                "note": "B tile, TMA box {64, BN / CLUSTER} per CTA (multicast): Bs[n][k] = B[n0 + n][k0 + k]",
+            },
+        ]
         if cfg.params["EPI"]:
-            out.append({"name": "Cs", "dtype": dt, "shape": ["CONSUMERS * (BN // 64 // EPI) * (BM // CONSUMERS)", BK],
-                        "note": "C staging: per consumer, BN/64/EPI panels of [BM/CONSUMERS][64] (TMA store boxes)"})  # fmt: skip
-        out.append({"name": "bars", "dtype": "u64", "shape": ["2 * STAGES"],
-                    "note": "mbarriers: full[STAGES] (TMA bytes), empty[STAGES] (consumer releases)"})  # fmt: skip
+            out.append(
+                {
+                    "name": "Cs",
+                    "dtype": dt,
+                    "shape": ["CONSUMERS * (BN // 64 // EPI) * (BM // CONSUMERS)", BK],
+                    "note": "C staging: per consumer, BN/64/EPI panels of [BM/CONSUMERS][64] (TMA store boxes)",
+                }
+            )
+        out.append(
+            {
+                "name": "bars",
+                "dtype": "u64",
+                "shape": ["2 * STAGES"],
+                "note": "mbarriers: full[STAGES] (TMA bytes), empty[STAGES] (consumer releases)",
+            }
+        )
         return out
 
     def _consumer_warps(self, p: dict) -> list[int]:
@@ -271,66 +356,138 @@ class WgmmaGemm(GemmFamily):
         c = f"((warp - {4 * p['WS']}) // 4)"  # consumer warpgroup of the warp
         core = "the tensor cores read 8-row x 16-byte core matrices: described as ldmatrix.x4 phases"
         out = [
-            {"name": "A_wgmma", "buffer": "As", "op": "ldmatrix", "matrices": 4, "role": "inner", "warps": warps,
-             "row": f"{c} * (BM // CONSUMERS) + mi * 64 + (warp % 4) * 16 + lane % 16",
-             "col": "kk * 16 + (lane // 16) * 8", "over": {"mi": [0, "BM // CONSUMERS // 64"], "kk": [0, 4]},
-             "note": f"wgmma A operand (rows of consumer {c}); {core}"},
-            {"name": "B_wgmma", "buffer": "Bs", "op": "ldmatrix", "matrices": 4, "role": "inner",
-             "warps": warps[:4], "row": "(warp % 4) * (BN // 4) + nj * 16 + lane % 16",
-             "col": "kk * 16 + (lane // 16) * 8", "over": {"nj": [0, "BN // 64"], "kk": [0, 4]},
-             "note": f"wgmma B operand (all BN rows, per consumer warpgroup); {core}"},
-        ]  # fmt: skip
+            {
+                "name": "A_wgmma",
+                "buffer": "As",
+                "op": "ldmatrix",
+                "matrices": 4,
+                "role": "inner",
+                "warps": warps,
+                "row": f"{c} * (BM // CONSUMERS) + mi * 64 + (warp % 4) * 16 + lane % 16",
+                "col": "kk * 16 + (lane // 16) * 8",
+                "over": {"mi": [0, "BM // CONSUMERS // 64"], "kk": [0, 4]},
+                "note": f"wgmma A operand (rows of consumer {c}); {core}",
+            },
+            {
+                "name": "B_wgmma",
+                "buffer": "Bs",
+                "op": "ldmatrix",
+                "matrices": 4,
+                "role": "inner",
+                "warps": warps[:4],
+                "row": "(warp % 4) * (BN // 4) + nj * 16 + lane % 16",
+                "col": "kk * 16 + (lane // 16) * 8",
+                "over": {"nj": [0, "BN // 64"], "kk": [0, 4]},
+                "note": f"wgmma B operand (all BN rows, per consumer warpgroup); {core}",
+            },
+        ]
         if p["EPI"]:
             chunk = "(2 * q + lane // 16)"
             out.append(
-                {"name": "C_stmatrix", "buffer": "Cs", "op": "stmatrix", "matrices": 4, "role": "epilogue",
-                 "warps": warps,
-                 "row": f"({c} * (BN // 64 // EPI) + ({chunk} // 8) % (BN // 64 // EPI)) * (BM // CONSUMERS) + mi * 64"
-                        " + (warp % 4) * 16"
-                        " + ((lane // 8) % 2) * 8 + lane % 8",
-                 "col": f"({chunk} % 8) * 8", "over": {"mi": [0, "BM // CONSUMERS // 64"], "q": [0, "BN // 16"]},
-                 "note": "accumulators (packed pairs) -> the staging tile, stmatrix.x4 per 16 columns"})  # fmt: skip
+                {
+                    "name": "C_stmatrix",
+                    "buffer": "Cs",
+                    "op": "stmatrix",
+                    "matrices": 4,
+                    "role": "epilogue",
+                    "warps": warps,
+                    "row": f"({c} * (BN // 64 // EPI) + ({chunk} // 8) % (BN // 64 // EPI)) * (BM // CONSUMERS) + mi * 64"
+                    " + (warp % 4) * 16"
+                    " + ((lane // 8) % 2) * 8 + lane % 8",
+                    "col": f"({chunk} % 8) * 8",
+                    "over": {"mi": [0, "BM // CONSUMERS // 64"], "q": [0, "BN // 16"]},
+                    "note": "accumulators (packed pairs) -> the staging tile, stmatrix.x4 per 16 columns",
+                }
+            )
         return out
 
     # ---- launch ------------------------------------------------------------------------------------------------
     def workspaces(self, cfg: KernelConfig) -> list[Workspace]:
         return [
-            Workspace("Ap", f"M * {lead()}", "unsigned short", when=A_REPACK, fallback="A",
-                      doc="A with rows of cdiv(K, 8) * 8 elements, for lda % 8 != 0 or A not 16-byte aligned"),
-            Workspace("Bp", f"N * {lead()}", "unsigned short", when=B_REPACK, fallback="B",
-                      doc="B with rows of cdiv(K, 8) * 8 elements, for ldb % 8 != 0 or B not 16-byte aligned"),
-        ]  # fmt: skip
+            Workspace(
+                "Ap",
+                f"M * {lead()}",
+                "unsigned short",
+                when=A_REPACK,
+                fallback="A",
+                doc="A with rows of cdiv(K, 8) * 8 elements, for lda % 8 != 0 or A not 16-byte aligned",
+            ),
+            Workspace(
+                "Bp",
+                f"N * {lead()}",
+                "unsigned short",
+                when=B_REPACK,
+                fallback="B",
+                doc="B with rows of cdiv(K, 8) * 8 elements, for ldb % 8 != 0 or B not 16-byte aligned",
+            ),
+        ]
 
     def tensor_maps(self, cfg: KernelConfig) -> list[TensorMapArg]:
         return [
-            TensorMapArg("tmA", "Ap", ("K", "M"), f"({A_REPACK} * {lead()} + (1 - {A_REPACK}) * lda) * 2",
-                         (str(BK), "BM"), doc="A (or its repacked copy): box {64, BM}"),
-            TensorMapArg("tmB", "Bp", ("K", "N"), f"({B_REPACK} * {lead()} + (1 - {B_REPACK}) * ldb) * 2",
-                         (str(BK), "BN // CLUSTER"),
-                         doc="B (or its repacked copy): box {64, BN / CLUSTER} (each CTA of a cluster loads its half)"),
-            TensorMapArg("tmC", "C", ("N", "M"), "ldc * 2", (str(BK), "BM // CONSUMERS"), when=C_TMA,
-                         doc="C: box {64, BM / CONSUMERS} (TMA store) where ldc % 8 == 0 and C is 16-byte aligned"),
-        ]  # fmt: skip
+            TensorMapArg(
+                "tmA",
+                "Ap",
+                ("K", "M"),
+                f"({A_REPACK} * {lead()} + (1 - {A_REPACK}) * lda) * 2",
+                (str(BK), "BM"),
+                doc="A (or its repacked copy): box {64, BM}",
+            ),
+            TensorMapArg(
+                "tmB",
+                "Bp",
+                ("K", "N"),
+                f"({B_REPACK} * {lead()} + (1 - {B_REPACK}) * ldb) * 2",
+                (str(BK), "BN // CLUSTER"),
+                doc="B (or its repacked copy): box {64, BN / CLUSTER} (each CTA of a cluster loads its half)",
+            ),
+            TensorMapArg(
+                "tmC",
+                "C",
+                ("N", "M"),
+                "ldc * 2",
+                (str(BK), "BM // CONSUMERS"),
+                when=C_TMA,
+                doc="C: box {64, BM / CONSUMERS} (TMA store) where ldc % 8 == 0 and C is 16-byte aligned",
+            ),
+        ]
 
     def layout_rules(self, cfg: KernelConfig) -> list[str]:
-        return ["C must not overlap A or B (TMA reads A and B while the epilogue writes C).",
-                "A, B: any lda >= K, ldb >= K and 2-byte alignment (rows TMA cannot read are repacked first); "
-                "C: TMA stores where ldc % 8 == 0 and C is 16-byte aligned, masked stores otherwise."]  # fmt: skip
+        return [
+            "C must not overlap A or B (TMA reads A and B while the epilogue writes C).",
+            "A, B: any lda >= K, ldb >= K and 2-byte alignment (rows TMA cannot read are repacked first); "
+            "C: TMA stores where ldc % 8 == 0 and C is 16-byte aligned, masked stores otherwise.",
+        ]
 
     def calls(self, cfg: KernelConfig) -> list[KernelCall]:
         tiles = "cdiv(cdiv(M, BM), CLUSTER) * cdiv(N, BN)"  # cluster tiles
         grid = f"(PERSISTENT * min({tiles}, max(1, SMS // CLUSTER)) + (1 - PERSISTENT) * {tiles}) * CLUSTER"
         repack = ("cdiv(K, 2048)", "min({rows}, 65535)", "1")
         return [
-            KernelCall(("A", "M", "K", "lda", "Ap", lead()), (repack[0], repack[1].format(rows="M"), "1"),
-                       ("256", "1", "1"), kernel="smemtile_wgmma_repack", params=REPACK_PARAMS, when=A_REPACK,
-                       doc="repack: A into rows of cdiv(K, 8) * 8 elements (TMA's 16-byte strides)"),
-            KernelCall(("B", "N", "K", "ldb", "Bp", lead()), (repack[0], repack[1].format(rows="N"), "1"),
-                       ("256", "1", "1"), kernel="smemtile_wgmma_repack", params=REPACK_PARAMS, when=B_REPACK,
-                       doc="repack: B into rows of cdiv(K, 8) * 8 elements (TMA's 16-byte strides)"),
-            KernelCall(("M", "N", "K", "tmA", "tmB", "tmC", "C", "ldc", C_TMA), (grid, "1", "1"),
-                       ("THREADS", "1", "1"), cluster=("CLUSTER", "1", "1")),
-        ]  # fmt: skip
+            KernelCall(
+                ("A", "M", "K", "lda", "Ap", lead()),
+                (repack[0], repack[1].format(rows="M"), "1"),
+                ("256", "1", "1"),
+                kernel="smemtile_wgmma_repack",
+                params=REPACK_PARAMS,
+                when=A_REPACK,
+                doc="repack: A into rows of cdiv(K, 8) * 8 elements (TMA's 16-byte strides)",
+            ),
+            KernelCall(
+                ("B", "N", "K", "ldb", "Bp", lead()),
+                (repack[0], repack[1].format(rows="N"), "1"),
+                ("256", "1", "1"),
+                kernel="smemtile_wgmma_repack",
+                params=REPACK_PARAMS,
+                when=B_REPACK,
+                doc="repack: B into rows of cdiv(K, 8) * 8 elements (TMA's 16-byte strides)",
+            ),
+            KernelCall(
+                ("M", "N", "K", "tmA", "tmB", "tmC", "C", "ldc", C_TMA),
+                (grid, "1", "1"),
+                ("THREADS", "1", "1"),
+                cluster=("CLUSTER", "1", "1"),
+            ),
+        ]
 
     # ---- data and checks ---------------------------------------------------------------------------------------
     def make_inputs(self, cfg: KernelConfig, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -366,21 +523,35 @@ class WgmmaGemm(GemmFamily):
 
     def one_block_reason(self, cfg: KernelConfig, occ: dict) -> str | None:
         p = cfg.params
-        return (f"1 block/SM by design: {smem_formula(p)} bytes of shared memory ({p['STAGES']} stages of "
-                f"{p['BM']}x64 + {p['BN']}x64) keep the tensor cores fed; {p['CONSUMERS']} consumer warpgroups")  # fmt: skip
+        return (
+            f"1 block/SM by design: {smem_formula(p)} bytes of shared memory ({p['STAGES']} stages of "
+            f"{p['BM']}x64 + {p['BN']}x64) keep the tensor cores fed; {p['CONSUMERS']} consumer warpgroups"
+        )
 
     def pipeline_items(self, cfg: KernelConfig, ptx: str | None) -> list[Item]:
         """The Hopper pipeline, read from the compiled PTX (the artefact)."""
         checks = (
-            ("tma_load", "TMA loads (cp.async.bulk.tensor) complete on an mbarrier",
-             r"cp\.async\.bulk\.tensor\.2d\.shared::cluster\.global\.mbarrier::complete_tx::bytes"),
-            ("wgmma", f"wgmma.mma_async m64n{cfg.params['BN']}k16 from shared-memory descriptors",
-             rf"wgmma\.mma_async\.sync\.aligned\.m64n{cfg.params['BN']}k16"),
-            ("parity_wait", "consumers and producer wait by mbarrier phase parity",
-             r"mbarrier\.try_wait\.parity"),
-            ("expect_tx", "each stage's full barrier is armed with its byte count",
-             r"mbarrier\.arrive\.expect_tx"),
-        )  # fmt: skip
+            (
+                "tma_load",
+                "TMA loads (cp.async.bulk.tensor) complete on an mbarrier",
+                r"cp\.async\.bulk\.tensor\.2d\.shared::cluster\.global\.mbarrier::complete_tx::bytes",
+            ),
+            (
+                "wgmma",
+                f"wgmma.mma_async m64n{cfg.params['BN']}k16 from shared-memory descriptors",
+                rf"wgmma\.mma_async\.sync\.aligned\.m64n{cfg.params['BN']}k16",
+            ),
+            (
+                "parity_wait",
+                "consumers and producer wait by mbarrier phase parity",
+                r"mbarrier\.try_wait\.parity",
+            ),
+            (
+                "expect_tx",
+                "each stage's full barrier is armed with its byte count",
+                r"mbarrier\.arrive\.expect_tx",
+            ),
+        )
         extra = []
         if cfg.params["CLUSTER"] > 1:
             extra.append(
@@ -391,8 +562,13 @@ class WgmmaGemm(GemmFamily):
                 ("setmaxnreg", "registers move from the producer to the consumers", r"setmaxnreg\.inc")
             )
         if cfg.params["EPI"]:
-            extra.append(("tma_store", "epilogue: stmatrix, fence.proxy.async, TMA store",
-                          r"cp\.async\.bulk\.tensor\.2d\.global\.shared::cta"))  # fmt: skip
+            extra.append(
+                (
+                    "tma_store",
+                    "epilogue: stmatrix, fence.proxy.async, TMA store",
+                    r"cp\.async\.bulk\.tensor\.2d\.global\.shared::cta",
+                )
+            )
         items = []
         for ident, text, pattern in (*checks, *extra):
             if ptx is None:

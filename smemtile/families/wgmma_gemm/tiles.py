@@ -57,8 +57,10 @@ class WgTile(TileConfig):
 
     @property
     def label(self) -> str:
-        return (f"{self.bm}x{self.bn}x{self.bk} c{self.consumers} cl{self.cluster} {'ws' if self.ws else 'no-ws'} "
-                f"s{self.stages} g{self.group_m}")  # fmt: skip
+        return (
+            f"{self.bm}x{self.bn}x{self.bk} c{self.consumers} cl{self.cluster} {'ws' if self.ws else 'no-ws'} "
+            f"s{self.stages} g{self.group_m}"
+        )
 
     @property
     def tile_text(self) -> str:  # the ranking table's tile column
@@ -68,17 +70,35 @@ class WgTile(TileConfig):
 
     @property
     def kind_text(self) -> str:  # the ranking's header
-        return ("TMA + wgmma tiles of the wgmma_gemm family (c: consumer warpgroups, cl: CTAs per cluster; generate "
-                "/ verify / tune build them)")  # fmt: skip
+        return (
+            "TMA + wgmma tiles of the wgmma_gemm family (c: consumer warpgroups, cl: CTAs per cluster; generate "
+            "/ verify / tune build them)"
+        )
 
     def params(self) -> dict:
-        return {"BM": self.bm, "BN": self.bn, "STAGES": self.stages, "CONSUMERS": self.consumers,
-                "CLUSTER": self.cluster, "WS": self.ws, "GROUP_M": self.group_m}  # fmt: skip
+        return {
+            "BM": self.bm,
+            "BN": self.bn,
+            "STAGES": self.stages,
+            "CONSUMERS": self.consumers,
+            "CLUSTER": self.cluster,
+            "WS": self.ws,
+            "GROUP_M": self.group_m,
+        }
 
     def to_dict(self) -> dict:
-        return {"bm": self.bm, "bn": self.bn, "bk": self.bk, "warps": self.warps, "stages": self.stages,
-                "group_m": self.group_m, "consumers": self.consumers, "cluster": self.cluster, "ws": self.ws,
-                "family": self.family}  # fmt: skip
+        return {
+            "bm": self.bm,
+            "bn": self.bn,
+            "bk": self.bk,
+            "warps": self.warps,
+            "stages": self.stages,
+            "group_m": self.group_m,
+            "consumers": self.consumers,
+            "cluster": self.cluster,
+            "ws": self.ws,
+            "family": self.family,
+        }
 
 
 def candidates(fam, p: Problem, arch):
@@ -90,8 +110,13 @@ def candidates(fam, p: Problem, arch):
                 for stages in range(2, 9):
                     c = WgTile(bm, bn, 64, (cons + ws) * 4, stages, 8, consumers=cons, cluster=cluster, ws=ws)
                     try:
-                        cfg = configure(fam, {**c.params(), "M": p.m, "N": p.n, "K": p.k, "dtype": p.dtype}, {},
-                                        arch, check=False)  # fmt: skip
+                        cfg = configure(
+                            fam,
+                            {**c.params(), "M": p.m, "N": p.n, "K": p.k, "dtype": p.dtype},
+                            {},
+                            arch,
+                            check=False,
+                        )
                         bad = fam.problems(cfg, accesses=False)
                     except SpecError as e:
                         bad = [str(e)]
@@ -124,17 +149,41 @@ def score(fam, p: Problem, c: WgTile, cfg) -> Scored:
     t = terms[bound] + OVERLAP * (sum(terms.values()) - terms[bound]) + LAUNCH_S
     tflops = p.flops / t / 1e12
     smem = fam.smem_bytes(cfg)
-    return Scored(c, fam.threads(cfg.params), 168 if cfg.params["SETMAXNREG"] else 255, smem, 0, 1,
-                  fam.threads(cfg.params) / 2048, "shared_memory", ctiles * c.cluster, ctiles / resident, wave_eff,
-                  inner, lat, pad_eff, dram, dram, l2_bytes, p.flops / dram, g.peak(p.dtype) * 1e12 /
-                  (g.dram_gbps * 1e9), bound, t, tflops, tflops / g.peak(p.dtype))  # fmt: skip
+    return Scored(
+        c,
+        fam.threads(cfg.params),
+        168 if cfg.params["SETMAXNREG"] else 255,
+        smem,
+        0,
+        1,
+        fam.threads(cfg.params) / 2048,
+        "shared_memory",
+        ctiles * c.cluster,
+        ctiles / resident,
+        wave_eff,
+        inner,
+        lat,
+        pad_eff,
+        dram,
+        dram,
+        l2_bytes,
+        p.flops / dram,
+        g.peak(p.dtype) * 1e12 / (g.dram_gbps * 1e9),
+        bound,
+        t,
+        tflops,
+        tflops / g.peak(p.dtype),
+    )
 
 
 def _reason(s: Scored, top: Scored) -> str:
     c = s.cfg
-    parts = [f"{s.tiles} CTA tiles in {math.ceil(s.waves - 1e-9)} rounds over the resident clusters "
-             f"(wave efficiency {s.wave_eff:.0%})", f"latency hiding {s.latency_eff:.0%} with {c.stages} stages",
-             f"{'TMA multicast of B halves L2 reads of B' if c.cluster == 2 else 'no cluster'}"]  # fmt: skip
+    parts = [
+        f"{s.tiles} CTA tiles in {math.ceil(s.waves - 1e-9)} rounds over the resident clusters "
+        f"(wave efficiency {s.wave_eff:.0%})",
+        f"latency hiding {s.latency_eff:.0%} with {c.stages} stages",
+        f"{'TMA multicast of B halves L2 reads of B' if c.cluster == 2 else 'no cluster'}",
+    ]
     if not c.ws:
         parts.append("no producer warpgroup (0.7x issue efficiency, measured)")
     if s is not top:
@@ -173,20 +222,36 @@ def tile_report(fam, m, n, k, dtype: str, arch: str, *, gpu: str | None = None, 
     counts = {"generated": generated, "ranked": len(ranked), "rejected": len(rejected)}
     for r in rej:
         counts[f"rejected_{r.kind}"] = counts.get(f"rejected_{r.kind}", 0) + r.alike
-    cal = {"model": "roofline x this family's measured tile efficiency (families/wgmma_gemm/tiles.py)",
-           "file": "bench/results/wgmma_h200.json", "gpu": "H200", "sweeps": ["runs 1-2 (2026-11-30)"],
-           "commit": "issue 13",
-           "expected_error": "the measured order of the tilings; absolute TFLOP/s are scaled by the GPU row "
-                             "(bf16 638) and read about 20 % under the measured 714 at 8192^3"}  # fmt: skip
+    cal = {
+        "model": "roofline x this family's measured tile efficiency (families/wgmma_gemm/tiles.py)",
+        "file": "bench/results/wgmma_h200.json",
+        "gpu": "H200",
+        "sweeps": ["runs 1-2 (2026-11-30)"],
+        "commit": "issue 13",
+        "expected_error": "the measured order of the tilings; absolute TFLOP/s are scaled by the GPU row "
+        "(bf16 638) and read about 20 % under the measured 714 at 8192^3",
+    }
     return TileReport(p, tuple(ranked), tuple(rej), counts, cal)
 
 
 def tile_spec(fam, p: Problem, s: Scored) -> dict:
     """The spec body ``generate`` / ``verify`` take for one ranked candidate (``smemtile tiles --format yaml``)."""
     c = s.cfg
-    return {"tile": {"BM": c.bm, "BN": c.bn}, "stages": c.stages,
-            "kernel": {"family": fam.name, "M": p.m, "N": p.n, "K": p.k, "dtype": p.dtype,
-                       "CONSUMERS": c.consumers, "CLUSTER": c.cluster, "WS": c.ws, "GROUP_M": c.group_m}}  # fmt: skip
+    return {
+        "tile": {"BM": c.bm, "BN": c.bn},
+        "stages": c.stages,
+        "kernel": {
+            "family": fam.name,
+            "M": p.m,
+            "N": p.n,
+            "K": p.k,
+            "dtype": p.dtype,
+            "CONSUMERS": c.consumers,
+            "CLUSTER": c.cluster,
+            "WS": c.ws,
+            "GROUP_M": c.group_m,
+        },
+    }
 
 
 class Ranker:
@@ -199,16 +264,18 @@ class Ranker:
         a = get_arch(arch)
         if a.lacks("wgmma") and a.cc == (9, 0):  # asked for the plain target: rank what runs there as sm_90a
             arch = a.base + "a"
-        self.report = tile_report(fam, problem["M"], problem["N"], problem["K"], problem.get("dtype", "bf16"),
-                                  arch, gpu=gpu)  # fmt: skip
+        self.report = tile_report(
+            fam, problem["M"], problem["N"], problem["K"], problem.get("dtype", "bf16"), arch, gpu=gpu
+        )
         self.by_key = {s.cfg.params().__repr__(): s for s in self.report.ranked}
 
     def top(self, k: int) -> list[dict]:
         return [s.cfg.params() for s in self.report.ranked[:k]]
 
     def __call__(self, params: dict, src: str) -> Candidate:
-        s = self.by_key.get(repr({k: params.get(k) for k in ("BM", "BN", "STAGES", "CONSUMERS", "CLUSTER", "WS",
-                                                             "GROUP_M")}))  # fmt: skip
+        s = self.by_key.get(
+            repr({k: params.get(k) for k in ("BM", "BN", "STAGES", "CONSUMERS", "CLUSTER", "WS", "GROUP_M")})
+        )
         label = ", ".join(f"{k}={v}" for k, v in params.items())
         if s is not None:
             return Candidate(label, params, src, s.rank, s.tflops, s.reason)
