@@ -85,63 +85,16 @@ def picks(dtype: str, m: int, n: int, k: int, arch: str = "sm_90") -> list[dict]
 
 try:  # the GPU machine has Triton; --list does not need it
     import triton
-    import triton.language as tl
 except ImportError:  # pragma: no cover - depends on the machine
-    triton = tl = None
+    triton = None
 
+# the Triton tutorial's matmul as bench_kernels.py times it (one copy of the kernel): grouped tile order, masked
+# loads of the K tail in every iteration, fp32 accumulation
+matmul_kernel = None
 if triton is not None:
+    from bench_kernels import triton_kernel  # noqa: E402  (bench/ is this script's folder)
 
-    @triton.jit
-    def matmul_kernel(
-        a_ptr,
-        b_ptr,
-        c_ptr,
-        M,
-        N,
-        K,
-        s_am,
-        s_ak,
-        s_bk,
-        s_bn,
-        s_cm,
-        s_cn,
-        BLOCK_SIZE_M: tl.constexpr,
-        BLOCK_SIZE_N: tl.constexpr,
-        BLOCK_SIZE_K: tl.constexpr,
-        GROUP_SIZE_M: tl.constexpr,
-    ):
-        # C = A @ B, one BLOCK_M x BLOCK_N tile per program; programs walk groups of GROUP_SIZE_M tile rows
-        # column by column (L2 reuse of B); K in BLOCK_K steps with masked loads of the K tail (every iteration
-        # carries the mask, as in the tutorial); fp32 accumulation; rows/cols past M/N wrap (modulo) on load and
-        # are masked on store.
-        pid = tl.program_id(0)
-        tiles_m = tl.cdiv(M, BLOCK_SIZE_M)
-        tiles_n = tl.cdiv(N, BLOCK_SIZE_N)
-        per_group = GROUP_SIZE_M * tiles_n
-        first_m = (pid // per_group) * GROUP_SIZE_M
-        rows_here = min(tiles_m - first_m, GROUP_SIZE_M)
-        tm = first_m + (pid % per_group) % rows_here
-        tn = (pid % per_group) // rows_here
-        rm = (tm * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)) % M
-        rn = (tn * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)) % N
-        rk = tl.arange(0, BLOCK_SIZE_K)
-        pa = a_ptr + rm[:, None] * s_am + rk[None, :] * s_ak
-        pb = b_ptr + rk[:, None] * s_bk + rn[None, :] * s_bn
-        acc = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
-        for step in range(0, tl.cdiv(K, BLOCK_SIZE_K)):
-            left = K - step * BLOCK_SIZE_K
-            a = tl.load(pa, mask=rk[None, :] < left, other=0.0)
-            b = tl.load(pb, mask=rk[:, None] < left, other=0.0)
-            acc = tl.dot(a, b, acc)
-            pa += BLOCK_SIZE_K * s_ak
-            pb += BLOCK_SIZE_K * s_bk
-        cm = tm * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
-        cn = tn * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
-        tl.store(
-            c_ptr + cm[:, None] * s_cm + cn[None, :] * s_cn,
-            acc.to(c_ptr.dtype.element_ty),
-            mask=(cm[:, None] < M) & (cn[None, :] < N),
-        )
+    matmul_kernel = triton_kernel()
 
 
 def _meta(c) -> dict:
