@@ -800,6 +800,12 @@ def _spec_of(family: Family, cfg: KernelConfig, buffers_only: bool = False):
     return spec
 
 
+def select(cond: str, then: str, other: str) -> str:
+    """The launch-expression form of ``then if cond else other`` (the language has no conditional; ``cond`` is a
+    comparison, 0 or 1): e.g. the leading dimension an operand is read with after an optional repack."""
+    return f"({cond} * {then} + (1 - {cond}) * {other})"
+
+
 POISON = 0xFF  # bytes around and between the rows of the user's arrays: NaN in f32, f16 and bf16
 
 

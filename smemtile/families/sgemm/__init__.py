@@ -51,6 +51,7 @@ from smemtile.families.base import (
     ProblemKey,
     Workspace,
     barrier_follows_each_wait,
+    select,
     with_params,
 )
 from smemtile.families.gemm import GemmFamily, gemm_reference
@@ -62,10 +63,7 @@ LDA4, LDB4 = "(cdiv(K, 4) * 4)", "(cdiv(N, 4) * 4)"
 # when REPACK copies A / B (its region and its step): rows not a whole number of float4s, or a base pointer not
 # 16-byte aligned (a sub-view of a bigger matrix)
 A_UNALIGNED, B_UNALIGNED = "((lda % 4 != 0) | (A_align < 16))", "((ldb % 4 != 0) | (B_align < 16))"
-LDA_USED, LDB_USED = (
-    f"({A_UNALIGNED} * {LDA4} + (1 - {A_UNALIGNED}) * lda)",
-    f"({B_UNALIGNED} * {LDB4} + (1 - {B_UNALIGNED}) * ldb)",
-)
+LDA_USED, LDB_USED = select(A_UNALIGNED, LDA4, "lda"), select(B_UNALIGNED, LDB4, "ldb")
 REPACK_PARAMS = ("const float* src", "int rows", "int cols", "int lds", "float* dst", "int ldd")
 LM = "(((lane >> 1) & 1) | ((lane >> 2) & 2))"
 LN = "((lane & 1) | ((lane >> 1) & 2) | ((lane >> 2) & 4))"

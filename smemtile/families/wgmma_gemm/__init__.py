@@ -54,6 +54,7 @@ from smemtile.families.base import (
     ProblemKey,
     TensorMapArg,
     Workspace,
+    select,
 )
 from smemtile.families.gemm import GemmFamily
 from smemtile.model.arch import Arch
@@ -428,7 +429,7 @@ class WgmmaGemm(GemmFamily):
                 "tmA",
                 "Ap",
                 ("K", "M"),
-                f"({A_REPACK} * {lead()} + (1 - {A_REPACK}) * lda) * 2",
+                f"{select(A_REPACK, lead(), 'lda')} * 2",
                 (str(BK), "BM"),
                 doc="A (or its repacked copy): box {64, BM}",
             ),
@@ -436,7 +437,7 @@ class WgmmaGemm(GemmFamily):
                 "tmB",
                 "Bp",
                 ("K", "N"),
-                f"({B_REPACK} * {lead()} + (1 - {B_REPACK}) * ldb) * 2",
+                f"{select(B_REPACK, lead(), 'ldb')} * 2",
                 (str(BK), "BN // CLUSTER"),
                 doc="B (or its repacked copy): box {64, BN / CLUSTER} (each CTA of a cluster loads its half)",
             ),
@@ -461,26 +462,20 @@ class WgmmaGemm(GemmFamily):
     def calls(self, cfg: KernelConfig) -> list[KernelCall]:
         tiles = "cdiv(cdiv(M, BM), CLUSTER) * cdiv(N, BN)"  # cluster tiles
         grid = f"(PERSISTENT * min({tiles}, max(1, SMS // CLUSTER)) + (1 - PERSISTENT) * {tiles}) * CLUSTER"
-        repack = ("cdiv(K, 2048)", "min({rows}, 65535)", "1")
+        repacks = [
+            KernelCall(
+                (op, rows, "K", f"ld{op.lower()}", f"{op}p", lead()),
+                ("cdiv(K, 2048)", f"min({rows}, 65535)", "1"),
+                ("256", "1", "1"),
+                kernel="smemtile_wgmma_repack",
+                params=REPACK_PARAMS,
+                when=when,
+                doc=f"repack: {op} into rows of cdiv(K, 8) * 8 elements (TMA's 16-byte strides)",
+            )
+            for op, rows, when in (("A", "M", A_REPACK), ("B", "N", B_REPACK))
+        ]
         return [
-            KernelCall(
-                ("A", "M", "K", "lda", "Ap", lead()),
-                (repack[0], repack[1].format(rows="M"), "1"),
-                ("256", "1", "1"),
-                kernel="smemtile_wgmma_repack",
-                params=REPACK_PARAMS,
-                when=A_REPACK,
-                doc="repack: A into rows of cdiv(K, 8) * 8 elements (TMA's 16-byte strides)",
-            ),
-            KernelCall(
-                ("B", "N", "K", "ldb", "Bp", lead()),
-                (repack[0], repack[1].format(rows="N"), "1"),
-                ("256", "1", "1"),
-                kernel="smemtile_wgmma_repack",
-                params=REPACK_PARAMS,
-                when=B_REPACK,
-                doc="repack: B into rows of cdiv(K, 8) * 8 elements (TMA's 16-byte strides)",
-            ),
+            *repacks,
             KernelCall(
                 ("M", "N", "K", "tmA", "tmB", "tmC", "C", "ldc", C_TMA),
                 (grid, "1", "1"),
