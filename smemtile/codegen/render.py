@@ -106,22 +106,10 @@ static inline long long smemtile_align_of(const void* p) {
 #endif"""
 
 
-def _used_names(fam: Family, cfg: KernelConfig) -> set[str]:
-    """Every name the launch plan's expressions use (guards, grids, arguments, workspaces, maps, requires)."""
-    texts = [e for e, _ in fam.requires(cfg)]
-    for call in fam.calls(cfg):
-        texts += [call.when, *call.grid, *call.block, *call.cluster, *call.args]
-    for w in fam.workspaces(cfg):
-        texts += [w.when, w.elems]
-    for t in fam.tensor_maps(cfg):
-        texts += [t.when, t.row_stride, *t.dims, *t.box]
-    names: set[str] = set()
-    for t in texts:
-        try:
-            names |= parse_expr(t).names
-        except Exception:  # an argument that is an array or workspace name, not an expression
-            names.add(t)
-    return names
+def _names(texts, plain: set[str]) -> set[str]:
+    """Every name the launch expressions ``texts`` use; a text in ``plain`` (an array, workspace or map argument,
+    e.g. transpose's ``in``, which is no expression) is a name as it stands."""
+    return set().union(*({t} if t in plain else parse_expr(t).names for t in texts))
 
 
 def launch_helper(cfg: KernelConfig) -> str:
@@ -138,11 +126,18 @@ def launch_helper(cfg: KernelConfig) -> str:
     maps = fam.tensor_maps(cfg)
     map_names = {t.name for t in maps}
     works = fam.workspaces(cfg)
-    used = _used_names(fam, cfg)
-    aligns = {arr: n for arr, n in fam.align_names().items() if n in used}
-    work_aligns = sorted(
-        n for n in aligns.values() if any(n in parse_expr(x).names for w in works for x in (w.when, w.elems))
+    calls = fam.calls(cfg)
+    reqs = fam.requires(cfg)
+    plain = host | map_names | {w.name for w in works}
+    in_works = _names((x for w in works for x in (w.when, w.elems)), plain)
+    used = in_works | _names(
+        [e for e, _ in reqs]
+        + [x for c in calls for x in (c.when, *c.grid, *c.block, *c.cluster, *c.args)]
+        + [x for t in maps for x in (t.when, t.row_stride, *t.dims, *t.box)],
+        plain,
     )
+    aligns = {arr: n for arr, n in fam.align_names().items() if n in used}
+    work_aligns = sorted(n for n in aligns.values() if n in in_works)
     # nothing problem-specific here: the body (what NVRTC compiles and caches) is the same for every size
     lines = [ALIGN_FN, ""] if aligns else []
     lines += _workspace_size_lines(fam, works, consts, ints, work_aligns) if works else []
@@ -161,7 +156,7 @@ def launch_helper(cfg: KernelConfig) -> str:
             )
             + " (leading dimensions in elements, as cuBLAS takes them)."
         )
-    for _e, rule in fam.requires(cfg):
+    for _e, rule in reqs:
         lines.append(f"// Requires {_clean(rule)}; otherwise cudaErrorInvalidValue.")
     for line in fam.layout_rules(cfg):
         lines.append(f"// {_clean(line)}")
@@ -179,7 +174,7 @@ def launch_helper(cfg: KernelConfig) -> str:
         lines.append(f"    if ({' || '.join(f'{n} < 1' for n in ints)}) return cudaErrorInvalidValue;")
     for arr, n in aligns.items():
         lines.append(f"    const long long {n} = smemtile_align_of({arr});")
-    for e, rule in fam.requires(cfg):
+    for e, rule in reqs:
         lines.append(
             f"    if (!({parse_expr(e).cpp(consts, '(long long){}')})) return cudaErrorInvalidValue;  // {_clean(rule)}"
         )
@@ -189,7 +184,7 @@ def launch_helper(cfg: KernelConfig) -> str:
     if maps:
         lines += _tensor_map_lines(fam, cfg, maps, consts)
     work = {w.name: w for w in works}
-    for call in fam.calls(cfg):
+    for call in calls:
         guard_expr = parse_expr(call.when)
         if guard_expr.names <= set(consts):  # decided by the template parameters: emit the step or not
             if not int(guard_expr(consts)):

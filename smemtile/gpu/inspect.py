@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from smemtile.errors import CompileError, NoDevice, SmemtileError, SpecError
+from smemtile.families.base import NUMPY_DTYPES  # spec dtype -> host array type, as every launcher uses
 from smemtile.fileio import write_text_atomic
 from smemtile.model.ptx_instrument import (
     BufferLayout,
@@ -69,23 +70,6 @@ class LaunchFailed(SmemtileError):
     exit_code = 1
 
 
-_NUMPY = {
-    "f64": "float64",
-    "f32": "float32",
-    "tf32": "float32",
-    "f16": "float16",
-    "bf16": "uint16",
-    "f8e4m3": "uint8",
-    "f8e5m2": "uint8",
-    "i64": "int64",
-    "i32": "int32",
-    "i16": "int16",
-    "i8": "int8",
-    "u64": "uint64",
-    "u32": "uint32",
-    "u16": "uint16",
-    "u8": "uint8",
-}
 _PARAM_CTYPES = {
     ".u8": ctypes.c_uint8,
     ".s8": ctypes.c_int8,
@@ -106,7 +90,7 @@ _PARAM_CTYPES = {
 
 def host_array(arg, rng: np.random.Generator) -> np.ndarray:
     """The initial contents of an array argument (see the module docstring)."""
-    dtype = np.dtype(_NUMPY[arg.dtype])
+    dtype = np.dtype(NUMPY_DTYPES[arg.dtype])
     n = int(arg.count)
     if arg.fill == "zeros":
         return np.zeros(n, dtype)
