@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from smemtile.report.figures_charts import _nice_step  # the axis step the analyze page uses
 from smemtile.report.html import command_page, esc, figure, table
 from smemtile.report.svg import Svg
 
@@ -97,11 +98,6 @@ def measured_points(doc: dict, cache_path: Path | None) -> dict[str, float]:
             continue
         out[row["label"]] = max(out.get(row["label"], 0.0), float(row["value"]))
     return out
-
-
-def _nice_step(raw: float) -> float:
-    p = 10 ** np.floor(np.log10(max(raw, 1e-9)))
-    return float(next(m * p for m in (1, 2, 5, 10) if m * p >= raw))
 
 
 def dot_chart(
