@@ -492,26 +492,24 @@ class Sgemm(GemmFamily):
                 KernelCall(("M", "N", "K", "alpha", "A", "lda", "B", "ldb", "beta", "C", "ldc"), grid, block),
             ]
         # repacked: unaligned A / B copied into the workspace first; the GEMM reads Ap / Bp (A / B when aligned)
+        repacks = [
+            KernelCall(
+                (op, rows, cols, f"ld{op.lower()}", f"{op}p", ld4),
+                (f"cdiv({cols}, 1024)", f"min({rows}, 65535)", "1"),
+                ("256", "1", "1"),
+                kernel="smemtile_sgemm_repack",
+                params=REPACK_PARAMS,
+                when=when,
+                doc=f"repack: {op} into rows of ceil({cols}/4)*4 floats",
+            )
+            for op, rows, cols, ld4, when in (
+                ("A", "M", "K", LDA4, A_UNALIGNED),
+                ("B", "K", "N", LDB4, B_UNALIGNED),
+            )
+        ]
         return [
             prepare,
-            KernelCall(
-                ("A", "M", "K", "lda", "Ap", LDA4),
-                ("cdiv(K, 1024)", "min(M, 65535)", "1"),
-                ("256", "1", "1"),
-                kernel="smemtile_sgemm_repack",
-                params=REPACK_PARAMS,
-                when=A_UNALIGNED,
-                doc="repack: A into rows of ceil(K/4)*4 floats",
-            ),
-            KernelCall(
-                ("B", "K", "N", "ldb", "Bp", LDB4),
-                ("cdiv(N, 1024)", "min(K, 65535)", "1"),
-                ("256", "1", "1"),
-                kernel="smemtile_sgemm_repack",
-                params=REPACK_PARAMS,
-                when=B_UNALIGNED,
-                doc="repack: B into rows of ceil(N/4)*4 floats",
-            ),
+            *repacks,
             KernelCall(
                 ("M", "N", "K", "alpha", "Ap", LDA_USED, "Bp", LDB_USED, "beta", "C", "ldc"), grid, block
             ),
