@@ -606,14 +606,13 @@ class Family:
         returns cudaErrorInvalidValue before anything runs when one is 0, the Python launcher refuses with the
         rule. Every array with a leading dimension needs it to be at least its row length; a family adds what its
         kernel cannot take (and cannot handle another way)."""
+        dense = self.dense_layout(cfg.problem)  # the dense leading dimension is the row length
         out = []
         for a in self.host_args:
             if a.array and a.ld:
+                row = dense[a.ld]
                 out.append(
-                    (
-                        f"{a.ld} >= {a.shape[-1]}",
-                        f"{a.ld} >= {a.shape[-1]} (the rows of {a.name} hold {a.shape[-1]} elements)",
-                    )
+                    (f"{a.ld} >= {row}", f"{a.ld} >= {row} (the rows of {a.name} hold {row} elements)")
                 )
         return out
 

@@ -243,16 +243,7 @@ class Hgemm(GemmFamily):
         return {"lda": "K", "ldb": "K" if problem.get("b_layout") == "col" else "N", "ldc": "N"}
 
     def requires(self, cfg: KernelConfig) -> list[tuple[str, str]]:
-        b_row = "K" if self.b_col(cfg) else "N"
-        out = [
-            ("lda >= K", "lda >= K (the rows of A hold K elements)"),
-            (
-                f"ldb >= {b_row}",
-                f"ldb >= {b_row} (the rows of {'column-major ' if self.b_col(cfg) else ''}B hold "
-                f"{b_row} elements)",
-            ),
-            ("ldc >= N", "ldc >= N (the rows of C hold N elements)"),
-        ]
+        out = super().requires(cfg)  # lda, ldb, ldc at least their rows (dense_layout knows column-major B)
         if self.align(cfg) == 8:  # the 16-byte cp.async copies cannot read rows that do not start on 16 bytes
             out.append(
                 (
