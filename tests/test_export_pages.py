@@ -371,6 +371,7 @@ def test_tune_simulated_run_page_is_the_run_json(tmp_path):
     summary's Spearman correlation of the same run's --json."""
     out = tmp_path / "run.html"
     args = ["tune", TRANSPOSE, "--top", "3", "--simulate", "--cache", str(tmp_path / "c.jsonl")]
+    args += ["-o", str(tmp_path / "best.yaml")]  # the winner spec into the test's folder, not the checkout
     doc = json.loads(run([*args, "--export", str(out), "--json"]).output)
     text = out.read_text()
     p, ids = check_page(text)
