@@ -8,7 +8,6 @@ import pytest
 from smemtile.families.tile_model import ModelOption, Prediction, Rejection, TieRule, TileModel
 from smemtile.pipeline.rank import dedupe, order, rank
 
-
 CHAIN_1PCT = TieRule(0.01, "chain", "ties within 1%")
 
 
