@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from smemtile.errors import SpecError
-from smemtile.model.arch import Arch
+from smemtile.model.arch import FEATURES, Arch
 from smemtile.model.banks import LANES, MATRIX_OPS, WIDTHS
 
 TARGET_INSTRUCTIONS = 2048  # per warp and launch: enough for clean counters (bench used 1024)
@@ -40,7 +40,6 @@ MIN_PER_ITERATION = 8  # instructions per loop iteration (R copies of short slot
 IN_FLIGHT = 8  # loads issued before their results are folded
 MAX_SLOTS = 32  # instructions per warp in one launch; longer accesses are split into several launches
 ALIGN = 1024  # the shared-memory base is rounded up to this
-FIRST_CC = {"ldmatrix": (7, 5), "cp.async": (8, 0), "stmatrix": (9, 0)}
 CACHES = ("ca", "cg")
 
 
@@ -243,9 +242,9 @@ def _check(p: Pattern, arch: Arch) -> None:
             + "; ".join(f"{o} {'/'.join(map(str, w))} B" for o, w in WIDTHS.items()),
             key=key,
         )
-    need = FIRST_CC.get(i.op)
-    if need and arch.cc < need:
-        raise SpecError(f"{i.op} needs sm_{need[0]}{need[1]} or later; the target is {arch.name}", key=key)
+    why = arch.lacks(i.op) if i.op in FEATURES else None  # ldmatrix, cp.async, stmatrix
+    if why:
+        raise SpecError(why, key=key)
     if i.op in MATRIX_OPS and i.matrices not in (1, 2, 4):
         raise SpecError(f"{i.op} matrices must be 1, 2 or 4, got {i.matrices}", key=key)
     if (

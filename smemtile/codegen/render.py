@@ -20,6 +20,7 @@ from typing import Any
 from smemtile.codegen.analysis import AccessBanks, bank_table
 from smemtile.families import FAMILIES, KernelConfig, LaunchConfig
 from smemtile.families.base import GRID_LIMITS, WORKSPACE_ALIGN, Family
+from smemtile.model.dtypes import TMA_DTYPES
 from smemtile.model.expr import parse_expr
 
 HEADER_FILE = "smem_layout.cuh"
@@ -341,26 +342,6 @@ def _workspace_lines(fam: Family, works: list, ints: list[str], aligns: list[str
             f"(static_cast<char*>(workspace) + ws_off[{i}]);  // {_clean(w.doc)}"
         )
     return lines
-
-
-# spec dtype -> CUtensorMapDataType
-TMA_DTYPES = {
-    "f16": "FLOAT16",
-    "bf16": "BFLOAT16",
-    "f32": "FLOAT32",
-    "tf32": "TFLOAT32",
-    "f64": "FLOAT64",
-    "u8": "UINT8",
-    "i8": "UINT8",
-    "u16": "UINT16",
-    "i16": "UINT16",
-    "u32": "UINT32",
-    "i32": "INT32",
-    "u64": "UINT64",
-    "i64": "INT64",
-    "f8e4m3": "UINT8",
-    "f8e5m2": "UINT8",
-}
 
 
 def _tensor_map_lines(fam: Family, cfg: KernelConfig, maps, consts: dict) -> list[str]:

@@ -24,38 +24,12 @@ import numpy as np
 
 from smemtile.errors import SpecError
 from smemtile.model.arch import Arch
+from smemtile.model.dtypes import NUMPY_DTYPES, ctype_bytes  # noqa: F401  (NUMPY_DTYPES: re-exported)
 from smemtile.model.expr import parse_expr
 from smemtile.model.layout import Layout
 
 GRID_LIMITS = (2**31 - 1, 65535, 65535)  # CUDA: gridDim.x, .y, .z
-# spec dtype -> numpy dtype of host arrays (bf16 and fp8 travel as raw bits)
-NUMPY_DTYPES = {
-    "f64": "float64",
-    "f32": "float32",
-    "tf32": "float32",
-    "f16": "float16",
-    "bf16": "uint16",
-    "f8e4m3": "uint8",
-    "f8e5m2": "uint8",
-    "i64": "int64",
-    "i32": "int32",
-    "i16": "int16",
-    "i8": "int8",
-    "u64": "uint64",
-    "u32": "uint32",
-    "u16": "uint16",
-    "u8": "uint8",
-}
 INT_MAX = 2**31 - 1  # problem sizes travel as C++ int
-CTYPE_BYTES = {
-    "float": 4,
-    "double": 8,
-    "__half": 2,
-    "__nv_bfloat16": 2,
-    "int": 4,
-    "char": 1,
-    "unsigned short": 2,
-}
 
 
 class ContractViolation(SpecError):
@@ -666,7 +640,7 @@ class Family:
         for w in self.workspaces(cfg):
             what = f"{self.name} workspace {w.name}"
             active = bool(_eval(w.when, env, what))
-            nbytes = _eval(w.elems, env, what) * CTYPE_BYTES[w.ctype] if active else 0
+            nbytes = _eval(w.elems, env, what) * ctype_bytes(w.ctype) if active else 0
             out.append(WorkspacePlan(w.name, offset, nbytes, active, w.fallback))
             offset += -(-nbytes // WORKSPACE_ALIGN) * WORKSPACE_ALIGN
         return tuple(out)

@@ -22,6 +22,8 @@ from typing import Any
 import numpy as np
 
 from smemtile.errors import CompileError, NoDevice
+from smemtile.model.arch import FP32_LANES_PER_SM
+from smemtile.model.dtypes import C_TYPES, DTYPES, TMA_DTYPES
 
 
 def _driver():
@@ -96,21 +98,6 @@ class Device:
             "l2_bytes": self.l2_bytes,
             "peak": self.peak(),
         }
-
-
-# FP32 FMA lanes per SM (CUDA C Programming Guide, arithmetic instruction throughput table)
-FP32_LANES_PER_SM = {
-    (7, 0): 64,
-    (7, 2): 64,
-    (7, 5): 64,
-    (8, 0): 64,
-    (8, 6): 128,
-    (8, 7): 128,
-    (8, 9): 128,
-    (9, 0): 128,
-    (10, 0): 128,
-    (12, 0): 128,
-}
 
 
 def _mhz(khz: int | None) -> float | None:
@@ -291,20 +278,12 @@ def compare(ref: np.ndarray, got: np.ndarray, tolerance: float, *, exact: bool =
     return CheckResult(False, err, tolerance, Mismatch(idx, to_py(exp), to_py(val), int(bad.sum())))
 
 
-_CTYPES = {
-    "int": ctypes.c_int,
-    "float": ctypes.c_float,
-    "long long": ctypes.c_longlong,
-    "unsigned": ctypes.c_uint,
-    "double": ctypes.c_double,
-}
-
-
 def _ctype(decl_type: str):
     t = decl_type.replace("const ", "").strip()
     if t.endswith("*"):
         return ctypes.c_void_p
-    return _CTYPES[t]
+    found = C_TYPES[t]  # KeyError: a kernel parameter type the table does not know
+    return getattr(ctypes, DTYPES[found[0]].ctypes)
 
 
 def compile_config(cfg, *, source: str | None = None):
@@ -325,8 +304,6 @@ def compile_config(cfg, *, source: str | None = None):
 
 def _tma_dtype(dtype: str) -> str:
     """CU_TENSOR_MAP_DATA_TYPE_* of a spec dtype: the one table the generated helper uses too (fp8 as UINT8)."""
-    from smemtile.codegen.render import TMA_DTYPES
-
     return TMA_DTYPES[dtype]
 
 

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, replace
 
 from smemtile.errors import SpecError
 from smemtile.fileio import printable
+from smemtile.model.dtypes import DTYPE_FEATURES  # noqa: F401  (the dtypes that need a feature: one table)
 
 KB = 1024
 
@@ -56,9 +57,21 @@ FEATURES: dict[str, tuple[tuple[int, int], str, str]] = {
     "fp8": ((8, 9), "", "fp8 e4m3/e5m2 (mma.sync .e4m3/.e5m2 and cvt)"),
     "tma": ((9, 0), "", "TMA (cp.async.bulk.tensor)"),
     "wgmma": ((9, 0), "a", "wgmma.mma_async"),
+    "clusters": ((9, 0), "", "thread-block clusters (cudaLaunchAttributeClusterDimension)"),
 }
-# the spec's dtypes that need a feature (the others are plain integer / IEEE storage on every architecture)
-DTYPE_FEATURES = {"bf16": "bf16", "tf32": "tf32", "f8e4m3": "fp8", "f8e5m2": "fp8"}
+# FP32 FMA lanes per SM, by compute capability (CUDA C++ Programming Guide, arithmetic instruction throughput)
+FP32_LANES_PER_SM: dict[tuple[int, int], int] = {
+    (7, 0): 64,
+    (7, 2): 64,
+    (7, 5): 64,
+    (8, 0): 64,
+    (8, 6): 128,
+    (8, 7): 128,
+    (8, 9): 128,
+    (9, 0): 128,
+    (10, 0): 128,
+    (12, 0): 128,
+}
 
 # Targets with a suffix that NVRTC 13.0 compiles for (each checked by compiling a kernel, 2026): "a" code runs
 # on exactly that compute capability (wgmma, setmaxnreg: sm_90a), "f" on the family of one major version.

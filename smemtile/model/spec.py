@@ -18,28 +18,13 @@ import yaml
 
 from smemtile.errors import SpecError
 from smemtile.fileio import printable, read_text
-from smemtile.model.arch import DTYPE_FEATURES, FEATURES, Arch, get_arch
+from smemtile.model.arch import FEATURES, Arch, get_arch
 from smemtile.model.banks import WIDTHS, check_access
+from smemtile.model.dtypes import DTYPE_BYTES, DTYPE_FEATURES, RANKED, get_dtype
 from smemtile.model.expr import Expr, evaluate, parse_expr
 from smemtile.model.layout import Layout, Swizzle
 
-DTYPES = {
-    "f64": 8,
-    "f32": 4,
-    "tf32": 4,
-    "f16": 2,
-    "bf16": 2,
-    "f8e4m3": 1,
-    "f8e5m2": 1,
-    "i64": 8,
-    "i32": 4,
-    "i16": 2,
-    "i8": 1,
-    "u64": 8,
-    "u32": 4,
-    "u16": 2,
-    "u8": 1,
-}
+DTYPES = DTYPE_BYTES  # spec dtype -> bytes (smemtile.model.dtypes holds every per-dtype fact)
 TOP_KEYS = (
     "name",
     "description",
@@ -628,13 +613,11 @@ def _problem(doc: dict, env: dict, kernel: KernelInfo | None, buffers: list[Buff
                 f"missing key {k!r} (a GEMM C[M,N] = A[M,K] B[K,N])", key="problem", source=source
             )
         out[k] = _int(raw[k], env, f"problem.{k}", source, 1, 2**31 - 1)
-    from smemtile.model.tiling import DTYPE_BYTES  # the dtypes the tile model ranks
-
-    default = next((b.dtype for b in buffers if b.dtype in DTYPE_BYTES), "f32")
+    default = next((b.dtype for b in buffers if b.dtype in RANKED), "f32")  # RANKED: the tile model's dtypes
     dtype = raw.get("dtype", default)
-    if not isinstance(dtype, str) or dtype not in DTYPE_BYTES:
+    if not isinstance(dtype, str) or dtype not in RANKED:
         raise SpecError(
-            f"unknown dtype {printable(dtype)!r}; allowed: {', '.join(DTYPE_BYTES)}",
+            f"unknown dtype {printable(dtype)!r}; allowed: {', '.join(RANKED)}",
             key="problem.dtype",
             source=source,
         )
@@ -727,14 +710,7 @@ def _buffer(b: Any, i: int, env: dict, source: str) -> Buffer:
         )
     where = f"buffers.{name}"
     dtype = str(b["dtype"])
-    if dtype not in DTYPES:
-        close = difflib.get_close_matches(dtype, DTYPES, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise SpecError(
-            f"unknown dtype {dtype!r}{hint}; allowed: {', '.join(DTYPES)}",
-            key=f"{where}.dtype",
-            source=source,
-        )
+    get_dtype(dtype, key=f"{where}.dtype", source=source)
     shape_raw = b["shape"] if isinstance(b["shape"], list) else [b["shape"]]
     if not 1 <= len(shape_raw) <= 3:
         raise SpecError(

@@ -22,28 +22,12 @@ from smemtile.fileio import printable
 from smemtile.model.analysis import AccessResult
 from smemtile.model.arch import Arch
 from smemtile.model.banks import BANKS
+from smemtile.model.dtypes import DTYPES, INCLUDES
 from smemtile.model.layout import Layout
 from smemtile.model.spec import Buffer
 from smemtile.report.banks import instruction_detail
 
-CTYPES = {
-    "f64": "double",
-    "f32": "float",
-    "tf32": "float",
-    "f16": "__half",
-    "bf16": "__nv_bfloat16",
-    "f8e4m3": "__nv_fp8_e4m3",
-    "f8e5m2": "__nv_fp8_e5m2",
-    "i64": "long long",
-    "i32": "int",
-    "i16": "short",
-    "i8": "signed char",
-    "u64": "unsigned long long",
-    "u32": "unsigned",
-    "u16": "unsigned short",
-    "u8": "unsigned char",
-}
-INCLUDES = {"f16": "cuda_fp16.h", "bf16": "cuda_bf16.h", "f8e4m3": "cuda_fp8.h", "f8e5m2": "cuda_fp8.h"}
+CTYPES = {n: d.ctype for n, d in DTYPES.items()}  # spec dtype -> the CUDA C++ type a declaration uses
 TMA_ALIGN = {"32B": 256, "64B": 512, "128B": 1024}  # a TMA tile's base: the swizzle pattern's repeat
 
 
