@@ -1,0 +1,157 @@
+"""The registry loaded: every family module imported, ``configure`` / ``reconfigure`` / ``get_family``
+(``smemtile.families`` re-exports these names lazily)."""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from typing import Any
+
+from smemtile.families.base import (
+    ContractViolation,
+    Family,
+    KernelConfig,
+    LaunchConfig,
+    check_problem,
+)
+from smemtile.families.registry import REGISTRY as _REGISTRY
+from smemtile.model.arch import Arch, get_arch
+from smemtile.model.layout import Layout
+
+FAMILIES: dict[str, Family] = {
+    name: importlib.import_module(f"smemtile.families.{mod}").FAMILY for name, mod in _REGISTRY.items()
+}
+
+__all__ = [
+    "FAMILIES",
+    "ContractViolation",
+    "Family",
+    "KernelConfig",
+    "LaunchConfig",
+    "configure",
+    "get_family",
+    "reconfigure",
+]
+
+
+def get_family(name: object) -> Family:
+    key = str(name).lower()
+    if key not in FAMILIES:
+        close = difflib.get_close_matches(key, FAMILIES, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ContractViolation(
+            f"unknown kernel family {name!r}{hint}; known: {', '.join(FAMILIES)}", key="kernel.family"
+        )
+    return FAMILIES[key]
+
+
+def split_params(fam: Family, values: dict[str, Any], where: str = "kernel") -> tuple[dict, dict]:
+    """(template parameters, problem keys) of ``values``; any other name is refused with the known ones."""
+    names = [p.name for p in fam.params]
+    problem_names = [p.name for p in fam.problem_keys]
+    params, problem = {}, {}
+    for k, v in values.items():
+        if k in names:
+            params[k] = v
+        elif k in problem_names:
+            problem[k] = v
+        else:
+            known = [*names, *problem_names]
+            close = difflib.get_close_matches(str(k), known, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ContractViolation(
+                f"{fam.name} has no parameter {k!r}{hint}; known: {', '.join(known)}", key=f"{where}.{k}"
+            )
+    return params, problem
+
+
+def configure(
+    family: str | Family,
+    params: dict[str, Any] | None = None,
+    layouts: dict[str, Any] | None = None,
+    arch: Arch | str = "sm_90",
+    *,
+    threads: int | None = None,
+    check: bool = True,
+    notes: tuple[str, ...] = (),
+    suggested: tuple[str, ...] = (),
+) -> KernelConfig:
+    """A validated configuration from plain values.
+
+    ``params`` mixes template parameters (BM, TILE, ...) and problem keys (M, rows, ...); the rest take the
+    family's defaults (some depend on ``arch``: Family.derive). ``layouts`` maps buffer name -> Layout (or a
+    ``{pad, swizzle}`` mapping); missing buffers are dense. ``threads``, when given (a spec's ``threads:``),
+    must equal what the tile implies. Raises :class:`ContractViolation` (exit 2) naming the first broken rule.
+    """
+    fam = family if isinstance(family, Family) else get_family(family)
+    arch = arch if isinstance(arch, Arch) else get_arch(arch)
+    tparams, problem = split_params(fam, dict(params or {}))
+    full = fam.defaults()
+    for p in fam.params:
+        if p.name not in tparams:
+            continue
+        v = tparams[p.name]
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ContractViolation(f"must be a whole number, got {v!r}", key=f"{fam.name}.{p.name}")
+        if p.allowed is not None and v not in p.allowed:
+            raise ContractViolation(
+                f"{v} is not allowed; allowed: {', '.join(map(str, p.allowed))} ({p.doc})",
+                key=f"{fam.name}.{p.name}",
+            )
+        if p.allowed is None and not p.lo <= v <= p.hi:
+            raise ContractViolation(
+                f"{v} is out of range ({p.lo}..{p.hi}; {p.doc})", key=f"{fam.name}.{p.name}"
+            )
+        full[p.name] = v
+    full = fam.derive(full, set(tparams), arch)
+    problem = check_problem(fam, problem)
+    lay = {k: Layout.of(v) for k, v in (layouts or {}).items()}
+    own = KernelConfig(fam.name, full, lay, arch, problem)
+    for name, layout in fam.default_layouts(own).items():  # layouts the kernel fixes (a TMA swizzle mode)
+        lay.setdefault(name, layout)
+    for b in fam.buffers(own):
+        lay.setdefault(b["name"], Layout())
+    defaulted = tuple(k for k in full if k not in tparams)
+    cfg = KernelConfig(
+        fam.name,
+        full,
+        lay,
+        arch,
+        problem,
+        notes=tuple(notes),
+        defaulted=defaulted,
+        suggested=tuple(k for k in suggested if k in full),
+    )
+    if check:
+        problems = fam.problems(cfg)
+        implied = fam.threads(full)
+        if threads is not None and int(threads) != implied:
+            problems.insert(0, fam.threads_message(full, int(threads), implied))
+        if problems:
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            raise ContractViolation(f"{fam.name}: {problems[0]}{more}")
+        fam.launch(cfg)  # the grid must fit CUDA's limits for this problem
+    return cfg
+
+
+def reconfigure(
+    cfg: KernelConfig,
+    *,
+    params: dict | None = None,
+    layouts: dict | None = None,
+    arch: Arch | str | None = None,
+    problem: dict | None = None,
+    check: bool = True,
+) -> KernelConfig:
+    """``cfg`` with some values changed; parameters the user never set stay defaults (re-derived for a new
+    arch), so a later fallback (Family.relax) may still change them."""
+    user = {k: v for k, v in cfg.params.items() if k not in cfg.defaulted}
+    return configure(
+        cfg.family,
+        {**user, **(params or {}), **cfg.problem, **(problem or {})},
+        {**cfg.layouts, **(layouts or {})},
+        arch if arch is not None else cfg.arch,
+        check=check,
+        notes=cfg.notes,
+        suggested=cfg.suggested,
+    )
