@@ -50,8 +50,8 @@ def write_page(rep, res, output: Path, spec: Path, key: str = "-o") -> dict:
     epilog="""\b
 Examples:
   smemtile report samples/gemm_a_column.yaml -o report.html
-  smemtile report samples/hgemm_bf16.yaml -o hgemm.html --no-compile
-  smemtile report samples/transpose_32x32.yaml -o transpose.html --json
+  smemtile report samples/hgemm_bf16.yaml -o gemm.html --no-compile
+  smemtile report samples/transpose_32x32.yaml -o tile.html --json
 """,
 )
 @click.argument("spec", type=click.Path(dir_okay=False, path_type=Path, allow_dash=True))

@@ -301,7 +301,7 @@ def _totals(
     on (ptxas placeholders) are taken out of the measured instruction counts.
 
     With 16-byte cp.async.cg copies in the kernel, the store counter holds a few wavefronts that no SASS
-    instruction of the source view accounts for (H200: 54-98 per small sgemm launch, none in kernels without
+    instruction of the source view accounts for (H200: 54-98 per small SIMT GEMM launch, none in kernels without
     them); those are reported as unattributed and the comparison uses the attributed ones."""
     bypass = any(c.op == "cp.async" and c.bypass for _, c in sass)
 

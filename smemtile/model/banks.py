@@ -44,7 +44,7 @@ patterns of bench/ncu_bank_catalogue.py (rounds 1-4; 44 exact, the 8 others have
    started and finishes at least one slot after it finished (a pipeline with in-order completion).
 
 The instruction's wavefronts are the slots of its beats. So a 4-byte copy whose four quarter-warps each write
-8 words of one bank (banks 0-3) from four rows takes 8 + 3 = 11 wavefronts (the sgemm A copy), 32 if all four
+8 words of one bank (banks 0-3) from four rows takes 8 + 3 = 11 wavefronts (the SIMT GEMM's A copy), 32 if all four
 stacked the same bank, and 8 if the 32 sources sat in one line. ``ideal_wavefronts`` is the same schedule with
 every group one round deep. Without source addresses the model assumes the coalesced copy (lane ``l`` reads
 bytes ``l * width`` onward of a 128-byte-aligned source). Where most lanes read different random lines the

@@ -258,7 +258,7 @@ def fix_buffer(
     if not rec.conflict_free and any(_column_read(r) for r in results) and align > buf.elem_bytes:
         reason += (
             f"; a column read cannot be conflict-free while rows keep {align}-byte vectors: store the tile "
-            "transposed so that the inner loop reads along rows (what the sgemm kernel does with A)"
+            "transposed so that the inner loop reads along rows (what the SIMT GEMM kernel does with A)"
         )
     return BufferFix(buf, baseline, padding, swizzle, rec, reason, align, tried)
 

@@ -488,8 +488,8 @@ def occupancy(
 # --------------------------------------------------------------------------------------------------------------
 # Thread-block clusters (sm_90+): how many clusters the whole GPU holds at once.
 
-# cuOccupancyMaxActiveClusters measured on the H200 (132 SMs, 2026-11-30) for the wgmma_gemm family's default kernel
-# (1 block of 384 threads per SM, 225 KB of shared memory), identical in two runs: (gpu, cluster size) -> clusters
+# cuOccupancyMaxActiveClusters measured on the H200 (132 SMs, 2026-11-30) for the TMA + wgmma GEMM family's
+# default kernel (1 block of 384 threads per SM, 225 KB of shared memory), identical in two runs: (gpu, cluster size) -> clusters
 # (bench/results/wgmma_h200.json, "max_active_clusters"). 4 and 8 fall short of 132 / size: the GPCs' SM counts.
 MEASURED_CLUSTERS: dict[tuple[str, int], int] = {("h200", 2): 66, ("h200", 4): 30, ("h200", 8): 15}
 

@@ -177,7 +177,7 @@ def kernel_config(spec: KernelSpec, doc: dict, *, check: bool = True, retarget: 
 
 def _model_pick(fam: Family, problem: dict, arch: Arch, kept: dict | None = None) -> tuple[dict, list[str]]:
     """The tile model's #1 for the problem (the family's ranker, as `smemtile tiles` ranks), with the reason;
-    ``kept``: the family's problem parameters the spec gave (stencil2d's R), part of the problem here."""
+    ``kept``: the family's problem parameters the spec gave (a stencil's R), part of the problem here."""
     full = {
         pk.name: problem.get(pk.name, pk.default)
         for pk in fam.problem_keys

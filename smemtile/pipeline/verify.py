@@ -258,7 +258,7 @@ def _clusters(k, model: dict, dev) -> dict:
 
 def ncu_config(cfg: KernelConfig, arch) -> KernelConfig:
     """What ``--ncu`` profiles for ``cfg``: the family's small problem of whole tiles, with every parameter left at
-    0 = auto pinned to what it resolves to for the user's problem (sgemm's RAGGED, hgemm's ALIGN), so the
+    0 = auto pinned to what it resolves to for the user's problem (a RAGGED or ALIGN parameter), so the
     profiled kernel is the one the user's problem compiles, not the one the small problem would."""
     full = reconfigure(cfg, arch=arch)
     fam = FAMILIES[cfg.family]
