@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from smemtile.errors import SpecError
+from smemtile.families.task import TaskSizes
 from smemtile.model.arch import Arch
 from smemtile.model.dtypes import NUMPY_DTYPES, ctype_bytes  # noqa: F401  (NUMPY_DTYPES: re-exported)
 from smemtile.model.expr import parse_expr
@@ -349,8 +350,10 @@ class Family:
     # parameters that describe the problem rather than the tile (stencil2d's radius R): giving them alone still
     # lets the tile model pick the tile, and every ranker call receives them with the problem
     problem_params: tuple[str, ...] = ()
-    test_sizes: tuple[dict, ...] = ()
-    bench_sizes: tuple[dict, ...] = ()
+    # the family's task.yaml (smemtile/families/<name>/task.yaml, read once): small problems the checks run and
+    # the problems its benchmarks measure; () without a task file; a subclass may still set them itself
+    test_sizes: tuple[dict, ...] = TaskSizes()
+    bench_sizes: tuple[dict, ...] = TaskSizes()
     summary: str = ""  # one line for --help and docs
     default_arch: str = "sm_90"  # the target the defaults are for (docs, tests); sm_90a for wgmma code
     output: str = ""  # the host array the reference describes (default: the first out/inout array)

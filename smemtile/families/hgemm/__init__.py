@@ -192,20 +192,6 @@ class Hgemm(GemmFamily):
     # value): TOLERANCE_BF16_C (tolerance_for)
     tolerance = 1e-3
     TOLERANCE_BF16_C = 4e-3
-    test_sizes = (
-        {"M": 256, "N": 128, "K": 64},
-        {"M": 257, "N": 131, "K": 77, "beta": 0.5},
-        {"M": 1000, "N": 1000, "K": 333, "alpha": 0.75, "beta": -1.25, "dtype": "bf16"},
-        {"M": 33, "N": 4, "K": 1, "b_layout": "col"},
-        {"M": 512, "N": 384, "K": 1024, "c_dtype": "f16"},
-        {"M": 300, "N": 264, "K": 1023, "beta": 0.5, "dtype": "bf16", "c_dtype": "bf16"},
-    )
-    bench_sizes = (
-        {"M": 4096, "N": 4096, "K": 4096},
-        {"M": 8192, "N": 8192, "K": 8192},
-        {"M": 64, "N": 8192, "K": 4096},
-        {"M": 4095, "N": 4097, "K": 1023},
-    )
 
     # ---- shape --------------------------------------------------------------------------------------------
     def threads(self, p: dict[str, int]) -> int:

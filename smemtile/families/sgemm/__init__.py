@@ -164,14 +164,6 @@ class Sgemm(GemmFamily):
     )
     smem_kind = "auto"
     tolerance = 1e-4  # fp32 accumulation over K terms against float64, relative to max |C|
-    test_sizes = (
-        {"M": 128, "N": 128, "K": 64},
-        {"M": 257, "N": 131, "K": 77, "beta": 0.5},
-        {"M": 1000, "N": 1001, "K": 333, "alpha": 0.75, "beta": -1.25},
-        {"M": 33, "N": 4, "K": 1},
-        {"M": 512, "N": 384, "K": 1024, "beta": 1.0},
-    )
-    bench_sizes = ({"M": 4096, "N": 4096, "K": 4096}, {"M": 8192, "N": 8192, "K": 8192})
 
     def threads(self, p: dict[str, int]) -> int:
         wm, wn = LANES_M * p["TM"], LANES_N * p["TN"]

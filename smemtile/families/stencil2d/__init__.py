@@ -85,8 +85,6 @@ class Stencil2d(Pitched):
     )
     layout_dependent_accesses = True  # the access width W follows the layout (a padded row breaks a float4)
     tolerance = 1e-5
-    test_sizes = ({"ny": 64, "nx": 64}, {"ny": 1000, "nx": 999}, {"ny": 7, "nx": 300}, {"ny": 1, "nx": 1})
-    bench_sizes = ({"ny": 8192, "nx": 8192},)
 
     def threads(self, p: dict[str, int]) -> int:
         return p["BX"] * p["BY"]

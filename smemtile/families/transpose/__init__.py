@@ -140,15 +140,6 @@ class Transpose(Pitched):
     layout_dependent_accesses = True  # the phase-1 store width W follows the layout
     exact = True
     tolerance = 0.0
-    test_sizes = (
-        {"rows": 32, "cols": 32},
-        {"rows": 1000, "cols": 777},
-        {"rows": 33, "cols": 2049},
-        {"rows": 1, "cols": 5},
-        {"rows": 513, "cols": 257, "dtype": "f16"},
-        {"rows": 456, "cols": 264},  # whole tiles, then an edge tile below them in the same block (TILES = 2)
-    )
-    bench_sizes = ({"rows": 8192, "cols": 8192},)
 
     def threads(self, p: dict[str, int]) -> int:
         return p["TILE"] * p["BLOCK_ROWS"]

@@ -197,18 +197,6 @@ class WgmmaGemm(GemmFamily):
     smem_kind = "auto"
     # bf16 output: rounding to 8 significant bits gives <= 2^-9 of an element, relative to max |C| (compare())
     tolerance = 5e-3
-    test_sizes = (
-        {"M": 256, "N": 512, "K": 256},
-        {"M": 257, "N": 129, "K": 72},
-        {"M": 1000, "N": 1001, "K": 333, "dtype": "f16"},
-        {"M": 4095, "N": 4097, "K": 1023},
-        {"M": 64, "N": 8, "K": 8},
-    )
-    bench_sizes = (
-        {"M": 4096, "N": 4096, "K": 4096},
-        {"M": 8192, "N": 8192, "K": 8192},
-        {"M": 4095, "N": 4097, "K": 1023},
-    )
 
     # ---- configuration ---------------------------------------------------------------------------------------
     def threads(self, p: dict[str, int]) -> int:
