@@ -16,6 +16,7 @@ what the Python launcher evaluates and what the generated host helper computes.
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Callable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
@@ -109,6 +110,30 @@ def parse_expr(
     if len(text) > MAX_LEN:
         raise SpecError(f"expression longer than {MAX_LEN} characters", key=key, source=source)
     try:
+        expr, order = _parse_any(text, key, source)
+    except SpecError:  # the same error the check with ``allowed`` raises first
+        return _parse(text, allowed, key, source)[0]
+    if allowed is not None:
+        for name in order:  # the first unknown name in the order the parser meets them (as _parse reports it)
+            if name not in allowed:
+                raise SpecError(
+                    f"unknown name {name!r} in {text!r}; known: {_known(allowed)}", key=key, source=source
+                )
+    return expr
+
+
+@functools.lru_cache(maxsize=16384)
+def _parse_any(text: str, key: str, source: str | None) -> tuple[Expr, tuple[str, ...]]:
+    """``_parse`` with any names allowed, cached: a family's spec is parsed again for every configuration the
+    tile models and the fix search try, with the same texts, keys and sources (errors are never cached)."""
+    return _parse(text, None, key, source)
+
+
+def _parse(
+    text: str, allowed: AbstractSet[str] | None, key: str, source: str | None
+) -> tuple[Expr, tuple[str, ...]]:
+    """(the expression, its names in the order the parser meets them)."""
+    try:
         tree = ast.parse(text.strip(), mode="eval")
     except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
         msg = getattr(e, "msg", None) or type(e).__name__
@@ -116,7 +141,7 @@ def parse_expr(
             f"cannot parse {text!r}: {msg}; allowed: {ALLOWED_TEXT}", key=key, source=source
         ) from None
 
-    names: set[str] = set()
+    names: dict[str, None] = {}  # ordered
 
     def fail(msg: str) -> SpecError:
         return SpecError(f"{msg} in {text!r}; allowed: {ALLOWED_TEXT}", key=key, source=source)
@@ -139,7 +164,7 @@ def parse_expr(
                 raise SpecError(
                     f"unknown name {node.id!r} in {text!r}; known: {_known(allowed)}", key=key, source=source
                 )
-            names.add(node.id)
+            names.setdefault(node.id)
             ident = node.id
 
             def cpp_name(ctx, ident=ident):
@@ -224,7 +249,7 @@ def parse_expr(
         raise fail(f"{type(node).__name__} is not allowed")
 
     fn, cpp = build(tree, 0)
-    return Expr(text.strip(), frozenset(names), fn, cpp)
+    return Expr(text.strip(), frozenset(names), fn, cpp), tuple(names)
 
 
 def _log2(x: np.ndarray) -> float:
