@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Time the analysis and the fix search of full GEMM specs inside the process (targets: < 50 ms, < 100 ms).
 
-    python bench/bench_analyze.py [--record]
+    python -m bench.bench_analyze [--record]
 
 Median of 20 runs after 3 warm-ups; --record writes bench/results/analyze_cpu.json.
 """
@@ -13,14 +13,12 @@ import datetime as dt
 import json
 import platform
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from smemtile.model.analysis import analyze_spec  # noqa: E402
 from smemtile.model.fix import fix_spec  # noqa: E402

@@ -17,8 +17,8 @@ timed call a 512 MiB memset (outside the events) evicts L2; CUDA events around t
 C = beta*C prepare kernel and the GEMM). Reported: median, and the spread as (p90 - p10) / median. Each variant's
 output at the timed size is also checked against float64.
 
-    PYTHONPATH=. python bench/bench_hgemm.py --json $OUT/hgemm_h200.json        # on the GPU machine
-    PYTHONPATH=. python bench/bench_hgemm.py --list                             # variants and shapes (no GPU)
+    python -m bench.bench_hgemm --json $OUT/hgemm_h200.json        # on the GPU machine
+    python -m bench.bench_hgemm --list                             # variants and shapes (no GPU)
 """
 
 from __future__ import annotations
@@ -37,10 +37,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 
-from timing import environment, stats, time_rounds  # noqa: E402
+from bench.timing import environment, stats, time_rounds  # noqa: E402
 
 FAMILIES = ROOT / "smemtile" / "families"
 SOURCE = FAMILIES / "hgemm" / "hgemm.cu"
@@ -772,7 +770,7 @@ def main() -> int:
 
     if (
         args.check_only
-    ):  # e.g. compute-sanitizer --tool racecheck python bench/bench_hgemm.py --check-only --only L
+    ):  # e.g. compute-sanitizer --tool racecheck python -m bench.bench_hgemm --check-only --only L
         torch, arch = torch_setup()
         built = load_or_compile(variants, arch, args.built, print)
         bad = 0

@@ -18,10 +18,10 @@ per SM, 16 independent accumulators per warp, no memory traffic).
 
 ``sanitize``: small problems through ``LoadedKernel.check`` (for compute-sanitizer memcheck / racecheck).
 
-    PYTHONPATH=. python3 bench/bench_hgemm_family.py bench t1.yaml t2.yaml --json $OUT/hgemm_family.json
-    PYTHONPATH=. python3 bench/bench_hgemm_family.py power t.yaml --json $OUT/power.json
-    PYTHONPATH=. python3 bench/bench_hgemm_family.py sanitize
-    python3 bench/bench_hgemm_family.py build t1.yaml ...    # CPU: fill the NVRTC cache ($SMEMTILE_CACHE_DIR)
+    python -m bench.bench_hgemm_family bench t1.yaml t2.yaml --json $OUT/hgemm_family.json
+    python -m bench.bench_hgemm_family power t.yaml --json $OUT/power.json
+    python -m bench.bench_hgemm_family sanitize
+    python -m bench.bench_hgemm_family build t1.yaml ...    # CPU: fill the NVRTC cache ($SMEMTILE_CACHE_DIR)
 """
 
 from __future__ import annotations
@@ -32,10 +32,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 
-from timing import stats, time_rounds  # noqa: E402
+from bench.timing import stats, time_rounds  # noqa: E402
 
 FLUSH_BYTES = 512 << 20
 # small problems for the sanitizers: the 4-byte register copies (ALIGN 2) and the 2-byte ones (ALIGN 1, the
@@ -488,8 +486,7 @@ def print_table(rows: list[dict], head: bool = True) -> None:
 
 
 def power(spec: str) -> dict:
-    from bench_hgemm import sustained
-
+    from bench.bench_hgemm import sustained
     from smemtile.gpu.nvrtc import compile_cubin
     from smemtile.gpu.run import LoadedKernel, open_device
 

@@ -1,7 +1,7 @@
 """What `inspect`'s recording costs: a 4096^2 tiled SGEMM timed with and without the instrumentation at the
 default sample (2 blocks, 4 warps, 64 executions), and the wall time of one record() including the compile.
 
-    python bench/bench_inspect_overhead.py [--out FILE.json] [--size 4096] [--runs 20]
+    python -m bench.bench_inspect_overhead [--out FILE.json] [--size 4096] [--runs 20]
 
 The kernel: 128 x 128 x 8 tiles, 256 threads, 8 x 8 outputs per thread, A stored transposed in shared memory
 (four scalar stores per thread), B stored with one float4, the inner loop reading both with float4 loads.
@@ -24,8 +24,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 SGEMM = r"""
 #define BM 128

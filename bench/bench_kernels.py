@@ -19,9 +19,9 @@ Reference: cuBLAS SGEMM (TF32 off) through torch.matmul and through ``cublasSgem
 rounds (ours..., torch, cublas; the order reversed every round), >= 15 rounds, a 512 MiB memset before every
 timed call (outside the events), CUDA events around the call alone; median and spread = (p90 - p10) / median.
 
-    python bench/bench_kernels.py build                       # CPU: NVRTC cubins of every config (carry .cache)
-    PYTHONPATH=. python bench/bench_kernels.py run --out $OUT --steps bench,sweep,triton   # on the GPU
-    python bench/bench_kernels.py list                        # the cases, shapes and configurations (no GPU)
+    python -m bench.bench_kernels build                       # CPU: NVRTC cubins of every config (carry .cache)
+    python -m bench.bench_kernels run --out $OUT --steps bench,sweep,triton   # on the GPU
+    python -m bench.bench_kernels list                        # the cases, shapes and configurations (no GPU)
 """
 
 from __future__ import annotations
@@ -34,16 +34,13 @@ import json
 import math
 import os
 import statistics
-import sys
 import time
 import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 
-from timing import environment, stats, tee_log, time_rounds  # noqa: E402
+from bench.timing import environment, stats, tee_log, time_rounds  # noqa: E402
 
 FLUSH_BYTES = 512 << 20
 CANONICAL = {"M": 4096, "N": 4096, "K": 4096}

@@ -33,12 +33,12 @@ f32 and f16 at 5000 x 7000, 12288 x 6144 and 8192 x 5000). The small-size checks
 reference once per case and test size (the reference does not depend on the tile), every configuration is
 checked against them.
 
-    PYTHONPATH=. python bench/bench_memory.py --list [--plan sweep|final|run4|spearman|heldout]   # (no GPU)
-    PYTHONPATH=. python bench/bench_memory.py --prebuild DIR [--plan ...]           # NVRTC cubins + DIR/plan.json
-    SMEMTILE_CACHE_DIR=DIR PYTHONPATH=. python bench/bench_memory.py --plan run4 --plan-file DIR/plan.json \
+    python -m bench.bench_memory --list [--plan sweep|final|run4|spearman|heldout]   # (no GPU)
+    python -m bench.bench_memory --prebuild DIR [--plan ...]           # NVRTC cubins + DIR/plan.json
+    SMEMTILE_CACHE_DIR=DIR python -m bench.bench_memory --plan run4 --plan-file DIR/plan.json \
         --json $OUT/memory.json
-    PYTHONPATH=. python bench/bench_memory.py --fit bench/results/memory_h200_run4.json    # the model's data file
-    PYTHONPATH=. python bench/bench_memory.py --score bench/results/memory_h200_session4_spearman.json
+    python -m bench.bench_memory --fit bench/results/memory_h200_run4.json    # the model's data file
+    python -m bench.bench_memory --score bench/results/memory_h200_session4_spearman.json
 """
 
 from __future__ import annotations
@@ -58,12 +58,9 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
+from bench.timing import environment, stats, time_rounds  # noqa: E402
 from smemtile.families import FAMILIES, configure  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from timing import environment, stats, time_rounds  # noqa: E402
 
 FLUSH_BYTES = 512 << 20
 ARCH = "sm_90"
@@ -1560,7 +1557,8 @@ def record_validation(path: Path, data_dir: Path | None = None) -> dict:
             "cases": [scores[c["case"]] for c in cases],
         }
         if fam == "stencil2d":
-            from fit_stencil import write_data  # the stencil file's own layout (short lists on one line)
+            # the stencil file's own layout (short lists on one line)
+            from bench.fit_stencil import write_data
 
             write_data(cal, d / name)
         else:

@@ -1,6 +1,6 @@
 """Benchmark: ``smemtile occupancy --batch`` on 100,000 rows (target: under 2 s end to end).
 
-Writes bench/results/occupancy_batch.json. Run from the repo root: ``python bench/bench_occupancy.py``.
+Writes bench/results/occupancy_batch.json. Run from the repo root: ``python -m bench.bench_occupancy``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from smemtile.model.arch import ARCHS  # noqa: E402
 from smemtile.model.occupancy import occupancy_batch  # noqa: E402

@@ -24,8 +24,8 @@ Steps (``run --steps``):
 * ``memcheck``: this tree's kernel of a few configurations on small ragged sizes under ``compute-sanitizer --tool
   memcheck`` (cuMemAlloc'd arrays of the exact size: a read past A or B is reported).
 
-    python bench/bench_ragged.py build [--variants prev]                # CPU: cubins into .cache (carry it)
-    PYTHONPATH=. python bench/bench_ragged.py run --out $OUT [--variants prev]    # GPU
+    python -m bench.bench_ragged build [--variants prev]                # CPU: cubins into .cache (carry it)
+    python -m bench.bench_ragged run --out $OUT [--variants prev]    # GPU
 """
 
 from __future__ import annotations
@@ -40,11 +40,9 @@ import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_kernels import A_PAD, CACHE, CANONICAL_RAGGED, FLUSH_BYTES, _c, canonical_shape, cfg_label  # noqa: E402
-from timing import stats, tee_log, time_rounds  # noqa: E402
+from bench.bench_kernels import A_PAD, CACHE, CANONICAL_RAGGED, FLUSH_BYTES, _c, canonical_shape, cfg_label  # noqa: E402
+from bench.timing import stats, tee_log, time_rounds  # noqa: E402
 
 V16_COMMIT = "3c6a8fc"  # the sgemm.cu of NOTES' version 16 (bench/results/h200.json, run 3)
 V18_COMMIT = (
@@ -289,8 +287,8 @@ def step_check(dev, log) -> dict:
 
 def step_misaligned(dev, log) -> list[dict]:
     import torch
-    from bench_kernels import Problem
 
+    from bench.bench_kernels import Problem
     from smemtile.families import FAMILIES
 
     tol = FAMILIES["sgemm"].tolerance
@@ -329,8 +327,8 @@ def step_misaligned(dev, log) -> list[dict]:
 
 def step_ab(dev, log, rounds: int) -> list[dict]:
     import torch
-    from bench_kernels import Cublas, Problem
 
+    from bench.bench_kernels import Cublas, Problem
     from smemtile.families import FAMILIES
 
     tol = FAMILIES["sgemm"].tolerance
@@ -427,7 +425,8 @@ def run_bench_kernels(dev, head: dict, args, log) -> None:
     sweep_h200.json under ``args.out / "bk"``: the issue-20 cases (tiles' picks, the sample, 4096^3 and 8192^3)
     and the calibration pool on the given shapes."""
     import torch
-    from bench_kernels import FIT, HELD_OUT, POOL, Cublas, step_bench, step_sweep
+
+    from bench.bench_kernels import FIT, HELD_OUT, POOL, Cublas, step_bench, step_sweep
 
     out = args.out / "bk"
     out.mkdir(parents=True, exist_ok=True)
@@ -459,7 +458,8 @@ def cmd_run(args) -> None:
         step_memcheck_inner(open_device(0))
         return
     import torch
-    from bench_kernels import versions
+
+    from bench.bench_kernels import versions
 
     args.out.mkdir(parents=True, exist_ok=True)
     log = tee_log(args.out / "ragged_log.txt")
@@ -499,14 +499,17 @@ def cmd_run(args) -> None:
                     "--print-limit",
                     "20",
                     sys.executable,
-                    str(Path(__file__).resolve()),
+                    "-m",
+                    "bench.bench_ragged",
                     "run",
                     "--out",
                     str(args.out),
                     "--steps",
                     "memcheck-inner",
                 ]
-                r = subprocess.run(cmd, capture_output=True, text=True, timeout=args.memcheck_timeout)
+                r = subprocess.run(
+                    cmd, capture_output=True, text=True, timeout=args.memcheck_timeout, cwd=ROOT
+                )
                 (args.out / "memcheck.txt").write_text(r.stdout + r.stderr)
                 summary = [ln for ln in (r.stdout + r.stderr).splitlines() if "ERROR SUMMARY" in ln]
                 doc["memcheck"] = {"returncode": r.returncode, "summary": summary}

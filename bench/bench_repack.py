@@ -7,9 +7,9 @@ Every configuration is the family's own, launched through its launch plan exactl
 against float64 on the GPU before it is timed. Timing: ``bench_kernels``' alternating rounds (512 MiB memset
 before every timed call, outside the events), median and spread.
 
-    python bench/bench_repack.py build                  # CPU: NVRTC cubins (carry .cache/tiles_nvrtc)
-    PYTHONPATH=. python bench/bench_repack.py run --out $OUT [--rounds 9] [--shapes MxNxK ...]
-    python bench/bench_repack.py list                   # the shapes and configurations (no GPU)
+    python -m bench.bench_repack build                  # CPU: NVRTC cubins (carry .cache/tiles_nvrtc)
+    python -m bench.bench_repack run --out $OUT [--rounds 9] [--shapes MxNxK ...]
+    python -m bench.bench_repack list                   # the shapes and configurations (no GPU)
 """
 
 from __future__ import annotations
@@ -17,16 +17,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_kernels import (  # noqa: E402
+from bench.bench_kernels import (  # noqa: E402
     CACHE,
     FLUSH_BYTES,
     Cublas,
@@ -37,7 +34,7 @@ from bench_kernels import (  # noqa: E402
     small_checks,
     versions,
 )
-from timing import stats, tee_log, time_rounds  # noqa: E402
+from bench.timing import stats, tee_log, time_rounds  # noqa: E402
 
 # Fitting shapes for the repacking rule (REPACK_MIN_FLOPS_PER_BYTE) and bandwidth: large unaligned problems where
 # the session-4 sweeps measured the unaligned loops, and smaller ones around the threshold; K or N alone

@@ -9,8 +9,8 @@ Timing: triton.testing.do_bench, median (return_mode="median"), which clears a 2
 flushed); each configuration is checked against an fp32 torch matmul first. Compiles run first in parallel worker
 processes (Triton's on-disk cache), so the timed process only loads them.
 
-    python bench/bench_triton_prune.py --list                         # the plan and prune's picks (CPU)
-    python bench/bench_triton_prune.py --out bench/results/triton_prune_h200.json   # on the GPU
+    python -m bench.bench_triton_prune --list                         # the plan and prune's picks (CPU)
+    python -m bench.bench_triton_prune --out bench/results/triton_prune_h200.json   # on the GPU
 """
 
 from __future__ import annotations
@@ -21,8 +21,6 @@ import math
 import sys
 import time
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import smemtile.triton as st  # noqa: E402
 
@@ -92,7 +90,7 @@ except ImportError:  # pragma: no cover - depends on the machine
 # loads of the K tail in every iteration, fp32 accumulation
 matmul_kernel = None
 if triton is not None:
-    from bench_kernels import triton_kernel  # noqa: E402  (bench/ is this script's folder)
+    from bench.bench_kernels import triton_kernel  # noqa: E402  (bench/ is this script's folder)
 
     matmul_kernel = triton_kernel()
 

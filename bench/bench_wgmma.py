@@ -18,9 +18,9 @@ Timing: the variants and torch.matmul (cuBLAS, bf16/fp16 in and out, fp32 accumu
 reversed every round), >= 15 rounds, a 512 MiB memset before every timed call (outside the events), CUDA events
 around the call alone; median and spread = (p90 - p10) / median.
 
-    python bench/bench_wgmma.py list                 # variants and shapes (no GPU)
-    python bench/bench_wgmma.py build                # NVRTC 13.0 cubins of every variant (run with it preloaded)
-    PYTHONPATH=. SMEMTILE_CACHE_DIR=.cache/wgmma_nvrtc python3 bench/bench_wgmma.py run --out $OUT   # on the GPU
+    python -m bench.bench_wgmma list                 # variants and shapes (no GPU)
+    python -m bench.bench_wgmma build                # NVRTC 13.0 cubins of every variant (run with it preloaded)
+    SMEMTILE_CACHE_DIR=.cache/wgmma_nvrtc python -m bench.bench_wgmma run --out $OUT   # on the GPU
 """
 
 from __future__ import annotations
@@ -35,10 +35,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 
-from timing import stats, tee_log, time_rounds  # noqa: E402
+from bench.timing import stats, tee_log, time_rounds  # noqa: E402
 
 FLUSH_BYTES = 512 << 20
 CANONICAL = {"M": 4096, "N": 4096, "K": 4096}
@@ -157,10 +155,8 @@ def helper_configs() -> list:
 
 def cmd_helper_build(args) -> None:
     """The generated .cu (generate's output) + tests/harness.py's main(), nvcc -arch=sm_90a (as a user builds)."""
-    sys.path.insert(0, str(ROOT / "tests"))
-    from harness import harness_main
-
     from smemtile.codegen.render import render
+    from tests.harness import harness_main
 
     HELPER.mkdir(parents=True, exist_ok=True)
     for i, c in enumerate(helper_configs()):
@@ -178,11 +174,9 @@ def helper_run(log) -> list[dict]:
     """Run the prebuilt helper programs on fresh inputs; compare with the float64 reference."""
     import numpy as np
 
-    sys.path.insert(0, str(ROOT / "tests"))
-    from harness import read_output, run_arguments
-
     from smemtile.families import FAMILIES
     from smemtile.gpu.run import compare
+    from tests.harness import read_output, run_arguments
 
     fam = FAMILIES["wgmma_gemm"]
     out = []
@@ -267,7 +261,8 @@ def run_checks(
         cmd = [
             *wrap,
             sys.executable,
-            str(Path(__file__).resolve()),
+            "-m",
+            "bench.bench_wgmma",
             "check",
             "--variants",
             *todo,
@@ -492,7 +487,7 @@ def cmd_run(args) -> None:
         for tool in ("memcheck", "racecheck"):
             for lb in ("R6 +tma store",):
                 txt = sh(
-                    f"{wrap} --tool {tool} {sys.executable} bench/bench_wgmma.py check --small --variants '{lb}' "
+                    f"{wrap} --tool {tool} {sys.executable} -m bench.bench_wgmma check --small --variants '{lb}' "
                     "--dtypes bf16",
                     timeout=100,
                 )

@@ -1,8 +1,8 @@
 """The stencil2d tile model's data file, ``smemtile/model/data/stencil_h200.json`` (no GPU).
 
-    PYTHONPATH=. python bench/fit_stencil.py table     # NVRTC + the bank model for every candidate, R = 1..4
-    PYTHONPATH=. python bench/fit_stencil.py cv        # the candidate forms, leave-one-radius-out (fit rows only)
-    PYTHONPATH=. python bench/fit_stencil.py fit       # the shipped form's constants from every fit row
+    python -m bench.fit_stencil table     # NVRTC + the bank model for every candidate, R = 1..4
+    python -m bench.fit_stencil cv        # the candidate forms, leave-one-radius-out (fit rows only)
+    python -m bench.fit_stencil fit       # the shipped form's constants from every fit row
 
 ``table``: every candidate of ``smemtile.model.tiling_stencil.candidates()`` the family's rules accept, at each
 radius, compiled with NVRTC for sm_90 as ``verify`` builds it (dense tile): registers and spilled bytes, and the
@@ -32,12 +32,10 @@ import hashlib
 import json
 import re
 import statistics
-import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from smemtile.families import FAMILIES, configure  # noqa: E402
 from smemtile.model import tiling_stencil as ts  # noqa: E402

@@ -12,9 +12,9 @@ fp32 at most 5e-3, bf16 rounding alone gives ~1e-3, bench_wgmma.bench_shape) and
 alternating rounds (512 MiB flush before every call, median, spread). ``score`` gives per shape the Spearman of predicted and measured TFLOP/s, over the whole sample
 and over the top 12, the #1's gap to the best measured and the median |error|.
 
-    python bench/gemm_spearman.py build [--family wgmma_gemm]   # CPU: NVRTC cubins into .cache/gemm_sp (carry)
-    PYTHONPATH=. python3 bench/gemm_spearman.py run --family F --out $OUT/F_spearman.json     # GPU
-    python bench/gemm_spearman.py score bench/results/hgemm_h200_session4_spearman.json
+    python -m bench.gemm_spearman build [--family wgmma_gemm]   # CPU: NVRTC cubins into .cache/gemm_sp (carry)
+    python -m bench.gemm_spearman run --family F --out $OUT/F_spearman.json     # GPU
+    python -m bench.gemm_spearman score bench/results/hgemm_h200_session4_spearman.json
 """
 
 from __future__ import annotations
@@ -23,14 +23,11 @@ import argparse
 import json
 import os
 import statistics
-import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_memory import spread_ranks  # noqa: E402
+from bench.bench_memory import spread_ranks  # noqa: E402
 
 CACHE = ROOT / ".cache" / "gemm_sp"
 ARCH = {"hgemm": "sm_90", "wgmma_gemm": "sm_90a"}
@@ -100,9 +97,8 @@ def _build_one(cfg) -> str:
 def cmd_run(args) -> None:
     import subprocess
 
-    from bench_hgemm_family import FLUSH_BYTES, bench_configs, torch_setup
-    from bench_wgmma import bench_shape
-
+    from bench.bench_hgemm_family import FLUSH_BYTES, bench_configs, torch_setup
+    from bench.bench_wgmma import bench_shape
     from smemtile.gpu.run import open_device
 
     os.environ.setdefault("SMEMTILE_CACHE_DIR", str(CACHE))

@@ -7,7 +7,7 @@ the registers and static shared memory from the function attributes, and asks
 carveout) configurations. Each answer is compared with ``smemtile.model.occupancy`` for the table's arch row
 and for the row built from the device's own attributes (``--arch auto``).
 
-    PYTHONPATH=. python bench/gpu_occupancy_vs_driver.py --configs 5000 --out $OUT/occupancy_driver.json
+    python -m bench.gpu_occupancy_vs_driver --configs 5000 --out $OUT/occupancy_driver.json
 """
 
 from __future__ import annotations
@@ -16,14 +16,12 @@ import argparse
 import datetime as dt
 import json
 import platform
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from smemtile.model.arch import KB  # noqa: E402
 from smemtile.model.occupancy import STATIC_SMEM_MAX, limits_batch  # noqa: E402

@@ -19,6 +19,6 @@ SMEMTILE_INSPECT_SAVE="$OUT" timeout 170 python3 -m pytest -q -n 0 -p no:cachepr
 echo "== pytest -m gpu tests/test_inspect_gpu_record.py: exit $? in $(( $(date +%s) - t0 )) s" >> "$OUT/log.txt"
 tail -3 "$OUT/pytest.txt" >> "$OUT/log.txt"
 t0=$(date +%s)
-timeout 60 python3 bench/bench_inspect_overhead.py --out "$OUT/inspect_overhead.json" > /dev/null 2>> "$OUT/log.txt"
+timeout 60 python3 -m bench.bench_inspect_overhead --out "$OUT/inspect_overhead.json" > /dev/null 2>> "$OUT/log.txt"
 echo "== bench_inspect_overhead: exit $? in $(( $(date +%s) - t0 )) s" >> "$OUT/log.txt"
 cat "$OUT/log.txt"

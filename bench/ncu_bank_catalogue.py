@@ -6,9 +6,9 @@ one-warp microkernel issues the same shared-memory instruction ITERS times (inli
 `i & zero` with a runtime zero so that the compiler can neither hoist nor merge it), and ncu reads the
 wavefront and instruction counters. wavefronts / instructions is the hardware's number for that pattern.
 
-    python bench/ncu_bank_catalogue.py --list                 # print the catalogue (no GPU needed)
-    python bench/ncu_bank_catalogue.py --source out.cu        # write the CUDA program (no GPU needed)
-    python bench/ncu_bank_catalogue.py --run --out DIR        # on a GPU with nvcc, ncu, cuobjdump
+    python -m bench.ncu_bank_catalogue --list                 # print the catalogue (no GPU needed)
+    python -m bench.ncu_bank_catalogue --source out.cu        # write the CUDA program (no GPU needed)
+    python -m bench.ncu_bank_catalogue --run --out DIR        # on a GPU with nvcc, ncu, cuobjdump
 
 --run writes DIR/bank_catalogue.json (patterns + measurements), the ncu CSV and the SASS listing.
 Copy the JSON to tests/data/bank_catalogue_fitted.json; tests/test_banks.py checks the model against it.

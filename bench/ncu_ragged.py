@@ -3,8 +3,8 @@ at unaligned and aligned shapes, to run under Nsight Compute. Session 3 asked wh
 kernel before them at 4095x4097x1023 (``--session3``); session 4 why the all-cp.async unaligned loop helps 8x8 tiles
 and hurts 128x128 8x16 / 16x8 ones (the default; bench/NOTES.md):
 
-    python bench/bench_ragged.py build                                            # CPU (carry .cache)
-    ncu --clock-control none -k regex:sgemm --metrics <list> python3 bench/ncu_ragged.py > $OUT/ncu.txt
+    python -m bench.bench_ragged build                                            # CPU (carry .cache)
+    ncu --clock-control none -k regex:sgemm --metrics <list> python -m bench.ncu_ragged > $OUT/ncu.txt
 
 The launch order is printed first (ncu numbers the kernels in that order)."""
 
@@ -14,11 +14,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_kernels import Problem, _c  # noqa: E402
-from bench_ragged import _load  # noqa: E402
+from bench.bench_kernels import Problem, _c  # noqa: E402
+from bench.bench_ragged import _load  # noqa: E402
 
 SESSION3 = (
     [_c(128, 128, 8, 8, 16, 3, 2), _c(128, 128, 8, 16, 8, 3, 2)],

@@ -2,9 +2,9 @@
 bytes, to run under Nsight Compute (session 6: why fp16 T128x4 P2 stays at 0.92-0.93x a copy at 8192^2 where fp32
 T64x8 reaches 0.94x). The launch order is printed first (ncu numbers the kernels in that order):
 
-    PYTHONPATH=. python bench/bench_memory.py --prebuild DIR --plan s6async                     # CPU
+    python -m bench.bench_memory --prebuild DIR --plan s6async                     # CPU
     SMEMTILE_CACHE_DIR=DIR ncu --clock-control none --metrics <list> --csv \\
-        python3 bench/ncu_transpose.py DIR/plan.json "transpose f16 8192x8192:T128x4 P2" ... > $OUT/ncu.csv
+        python -m bench.ncu_transpose DIR/plan.json "transpose f16 8192x8192:T128x4 P2" ... > $OUT/ncu.csv
 """
 
 from __future__ import annotations
@@ -15,10 +15,8 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_memory import full_config, load_plan  # noqa: E402
+from bench.bench_memory import full_config, load_plan  # noqa: E402
 
 
 def main() -> None:

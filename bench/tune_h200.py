@@ -10,8 +10,8 @@ provenance, to ``smemtile/model/data/``:
 * ``triton_h200.json``: the efficiency of the standard Triton matmul per (tile, warps, BK bytes, stages),
   relative to the tensor-core roofline model, as a log-linear fit over the measured configurations.
 
-    python bench/tune_h200.py --sweeps bench/results/sweep_h200_run1.json [...] --triton bench/results/triton_h200_run1.json
-    python bench/tune_h200.py --evaluate          # the held-out table of the installed calibration
+    python -m bench.tune_h200 --sweeps bench/results/sweep_h200_run1.json [...] --triton bench/results/triton_h200_run1.json
+    python -m bench.tune_h200 --evaluate          # the held-out table of the installed calibration
 """
 
 from __future__ import annotations
@@ -21,14 +21,11 @@ import datetime
 import json
 import math
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 
 DATA = ROOT / "smemtile" / "model" / "data"
 PARAMS = [
@@ -284,8 +281,7 @@ def error_summary(sc: dict) -> dict:
 def tiles_top1(rows: list[dict]) -> dict:
     """For every shape: ``smemtile tiles``' #1 over the whole candidate space (installed calibration), whether
     it was measured, and its gap to the best measured configuration."""
-    from bench_kernels import cfg_label
-
+    from bench.bench_kernels import cfg_label
     from smemtile.pipeline.tiles import recommend
 
     out = {}
@@ -513,8 +509,7 @@ def main() -> None:
     )
     args = ap.parse_args()
     if args.picks:
-        from bench_kernels import HELD_OUT
-
+        from bench.bench_kernels import HELD_OUT
         from smemtile.pipeline.tiles import recommend
 
         picks = [

@@ -2,9 +2,9 @@
 --executor dask``, a GPU worker killed mid-run, the resume; and, without GPUs, a simulated run on 1, 2, 4 and 8
 GPU workers with the per-candidate time measured on the GPUs.
 
-    PYTHONPATH=. python3 bench/tune_scaling.py gpu --out /tmp/out --shape 2048x2048x4096     # issue 17 (x2 kind)
-    PYTHONPATH=. python3 bench/tune_scaling.py gpu --out /tmp/out --sweep issue18 --gpus 1,2,4,8   # x8 kind
-    python3 bench/tune_scaling.py simulate --out bench/results --measured bench/results/tune_scaling_h200x2.json
+    python -m bench.tune_scaling gpu --out /tmp/out --shape 2048x2048x4096     # issue 17 (x2 kind)
+    python -m bench.tune_scaling gpu --out /tmp/out --sweep issue18 --gpus 1,2,4,8   # x8 kind
+    python -m bench.tune_scaling simulate --out bench/results --measured bench/results/tune_scaling_h200x2.json
 
 ``gpu``: each point runs the command as a user does (``python3 -m smemtile tune SPEC... [--shapes S] --top 63
 --executor dask --gpus N --json``) with its own empty NVRTC and tune caches (so every candidate is compiled and
@@ -34,7 +34,6 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = ROOT / "samples" / "sgemm_default.yaml"
 # issue 18's sweep: 2 SGEMM and 2 bf16 tensor-core (hgemm) problems, 64 candidates each (the model's top 63 + the

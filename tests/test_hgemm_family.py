@@ -260,13 +260,7 @@ def test_tiles_rank_the_measured_depth_first_with_the_reason():
 
 def test_calibration_file_is_what_calibrate_computes():
     """The factors are data with provenance: recomputed here from the recorded runs they cite."""
-    import sys
-
-    from conftest import ROOT
-
-    sys.path.insert(0, str(ROOT / "bench"))
-    import bench_hgemm_family as bh
-
+    from bench import bench_hgemm_family as bh
     from smemtile.families.hgemm.tiles import calibration
 
     shipped, doc = calibration(), bh.calibrate()

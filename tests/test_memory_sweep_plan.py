@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from functools import cache
 from pathlib import Path
 
@@ -16,8 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def bench_memory():
-    sys.path.insert(0, str(ROOT / "bench"))
-    import bench_memory as bm
+    from bench import bench_memory as bm
 
     return bm
 

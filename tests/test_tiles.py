@@ -164,10 +164,7 @@ def test_calibrated_model_ranks_the_held_out_measurements():
 def test_tiles_top1_was_measured_and_is_close_to_the_best():
     """`smemtile tiles`' #1 over the whole space, for the held-out shapes: measured on the H200 and within 10% of
     the best measured everywhere and within 5% on at least 8 of the 10 (issue 20)."""
-    import sys
-
-    sys.path.insert(0, str(ROOT / "bench"))
-    from bench_kernels import cfg_label
+    from bench.bench_kernels import cfg_label
 
     rows = _sweep_rows()
     gaps = []
@@ -185,11 +182,7 @@ def test_repack_held_out_sweep_ranks_and_picks():
     """Session 5: on unaligned shapes never measured before (swept after REPACK's constants were frozen), tiles'
     #1 (REPACK auto) was measured, is within 10% of the best everywhere and within 5% on 6 of 7; the model's
     order of the measured configurations has Spearman >= 0.7 on every shape."""
-    import sys
-
-    sys.path.insert(0, str(ROOT / "bench"))
-    from bench_kernels import cfg_label
-
+    from bench.bench_kernels import cfg_label
     from smemtile.model.tiling import TileConfig
     from smemtile.model.tiling_model import simt_time
 

@@ -443,12 +443,10 @@ def test_the_held_out_run_reproduces_the_data_files_expected_error(tmp_path):
     """bench_memory --record-validation of session 5's held-out run, on a copy of the data file as the run read it
     (the validation taken out, the cross-validated errors back), gives the shipped file back."""
     import json
-    import sys
 
     from conftest import ROOT
 
-    sys.path.insert(0, str(ROOT / "bench"))
-    import bench_memory as bm
+    from bench import bench_memory as bm
 
     cal = load_calibration()
     frozen = {k: v for k, v in cal.items() if k != "validation"}

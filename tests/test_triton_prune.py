@@ -165,8 +165,7 @@ def test_configs_builds_triton_config_objects(monkeypatch):
 def test_prune_inside_triton_autotune():
     torch = pytest.importorskip("torch")
     triton = pytest.importorskip("triton")
-    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1] / "bench"))
-    import bench_triton_prune as b
+    from bench import bench_triton_prune as b
 
     space = [
         triton.Config(
