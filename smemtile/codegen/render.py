@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from importlib import resources
 from typing import Any
 
 from smemtile.codegen.analysis import AccessBanks, bank_table
 from smemtile.families import FAMILIES, KernelConfig, LaunchConfig
-from smemtile.families.base import GRID_LIMITS, WORKSPACE_ALIGN, Family
+from smemtile.families.base import GRID_LIMITS, WORKSPACE_ALIGN, Family, kernel_file
 from smemtile.model.dtypes import TMA_DTYPES
 from smemtile.model.expr import parse_expr
 
@@ -28,7 +27,7 @@ _INCLUDE = re.compile(r'^#include "smem_layout\.cuh"\s*$', re.M)
 
 
 def header_text() -> str:
-    return resources.files("smemtile.families").joinpath(HEADER_FILE).read_text()
+    return kernel_file(HEADER_FILE).read_text()
 
 
 def kernel_source(family: str) -> tuple[str, dict[str, str]]:

@@ -30,6 +30,12 @@ from smemtile.model.expr import parse_expr
 from smemtile.model.layout import Layout
 
 GRID_LIMITS = (2**31 - 1, 65535, 65535)  # CUDA: gridDim.x, .y, .z
+KERNELS = "kernels"  # the CUDA sources' folder inside the package: one .cu per family and the shared header
+
+
+def kernel_file(name: str):
+    """A file of the kernels folder (an importlib.resources Traversable: works from a wheel or a checkout)."""
+    return resources.files("smemtile").joinpath(KERNELS).joinpath(name)
 INT_MAX = 2**31 - 1  # problem sizes travel as C++ int
 
 
@@ -332,7 +338,7 @@ class Family:
     'each family'; everything else here is shared and must not grow a branch for one family."""
 
     name: str = ""
-    file: str = ""  # the .cu file in the family's folder
+    file: str = ""  # the family's .cu file in smemtile/kernels/
     kernel: str = ""  # the template function name
     signature: tuple[str, ...] = ()  # the kernel's parameters as C++ declarations ({T}: Family.ctypes)
     params: tuple[Param, ...] = ()
@@ -497,8 +503,9 @@ class Family:
         return {p.name: p.default for p in self.params}
 
     def source(self) -> str:
-        """The family's .cu text (real C++: it compiles on its own with the shared header)."""
-        return resources.files(type(self).__module__).joinpath(self.file).read_text()
+        """The family's .cu text (real C++: it compiles on its own with the shared header), from the kernels
+        folder (``smemtile/kernels``, shipped in the wheel; the repository's top-level ``kernels`` links to it)."""
+        return kernel_file(self.file).read_text()
 
     def size_keys(self) -> list[ProblemKey]:
         """The problem's sizes (integer keys that are not leading dimensions), in order: ``tiles``' SIZES."""
