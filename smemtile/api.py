@@ -509,6 +509,10 @@ def inspect(
     """The user's own kernel (``.cu`` through NVRTC, or ``.ptx``) launched with ``grid`` / ``block`` / ``smem``
     and ``args`` (an ARGS.yaml path, YAML text or a list of mappings): per source line its shared-memory
     wavefronts against the ideal, the lanes and banks, and the fix (``smemtile inspect ... --json``).
+    In a list, the caller's own objects may stand for arguments, in parameter order: a device array (torch,
+    CuPy: ``__cuda_array_interface__`` or DLPack; its pointer is passed, nothing is copied), a numpy array
+    (copied to the device and back after the launch, so it holds the kernel's results; the emulator only reads
+    it) or a number for a scalar parameter; each is checked against the kernel's PTX parameter type.
     ``mode``: ``simulate`` (the CPU emulator of the sampled warps), ``gpu``, ``listing`` or ``auto`` (the GPU when
     there is one, else the listing with ``no_device`` set; the CLI then exits 3)."""
     from smemtile.model.sizes import parse_size

@@ -169,14 +169,18 @@ def test_stencil_halo_runs_with_four_lanes(simulated):
 
 
 def test_gather_follows_the_data(simulated):
+    from smemtile.gpu.inspect import host_array  # what the GPU uploads (computed on the host, no CUDA)
+
     res = simulated["gather"]
     (ld,) = [r for r in res.reports if r.instr.line == 10 and r.instr.op == "load"]
-    # idx[i] = the emulator's "random" fill: ((i * 2654435761 + 12345) mod 2**32) >> 1, then & 255; a 4-byte
-    # load takes as many wavefronts as its busiest bank has distinct words
+    # idx (parameter 1) holds the "random" fill the GPU gets; lut[idx[i] & 255]: a 4-byte load takes as many
+    # wavefronts as its busiest bank has distinct words
+    idx = host_array(res.args[1], 1)
+    assert idx.dtype == np.int32 and idx.max() <= 255
     worst = 0
     for rec in ld.recorded:
         i = np.arange(32) + 32 * rec.warp + 256 * rec.block[0]
-        word = (((i * 2654435761 + 12345) % (1 << 32)) >> 1) & 255
+        word = idx[i] & 255
         assert list(rec.addresses) == [4 * int(w) for w in word]
         per_bank = [len({int(w) for w in word if w % 32 == b}) for b in range(32)]
         worst = max(worst, max(per_bank))

@@ -455,15 +455,23 @@ def test_host_array_fills():
     from smemtile.gpu.inspect import host_array
     from smemtile.model.inspect_args import KernelArg
 
-    rng = np.random.default_rng(0)
-    assert host_array(KernelArg("a", "array", "f32", 5, "iota"), rng).tolist() == [0, 1, 2, 3, 4]
-    assert host_array(KernelArg("a", "array", "u8", 300, "iota"), rng)[257] == 1
-    assert host_array(KernelArg("a", "array", "bf16", 2, "ones"), rng).tolist() == [0x3F80, 0x3F80]
-    r = host_array(KernelArg("a", "array", "f32", 1000, "random"), rng)
+    assert host_array(KernelArg("a", "array", "f32", 5, "iota"), 0).tolist() == [0, 1, 2, 3, 4]
+    assert host_array(KernelArg("a", "array", "u8", 300, "iota"), 0)[257] == 1
+    assert host_array(KernelArg("a", "array", "bf16", 2, "ones"), 0).tolist() == [0x3F80, 0x3F80]
+    r = host_array(KernelArg("a", "array", "f32", 1000, "random"), 0)
     assert r.dtype == np.float32 and -1 <= r.min() < -0.9 and 0.9 < r.max() < 1
-    i = host_array(KernelArg("a", "array", "i32", 1000, "random"), rng)
+    assert (
+        r.astype(np.float64) * 2**23 == np.round(r.astype(np.float64) * 2**23)
+    ).all()  # on the 2**-23 grid
+    i = host_array(KernelArg("a", "array", "i32", 1000, "random"), 0)
     assert i.min() >= 0 and i.max() <= 255 and len(set(i.tolist())) > 200
-    assert not host_array(KernelArg("a", "array", "f64", 4, "zeros"), rng).any()
+    assert host_array(KernelArg("a", "array", "i8", 1000, "random"), 0).max() <= 127
+    assert not host_array(KernelArg("a", "array", "f64", 4, "zeros"), 0).any()
+    # a function of (seed, position, index): the same array again, another for another position or seed
+    a = KernelArg("a", "array", "f32", 1000, "random")
+    assert (host_array(a, 3) == host_array(a, 3)).all()
+    assert (host_array(a, 3) != host_array(a, 4)).mean() > 0.99
+    assert (host_array(a, 3, seed=1) != host_array(a, 3)).mean() > 0.99
 
 
 FAKE_NCU = r"""#!/usr/bin/env python3

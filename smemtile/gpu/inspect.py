@@ -14,10 +14,10 @@
   SourceCounters, source imported), launched by ``python -m smemtile.gpu.inspect_launch SPEC.json``, its source
   page (``--print-source cuda,sass``) summed per source line over the shared-memory SASS instructions.
 
-Arguments (:class:`~smemtile.model.inspect_args.KernelArg`): arrays are device buffers filled on the host with
-numpy from one seeded generator (``random``: floats uniform in [-1, 1), integers uniform in [0, 256), bf16 from
-f32 by truncation; ``iota``: 0, 1, 2, ... wrapped to the type; ``ones``; ``zeros``); scalars are passed with the
-ctypes type of the entry's ``.param`` type.
+Arguments (:class:`~smemtile.model.inspect_args.KernelArg`): arrays are device buffers filled on the host by
+:func:`smemtile.model.inspect_args.fill_array` (a function of the seed, the parameter's position and the element
+index: the CPU emulator reads the same bytes); scalars are passed with the ctypes type of the entry's ``.param``
+type.
 """
 
 from __future__ import annotations
@@ -36,8 +36,9 @@ from pathlib import Path
 import numpy as np
 
 from smemtile.errors import CompileError, NoDevice, SmemtileError, SpecError
-from smemtile.families.base import NUMPY_DTYPES  # spec dtype -> host array type, as every launcher uses
 from smemtile.fileio import write_text_atomic
+from smemtile.model.inspect_args import fill_array
+from smemtile.model.inspect_caller import DeviceArray
 from smemtile.model.ptx_instrument import (
     BufferLayout,
     Sample,
@@ -88,29 +89,10 @@ _PARAM_CTYPES = {
 }
 
 
-def host_array(arg, rng: np.random.Generator) -> np.ndarray:
-    """The initial contents of an array argument (see the module docstring)."""
-    dtype = np.dtype(NUMPY_DTYPES[arg.dtype])
-    n = int(arg.count)
-    if arg.fill == "zeros":
-        return np.zeros(n, dtype)
-    if arg.fill == "ones":
-        if arg.dtype == "bf16":
-            return np.full(n, 0x3F80, np.uint16)
-        return np.ones(n, dtype)
-    if arg.fill == "iota":
-        if arg.dtype == "bf16":
-            return (np.arange(n, dtype=np.float32) % 256).view(np.uint32).__rshift__(16).astype(np.uint16)
-        if dtype.kind == "f":
-            return np.arange(n, dtype=np.float64).astype(dtype)
-        return (np.arange(n, dtype=np.uint64) % (1 << (8 * dtype.itemsize))).astype(dtype)
-    if arg.fill == "random":
-        if arg.dtype == "bf16":
-            return (rng.uniform(-1, 1, n).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
-        if dtype.kind == "f":
-            return rng.uniform(-1, 1, n).astype(dtype)
-        return rng.integers(0, 128 if dtype.itemsize == 1 and dtype.kind == "i" else 256, n).astype(dtype)
-    raise SpecError(f"unknown fill {arg.fill!r}; allowed: zeros, ones, iota, random", key=f"args.{arg.name}")
+def host_array(arg, position: int, seed: int = 0) -> np.ndarray:
+    """The initial contents of the array argument ``arg``, the kernel's parameter number ``position``: the same
+    bytes the CPU emulator reads (:func:`smemtile.model.inspect_args.fill_values`)."""
+    return fill_array(arg, position, seed)
 
 
 def _scalar(arg, ptx_type: str):
@@ -187,14 +169,26 @@ class PreparedLaunch:
                 d.cuFuncSetAttribute(self.func, attr, self.dynamic_smem),
                 f"raising the dynamic shared memory limit to {self.dynamic_smem} bytes",
             )
-        rng = np.random.default_rng(seed)
         self.arrays: dict[str, tuple[object, np.ndarray]] = {}
+        self._copy_back: list[tuple[object, np.ndarray]] = []  # (device copy, the caller's numpy array)
         vals, types = [], []
-        for a, t in zip(args, param_types, strict=True):
+        for k, (a, t) in enumerate(zip(args, param_types, strict=True)):
+            if a.kind == "array" and isinstance(
+                a.data, DeviceArray
+            ):  # the caller's device array: its pointer
+                vals.append(int(a.data.pointer))
+                types.append(ctypes.c_void_p)
+                continue
             if a.kind == "array":
-                host = host_array(a, rng)
+                if a.data is not None:  # the caller's host array: a device copy, copied back after the launch
+                    host = np.ascontiguousarray(a.data).reshape(-1)
+                else:
+                    host = host_array(a, k, seed)
                 buf = DeviceBuffer.from_array(host) if host.nbytes else DeviceBuffer(1)
-                self.arrays[a.name] = (buf, host)
+                if a.data is not None:
+                    self._copy_back.append((buf, a.data))
+                else:
+                    self.arrays[a.name] = (buf, host)
                 vals.append(buf.addr)
                 types.append(ctypes.c_void_p)
             else:
@@ -224,6 +218,12 @@ class PreparedLaunch:
             _driver().cuCtxSynchronize(),
             "the kernel (it faulted: an out-of-bounds access or a bad argument?)",
         )
+
+    def copy_back(self) -> None:
+        """The kernel's results into the caller's (writeable) numpy arrays."""
+        for buf, target in self._copy_back:
+            if target.size and target.flags.writeable:
+                target[...] = buf.to_array((target.size,), target.dtype).reshape(target.shape)
 
     def outputs(self) -> dict[str, np.ndarray]:
         """Every array argument as the kernel left it."""
@@ -256,7 +256,7 @@ class PreparedLaunch:
         return statistics.median(ts)
 
     def close(self) -> None:
-        for buf, _ in self.arrays.values():
+        for buf, _ in [*self.arrays.values(), *self._copy_back]:
             buf.free()
         if self.record_buf is not None:
             self.record_buf.free()
@@ -265,6 +265,22 @@ class PreparedLaunch:
                 _driver().cuModuleUnload(self.module)
             finally:
                 self.module = None
+
+
+def snapshot(arg, device: int = 0) -> np.ndarray:
+    """A host copy of a caller's array (a device array copied with cuMemcpyDtoH): what ``--ncu`` runs on, and
+    what the CPU emulator reads for a device array."""
+    from smemtile.gpu.run import open_device
+    from smemtile.model.dtypes import NUMPY_DTYPES
+
+    if not isinstance(arg.data, DeviceArray):
+        return np.array(arg.data, copy=True).reshape(-1)
+    out = np.empty(int(arg.count), dtype=np.dtype(NUMPY_DTYPES[arg.dtype]))
+    if out.nbytes:
+        open_device(device)
+        d = _driver()
+        _ok(d.cuMemcpyDtoH(out.ctypes.data, d.CUdeviceptr(int(arg.data.pointer)), out.nbytes), "cuMemcpyDtoH")
+    return out
 
 
 def _dim3(v, what: str) -> tuple[int, int, int]:
@@ -339,6 +355,7 @@ def record(
     try:
         k.launch()
         k.synchronize()
+        k.copy_back()
         raw = decode_raw(k.record_bytes(), layout, symbols)
     finally:
         k.close()
@@ -563,14 +580,23 @@ def launch_spec(
     seed: int = 0,
     result: Path | None = None,
 ) -> dict:
-    """What ``python -m smemtile.gpu.inspect_launch SPEC.json`` reads."""
+    """What ``python -m smemtile.gpu.inspect_launch SPEC.json`` reads. A caller's array travels as a copy of its
+    contents (``arg<k>.npy`` beside the module): the profiled process cannot use the caller's pointers."""
+    items = []
+    for k, a in enumerate(args):
+        d = a.to_dict()
+        if a.kind == "array" and a.data is not None:
+            path = Path(module).with_name(f"arg{k}.npy")
+            np.save(path, snapshot(a, device))
+            d["data_file"] = str(path)
+        items.append(d)
     return {
         "module": str(module),
         "entry": entry,
         "grid": list(_dim3(grid, "grid")),
         "block": list(_dim3(block, "block")),
         "dynamic_smem": int(dynamic_smem),
-        "args": [a.to_dict() for a in args],
+        "args": items,
         "param_types": list(param_types),
         "device": device,
         "seed": seed,

@@ -8,6 +8,8 @@ SPEC.json (written by :func:`smemtile.gpu.inspect.launch_spec`)::
      "block": [x, y, z], "dynamic_smem": 0, "args": [KernelArg.to_dict(), ...],
      "param_types": [".u64", ".u32", ...], "device": 0, "seed": 0, "result": "result.json" | null}
 
+(an array a Python caller passed has ``"fill": "caller"`` and ``"data_file"``: a ``.npy`` copy of its contents)
+
 The arguments are built exactly as :func:`smemtile.gpu.inspect.record` builds them (same seed, same fills), so
 ncu sees the launch ``inspect`` recorded. Writes ``{"ok": true, "entry": ...}`` to ``result``; exit 0, or 1 with
 one line on stderr when the kernel cannot be loaded or launched, 2 for a bad spec, 3 without a GPU.
@@ -21,11 +23,15 @@ from pathlib import Path
 
 
 def _args(items: list[dict]):
+    import numpy as np
+
     from smemtile.model.inspect_args import KernelArg
 
     out = []
     for a in items:
         fields = {k: a[k] for k in ("name", "kind", "dtype", "count", "fill", "value") if k in a}
+        if a.get("data_file"):  # a copy of the caller's own array
+            fields["data"] = np.load(a["data_file"], allow_pickle=False)
         out.append(KernelArg(**fields))
     return out
 

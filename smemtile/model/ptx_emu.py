@@ -13,9 +13,11 @@ What it models:
   splits them; they reconverge where their PCs meet again), ``ret``/``exit`` retire lanes, barriers are no-ops
   inside a warp; the sampled warps of a block run one after another from barrier to barrier, so each reads
   what the others stored before the ``bar.sync`` (warps outside the sample store nothing);
-- memory: ``ld.param`` reads the arguments; a pointer argument is a buffer whose loads return its ``fill``
-  (zeros, ones, iota = the element index, random = a fixed hash); shared memory is one byte array per block
-  (the emulated warps' stores are read back, the rest is zero); other stores are ignored.
+- memory: ``ld.param`` reads the arguments; a pointer argument is a buffer whose loads return its bytes: the
+  caller's own array, or its ``fill`` exactly as the GPU gets it (:func:`smemtile.model.inspect_args.fill_values`:
+  data-dependent addresses agree with the GPU's); shared memory is one byte array per block (the emulated
+  warps' stores are read back, the rest is zero); other stores are ignored (the caller's arrays are never
+  written).
 An instruction it does not know writes *poison*: harmless while it only feeds data, but an address, a branch
 predicate or a loop bound computed from it stops the emulation with that instruction named.
 Work is bounded: ``max_steps`` instructions per warp (the warp is cut short with a note).
@@ -31,6 +33,7 @@ import numpy as np
 
 from smemtile.errors import SpecError
 from smemtile.model.inspect_args import KernelArg, WarpRecord
+from smemtile.model.inspect_caller import host_bytes
 from smemtile.model.ptx import Statement, parse_body, shared_alignments, shared_arrays
 from smemtile.model.spec import DTYPES
 
@@ -272,6 +275,7 @@ class Emulator:
         args: list[KernelArg],
         params: list[tuple[str, str]],
         max_steps: int = MAX_STEPS,
+        seed: int = 0,
     ):
         from smemtile.model import ptx_ops  # the instruction semantics
 
@@ -285,16 +289,27 @@ class Emulator:
         dyn = max((o for o, s in self.layout.values() if s == 0), default=(static + 15) // 16 * 16)
         self.window = max(static, dyn + self.dynamic_smem, 16)
         self.max_steps = max_steps
+        self.seed = seed
         self.index = {(i.ptx_line, i.text): i.index for i in instrs}
         self.params = {}
-        self.buffers: list[tuple[int, int, KernelArg]] = []
+        self.buffers: list[
+            tuple[int, int, KernelArg, int]
+        ] = []  # (base, bytes, argument, parameter position)
+        self._caller_bytes: dict[int, np.ndarray] = {}
         for k, ((ptype, name), a) in enumerate(zip(params, args, strict=True)):
             if a.kind == "array":
                 base = GLOBAL_BASE + k * GLOBAL_STRIDE
                 self.params[name] = (base, ptype)
-                self.buffers.append((base, a.count * DTYPES[a.dtype], a))
+                self.buffers.append((base, a.count * DTYPES[a.dtype], a, k))
             else:
                 self.params[name] = (a.value, ptype)
+
+    def caller_bytes(self, arg: KernelArg) -> np.ndarray:
+        """The bytes of a caller's host array (read only; the emulator never writes to it)."""
+        raw = self._caller_bytes.get(id(arg))
+        if raw is None:
+            raw = self._caller_bytes[id(arg)] = host_bytes(arg)
+        return raw
 
     def immediate(self, op: str, st: Statement):
         return self.ops.immediate(self, op, st)

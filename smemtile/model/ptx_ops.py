@@ -12,6 +12,7 @@ import re
 
 import numpy as np
 
+from smemtile.model.inspect_args import fill_values
 from smemtile.model.ptx import Statement, split_operands
 from smemtile.model.ptx_emu import (
     GLOBAL_BASE,
@@ -208,25 +209,41 @@ def _smem_write(w, off: np.ndarray, on: np.ndarray, size: int, v: np.ndarray) ->
         w.smem[off[idx] + b] = ((v[idx] >> (8 * b)) & 0xFF).astype(np.uint8)
 
 
-def _global_read(emu, a: np.ndarray, t: str) -> np.ndarray:
-    """A load from an argument buffer: its fill at the element index (0 outside every buffer)."""
-    out = np.zeros(LANES, dtype=np.float64)
-    for base, nbytes, arg in emu.buffers:
-        inside = (a >= base) & (a < base + nbytes)
-        if not inside.any() or arg.fill == "zeros":
+def _global_bytes(emu, a: np.ndarray, size: int) -> np.ndarray:
+    """``size`` (<= 8) bytes at each lane's address, little-endian, as int64 lanes: an argument buffer's bytes
+    (the caller's own array, or its fill exactly as the GPU gets it), 0 outside every buffer."""
+    out = np.zeros(LANES, dtype=np.int64)
+    for base, nbytes, arg, position in emu.buffers:
+        inside = (a >= base) & (a + size <= base + nbytes)
+        if not inside.any() or arg.fill == "zeros" and arg.data is None:
             continue
-        idx = (a - base) // DTYPES[arg.dtype]
-        if arg.fill == "ones":
-            val = np.ones(LANES)
-        elif arg.fill == "iota":
-            val = idx.astype(np.float64)
-        else:  # random: a fixed hash of the index in [0, 1) (floats) or [0, 2**31) (integers)
-            h = (idx * 2654435761 + 12345) % (1 << 32)
-            val = h / float(1 << 32) if arg.dtype[0] == "f" else (h >> 1).astype(np.float64)
-        out = np.where(inside, val, out)
-    if t[0] == "f":
-        return out
-    return _norm(out.astype(np.int64), t)
+        off = np.where(inside, a - base, 0)
+        if arg.data is not None:  # the caller's host array, as bytes
+            raw = emu.caller_bytes(arg)
+            cols = off[:, None] + np.arange(size)
+            got = raw[cols]
+        else:
+            elem = DTYPES[arg.dtype]
+            n = -(-size // elem) + 1
+            first = off // elem
+            idx = np.minimum(first[:, None] + np.arange(n), max(arg.count - 1, 0))
+            vals = fill_values(arg, position, idx.ravel(), emu.seed)
+            raw = vals.view(np.uint8).reshape(LANES, n * elem)
+            got = np.take_along_axis(raw, (off % elem)[:, None] + np.arange(size), axis=1)
+        v = np.zeros(LANES, dtype=np.uint64)
+        for b in range(size):
+            v |= got[:, b].astype(np.uint64) << np.uint64(8 * b)
+        out = np.where(inside, v.view(np.int64), out)
+    return out
+
+
+def _global_read(emu, a: np.ndarray, t: str) -> np.ndarray:
+    """A load of type ``t`` from an argument buffer, as the register holds it."""
+    size = max(_bits(t) // 8, 1)
+    v = _global_bytes(emu, a, size)
+    if t in ("f32", "f64"):
+        return _as_float(v, _bits(t))
+    return _norm(v, t)
 
 
 def _ints(w, ops, st, bits: int, signed: bool):
@@ -401,7 +418,10 @@ def execute(emu, w, st: Statement, mask: np.ndarray, sink) -> None:
         if "shared" in [p.split("::")[0] for p in parts]:
             r = (v[0] >= SHARED_GENERIC) & (v[0] < SHARED_GENERIC + emu.window)
         elif "global" in parts:
-            r = (v[0] >= GLOBAL_BASE) & (v[0] < GLOBAL_BASE + GLOBAL_STRIDE * max(len(emu.buffers), 1))
+            top = (
+                max((pos for *_, pos in emu.buffers), default=0) + 1
+            )  # buffer k sits at GLOBAL_BASE + k * STRIDE
+            r = (v[0] >= GLOBAL_BASE) & (v[0] < GLOBAL_BASE + GLOBAL_STRIDE * top)
         else:
             r = np.zeros(LANES, dtype=bool)
         return w.write(ops[0], r, mask)

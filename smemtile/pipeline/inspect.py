@@ -17,11 +17,14 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from smemtile.errors import CompileError, NoDevice, SpecError
 from smemtile.fileio import printable, read_text
 from smemtile.model import ptx as ptxmod
 from smemtile.model.cuda_decl import SharedDecl, constants, shared_declarations
 from smemtile.model.inspect_args import KernelArg, load_args
+from smemtile.model.inspect_caller import DeviceArray
 from smemtile.model.inspect_explain import ArrayFix, ArrayInfo, InstrReport, LineReport, explain, fixes, lines
 from smemtile.model.spec import Buffer
 
@@ -212,7 +215,9 @@ def inspect(
     device: int = 0,
 ) -> InspectResult:
     """Inspect ``kernel`` of ``kernel_file`` (.cu or .ptx) launched with ``grid``/``block``/``smem`` and ``args``
-    (an ARGS.yaml path, YAML text, or a list of {name, dtype, count, fill} / {name, value} mappings).
+    (an ARGS.yaml path, YAML text, or a list of {name, dtype, count, fill} / {name, value} mappings, in which
+    a Python caller may put its own arrays and numbers: :mod:`smemtile.model.inspect_caller`; the GPU launch
+    uses a device array's pointer and copies a numpy array there and back, the emulator only reads them).
 
     ``mode``: ``simulate`` (the CPU emulator), ``gpu`` (record on the device), ``listing`` (no run), or ``auto``
     (the GPU when there is one, else the listing with ``no_device`` set)."""
@@ -265,6 +270,9 @@ def inspect(
             f"the kernel takes {len(params)} parameters ({names}): give --args ARGS.yaml", key="--args"
         )
     res.args = load_args(args, params, env)
+    if mode == "simulate" and any(isinstance(a.data, DeviceArray) for a in res.args):
+        res.args = _host_copies(res.args, device)  # the emulator reads a device array's contents on the host
+    before = _host_copies(res.args, device) if ncu else res.args  # ncu runs on the inputs the recording got
     if mode == "simulate":
         from smemtile.model.ptx_emu import MAX_STEPS, emulate
 
@@ -294,7 +302,7 @@ def inspect(
         res.reports, arrays, arch=arch, threads=block3[0] * block3[1] * block3[2], kernel=res.kernel
     )
     if ncu:
-        res.ncu = _ncu(res, params, device)
+        res.ncu = _ncu(res, before, device)
     if emit_spec is not None:
         _write_spec(res, emit_spec, [kernel_file] + ([args] if isinstance(args, (str, Path)) else []))
     return res
@@ -352,8 +360,26 @@ def _record_gpu(ptx, entry, instrs, grid, block, smem, args, sample: Sample, dev
     )
 
 
-def _ncu(res: InspectResult, params, device: int) -> dict:
-    """Measured wavefronts per source line (Nsight Compute, uninstrumented kernel) keyed "file:line"."""
+def _host_copies(args: list[KernelArg], device: int) -> list[KernelArg]:
+    """The arguments with every caller's array replaced by a host copy of its contents (the caller's arrays
+    themselves are left to the launch)."""
+    if not any(a.data is not None for a in args):
+        return args
+    g = _gpu_module() if any(isinstance(a.data, DeviceArray) for a in args) else None
+    out = []
+    for a in args:
+        if a.data is None:
+            out.append(a)
+        elif isinstance(a.data, DeviceArray):
+            out.append(dataclasses.replace(a, data=g.snapshot(a, device)))
+        else:
+            out.append(dataclasses.replace(a, data=np.array(a.data, copy=True).reshape(-1)))
+    return out
+
+
+def _ncu(res: InspectResult, args: list[KernelArg], device: int) -> dict:
+    """Measured wavefronts per source line (Nsight Compute, uninstrumented kernel, on ``args``: the inputs as
+    they were before the recording) keyed "file:line"."""
     g = _gpu_module()
     measured = g.ncu_per_line(
         res.ptx,
@@ -361,7 +387,7 @@ def _ncu(res: InspectResult, params, device: int) -> dict:
         grid=res.grid,
         block=res.block,
         dynamic_smem=res.dynamic_smem,
-        args=res.args,
+        args=args,
         device=device,
     )
     out = {}
