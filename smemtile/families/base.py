@@ -356,6 +356,7 @@ class Family:
     # parameters that describe the problem rather than the tile (stencil2d's radius R): giving them alone still
     # lets the tile model pick the tile, and every ranker call receives them with the problem
     problem_params: tuple[str, ...] = ()
+    tile_model: type | None = None  # the family's TileModel class (families/tile_model.py; tiles, tune, generate)
     # the family's task.yaml (smemtile/families/<name>/task.yaml, read once): small problems the checks run and
     # the problems its benchmarks measure; () without a task file; a subclass may still set them itself
     test_sizes: tuple[dict, ...] = TaskSizes()
