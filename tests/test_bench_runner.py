@@ -1,0 +1,146 @@
+"""bench/run.py, the one runner over the families' plans: for every registered family the dry run lists exactly
+what a user's build gives (the spec of the tile, resolved and fixed as ``generate`` does it), the compile-only path
+builds it with NVRTC, bad input is one line with exit 2; bench/ edits no ``sys.path``. The timed run is marked gpu."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from bench import run as runner
+from smemtile.families import FAMILIES
+from smemtile.families.task import load
+
+ROOT = Path(__file__).resolve().parents[1]
+NAMES = sorted(FAMILIES)
+
+
+def _run(capsys, *argv: str) -> tuple[int, str, str]:
+    rc = runner.main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def _user_config(name: str, problem: dict):
+    """What `smemtile generate` builds for a spec of the family's default tile at this problem."""
+    from smemtile.families import configure
+    from smemtile.pipeline.fixes import variants
+    from smemtile.pipeline.specs import resolve
+
+    fam = FAMILIES[name]
+    tile = dict(configure(fam, problem, None, fam.default_arch).params)
+    doc = {"arch": fam.default_arch, "tile": tile, "kernel": {"family": name, **problem}}
+    if "STAGES" in tile:
+        doc["stages"] = tile.pop("STAGES")
+    return variants(resolve(doc, "<test>"))["fixed"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_dry_run_lists_what_a_user_builds(name, capsys):
+    fam = FAMILIES[name]
+    plan = load(type(fam).__module__)["plans"]["smoke"]
+    shapes = [s for g in plan["groups"] for s in g["shapes"]]
+    rc, out, err = _run(capsys, name, "smoke", "--dry-run")
+    assert rc == 0, err
+    lines = out.splitlines()
+    assert lines[0].startswith(f"{name} plan smoke (") and f"{len(shapes)} shapes" in lines[0]
+    for shape in shapes:
+        cfg = _user_config(name, shape)
+        launch = fam.launch(cfg)
+        main = next(s for s in launch.steps if s.main)
+        row = next(ln for ln in lines if ln.strip().startswith("default "))
+        assert fam.name_expression(cfg) in row and f"grid {list(main.grid)} block {list(main.block)}" in row
+        taken, sizes = map(int, re.search(r" checks (\d+)/(\d+)$", row).groups())
+        assert sizes == len(fam.test_sizes) and 1 <= taken <= sizes  # the test sizes this tile accepts
+    built = int(re.search(r"^(\d+) kernels to build$", out, re.M).group(1))
+    assert built >= 1  # the timed kernel, plus one per test size whose generated body differs
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_dry_run_of_the_bench_plan_resolves_the_models_picks(name, capsys):
+    fam = FAMILIES[name]
+    rc, out, err = _run(capsys, name, "bench", "--dry-run", "--no-small", "--first", "1", "--limit", "2")
+    assert rc == 0, err
+    rows = [ln for ln in out.splitlines() if ln.startswith("  ")]
+    assert len(rows) == 2 and all(fam.name in ln or "refused" in ln for ln in rows)
+    assert any(ln.strip().startswith("#1 ") for ln in rows), "the tile model's #1 is in the bench plan"
+    assert not any("refused" in ln for ln in rows if ln.strip().startswith("#")), (
+        "the model ranks what it builds"
+    )
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_compile_only_builds_the_smoke_plan_with_nvrtc(name, capsys):
+    pytest.importorskip("cuda.bindings")
+    rc, out, err = _run(capsys, name, "smoke", "--compile-only", "--no-small")
+    assert rc == 0, out + err
+    assert re.search(r"^1 kernels built, 0 failed$", out, re.M), out
+    built = next(ln for ln in out.splitlines() if ln.startswith("  built "))
+    assert "'registers': " in built and "'spills': 0" in built
+
+
+def test_spread_ranks():
+    assert runner.spread_ranks(10, 3, 24) == list(range(10))
+    assert runner.spread_ranks(100, 12, 24)[:12] == list(range(12))
+    got = runner.spread_ranks(100, 12, 24)
+    assert len(got) == 36 and got[-1] == 99 and got == sorted(set(got))
+    assert runner.spread_ranks(100, 5, 0) == list(range(5)) and runner.spread_ranks(100, 2, 1) == [0, 1, 99]
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (
+            ["sgemm", "nosuch", "--dry-run"],
+            "plan: 'nosuch' is not a plan of sgemm; known: smoke, bench, sweep",
+        ),
+        (["sgem", "smoke", "--dry-run"], "unknown kernel family 'sgem' (did you mean 'sgemm'?)"),
+        (["sgemm", "smoke", "--rounds", "5"], "--rounds: 5 rounds; a timed run takes at least 15"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(capsys, argv, words):
+    rc, out, err = _run(capsys, *argv)
+    assert rc == 2 and words in err and err.count("\n") == 1, err
+
+
+def test_bench_edits_no_sys_path():
+    """bench/ imports the installed package (run as python -m bench.NAME from the repo root)."""
+    edits = re.compile(r"sys\.path\s*(\.\s*(insert|append|extend)|\[|\+?=)|PYTHONPATH")
+    found = []
+    for path in sorted((ROOT / "bench").rglob("*")):
+        if "results" in path.relative_to(ROOT / "bench").parts or path.suffix not in (".py", ".sh", ".md"):
+            continue
+        for i, line in enumerate(path.read_text().splitlines(), 1):
+            if edits.search(line):
+                found.append(f"{path.relative_to(ROOT)}:{i}: {line.strip()}")
+    assert not found, "\n".join(found)
+    assert edits.search("sys.path.insert(0, str(ROOT))") and edits.search("PYTHONPATH=. python bench/x.py")
+
+
+def test_the_second_copy_of_the_hgemm_contract_is_gone():
+    assert not (ROOT / "bench" / "bench_hgemm.py").exists()
+    for path in (ROOT / "bench").glob("*.py"):
+        text = path.read_text()
+        assert "def default_swizzle" not in text and "class Variant" not in text, path
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", NAMES)
+def test_smoke_plan_on_the_gpu(name, tmp_path, capsys):
+    """The smoke plan timed on the device: checked at every test size and the timed size, then timed against the
+    family's reference in the same rounds; the results file has the shape the fitting code reads."""
+    out = tmp_path / f"{name}_smoke.json"
+    rc, text, err = _run(capsys, name, "smoke", "--rounds", "15", "--out", str(out))
+    assert rc == 0, text + err
+    doc = json.loads(out.read_text())
+    assert doc["family"] == name and doc["plan"] == "smoke" and doc["versions"]["gpu"]
+    for case in doc["cases"]:
+        unit = case["work"]["unit"]
+        assert case["reference"]["median_ms"] > 0 and case["reference"][unit] > 0
+        for row in case["configs"]:
+            assert row["correct"], row
+            assert all(s.get("correct", True) for s in row["small_checks"])
+            assert row["median_ms"] > 0 and row["ratio"] > 0 and row[unit] > 0 and row["spread"] >= 0
