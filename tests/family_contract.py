@@ -53,7 +53,7 @@ def helper_grids(fam: Family, cfg, problems: list[dict], tmp: Path) -> list[tupl
     its grid expressions and the conditions guarding them, compiled with g++ and run."""
     helper = launch_helper(cfg)
     body = helper[helper.index(f"inline cudaError_t launch_{fam.name}(") :]
-    body = body[: body.index("\n}\n")]  # the first (leading-dimension) overload
+    body = body[: (body + "\n").index("\n}\n")]  # the first (leading-dimension) overload
     grids = GRID.findall(body)
     assert grids, f"{fam.name}: no grid expression in the helper"
     requires = re.findall(r"\n    if \((!\(.*\)|.* < 1.*)\) return cudaErrorInvalidValue;", body)

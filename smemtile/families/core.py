@@ -18,9 +18,13 @@ from smemtile.families.registry import REGISTRY as _REGISTRY
 from smemtile.model.arch import Arch, get_arch
 from smemtile.model.layout import Layout
 
-FAMILIES: dict[str, Family] = {
-    name: importlib.import_module(f"smemtile.families.{mod}").FAMILY for name, mod in _REGISTRY.items()
-}
+
+def load(module: str) -> Family:
+    """The ``FAMILY`` a registry line names (a module under ``smemtile.families``)."""
+    return importlib.import_module(f"smemtile.families.{module}").FAMILY
+
+
+FAMILIES: dict[str, Family] = {name: load(mod) for name, mod in _REGISTRY.items()}
 
 __all__ = [
     "FAMILIES",
