@@ -706,7 +706,18 @@ def test_a_call_not_inlined_is_noted(tmp_path):
     )
     res = pi.inspect(f, block=(64,), args=[{"name": "o", "dtype": "f32", "count": 64}], mode="simulate")
     assert res.notes == [
-        "the kernel calls load_any (_Z8load_anyPKfi) without inlining it: its shared-memory "
-        "accesses are not listed (mark it __forceinline__ to see them)"
+        "the kernel calls load_any (_Z8load_anyPKfi) without inlining it: its 1 shared-memory instruction is "
+        "listed on its own source lines (the emulator follows the call)"
     ]
-    assert res.to_dict()["notes"] == res.notes and [r.instr.op for r in res.reports] == ["store"]
+    assert res.to_dict()["notes"] == res.notes
+    # the callee's generic load is followed through the call: lane l reads s[l ^ 1] on line 1
+    (st, ld) = sorted(res.reports, key=lambda r: r.instr.index)
+    assert (st.instr.op, ld.instr.op, ld.instr.space, ld.instr.function, ld.instr.line) == (
+        "store",
+        "load",
+        "shared",  # NVVM specialises the callee for its one caller's shared pointer
+        "_Z8load_anyPKfi",
+        1,
+    )
+    assert ld.array == "s" and [a // 4 for a in ld.recorded[0].addresses] == [t ^ 1 for t in range(32)]
+    assert ld.executions == 2 and ld.worst == 1

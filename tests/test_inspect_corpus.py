@@ -81,6 +81,17 @@ CORPUS = {
         lines={11: (1, 1), 16: (32, 1)},
         fix=("tile", "__shared__ __align__(128) float tile[TILE][TILE + 1];  // [32][33]"),
     ),
+    # put() / get() not inlined: the tile's address reaches them through .param; get()'s column read (line 10)
+    # is 32-way, put()'s row write (8) and the kernel's own row read (19) are 1
+    "device_call": dict(
+        grid=(32, 32),
+        block=(32, 8),
+        lines={8: (1, 1), 10: (32, 1), 19: (1, 1)},
+        fix=("tile", "__shared__ float tile[TILE][TILE + 1];  // [32][33]"),
+    ),
+    # 4-byte cp.async of the table: 32 consecutive words -> 1; 16-byte ones of the indices: 4 quarter-warps -> 4
+    # (ideal 4); the gather at the copied indices (line 19) is derived in test_cp_async_copies_the_data
+    "cp_async_gather": dict(grid=(4,), block=(256,), lines={11: (1, 1), 14: (4, 4)}),
 }
 
 
@@ -114,7 +125,10 @@ def test_listing_names_every_instruction_line_and_array(name):
     res = _run(name, mode="listing")
     assert res.instrs and res.mode == "listing" and not res.reports
     assert all(i.line > 0 and i.file.endswith(f"{name}.cu") for i in res.instrs)
-    assert all(i.array is not None for i in res.instrs), [i.text for i in res.instrs if i.array is None]
+    # a device function's pointer argument is known only at run time (device_call picks its tile then)
+    assert all(i.array is not None or i.function for i in res.instrs), [
+        i.text for i in res.instrs if i.array is None
+    ]
     doc = res.to_dict()
     assert sum(x["count"] for x in doc["lines"]) == len(res.instrs)
 
@@ -185,6 +199,40 @@ def test_gather_follows_the_data(simulated):
         per_bank = [len({int(w) for w in word if w % 32 == b}) for b in range(32)]
         worst = max(worst, max(per_bank))
     assert ld.worst == worst and worst >= 2
+
+
+def test_cp_async_copies_the_data(simulated):
+    """The gather reads lut at indices only cp.async moved into shared memory: its addresses are the GPU's
+    fill of idx (16-byte copies), so the emulator copied the bytes."""
+    from smemtile.gpu.inspect import host_array
+
+    res = simulated["cp_async_gather"]
+    idx = host_array(res.args[2], 2)
+    (ld,) = [r for r in res.reports if r.instr.line == 19 and r.array == "lut"]
+    assert len(ld.recorded) == 8  # 2 blocks x 4 warps
+    worst = 0
+    for rec in ld.recorded:
+        i = np.arange(32) + 32 * rec.warp + 256 * rec.block[0]
+        word = idx[i] & 255
+        assert list(rec.addresses) == [4 * int(w) for w in word]
+        worst = max(worst, max(len({int(w) for w in word if w % 32 == b}) for b in range(32)))
+    assert ld.worst == worst and len({a for rec in ld.recorded for a in rec.addresses}) > 100
+
+
+def test_device_functions_are_followed_through_the_call(simulated):
+    """put() and get() run once per call with the caller's lanes: their instructions are listed under their own
+    source lines and function, every call site's execution counted (4 calls x 8 sampled warps)."""
+    res = simulated["device_call"]
+    by = {r.instr.line: r for r in res.reports}
+    assert by[8].instr.function == "_Z3putPfiif" and by[10].instr.function == "_Z3getPKfii"
+    assert by[8].executions == by[10].executions == 32 and by[19].instr.function == ""
+    # get(t, threadIdx.x, threadIdx.y + j): lane l reads word 32 l + warp + 8 j of tile (found by address)
+    first = by[10].recorded[0]
+    assert by[10].array == "tile" and first.active == 0xFFFFFFFF
+    assert [a // 4 for a in first.addresses] == [32 * lane for lane in range(32)]
+    assert "get (_Z3getPKfii) without inlining it: its 1 shared-memory instruction is listed" in " ".join(
+        res.notes
+    )
 
 
 def test_emitted_spec_analyzes_to_the_same_wavefronts(simulated, tmp_path):

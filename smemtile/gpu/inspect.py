@@ -40,9 +40,9 @@ from smemtile.fileio import write_text_atomic
 from smemtile.model.inspect_args import fill_array
 from smemtile.model.inspect_caller import DeviceArray
 from smemtile.model.ptx_instrument import (
-    BufferLayout,
     Sample,
     block_index,
+    buffer_layout,
     decode_raw,
     instrument,
     lane_addresses,
@@ -338,7 +338,7 @@ def record(
     from smemtile.model.inspect_args import WarpRecord
 
     symbols = shared_symbols(ptx, entry)
-    layout = BufferLayout(len(instrs), len(symbols), sample)
+    layout = buffer_layout(instrs, symbols, sample)
     text = instrumented(ptx, entry, instrs, sample, device)
     k = PreparedLaunch(
         text,
@@ -402,7 +402,7 @@ def check_unchanged(
     """Run the uninstrumented and the instrumented kernel on the same inputs; compare every array argument
     afterwards bit for bit. ``{"identical": bool, "arrays": {name: {"identical", "bytes", "differing_bytes"}}}``."""
     symbols = shared_symbols(ptx, entry)
-    layout = BufferLayout(len(instrs), len(symbols), sample)
+    layout = buffer_layout(instrs, symbols, sample)
     kw = dict(
         grid=grid,
         block=block,

@@ -49,9 +49,13 @@ class SharedInstr:
     line: int
     array: str | None
     predicate: str = ""
+    function: str = ""  # the (mangled) non-inlined device function it sits in; "" for the entry's own
 
     def to_dict(self) -> dict:
-        return {f: getattr(self, f) for f in self.__dataclass_fields__}
+        d = {f: getattr(self, f) for f in self.__dataclass_fields__}
+        if not self.function:
+            del d["function"]
+        return d
 
 
 @dataclass(frozen=True)
@@ -154,11 +158,125 @@ def _files(text: str) -> dict[int, str]:
     return {int(m.group(1)): m.group(2) for m in _FILE.finditer(text)}
 
 
+@dataclass(frozen=True)
+class Function:
+    """A ``.func`` with a body: its return and parameter ``.param`` names in order, and where its body is."""
+
+    name: str
+    returns: tuple[str, ...]
+    params: tuple[str, ...]
+    lbrace: int
+    end: int
+
+
+_FUNC = re.compile(r"\.func\s+")
+_PARAM_NAME = re.compile(r"\.param\s+(?:\.align\s+\d+\s+)?(?:\.ptr\s+\S+\s+)?\.\w+\s+([\w$.]+)")
+
+
+def _paren(text: str, i: int) -> int:
+    """The index after the ``)`` matching the ``(`` at ``i``."""
+    depth = 0
+    for j in range(i, len(text)):
+        if text[j] == "(":
+            depth += 1
+        elif text[j] == ")":
+            depth -= 1
+            if depth == 0:
+                return j + 1
+    return len(text)
+
+
+def _close(text: str, lbrace: int) -> int:
+    depth = 0
+    for i in range(lbrace, len(text)):
+        if text[i] == "{":
+            depth += 1
+        elif text[i] == "}":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+    return len(text)
+
+
+def functions(ptx: str) -> dict[str, Function]:
+    """Every device function of the module that has a body (declarations such as ``vprintf``'s have none)."""
+    text = _strip_comments(ptx)
+    out: dict[str, Function] = {}
+    for m in _FUNC.finditer(text):
+        i = m.end()
+        returns: tuple[str, ...] = ()
+        if text.startswith("(", i):
+            j = _paren(text, i)
+            returns = tuple(_PARAM_NAME.findall(text[i:j]))
+            i = j
+        n = re.match(r"\s*([\w$.]+)\s*", text[i:])
+        if not n:
+            continue
+        name, i = n.group(1), i + n.end()
+        params: tuple[str, ...] = ()
+        if text.startswith("(", i):
+            j = _paren(text, i)
+            params = tuple(_PARAM_NAME.findall(text[i:j]))
+            i = j
+        rest = re.match(r"[^;{]*", text[i:])
+        k = i + (rest.end() if rest else 0)
+        if k < len(text) and text[k] == "{":
+            out[name] = Function(name, returns, params, k, _close(text, k))
+    return out
+
+
+def parse_call(st: Statement) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+    """(callee, return parameters, argument parameters) of a ``call`` statement; the callee is a register for
+    an indirect call."""
+    ops = [o.strip() for o in st.operands]
+    k = next((i for i, o in enumerate(ops) if not o.startswith("(")), None)
+    if k is None:
+        return "", (), ()
+
+    def names(o: str) -> tuple[str, ...]:
+        return tuple(x.strip() for x in split_operands(o.strip()[1:-1])) if o.startswith("(") else ()
+
+    rets = names(ops[k - 1]) if k > 0 else ()
+    args = names(ops[k + 1]) if k + 1 < len(ops) else ()
+    return ops[k], rets, args
+
+
+def called_functions(ptx: str, entry: str) -> list[str]:
+    """The device functions with a body that ``entry`` reaches through ``call`` (directly or not), in the order
+    they are first called."""
+    funcs = functions(ptx)
+    out: list[str] = []
+    todo = [parse_body(ptx, entry)]
+    while todo:
+        body = todo.pop(0)
+        for st in body.statements:
+            if st.opcode.split(".")[0] != "call":
+                continue
+            callee = parse_call(st)[0]
+            if callee in funcs and callee not in out:
+                out.append(callee)
+                todo.append(parse_function(ptx, callee))
+    return out
+
+
+def parse_function(ptx: str, name: str) -> Body:
+    """A device function's instructions and labels, as :func:`parse_body` reads an entry's."""
+    text = _strip_comments(ptx)
+    f = functions(ptx).get(name)
+    if f is None:
+        raise SpecError(f"no device function {name!r} with a body in the PTX")
+    return _parse_span(text, f.lbrace, f.end)
+
+
 def parse_body(ptx: str, entry: str) -> Body:
     """The entry's instructions with their PTX lines and ``.loc`` source positions, and its labels."""
     text = _strip_comments(ptx)
-    files = _files(text)
     _, lbrace, end = _entry_span(text, entry)
+    return _parse_span(text, lbrace, end)
+
+
+def _parse_span(text: str, lbrace: int, end: int) -> Body:
+    files = _files(text)
     first_line = text.count("\n", 0, lbrace) + 1
     body = text[lbrace + 1 : end - 1]
     # .loc directives carry no ';': take them out line by line, remembering (line, file, source line)
@@ -390,36 +508,40 @@ def definitions(statements: tuple[Statement, ...]) -> dict[str, list[Statement]]
 
 
 def shared_instructions(ptx: str, entry: str) -> list[SharedInstr]:
-    """Every shared-memory instruction of ``entry`` in PTX order (see the module docstring)."""
-    body = parse_body(ptx, entry)
+    """Every shared-memory instruction of ``entry`` in PTX order (see the module docstring), then those of the
+    device functions it calls without inlining (:func:`called_functions`; ``function`` names theirs)."""
     arrays = shared_arrays(ptx, entry)
     text = _strip_comments(ptx)
     externs = {m.group(4) for m in _SHARED_DECL.finditer(text) if m.group(1) or not m.group(5)}
-    defs = definitions(body.statements)
+    bodies = [("", parse_body(ptx, entry))]
+    bodies += [(name, parse_function(ptx, name)) for name in called_functions(ptx, entry)]
     out: list[SharedInstr] = []
-    for st in body.statements:
-        c = _classify(st)
-        if c is None:
-            continue
-        op, space, width, matrices, trans, addr = c
-        text_ = st.text[:-1] if st.text.endswith(";") else st.text
-        out.append(
-            SharedInstr(
-                index=len(out),
-                ptx_line=st.ptx_line,
-                text=text_,
-                op=op,
-                width=width,
-                matrices=matrices,
-                trans=trans,
-                space=space,
-                addr=addr,
-                file=st.file,
-                line=st.line,
-                array=_array_of(addr, defs, arrays, externs),
-                predicate=st.predicate,
+    for function, body in bodies:
+        defs = definitions(body.statements)
+        for st in body.statements:
+            c = _classify(st)
+            if c is None:
+                continue
+            op, space, width, matrices, trans, addr = c
+            text_ = st.text[:-1] if st.text.endswith(";") else st.text
+            out.append(
+                SharedInstr(
+                    index=len(out),
+                    ptx_line=st.ptx_line,
+                    text=text_,
+                    op=op,
+                    width=width,
+                    matrices=matrices,
+                    trans=trans,
+                    space=space,
+                    addr=addr,
+                    file=st.file,
+                    line=st.line,
+                    array=_array_of(addr, defs, arrays, externs),
+                    predicate=st.predicate,
+                    function=function,
+                )
             )
-        )
     return out
 
 

@@ -34,7 +34,16 @@ import numpy as np
 from smemtile.errors import SpecError
 from smemtile.model.inspect_args import KernelArg, WarpRecord
 from smemtile.model.inspect_caller import host_bytes
-from smemtile.model.ptx import Statement, parse_body, shared_alignments, shared_arrays
+from smemtile.model.ptx import (
+    Body,
+    Statement,
+    functions,
+    parse_body,
+    parse_call,
+    parse_function,
+    shared_alignments,
+    shared_arrays,
+)
 from smemtile.model.spec import DTYPES
 
 LANES = 32
@@ -77,6 +86,111 @@ def shared_layout(ptx: str, entry: str) -> dict[str, tuple[int, int]]:
         if not size:
             out[sym] = (dyn, 0)
     return out
+
+
+# special registers keep their names when a called function's registers are renamed
+_SPECIAL = re.compile(
+    r"%(?:tid|ntid|ctaid|nctaid|laneid|warpid|nwarpid|clock|clock64|clock_hi|globaltimer(?:_lo|_hi)?|smid|nsmid|"
+    r"gridid|dynamic_smem_size|total_smem_size|aggr_smem_size|lanemask_(?:eq|le|lt|ge|gt)|envreg\d+|pm\d+(?:_64)?|"
+    r"clusterid|nclusterid|cluster_ctaid|cluster_nctaid|cluster_ctarank|cluster_nctarank|is_explicit_cluster|"
+    r"current_graph_exec|reserved_smem_offset_\w+)$"
+)
+_REG = re.compile(r"%[A-Za-z_$][\w$]*")
+MAX_PROGRAM = 400_000  # statements of the entry with every call inlined
+MAX_DEPTH = 32  # nested calls
+
+
+def program(ptx: str, entry: str) -> Body:
+    """The entry with every call of a device function that has a body inlined, as the emulator runs it: the
+    callee's registers, labels and local ``.param`` names get a suffix per call site, its formal parameters
+    become the call's argument names, its ``ret`` a branch past its body (so the warp's lanes reconverge after
+    the call as they do on the GPU). The statements keep their PTX line, text and source position, so a
+    shared-memory instruction of the callee is recorded under its own index and line. A recursive call stops
+    with the instruction named; an indirect call, or one of a function without a body (``vprintf``), stays a
+    ``call``."""
+    funcs = functions(ptx)
+    if not funcs:
+        return parse_body(ptx, entry)
+    bodies: dict[str, Body] = {}
+    out: list[Statement] = []
+    labels: dict[str, int] = {}
+    counter = iter(range(1, 1 << 62))
+
+    def emit(body: Body, suffix: str, formals: dict[str, str], stack: tuple[str, ...], ret_label: str | None):
+        at: dict[int, list[str]] = {}
+        for lab, k in body.labels.items():
+            at.setdefault(k, []).append(lab)
+        own = set(body.labels)
+
+        def reg(m: re.Match) -> str:
+            r = m.group(0)
+            return r if not suffix or _SPECIAL.match(r) else r + suffix
+
+        def param(name: str) -> str:
+            return formals.get(name, name + suffix if suffix else name)
+
+        def operand(o: str, st: Statement) -> str:
+            if o in own:
+                return o + suffix
+            if o.startswith("[") and st.opcode.split(".")[0] in ("ld", "st") and ".param" in "." + st.opcode:
+                inner = o[1:-1]
+                name, sep, off = inner.partition("+")
+                return f"[{param(name.strip())}{sep}{off}]"
+            return _REG.sub(reg, o)
+
+        def renamed(st: Statement, **kw) -> Statement:
+            pred = _REG.sub(reg, st.predicate) if st.predicate else ""
+            ops = tuple(operand(o, st) for o in st.operands)
+            return Statement(
+                st.ptx_line,
+                kw.get("predicate", pred),
+                kw.get("opcode", st.opcode),
+                kw.get("operands", ops),
+                st.text,
+                st.file,
+                st.line,
+            )
+
+        for i, st in enumerate(body.statements):
+            for lab in at.get(i, ()):
+                labels[lab + suffix] = len(out)
+            head = st.opcode.split(".")[0]
+            if head == "call":
+                callee, rets, argv = parse_call(st)
+                f = funcs.get(callee)
+                if f is not None:
+                    if callee in stack or len(stack) >= MAX_DEPTH:
+                        raise EmulationError(
+                            f"PTX line {st.ptx_line}: `{st.text}` calls {callee} recursively (or more than "
+                            f"{MAX_DEPTH} calls deep): not emulated"
+                        )
+                    inner = f"${next(counter)}"
+                    end = f"$smt_ret{inner}"
+                    fm = dict(zip(f.returns, (param(r) for r in rets), strict=False))
+                    fm.update(zip(f.params, (param(a) for a in argv), strict=False))
+                    if st.predicate:  # @%p call: the lanes without %p skip the body
+                        neg = st.predicate[2:] if st.predicate.startswith("@!") else "!" + st.predicate[1:]
+                        out.append(
+                            renamed(st, predicate="@" + _REG.sub(reg, neg), opcode="bra.uni", operands=(end,))
+                        )
+                    if callee not in bodies:
+                        bodies[callee] = parse_function(ptx, callee)
+                    emit(bodies[callee], inner, fm, (*stack, callee), end)
+                    labels[end] = len(out)
+                    continue
+            if head == "ret" and ret_label is not None:
+                out.append(renamed(st, opcode="bra.uni", operands=(ret_label,)))
+                continue
+            out.append(renamed(st))
+            if len(out) > MAX_PROGRAM:
+                raise EmulationError(
+                    f"the kernel with its calls inlined has more than {MAX_PROGRAM} PTX instructions: not emulated"
+                )
+        for lab in at.get(len(body.statements), ()):
+            labels[lab + suffix] = len(out)
+
+    emit(parse_body(ptx, entry), "", {}, (), None)
+    return Body(tuple(out), labels)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -138,6 +252,7 @@ class _Warp:
         self.present = tid < bx * by * bz
         self.tid = (tid % bx, tid // bx % by, tid // (bx * by))
         self.regs: dict[str, object] = {}
+        self.param_space: dict[tuple[str, int], object] = {}  # a call's .param arguments and return values
         # the block's shared memory (shared by its emulated warps); whole 16-byte words for aligned views
         self.smem = smem if smem is not None else np.zeros(-(-emu.window // 16) * 16, dtype=np.uint8)
 
@@ -280,7 +395,7 @@ class Emulator:
         from smemtile.model import ptx_ops  # the instruction semantics
 
         self.ops = ptx_ops
-        self.body = parse_body(ptx, entry)
+        self.body = program(ptx, entry)
         self.grid = tuple(grid) + (1,) * (3 - len(grid))
         self.block_dim = tuple(block) + (1,) * (3 - len(block))
         self.dynamic_smem = int(dynamic_smem)

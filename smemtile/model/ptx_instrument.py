@@ -492,11 +492,15 @@ _DECLS = [".reg .pred \t%smt_p<5>;", ".reg .b32 \t%smt_r<11>;", ".reg .b64 \t%sm
 
 def instrument(ptx: str, entry: str, instrs: list, sample: Sample, max_registers: int | None = None) -> str:
     """The PTX with ``entry`` rewritten to record ``instrs`` (SharedInstr, from smemtile.model.ptx) for ``sample``
-    into a trailing ``.param .u64`` buffer of :func:`buffer_layout` size. Other entries are unchanged.
+    into a trailing ``.param .u64`` buffer of :func:`buffer_layout` size. Other entries are unchanged, and so are
+    the device functions the entry calls (their instructions, ``SharedInstr.function``, are left out).
 
     ``max_registers`` (the registers the JIT gave the plain kernel) becomes the entry's ``.maxnreg`` (or
     lowers one it has), so that the recording copy cannot raise the function's registers and lower the
     occupancy of every warp: ptxas otherwise schedules the recording copy's straight runs more freely."""
+    # the entry's own instructions (they come first); those inside device functions it calls without inlining
+    # are not recorded on the GPU yet (the CPU emulator follows the calls)
+    instrs = [i for i in instrs if not getattr(i, "function", "")]
     e = _find_entry(ptx, entry)
     if re.search(r"%smt_|\$SMT_SKIP_|" + PARAM, ptx[e.body_open : e.body_close]):
         raise SpecError(f"{entry} is already instrumented (it uses %smt_ names)", key="ptx")
@@ -637,7 +641,9 @@ def _recording_copy(lines: list[str], start: int, sites: dict[int, list[str]], l
 
 
 def buffer_layout(instrs: list, symbols: list[str], sample: Sample) -> BufferLayout:
-    return BufferLayout(len(instrs), len(symbols), sample)
+    """The record buffer of :func:`instrument` (the entry's own instructions)."""
+    own = [i for i in instrs if not getattr(i, "function", "")]
+    return BufferLayout(len(own), len(symbols), sample)
 
 
 # ---- decoding -----------------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import re
 import numpy as np
 
 from smemtile.model.inspect_args import fill_values
-from smemtile.model.ptx import Statement, split_operands
+from smemtile.model.ptx import Statement, parse_call, split_operands
 from smemtile.model.ptx_emu import (
     GLOBAL_BASE,
     GLOBAL_STRIDE,
@@ -49,7 +49,6 @@ _NOOPS = (
     "wgmma",
     "tcgen05",
     "cp",
-    "call",
 )
 _FLOAT1 = {
     "abs": np.abs,
@@ -383,6 +382,8 @@ def execute(emu, w, st: Statement, mask: np.ndarray, sink) -> None:
     t = _typ(st.opcode)
     if head in ("ld", "ldu", "st", "atom", "red", "ldmatrix", "stmatrix") or st.opcode.startswith("cp.async"):
         return _memory(emu, w, st, parts, mask, sink)
+    if head == "call":
+        return _call(emu, w, st, mask)
     if head in _NOOPS or head == "mbarrier" and not ops or head in ("ret", "exit"):
         return None
     if head == "mbarrier":
@@ -625,6 +626,90 @@ def _warp_op(w, st: Statement, parts: list[str], t: str, mask) -> None:
     return None
 
 
+def _cp_async_data(emu, w, st: Statement, ops, brackets: list[int], off, on) -> None:
+    """The bytes a ``cp.async [dst], [src], N[, src_size]`` copies into the block's shared memory (the source
+    read as a global load reads it, the rest past ``src_size`` zero), so later shared loads see the data. A
+    source address the emulator does not evaluate leaves the destination zero: it feeds data, not addresses."""
+    src = _addr(w, ops[brackets[1]], st)
+    lits = [o for o in ops[brackets[1] + 1 :] if re.fullmatch(r"\d+", o)]
+    if isinstance(src, Poison) or not lits or not on.any():
+        return
+    size = int(lits[0])
+    rest = ops[brackets[1] + 2 :] if brackets[1] + 2 < len(ops) else ()
+    keep = np.full(LANES, size, dtype=np.int64)
+    if rest and rest[0].startswith("%"):  # src-size: the bytes read from global; the others are zero
+        v = w.read(rest[0], st)
+        if not isinstance(v, Poison):
+            keep = np.minimum(_as_int(np.asarray(v), 32, False), size)
+    for c in range(0, size, 8):
+        n = min(8, size - c)
+        v = _global_bytes(emu, _as_int(src, 64, True) + c, n)
+        for b in range(n):  # bytes at or past src-size are zero
+            v = np.where(keep > c + b, v, v & ~(np.int64(0xFF) << np.int64(8 * b)))
+        _smem_write(w, off + c, on, n, v)
+
+
+def _param(emu, w, st: Statement, parts: list[str], addr_op: str, mask) -> None:
+    """``ld.param`` of a kernel argument, and ``st.param`` / ``ld.param`` of a call's arguments and return
+    values (a warp's parameter space: (name, byte offset) -> the 32 lanes' values; vectors one per element)."""
+    ops = st.operands
+    t = _typ(st.opcode)
+    size = max(_bits(t) // 8, 1)
+    name, _, off = addr_op[1:-1].strip().partition("+")
+    name = name.strip()
+    try:
+        off = int(off.strip() or "0", 0)
+    except ValueError:
+        off = None
+    if parts[0] == "st":
+        if off is None:
+            return None
+        for k, src in enumerate(_dsts(ops[1])):
+            v = w.read(src, st)
+            key = (name, off + k * size)
+            old = w.param_space.get(key)
+            if isinstance(v, Poison) or old is None or isinstance(old, Poison) or mask.all():
+                w.param_space[key] = v
+            else:
+                w.param_space[key] = np.where(mask, v, old.astype(np.asarray(v).dtype))
+        return None
+    val = emu.params.get(name)
+    if val is not None:  # a kernel argument
+        if off:
+            return w.write(ops[0], Poison(st), mask)  # a struct passed by value
+        return w.write(
+            ops[0],
+            _norm(np.full(LANES, val[0], dtype=np.int64 if isinstance(val[0], int) else np.float64), t),
+            mask,
+        )
+    for k, d in enumerate(_dsts(ops[0])):
+        v = w.param_space.get((name, off + k * size)) if off is not None else None
+        if v is None or isinstance(v, Poison):
+            w.write(d, v if isinstance(v, Poison) else Poison(st), mask)
+            continue
+        v = np.asarray(v)
+        if t in ("f32", "f64"):
+            v = _as_float(v, _bits(t))
+        elif t == "pred":
+            v = v.astype(bool)
+        else:
+            v = _norm(_as_int(v, _bits(t), False), t)
+        w.write(d, v, mask)
+    return None
+
+
+def _call(emu, w, st: Statement, mask) -> None:
+    """A ``call`` left by :func:`smemtile.model.ptx_emu.program`: an indirect one stops the emulation; one of a
+    function without a body (``vprintf``) does nothing, and its return values are poison."""
+    callee, rets, _ = parse_call(st)
+    if not callee or callee.startswith("%"):
+        raise EmulationError(
+            f"PTX line {st.ptx_line}: `{st.text}` (an indirect call through a function pointer) is not emulated"
+        )
+    for r in rets:
+        w.param_space[(r, 0)] = Poison(st)
+
+
 def _memory(emu, w, st: Statement, parts: list[str], mask, sink) -> None:
     head = parts[0]
     ops = st.operands
@@ -640,26 +725,16 @@ def _memory(emu, w, st: Statement, parts: list[str], mask, sink) -> None:
         a = _addr(w, ops[brackets[k]], st)
         if isinstance(a, Poison):
             raise EmulationError(f"PTX line {st.ptx_line}: the address of `{st.text}` depends on {a}")
-        size = next((int(o) for o in ops if re.fullmatch(r"\d+", o)), 16)
         off, on = _shared_offsets(emu, st, a, mask, "shared", 1)
         _record(emu, st, off, on, sink)
+        if "bulk" not in parts and len(brackets) > 1 and names[:1] == ["shared"]:
+            _cp_async_data(emu, w, st, ops, brackets, off, on)
         return None
     addr_op = ops[brackets[0]] if brackets else None
     if addr_op is None:
         return None
     if space == "param":
-        if head != "ld":
-            return None  # st.param: a call's argument (calls are not followed)
-        name = addr_op[1:-1].strip()
-        name, _, off = name.partition("+")
-        val = emu.params.get(name.strip())
-        if val is None or off.strip():
-            return w.write(ops[0], Poison(st), mask)
-        return w.write(
-            ops[0],
-            _norm(np.full(LANES, val[0], dtype=np.int64 if isinstance(val[0], int) else np.float64), t),
-            mask,
-        )
+        return _param(emu, w, st, parts, addr_op, mask)
     a = _addr(w, addr_op, st)
     if isinstance(a, Poison):
         raise EmulationError(

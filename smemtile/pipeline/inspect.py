@@ -254,7 +254,7 @@ def inspect(
         ptx=ptx,
         source_text=source,
     )
-    res.notes = _call_notes(ptx, entry)
+    res.notes = _call_notes(ptx, entry, instrs)
     if mode == "listing":
         return res
     if mode == "auto":
@@ -289,7 +289,10 @@ def inspect(
             max_steps=max_steps or MAX_STEPS,
         )
     else:
-        records, meta = _record_gpu(ptx, entry, instrs, grid3, block3, smem, res.args, sample, device)
+        own = [i for i in instrs if not i.function]  # the recording instruments the entry's own instructions
+        if len(own) < len(instrs):
+            res.notes.append(GPU_CALL_NOTE)
+        records, meta = _record_gpu(ptx, entry, own, grid3, block3, smem, res.args, sample, device)
         arrays = res.arrays = _rebase(arrays, meta.get("symbols") or {})
     res.mode = mode
     res.meta = {"recorded": len(records), **meta}
@@ -308,20 +311,27 @@ def inspect(
     return res
 
 
-def _call_notes(ptx: str, entry: str) -> list[str]:
-    """A note per device function the kernel calls without inlining: its shared-memory accesses are not listed."""
-    called = []
-    for st in ptxmod.parse_body(ptx, entry).statements:
-        if st.opcode.split(".")[0] == "call":
-            names = [o.strip("() ") for o in st.operands if o.strip("() ") and not o.strip().startswith("(")]
-            name = names[0] if names else "?"
-            if name not in called and name != "vprintf":
-                called.append(name)
-    return [
-        f"the kernel calls {ptxmod.demangle_function(n)} ({n}) without inlining it: its shared-memory accesses are "
-        "not listed (mark it __forceinline__ to see them)"
-        for n in called
-    ]
+def _call_notes(ptx: str, entry: str, instrs: list[ptxmod.SharedInstr]) -> list[str]:
+    """A note per device function the kernel calls without inlining: where its shared-memory instructions are."""
+    notes = []
+    for name in ptxmod.called_functions(ptx, entry):
+        n = sum(1 for i in instrs if i.function == name)
+        what = (
+            f"its {n} shared-memory instruction{'s are' if n != 1 else ' is'} listed on its own source lines"
+            if n
+            else "it has no shared-memory instructions"
+        )
+        notes.append(
+            f"the kernel calls {ptxmod.demangle_function(name)} ({name}) without inlining it: {what} (the "
+            "emulator follows the call)"
+        )
+    return notes
+
+
+GPU_CALL_NOTE = (
+    "the GPU recording does not yet see inside device functions called without inlining: their instructions "
+    "are not recorded (--simulate emulates them; __forceinline__ records them on the GPU)"
+)
 
 
 def _rebase(arrays: dict[str, ArrayInfo], symbols: dict[str, int]) -> dict[str, ArrayInfo]:
