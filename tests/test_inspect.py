@@ -721,3 +721,88 @@ def test_a_call_not_inlined_is_noted(tmp_path):
     )
     assert ld.array == "s" and [a // 4 for a in ld.recorded[0].addresses] == [t ^ 1 for t in range(32)]
     assert ld.executions == 2 and ld.worst == 1
+
+
+# ---- device functions called without inlining ----------------------------------------------------------------
+
+CALLS = """__device__ __noinline__ int slot(int t) {
+  if (t & 1) return (t * 33) & 1023;
+  return t;
+}
+__device__ __noinline__ float read_slot(const float* s, int t) { return s[slot(t)]; }
+__global__ void k(float* out) {
+  __shared__ float s[1024];
+  for (int i = threadIdx.x; i < 1024; i += 32) s[i] = i;
+  __syncthreads();
+  float v = 0.f;
+  if (threadIdx.x < 16) v = read_slot(s, threadIdx.x);
+  out[threadIdx.x] = v;
+}
+"""
+
+
+def test_nested_divergent_calls_run_with_the_callers_lanes():
+    """A call inside a branch runs with that branch's lanes; a nested call's result comes back through .param;
+    the callee's branches reconverge before it returns, so its load is one warp access."""
+    instrs, recs, meta = _run(CALLS, "k", [{"name": "o", "dtype": "f32", "count": 32}])
+    (ld,) = [i for i in instrs if i.op == "load"]
+    assert ld.function == "_Z9read_slotPKfi" and ld.line == 5
+    (rec,) = [r for r in recs if r.instr == ld.index]
+    assert rec.active == 0xFFFF
+    assert [a // 4 for a in rec.addresses[:16]] == [(t * 33) & 1023 if t & 1 else t for t in range(16)]
+    assert rec.addresses[16:] == (0,) * 16 and meta["executions"][ld.index] == 1
+
+
+_HAND_PTX = """
+.version 8.0
+.target sm_90
+.address_size 64
+.func (.param .b32 f_ret) f(.param .b32 f_a)
+{
+  .reg .b32 %r<3>;
+  ld.param.b32 %r1, [f_a];
+  { .param .b32 p0; .param .b32 q0;
+  st.param.b32 [p0+0], %r1;
+  call.uni (q0), f, (p0);
+  ld.param.b32 %r2, [q0+0]; }
+  st.param.b32 [f_ret+0], %r2;
+  ret;
+}
+.visible .entry CALLER(.param .u64 k_p)
+{
+  .reg .b32 %r<3>;
+  .reg .b64 %rd<2>;
+  mov.u32 %r1, %tid.x;
+  ld.param.u64 %rd1, [k_p];
+  { .param .b32 p0; .param .b32 q0;
+  st.param.b32 [p0+0], %r1;
+  CALL;
+  ld.param.b32 %r2, [q0+0]; }
+  ret;
+}
+"""
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        ("call.uni (q0), f, (p0)", "calls f recursively (or more than 32 calls deep): not emulated"),
+        ("call.uni (q0), %rd1, (p0), proto", "(an indirect call through a function pointer) is not emulated"),
+    ],
+)
+def test_recursion_and_indirect_calls_stop_with_the_instruction_named(call, message):
+    text = _HAND_PTX.replace("CALLER", "k").replace("CALL", call)
+    kargs = load_args([{"name": "p", "dtype": "f32", "count": 4}], ptx.entry_params(text, "k"), {})
+    with pytest.raises(EmulationError) as e:
+        emulate(
+            text,
+            "k",
+            [],
+            grid=(1, 1, 1),
+            block=(32, 1, 1),
+            dynamic_smem=0,
+            args=kargs,
+            params=ptx.entry_params(text, "k"),
+            sample=S(),
+        )
+    assert message in str(e.value) and f"`{call}`" in str(e.value) and "PTX line" in str(e.value)
