@@ -1,27 +1,23 @@
-"""Issue 19 phase 2 on the GPU: the hgemm family as `smemtile verify` builds and launches it, against cuBLAS.
+"""The hgemm family beyond its plans (issue 19): the tile model's calibration rebuilt from the recorded runs, the
+clocks and power a kernel runs at, and small checks for compute-sanitizer.
 
-Every kernel is the family's configuration of a spec (``smemtile tiles ... --format yaml``, resolved and fixed as
-``verify`` does), the generated body compiled by NVRTC for the device (``LoadedKernel``), launched step by step
-through the family's launch plan; its arrays are torch tensors (``bind``) so cuBLAS reads the very same A and B.
-Correctness first: the timed output against torch float64 on the GPU (max |C - ref| / max |ref| within the
-family's tolerance, every element written: the output is poisoned with NaN before the check).
+The timed runs themselves are the family's plans: ``python -m bench.run hgemm bench`` (the defaults and tiles'
+picks against cuBLAS, what phases 2 and 3 measured), ``... hgemm sweep`` (the tilings phase 1 measured, which the
+factors below come from), ``... hgemm heldout`` (the rank test), ``... hgemm shipped``; bench/README.md.
 
-Reference: torch.matmul (cuBLAS, fp16/bf16 reduced-precision reductions off = fp32 accumulation), 16-bit C, into a
-fresh tensor and into a preallocated one; the faster is the reference. Where torch offers ``out_dtype`` (fp32 C
-from 16-bit inputs) that call is timed too, for the like-for-like fp32-C comparison. Timing: alternating rounds
-(order reversed every round), a 512 MiB memset before every timed call outside the events, CUDA events around
-the call alone; median and spread = (p90 - p10) / median.
+``calibrate`` (no GPU): smemtile/families/hgemm/calibration_h200.yaml's factors recomputed from the runs it cites
+(bench/results/hgemm_h200.json, hgemm_family_h200.json, hgemm_family_h200_run6.json); tests/test_hgemm_family.py
+checks that the shipped file is what this computes.
 
 ``power``: the clock and power each kernel runs at back to back (NVML, 1.5 s each; the phase-1 hypothesis that
-the 700 W cap, not stalls, holds mma.sync near 0.6x): ours, cuBLAS, and a registers-only mma.sync loop (8 warps
-per SM, 16 independent accumulators per warp, no memory traffic).
+the 700 W cap, not stalls, holds mma.sync near 0.6x): ours (the spec as ``verify`` builds it), cuBLAS, and a
+registers-only mma.sync loop (8 warps per SM, 16 independent accumulators per warp, no memory traffic).
 
 ``sanitize``: small problems through ``LoadedKernel.check`` (for compute-sanitizer memcheck / racecheck).
 
-    python -m bench.bench_hgemm_family bench t1.yaml t2.yaml --json $OUT/hgemm_family.json
+    python -m bench.bench_hgemm_family calibrate [--json $OUT/calibration.json]     # no GPU
     python -m bench.bench_hgemm_family power t.yaml --json $OUT/power.json
-    python -m bench.bench_hgemm_family sanitize
-    python -m bench.bench_hgemm_family build t1.yaml ...    # CPU: fill the NVRTC cache ($SMEMTILE_CACHE_DIR)
+    compute-sanitizer --tool memcheck python -m bench.bench_hgemm_family sanitize
 """
 
 from __future__ import annotations
@@ -33,9 +29,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-from bench.timing import stats, time_rounds  # noqa: E402
 
-FLUSH_BYTES = 512 << 20
 # small problems for the sanitizers: the 4-byte register copies (ALIGN 2) and the 2-byte ones (ALIGN 1, the
 # family's choice for odd K), bf16 C, masked K tail, split K with column-major B, f16 C, and odd K and N (row-major
 # B, the N edge, bf16 C). Run 6 ran the first two and the last with ALIGN 2 (then the default): 0 errors, 0 hazards
@@ -81,102 +75,6 @@ def config_of(spec: str, arch: str | None = None, **problem):
 
     cfg = variants(load(spec))["fixed"]
     return reconfigure(cfg, arch=arch or cfg.arch, problem=problem or None)
-
-
-def variants_of(spec: str, arch: str | None = None) -> dict:
-    """The spec's kernel and, for context, the family default tile (4 stages) and 16-bit C where allowed."""
-    from smemtile.families import reconfigure
-
-    cfg = config_of(spec, arch)
-    out = {"pick": cfg}
-    if cfg.params["STAGES"] != 4:
-        out["pick, 4 stages"] = reconfigure(cfg, params={"STAGES": 4})
-    if cfg.problem["dtype"] == "f16" and cfg.params["SPLIT_K"] == 1:
-        out["pick, f16 C"] = reconfigure(cfg, problem={"c_dtype": "f16"})
-    return out
-
-
-def build(specs: list[str], arch: str, run6: bool = False) -> None:
-    from smemtile.gpu.run import compile_config
-
-    todo = [(spec, name, cfg) for spec in specs for name, cfg in variants_of(spec, arch).items()]
-    if run6:
-        todo += [(c["case"], name, cfg) for c in run6_cases(arch) for name, cfg in c["configs"].items()]
-        todo += [
-            ("sanitize", str(problem), cfg)
-            for (params, problem), cfg in zip(SANITIZE, sanitize_configs(arch), strict=True)
-        ]
-    for case, name, cfg in todo:
-        r = compile_config(cfg)
-        res = next(iter(r.resources.values()))
-        print(f"{case} [{name}] NVRTC {r.nvrtc_version}: {res}")
-
-
-# ---- run 6 (issue 19 phase 3): every case from `smemtile tiles`, ranked by this commit's model ---------------------
-# (M, N, K, dtypes, tiles ranks timed besides #1, variants of #1): the square picks with 3 stages beside them (the
-# model's depth rule) and bf16 C; the skinny pick beside the next BN-128 tile and the two best split-K candidates
-# (one of them phase 1's 64x128x64 w4 s4 SPLIT_K 2); the odd-K pick through the 4-byte copies (ALIGN 2, the
-# family's choice now) beside the 2-byte ones (ALIGN 1, phase 1's 0.70x) and the 2-blocks/SM runner-up.
-RUN6 = [
-    (4096, 4096, 4096, ("f16", "bf16"), "square"),
-    (8192, 8192, 8192, ("f16", "bf16"), "square"),
-    (64, 8192, 4096, ("f16", "bf16"), "skinny"),
-    (4095, 4097, 1023, ("f16", "bf16"), "odd"),
-]
-
-
-def _tiles_config(p, s, total: int, arch: str):
-    """The configuration `smemtile tiles ... --format yaml` writes for candidate ``s``, resolved as verify does."""
-    from smemtile.families import reconfigure
-    from smemtile.pipeline.fixes import variants
-    from smemtile.pipeline.specs import resolve
-    from smemtile.pipeline.tiles import spec_doc
-
-    cfg = variants(resolve(spec_doc(p, s, total)))["fixed"]
-    return reconfigure(cfg, arch=arch)
-
-
-def run6_cases(arch: str = "sm_90") -> list[dict]:
-    """Every configuration run 6 times, named by its tiles rank (one compile per name expression)."""
-    from smemtile.families import FAMILIES, reconfigure
-    from smemtile.pipeline.tiles import recommend
-
-    out = []
-    for m, n, k, dtypes, kind in RUN6:
-        for dt in dtypes:
-            r = recommend(m, n, k, dt, "sm_90")
-            total = len(r.ranked)
-            top = r.ranked[0]
-            pick = _tiles_config(r.problem, top, total, arch)
-            cfgs = {f"pick #1 {top.cfg.label}": pick}
-            if kind == "square":
-                cfgs["pick, 3 stages"] = reconfigure(pick, params={"STAGES": 3})
-                if dt == "bf16" and m == 4096:
-                    cfgs["pick, bf16 C"] = reconfigure(pick, problem={"c_dtype": "bf16"})
-            elif kind == "skinny":
-                more = [s for s in r.ranked[1:] if s.cfg.bn >= 128 and s.cfg.split_k == 1][:1]
-                more += [s for s in r.ranked if s.cfg.split_k > 1][:1]
-                more += [s for s in r.ranked if s.cfg.label == "64x128x64 w4 s4 g8 splitk2"]
-                for s in more:
-                    cfgs.setdefault(f"#{s.rank} {s.cfg.label}", _tiles_config(r.problem, s, total, arch))
-            else:
-                other = 2 if FAMILIES["hgemm"].align(pick) == 1 else 1  # the register copies not picked
-                cfgs[f"pick, ALIGN {other}"] = reconfigure(pick, params={"ALIGN": other})
-                s = r.ranked[1]
-                cfgs[f"#{s.rank} {s.cfg.label}"] = _tiles_config(r.problem, s, total, arch)
-            out.append(
-                {
-                    "case": f"{m}x{n}x{k} {dt}",
-                    "shape": [m, n, k],
-                    "dtype": dt,
-                    "configs": cfgs,
-                    "ranks": {
-                        f"#{s.rank} {s.cfg.label}": {"tflops_predicted": s.tflops, "reason": s.reason}
-                        for s in r.ranked[:3]
-                    },
-                }
-            )
-    return out
 
 
 # ---- calibration of the tile model's hgemm factors (CPU, from the recorded runs) --------------------------------
@@ -229,8 +127,9 @@ def _square_times() -> dict:
 def _skinny_points() -> list[tuple]:
     """(dtype, TileConfig, measured ms) of the 64 x 8192 x 4096 runs (phase 1's whose warp split is the model's,
     run 6's tiles candidates)."""
-    from smemtile.families.hgemm.tiles import warp_tile
     from smemtile.model.tiling import TileConfig
+
+    from smemtile.families.hgemm.tiles import warp_tile
 
     out = []
     for e in json.loads(PHASE1.read_text())["entries"]:
@@ -252,11 +151,12 @@ def _skinny_points() -> list[tuple]:
 
 def _predict(cal: dict, dtype: str, shape, c) -> float:
     """The tile model's predicted ms for one configuration under the calibration ``cal``."""
+    from smemtile.model.tiling import make_problem
+    from smemtile.model.tiling_model import evaluate
+
     from smemtile.families import FAMILIES
     from smemtile.families.hgemm.tiles import Contract
     from smemtile.model.arch import get_arch
-    from smemtile.model.tiling import make_problem
-    from smemtile.model.tiling_model import evaluate
 
     m, n, k = shape
     contract = Contract(FAMILIES["hgemm"], get_arch("sm_90"), {"M": m, "N": n, "K": k})
@@ -376,117 +276,8 @@ def run_ours(torch, k, a, b, cfg):
     return k.launch, c, bb
 
 
-def bench(specs: list[str], rounds: int, run6: bool = False, out: Path | None = None) -> list[dict]:
-    from smemtile.gpu.run import open_device
-
-    torch = torch_setup()
-    dev = open_device(torch.cuda.current_device())
-    flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
-    todo = [(spec, variants_of(spec, dev.arch_name), {}) for spec in specs]
-    if run6:
-        todo += [(c["case"], c["configs"], {"ranks": c["ranks"]}) for c in run6_cases(dev.arch_name)]
-    rows = []
-    for label, cfgs, extra in todo:
-        rows.append({**bench_configs(torch, dev, flush, label, cfgs, rounds), **extra})
-        print_table(rows[-1:], head=len(rows) == 1)
-        if out:  # after every case: a run cut short keeps what it measured
-            out.write_text(json.dumps(rows, indent=1))
-        torch.cuda.empty_cache()
-    return rows
-
-
-def bench_configs(torch, dev, flush, label: str, cfgs: dict, rounds: int) -> dict:
-    """cuBLAS and every configuration of ``cfgs`` (one problem), checked against float64, then timed in
-    alternating rounds."""
-    from smemtile.families import FAMILIES
-    from smemtile.gpu.run import LoadedKernel
-
-    first = next(iter(cfgs.values()))
-    fam = FAMILIES[first.family]
-    a, b = operands(torch, first)
-    m, n, kk = a.shape[0], b.shape[1], a.shape[1]
-    ref = a.double() @ b.double()
-    scale = float(ref.abs().max())
-    flop = 2.0 * m * n * kk
-    fns, info, kernels, errs = {}, {}, [], {}
-    c16 = torch.empty(m, n, device="cuda", dtype=a.dtype)
-    fns["cuBLAS"] = lambda: torch.matmul(a, b)
-    fns["cuBLAS out=C"] = lambda: torch.matmul(a, b, out=c16)
-    try:
-        torch.mm(a, b, out_dtype=torch.float32)
-        fns["cuBLAS fp32 C"] = lambda: torch.mm(a, b, out_dtype=torch.float32)
-    except (TypeError, RuntimeError):
-        pass
-    for name in list(fns):
-        errs[name] = float((fns[name]().double() - ref).abs().max()) / scale
-    for name, cfg in cfgs.items():
-        k = LoadedKernel(cfg, dev)
-        kernels.append(k)
-        launch, c, _bb = run_ours(torch, k, a, b, cfg)
-        launch()
-        torch.cuda.synchronize()
-        written = bool(torch.isfinite(c).all())
-        errs[name] = float((c.double() - ref).abs().max()) / scale if written else float("inf")
-        info[name] = {
-            "name_expression": fam.name_expression(cfg),
-            "registers": k.registers,
-            "local_bytes": k.local_bytes,
-            "blocks_per_sm": k.driver_blocks,
-            "align": fam.align(cfg),
-            "split_k": cfg.params["SPLIT_K"],
-            "c_dtype": cfg.problem["c_dtype"],
-            "tolerance": fam.tolerance_for(cfg),
-            "correct": written and errs[name] <= fam.tolerance_for(cfg),
-        }
-        fns[name] = launch
-    st = {name: stats(ts) for name, ts in time_rounds(fns, torch, rounds, flush).items()}
-    ref_name = min(("cuBLAS", "cuBLAS out=C"), key=lambda x: st[x]["median_ms"])
-    ref_ms = st[ref_name]["median_ms"]
-    line = {
-        "spec": label,
-        "shape": [m, n, kk],
-        "dtype": first.problem["dtype"],
-        "cublas_call": ref_name,
-        "cublas_tflops": flop / ref_ms / 1e9,
-        "cublas": st[ref_name],
-        "cublas_all": {
-            x: {**st[x], "tflops": flop / st[x]["median_ms"] / 1e9, "rel_err": errs[x]}
-            for x in fns
-            if x.startswith("cuBLAS")
-        },
-        "ours": {},
-    }
-    for name in cfgs:
-        s = st[name]
-        line["ours"][name] = {
-            **info[name],
-            **s,
-            "tflops": flop / s["median_ms"] / 1e9,
-            "ratio": ref_ms / s["median_ms"],
-            "rel_err": errs[name],
-        }
-    for k in kernels:
-        k.close()
-    return line
-
-
-def print_table(rows: list[dict], head: bool = True) -> None:
-    if head:
-        print(f"{'case':<22} {'kernel':<16} {'TFLOP/s':>8} {'x cuBLAS':>8} {'spread':>7} {'rel err':>8} ok")
-    for r in rows:
-        case = (
-            f"{r['shape'][0]}^3 {r['dtype']}" if len(set(r["shape"])) == 1 else f"{r['shape']} {r['dtype']}"
-        )
-        print(f"{case:<22} {'cuBLAS':<16} {r['cublas_tflops']:8.1f} {1.0:8.3f} {r['cublas']['spread']:7.1%}")
-        for name, o in r["ours"].items():
-            print(
-                f"{'':<22} {name:<16} {o['tflops']:8.1f} {o['ratio']:8.3f} {o['spread']:7.1%} "
-                f"{o['rel_err']:8.1e} {'yes' if o['correct'] else 'NO'} {o['registers']} regs"
-            )
-
-
 def power(spec: str) -> dict:
-    from bench.bench_hgemm import sustained
+    from bench.timing import sustained
     from smemtile.gpu.nvrtc import compile_cubin
     from smemtile.gpu.run import LoadedKernel, open_device
 
@@ -556,18 +347,10 @@ def sanitize() -> int:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("mode", choices=("bench", "power", "sanitize", "build", "calibrate"))
+    ap.add_argument("mode", choices=("power", "sanitize", "calibrate"))
     ap.add_argument("specs", nargs="*")
     ap.add_argument("--json", type=Path)
-    ap.add_argument("--rounds", type=int, default=20)
-    ap.add_argument("--arch", default="sm_90")
-    ap.add_argument(
-        "--run6", action="store_true", help="the issue 19 phase 3 cases (tiles picks of this commit)"
-    )
     args = ap.parse_args()
-    if args.mode == "build":
-        build(args.specs, args.arch, args.run6)
-        return 0
     if args.mode == "sanitize":
         return sanitize()
     if args.mode == "calibrate":
@@ -581,18 +364,17 @@ def main() -> int:
                 f"{f['model_ms'] * 1e3:6.1f} us"
             )
         return 0
-    doc = (
-        bench(args.specs, args.rounds, args.run6, args.json) if args.mode == "bench" else power(args.specs[0])
-    )
+    if len(args.specs) != 1:
+        ap.error("power takes one spec")
+    doc = power(args.specs[0])
     if args.json:
         args.json.write_text(json.dumps(doc, indent=1))
-    if args.mode != "bench":
-        for name in ("ours", "cuBLAS", "mma_regs"):
-            r = doc[name]
-            print(
-                f"{name:<9} {r.get('tflops', 0):7.1f} TFLOP/s at {r.get('sm_clock_mhz')} MHz, "
-                f"{r.get('power_w') or 0:.0f} W, reasons {r.get('clock_event_reasons')}"
-            )
+    for name in ("ours", "cuBLAS", "mma_regs"):
+        r = doc[name]
+        print(
+            f"{name:<9} {r.get('tflops', 0):7.1f} TFLOP/s at {r.get('sm_clock_mhz')} MHz, "
+            f"{r.get('power_w') or 0:.0f} W, reasons {r.get('clock_event_reasons')}"
+        )
     return 0
 
 

@@ -70,128 +70,27 @@ def _c(bm, bn, bk, tm, tn, st, mb, sk=1, **kw) -> dict:
     return d
 
 
-# The calibration pool: one cubin each, measured on every shape where it is sensible (see applicable()).
-POOL: list[dict] = [
-    # 128 accumulators per thread (16x8 / 8x16)
-    _c(256, 128, 8, 16, 8, 2, 1),
-    _c(256, 128, 8, 16, 8, 3, 1),
-    _c(256, 128, 8, 16, 8, 4, 1),
-    _c(128, 256, 8, 8, 16, 2, 1),
-    _c(128, 256, 8, 8, 16, 3, 1),
-    _c(128, 128, 8, 16, 8, 2, 2),
-    _c(128, 128, 8, 16, 8, 3, 2),
-    _c(128, 128, 8, 16, 8, 4, 2),
-    _c(128, 128, 8, 16, 8, 5, 2),
-    _c(128, 128, 8, 8, 16, 3, 2),
-    _c(128, 128, 16, 16, 8, 3, 2),
-    _c(256, 128, 16, 16, 8, 3, 1),
-    _c(128, 64, 8, 16, 8, 3, 4),
-    _c(64, 128, 8, 8, 16, 3, 4),
-    _c(256, 64, 8, 16, 8, 3, 2),
-    _c(64, 256, 8, 8, 16, 3, 2),
-    _c(128, 64, 16, 16, 8, 3, 4),
-    # 64 accumulators (8x8)
-    _c(128, 128, 8, 8, 8, 2, 2),
-    _c(128, 128, 8, 8, 8, 3, 2),
-    _c(128, 128, 16, 8, 8, 3, 2),
-    _c(128, 64, 8, 8, 8, 3, 4),
-    _c(64, 128, 8, 8, 8, 3, 4),
-    _c(64, 64, 8, 8, 8, 3, 4),
-    _c(128, 64, 16, 8, 8, 3, 4),
-    _c(64, 128, 16, 8, 8, 3, 4),
-    _c(64, 64, 16, 8, 8, 4, 4),
-    # 32 accumulators (4x8 / 8x4)
-    _c(64, 128, 16, 4, 8, 3, 2),
-    _c(128, 64, 16, 8, 4, 3, 2),
-    _c(64, 64, 16, 4, 8, 3, 4),
-    _c(32, 128, 16, 4, 8, 3, 4),
-    _c(128, 32, 16, 8, 4, 3, 4),
-    _c(64, 128, 16, 4, 8, 2, 2),
-    # 16 accumulators (4x4)
-    _c(64, 64, 16, 4, 4, 3, 2),
-    _c(64, 64, 16, 4, 4, 2, 2),
-    _c(64, 64, 32, 4, 4, 3, 2),
-    _c(64, 128, 32, 4, 8, 3, 2),
-    _c(32, 32, 8, 4, 4, 3, 4),
-    _c(32, 64, 16, 4, 4, 3, 4),
-    _c(64, 32, 16, 4, 4, 3, 4),
-    # split K (skinny and deep-K problems)
-    _c(64, 128, 16, 4, 8, 3, 2, 2),
-    _c(64, 128, 16, 4, 8, 3, 2, 4),
-    _c(64, 128, 16, 4, 8, 3, 2, 8),
-    _c(64, 64, 16, 4, 4, 3, 2, 4),
-    _c(64, 64, 16, 4, 4, 3, 2, 8),
-    _c(64, 128, 8, 8, 16, 3, 4, 2),
-    _c(64, 128, 8, 8, 16, 3, 4, 4),
-    _c(64, 128, 8, 8, 8, 3, 4, 2),
-    _c(64, 128, 8, 8, 8, 3, 4, 4),
-    _c(128, 128, 8, 16, 8, 3, 2, 2),
-    _c(128, 128, 8, 16, 8, 3, 2, 4),
-    _c(128, 128, 8, 16, 8, 3, 2, 8),
-    _c(128, 64, 8, 16, 8, 3, 4, 2),
-    _c(128, 64, 8, 16, 8, 3, 4, 4),
-    _c(128, 64, 8, 8, 8, 3, 4, 2),
-    _c(128, 64, 8, 8, 8, 3, 4, 4),
-    _c(128, 64, 16, 8, 4, 3, 2, 2),
-    _c(128, 64, 16, 8, 4, 3, 2, 4),
-    _c(128, 64, 16, 8, 4, 3, 2, 8),
-    _c(32, 128, 16, 4, 8, 3, 4, 4),
-    _c(128, 32, 16, 8, 4, 3, 4, 4),
-    _c(64, 64, 8, 8, 8, 3, 4, 4),
-    _c(256, 128, 8, 16, 8, 3, 1, 2),
-    _c(32, 64, 16, 4, 4, 3, 4, 8),
-]
+# The plans live in the family's task.yaml (smemtile/families/sgemm/task.yaml, also run by ``python -m bench.run
+# sgemm PLAN``): the calibration pool (one cubin each, measured on every shape where it is sensible, see
+# applicable()) and the shapes of the calibration sweep: the model's constants are fitted on FIT only; HELD_OUT is
+# never used to fit.
+def _task() -> dict:
+    from smemtile.families import FAMILIES
+    from smemtile.families.task import load
 
-# SGEMM variants for the 4096^3 / 8192^3 targets (run in the fair bench next to the default and tiles' pick).
-VARIANTS: list[dict] = [  # run 2 (run 1 measured 11 others: bench/results/h200_issue20_run1.json)
-    _c(128, 128, 8, 8, 16, 2, 2),
-    _c(128, 128, 8, 8, 16, 4, 2),
-    _c(128, 128, 8, 8, 16, 5, 2),
-    _c(128, 128, 8, 16, 8, 2, 2),
-    _c(128, 128, 8, 16, 8, 3, 2),
-]
+    return load(type(FAMILIES["sgemm"]).__module__)
 
-# Shapes of the calibration sweep: the model's constants are fitted on FIT only; HELD_OUT is never used to fit.
-FIT = [
-    (3072, 3072, 3072),
-    (1536, 1536, 1536),
-    (768, 768, 768),
-    (2048, 8192, 2048),
-    (5120, 5120, 1024),
-    (128, 4096, 8192),
-    (4096, 128, 8192),
-    (32, 16384, 2048),
-    (512, 512, 16384),
-    (1999, 6001, 1500),
-    # session 3 (measured before the model that uses them was fitted; regimes the first ten covered thinly)
-    (1280, 1280, 1280),
-    (2560, 2560, 2560),
-    (4608, 4608, 2048),
-    (1536, 3072, 6144),
-    (12288, 64, 2048),
-    (64, 12288, 2048),
-    (2560, 1024, 12288),
-    (3001, 2047, 2045),
-    # session 4: unaligned shapes for the RAGGED loop (with 1999x6001x1500 and 3001x2047x2045 re-swept) and
-    # skinny N neighbours (the held-out 8192x64x4096's #1 was a split-K tile no fitting shape had measured)
-    (2047, 4093, 2050),
-    (6000, 2999, 1536),
-    (1535, 1537, 4099),
-    (16384, 64, 2048),
-    (4096, 64, 8192),
-]
-HELD_OUT = [
-    (1024, 1024, 1024),
-    (2048, 2048, 2048),
-    (4096, 4096, 4096),
-    (6144, 6144, 6144),
-    (8192, 8192, 8192),
-    (4095, 4097, 1023),
-    (2999, 3001, 3003),
-    (64, 8192, 4096),
-    (8192, 64, 4096),
-    (1024, 1024, 32768),
-]
+
+def _shapes(sizes: list[dict]) -> list[tuple[int, int, int]]:
+    return [(s["M"], s["N"], s["K"]) for s in sizes]
+
+
+_PLANS = _task()["plans"]
+POOL: list[dict] = [c["params"] for c in _PLANS["sweep"]["groups"][0]["configs"]]
+# SGEMM variants for the 4096^3 / 8192^3 targets (run in the fair bench next to the default and tiles' pick; run 2,
+# run 1 measured 11 others: bench/results/h200_issue20_run1.json)
+VARIANTS: list[dict] = [c["params"] for c in _PLANS["bench"]["groups"][1]["configs"]]
+FIT = _shapes(_PLANS["sweep"]["groups"][0]["shapes"])
 
 # Session 5: unaligned shapes never measured before, swept after REPACK's constants were frozen (one skinny M below
 # REPACK's threshold, where the unaligned loops run)
@@ -204,6 +103,7 @@ HELD_OUT_REPACK = [
     (6143, 6141, 3069),
     (2045, 2043, 8191),
 ]
+HELD_OUT = [s for s in _shapes(_task()["heldout"]) if s not in HELD_OUT_REPACK]
 
 # The fair bench's cases: the targets of issue 20.
 CASES = [

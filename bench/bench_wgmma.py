@@ -42,33 +42,27 @@ FLUSH_BYTES = 512 << 20
 CANONICAL = {"M": 4096, "N": 4096, "K": 4096}
 ARCH = "sm_90a"
 
-# The ladder (each rung adds one thing to the previous) and a few tilings. Every rung is BM 128 x BN 256 with two
-# consumer warpgroups (64 x 256 each); stages: as many as fit (4 without the C staging tile, 3 with it).
-_R1 = {"WS": 0, "SETMAXNREG": 0, "INFLIGHT": 0, "PERSISTENT": 0, "CLUSTER": 1, "EPI": 0, "STAGES": 4}
-_R5 = {**_R1, "WS": 1, "SETMAXNREG": 1, "PERSISTENT": 1, "INFLIGHT": 1, "CLUSTER": 2}
-VARIANTS = {
-    "R1 tma+wgmma": _R1,
-    "R2 +ws+setmaxnreg": {**_R1, "WS": 1, "SETMAXNREG": 1},
-    "R3 +persistent": {**_R1, "WS": 1, "SETMAXNREG": 1, "PERSISTENT": 1},
-    "R4 +inflight": {**_R1, "WS": 1, "SETMAXNREG": 1, "PERSISTENT": 1, "INFLIGHT": 1},
-    "R5 +cluster2": _R5,
-    # the family's defaults: R5 + the stmatrix / TMA-store epilogue staged in two halves (EPI 2, 4 stages)
-    "R6 +tma store": {},
-    "X R5 3 stages": {**_R5, "STAGES": 3},
-    "X 128x128": {"BN": 128},
-    "X 256x128": {"BM": 256, "BN": 128},
-    "X R6 EPI1 3 stages": {"EPI": 1},  # the whole tile staged at once: only 3 stages fit (run 1's R6)
-    "X R6 g4": {"GROUP_M": 4},
+
+# The ladder (each rung adds one thing to the previous) and a few tilings, and which shapes each is timed on: the
+# family's task.yaml plan ``sweep`` (smemtile/families/wgmma_gemm/task.yaml; ``python -m bench.run wgmma_gemm
+# sweep`` runs it too). Every rung is BM 128 x BN 256 with two consumer warpgroups (64 x 256 each); stages: as
+# many as fit (4 without the C staging tile, 3 with it); "R6 +tma store" is the family's defaults.
+def _sweep() -> list[dict]:
+    from smemtile.families import FAMILIES
+    from smemtile.families.task import load
+
+    return load(type(FAMILIES["wgmma_gemm"]).__module__)["plans"]["sweep"]["groups"]
+
+
+VARIANTS = {c["label"]: c.get("params", {}) for g in _sweep() for c in g["configs"]}
+# (shape, dtype) -> variants timed there
+PLAN = {
+    ((s["M"], s["N"], s["K"]), s["dtype"]): [c["label"] for c in g["configs"]]
+    for g in _sweep()
+    for s in g["shapes"]
 }
 SQUARE = [(4096, 4096, 4096), (8192, 8192, 8192)]
 RAGGED = (4095, 4097, 1023)
-# (shape, dtype) -> variants timed there
-PLAN = {
-    **{(s, "bf16"): list(VARIANTS) for s in SQUARE},
-    **{(s, "f16"): ["R5 +cluster2", "R6 +tma store", "X R6 EPI1 3 stages"] for s in SQUARE},
-    (RAGGED, "bf16"): ["R5 +cluster2", "R6 +tma store", "X 128x128", "X 256x128"],
-    (RAGGED, "f16"): ["R6 +tma store", "X 128x128"],
-}
 CACHE = ROOT / ".cache" / "wgmma_nvrtc"
 HELPER = ROOT / ".cache" / "wgmma_helper"  # a user's main() around the generated .cu, built here (nvcc 13.0)
 HELPER_CASES = [

@@ -9,7 +9,7 @@
 # per-line test parsed).
 # Usage: OUT=dir bash bench/inspect_gpu_check.sh
 set -u
-export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+export PYTHONUNBUFFERED=1  # run from the repo root: python3 -m finds smemtile and bench there
 OUT=${OUT:-inspect_out}
 mkdir -p "$OUT"
 { date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; ncu --version | tail -1; } > "$OUT/log.txt" 2>&1

@@ -5,6 +5,7 @@ CUDA events, so L2 starts cold), and the summary statistics every results file r
 from __future__ import annotations
 
 import statistics
+import time
 
 
 def stats(ts: list[float]) -> dict:
@@ -86,3 +87,61 @@ def tee_log(path, mode: str = "a"):
         f.flush()
 
     return log
+
+
+def sustained(fn, torch, seconds: float = 1.5) -> dict:
+    """Launch fn back to back for `seconds` (no flush) while NVML samples the SM clock, power and the clock-event
+    reasons every 10 ms; medians over the second half (the clock settles at the power cap). Says whether a kernel
+    runs at 1980 MHz or is held back by the 700 W cap, which sets the mma.sync ceiling for that kernel."""
+    import threading
+
+    try:
+        import pynvml
+    except ImportError:
+        return {"error": "pynvml missing"}
+    pynvml.nvmlInit()
+    h = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+    samples, stop = [], threading.Event()
+
+    def sample():
+        while not stop.is_set():
+            samples.append(
+                (
+                    time.perf_counter(),
+                    pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM),
+                    pynvml.nvmlDeviceGetPowerUsage(h) / 1000.0,
+                    pynvml.nvmlDeviceGetCurrentClocksEventReasons(h),
+                )
+            )
+            time.sleep(0.01)
+
+    th = threading.Thread(target=sample, daemon=True)
+    s0, e0 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    th.start()
+    t0 = time.perf_counter()
+    calls = 0
+    s0.record()
+    while time.perf_counter() - t0 < seconds:
+        for _ in range(20):
+            fn()
+        calls += 20
+        if calls % 200 == 0:  # keep the launch queue short
+            torch.cuda.current_stream().synchronize()
+    e0.record()
+    torch.cuda.synchronize()
+    stop.set()
+    th.join()
+    half = [x for x in samples if x[0] - t0 > seconds / 2]
+    reasons = 0
+    for x in half:
+        reasons |= int(x[3])
+    return {
+        "ms_per_call": s0.elapsed_time(e0) / calls,
+        "calls": calls,
+        "sm_clock_mhz": statistics.median(x[1] for x in half) if half else None,
+        "power_w": statistics.median(x[2] for x in half) if half else None,
+        "clock_event_reasons": hex(reasons),
+        "sw_power_cap": bool(reasons & 0x4),
+        "hw_slowdown": bool(reasons & 0x8),
+        "samples": len(half),
+    }

@@ -4,7 +4,7 @@
 # the JSON), $OUT/log.txt and $OUT/raw.tgz (ncu reports and their source/raw CSV pages).
 # Usage: OUT=dir bash bench/verify_ncu_h200.sh [--discover]
 set -u
-export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+export PYTHONUNBUFFERED=1  # run from the repo root: python3 -m finds smemtile and bench there
 OUT=${OUT:-ncu_out}
 mkdir -p "$OUT/raw"
 { date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; ncu --version | tail -1; } > "$OUT/log.txt" 2>&1

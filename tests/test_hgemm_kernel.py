@@ -1,66 +1,89 @@
-"""The tensor-core GEMM (smemtile/families/hgemm/hgemm.cu, issue 19 phase 1).
+"""The tensor-core GEMM's kernel text (the hgemm family's .cu, issue 19 phase 1), through the family.
 
-CPU: every shipped configuration compiles with NVRTC for sm_80 and sm_90 with 0 spills, its PTX holds ldmatrix,
-mma.sync and cp.async, the static_asserts reject bad parameters with their message, and nvcc builds a translation
-unit that includes the kernel with an explicit instantiation. GPU (marked): correctness of the default and
-the other shipped configurations against a float64 reference on ragged sizes, the K tail, alpha/beta, split K
-and odd leading dimensions (ALIGN 1), with the output poisoned first.
+CPU: every shipped configuration (the labels below, their parameters from the family's task.yaml sweep plan)
+configured by the family compiles with NVRTC for sm_80 and sm_90 with 0 spills, its PTX holds ldmatrix, mma.sync
+and cp.async, the kernel's static_asserts reject bad template arguments with their message (what a C++ user who
+instantiates the .cu directly sees), the template's default arguments are the family's defaults, and nvcc builds a
+translation unit that includes the kernel with an explicit instantiation. GPU (marked): each shipped configuration
+against the family's float64 reference (``verify``'s check, output poisoned) on ragged sizes, the K tail,
+alpha/beta, split K, padded and odd leading dimensions.
 """
 
 from __future__ import annotations
 
-import ctypes
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
-
-import bench_hgemm as hb  # noqa: E402  (no GPU or torch at import)
+from smemtile.families import FAMILIES, configure
+from smemtile.families.task import load
 
 pytest.importorskip("cuda.bindings.nvrtc")
 
-SHIPPED = [v for v in hb.ALL if v.label in hb.SHIPPED]
+FAM = FAMILIES["hgemm"]
 ARCHS = ("sm_80", "sm_90")
+BIG = {"M": 4096, "N": 4096, "K": 4096}
+# the configurations the family ships: its task.yaml's plan "shipped" (the first is the default)
+ENTRIES = {
+    c["label"]: c for g in load(type(FAM).__module__)["plans"]["shipped"]["groups"] for c in g["configs"]
+}
+SHIPPED = tuple(ENTRIES)
+
+
+def _config(label: str, arch: str, **problem):
+    e = ENTRIES[label]
+    return configure(FAM, {**e["params"], **BIG, **e.get("problem", {}), **problem}, e.get("layouts"), arch)
+
+
+def _kernel_text() -> str:
+    from smemtile.codegen.render import inline_headers
+
+    return inline_headers(FAM.source())
 
 
 def _compile(exprs: list[str], arch: str):
     from smemtile.gpu.nvrtc import compile_cubin
 
-    return compile_cubin(
-        hb.SOURCE.read_text(),
-        exprs,
-        arch,
-        headers={"smem_layout.cuh": hb.HEADER.read_text()},
-        filename="hgemm.cu",
-    )
+    return compile_cubin(_kernel_text(), exprs, arch, filename="hgemm.cu")
 
 
-def test_shipped_list_is_known():
-    assert {v.label for v in SHIPPED} == set(hb.SHIPPED)
-    assert hb.ALL[0].label in hb.SHIPPED  # the template's defaults
+def _args(expr: str) -> list[str]:
+    return [a.strip() for a in expr[expr.index("<") + 1 : -1].split(",")]
+
+
+def _expr(args: list[str]) -> str:
+    return f"{FAM.kernel}<{', '.join(args)}>"
+
+
+def test_shipped_configurations_are_the_families_own():
+    """Ten configurations: the default first, both B layouts, split K, the 2-byte copies (ALIGN 1); each one is
+    also in the calibration sweep the model's factors were measured on, except the column-major ALIGN 1."""
+    assert len(SHIPPED) == 10 and SHIPPED[0] == "256x128x32 S4 (default)"
+    first = ENTRIES[SHIPPED[0]]["params"]
+    assert first == {k: v for k, v in FAM.defaults().items() if k in first}
+    sweep = load(type(FAM).__module__)["plans"]["sweep"]["groups"]
+    swept = {c["label"]: c for g in sweep for c in g["configs"]}
+    assert [lb for lb in SHIPPED if lb not in swept] == ["128x256x32 S4 B col ALIGN 1"]
+    assert all(swept[lb] == ENTRIES[lb] for lb in SHIPPED if lb in swept)
+    assert {e.get("problem", {}).get("b_layout", "row") for e in ENTRIES.values()} == {"row", "col"}
+    assert {e["params"].get("SPLIT_K", 1) for e in ENTRIES.values()} == {1, 2, 4}
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("variant", SHIPPED, ids=lambda v: v.label)
-def test_shipped_variant_compiles_without_spills(variant, arch):
+@pytest.mark.parametrize("label", SHIPPED)
+def test_shipped_variant_compiles_without_spills(label, arch):
     # one input type with C in the input type, the other with fp32 C (split K: fp32 C only)
-    exprs = sorted(
-        {
-            variant.expr("bf16", variant.c_type("bf16", variant.c_types[0])),
-            variant.expr("f16", variant.c_type("f16", variant.c_types[-1])),
-        }
-    )
+    split = ENTRIES[label]["params"].get("SPLIT_K", 1) > 1
+    cfgs = [_config(label, arch, dtype="bf16", c_dtype="f32" if split else "bf16"), _config(label, arch)]
+    exprs = sorted({FAM.name_expression(c) for c in cfgs})
     res = _compile(exprs, arch)
-    for e in exprs:
+    for c in cfgs:
+        e = FAM.name_expression(c)
         r = res.resources[e]
         assert r.spills == 0 and r.stack_frame == 0, (e, arch, r)
-        assert r.registers * variant.threads * variant.min_blocks <= 65536, (e, arch, r)
+        assert r.registers * FAM.threads(c.params) * c.params["MIN_BLOCKS"] <= 65536, (e, arch, r)
         assert r.static_smem_bytes == 0  # all shared memory is dynamic: the host passes smem_bytes
     ptx = res.ptx
     for needle in (
@@ -69,38 +92,44 @@ def test_shipped_variant_compiles_without_spills(variant, arch):
         "cp.async.wait_group",
     ):
         assert needle in ptx, needle
-    if variant.align == 8:
+    if FAM.align(cfgs[1]) == 8:
         assert "cp.async.cg.shared.global" in ptx
-    if not variant.b_col:
+    if cfgs[1].problem["b_layout"] == "row":
         assert "ldmatrix.sync.aligned.m8n8.x4.trans" in ptx
     assert "hgemm_splitk_prepare" in ptx
 
 
+# positions of the template arguments in the name expression (hgemm<T, TC, B_COL, BM, BN, BK, WM, WN, STAGES, ...>)
+BK, WN, STAGES, SPLIT_K = 5, 7, 8, 10
+
+
 @pytest.mark.parametrize(
-    ("override", "message"),
+    ("position", "value", "message"),
     [
-        ({"bk": 16}, "BK must be a multiple of 32"),
-        ({"stages": 6}, "STAGES (cp.async ring depth) must be 2 to 5"),
-        ({"wn": 24}, "WN must be a multiple of 16"),
-        ({"split_k": 2}, "SPLIT_K > 1 adds the K slices into C with fp32 atomics"),
+        (BK, "16", "BK must be a multiple of 32"),
+        (STAGES, "6", "STAGES (cp.async ring depth) must be 2 to 5"),
+        (WN, "24", "WN must be a multiple of 16"),
+        (SPLIT_K, "2", "SPLIT_K > 1 adds the K slices into C with fp32 atomics"),
     ],
 )
-def test_static_asserts_state_the_rule(override, message):
-    from dataclasses import replace
-
+def test_static_asserts_state_the_rule(position, value, message):
+    """The .cu guards itself for a C++ user who instantiates it without the family's checks."""
     from smemtile.errors import CompileError
 
-    v = replace(hb.ALL[0], **override)
+    args = _args(FAM.name_expression(_config(SHIPPED[0], "sm_90", dtype="bf16", c_dtype="bf16")))
+    assert args[:2] == ["smemtile::bf16", "smemtile::bf16"]
+    args[position] = value
     with pytest.raises(CompileError, match="static assertion failed") as e:
-        _compile([v.expr("bf16", "bf16")], "sm_90")
+        _compile([_expr(args)], "sm_90")
     assert message in str(e.value)
 
 
-def test_default_template_arguments_are_the_bench_default():
-    """hgemm<bf16, float> with every other argument defaulted is the first bench variant (same mangled name)."""
-    v = hb.ALL[0]
-    res = _compile(["hgemm<smemtile::bf16, float>", v.expr("bf16", "f32")], "sm_90")
-    assert res.lowered["hgemm<smemtile::bf16, float>"] == res.lowered[v.expr("bf16", "f32")]
+def test_default_template_arguments_are_the_family_defaults():
+    """hgemm<bf16, float> with every other argument defaulted is the family's default configuration (same
+    mangled name)."""
+    expr = FAM.name_expression(configure(FAM, {**BIG, "dtype": "bf16"}, None, "sm_90"))
+    res = _compile(["hgemm<smemtile::bf16, float>", expr], "sm_90")
+    assert res.lowered["hgemm<smemtile::bf16, float>"] == res.lowered[expr]
 
 
 @pytest.mark.slow
@@ -110,27 +139,16 @@ def test_default_template_arguments_are_the_bench_default():
 )
 def test_nvcc_builds_an_explicit_instantiation(tmp_path: Path):
     nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
-    v = hb.ALL[0]
-    args = v.expr("bf16", "bf16")[len("hgemm<") : -1]
+    expr = FAM.name_expression(_config(SHIPPED[0], "sm_80", dtype="bf16", c_dtype="bf16"))
+    (tmp_path / "hgemm.cu").write_text(_kernel_text())
     tu = tmp_path / "k.cu"
     tu.write_text(
-        '#include "hgemm/hgemm.cu"\n'
-        f"template __global__ void hgemm<{args}>(int, int, int, float, const smemtile::bf16*, int,\n"
+        '#include "hgemm.cu"\n'
+        f"template __global__ void {expr}(int, int, int, float, const smemtile::bf16*, int,\n"
         "    const smemtile::bf16*, int, float, smemtile::bf16*, int);\n"
     )
     out = subprocess.run(
-        [
-            nvcc,
-            "-std=c++17",
-            "-arch=sm_80",
-            f"-I{hb.FAMILIES}",
-            "-Xptxas",
-            "-v",
-            "-c",
-            str(tu),
-            "-o",
-            str(tmp_path / "k.o"),
-        ],
+        [nvcc, "-std=c++17", "-arch=sm_80", "-Xptxas", "-v", "-c", str(tu), "-o", str(tmp_path / "k.o")],
         capture_output=True,
         text=True,
     )
@@ -139,120 +157,43 @@ def test_nvcc_builds_an_explicit_instantiation(tmp_path: Path):
 
 
 # ---- GPU ----------------------------------------------------------------------------------------------------------
-def _bf16_bits(x: np.ndarray) -> np.ndarray:
-    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
-    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
-
-
-def _from_bits(bits: np.ndarray, t: str) -> np.ndarray:
-    if t == "f16":
-        return bits.view(np.float16).astype(np.float64)
-    return (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
-
-
-def _to_bits(x: np.ndarray, t: str) -> np.ndarray:
-    return x.astype(np.float16).view(np.uint16) if t == "f16" else _bf16_bits(x)
-
-
-def _run(dev, mod_func, prep, v, t, tc, m, n, k, alpha, beta, ld_extra, rng):
-    from cuda.bindings import driver as d
-
-    from smemtile.gpu.run import DeviceBuffer
-
-    def ld(x):
-        return x + ld_extra if ld_extra >= 0 else (x if x % 2 else x + 1)  # -1: odd
-
-    lda, ldc = ld(k), ld(n)
-    ldb = ld(k) if v.b_col else ld(n)
-    a = _to_bits(rng.standard_normal((m, lda)).astype(np.float32), t)
-    b = _to_bits(rng.standard_normal((n, ldb) if v.b_col else (k, ldb)).astype(np.float32), t)
-    c0 = rng.standard_normal((m, ldc)).astype(np.float32)
-    a64, b64 = _from_bits(a, t)[:, :k], _from_bits(b, t)
-    b64 = b64[:, :k].T if v.b_col else b64[:, :n]
-    if tc == "f32":
-        c_host = c0
-    else:
-        c_host = _to_bits(c0, tc)
-    c_in = c_host.astype(np.float64) if tc == "f32" else _from_bits(c_host, tc)
-    ref = alpha * (a64 @ b64) + (beta * c_in[:, :n] if beta else 0.0)
-    da, db = DeviceBuffer.from_array(a), DeviceBuffer.from_array(b)
-    dc = DeviceBuffer.from_array(c_host)
-    if beta == 0.0:
-        dc.poison()
-    P, INT, F = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
-    if v.split_k > 1:
-        d.cuLaunchKernel(
-            prep,
-            max(1, m),
-            1,
-            1,
-            256,
-            1,
-            1,
-            0,
-            d.CUstream(0),
-            ((dc.addr, m, n, ldc, beta), (P, INT, INT, INT, F)),
-            0,
-        )
-    gx, gy, gz = v.grid(m, n)
-    vals = (m, n, k, alpha, da.addr, lda, db.addr, ldb, beta, dc.addr, ldc)
-    res = d.cuLaunchKernel(
-        mod_func,
-        gx,
-        gy,
-        gz,
-        v.threads,
-        1,
-        1,
-        v.smem_bytes,
-        d.CUstream(0),
-        (vals, (INT, INT, INT, F, P, INT, P, INT, F, P, INT)),
-        0,
-    )
-    assert int(res[0]) == 0, res
-    assert int(d.cuCtxSynchronize()[0]) == 0
-    got = dc.to_array(c_host.shape, c_host.dtype)
-    got = got.astype(np.float64) if tc == "f32" else _from_bits(got, tc)
-    got = got[:, :n]
-    for buf in (da, db, dc):
-        buf.free()
-    assert np.isfinite(got).all(), "unwritten or NaN outputs"
-    den = np.linalg.norm(ref) or 1.0
-    return float(np.linalg.norm(got - ref) / den)
-
-
-GPU_CASES = [  # (M, N, K, alpha, beta, ld extra: 0 tight, 8 padded, -1 odd (ALIGN 1 only))
+GPU_CASES = [  # (M, N, K, alpha, beta, leading dimensions: 0 tight, 8 padded by 8 elements, -1 odd)
     (1, 8, 8, 1.0, 0.0, 0),
     (129, 264, 104, 1.0, 0.0, 0),  # ragged M, N; K tail (104 = 3 * 32 + 8)
     (389, 520, 1000, 1.0, 0.0, 8),
     (200, 296, 152, 0.5, -1.5, 8),
-    (64, 64, 0, 1.0, 0.5, 0),
+    (64, 64, 1, 1.0, 0.5, 0),
 ]
+ODD = [(77, 91, 45, 1.0, 0.0, -1), (130, 270, 75, 2.0, 0.25, -1)]
+
+
+def _problem(m, n, k, alpha, beta, ld, b_col: bool) -> dict:
+    p = {"M": m, "N": n, "K": k, "alpha": alpha, "beta": beta}
+    if ld:
+
+        def grow(x: int) -> int:
+            return x + ld if ld > 0 else (x if x % 2 else x + 1)
+
+        p.update(lda=grow(k), ldb=grow(k if b_col else n), ldc=grow(n))
+    return p
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("variant", SHIPPED, ids=lambda v: v.label)
-def test_gpu_matches_float64(variant):
-    from cuda.bindings import driver as d
+@pytest.mark.parametrize("label", SHIPPED)
+def test_gpu_matches_float64(label):
+    import numpy as np
 
-    from smemtile.gpu.run import open_device
+    from smemtile.gpu.run import check_config, open_device
 
     dev = open_device(0)
-    res = _compile(variant.exprs(), dev.arch_name)
-    module = d.cuModuleLoadData(res.cubin)[1]
-    prep = d.cuModuleGetFunction(module, b"hgemm_splitk_prepare")[1]
+    e = ENTRIES[label]
+    b_col = e.get("problem", {}).get("b_layout") == "col"
+    split = e["params"].get("SPLIT_K", 1) > 1
     rng = np.random.default_rng(19)
-    cases = GPU_CASES + (
-        [(77, 91, 45, 1.0, 0.0, -1), (130, 270, 75, 2.0, 0.25, -1)] if variant.align == 1 else []
-    )
+    cases = GPU_CASES + (ODD if e["params"].get("ALIGN") == 1 else [])
     for t in ("f16", "bf16"):
-        for which in variant.c_types:
-            tc = variant.c_type(t, which)
-            expr = variant.expr(t, tc)
-            f = d.cuModuleGetFunction(module, res.lowered[expr].encode())[1]
-            attr = d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-            assert int(d.cuFuncSetAttribute(f, attr, variant.smem_bytes)[0]) == 0
-            for m, n, k, alpha, beta, ld_extra in cases:
-                err = _run(dev, f, prep, variant, t, tc, m, n, k, alpha, beta, ld_extra, rng)
-                assert err <= hb.TOLERANCE[tc], (expr, (m, n, k, alpha, beta, ld_extra), err)
-    d.cuModuleUnload(module)
+        for tc in ("f32",) if split else (t, "f32"):
+            for case in cases:
+                cfg = _config(label, dev.arch_name, dtype=t, c_dtype=tc, **_problem(*case, b_col))
+                res = check_config(cfg, dev, rng)
+                assert res.correct, (label, t, tc, case, res.to_dict())
