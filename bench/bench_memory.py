@@ -1439,7 +1439,7 @@ def score_spearman(path: Path) -> list[dict]:
     against the measurement: Spearman of predicted and measured GB/s over every timed configuration and over the
     model's top SPEARMAN_TOP, the model's #1 against the best measured, the median |time error| and |copy-ratio
     error|. Written into the file under ``scores``."""
-    from smemtile.model.tiling_model import spearman
+    from smemtile.model.fitting import spearman
 
     doc = json.loads(path.read_text())
     scores = []
@@ -1473,9 +1473,12 @@ def score_spearman(path: Path) -> list[dict]:
                 "median_time_error": statistics.median(
                     abs(r["predicted"]["time_us"] / (r["median_ms"] * 1e3) - 1) for r in rows
                 ),
+                # a bench.run results file carries the model's rate and time, not its copy ratio
                 "median_ratio_error": statistics.median(
                     abs(r["predicted"]["copy_ratio"] / r["ratio"] - 1) for r in rows
-                ),
+                )
+                if all("copy_ratio" in r["predicted"] for r in rows)
+                else None,
             }
         )
     doc["scores"] = scores
@@ -1641,7 +1644,8 @@ def main() -> int:
                 f"  top{r['top']} {r['spearman_top']:5.2f} (measured within {r['top_measured_spread']:.1%})  "
                 f"#1 {r['pick']} {r['pick_ratio']:.3f}x rank {r['pick_measured_rank']}, best {r['best']} "
                 f"{r['best_ratio']:.3f}x: #1/best {r['pick_vs_best']:.3f}  median |err| time "
-                f"{r['median_time_error']:.1%} ratio {r['median_ratio_error']:.1%}"
+                f"{r['median_time_error']:.1%} ratio "
+                + (f"{r['median_ratio_error']:.1%}" if r["median_ratio_error"] is not None else "-")
             )
         return 0
     if a.fit:

@@ -36,7 +36,7 @@ def rows_of(doc: dict) -> list[dict]:
         shape = [p["M"], p["N"], p["K"], p["dtype"]]
         for r in case["configs"]:
             pred = r.get("predicted")
-            if not pred or pred.get("value") is None or "tflops" not in r:
+            if not pred or pred.get("tflops") is None or "tflops" not in r:
                 continue
             out.append(
                 {
@@ -44,7 +44,7 @@ def rows_of(doc: dict) -> list[dict]:
                     "label": r["label"],
                     "rank": pred["rank"],
                     "of": pred["of"],
-                    "predicted_tflops": pred["value"],
+                    "predicted_tflops": pred["tflops"],
                     "measured_tflops": r["tflops"],
                     "ratio": r["ratio"],
                     "spread": r["spread"],

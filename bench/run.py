@@ -27,7 +27,8 @@ Writes one JSON document (rewritten after every shape, so a run cut short keeps 
 ``plan``, ``date``, ``commit``, ``versions``, ``method``, ``cases`` [{``case``, ``family``, ``problem``, ``params``
 (problem parameters such as a radius), ``role`` ("fit" for plan sweep, "held_out" for plan heldout), ``work``
 {unit, amount}, ``bytes`` or ``flop``, ``reference`` {kind, median_ms, ..., rate}, ``copy`` (= reference, for
-kind copy), ``configs`` [{``label``, ``params``, ``layouts``, ``name_expression``, ``problem``, ``predicted``,
+kind copy), ``configs`` [{``label``, ``params``, ``layouts``, ``name_expression``, ``problem``, ``predicted`` {rank, of,
+tflops or gbps, time_us, reason},
 ``small_checks``, ``correct``, ``max_rel_error``, ``registers``, ``static_smem_bytes``, ``local_bytes``,
 ``blocks_per_sm``, ``launch``, ``median_ms`` ... ``spread``, ``tflops`` or ``gbps``, ``ratio``, ``ratio_rounds``}]}]:
 the case shape bench_memory.py wrote, which the memory models' fitting code reads.
@@ -117,10 +118,13 @@ def build(fam, params: dict, problem: dict, arch: str, layouts: dict | None):
 
 
 def _ranked(fam, spec: dict, problem: dict, keys: dict, arch: str) -> list[Entry]:
+    from smemtile.families.base import check_problem
+
     ranker = fam.ranker({**problem, **keys}, arch, None)
     if ranker is None:
         raise SpecError(f"{fam.name} has no tile model: a plan cannot rank its configurations", key="ranked")
     top, spread = spec.get("top"), spec.get("spread", 0)
+    unit, amount = fam.work(check_problem(fam, problem))
     everything = ranker.top(10**9)
     idx = range(len(everything)) if top is None else spread_ranks(len(everything), top, spread)
     out = []
@@ -128,7 +132,9 @@ def _ranked(fam, spec: dict, problem: dict, keys: dict, arch: str) -> list[Entry
         params = {**everything[i], **keys}
         cand = ranker(params, "model")
         rank = cand.model_rank if cand.model_rank is not None else i + 1
-        pred = {"rank": rank, "of": len(everything), "value": cand.predicted, "reason": cand.model_reason}
+        pred = {"rank": rank, "of": len(everything), unit: cand.predicted, "reason": cand.model_reason}
+        if cand.predicted:  # the predicted time of one launch, from the model's rate and the problem's work
+            pred["time_us"] = amount / (cand.predicted * (1e12 if unit == "tflops" else 1e9)) * 1e6
         out.append(Entry(f"#{rank} {cand.label}", params, None, dict(problem), predicted=pred))
     return out
 
