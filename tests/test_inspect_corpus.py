@@ -359,3 +359,119 @@ def test_ldmatrix_x2_rows_map_back_to_the_array(simulated):
     assert x2.result.rows[0, :16].tolist() == list(range(16)) and x2.recorded[0].addresses[16:] == (0,) * 16
     bs = next(f for f in res.fixes if f.array.name == "Bs")
     assert bs.relaid[x2.instr.index].wavefronts == 2  # the .x2.trans read, conflict-free under the fix
+
+
+# ---- inspect --ncu: a disagreement is explained on its line -----------------------------------------------------
+
+# Recorded on the H200 (bench/results/session7/pytest_gpu_h200_run3.txt, test_ncu_agrees_per_line[reduction],
+# ncu 2025.3.1, the whole grid recorded): reduction.cu:12 measured 8512 L1 Wavefronts Shared over 11776
+# executions of its shared-memory SASS instructions. 11776 = 64 blocks x 8 warps x 23: every warp issues the
+# line's 23 SASS instructions (predicated); the opcodes are the log's printed tail (..., LDS, STS, LDS, LDS, STS,
+# LDS, LDS, STS) continued as the unrolled loop's 8 steps of (LDS, LDS, STS) less one LDS.
+REDUCTION_NCU_H200 = {
+    12: {"wavefronts": 8512, "instructions": 11776, "sass": (["LDS", "LDS", "STS"] * 8)[1:]},
+}
+
+
+class _RecordedNcu:
+    """smemtile.gpu.inspect's interface: the emulator's records (the GPU's equal them: the corpus GPU test) and
+    ncu's recorded per-line counters."""
+
+    from smemtile.model.ptx_instrument import Sample  # the real Sample type
+
+    def __init__(self, measured: dict):
+        self.measured = measured
+
+    def record(self, ptx_text, entry, instrs, *, grid, block, dynamic_smem, args, sample, device=0):
+        from smemtile.model import ptx
+        from smemtile.model.ptx_emu import emulate
+
+        return emulate(
+            ptx_text,
+            entry,
+            instrs,
+            grid=grid,
+            block=block,
+            dynamic_smem=dynamic_smem,
+            args=args,
+            params=ptx.entry_params(ptx_text, entry),
+            sample=sample,
+        )
+
+    def ncu_per_line(self, ptx_text, entry, *, grid, block, dynamic_smem, args, device=0):
+        from smemtile.model import ptx
+
+        f = next(i.file for i in ptx.shared_instructions(ptx_text, entry))
+        return {(f, line): dict(v, ideal=0) for line, v in self.measured.items()}
+
+
+def _with_ncu(monkeypatch, name, measured, sample):
+    import smemtile.pipeline.inspect as pi
+
+    monkeypatch.setattr(pi, "_gpu_module", lambda: _RecordedNcu(measured))
+    monkeypatch.setattr(pi, "_has_gpu", lambda device: True)
+    return _run(name, mode="gpu", ncu=True, sample=sample)
+
+
+def test_ncu_disagreement_says_ptxas_merged_an_instruction(monkeypatch):
+    from tests.test_inspect_corpus_gpu import _full_sample
+
+    res = _with_ncu(monkeypatch, "reduction", REDUCTION_NCU_H200, _full_sample("reduction"))
+    by = {ln["line"]: ln for ln in res.to_dict()["lines"]}
+    assert (by[12]["executions"], by[12]["l1_wavefronts_shared"], by[12]["match"]) == (2304, 9024, "no")
+    assert by[12]["explanation"] == (
+        "measured 8512 wavefronts over the whole grid, predicted 9024; ptxas merged 1 shared instruction on this "
+        "line: 24 in the PTX (recorded), 23 in the SASS ncu measures (15 LDS, 8 STS); ncu counts 11776 "
+        "executions of the line's SASS instructions, the recording 2304 of its PTX ones (where the PTX branches "
+        "past them the SASS predicates them: a warp whose lanes are all off still issues them, for 0 wavefronts)"
+    )
+    assert by[8]["match"] == "-" and by[8]["explanation"] == "no ncu row for this line"
+    # the text output prints it under the table, on the line's name
+    from rich.console import Console
+
+    from smemtile.report.inspect import render
+
+    console = Console(width=200, record=True)
+    render(console, res, lanes=False)
+    text = console.export_text()
+    row = next(t for t in text.splitlines() if t.startswith("reduction.cu:12"))
+    assert row.split()[:3] == ["reduction.cu:12", "2304", "9024"] and " 8512 " in row and " no " in row
+    assert "  disagreement reduction.cu:12: measured 8512 wavefronts over the whole grid" in text
+    assert "ptxas merged 1 shared instruction on this line" in " ".join(text.split())
+
+
+def test_ncu_partial_sample_and_unrecorded_lines_say_so(monkeypatch):
+    """A sample short of the grid says what it covers; a line the sampled warps never ran, and a line inside a
+    device function (not recorded on the GPU), say why they are not compared."""
+    measured = {
+        **REDUCTION_NCU_H200,
+        15: {"wavefronts": 64, "instructions": 512, "sass": ["LDS"]},  # tid == 0: warp 0 only, others off
+    }
+    res = _with_ncu(monkeypatch, "reduction", measured, Sample(blocks=1, warps=1))
+    by = {ln["line"]: ln for ln in res.to_dict()["lines"]}
+    assert by[12]["match"] == "no" and by[12]["explanation"].startswith("the sample covers 24 of ncu's 11776")
+    assert by[12]["explanation"].endswith(
+        "; ptxas merged 1 shared instruction on this line: 24 in the PTX (recorded), 23 in the SASS ncu measures "
+        "(15 LDS, 8 STS)"
+    )
+    assert by[15]["match"] == "no" and "the sample covers 1 of ncu's 512 executions" in by[15]["explanation"]
+
+    calls = {8: {"wavefronts": 32768, "instructions": 32768, "sass": ["STS"]}}
+    res = _with_ncu(monkeypatch, "device_call", calls, Sample())
+    doc = res.to_dict()
+    by = {ln["line"]: ln for ln in doc["lines"]}
+    assert by[8]["match"] == "-" and by[8]["explanation"] == (
+        "inside a device function called without inlining (_Z3putPfiif): the GPU recording does not see it "
+        "(--simulate emulates it); ncu measured 32768 wavefronts in 32768 executions"
+    )
+    assert any("the GPU recording does not yet see inside device functions" in n for n in doc["notes"])
+    assert by[8]["executions"] == 0  # the recording left the function out
+    from rich.console import Console
+
+    from smemtile.report.inspect import render
+
+    console = Console(width=400, record=True)
+    render(console, res, lanes=False)
+    assert "  not compared device_call.cu:8: inside a device function called without inlining" in (
+        console.export_text()
+    )

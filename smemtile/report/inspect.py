@@ -89,10 +89,36 @@ def _instr_dict(r: InstrReport, detail: bool) -> dict:
     return d
 
 
+def _sass_text(sass: list[str]) -> str:
+    """``['LDS', 'STS', 'LDS']`` -> ``2 LDS, 1 STS`` (first appearance order)."""
+    counts: dict[str, int] = {}
+    for op in sass:
+        counts[op] = counts.get(op, 0) + 1
+    return ", ".join(f"{n} {op}" for op, n in counts.items())
+
+
+def _compiled(ln, m: dict) -> str:
+    """What ptxas did to the line's shared-memory instructions, when its SASS count differs from the PTX's."""
+    sass = m.get("sass")
+    if ln is None or not sass or not ln.instrs:
+        return ""
+    k_ptx, k_sass = len(ln.instrs), len(sass)
+    if k_ptx == k_sass:
+        return ""
+    how = "merged" if k_sass < k_ptx else "split"
+    return (
+        f"ptxas {how} {abs(k_ptx - k_sass)} shared instruction{'s' if abs(k_ptx - k_sass) != 1 else ''} on this "
+        f"line: {k_ptx} in the PTX (recorded), {k_sass} in the SASS ncu measures ({_sass_text(sass)})"
+    )
+
+
 def _match(pred: float, execs: int, m: dict | None, full: bool, ln=None) -> tuple[str, str]:
     """(match, explanation) of a line's predicted L1 Wavefronts Shared against ncu's row ``m``. A sample of the
     whole grid compares totals (a warp whose lanes are all predicated off issues the SASS instruction for 0
-    wavefronts: counts may differ, totals may not); a partial one compares wavefronts per execution."""
+    wavefronts: counts may differ, totals may not); a partial one compares wavefronts per execution. A
+    disagreement says why it can be: ptxas merged or split the line's shared instructions (the SASS count ncu
+    lists against the PTX one recorded), its executions differ from the recorded ones, or the sample does not
+    cover ncu's executions; a line inside a device function called without inlining is not recorded on the GPU."""
     if not m:
         cp16 = (
             ln is not None
@@ -104,22 +130,47 @@ def _match(pred: float, execs: int, m: dict | None, full: bool, ln=None) -> tupl
         return "-", "no ncu row for this line"
     n = m.get("instructions") or 0
     if not n or not execs:
+        funcs = sorted({r.instr.function for r in ln.instrs}) if ln is not None and ln.instrs else []
+        if n and funcs and all(funcs):
+            return "-", (
+                f"inside a device function called without inlining ({', '.join(funcs)}): the GPU recording does "
+                f"not see it (--simulate emulates it); ncu measured {m['wavefronts']} wavefronts in {n} executions"
+            )
+        if n and not execs:
+            return "-", (
+                f"ncu measured {m['wavefronts']} wavefronts in {n} executions; the sampled warps executed none "
+                "of the line's instructions (run with --blocks/--warps covering the grid)"
+            )
         return "-", "not executed in the sample or by ncu"
+    compiled = _compiled(ln, m)
     if full:
         q = float(m["wavefronts"])
         if abs(pred - q) <= MATCH_TOLERANCE * max(q, 1):
             return "yes", ""
-        sass = ", ".join(m.get("sass") or []) or "?"
-        counts = (
-            ""
-            if n == execs
-            else (
-                f"; ncu counts {n} executions of the line's SASS instructions ({sass}), "
-                f"the recording {execs} of its PTX ones (ptxas merged, split or predicated "
-                "them)"
+        why = [f"measured {q:.0f} wavefronts over the whole grid, predicted {pred:.0f}"]
+        if compiled:
+            why.append(compiled)
+        if n != execs:
+            sass = "" if compiled else f" ({', '.join(m.get('sass') or []) or '?'})"
+            if not compiled:
+                how = "ptxas merged, split or predicated them"
+            elif n > execs:
+                how = (
+                    "where the PTX branches past them the SASS predicates them: a warp whose lanes are all "
+                    "off still issues them, for 0 wavefronts"
+                )
+            else:
+                how = "ptxas merged or hoisted some of them"
+            why.append(
+                f"ncu counts {n} executions of the line's SASS instructions{sass}, the recording {execs} of its "
+                f"PTX ones ({how})"
             )
-        )
-        return "no", f"measured {q:.0f} wavefronts over the whole grid, predicted {pred:.0f}{counts}"
+        elif m.get("sass") and not compiled:
+            why.append(
+                "the line's PTX and SASS instructions and their executions agree: the bank model and the "
+                "hardware differ here"
+            )
+        return "no", "; ".join(why)
     p, q = pred / execs, m["wavefronts"] / n
     if abs(p - q) <= MATCH_TOLERANCE * max(q, 1):
         return "yes", ""
@@ -127,6 +178,7 @@ def _match(pred: float, execs: int, m: dict | None, full: bool, ln=None) -> tupl
         f"the sample covers {execs} of ncu's {n} executions; measured {q:.2f} wavefronts per execution "
         f"over the grid, predicted {p:.2f} for the sampled warps (the unsampled ones differ, or ptxas "
         "predicated the line's instructions: run with --blocks/--warps covering the grid)"
+        + (f"; {compiled}" if compiled else "")
     )
 
 
@@ -364,7 +416,9 @@ def _render_lines(console: Console, res) -> None:
                 ok,
             ]
             if why and ok == "no":
-                notes.append(f"{_where(ln.file, ln.line)}: {why}")
+                notes.append(f"disagreement {_where(ln.file, ln.line)}: {why}")
+            elif why and ok == "-" and (m or why.startswith("16-byte")):  # ncu measured it, or cannot
+                notes.append(f"not compared {_where(ln.file, ln.line)}: {why}")
         row.append(_source_line(res, ln.file, ln.line))
         rows.append(row)
         hot = "bold red" if ln.excessive > 0 else ""
@@ -378,7 +432,7 @@ def _render_lines(console: Console, res) -> None:
         )
     )
     for n in notes:
-        console.print(f"  disagreement {printable(n)}", markup=False, highlight=False)
+        console.print(f"  {printable(n)}", markup=False, highlight=False)
 
 
 def _render_instrs(console: Console, res) -> None:
