@@ -53,6 +53,7 @@ from smemtile.errors import SmemtileError, SpecError
 
 FLUSH_BYTES = 512 << 20
 ROLES = {"sweep": "fit", "heldout": "held_out"}  # the fitting code's names for the calibration plans
+REF = "(reference)"  # the reference's key among the timed functions (no plan label has parentheses around it)
 
 
 # ---- the plan, resolved (CPU) -------------------------------------------------------------------------------
@@ -117,10 +118,19 @@ def build(fam, params: dict, problem: dict, arch: str, layouts: dict | None):
     return variants(resolve(doc, f"<{fam.name} plan>"))["fixed"]
 
 
+def _ranker(fam, problem: dict, arch: str):
+    """The tile model's ranking as ``smemtile tune`` reads it (``top(k)``, a Candidate per configuration)."""
+    try:
+        from smemtile.pipeline.tiles import ranker_for
+    except ImportError:  # a tree before the one ranking loop: the family's own ranker
+        return fam.ranker(problem, arch, None)
+    return ranker_for(fam, problem, arch, None)
+
+
 def _ranked(fam, spec: dict, problem: dict, keys: dict, arch: str) -> list[Entry]:
     from smemtile.families.base import check_problem
 
-    ranker = fam.ranker({**problem, **keys}, arch, None)
+    ranker = _ranker(fam, {**problem, **keys}, arch)
     if ranker is None:
         raise SpecError(f"{fam.name} has no tile model: a plan cannot rank its configurations", key="ranked")
     top, spread = spec.get("top"), spec.get("spread", 0)
@@ -161,7 +171,8 @@ def resolve_plan(
         for shape in group["shapes"]:
             keys, problem = split_params(fam, dict(shape), "shape")
             name = case_name(fam, problem, keys)
-            if (only and only not in name) or (first and len(cases) >= first):
+            same = next((c for c in cases if c.name == name), None)
+            if (only and only not in name) or (first and same is None and len(cases) >= first):
                 continue
             entries: list[Entry] = []
             for spec in group["configs"]:
@@ -172,8 +183,11 @@ def resolve_plan(
                 entries.append(
                     Entry(spec["label"], {**spec.get("params", {}), **keys}, spec.get("layouts"), own)
                 )
+            if same is not None:  # a shape in several groups: one case, timed in the same rounds
+                have = {x.label for x in same.entries}
+                entries = [x for x in entries if x.label not in have]
             if limit:
-                entries = entries[:limit]
+                entries = entries[: max(0, limit - (len(same.entries) if same else 0))]
             for e in entries:
                 try:
                     e.cfg = build(fam, e.params, e.problem, arch, e.layouts)
@@ -187,12 +201,13 @@ def resolve_plan(
                 for size in task["test_sizes"]:
                     try:
                         scfg = configure(fam, {**e.params, **base, **size}, layouts, arch)
-                    except ContractViolation:
-                        scfg = (
-                            None  # a test size this configuration cannot take (another dtype, fewer vectors)
-                        )
+                    except ContractViolation:  # a test size this configuration cannot take (another dtype)
+                        scfg = None
                     e.checks.append((size, scfg))
-            cases.append(Case(name, check_problem(fam, problem), keys, entries))
+            if same is not None:
+                same.entries += entries
+            else:
+                cases.append(Case(name, check_problem(fam, problem), keys, entries))
     return cases
 
 
@@ -341,6 +356,7 @@ def run_case(
             layouts={k: v.to_dict() for k, v in cfg.layouts.items()},
             name_expression=fam.name_expression(cfg),
         )
+        k = None
         try:
             small = []
             for si, (size, scfg) in enumerate(e.checks):
@@ -388,20 +404,22 @@ def run_case(
         except Exception as ex:  # a configuration that fails to build or run is data, not a crash
             row.update(correct=False, error=f"{type(ex).__name__}: {str(ex)[:400]}")
             log(f"  {e.label}: {row['error']}")
+            if k is not None and e.label not in loaded:
+                k.close()
         rows.append(row)
     ref_fn = Copy(int(amount // 2)) if reference["kind"] == "copy" else Matmul(torch, reference, case.problem)
     try:
-        fns = {"reference": ref_fn, **{label: k.launch for label, k in loaded.items()}}
+        fns = {REF: ref_fn, **{label: k.launch for label, k in loaded.items()}}
         times = time_rounds(fns, torch, rounds, flush, warmup=3)
     finally:
         ref_fn.close()
         for k in loaded.values():
             k.close()
     scale = 1e12 if unit == "tflops" else 1e9
-    rs = stats(times["reference"])
+    rs = stats(times[REF])
     rs[unit] = amount / (rs["median_ms"] * 1e-3) / scale
     for row in rows:
-        if row["label"] not in times:
+        if row["label"] not in loaded:
             continue
         ts = times[row["label"]]
         st = stats(ts)
@@ -409,7 +427,7 @@ def run_case(
             st,
             **{unit: amount / (st["median_ms"] * 1e-3) / scale},
             ratio=rs["median_ms"] / st["median_ms"],
-            ratio_rounds=statistics.median(r / t for r, t in zip(times["reference"], ts, strict=True)),
+            ratio_rounds=statistics.median(r / t for r, t in zip(times[REF], ts, strict=True)),
         )
     out = {
         "case": case.name,
@@ -489,6 +507,9 @@ def _load(a):
 def _main(a) -> int:
     fam, task, plan = _load(a)
     arch = a.arch or plan["arch"] or fam.default_arch
+    rounds = a.rounds or plan["rounds"] or 20
+    if rounds < 15:
+        raise SpecError(f"{rounds} rounds; a timed run takes at least 15", key="--rounds")
     t0 = time.perf_counter()
     pick = {"only": a.only, "small": not a.no_small, "first": a.first, "limit": a.limit}
     cases = resolve_plan(fam, plan, task, arch, **pick)
@@ -508,9 +529,6 @@ def _main(a) -> int:
         bad = [e for e, info in built.items() if isinstance(info, str)]
         print(f"{len(built)} kernels built, {len(bad)} failed")
         return 1 if bad else 0
-    rounds = a.rounds or plan["rounds"] or 20
-    if rounds < 15:
-        raise SpecError(f"{rounds} rounds; a timed run takes at least 15", key="--rounds")
     from smemtile.gpu.run import open_device
 
     torch = torch_setup()
