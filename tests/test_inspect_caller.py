@@ -5,6 +5,9 @@ On the H200: ``python3 -m pytest -q -n 0 -p no:cacheprovider -m gpu tests/test_i
 
 from __future__ import annotations
 
+import ctypes
+import json
+
 import numpy as np
 import pytest
 
@@ -244,6 +247,144 @@ def test_ncu_runs_on_the_inputs_the_recording_got(tmp_path, monkeypatch):
     res = smemtile.inspect(f, grid=2, block=256, args=[np.zeros(512, np.float32), inp, 512, 1.0], ncu=True)
     assert res["mode"] == "gpu" and (inp == 99).all()
     assert seen["inp"].tolist() == list(range(512))
+
+
+# ---- the launch's argument handling, against a fake driver (the GPU test below runs the real one) -----------
+
+
+class _FakeDriver:
+    """The few cuda.bindings.driver calls PreparedLaunch and snapshot make, over host bytearrays; the "kernel"
+    doubles the f32 array at parameter 1 into the one at parameter 0."""
+
+    class CUfunction_attribute:
+        CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+
+    def __init__(self):
+        self.mem: dict[int, bytearray] = {}
+        self.top = 0x10000
+        self.params = None
+
+    def _at(self, ptr: int) -> tuple[bytearray, int]:
+        for base, buf in self.mem.items():
+            if base <= ptr < base + max(len(buf), 1):
+                return buf, ptr - base
+        raise AssertionError(f"no device memory at {ptr:#x}")
+
+    def alloc(self, data: bytes) -> int:
+        p = self.top
+        self.top += len(data) + 4096
+        self.mem[p] = bytearray(data)
+        return p
+
+    def cuMemAlloc(self, n):
+        return 0, self.alloc(bytes(n))
+
+    def cuMemcpyHtoD(self, dst, src, n):
+        buf, off = self._at(int(dst))
+        buf[off : off + n] = ctypes.string_at(src, n)
+        return (0,)
+
+    def cuMemcpyDtoH(self, dst, src, n):
+        buf, off = self._at(int(src))
+        ctypes.memmove(dst, bytes(buf[off : off + n]), n)
+        return (0,)
+
+    def cuMemsetD8(self, p, v, n):
+        buf, off = self._at(int(p))
+        buf[off : off + n] = bytes([v]) * n
+        return (0,)
+
+    def cuMemFree(self, p):
+        return (0,)
+
+    def cuModuleGetFunction(self, module, name):
+        return 0, "function"
+
+    def cuModuleUnload(self, module):
+        return (0,)
+
+    def CUstream(self, x):
+        return x
+
+    def CUdeviceptr(self, x):
+        return int(x)
+
+    def cuCtxSynchronize(self):
+        return (0,)
+
+    def cuLaunchKernel(self, f, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
+        self.params = params
+        vals = params[0]
+        out, off_o = self._at(vals[0])
+        src, off_i = self._at(vals[1])
+        n = vals[2]
+        x = np.frombuffer(bytes(src[off_i : off_i + 4 * n]), np.float32)
+        out[off_o : off_o + 4 * n] = (2 * x).tobytes()
+        return (0,)
+
+
+def test_the_launch_passes_device_pointers_and_copies_numpy_back(monkeypatch):
+    import smemtile.gpu.inspect as gi
+    import smemtile.gpu.run as gr
+
+    drv = _FakeDriver()
+    monkeypatch.setattr(gr, "_driver", lambda: drv)
+    monkeypatch.setattr(gi, "_driver", lambda: drv)
+    monkeypatch.setattr(gr, "open_device", lambda device=0: None)
+    monkeypatch.setattr(gi, "load_module", lambda image, line_info=True: "module")
+    types = [".u64", ".u64", ".u32", ".f32"]
+    # a device input (its pointer goes in as is), a numpy output (copied there and back)
+    src = np.arange(8, dtype=np.float32)
+    ptr = drv.alloc(src.tobytes())
+    inp = caller_arg(1, _CudaArray((8,), ptr=ptr), ".u64")
+    out = np.full(8, -1, np.float32)
+    args = [caller_arg(0, out, ".u64"), inp, caller_arg(2, 8, ".u32"), caller_arg(3, 0.5, ".f32")]
+    k = gi.PreparedLaunch(
+        "ptx", "k", grid=1, block=32, dynamic_smem=0, args=args, param_types=types, record_nbytes=64
+    )
+    vals, ctypes_ = k._params
+    assert vals[1] == ptr and vals[2:4] == (8, 0.5) and ctypes_[3] is ctypes.c_float
+    assert (
+        vals[0] != out.ctypes.data and len(vals) == 5
+    )  # a device copy of the numpy array, then the record buffer
+    assert (out == -1).all()
+    k.launch()
+    k.synchronize()
+    assert (out == -1).all()  # nothing reaches the caller's array before copy_back
+    k.copy_back()
+    k.close()
+    assert out.tolist() == [2.0 * i for i in range(8)]
+    assert bytes(drv.mem[ptr]) == src.tobytes()  # the device input is the caller's, untouched by the launch
+    # a fill is uploaded as host_array computes it; a device array is read back through snapshot
+    filled = KernelArg("r", "array", "f32", 8, "random")
+    k = gi.PreparedLaunch(
+        "ptx", "k", grid=1, block=32, dynamic_smem=0, args=[args[0], filled, *args[2:]], param_types=types
+    )
+    buf, _ = k.arrays["r"]
+    assert bytes(drv.mem[buf.addr]) == host_array(filled, 1).tobytes()
+    k.close()
+    assert gi.snapshot(inp).tolist() == src.tolist()
+
+
+def test_ncu_launch_spec_carries_copies_of_the_callers_arrays(tmp_path, monkeypatch):
+    """ncu profiles in another process: a caller's array travels as a .npy copy and comes back as its data."""
+    import smemtile.gpu.inspect as gi
+    from smemtile.gpu.inspect_launch import _args
+
+    data = np.arange(6, dtype=np.int32)
+    args = [caller_arg(0, data, ".u64"), KernelArg("n", "scalar", "i32", value=6)]
+    spec = gi.launch_spec(
+        tmp_path / "kernel.ptx",
+        "k",
+        grid=1,
+        block=32,
+        dynamic_smem=0,
+        args=args,
+        param_types=[".u64", ".u32"],
+    )
+    assert spec["args"][0]["fill"] == "caller" and spec["args"][0]["data_file"] == str(tmp_path / "arg0.npy")
+    back = _args(json.loads(json.dumps(spec["args"])))
+    assert back[0].data.tolist() == list(range(6)) and back[0].fill == "caller" and back[1].value == 6
 
 
 # ---- on the GPU ---------------------------------------------------------------------------------------------
