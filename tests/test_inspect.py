@@ -806,3 +806,45 @@ def test_recursion_and_indirect_calls_stop_with_the_instruction_named(call, mess
             sample=S(),
         )
     assert message in str(e.value) and f"`{call}`" in str(e.value) and "PTX line" in str(e.value)
+
+
+LOOPS = """__device__ INLINE float column_sum(const float* s, int c, int rows) {
+  float a = 0.f;
+  for (int r = 0; r < rows; ++r) a += s[r * 33 + (c ^ r)];
+  return a;
+}
+__device__ INLINE void scatter(float* s, int t, float v) {
+  if (t % 3 == 0) return;
+  s[(t * 5) % 1056] = v;
+}
+__global__ void k(float* out, int rows) {
+  __shared__ float s[1056];
+  for (int i = threadIdx.x; i < 1056; i += blockDim.x) s[i] = i;
+  __syncthreads();
+  if (threadIdx.x % 4 != 1) scatter(s, threadIdx.x, 1.f);
+  __syncthreads();
+  out[threadIdx.x] = threadIdx.x < 48 ? column_sum(s, threadIdx.x, rows) : 0.f;
+}
+"""
+
+
+def test_calls_emulate_as_the_inlined_code_does():
+    """The same kernel with its functions __noinline__ and __forceinline__: every warp access (lanes, addresses,
+    order) is the same, through a loop and an early return inside the callees and divergent call sites."""
+
+    def accesses(inline: str):
+        instrs, recs, _ = _run(
+            LOOPS.replace("INLINE", inline),
+            "k",
+            [{"name": "o", "dtype": "f32", "count": 64}, {"name": "rows", "value": 7}],
+            block=(64, 1, 1),
+            sample=S(blocks=1, warps=2, executions=1000),
+        )
+        op = {i.index: i.op for i in instrs}
+        return [(op[r.instr], r.warp, r.active, r.addresses) for r in recs], instrs
+
+    called, instrs = accesses("__noinline__")
+    inlined, _ = accesses("__forceinline__")
+    assert {i.function for i in instrs} == {"", "_Z10column_sumPKfii", "_Z7scatterPfif"}
+    # init 17 + 16 times, one scatter store per warp, 7 column loads per warp (warp 1: lanes 32-47)
+    assert called == inlined and len(called) == 17 + 16 + 2 + 2 * 7
