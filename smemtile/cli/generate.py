@@ -57,8 +57,16 @@ Examples:
     "pipeline).",
 )
 @click.option("--no-compile", is_flag=True, help="Skip the NVRTC compile (no ptxas numbers, no occupancy).")
+@click.option(
+    "--name",
+    default=None,
+    metavar="NAME",
+    help="Call the launch helper launch_NAME() (a C identifier; default: the family's name). Several generated "
+    "files can be #included in one translation unit (kernels and instantiations are include-guarded); two "
+    "configurations of one family there need two names.",
+)
 @json_option
-def command(spec, output, variant, diff, arch, no_compile, as_json):
+def command(spec, output, variant, diff, arch, no_compile, name, as_json):
     """Generate a standalone CUDA kernel for SPEC's `kernel:` family (sgemm, transpose, stencil2d).
 
     The .cu holds an analysis header (bank conflicts per access before/after, shared memory per block, ptxas
@@ -97,8 +105,12 @@ def command(spec, output, variant, diff, arch, no_compile, as_json):
         )
     v = variants(res)
     cfg, base = v[variant], v["baseline"]
+    if name:  # refused before anything is compiled
+        from smemtile.codegen.render import helper_name
+
+        helper_name(cfg, name)
     other = v["fixed"] if variant == "baseline" else base
-    built = build(cfg, baseline=base, compile=not no_compile, origin=Path(spec).name)
+    built = _named(build(cfg, baseline=base, compile=not no_compile, origin=Path(spec).name), name)
     gk = built.kernel
     if output:
         _write_atomic(Path(output), gk.source, spec)
@@ -107,17 +119,34 @@ def command(spec, output, variant, diff, arch, no_compile, as_json):
         doc["variant"] = variant
         doc["checklist"] = [i.to_dict() for i in built.checklist]
         if diff:
-            doc["diff"] = _unified(build(other, compile=False).kernel.source, gk.source, variant)
+            doc["diff"] = _unified(
+                _named(build(other, compile=False), name).kernel.source, gk.source, variant
+            )
         emit_json(doc)
         return
     con = console()
     if diff:
-        fixed_src = gk.source if variant == "fixed" else build(other, compile=False).kernel.source
-        base_src = build(base, compile=False).kernel.source
+        fixed_src = (
+            gk.source if variant == "fixed" else _named(build(other, compile=False), name).kernel.source
+        )
+        base_src = _named(build(base, compile=False), name).kernel.source
         _side_by_side(con, base_src, fixed_src)
     elif not output:
         click.echo(gk.source, nl=False)
     _summary(con, gk, built, output, variant)
+
+
+def _named(built, name: str | None):
+    """``built`` with its launch helper called launch_NAME() (--name; the device code is unchanged) and the
+    checklist evaluated on the renamed helper."""
+    if not name:
+        return built
+    from dataclasses import replace
+
+    from smemtile.codegen.checklist import evaluate
+
+    gk = built.kernel.named(name)
+    return replace(built, kernel=gk, checklist=evaluate(gk, ptx=getattr(built.compiled, "ptx", None) or None))
 
 
 def _unified(a: str, b: str, variant: str) -> str:

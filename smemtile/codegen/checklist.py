@@ -94,7 +94,7 @@ def evaluate(gk: GeneratedKernel, *, ptx: str | None = None, ncu: dict | None = 
                 "func_set_attribute",
                 text,
                 PASS if has else FAIL,
-                f"{dyn} bytes dynamic: the generated launch_{fam.name}() raises "
+                f"{dyn} bytes dynamic: the generated {gk.helper}() raises "
                 "MaxDynamicSharedMemorySize before the launch"
                 if has
                 else f"{dyn} bytes dynamic but the helper never raises the limit",

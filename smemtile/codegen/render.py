@@ -8,17 +8,24 @@ The launch helper is rendered from the family's launch plan (:meth:`Family.calls
 integer arguments are the same expressions the Python launcher evaluates, written as C++ over the helper's
 arguments (template parameters substituted), so the helper and ``--json`` cannot disagree. Steps before the
 kernel (split K's C = beta*C) are launched by the helper too.
+
+One translation unit may ``#include`` several generated files (two families, or two configurations of one
+family): the inlined shared header and each family's kernel text are include-guarded, each instantiation is
+guarded by its configuration, and the launch helper is ``launch_<name>()`` with ``name`` the family's unless
+given (``smemtile generate --name NAME``); two configurations of one family need two names.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from smemtile.codegen.analysis import AccessBanks, bank_table
+from smemtile.errors import SpecError
 from smemtile.families import FAMILIES, KernelConfig, LaunchConfig
-from smemtile.families.base import GRID_LIMITS, WORKSPACE_ALIGN, Family, kernel_file
+from smemtile.families.base import GRID_LIMITS, KERNELS, WORKSPACE_ALIGN, Family, kernel_file
 from smemtile.model.dtypes import TMA_DTYPES
 from smemtile.model.expr import parse_expr
 
@@ -55,6 +62,37 @@ class GeneratedKernel:
     banks: list[AccessBanks]
     banks_baseline: list[AccessBanks] | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # compile + occupancy, when known
+    name: str = ""  # the launch helper is launch_<name>() ("": the family's name)
+    origin: str = ""  # the spec it came from (the header's first line)
+
+    @property
+    def helper(self) -> str:
+        """The C++ name of the host launch helper."""
+        return f"launch_{self.name or self.config.family}"
+
+    def named(self, name: str | None) -> GeneratedKernel:
+        """The same kernel with its launch helper called ``launch_<name>()`` (``generate --name``): the device
+        code, what NVRTC compiles, is unchanged; only the host helper's names and the header's mentions."""
+        name = helper_name(self.config, name)
+        if name == (self.name or self.config.family):
+            return self
+        header = _header(
+            self.config,
+            self.banks,
+            self.banks_baseline,
+            self.launch,
+            self.smem_bytes,
+            self.extra,
+            self.origin,
+            name,
+        )
+        return replace(
+            self,
+            name=name,
+            header=header,
+            body=body(self.config, name=name),
+            snippet=launch_helper(self.config, name=name),
+        )
 
     @property
     def source(self) -> str:
@@ -75,7 +113,7 @@ class GeneratedKernel:
             "static_smem_bytes": self.launch.static_smem_bytes,
             "smem_bytes": self.smem_bytes,
             "launch": self.launch.to_dict(),
-            "launch_helper": f"launch_{fam.name}",
+            "launch_helper": self.helper,
             "needs_func_set_attribute": self.launch.dynamic_smem_bytes > self.config.arch.static_smem_max,
             "params": {**self.config.params, **self.config.problem},
             "layouts": {k: v.to_dict() for k, v in self.config.layouts.items()},
@@ -112,10 +150,29 @@ def _names(texts, plain: set[str]) -> set[str]:
     return set().union(*({t} if t in plain else parse_expr(t).names for t in texts))
 
 
-def launch_helper(cfg: KernelConfig) -> str:
-    """The C++ host helper ``launch_<family>(...)``: every step of the family's launch plan, rendered from the
-    expressions :meth:`Family.launch` evaluates; then the dense overload (no leading dimensions)."""
+NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")  # a launch helper's name: launch_<NAME>, a C identifier
+
+
+def helper_name(cfg: KernelConfig, name: str | None) -> str:
+    """The NAME of ``launch_<NAME>()``: ``name`` when it is a C identifier (SpecError otherwise), else the
+    family's name (the default: two configurations of one family in one translation unit need two names)."""
+    if name is None or name == "":
+        return cfg.family
+    if not isinstance(name, str) or not NAME.fullmatch(name):
+        raise SpecError(
+            f"{name!r} is not a C identifier; allowed: a letter or _, then letters, digits or _ (at most 64), "
+            "the helper becomes launch_<NAME>()",
+            key="--name",
+        )
+    return name
+
+
+def launch_helper(cfg: KernelConfig, *, name: str | None = None) -> str:
+    """The C++ host helper ``launch_<name>(...)`` (``name`` defaults to the family's): every step of the family's
+    launch plan, rendered from the expressions :meth:`Family.launch` evaluates; then the dense overload (no
+    leading dimensions)."""
     fam = FAMILIES[cfg.family]
+    helper = f"launch_{helper_name(cfg, name)}"
     host = {a.name for a in fam.host_args}
     # template parameters become literals; the helper's own arguments (M, rows, ...) stay run-time values
     consts = {k: v for k, v in fam.constants(cfg).items() if k not in host}
@@ -140,7 +197,7 @@ def launch_helper(cfg: KernelConfig) -> str:
     work_aligns = sorted(n for n in aligns.values() if n in in_works)
     # nothing problem-specific here: the body (what NVRTC compiles and caches) is the same for every size
     lines = [ALIGN_FN, ""] if aligns else []
-    lines += _workspace_size_lines(fam, works, consts, ints, work_aligns) if works else []
+    lines += _workspace_size_lines(fam, works, consts, ints, work_aligns, helper) if works else []
     lds = [a for a in fam.host_args if a.array and a.ld]
     lines += [
         f"// Launch plan of {fam.name} (smemtile.families.{fam.name}): the same expressions `smemtile generate --json`,",
@@ -162,14 +219,14 @@ def launch_helper(cfg: KernelConfig) -> str:
         lines.append(f"// {_clean(line)}")
     if works:
         lines += [
-            f"// workspace: device memory of at least launch_{fam.name}_workspace_bytes(...) bytes, 256-byte aligned,",
+            f"// workspace: device memory of at least {helper}_workspace_bytes(...) bytes, 256-byte aligned,",
             "// not used by another launch at the same time; nullptr: the helper allocates it on the stream",
             "// (cudaMallocAsync) and frees it after the launches (cudaFreeAsync).",
         ]
         tail = ", cudaStream_t stream = 0, void* workspace = nullptr, size_t workspace_bytes = 0"
     else:
         tail = ", cudaStream_t stream = 0"
-    lines.append(f"inline cudaError_t launch_{fam.name}({params}{tail}) {{")
+    lines.append(f"inline cudaError_t {helper}({params}{tail}) {{")
     if ints:
         lines.append(f"    if ({' || '.join(f'{n} < 1' for n in ints)}) return cudaErrorInvalidValue;")
     for arr, n in aligns.items():
@@ -180,7 +237,7 @@ def launch_helper(cfg: KernelConfig) -> str:
         )
     lines.append("    cudaError_t err = cudaSuccess;")
     if works:
-        lines += _workspace_lines(fam, works, ints, work_aligns)
+        lines += _workspace_lines(fam, works, ints, work_aligns, helper)
     if maps:
         lines += _tensor_map_lines(fam, cfg, maps, consts)
     work = {w.name: w for w in works}
@@ -255,12 +312,12 @@ def launch_helper(cfg: KernelConfig) -> str:
         lines.append("    }")
     lines += ["    return cudaSuccess;", "}"]
     if lds:
-        lines += ["", *_dense_overload(fam, cfg, tail)]
+        lines += ["", *_dense_overload(fam, cfg, tail, helper)]
     return "\n".join(lines)
 
 
-def _dense_overload(fam: Family, cfg: KernelConfig, tail: str) -> list[str]:
-    """``launch_<family>(...)`` without the leading dimensions: the dense layout, forwarded to the full helper."""
+def _dense_overload(fam: Family, cfg: KernelConfig, tail: str, helper: str) -> list[str]:
+    """``launch_<name>(...)`` without the leading dimensions: the dense layout, forwarded to the full helper."""
     dense = fam.dense_layout(cfg.problem)
     ld_names = {a.ld for a in fam.host_args if a.array and a.ld}
     keep = [a for a in fam.host_args if a.name not in ld_names]
@@ -270,8 +327,8 @@ def _dense_overload(fam: Family, cfg: KernelConfig, tail: str) -> list[str]:
     what = ", ".join(f"{n} = {dense[n]}" for n in sorted(ld_names, key=[a.name for a in fam.host_args].index))
     return [
         f"// Dense arrays ({what}): the same launch.",
-        f"inline cudaError_t launch_{fam.name}({params}{tail}) {{",
-        f"    return launch_{fam.name}({', '.join(fwd)}{extra});",
+        f"inline cudaError_t {helper}({params}{tail}) {{",
+        f"    return {helper}({', '.join(fwd)}{extra});",
         "}",
     ]
 
@@ -283,14 +340,14 @@ def _workspace_arg(w, ctype: str) -> str:
 
 
 def _workspace_size_lines(
-    fam: Family, works: list, consts: dict, ints: list[str], aligns: list[str]
+    fam: Family, works: list, consts: dict, ints: list[str], aligns: list[str], helper: str
 ) -> list[str]:
-    """``launch_<family>_workspace_bytes(sizes..., offsets)``: the regions laid out as Family.launch lays them out
+    """``launch_<name>_workspace_bytes(sizes..., offsets)``: the regions laid out as Family.launch lays them out
     (each at a multiple of WORKSPACE_ALIGN), written once; the helper takes the offsets from it. Where a region
     depends on the pointers' alignment (``A_align``), the size takes it as a trailing argument whose default, 1,
     is the worst case: the size returned then serves any pointers."""
     lines = [
-        f"// Bytes of workspace launch_{fam.name}() needs for a problem (0: none). Regions: "
+        f"// Bytes of workspace {helper}() needs for a problem (0: none). Regions: "
         + "; ".join(f"{w.name} ({_clean(w.doc)})" for w in works)
         + ".",
         "// offsets (optional): each region's byte offset, (size_t)-1 where it is not used."
@@ -299,7 +356,7 @@ def _workspace_size_lines(
             if aligns
             else ""
         ),
-        f"inline size_t launch_{fam.name}_workspace_bytes({', '.join(f'int {n}' for n in ints)}, "
+        f"inline size_t {helper}_workspace_bytes({', '.join(f'int {n}' for n in ints)}, "
         "size_t* offsets = nullptr" + "".join(f", long long {n} = 1" for n in aligns) + ") {",
         "    size_t total = 0;",
     ]
@@ -317,11 +374,11 @@ def _workspace_size_lines(
     return lines + ["    return total;", "}", ""]
 
 
-def _workspace_lines(fam: Family, works: list, ints: list[str], aligns: list[str]) -> list[str]:
+def _workspace_lines(fam: Family, works: list, ints: list[str], aligns: list[str], helper: str) -> list[str]:
     ind = "    "
     lines = [
         f"{ind}size_t ws_off[{len(works)}];",
-        f"{ind}const size_t ws_need = launch_{fam.name}_workspace_bytes({', '.join([*ints, 'ws_off', *aligns])});",
+        f"{ind}const size_t ws_need = {helper}_workspace_bytes({', '.join([*ints, 'ws_off', *aligns])});",
         f"{ind}struct Owned {{  // a workspace this call allocated, freed on the stream when the call returns",
         f"{ind}    void* ptr;",
         f"{ind}    cudaStream_t stream;",
@@ -398,15 +455,38 @@ def instantiation(cfg: KernelConfig) -> str:
     return f"template __global__ void {fam.name_expression(cfg)}({types});"
 
 
-def body(cfg: KernelConfig) -> str:
-    """Kernel text (header inlined) + explicit instantiation + host helper: what NVRTC and nvcc compile."""
+def kernel_guard(family: str) -> str:
+    """The include guard of a family's kernel text in generated files (the kernel file itself is unchanged)."""
+    return f"SMEMTILE_KERNELS_{family.upper()}_CU"
+
+
+def instance_guard(cfg: KernelConfig) -> str:
+    """The guard of one configuration's explicit instantiation (a specialization is instantiated once per
+    translation unit, however many generated files of it are included)."""
+    expr = FAMILIES[cfg.family].name_expression(cfg)
+    return f"SMEMTILE_INSTANCE_{hashlib.sha256(expr.encode()).hexdigest()[:16].upper()}"
+
+
+def body(cfg: KernelConfig, *, name: str | None = None) -> str:
+    """Kernel text (header inlined) + explicit instantiation + host helper: what NVRTC and nvcc compile.
+
+    Several generated files can be ``#include``d in one translation unit: the shared header and the family's
+    kernel text are include-guarded, the instantiation is guarded by its configuration, and the launch helper is
+    ``launch_<name>()`` (the family's name unless ``name``: two configurations of one family need two names)."""
     fam = FAMILIES[cfg.family]
+    guard, inst = kernel_guard(fam.name), instance_guard(cfg)
     return "\n".join(
         [
+            f"#ifndef {guard}  // the family's kernels ({KERNELS}/{fam.file}): once per translation unit",
+            f"#define {guard}",
             inline_headers(fam.source()).rstrip(),
+            f"#endif  // {guard}",
             "",
             "// ---- instantiation ----",
+            f"#ifndef {inst}  // this configuration's instantiation: once per translation unit",
+            f"#define {inst}",
             instantiation(cfg),
+            f"#endif  // {inst}",
             "",
             "#if !defined(__CUDACC_RTC__)  // host launch helper: nvcc only",
             *(
@@ -417,7 +497,7 @@ def body(cfg: KernelConfig) -> str:
                 if fam.tensor_maps(cfg)
                 else []
             ),
-            launch_helper(cfg),
+            launch_helper(cfg, name=name),
             "#endif",
             "",
         ]
@@ -431,11 +511,19 @@ def _clean(text: str) -> str:
 
 
 def _header(
-    cfg: KernelConfig, banks, base_banks, plan: LaunchConfig, smem: int, extra: dict, origin: str
+    cfg: KernelConfig,
+    banks,
+    base_banks,
+    plan: LaunchConfig,
+    smem: int,
+    extra: dict,
+    origin: str,
+    name: str | None = None,
 ) -> str:
     from smemtile import __version__
 
     fam = FAMILIES[cfg.family]
+    helper = f"launch_{helper_name(cfg, name)}"
     frm = f" from {_clean(origin)}" if origin else ""
     auto = fam.auto_values(cfg)
     out = [
@@ -489,8 +577,12 @@ def _header(
         f"{s.kernel.split('<')[0]} grid {tuple(s.grid)} block {tuple(s.block)}" for s in plan.steps
     )
     out.append(
-        f"// Launch: {steps}; dynamic shared memory {plan.dynamic_smem_bytes} bytes (launch_{fam.name}() below)."
+        f"// Launch: {steps}; dynamic shared memory {plan.dynamic_smem_bytes} bytes ({helper}() below)."
     )
+    out += [
+        "// One translation unit may #include several generated files: the kernels and instantiations are guarded;",
+        "// two configurations of one family need two helper names (smemtile generate --name NAME: launch_NAME()).",
+    ]
     if plan.cluster != (1, 1, 1):
         out.append(
             f"// Clusters of {plan.cluster} CTAs (cudaLaunchKernelEx with cudaLaunchAttributeClusterDimension)."
@@ -500,7 +592,7 @@ def _header(
         if w.active:
             out.append(
                 f"// Workspace {w.name}: {w.nbytes} bytes at offset {w.offset} ({_clean(docs[w.name])}); "
-                f"{plan.workspace_bytes} in all (launch_{fam.name}_workspace_bytes())."
+                f"{plan.workspace_bytes} in all ({helper}_workspace_bytes())."
             )
     for t in plan.tensor_maps:
         out.append(
@@ -511,24 +603,33 @@ def _header(
 
 
 def render(
-    cfg: KernelConfig, *, baseline: KernelConfig | None = None, extra: dict | None = None, origin: str = ""
+    cfg: KernelConfig,
+    *,
+    baseline: KernelConfig | None = None,
+    extra: dict | None = None,
+    origin: str = "",
+    name: str | None = None,
 ) -> GeneratedKernel:
-    """The standalone source and launch description of ``cfg`` (``baseline``: the unfixed variant to compare)."""
+    """The standalone source and launch description of ``cfg`` (``baseline``: the unfixed variant to compare;
+    ``name``: the launch helper is ``launch_<name>()``, the family's name by default)."""
     fam = FAMILIES[cfg.family]
     plan = fam.launch(cfg)
     smem = fam.smem_bytes(cfg)
     banks = bank_table(cfg)
     base_banks = bank_table(baseline) if baseline is not None else None
     extra = dict(extra or {})
+    name = helper_name(cfg, name)
     return GeneratedKernel(
         cfg,
         fam.name_expression(cfg),
         plan,
         smem,
-        _header(cfg, banks, base_banks, plan, smem, extra, origin),
-        body(cfg),
-        launch_helper(cfg),
+        _header(cfg, banks, base_banks, plan, smem, extra, origin, name),
+        body(cfg, name=name),
+        launch_helper(cfg, name=name),
         banks,
         base_banks,
         extra,
+        "" if name == cfg.family else name,
+        origin,
     )

@@ -117,14 +117,7 @@
 
 namespace smemtile {
 
-// Element types (the bits of IEEE binary16 and bfloat16). The kernel needs no CUDA headers: a caller holding
-// __half / __nv_bfloat16 pointers passes them reinterpret_cast to these (same size and layout).
-struct f16 {
-    unsigned short bits;
-};
-struct bf16 {
-    unsigned short bits;
-};
+// Element types: smemtile::f16 and smemtile::bf16 (the raw bits, from smem_layout.cuh).
 
 template <typename X, typename Y>
 struct same_type {
@@ -192,10 +185,6 @@ __host__ __device__ constexpr bool copy_steps_exact(int threads, int cpr, int it
             if (L::offset(r + i * rows, c) != L::offset(r, c) + i * rows * L::kStride) return false;
         }
     return true;
-}
-
-__device__ __forceinline__ unsigned smem_u32(const void* p) {
-    return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
 
 // The sm_80 instructions below are guarded so that the file still parses for older targets (the kernel itself

@@ -86,9 +86,7 @@ struct SgemmShape {
     static constexpr bool kStaticSmem = kSmemBytes <= kStaticSmemBytes;
 };
 
-__device__ __forceinline__ unsigned smem_u32(const void* p) {
-    return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
+namespace sg {  // sgemm's cp.async helpers (smem_u32 is in smem_layout.cuh)
 
 // cp.async with a source size: bytes past src_bytes are zero-filled, so masked edges need no branch.
 // (Only reachable from the CP_ASYNC branch; the guard keeps sm_70/75 builds free of sm_80 PTX.)
@@ -114,6 +112,7 @@ __device__ __forceinline__ void cp_async_wait() {
 #endif
 }
 
+}  // namespace sg
 }  // namespace smemtile
 
 // Split K's preparation: C = beta * C, or exactly 0 for beta == 0 (C is not read then: NaN or garbage in C never
@@ -331,7 +330,7 @@ sgemm(int M, int N, int K, float alpha, const float* __restrict__ A, int lda, co
                     const int m = a_m + a_moff(i), k = a_k + a_koff(i);
                     const bool ok = (m0 + m < M) && (k0 + k < K);
                     const float* src = a_src + (long long)a_moff(i) * lda + (k0 + a_koff(i));
-                    smemtile::cp_async_4(as + LA::offset(k, m), ok ? src : A, ok ? 4 : 0);
+                    smemtile::sg::cp_async_4(as + LA::offset(k, m), ok ? src : A, ok ? 4 : 0);
                 }
             }
             if (b_vec) {
@@ -341,7 +340,7 @@ sgemm(int M, int N, int K, float alpha, const float* __restrict__ A, int lda, co
                     const int left = (k0 + k < K) ? N - (n0 + b_n) : 0;
                     const int bytes = left >= 4 ? 16 : (left > 0 ? left * 4 : 0);
                     const float* src = bytes ? B + (long long)(k0 + k) * ldb + (n0 + b_n) : B;
-                    smemtile::cp_async_16(bs + LB::offset(k, b_n), src, bytes);
+                    smemtile::sg::cp_async_16(bs + LB::offset(k, b_n), src, bytes);
                 }
             } else {
 #pragma unroll
@@ -350,7 +349,7 @@ sgemm(int M, int N, int K, float alpha, const float* __restrict__ A, int lda, co
                     const int k = e / BN, n = e % BN;
                     const bool ok = (k0 + k < K) && (n0 + n < N);
                     const float* src = ok ? B + (long long)(k0 + k) * ldb + (n0 + n) : B;
-                    smemtile::cp_async_4(bs + LB::offset(k, n), src, ok ? 4 : 0);
+                    smemtile::sg::cp_async_4(bs + LB::offset(k, n), src, ok ? 4 : 0);
                 }
             }
         };
@@ -375,7 +374,7 @@ sgemm(int M, int N, int K, float alpha, const float* __restrict__ A, int lda, co
                 ra[i] = *reinterpret_cast<const float4*>(a_next[i % A_PASSES] + a_koff(i));
 #pragma unroll
             for (int j = 0; j < B_VEC_PER_THREAD; ++j)
-                smemtile::cp_async_16(bs + LB::offset(b_k + b_koff(j), b_n), b_next + (long long)b_koff(j) * ldb, b_bytes);
+                smemtile::sg::cp_async_16(bs + LB::offset(b_k + b_koff(j), b_n), b_next + (long long)b_koff(j) * ldb, b_bytes);
 #pragma unroll
             for (int p = 0; p < A_PASSES; ++p) a_next[p] += BK;
             b_next += b_step;
@@ -388,16 +387,16 @@ sgemm(int M, int N, int K, float alpha, const float* __restrict__ A, int lda, co
                 issue(s, s);
                 if constexpr (A_VEC) store_a(As(s));
             }
-            smemtile::cp_async_commit();
+            smemtile::sg::cp_async_commit();
         }
         int read_slot = 0, write_slot = STAGES - 1;
         int kt = 0;
         if constexpr (!RAGGED) {  // (a RAGGED kernel is built for lda = K or ldb = N not a multiple of 4)
             for (; kt + STAGES - 1 < fast_end; ++kt) {  // steady state: unmasked, a tile issued every step
-                smemtile::cp_async_wait<STAGES - 2>();  // tile kt (this thread's copies) has landed
+                smemtile::sg::cp_async_wait<STAGES - 2>();  // tile kt (this thread's copies) has landed
                 __syncthreads();                        // all copies landed; slot write_slot no longer read
                 issue_fast(write_slot);
-                smemtile::cp_async_commit();
+                smemtile::sg::cp_async_commit();
                 compute(As(read_slot), Bs(read_slot));
                 store_a(As(write_slot));  // read from step kt + STAGES - 1 on, after later barriers
                 read_slot = (read_slot + 1 == STAGES) ? 0 : read_slot + 1;
@@ -449,7 +448,7 @@ sgemm(int M, int N, int K, float alpha, const float* __restrict__ A, int lda, co
                 if (b_vec) {
 #pragma unroll
                     for (int j = 0; j < B_VEC_PER_THREAD; ++j)
-                        smemtile::cp_async_16(bs + LB::offset(b_k + b_koff(j), b_n), b_next + (long long)b_koff(j) * ldb, b_bytes);
+                        smemtile::sg::cp_async_16(bs + LB::offset(b_k + b_koff(j), b_n), b_next + (long long)b_koff(j) * ldb, b_bytes);
                     b_next += b_step;
                 } else {
 #pragma unroll
@@ -458,17 +457,17 @@ sgemm(int M, int N, int K, float alpha, const float* __restrict__ A, int lda, co
                         const int k = BN > THREADS ? (i * THREADS) / BN : tid / BN + (i * THREADS) / BN;
                         const int c = BN > THREADS ? ((i * THREADS) % BN) / THREADS : 0;
                         const int krow = BN > THREADS ? k : (i * THREADS) / BN;  // b4_next holds tid / BN
-                        smemtile::cp_async_4(bs + LB::offset(k, tid % BN + c * THREADS), b4_next + (long long)krow * ldb + b4_col[c], 4);
+                        smemtile::sg::cp_async_4(bs + LB::offset(k, tid % BN + c * THREADS), b4_next + (long long)krow * ldb + b4_col[c], 4);
                     }
                     b4_next += b_step;
                 }
             };
             for (; kt + STAGES - 1 < K / BK; ++kt) {  // steady state: unmasked, A without float4 loads
-                smemtile::cp_async_wait<STAGES - 2>();
+                smemtile::sg::cp_async_wait<STAGES - 2>();
                 __syncthreads();
                 load_a0();
                 issue_b(Bs(write_slot));
-                smemtile::cp_async_commit();
+                smemtile::sg::cp_async_commit();
                 compute(As(read_slot), Bs(read_slot));
                 store_a0(As(write_slot));
                 read_slot = (read_slot + 1 == STAGES) ? 0 : read_slot + 1;
@@ -476,11 +475,11 @@ sgemm(int M, int N, int K, float alpha, const float* __restrict__ A, int lda, co
             }
         }
         for (; kt < k_tiles; ++kt) {  // the rest: masked copies (partial K tile, unaligned A or B), drain
-            smemtile::cp_async_wait<STAGES - 2>();  // tile kt (this thread's copies) has landed
+            smemtile::sg::cp_async_wait<STAGES - 2>();  // tile kt (this thread's copies) has landed
             __syncthreads();                        // all copies landed; slot write_slot no longer read
             const bool more = kt + STAGES - 1 < k_tiles;
             if (more) issue(kt + STAGES - 1, write_slot);
-            smemtile::cp_async_commit();
+            smemtile::sg::cp_async_commit();
             compute(As(read_slot), Bs(read_slot));
             if constexpr (A_VEC) {
                 if (more) store_a(As(write_slot));
@@ -488,7 +487,7 @@ sgemm(int M, int N, int K, float alpha, const float* __restrict__ A, int lda, co
             read_slot = (read_slot + 1 == STAGES) ? 0 : read_slot + 1;
             write_slot = (write_slot + 1 == STAGES) ? 0 : write_slot + 1;
         }
-        smemtile::cp_async_wait<0>();
+        smemtile::sg::cp_async_wait<0>();
     } else {
         float rs[A_VEC ? 1 : A_ITEMS];  // A elements (A_VEC = 0)
         float4 rb[B_VEC_PER_THREAD];

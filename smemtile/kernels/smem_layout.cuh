@@ -12,10 +12,28 @@
 //              granule (e.g. a float4 when M >= 2) stays contiguous and aligned.
 //
 // This is the same mapping as smemtile.model.layout.Layout, so the bank analysis describes this code.
-// Builds with NVRTC alone: no headers.
+// Builds with NVRTC alone: no headers. Include-guarded: several kernel files (or generated .cu files, which
+// inline this header) can be included in one translation unit.
 #pragma once
+#ifndef SMEMTILE_SMEM_LAYOUT_CUH
+#define SMEMTILE_SMEM_LAYOUT_CUH
 
 namespace smemtile {
+
+// Element types of the 16-bit float kernels (the bits of IEEE binary16 and bfloat16). The kernels need no CUDA
+// headers: a caller holding __half / __nv_bfloat16 pointers passes them reinterpret_cast to these (same size,
+// alignment and layout).
+struct alignas(2) f16 {
+    unsigned short bits;
+};
+struct alignas(2) bf16 {
+    unsigned short bits;
+};
+
+// The shared-state-space address of a generic pointer to shared memory (the operand of ldmatrix, cp.async, ...).
+__device__ __forceinline__ unsigned smem_u32(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
 
 // Statically declared __shared__ bytes ptxas accepts per kernel ("too much shared data" above); a kernel that
 // needs more declares it extern (dynamic) and the host raises MaxDynamicSharedMemorySize first.
@@ -41,3 +59,5 @@ struct SmemTile {
 };
 
 }  // namespace smemtile
+
+#endif  // SMEMTILE_SMEM_LAYOUT_CUH

@@ -60,16 +60,14 @@
 // Under the 128B swizzle every ldmatrix/stmatrix phase (8 rows x 16 B at one logical chunk) hits 8 distinct
 // 16-byte chunk positions = all 32 banks: conflict-free (`smemtile analyze` shows all four modes).
 //
-// Builds with NVRTC alone (no headers): PTX through inline asm, sm_90a for wgmma and setmaxnreg.
+// Builds with NVRTC and the shared header alone (no CUDA headers): PTX through inline asm, sm_90a for wgmma and
+// setmaxnreg.
+
+#include "smem_layout.cuh"
 
 namespace smemtile {
 
-struct alignas(2) f16 {
-    unsigned short bits;
-};
-struct alignas(2) bf16 {
-    unsigned short bits;
-};
+// smemtile::f16 / smemtile::bf16 (the raw bits) come from smem_layout.cuh.
 // CUtensorMap: 128 opaque bytes, 64-byte aligned; filled on the host by cuTensorMapEncodeTiled and passed by value
 // as a __grid_constant__ kernel parameter (the TMA unit reads it from the parameter space).
 struct alignas(64) TensorMap {
