@@ -173,9 +173,8 @@ class PreparedLaunch:
         self._copy_back: list[tuple[object, np.ndarray]] = []  # (device copy, the caller's numpy array)
         vals, types = [], []
         for k, (a, t) in enumerate(zip(args, param_types, strict=True)):
-            if a.kind == "array" and isinstance(
-                a.data, DeviceArray
-            ):  # the caller's device array: its pointer
+            if a.kind == "array" and isinstance(a.data, DeviceArray):
+                # the caller's device array: its pointer, nothing copied
                 vals.append(int(a.data.pointer))
                 types.append(ctypes.c_void_p)
                 continue
