@@ -149,17 +149,6 @@ def test_generated_file_compiles_with_nvcc(tmp_path: Path, family, params, layou
     assert int(smem[0] or 0) == launch.static_smem_bytes
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(nvcc_path() is None, reason="nvcc not installed")
-@pytest.mark.parametrize("name", sorted(FAMILIES))
-def test_kernel_files_compile_on_their_own(name):
-    """Each family's .cu is real C++: it compiles on its own (with the shared header on the include path)."""
-    fam = FAMILIES[name]
-    root = Path(__file__).resolve().parents[1] / "smemtile" / "families"
-    out = nvcc(fam.source(), ["-std=c++17", "-arch=sm_90", f"-I{root}", "-c"])
-    assert out.returncode == 0, out.stderr
-
-
 def test_sm75_register_double_buffering_builds_without_spills():
     """sm_75 has no cp.async: the register-staged path; if 128 registers spill, build() relaxes MIN_BLOCKS."""
     built = build(configure("sgemm", {}, {"As": {"pad": 4}}, "sm_75"))
