@@ -41,7 +41,7 @@ ARCH_TARGETS = (
     "sm_121f",
 )  # smemtile.model.arch.known_targets()
 AMD_TARGETS = ("gfx90a", "gfx942", "gfx950")  # smemtile.model.tiling_gpus.AMD_ARCHS
-GEMM_DTYPES = ("f32", "tf32", "f16", "bf16", "f8e4m3", "f8e5m2", "i8")  # smemtile.model.tiling.DTYPE_BYTES
+GEMM_DTYPES = ("f32", "tf32", "f16", "bf16", "f8e4m3", "f8e5m2", "i8")  # smemtile.model.dtypes.RANKED
 FAMILY_NAMES = NAMES  # the registry (smemtile.families.registry: loads no family)
 
 

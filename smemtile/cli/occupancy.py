@@ -153,15 +153,17 @@ def command(
 
 def _clusters(a, blocks: int, cluster: str, sms: str | None) -> dict:
     """Active clusters per GPU (smemtile.model.occupancy.active_clusters) for --cluster and --sms."""
+    from smemtile.model.arch import FEATURES
     from smemtile.model.occupancy import active_clusters
     from smemtile.model.tiling_gpus import get_gpu
 
     size = parse_int(cluster, "--cluster", 1)
     if size > 16:
         raise SpecError(f"{size} CTAs per cluster; at most 16 (8 portable)", key="--cluster")
-    if size > 1 and tuple(a.cc) < CLUSTER_CC:  # no silent answer for hardware without clusters
+    cc = FEATURES["clusters"][0]  # the arch table's first architecture with clusters
+    if size > 1 and tuple(a.cc) < cc:  # no silent answer for hardware without clusters
         raise SpecError(
-            f"thread-block clusters need sm_{CLUSTER_CC[0]}{CLUSTER_CC[1]} or later; the target is "
+            f"thread-block clusters need sm_{cc[0]}{cc[1]} or later; the target is "
             f"{a.name} (leave out --cluster, or give --arch sm_90)",
             key="--cluster",
         )
@@ -170,7 +172,6 @@ def _clusters(a, blocks: int, cluster: str, sms: str | None) -> dict:
     return {**active_clusters(blocks, size, n, gpu.key if sms is None else None), "sms": n}
 
 
-CLUSTER_CC = (9, 0)  # thread-block clusters (cudaLaunchAttributeClusterDimension) start with Hopper
 MAX_BATCH_ROWS = 1_000_000  # rows of one --batch (docs/spec.md, Budgets)
 CHUNK_ROWS = 20_000  # rows parsed, checked and computed at a time: memory is bounded whatever the file's size
 
