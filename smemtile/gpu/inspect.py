@@ -37,6 +37,7 @@ import numpy as np
 
 from smemtile.errors import CompileError, NoDevice, SmemtileError, SpecError
 from smemtile.fileio import write_text_atomic
+from smemtile.model.dtypes import DTYPES, PTX_DTYPES
 from smemtile.model.inspect_args import fill_array
 from smemtile.model.inspect_caller import DeviceArray
 from smemtile.model.ptx_instrument import (
@@ -71,21 +72,8 @@ class LaunchFailed(SmemtileError):
     exit_code = 1
 
 
-_PARAM_CTYPES = {
-    ".u8": ctypes.c_uint8,
-    ".s8": ctypes.c_int8,
-    ".b8": ctypes.c_uint8,
-    ".u16": ctypes.c_uint16,
-    ".s16": ctypes.c_int16,
-    ".b16": ctypes.c_uint16,
-    ".u32": ctypes.c_uint32,
-    ".s32": ctypes.c_int32,
-    ".b32": ctypes.c_uint32,
-    ".u64": ctypes.c_uint64,
-    ".s64": ctypes.c_int64,
-    ".b64": ctypes.c_uint64,
-    ".f32": ctypes.c_float,
-    ".f64": ctypes.c_double,
+_PARAM_CTYPES = {  # a PTX parameter type -> its ctypes type, from the dtype table (.f16/.bf16 travel as bits)
+    t: getattr(ctypes, DTYPES[d].ctypes) for t, d in PTX_DTYPES.items() if t not in (".f16", ".bf16")
 }
 
 

@@ -13,41 +13,11 @@ import re
 from dataclasses import dataclass
 
 from smemtile.errors import SpecError
+from smemtile.model.dtypes import C_TYPES
 from smemtile.model.expr import evaluate
 
-# C type -> (spec dtype, scalars per element)
-CTYPES = {
-    "float": ("f32", 1),
-    "double": ("f64", 1),
-    "int": ("i32", 1),
-    "unsigned": ("u32", 1),
-    "unsigned int": ("u32", 1),
-    "uint32_t": ("u32", 1),
-    "int32_t": ("i32", 1),
-    "short": ("i16", 1),
-    "unsigned short": ("u16", 1),
-    "char": ("i8", 1),
-    "signed char": ("i8", 1),
-    "unsigned char": ("u8", 1),
-    "uint8_t": ("u8", 1),
-    "int8_t": ("i8", 1),
-    "long long": ("i64", 1),
-    "unsigned long long": ("u64", 1),
-    "int64_t": ("i64", 1),
-    "uint64_t": ("u64", 1),
-    "half": ("f16", 1),
-    "__half": ("f16", 1),
-    "__nv_bfloat16": ("bf16", 1),
-    "nv_bfloat16": ("bf16", 1),
-    "__half2": ("f16", 2),
-    "half2": ("f16", 2),
-    "__nv_bfloat162": ("bf16", 2),
-    "uint16_t": ("u16", 1),
-    "int16_t": ("i16", 1),
-}
-for _base, _dt in (("float", "f32"), ("int", "i32"), ("uint", "u32"), ("double", "f64"), ("short", "i16")):
-    for _n in (2, 4):
-        CTYPES[f"{_base}{_n}"] = (_dt, _n)
+# C type -> (spec dtype, scalars per element): the dtype table's C++ spellings
+CTYPES = C_TYPES
 
 _DEFINE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)[ \t]+([^\n]+?)[ \t]*(?://.*)?$", re.M)
 _CONST = re.compile(
