@@ -13,7 +13,7 @@ time). For the call's M, N, K and the element type of its first tensor argument 
   1. drops a configuration whose shared memory cannot fit:
         smem = (BLOCK_M * BLOCK_K + BLOCK_K * BLOCK_N) * elem_bytes * num_stages  >  the arch's opt-in limit
      (232448 bytes on sm_90: ``smemtile archs``), or whose registers cannot (fp32 accumulators of the warp tile
-     plus fragments over 255 per thread, or no block fits an SM: smemtile.model.tiling_model);
+     plus fragments over 255 per thread, or no block fits an SM: smemtile.model.gemm_model);
   2. ranks the rest by the tile model's predicted time for tensor-core tiles as Triton runs them (roofline x the
      efficiency the standard Triton matmul measured on the H200, model/data/triton_h200.json). BLOCK_M / BLOCK_N
      padding waste is in that time (the grid is ceil(M/BM) x ceil(N/BN) whole tiles of work); a K that BLOCK_K
@@ -127,8 +127,8 @@ def rank(configs: Iterable[Any], M: int, N: int, K: int, dtype: Any, arch: str =
     the tile model's alone. A configuration the model cannot score (e.g. a tile that does not split over its warps
     in mma shapes) is kept after the scored ones, in the given order."""
     from smemtile.model.arch import get_arch
-    from smemtile.model.tiling import TileConfig, make_problem
-    from smemtile.model.tiling_model import evaluate
+    from smemtile.model.gemm_model import evaluate
+    from smemtile.model.gemm_tiles import TileConfig, make_problem
 
     dt = model_dtype(dtype)
     p = make_problem(M, N, K, dt, arch)
@@ -263,7 +263,7 @@ def configs_as_dicts(
     ``{"BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages"}``; every
     candidate of ``smemtile tiles M N K --format triton`` (no split K: the tutorial kernel has none) with each
     tile's stages and warps, ranked as ``prune`` ranks (the K-mask penalty included)."""
-    from smemtile.model.tiling import candidates, make_problem
+    from smemtile.model.gemm_tiles import candidates, make_problem
 
     if not isinstance(top, int) or top < 1:
         raise SpecError(f"top must be a positive integer, got {top!r}", key="top")

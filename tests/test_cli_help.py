@@ -83,7 +83,7 @@ def test_fixed_values_match_the_model_tables():
     from smemtile.cli import common
     from smemtile.families import FAMILIES
     from smemtile.model.arch import known_targets
-    from smemtile.model.tiling import DTYPE_BYTES
+    from smemtile.model.gemm_tiles import DTYPE_BYTES
     from smemtile.model.tiling_gpus import AMD_ARCHS
 
     assert list(common.ARCH_TARGETS) == known_targets()

@@ -260,15 +260,17 @@ def test_tiles_rank_the_measured_depth_first_with_the_reason():
 
 def test_calibration_file_is_what_calibrate_computes():
     """The factors are data with provenance: recomputed here from the recorded runs they cite."""
-    from bench import bench_hgemm_family as bh
+    from smemtile.families.hgemm.fit import calibrate, reproduce
     from smemtile.families.hgemm.tiles import calibration
 
-    shipped, doc = calibration(), bh.calibrate()
+    shipped, doc = calibration(), calibrate()
     assert shipped["stages"] == doc["calibration"]["stages"]
     assert shipped["latency_us"] == doc["calibration"]["latency_us"]
     assert shipped["atom_gbps"] == doc["calibration"]["atom_gbps"]
     assert all(key in shipped for key in ("gpu", "date", "commit", "sources", "method", "expected_error"))
     assert doc["stage_comparisons"]["32:3"] >= 8  # 3 vs 4 stages: phase 1 and both phase 2 runs
+    stored, refit = reproduce()
+    assert stored == refit and stored["latency_us"] == shipped["latency_us"]
 
 
 def test_tiles_rank_split_k_for_the_skinny_problem_and_specs_carry_it():

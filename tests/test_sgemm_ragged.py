@@ -68,9 +68,9 @@ SG8x8 = {"BM": 128, "BN": 64, "BK": 16, "TM": 8, "TN": 8, "STAGES": 3, "MIN_BLOC
     ],
 )
 def test_ragged_rule(params, problem, on):
-    """The family's RAGGED (template argument, last) follows tiling_model.ragged_loop, the measured rule."""
+    """The family's RAGGED (template argument, last) follows sgemm.tiles.ragged_loop, the measured rule."""
     from smemtile.families import FAMILIES
-    from smemtile.model.tiling_model import ragged_loop
+    from smemtile.families.sgemm.tiles import ragged_loop
 
     fam = FAMILIES["sgemm"]
     cfg = configure("sgemm", {**params, **problem}, PAD4, "sm_90")

@@ -12,8 +12,8 @@ import pytest
 
 from smemtile.codegen.render import launch_helper, render
 from smemtile.families import FAMILIES, configure, reconfigure
-from smemtile.model.tiling import TileConfig
-from smemtile.model.tiling_model import repack_bytes, repack_pays, simt_time
+from smemtile.families.sgemm.tiles import repack_bytes, repack_pays, simt_time
+from smemtile.model.gemm_tiles import TileConfig
 
 FAM = FAMILIES["sgemm"]
 TILE = {"BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 16, "STAGES": 2, "MIN_BLOCKS": 2}

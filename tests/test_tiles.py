@@ -16,12 +16,16 @@ from click.testing import CliRunner
 from smemtile.cli import main
 from smemtile.errors import SpecError
 from smemtile.families import FAMILIES
+from smemtile.families.sgemm.tiles import calibration as sgemm_calibration
+from smemtile.families.sgemm.tiles import params_of
+from smemtile.families.transpose.tiles import rank_transpose
+from smemtile.model.fitting import spearman
+from smemtile.model.gemm_model import load_calibration
+from smemtile.model.gemm_tiles import make_problem
 from smemtile.model.spec import spec_from_dict
-from smemtile.model.tiling import make_problem
 from smemtile.model.tiling_gpus import get_gpu
-from smemtile.model.tiling_model import load_calibration, spearman
-from smemtile.model.tiling_transpose import rank_transpose
 from smemtile.pipeline.fixes import variants
+from smemtile.pipeline.rank import rank
 from smemtile.pipeline.specs import resolve
 from smemtile.pipeline.tiles import recommend as _recommend
 from smemtile.pipeline.tiles import triton_configs, yaml_specs
@@ -82,7 +86,7 @@ def test_sgemm_space_has_16x8_and_8x16_all_stages_and_split_k():
     assert {(16, 8), (8, 16), (8, 8), (4, 8), (4, 4)} <= tiles
     fam = FAMILIES["sgemm"]
     for s in r.ranked[:20]:
-        assert fam.threads(s.cfg.sgemm_params()) == s.threads
+        assert fam.threads(params_of(s.cfg)) == s.threads
     stages = {x.cfg.stages for x in r.ranked} | {x.cfg.stages for x in r.rejected}
     assert stages == {2, 3, 4, 5}
     skinny = recommend(64, 8192, 4096)
@@ -91,7 +95,7 @@ def test_sgemm_space_has_16x8_and_8x16_all_stages_and_split_k():
 
 
 def test_calibration_files_name_their_provenance_and_hold_out_shapes():
-    d = load_calibration("sgemm_h200.json")
+    d = sgemm_calibration()
     assert d["gpu"] == "NVIDIA H200" and d["commit"] and d["date"] and d["sweeps"]
     assert all((ROOT / s).exists() for s in d["sweeps"])  # the sweeps are committed
     assert not set(d["fit_shapes"]) & set(d["held_out_shapes"])
@@ -108,7 +112,7 @@ def test_calibration_files_name_their_provenance_and_hold_out_shapes():
 def _sweep_rows():
     """Fitting rows from the calibration's sweeps; held-out rows only from its held-out sweeps (measured after
     the constants were frozen)."""
-    d = load_calibration("sgemm_h200.json")
+    d = sgemm_calibration()
     rows = {}
     for names, role in ((d["sweeps"], "fit"), (d["held_out_sweeps"], "held_out")):
         for name in names:
@@ -127,8 +131,8 @@ def _repack(params: dict) -> bool | None:
 def test_calibrated_model_ranks_the_held_out_measurements():
     """On every held-out shape of the committed H200 sweeps (never used to fit), the model's order of the
     measured configurations has Spearman >= 0.7 and its favourite is within 10% of the best measured."""
-    from smemtile.model.tiling import TileConfig
-    from smemtile.model.tiling_model import simt_time
+    from smemtile.families.sgemm.tiles import simt_time
+    from smemtile.model.gemm_tiles import TileConfig
 
     by_shape: dict[str, list] = {}
     for (shape, _), (role, r) in _sweep_rows().items():
@@ -168,10 +172,10 @@ def test_tiles_top1_was_measured_and_is_close_to_the_best():
 
     rows = _sweep_rows()
     gaps = []
-    for shape in load_calibration("sgemm_h200.json")["held_out_shapes"]:
+    for shape in sgemm_calibration()["held_out_shapes"]:
         m, n, k = map(int, shape.split("x"))
         # these sweeps predate REPACK: the ranking they measured is the one without it
-        label = cfg_label(recommend(m, n, k, repack=False).ranked[0].cfg.sgemm_params())
+        label = cfg_label(params_of(recommend(m, n, k, repack=False).ranked[0].cfg))
         assert (shape, label) in rows, f"{shape}: tiles' #1 {label} was not measured"
         best = max(r["tflops"] for (s, _), (_, r) in rows.items() if s == shape)
         gaps.append(best / rows[(shape, label)][1]["tflops"] - 1)
@@ -183,10 +187,10 @@ def test_repack_held_out_sweep_ranks_and_picks():
     #1 (REPACK auto) was measured, is within 10% of the best everywhere and within 5% on 6 of 7; the model's
     order of the measured configurations has Spearman >= 0.7 on every shape."""
     from bench.bench_kernels import cfg_label
-    from smemtile.model.tiling import TileConfig
-    from smemtile.model.tiling_model import simt_time
+    from smemtile.families.sgemm.tiles import simt_time
+    from smemtile.model.gemm_tiles import TileConfig
 
-    held = load_calibration("sgemm_h200.json")["repack"]["held_out"]
+    held = sgemm_calibration()["repack"]["held_out"]
     doc = json.loads((ROOT / held["sweeps"][0]).read_text())
     assert sorted(doc["shapes"]) == sorted(held["shapes"]) and doc["commit"] == "8930a34"
     gaps = []
@@ -211,7 +215,7 @@ def test_repack_held_out_sweep_ranks_and_picks():
             )
             pred.append(1 / simt_time(m, n, k, c, r["threads"], r["blocks_per_sm"], 132)["time"])
         assert spearman(pred, [r["tflops"] for r in rows.values()]) >= 0.7, shape
-        label = cfg_label(recommend(m, n, k).ranked[0].cfg.sgemm_params())
+        label = cfg_label(params_of(recommend(m, n, k).ranked[0].cfg))
         assert label in rows, f"{shape}: tiles' #1 {label} was not measured"
         gaps.append(max(r["tflops"] for r in rows.values()) / rows[label]["tflops"] - 1)
     assert max(gaps) <= 0.10 and sum(g <= 0.05 for g in gaps) >= 6, gaps
@@ -229,7 +233,7 @@ def test_tiles_states_prediction_and_expected_error():
     assert "sgemm_h200.json" not in out and "bench/" not in out and r.calibration["commit"] not in out
     explained = " ".join(invoke("tiles", 4096, 4096, 4096, "--top", 3, "--explain").output.split())
     assert (
-        "smemtile/model/data/sgemm_h200.json" in explained
+        "smemtile/families/sgemm/sgemm_h200.json" in explained
         and "bench/results/sweep_h200_run1.json" in explained
     )
     assert f"commit {r.calibration['commit']}" in explained and "bench/NOTES.md" in explained
@@ -347,7 +351,7 @@ def test_outputs_never_cite_shared():
 def test_generate_picks_the_model_top1_when_no_tile_is_given():
     doc = {"arch": "sm_90", "kernel": {"family": "sgemm", "M": 64, "N": 8192, "K": 4096}}
     cfg = resolve(doc).config
-    top = recommend(64, 8192, 4096).ranked[0].cfg.sgemm_params()
+    top = params_of(recommend(64, 8192, 4096).ranked[0].cfg)
     assert {k: cfg.params[k] for k in top} == top and cfg.params["SPLIT_K"] > 1
     assert any("tile model's #1" in n for n in cfg.notes)
     given = resolve({**doc, "tile": {"BM": 128, "BN": 128, "TM": 8, "TN": 8}}).config
@@ -424,7 +428,7 @@ def test_yaml_export_round_trips_through_the_spec_and_codegen():
 
 
 def test_transpose_ranking_prefers_more_bytes_in_flight_for_fp16():
-    f16 = rank_transpose(8192, 8192, "f16", "sm_90")
+    f16 = rank_transpose(8192, 8192, "f16", "sm_90", rank=rank)
     assert f16[0].tile // f16[0].block_rows >= 8
     assert f16[0].gbps >= f16[-1].gbps and len(f16) >= 3
 
@@ -519,7 +523,7 @@ def test_sizes_accept_k_suffix():
 
 @pytest.mark.parametrize("dtype", ["bf16", "f16"])
 def test_sm_90_16_bit_gemm_names_the_wgmma_family_and_its_measured_speed(dtype):
-    data = json.loads((ROOT / "smemtile" / "model" / "data" / "hopper_gemm_h200.json").read_text())
+    data = json.loads((ROOT / "smemtile" / "families" / "wgmma_gemm" / "hopper_gemm_h200.json").read_text())
     shapes = ("4096x4096x4096", "8192x8192x8192")
     wg = [data["wgmma_gemm"]["vs_cublas"][dtype][s]["vs_cublas"] for s in shapes]
     hg = [data["hgemm"]["vs_cublas"][dtype][s]["vs_cublas"] for s in shapes]

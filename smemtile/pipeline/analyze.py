@@ -335,9 +335,11 @@ def tiles_part(res: Resolved, facts: dict, built: dict) -> dict:
         cfg = res.config
         fam = FAMILIES[cfg.family]
         d["problem"] = {k: v for k, v in cfg.problem.items()}
+        from smemtile.pipeline.tiles import ranker_for
+
         try:
             keys = {k: cfg.params[k] for k in fam.problem_params}  # part of the problem (R)
-            ranker = fam.ranker({**cfg.problem, **keys}, spec.arch.base, None)
+            ranker = ranker_for(fam, {**cfg.problem, **keys}, spec.arch.base, None)
         except SmemtileError as e:
             d["missing"] = f"the {fam.name} tile model cannot rank this problem: {e}"
             return d

@@ -1,20 +1,42 @@
-"""``smemtile tiles``: the tile model's ranking with the families' rules, and its exports: ``triton.Config``
-lists, YAML specs (for generate / verify / tune / analyze) and plain dictionaries for JSON. ``tiles --family``
-with a memory-bound family (transpose, stencil2d): that family's candidates ranked by its own model. No
-printing."""
+"""``smemtile tiles``: the GEMM tile ranking of the family that generates the tiles (or the model's own), and its
+exports: ``triton.Config`` lists, YAML specs (for generate / verify / tune / analyze) and plain dictionaries for
+JSON. ``tiles --family`` with a family that ranks its own candidates (sizes other than M N K): that family's
+ranking (pipeline.tiles_family). No printing."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import yaml
 
 from smemtile.errors import SpecError
 from smemtile.families import FAMILIES
+from smemtile.families.gemm import GemmFamily, GemmTileModel
 from smemtile.model.arch import get_arch
-from smemtile.model.tiling import Problem, Scored, TileReport
-from smemtile.model.tiling import recommend as _recommend
+from smemtile.model.gemm_model import warp_tile
+from smemtile.model.gemm_tiles import Problem, Scored, TileReport
+from smemtile.pipeline.rank import rank
 
-# dtype -> the kernel family that generates (and screens) the tiles on NVIDIA
-TILE_FAMILIES = {"f32": "sgemm", "f16": "hgemm", "bf16": "hgemm"}
+
+def gemm_family(dtype, arch, vendor) -> GemmFamily | None:
+    """The family whose tiles ``tiles M N K`` ranks for this dtype and target (each GEMM family declares it:
+    ``tiles_for``); None: the model's ranking alone (AMD, tf32, fp8, int8, 16-bit before sm_80)."""
+    vend = (vendor or "nvidia").lower()
+    if vend != "nvidia" or str(arch or "").startswith("gfx"):
+        return None
+    try:
+        a = get_arch(arch or "sm_90")
+    except SpecError:
+        return None  # make_problem reports the bad arch
+    dt = str(dtype).lower()
+    return next(
+        (
+            f
+            for f in FAMILIES.values()
+            if isinstance(f, GemmFamily) and f.tile_model is not None and f.tiles_for(dt, a, vend)
+        ),
+        None,
+    )
 
 
 def recommend(
@@ -30,48 +52,45 @@ def recommend(
     triton: bool = False,
     repack: bool | None = None,
 ) -> TileReport:
-    """The ranking of ``smemtile.model.tiling.recommend``, candidates checked by the family that generates them
-    (fp32: sgemm, f16/bf16: hgemm). ``triton``: the tensor-core tiles as Triton runs them (no family's rules;
-    ranked with the Triton efficiency measured on the H200), for ``--format triton``. ``repack``: sgemm's REPACK
-    forced on or off (None: its auto rule)."""
-    if triton and str(dtype).lower() != "f32":
-        return _recommend(m, n, k, dtype, arch, vendor=vendor, gpu=gpu, sms=sms)
-    own = _own_ranking(dtype, arch, vendor)
-    if own is not None:  # a family that ranks its own configurations for this target (wgmma on sm_90a)
-        return own.tile_report(m, n, k, str(dtype).lower(), str(arch), gpu=gpu, sms=sms)
-    contract = None
-    if (
-        str(dtype).lower() in TILE_FAMILIES
-        and (vendor or "nvidia").lower() == "nvidia"
-        and not str(arch or "").startswith("gfx")
-    ):
-        try:
-            a = get_arch(arch or "sm_90")
-        except SpecError:
-            a = None  # make_problem reports the bad arch
-        if a is not None:
-            dims = {}
-            for key, v in (("M", m), ("N", n), ("K", k)):
-                try:
-                    dims[key] = max(1, int(str(v)))
-                except ValueError:
-                    dims[key] = 1  # make_problem reports it
-            contract = FAMILIES[TILE_FAMILIES[str(dtype).lower()]].tile_contract(a, dims)
-    return _recommend(m, n, k, dtype, arch, vendor=vendor, gpu=gpu, sms=sms, contract=contract, repack=repack)
-
-
-def _own_ranking(dtype, arch, vendor):
-    """The family whose ``tiles_for(dtype, arch)`` claims this target (it ranks and screens its own candidates)."""
-    if (vendor or "nvidia").lower() != "nvidia" or arch is None:
-        return None
-    return next(
+    """The GEMM ranking of ``smemtile tiles M N K``: the tiles of the family that generates them for this dtype
+    and target (:func:`gemm_family`), screened by its rules, or the model's own tensor / matrix-core tiles;
+    through the one ranking loop (smemtile.pipeline.rank). ``triton``: the tensor-core tiles as Triton runs
+    them (no family's rules; ranked with the Triton efficiency measured on the H200), for ``--format triton``.
+    ``repack``: a SIMT family's REPACK forced on or off (None: its auto rule)."""
+    dt = str(dtype).lower()
+    fam = None if (triton and dt != "f32") else gemm_family(dt, arch, vendor)
+    model = fam.tile_model(fam) if fam is not None else GemmTileModel()
+    problem = {
+        "M": m,
+        "N": n,
+        "K": k,
+        "dtype": dtype,
+        "vendor": vendor,
+        "gpu": gpu,
+        "sms": sms,
+        "repack": repack,
+    }
+    report = model.report(rank(model, problem, arch, None))
+    seam = next(
         (
-            f
+            x
             for f in FAMILIES.values()
-            if hasattr(f, "tiles_for") and f.tiles_for(str(dtype).lower(), str(arch))
+            if isinstance(f, GemmFamily) and (x := f.tiles_seam(report.problem)) is not None
         ),
         None,
     )
+    return replace(report, seam=seam) if seam is not None else report
+
+
+def ranker_for(fam, problem: dict, arch: str, gpu: str | None):
+    """``smemtile tune``'s view of ``fam``'s tile model for ``problem`` (None: the family has none), ranked
+    through the one ranking loop (a family's ``ranker`` takes it as ``rank``: that layer does not import the
+    pipeline)."""
+    import inspect
+
+    if "rank" in inspect.signature(fam.ranker).parameters:
+        return fam.ranker(problem, arch, gpu, rank=rank)
+    return fam.ranker(problem, arch, gpu)
 
 
 def command_line(p: Problem) -> str:
@@ -83,8 +102,6 @@ def triton_configs(report: TileReport, top: int) -> str:
     """A Python list of ``triton.Config`` for ``@triton.autotune(configs=...)``, best first: #1 is the one to
     use. On NVIDIA the tensor-core tiles are ranked by the roofline model times the efficiency the standard Triton
     matmul measured on the H200 (``smemtile/model/data/triton_h200.json``), which also breaks its ties."""
-    from smemtile.model.tiling import TIE_RULE
-
     p = report.problem
     cal = report.calibration or {}
     lines = [
@@ -92,17 +109,14 @@ def triton_configs(report: TileReport, top: int) -> str:
         f"top {min(top, len(report.ranked))} of {len(report.ranked)} by the smemtile tile model; #1 is the one to use"
     ]
     if p.simt:
-        lines.append(
-            "# fp32: ranked for SIMT FFMA (the sgemm family); tl.dot needs BLOCK_SIZE_K >= 16 and uses "
-            "TF32 unless input_precision='ieee'"
-        )
+        lines.append(f"# {report.texts.get('triton', 'fp32: ranked for SIMT FFMA')}")
     elif p.vendor == "nvidia":
         lines.append(
             f"# ranked by the roofline model x the efficiency measured for (tile, warps, BLOCK_SIZE_K, "
             f"num_stages) with the standard Triton matmul on the {cal.get('gpu', 'H200')} "
             f"({cal.get('sweeps', ['?'])[0]}); expected error: {cal.get('expected_error', '?')}"
         )
-        lines.append(f"# {TIE_RULE}")
+        lines.append(f"# {report.texts.get('ties', '')}")
     else:
         lines.append(
             "# AMD: the matrix-core roofline model (no measurement here); waves_per_eu by the "
@@ -136,9 +150,9 @@ def triton_configs(report: TileReport, top: int) -> str:
 
 
 def spec_doc(p: Problem, s: Scored, total: int) -> dict:
-    """A spec (YAML contract of DESIGN.md) for one candidate. fp32 on NVIDIA carries ``kernel: {family: sgemm}``,
-    f16/bf16 on sm_80+ ``kernel: {family: hgemm}`` with its swizzled buffers, so generate / verify / tune run
-    them; other tensor-core tiles (tf32, f16 before sm_80) carry their fragment reads for ``analyze``."""
+    """A spec (YAML contract of DESIGN.md) for one candidate. A tile a family generates carries that family's
+    body (``tile_spec``: ``kernel: {family: ...}`` with its own buffers), so generate / verify / tune run it; other
+    tensor-core tiles (tf32, f16 before sm_80) carry their fragment reads for ``analyze``."""
     if p.vendor != "nvidia":
         raise SpecError(
             "YAML specs describe NVIDIA kernels (the spec's arch table); use --format triton or json for AMD",
@@ -156,27 +170,15 @@ def spec_doc(p: Problem, s: Scored, total: int) -> dict:
     if owner in FAMILIES:  # a candidate the family ranked itself: its own spec body
         doc.update(FAMILIES[owner].tile_spec(p, s))
         return doc
-    if p.simt:  # the sgemm family: its buffers and accesses are its own (`smemtile analyze` prints them)
-        doc["tile"] = {"BM": c.bm, "BN": c.bn, "BK": c.bk, "TM": c.tm, "TN": c.tn}
-        doc["stages"] = c.stages
-        doc["kernel"] = {
-            "family": "sgemm",
-            "M": p.m,
-            "N": p.n,
-            "K": p.k,
-            "GROUP_M": c.group_m,
-            "MIN_BLOCKS": c.min_blocks,
-        }
-        if c.split_k > 1:  # the K slices add into C with atomics after the launch plan's C = beta * C
-            doc["kernel"]["SPLIT_K"] = c.split_k
-        return doc
-    fam = FAMILIES.get(TILE_FAMILIES.get(p.dtype, ""))
-    body = fam.tile_spec(p, s) if fam is not None and hasattr(fam, "tile_spec") else None
+    fam = gemm_family(p.dtype, p.arch, p.vendor)
+    if fam is not None and not issubclass(fam.tile_model, GemmTileModel):
+        fam = None  # that family ranks its own candidates (this tile is the generic model's)
+    body = fam.tile_spec(p, s) if fam is not None else None
     if body is not None:  # the family generates this tile: its parameters, problem and real swizzled buffers
         doc.update(body)
         return doc
-    wm = _warps_m(s)
-    wtm, wtn = c.bm // wm, c.bn // (c.warps // wm)
+    wtm, wtn = warp_tile(c.bm, c.bn, c.warps)
+    wm = c.bm // wtm
     doc["tile"] = {"BM": c.bm, "BN": c.bn, "BK": c.bk}
     doc["constants"] = {"WARPS_M": wm, "WM": wtm, "WN": wtn}
     doc["stages"] = c.stages
@@ -222,20 +224,6 @@ def spec_doc(p: Problem, s: Scored, total: int) -> dict:
     return doc
 
 
-def _warps_m(s: Scored) -> int:
-    c = s.cfg
-    ok = [
-        wm
-        for wm in (1, 2, 4, 8)
-        if c.warps % wm == 0
-        and c.bm % wm == 0
-        and (c.bm // wm) % 16 == 0
-        and c.bn % (c.warps // wm) == 0
-        and (c.bn // (c.warps // wm)) % 8 == 0
-    ]
-    return min(ok, key=lambda wm: (c.bm // wm + c.bn // (c.warps // wm), -(c.bm // wm)))
-
-
 def yaml_specs(report: TileReport, top: int) -> str:
     """A multi-document YAML stream, one spec per candidate, best first (``--top 1``: a single spec file)."""
     p = report.problem
@@ -256,12 +244,8 @@ def json_doc(report: TileReport, top: int, rejected: int) -> dict:
 
 def implied_gemm_family(dtype: str, arch: str | None, vendor: str | None) -> str | None:
     """The family ``tiles M N K`` ranks for this dtype and target (None: a model-only ranking, no family)."""
-    own = _own_ranking(str(dtype).lower(), arch, vendor)
-    if own is not None:
-        return own.name
-    if (vendor or "nvidia").lower() != "nvidia" or str(arch or "").startswith("gfx"):
-        return None
-    return TILE_FAMILIES.get(str(dtype).lower())
+    fam = gemm_family(dtype, arch, vendor)
+    return fam.name if fam is not None else None
 
 
 # ``tiles --family``: re-exported for the callers that import them from here
@@ -278,6 +262,9 @@ from smemtile.pipeline.tiles_family import (  # noqa: E402
 
 __all__ = [
     "KEY_OPTIONS",
+    "gemm_family",
+    "ranker_for",
+    "recommend",
     "FamilyTileReport",
     "family_command_line",
     "family_json_doc",

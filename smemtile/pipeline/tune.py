@@ -60,9 +60,11 @@ def family_of(doc: dict, source: str) -> str:
 @functools.cache
 def _tunable(family: str) -> bool:
     """Whether ``family`` has a tile model (asked once per process: building a ranker runs the model)."""
+    from smemtile.pipeline.tiles import ranker_for
+
     fam = FAMILIES[family]
     return (
-        fam.ranker({pk.name: pk.default for pk in fam.problem_keys if not pk.dense}, "sm_90", None)
+        ranker_for(fam, {pk.name: pk.default for pk in fam.problem_keys if not pk.dense}, "sm_90", None)
         is not None
     )
 
@@ -125,7 +127,9 @@ def plan(
     arch = arch or str(doc.get("arch", "sm_90"))
     # the template parameters a family's model reads as part of the problem (the stencil's radius R)
     keys = {k: v for k, v in family_params(doc, family).items() if k in fam.problem_params}
-    scorer = fam.ranker({**problem, **keys}, arch, gpu)
+    from smemtile.pipeline.tiles import ranker_for
+
+    scorer = ranker_for(fam, {**problem, **keys}, arch, gpu)
     out: dict[tuple, Candidate] = {}
 
     def add(params: dict, src: str) -> None:
@@ -344,7 +348,7 @@ _PREPARED: dict[str, dict] = {}
 
 def summarize(rows: list[dict]) -> dict:
     """Best configuration, measured vs model ranking (Spearman; ties reported as ties), the model's top-1."""
-    from smemtile.model.tiling_model import spearman
+    from smemtile.model.fitting import spearman
 
     ok = sorted((r for r in rows if r.get("status") == "ok"), key=lambda r: r["time_ms"])
     for i, r in enumerate(ok):

@@ -9,7 +9,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from smemtile.model.tiling import TileReport
+from smemtile.model.gemm_tiles import TileReport
 from smemtile.report.text import Fit, esc, plain, printable
 
 EXPLAIN_HINT = "sources: --explain"
@@ -47,43 +47,23 @@ def calibration_line(gpu: str | None, date: str | None, error: str, applies: boo
     return t
 
 
-HOPPER_DATA = "model/data/hopper_gemm_h200.json"  # measured wgmma_gemm and hgemm against cuBLAS on the H200
-HOPPER_SHAPES = ("4096x4096x4096", "8192x8192x8192")
-
-
 def hopper_seam(report: TileReport) -> dict | None:
-    """``--arch sm_90`` with a 16-bit GEMM ranks the mma.sync tiles (hgemm): the wgmma_gemm family needs the
-    ``sm_90a`` target. What the H200 measured for both (against cuBLAS, each in its own run), to say so in one
-    line; None for any other problem."""
-    p = report.problem
-    if p.vendor != "nvidia" or p.arch != "sm_90" or p.dtype not in ("f16", "bf16"):
-        return None
-    import json
-    from importlib import resources
-
-    d = json.loads((resources.files("smemtile") / HOPPER_DATA).read_text("utf-8"))
-    wg, hg = d["wgmma_gemm"], d["hgemm"]
-    return {
-        "family": "wgmma_gemm",
-        "arch": "sm_90a",
-        "command": f"smemtile tiles {p.m} {p.n} {p.k} --dtype {p.dtype} --arch sm_90a",
-        "shapes": list(HOPPER_SHAPES),
-        "wgmma_gemm_vs_cublas": [wg["vs_cublas"][p.dtype][s]["vs_cublas"] for s in HOPPER_SHAPES],
-        "hgemm_vs_cublas": [hg["vs_cublas"][p.dtype][s]["vs_cublas"] for s in HOPPER_SHAPES],
-        "gpu": d["gpu"],
-        "dates": [wg["date"], hg["date"]],
-        "sources": [wg["source"], hg["source"]],
-        "data": "smemtile/" + HOPPER_DATA,
-    }
+    """What a faster family one target away measured (the ranking's ``seam``, from that family's data), for one
+    line; None: nothing to say for this problem."""
+    return report.seam
 
 
 def hopper_line(seam: dict, explain: bool = False) -> list[Text]:
-    w = " / ".join(f"{x:.2f}x" for x in seam["wgmma_gemm_vs_cublas"])
-    h = " / ".join(f"{x:.2f}x" for x in seam["hgemm_vs_cublas"])
+    fam = seam["family"]
+    other = next(
+        k.removesuffix("_vs_cublas") for k in seam if k.endswith("_vs_cublas") and k != f"{fam}_vs_cublas"
+    )
+    w = " / ".join(f"{x:.2f}x" for x in seam[f"{fam}_vs_cublas"])
+    h = " / ".join(f"{x:.2f}x" for x in seam[f"{other}_vs_cublas"])
     t = Text("Hopper: ", style="bold")
     t.append(
-        f"--arch sm_90a gives the wgmma_gemm family: {w} cuBLAS (4096^3 / 8192^3, H200) vs {h} for these "
-        f"hgemm tiles ({EXPLAIN_HINT})",
+        f"--arch {seam['arch']} gives the {fam} family: {w} cuBLAS (4096^3 / 8192^3, H200) vs {h} for these "
+        f"{other} tiles ({EXPLAIN_HINT})",
         style="bold yellow",
     )
     out = [t]
@@ -113,17 +93,7 @@ def render_tiles(
         f" on {p.arch} ({g.name}: {g.sms} {unit}s, {g.peak(p.dtype):g} {ops} {p.dtype}, "
         f"{g.dram_gbps:g} GB/s, L2 {g.l2_bytes >> 20} MiB)\n"
     )
-    # a family that ranks its own configurations names them in the header
-    own = getattr(report.ranked[0].cfg, "kind_text", None) if report.ranked else None
-    kind = own or (
-        "SIMT FFMA, the sgemm family (generate / verify / tune can build these)"
-        if p.simt
-        else (
-            "MFMA (wavefront 64), model only"
-            if amd
-            else "tensor-core mma tiles (the hgemm family's where it builds them, else as Triton runs them)"
-        )
-    )
+    kind = report.texts.get("kind", "")  # the model names its tiles (and the family that builds them)
     c = report.counts
     rej = ", ".join(
         f"{v} {k.removeprefix('rejected_').replace('_', ' ')}"
@@ -228,14 +198,8 @@ def render_tiles(
                 f"{best.intensity:.0f} FLOP/B vs ridge {best.ridge:.0f}: {best.bound}-bound."
             )
         )
-        if best.repack_s > 0:
-            parts.append(
-                Text(
-                    f"K or N is not a multiple of 4: the launch first copies the unaligned operands into 16-byte rows "
-                    f"(the sgemm family's REPACK, {best.repack_s * 1e6:.0f} us of the predicted time), so the GEMM runs "
-                    "its aligned loop; the generated helper takes that workspace (launch_sgemm_workspace_bytes())."
-                )
-            )
+        if best.repack_s > 0 and report.texts.get("repack"):
+            parts.append(Text(report.texts["repack"].format(us=best.repack_s * 1e6)))
     if rejected and report.rejected:
         shown = report.rejected[:rejected]
         lines = [
@@ -246,17 +210,8 @@ def render_tiles(
             more = f" (+{x.alike - 1} alike)" if x.alike > 1 else ""
             lines.append(f"  {x.cfg.label}{more} [{x.kind.replace('_', ' ')}]: {x.reason}")
         parts.append(Text("\n".join(lines)))
-    from smemtile.model.tiling import TIE_RULE
-
-    parts.append(Text(f"Ties: {TIE_RULE}.", style="dim"))
-    parts.append(
-        Text(
-            "Model: smemtile/model/tiling.py states it (SIMT: the calibrated sgemm model; tensor cores: "
-            "roofline x measured Triton efficiency); labels: compute-bound only above the ridge, "
-            "latency-bound below it when the SMs still dominate; `--format json` has every factor.",
-            style="dim",
-        )
-    )
+    parts.append(Text(f"Ties: {report.texts.get('ties', '')}.", style="dim"))
+    parts.append(Text(report.texts.get("model", ""), style="dim"))
     return Group(*parts)
 
 

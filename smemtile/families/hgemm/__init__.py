@@ -83,7 +83,7 @@ def swizzle_for(cols: int) -> Swizzle:
 
 def register_estimate(wm: int, wn: int) -> int:
     """Registers per thread of a WM x WN warp tile: fp32 accumulators + double-buffered fragments + ~40 (the tile
-    model's estimate, smemtile.model.tiling_model; ptxas 13.0 used 226-255 for 64 x 64, bench/NOTES.md)."""
+    model's estimate, smemtile.model.gemm_model; ptxas 13.0 used 226-255 for 64 x 64, bench/NOTES.md)."""
     return wm * wn // 32 + (wm + wn) // 2 + 40
 
 
@@ -559,20 +559,24 @@ class Hgemm(GemmFamily):
         return pipeline_items(self, cfg, ptx)
 
     # ---- the tile model's view (smemtile tiles / tune) -------------------------------------------------------
-    def tile_contract(self, arch: Arch, problem: dict):
-        from smemtile.families.hgemm.tiles import tile_contract
+    tiles_help = "f16 / bf16 on sm_80+ (mma.sync; wgmma targets rank the warpgroup family)"
 
-        return tile_contract(self, arch, problem)
+    def tiles_for(self, dtype: str, arch, vendor: str = "nvidia") -> bool:
+        """f16 / bf16 on NVIDIA sm_80+ where the target has no wgmma (those rank their warpgroup kernel)."""
+        return (
+            dtype in ("f16", "bf16")
+            and vendor == "nvidia"
+            and arch.cc >= (8, 0)
+            and arch.lacks("wgmma") is not None
+        )
 
     def tile_spec(self, p, s) -> dict | None:
         from smemtile.families.hgemm.tiles import tile_spec
 
         return tile_spec(self, p, s)
 
-    def ranker(self, problem: dict, arch: str, gpu: str | None):
-        from smemtile.families.hgemm.tiles import Ranker
 
-        return Ranker(self, problem, arch, gpu)
+from smemtile.families.hgemm.tiles import HgemmTileModel  # noqa: E402  (it imports this package first)
 
-
+Hgemm.tile_model = HgemmTileModel
 FAMILY = Hgemm()

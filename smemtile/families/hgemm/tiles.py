@@ -1,15 +1,16 @@
 """The tile model's view of hgemm (``smemtile tiles --dtype f16|bf16``, ``smemtile tune``).
 
-A tensor-core candidate of the tile model (smemtile.model.tiling: BM, BN, BK, warps, stages, GROUP_SIZE_M) becomes
-hgemm parameters with the warp tile the model itself assumes (:func:`warp_tile`, the rule of
-``tiling_model._mma_resources``: the split of the warps whose WM + WN is smallest, taller on ties) and the
-kernel's conflict-free swizzles. ``tile_contract`` refuses what hgemm.cu's static_asserts refuse (BK 16, WN 8,
-uneven copies, ...), so every ranked candidate generates; ``tile_spec`` writes the spec `generate` and `verify`
-take, with MIN_BLOCKS = the blocks per SM the model counted on and SPLIT_K (fp32 C) where the model split K.
+A tensor-core candidate of the GEMM tile model (smemtile.model.gemm_tiles: BM, BN, BK, warps, stages,
+GROUP_SIZE_M) becomes hgemm parameters with the warp tile the model itself assumes (:func:`warp_tile`,
+``smemtile.model.gemm_model.warp_tile``: the split of the warps whose WM + WN is smallest, taller on ties) and the
+kernel's conflict-free swizzles. The rules (:class:`Contract`) refuse what hgemm.cu's static_asserts refuse (BK 16,
+WN 8, uneven copies, ...), so every ranked candidate generates; ``tile_spec`` writes the spec `generate` and
+`verify` take, with MIN_BLOCKS = the blocks per SM the model counted on and SPLIT_K (fp32 C) where the model split
+K. :class:`HgemmTileModel` is the family's TileModel (``Hgemm.tile_model``).
 
-The contract also carries the family's measured factors (:func:`calibration`, ``calibration_h200.yaml``, data
+The rules also carry the family's measured factors (:func:`calibration`, ``calibration_h200.yaml``, data
 with provenance, written by ``bench/bench_hgemm_family.py calibrate``), which the tile model applies to these
-tiles only (smemtile.model.tiling_model.family_calibration):
+tiles only (smemtile.model.gemm_model.family_calibration):
 
     factor              value (H200)                          from
     BK:STAGES speed     32:4 1.0, 32:5 0.993, 64:4 0.989,     median times of the same tile, shape and run
@@ -31,22 +32,12 @@ import yaml
 
 from smemtile.errors import SpecError
 from smemtile.families.base import Candidate, KernelConfig
+from smemtile.families.gemm import GemmTileModel
 from smemtile.model.arch import Arch, get_arch
+from smemtile.model.gemm_model import FamilyRules, warp_tile
 from smemtile.model.layout import Layout
 
-
-def warp_tile(bm: int, bn: int, warps: int) -> tuple[int, int] | None:
-    """(WM, WN): the tile model's split of ``warps`` over the block tile (m16 x n8 mma multiples)."""
-    ok = [
-        (bm // wm, bn // (warps // wm))
-        for wm in (1, 2, 4, 8)
-        if warps % wm == 0
-        and bm % wm == 0
-        and bn % (warps // wm) == 0
-        and (bm // wm) % 16 == 0
-        and (bn // (warps // wm)) % 8 == 0
-    ]
-    return min(ok, key=lambda t: (t[0] + t[1], -t[0])) if ok else None
+__all__ = ["Contract", "HgemmTileModel", "Ranker", "calibration", "tile_params", "tile_spec", "warp_tile"]
 
 
 def tile_params(c) -> dict:
@@ -86,9 +77,9 @@ def calibration() -> dict:
     return {**doc, "family": "hgemm", "file": f"smemtile/families/hgemm/{CALIBRATION}"}
 
 
-class Contract:
+class Contract(FamilyRules):
     """``contract(tile) -> (broken rules, threads, smem bytes)`` for the tile model; ``calibration`` carries the
-    family's measured factors (smemtile.model.tiling_model.family_calibration reads it)."""
+    family's measured factors (smemtile.model.gemm_model.family_calibration reads it)."""
 
     def __init__(self, fam, arch: Arch, problem: dict):
         self.fam, self.arch, self.problem = fam, arch, problem
@@ -122,11 +113,26 @@ class Contract:
 
 
 def tile_contract(fam, arch: Arch, problem: dict):
-    """The tile model's contract (:class:`Contract`), or None where hgemm does not run (before sm_80: the model
-    then ranks its tiles alone)."""
+    """The tile model's rules (:class:`Contract`), or None where hgemm does not run (before sm_80)."""
     if arch.cc < (8, 0):
         return None
     return Contract(fam, arch, problem)
+
+
+class HgemmTileModel(GemmTileModel):
+    """hgemm's tiles: the generic tensor-core model screened by :class:`Contract`, with its measured factors."""
+
+    def rules(self, arch: Arch, dims: dict):
+        return tile_contract(self.fam, arch, dims)
+
+    def configure(self, entry) -> KernelConfig:
+        s = getattr(getattr(entry, "pred", None), "result", entry)
+        params = {**tile_params(s.cfg), "MIN_BLOCKS": max(1, min(4, s.blocks_per_sm))}
+        problem = {"M": self.p.m, "N": self.p.n, "K": self.p.k, "dtype": self.p.dtype}
+        return _config(self.fam, params, problem, get_arch(self.p.arch), check=True)
+
+    def ranker(self, report) -> Ranker:
+        return Ranker(self, report)
 
 
 def tile_spec(fam, p, s) -> dict | None:
@@ -157,17 +163,11 @@ def tile_spec(fam, p, s) -> dict | None:
 
 
 class Ranker:
-    """The tile model's ranking of hgemm configurations for one problem (``smemtile tune``)."""
+    """The tile model's ranking of hgemm configurations for one problem (``smemtile tune``): ``top(k)`` and a
+    Candidate for any configuration (``__call__``)."""
 
-    def __init__(self, fam, problem: dict, arch: str, gpu: str | None):
-        from smemtile.model.tiling import make_problem, recommend
-
-        mnk = {k: int(problem[k]) for k in "MNK"}
-        dtype = str(problem.get("dtype", "f16"))
-        contract = fam.tile_contract(get_arch(arch), mnk)
-        self.fam = fam
-        self.p = make_problem(mnk["M"], mnk["N"], mnk["K"], dtype, arch, None, gpu, contract=contract)
-        self.report = recommend(mnk["M"], mnk["N"], mnk["K"], dtype, arch, gpu=gpu, contract=contract)
+    def __init__(self, model: HgemmTileModel, report):
+        self.model, self.fam, self.p, self.report = model, model.fam, model.p, report
         self.by_label = {s.cfg.label: s for s in self.report.ranked}
 
     def top(self, k: int) -> list[dict]:
@@ -177,8 +177,7 @@ class Ranker:
         ]
 
     def __call__(self, params: dict, src: str) -> Candidate:
-        from smemtile.model.tiling import TileConfig
-        from smemtile.model.tiling_model import evaluate
+        from smemtile.model.gemm_tiles import Scored, TileConfig
 
         full = {**self.fam.defaults(), **params}
         warps = self.fam.threads(full) // 32
@@ -196,12 +195,12 @@ class Ranker:
         same_warps = warp_tile(c.bm, c.bn, c.warps) == (full["WM"], full["WN"])
         if ranked is not None and same_warps:
             return Candidate(label, params, src, ranked.rank, ranked.tflops, ranked.reason)
-        scored, rejected = evaluate(self.p, [c])
-        if scored:
+        x = self.model.score(c)
+        if isinstance(x, Scored):
             why = (
                 "not in the model's ranking (another stages / GROUP_M of the tile ranks instead)"
                 if same_warps
                 else "the model scores the tile with its own warp split"
             )
-            return Candidate(label, params, src, None, scored[0].tflops, why)
-        return Candidate(label, params, src, None, None, rejected[0].reason if rejected else "")
+            return Candidate(label, params, src, None, x.tflops, why)
+        return Candidate(label, params, src, None, None, x.reason)

@@ -37,12 +37,10 @@ import re
 
 import numpy as np
 
-from smemtile.errors import SpecError
 from smemtile.families.base import (
     FAIL,
     NA,
     PASS,
-    Candidate,
     HostArg,
     Item,
     KernelCall,
@@ -135,7 +133,7 @@ class Sgemm(GemmFamily):
             0,
             "unaligned operands (K or N not a multiple of 4): 1 = the launch first copies them into "
             "a workspace with 16-byte rows (the GEMM then runs its aligned loop), 2 = never; 0 picks 1 where "
-            "the copy costs little against the GEMM (smemtile.model.tiling_model.repack_pays)",
+            "the copy costs little against the GEMM (smemtile.families.sgemm.tiles.repack_pays)",
             (0, 1, 2),
         ),
     )
@@ -239,7 +237,7 @@ class Sgemm(GemmFamily):
             if lay is not None and lay.swizzled and lay.swizzle.M < 2:
                 out.append(f"{b}: swizzle M={lay.swizzle.M} splits float4s; the inner loop needs M >= 2")
         if p["RAGGED"] == 1 and p["A_VEC"] and p["CP_ASYNC"]:
-            from smemtile.model.tiling_model import ragged_split_errors
+            from smemtile.families.sgemm.tiles import ragged_split_errors
 
             out += ragged_split_errors(p["BM"], p["BN"], p["BK"], self.threads(p))
         stages, cp = p["STAGES"], bool(p["CP_ASYNC"])
@@ -258,8 +256,8 @@ class Sgemm(GemmFamily):
 
     def repack(self, cfg: KernelConfig) -> bool:
         """Whether the launch repacks unaligned A (K % 4 != 0) or B (N % 4 != 0) into a workspace first
-        (REPACK 1 / 2 say so; 0 = auto follows smemtile.model.tiling_model.repack_pays, measured on the H200)."""
-        from smemtile.model.tiling_model import repack_pays
+        (REPACK 1 / 2 say so; 0 = auto follows smemtile.families.sgemm.tiles.repack_pays, measured on the H200)."""
+        from smemtile.families.sgemm.tiles import repack_pays
 
         r = cfg.params["REPACK"]
         if r:
@@ -281,9 +279,9 @@ class Sgemm(GemmFamily):
     def ragged(self, cfg: KernelConfig) -> bool:
         """Whether the kernel compiles in the unmasked 4-byte loop for unaligned whole tiles (template RAGGED):
         RAGGED 1 / 2 say so; 0 (auto) follows the tile model's rule, measured on the H200
-        (smemtile.model.tiling_model.ragged_loop: K or N not a multiple of 4, where the generated launch passes
+        (smemtile.families.sgemm.tiles.ragged_loop: K or N not a multiple of 4, where the generated launch passes
         lda = K and ldb = N, and not where it measured slower)."""
-        from smemtile.model.tiling_model import ragged_loop
+        from smemtile.families.sgemm.tiles import ragged_loop
 
         p = cfg.params
         if p["RAGGED"] or not p["A_VEC"] or not p["CP_ASYNC"]:
@@ -622,95 +620,15 @@ class Sgemm(GemmFamily):
         return items
 
     # ---- the tile model's view of this family (smemtile tiles / tune) -----------------------------------
-    def tile_contract(self, arch: Arch, problem: dict):
-        """``contract(tile) -> (broken rules, threads, smem bytes)`` for the tile model (model/tiling.py): a
-        TileConfig as this kernel would build it (MIN_BLOCKS 1, the arch's pipeline, As padded by 4)."""
-        from smemtile.families import configure
-        from smemtile.model.tiling import A_PAD_SIMT
+    tiles_help = "fp32 on NVIDIA (SIMT FFMA, the default --dtype)"
 
-        def check(c):
-            params = {
-                **c.sgemm_params(),
-                "MIN_BLOCKS": 1,
-                "SPLIT_K": 1,
-                "CP_ASYNC": int(arch.has_cp_async),
-                **problem,
-            }
-            try:
-                cfg = configure(self, params, {"As": {"pad": A_PAD_SIMT}}, arch, check=False)
-            except SpecError as e:
-                return [str(e)], 0, 0
-            bad = self.problems(cfg, accesses=False)  # violations() already rules out empty copy loops
-            return bad, self.threads(cfg.params), 0 if bad else self.smem_bytes(cfg)
+    def tiles_for(self, dtype: str, arch, vendor: str = "nvidia") -> bool:
+        return dtype == "f32" and vendor == "nvidia"
 
-        def contract(
-            c,
-        ):  # the rules depend on the tile, stages and arch, not on MIN_BLOCKS or the problem size
-            key = (arch.name, c.bm, c.bn, c.bk, c.tm, c.tn, c.stages)
-            if key not in _CONTRACTS:
-                _CONTRACTS[key] = check(c)
-            return _CONTRACTS[key]
+    def tile_spec(self, p, s) -> dict:
+        from smemtile.families.sgemm.tiles import tile_spec
 
-        return contract
-
-    def ranker(self, problem: dict, arch: str, gpu: str | None):
-        return _Ranker(self, problem, arch, gpu)
-
-
-_CONTRACTS: dict[tuple, tuple] = {}  # tile_contract's answers (pure: the same tile always gets the same one)
-
-
-class _Ranker:
-    """The tile model's ranking of sgemm configurations for one problem."""
-
-    def __init__(self, fam: Sgemm, problem: dict, arch: str, gpu: str | None):
-        from smemtile.model.arch import get_arch
-        from smemtile.model.tiling import make_problem, recommend
-
-        mnk = {k: int(problem[k]) for k in "MNK"}
-        contract = fam.tile_contract(get_arch(arch), mnk)
-        self.fam = fam
-        self.p = make_problem(mnk["M"], mnk["N"], mnk["K"], "f32", arch, None, gpu, contract=contract)
-        self.report = recommend(mnk["M"], mnk["N"], mnk["K"], "f32", arch, gpu=gpu, contract=contract)
-        self.by_label = {s.cfg.label: s for s in self.report.ranked}
-
-    def top(self, k: int) -> list[dict]:
-        return [s.cfg.sgemm_params() for s in self.report.ranked[:k]]
-
-    def __call__(self, params: dict, src: str) -> Candidate:
-        from smemtile.model.tiling import TileConfig
-        from smemtile.model.tiling_model import evaluate
-
-        full = {**self.fam.defaults(), **params}
-        threads = self.fam.threads(full)
-        c = TileConfig(
-            full["BM"],
-            full["BN"],
-            full["BK"],
-            threads // 32,
-            full["STAGES"],
-            full["GROUP_M"],
-            full["TM"],
-            full["TN"],
-            full["MIN_BLOCKS"],
-            split_k=full["SPLIT_K"],
-        )
-        label = c.label
-        ranked = self.by_label.get(c.label)
-        if ranked is not None:
-            return Candidate(label, params, src, ranked.rank, ranked.tflops, ranked.reason)
-        scored, rejected = evaluate(self.p, [c])
-        if scored:
-            return Candidate(
-                label,
-                params,
-                src,
-                None,
-                scored[0].tflops,
-                "not in the model's ranking (another "
-                "stages / GROUP_M / MIN_BLOCKS of the tile ranks instead)",
-            )
-        return Candidate(label, params, src, None, None, rejected[0].reason if rejected else "")
+        return tile_spec(self, p, s)
 
 
 _PIPELINE = (
@@ -721,4 +639,7 @@ _PIPELINE = (
 )
 
 
+from smemtile.families.sgemm.tiles import SgemmTileModel  # noqa: E402  (it imports this package first)
+
+Sgemm.tile_model = SgemmTileModel
 FAMILY = Sgemm()

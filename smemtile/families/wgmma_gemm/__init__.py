@@ -562,32 +562,32 @@ class WgmmaGemm(GemmFamily):
         return items
 
     # ---- the tile model's view (smemtile tiles --arch sm_90a --dtype bf16) ---------------------------------------
-    def tiles_for(self, dtype: str, arch: str) -> bool:
-        """Whether ``smemtile tiles`` should rank this family for ``dtype`` on ``arch`` (wgmma targets only)."""
-        from smemtile.errors import SpecError
+    tiles_help = "f16 / bf16 on sm_90a (TMA + wgmma)"
+
+    def tiles_for(self, dtype: str, arch, vendor: str = "nvidia") -> bool:
+        """Whether ``smemtile tiles`` ranks this family for ``dtype`` on ``arch`` (wgmma targets only)."""
+        return vendor == "nvidia" and dtype in T_CTYPES and arch.lacks("wgmma") is None
+
+    def tile_arch(self, arch: str) -> str:
         from smemtile.model.arch import get_arch
 
-        try:
-            a = get_arch(arch)
-        except SpecError:
-            return False
-        lacks = getattr(a, "lacks", None)
-        return dtype in T_CTYPES and lacks is not None and lacks("wgmma") is None
+        a = get_arch(arch)
+        if a.lacks("wgmma") and a.cc == (9, 0):  # asked for the plain target: rank what runs there as sm_90a
+            return a.base + "a"
+        return arch
 
-    def tile_report(self, m, n, k, dtype: str, arch: str, *, gpu: str | None = None, sms: int | None = None):
-        from smemtile.families.wgmma_gemm.tiles import tile_report
+    def tiles_seam(self, problem) -> dict | None:
+        from smemtile.families.wgmma_gemm.tiles import seam
 
-        return tile_report(self, m, n, k, dtype, arch, gpu=gpu, sms=sms)
+        return seam(self, problem)
 
     def tile_spec(self, p, s) -> dict:
         from smemtile.families.wgmma_gemm.tiles import tile_spec
 
         return tile_spec(self, p, s)
 
-    def ranker(self, problem: dict, arch: str, gpu: str | None):
-        from smemtile.families.wgmma_gemm.tiles import Ranker
 
-        return Ranker(self, problem, arch, gpu)
+from smemtile.families.wgmma_gemm.tiles import WgmmaTileModel  # noqa: E402  (it imports this package first)
 
-
+WgmmaGemm.tile_model = WgmmaTileModel
 FAMILY = WgmmaGemm()

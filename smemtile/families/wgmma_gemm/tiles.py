@@ -29,9 +29,11 @@ import math
 from dataclasses import dataclass, replace
 
 from smemtile.errors import SpecError
-from smemtile.families.base import Candidate
+from smemtile.families.base import Candidate, KernelConfig
+from smemtile.families.gemm import MODEL_TEXT, TEXTS, TIE_RULE
+from smemtile.families.tile_model import Prediction, Rejection, TieRule
+from smemtile.model.gemm_tiles import Problem, Rejected, Scored, TileConfig, TileReport
 from smemtile.model.occupancy import active_clusters
-from smemtile.model.tiling import Problem, Rejected, Scored, TileConfig, TileReport
 from smemtile.model.tiling_gpus import get_gpu
 
 SHAPES = ((128, 256, 2), (128, 128, 2), (256, 128, 2), (64, 256, 1), (128, 128, 1), (64, 128, 1))
@@ -68,13 +70,6 @@ class WgTile(TileConfig):
             f"{self.bm}x{self.bn}x{self.bk} c{self.consumers} cl{self.cluster}{'' if self.ws else ' no-ws'}"
         )
 
-    @property
-    def kind_text(self) -> str:  # the ranking's header
-        return (
-            "TMA + wgmma tiles of the wgmma_gemm family (c: consumer warpgroups, cl: CTAs per cluster; generate "
-            "/ verify / tune build them)"
-        )
-
     def params(self) -> dict:
         return {
             "BM": self.bm,
@@ -102,6 +97,7 @@ class WgTile(TileConfig):
 
 
 def candidates(fam, p: Problem, arch):
+    """(candidate, its KernelConfig, the family's broken rules) for every tile, cluster, specialisation, depth."""
     from smemtile.families import configure
 
     for bm, bn, cons in SHAPES:
@@ -191,47 +187,161 @@ def _reason(s: Scored, top: Scored) -> str:
     return "; ".join(parts)
 
 
-def tile_report(fam, m, n, k, dtype: str, arch: str, *, gpu: str | None = None, sms: int | None = None):
-    """The ranking for ``smemtile tiles`` (a TileReport, rendered like the tile model's)."""
-    from smemtile.model.arch import get_arch
-    from smemtile.model.tiling import make_problem
+KIND = (
+    "TMA + wgmma tiles of the wgmma_gemm family (c: consumer warpgroups, cl: CTAs per cluster; generate "
+    "/ verify / tune build them)"
+)
+CALIBRATION = {
+    "model": "roofline x this family's measured tile efficiency (families/wgmma_gemm/tiles.py)",
+    "file": "bench/results/wgmma_h200.json",
+    "gpu": "H200",
+    "sweeps": ["runs 1-2 (2026-11-30)"],
+    "commit": "issue 13",
+    "expected_error": "the measured order of the tilings; absolute TFLOP/s are scaled by the GPU row "
+    "(bf16 638) and read about 20 % under the measured 714 at 8192^3",
+}
 
-    a = get_arch(arch)
-    base = make_problem(m, n, k, dtype, a.base, "nvidia", gpu, sms)  # validates M, N, K, dtype; the GPU row
-    p = replace(base, arch=a.name, gpu=get_gpu(gpu, a.base, sms=sms))
-    best: dict[tuple, Scored] = {}
-    rejected: list[Rejected] = []
-    generated = 0
-    for c, cfg, bad in candidates(fam, p, a):
-        generated += 1
-        if bad:
-            kind = "shared_memory" if "shared memory" in bad[0] else "contract"
-            rejected.append(Rejected(c, kind, bad[0]))
-            continue
-        s = score(fam, p, c, cfg)
-        cur = best.get(c.shape_key())
-        if cur is None or s.time_s <= cur.time_s * (1 + 1e-9):  # ties: the later (more stages) wins
-            best[c.shape_key()] = s
-    ranked = sorted(best.values(), key=lambda s: (s.time_s, s.smem_bytes, s.cfg.label))
-    ranked = [replace(s, rank=i + 1, reason=_reason(s, ranked[0])) for i, s in enumerate(ranked)]
-    seen: dict[tuple, Rejected] = {}
-    for r in rejected:  # one entry per shape and reason
-        key = (r.cfg.shape_key(), r.reason)
-        seen[key] = r if key not in seen else replace(seen[key], alike=seen[key].alike + 1)
-    rej = sorted(seen.values(), key=lambda r: (r.kind, r.cfg.label))
-    counts = {"generated": generated, "ranked": len(ranked), "rejected": len(rejected)}
-    for r in rej:
-        counts[f"rejected_{r.kind}"] = counts.get(f"rejected_{r.kind}", 0) + r.alike
-    cal = {
-        "model": "roofline x this family's measured tile efficiency (families/wgmma_gemm/tiles.py)",
-        "file": "bench/results/wgmma_h200.json",
-        "gpu": "H200",
-        "sweeps": ["runs 1-2 (2026-11-30)"],
-        "commit": "issue 13",
-        "expected_error": "the measured order of the tilings; absolute TFLOP/s are scaled by the GPU row "
-        "(bf16 638) and read about 20 % under the measured 714 at 8192^3",
+
+class WgmmaTileModel:
+    """wgmma_gemm's TileModel: its candidates screened by its own rules, timed by :func:`score`; one entry per
+    (tile, cluster, warp specialisation), of equal times the one with more stages; the order: predicted time,
+    then less shared memory, then the label (chain rule, band 0)."""
+
+    tie_rule = TieRule(0.0, "chain", "ties: less shared memory, then the label; of one shape, more stages")
+    options = ()
+
+    def __init__(self, fam):
+        self.fam = fam
+        self.p = None
+        self._cfgs: dict = {}
+
+    def problem(self, problem: dict, arch):
+        from smemtile.model.arch import get_arch
+        from smemtile.model.gemm_tiles import make_problem
+
+        a = get_arch(arch)
+        gpu, sms = problem.get("gpu"), problem.get("sms")
+        m, n, k = (problem[x] for x in "MNK")
+        base = make_problem(
+            m, n, k, problem.get("dtype", "bf16"), a.base, "nvidia", gpu, sms
+        )  # validates; GPU row
+        return replace(base, arch=a.name, gpu=get_gpu(gpu, a.base, sms=sms)), a
+
+    def space(self, problem: dict, arch) -> list:
+        self.p, a = self.problem(problem, arch)
+        out = []
+        for c, cfg, bad in candidates(self.fam, self.p, a):
+            self._cfgs[c] = (cfg, bad)
+            out.append(c)
+        return out
+
+    def screen(self, c) -> Rejection | None:
+        bad = self._cfgs[c][1]
+        if not bad:
+            return None
+        kind = "shared_memory" if "shared memory" in bad[0] else "contract"
+        return Rejection(kind, bad[0], Rejected(c, kind, bad[0]))
+
+    def predict(self, c, gpu) -> Prediction:
+        s = score(self.fam, self.p, c, self._cfgs[c][0])
+        return Prediction(s.time_s, tie=(s.smem_bytes, c.label), pick=(-c.stages,), result=s)
+
+    def shape_key(self, c) -> tuple:
+        return c.shape_key()
+
+    def explain(self, entry, top, ranked) -> str:
+        s = entry.pred.result
+        return _reason(s, s if entry.rank == 1 else top.pred.result)
+
+    def provenance(self) -> dict:
+        return dict(CALIBRATION)
+
+    def report(self, ranking) -> TileReport:
+        ranked = [replace(e.pred.result, rank=e.rank, reason=e.reason) for e in ranking.ranked]
+        rejected = [r.rejection.result for r in ranking.rejected]
+        seen: dict[tuple, Rejected] = {}
+        for r in rejected:  # one entry per shape and reason
+            key = (r.cfg.shape_key(), r.reason)
+            seen[key] = r if key not in seen else replace(seen[key], alike=seen[key].alike + 1)
+        rej = sorted(seen.values(), key=lambda r: (r.kind, r.cfg.label))
+        counts = {"generated": ranking.counts["generated"], "ranked": len(ranked), "rejected": len(rejected)}
+        for r in rej:
+            counts[f"rejected_{r.kind}"] = counts.get(f"rejected_{r.kind}", 0) + r.alike
+        return TileReport(
+            self.p,
+            tuple(ranked),
+            tuple(rej),
+            counts,
+            dict(ranking.provenance),
+            family=self.fam.name,
+            model_text=MODEL_TEXT,
+            texts={"kind": KIND, "ties": TIE_RULE, "model": TEXTS["model"]},
+        )
+
+    def report_of(self, problem: dict, arch):
+        """TEMPORARY bridge for ``Family.ranker`` callers that do not pass the ranking loop (see
+        GemmTileModel.report_of): the same report, ordered by (time, shared memory, label)."""
+        from smemtile.families.tile_model import Ranked, Ranking
+        from smemtile.families.tile_model import Rejected as Rej
+
+        cands = self.space(problem, arch)
+        best: dict = {}
+        rejected = []
+        for i, c in enumerate(cands):
+            why = self.screen(c)
+            if why is not None:
+                rejected.append(Rej(c, why))
+                continue
+            e = Ranked(c, self.predict(c, None), index=i)
+            cur = best.get(c.shape_key())
+            if cur is None or e.pred.time_s <= cur.pred.time_s:  # ties: the later (more stages) wins
+                best[c.shape_key()] = e
+        ranked = sorted(best.values(), key=lambda e: (e.pred.time_s, e.pred.result.smem_bytes, e.cand.label))
+        numbered = [Ranked(e.cand, e.pred, n + 1, "", e.index) for n, e in enumerate(ranked)]
+        out = tuple(
+            Ranked(e.cand, e.pred, e.rank, self.explain(e, numbered[0], numbered), e.index) for e in numbered
+        )
+        return self.report(Ranking(out, tuple(rejected), (), {"generated": len(cands)}, self.provenance()))
+
+    def configure(self, entry) -> KernelConfig:
+        from smemtile.families import configure
+        from smemtile.model.arch import get_arch
+
+        s = getattr(getattr(entry, "pred", None), "result", entry)
+        problem = {"M": self.p.m, "N": self.p.n, "K": self.p.k, "dtype": self.p.dtype}
+        return configure(self.fam, {**s.cfg.params(), **problem}, {}, get_arch(self.p.arch))
+
+    def ranker(self, report) -> Ranker:
+        return Ranker(self, report)
+
+
+HOPPER_DATA = "hopper_gemm_h200.json"  # measured wgmma_gemm and hgemm against cuBLAS on the H200
+HOPPER_SHAPES = ("4096x4096x4096", "8192x8192x8192")
+
+
+def seam(fam, p: Problem) -> dict | None:
+    """``--arch sm_90`` with a 16-bit GEMM ranks the mma.sync tiles (hgemm): this family needs the ``sm_90a``
+    target. What the H200 measured for both (against cuBLAS, each in its own run), to say so in one line; None
+    for any other problem."""
+    if p.vendor != "nvidia" or p.arch != "sm_90" or p.dtype not in ("f16", "bf16"):
+        return None
+    import json
+    from importlib import resources
+
+    d = json.loads(resources.files(__package__).joinpath(HOPPER_DATA).read_text("utf-8"))
+    wg, hg = d["wgmma_gemm"], d["hgemm"]
+    return {
+        "family": fam.name,
+        "arch": "sm_90a",
+        "command": f"smemtile tiles {p.m} {p.n} {p.k} --dtype {p.dtype} --arch sm_90a",
+        "shapes": list(HOPPER_SHAPES),
+        "wgmma_gemm_vs_cublas": [wg["vs_cublas"][p.dtype][s]["vs_cublas"] for s in HOPPER_SHAPES],
+        "hgemm_vs_cublas": [hg["vs_cublas"][p.dtype][s]["vs_cublas"] for s in HOPPER_SHAPES],
+        "gpu": d["gpu"],
+        "dates": [wg["date"], hg["date"]],
+        "sources": [wg["source"], hg["source"]],
+        "data": f"smemtile/families/wgmma_gemm/{HOPPER_DATA}",
     }
-    return TileReport(p, tuple(ranked), tuple(rej), counts, cal)
 
 
 def tile_spec(fam, p: Problem, s: Scored) -> dict:
@@ -257,16 +367,8 @@ def tile_spec(fam, p: Problem, s: Scored) -> dict:
 class Ranker:
     """``smemtile tune``'s view: the model's top configurations and a score for any given one."""
 
-    def __init__(self, fam, problem: dict, arch: str, gpu: str | None):
-        self.fam = fam
-        from smemtile.model.arch import get_arch
-
-        a = get_arch(arch)
-        if a.lacks("wgmma") and a.cc == (9, 0):  # asked for the plain target: rank what runs there as sm_90a
-            arch = a.base + "a"
-        self.report = tile_report(
-            fam, problem["M"], problem["N"], problem["K"], problem.get("dtype", "bf16"), arch, gpu=gpu
-        )
+    def __init__(self, model: WgmmaTileModel, report):
+        self.model, self.fam, self.report = model, model.fam, report
         self.by_key = {s.cfg.params().__repr__(): s for s in self.report.ranked}
 
     def top(self, k: int) -> list[dict]:

@@ -1,31 +1,20 @@
-"""Block-tile recommendations for a GEMM ``C[M,N] = A[M,K] @ B[K,N]``: candidates, pruning with reasons, a
-stated performance model, a ranking. Pure Python + numpy (no CUDA, no printing).
+"""Block-tile recommendations for a GEMM ``C[M,N] = A[M,K] @ B[K,N]``: the problem, the candidates' knobs, the
+scored and rejected candidates and the report they make. Pure Python + numpy (no CUDA, no printing); the model's
+arithmetic is :mod:`smemtile.model.gemm_model`; a family that generates the tiles brings its rules (and, for SIMT
+fp32, its own calibrated model) from its folder, and the one ranking loop (``smemtile.pipeline.rank``) orders them.
 
-Candidates
-    NVIDIA fp32: every configuration of the ``sgemm`` family the model can score (SIMT FFMA, register tile
-    TM x TN in {4, 8, 16}^2 up to 128 accumulators, 16x8 and 8x16 included; 2-8 warps; BK 8/16/32; 2-5 stages;
-    MIN_BLOCKS 1-4; split K 2/4/8/16 when the grid is under two blocks per SM), each checked against the
-    family's own rules (``Problem.contract``, given by the caller: the model imports no family), so every
-    survivor compiles. Other dtypes (tf32, f16, bf16, fp8 e4m3/e5m2, int8) and AMD: tensor/matrix-core tiles
-    as Triton runs them (BM, BN multiples of the mma shape, BK >= the mma K: 8 tf32, 16 f16/bf16, 32 fp8/int8;
-    AMD >= 32), num_warps {2, 4, 8} (AMD: wavefronts of 64), num_stages 2-5 with cp.async (1-3 on AMD), split K
-    when under one wave, GROUP_SIZE_M 8; exported as ``triton.Config``. A dtype the architecture or the GPU
-    row lacks (bf16 / tf32 before sm_80, fp8 before sm_89, int8 mma before sm_75) is refused.
+Candidates (model only: tensor/matrix-core tiles as Triton runs them; tf32, f16, bf16, fp8 e4m3/e5m2, int8, AMD):
+    BM, BN multiples of the mma shape, BK >= the mma K (8 tf32, 16 f16/bf16, 32 fp8/int8; AMD >= 32), num_warps
+    {2, 4, 8} (AMD: wavefronts of 64), num_stages 2-5 with cp.async (1-3 on AMD), split K when under one wave,
+    GROUP_SIZE_M 8; exported as ``triton.Config``. A dtype the architecture or the GPU row lacks (bf16 / tf32
+    before sm_80, fp8 before sm_89, int8 mma before sm_75) is refused. fp32 on NVIDIA (SIMT FFMA) is ranked by
+    the family that generates it, with its own candidates and calibration.
 
-Models (one predicted time per candidate, hence TFLOP/s; every factor is reported)
-    SIMT (``tiling_model.simt_time``): the calibrated sgemm model, constants in ``model/data/sgemm_h200.json``
-    (fitted on measured sweeps, held-out shapes never used; its file names the GPU, sweep and commit, and
-    the expected error ``smemtile tiles`` prints). Per K tile a block issues BK * (TM*TN FFMA + LDS) + copy
-    instructions per warp; the SM runs b blocks: issue cycles x (1 + phi / (warps per scheduler^q * ILP^r)),
-    against the shared-memory wavefronts (the bank model's 2 per LDS.128), + a barrier per tile; floors from
-    the global-load latency; waves (full rounds of b blocks per SM, the last round with fewer); a register
-    squeeze penalty when __launch_bounds__ caps ptxas below the estimated need; split K's atomics and prepare
-    launch.
-    Tensor core / matrix core (``tiling_model``): t = max(t_sm, t_dram, t_l2) + 15% of the other two + 3 us;
-    t_sm from waves x occupancy x inner-loop efficiency (mma vs ldmatrix + copy bytes at 128 B/clk/SM) x
-    latency hiding; on NVIDIA divided by the efficiency measured for the tile, BK, stages and warps with the
-    standard Triton matmul on the H200 (``model/data/triton_h200.json``), which also breaks the model's ties.
-    t_dram: bytes in the GROUP_SIZE_M launch order; t_l2: L2 -> SM bytes.
+Model (tensor core / matrix core, :mod:`smemtile.model.gemm_model`): t = max(t_sm, t_dram, t_l2) + 15% of the
+    other two + 3 us; t_sm from waves x occupancy x inner-loop efficiency (mma vs ldmatrix + copy bytes at 128
+    B/clk/SM) x latency hiding; on NVIDIA divided by the efficiency measured for the tile, BK, stages and warps
+    with the standard Triton matmul on the H200 (``model/data/triton_h200.json``), which also breaks the model's
+    ties. t_dram: bytes in the GROUP_SIZE_M launch order; t_l2: L2 -> SM bytes.
     Labels: compute-bound only when the SM time dominates and the intensity is above the ridge; latency-bound
     when the SM time dominates below the ridge (too few tiles or warps to stream memory at full rate);
     memory-bound (DRAM or L2) when that time dominates.
@@ -50,13 +39,11 @@ GROUPS = (8,)  # GROUP_SIZE_M: 8 (the Triton tutorial's); the DRAM model also re
 WARPS = (2, 4, 8)
 SPLITS = (2, 4, 8, 16)  # K slices tried when the grid is under two blocks per SM (one wave for mma tiles)
 MIN_K_STEPS_PER_SLICE = 8  # a K slice keeps at least this many BK steps (the pipeline needs a few to fill)
-SIMT_THREAD_TILES = ((4, 4), (4, 8), (8, 4), (8, 8), (8, 16), (16, 8))
 LAUNCH_S = 3e-6
 MEM_LATENCY_S = 600e-9
 OVERLAP = 0.15
 MMA_W_SAT, MMA_X = 8, 0.5
 SMEM_BYTES_PER_CLK = 128  # shared memory / LDS: 32 banks x 4 bytes per clock
-A_PAD_SIMT = 4  # floats per As row: the fix search's layout for the sgemm kernel (transposing A copies)
 
 
 @dataclass(frozen=True)
@@ -68,14 +55,15 @@ class Problem:
     arch: str
     vendor: str
     gpu: GpuPeak
-    # SIMT candidates: the sgemm family's rules, ``contract(tile) -> (broken rules, threads, smem bytes)``
+    # the generating family's rules (smemtile.model.gemm_model.FamilyRules): ``contract(tile) -> (broken rules,
+    # threads, smem bytes)``, its measured factors, and for SIMT its own resources and timing; None: model only
     contract: Callable | None = field(default=None, compare=False, repr=False)
-    # SIMT: whether the launch repacks unaligned A / B first (sgemm's REPACK); None = the family's auto rule
+    # SIMT: whether the launch repacks unaligned A / B first (the family's REPACK); None = the family's auto rule
     repack: bool | None = None
 
     @property
     def simt(self) -> bool:
-        """fp32 on NVIDIA: the sgemm family's FFMA kernel (no tensor cores)."""
+        """fp32 on NVIDIA: a SIMT FFMA kernel (no tensor cores)."""
         return self.dtype == "f32" and self.vendor == "nvidia"
 
     @property
@@ -104,7 +92,8 @@ class Problem:
 
 @dataclass(frozen=True)
 class TileConfig:
-    """The knobs of one candidate. SIMT candidates also carry TM, TN and MIN_BLOCKS (sgemm template)."""
+    """The knobs of one candidate. SIMT candidates also carry TM, TN and MIN_BLOCKS (a thread's register tile and
+    the blocks per SM its __launch_bounds__ asks for)."""
 
     bm: int
     bn: int
@@ -115,7 +104,7 @@ class TileConfig:
     tm: int = 0
     tn: int = 0
     min_blocks: int = 0
-    waves_per_eu: int = 0  # AMD hint (waves per SIMD): from the memory/compute-bound rule (tiling_model)
+    waves_per_eu: int = 0  # AMD hint (waves per SIMD): from the memory/compute-bound rule (gemm_model)
     split_k: int = 1  # K slices added into C (sgemm SPLIT_K with atomics; Triton: a split-K kernel)
 
     def shape_key(self) -> tuple:
@@ -127,22 +116,6 @@ class TileConfig:
         split = f" splitk{self.split_k}" if self.split_k > 1 else ""
         mb = f" mb{self.min_blocks}" if self.tm and self.min_blocks else ""
         return f"{self.bm}x{self.bn}x{self.bk}{reg} w{self.warps} s{self.stages} g{self.group_m}{mb}{split}"
-
-    def sgemm_params(self) -> dict:
-        """Template parameters of the sgemm family (SIMT candidates only)."""
-        d = {
-            "BM": self.bm,
-            "BN": self.bn,
-            "BK": self.bk,
-            "TM": self.tm,
-            "TN": self.tn,
-            "STAGES": self.stages,
-            "GROUP_M": self.group_m,
-            "MIN_BLOCKS": self.min_blocks,
-        }
-        if self.split_k > 1:
-            d["SPLIT_K"] = self.split_k
-        return d
 
     def to_dict(self) -> dict:
         return {
@@ -216,13 +189,17 @@ class TileReport:
     rejected: tuple[Rejected, ...]
     counts: dict = field(default_factory=dict)
     calibration: dict = field(default_factory=dict)  # the model's provenance and expected error
+    family: str | None = None  # the family that generates the ranked tiles (None: the model's ranking only)
+    model_text: dict = field(default_factory=dict)  # the model's stated formulas (JSON "model")
+    texts: dict = field(
+        default_factory=dict
+    )  # the ranking's words for the table: kind, tie rule, model, repack
+    seam: dict | None = None  # a faster family one target away (what it measured), for one line
 
     def to_dict(self, top: int | None = None, rejected: int | None = None) -> dict:
-        from smemtile.model.tiling_model import MODEL_TEXT
-
         return {
             "problem": self.problem.to_dict(),
-            "model": MODEL_TEXT,
+            "model": dict(self.model_text),
             "calibration": dict(self.calibration),
             "counts": dict(self.counts),
             "candidates": [s.to_dict() for s in self.ranked[:top]],
@@ -298,99 +275,17 @@ def _arch_name(arch: str, vendor: str) -> str:
     return get_arch(text).name
 
 
-def recommend(
-    m,
-    n,
-    k,
-    dtype: str = "f32",
-    arch: str | None = None,
-    *,
-    vendor: str | None = None,
-    gpu: str | None = None,
-    sms: int | None = None,
-    contract: Callable | None = None,
-    repack: bool | None = None,
-) -> TileReport:
-    """Every candidate for the problem, ranked by the model's predicted time; rejected ones with reasons.
-    ``contract`` checks SIMT candidates against the sgemm family (smemtile.pipeline.tiles passes it);
-    ``repack`` forces sgemm's REPACK on or off (None: its auto rule)."""
-    from smemtile.model.tiling_model import calibration_info, evaluate, explain
-
-    p = replace(make_problem(m, n, k, dtype, arch, vendor, gpu, sms, contract), repack=repack)
-    cands = list(candidates(p))
-    scored, rejected = evaluate(p, cands)
-    if len({s.cfg.shape_key() for s in scored}) < 3:  # a tiny problem: (nearly) every tile overhangs
-        scored, rejected = evaluate(p, cands, prune_padding=False)
-    best: dict[tuple, Scored] = {}
-    for (
-        s
-    ) in scored:  # one entry per tile shape: the best stages / MIN_BLOCKS (ties: the stated rule, _better)
-        key = s.cfg.shape_key()
-        cur = best.get(key)
-        if cur is None or _better(s, cur):
-            best[key] = s
-    rejected = _dedupe(rejected)
-    dominated: dict[tuple, Rejected] = {}
-    for s in scored:
-        top = best[s.cfg.shape_key()]
-        if s is not top:
-            key = s.cfg.shape_key()
-            if key in dominated:
-                dominated[key] = replace(dominated[key], alike=dominated[key].alike + 1)
-            else:
-                dominated[key] = Rejected(
-                    s.cfg,
-                    "dominated",
-                    f"same tile as {top.cfg.label}, which the model "
-                    f"predicts faster or ties and wins by the stated rule",
-                )
-    ranked = sorted(best.values(), key=_order)
-    ranked = [replace(s, rank=i + 1, reason=explain(s, ranked[0], p, ranked)) for i, s in enumerate(ranked)]
-    order = {
-        "shared_memory": 0,
-        "registers": 1,
-        "occupancy": 2,
-        "contract": 3,
-        "mma_shape": 4,
-        "padding": 5,
-        "stages": 6,
-        "dominated": 7,
-    }
-    rej = sorted(
-        rejected + list(dominated.values()),
-        key=lambda r: (order.get(r.kind, 9), -r.cfg.bm * r.cfg.bn, r.cfg.label),
-    )
-    counts = {
-        "generated": len(cands),
-        "ranked": len(ranked),
-        "rejected": sum(r.alike for r in rej),
-        "rejected_shapes": len(rej),
-    }
-    for r in rej:
-        counts[f"rejected_{r.kind}"] = counts.get(f"rejected_{r.kind}", 0) + r.alike
-    assert counts["generated"] == counts["ranked"] + counts["rejected"], counts
-    return TileReport(p, tuple(ranked), tuple(rej), counts, calibration_info(p))
+def order_key(s: Scored) -> tuple:
+    """Predicted time in 0.5 % steps, then the tie rule: what measured faster (``measured_eff``), fewer stages,
+    less shared memory, the label (the ranking loop's bucket rule with ``tie_key``)."""
+    return (round(math.log(s.time_s) / math.log(1.005)), *tie_key(s))
 
 
-TIE_RULE = (
-    "ties (within 0.5% predicted) go to what measured faster on the H200 (sgemm: the tile's measured "
-    "speed on the fitting shapes, unmeasured tiles last; mma: the calibrated tile / BK / stages / warps "
-    "efficiency), then fewer stages, then less shared memory"
-)
+def tie_key(s: Scored) -> tuple:
+    return (-s.measured_eff, s.cfg.stages, s.smem_bytes, s.cfg.label)
 
 
-def _order(s: Scored) -> tuple:
-    """Predicted time, with ties within 0.5% broken by the stated rule (TIE_RULE)."""
-    return (
-        round(math.log(s.time_s) / math.log(1.005)),
-        -s.measured_eff,
-        s.cfg.stages,
-        s.smem_bytes,
-        s.cfg.label,
-    )
-
-
-def _dedupe(rejected: list[Rejected]) -> list[Rejected]:
+def dedupe(rejected: list[Rejected]) -> list[Rejected]:
     """One entry per tile shape and reason; ``alike`` counts the stages / group variants it stands for."""
     seen: dict[tuple, Rejected] = {}
     for r in rejected:
@@ -400,32 +295,11 @@ def _dedupe(rejected: list[Rejected]) -> list[Rejected]:
     return list(seen.values())
 
 
-def _better(a: Scored, b: Scored) -> bool:
-    return _order(a) < _order(b)
-
-
 def candidates(p: Problem):
-    """The raw space (before any pruning), as TileConfig values."""
+    """The raw space of tensor / matrix-core tiles (before any pruning), as TileConfig values."""
     amd = p.vendor == "amd"
     if p.simt:
-        from smemtile.model.arch import get_arch
-
-        cp = get_arch(p.arch).has_cp_async
-        stages = (2, 3, 4, 5) if cp else (2,)
-        for bm in (32, 64, 128, 256):
-            for bn in (32, 64, 128, 256):
-                for tm, tn in SIMT_THREAD_TILES:
-                    if bm % (4 * tm) or bn % (8 * tn):
-                        continue
-                    threads = bm * bn // (tm * tn)
-                    if threads // 32 not in WARPS or threads % 32:
-                        continue
-                    for bk in (8, 16, 32):
-                        for z in _splits(p, bm, bn, bk, p.gpu.sms * 2):
-                            for s in stages:
-                                for mb in _min_blocks(threads):
-                                    yield TileConfig(bm, bn, bk, threads // 32, s, 8, tm, tn, mb, split_k=z)
-        return
+        raise ValueError("SIMT fp32 candidates are the generating family's (its tile model enumerates them)")
     if amd:
         bks, stages = tuple(b for b in (32, 64, 128) if b >= MMA_K.get(p.dtype, 32)), (1, 2, 3)
     else:
@@ -436,14 +310,14 @@ def candidates(p: Problem):
     for bm in (16, 32, 64, 128, 256):
         for bn in (16, 32, 64, 128, 256):
             for bk in bks:
-                for z in _splits(p, bm, bn, bk, p.gpu.sms):
+                for z in splits(p, bm, bn, bk, p.gpu.sms):
                     for w in WARPS:
                         for s in stages:
                             for g in GROUPS:
                                 yield TileConfig(bm, bn, bk, w, s, g, split_k=z)
 
 
-def _min_blocks(threads: int) -> list[int]:
+def min_blocks_values(threads: int) -> list[int]:
     """MIN_BLOCKS values that give ptxas different register caps (of equal caps, the largest: the same code)."""
 
     def cap(mb: int) -> int:
@@ -452,7 +326,7 @@ def _min_blocks(threads: int) -> list[int]:
     return [mb for mb in (1, 2, 3, 4) if mb == 4 or cap(mb) != cap(mb + 1)]
 
 
-def _splits(p: Problem, bm: int, bn: int, bk: int, under: int) -> list[int]:
+def splits(p: Problem, bm: int, bn: int, bk: int, under: int) -> list[int]:
     """1, and the split-K factors when the grid has fewer than ``under`` tiles (and each slice keeps
     MIN_K_STEPS_PER_SLICE K steps)."""
     tiles = math.ceil(p.m / bm) * math.ceil(p.n / bn)

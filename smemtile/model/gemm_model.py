@@ -1,6 +1,9 @@
-"""The tile model's arithmetic: per-candidate resources, pruning with reasons, occupancy, predicted time, and
-the sentence that explains each rank. The formulas are stated in ``smemtile.model.tiling``'s docstring; the
-calibrated constants are data (``smemtile/model/data/*.json``, each naming its GPU, sweep and commit)."""
+"""The GEMM tile model's arithmetic: per-candidate resources, pruning with reasons, occupancy, predicted time, and
+the sentence that explains each rank. The formulas are stated in ``smemtile.model.gemm_tiles``' docstring; the
+Triton calibration is data (``smemtile/model/data/triton_h200.json``, naming its GPU, sweep and commit).
+
+A family that generates the tiles plugs in through :class:`FamilyRules` (its rules, its measured factors and, for
+SIMT fp32 kernels, its own resources, timing and calibration); this module names no family."""
 
 from __future__ import annotations
 
@@ -9,8 +12,7 @@ import math
 import numpy as np
 
 from smemtile.model.data_files import read_data
-from smemtile.model.tiling import (
-    A_PAD_SIMT,
+from smemtile.model.gemm_tiles import (
     LAUNCH_S,
     MEM_LATENCY_S,
     MMA_W_SAT,
@@ -24,20 +26,16 @@ from smemtile.model.tiling import (
 )
 from smemtile.model.tiling_gpus import AMD_ARCHS
 
-MAX_SQUEEZE = 0.3  # a __launch_bounds__ cap more than 30% under the estimated need spills: rejected
-
-MODEL_TEXT = {
-    "simt": "calibrated sgemm model (model/data/sgemm_h200.json): per K tile issue cycles x (1 + phi / "
-    "(warps per scheduler^q * ILP^r)) vs shared-memory wavefronts, + barrier / blocks, latency floors, waves "
-    "of b blocks per SM, register-squeeze penalty, split K's atomics",
+# the model's stated formulas (JSON "model"), before and after a generating family's factors
+MMA_TEXT_HEAD = {
     "predicts": f"mma: time = max(t_sm, t_dram, t_l2) + {OVERLAP} x (the other two) + 3 us, t_sm / the measured "
     "efficiency of (tile, BK, stages, warps) (model/data/triton_h200.json); score = useful TFLOP/s",
     "t_sm": "busiest SM runs ceil(tiles/SMs) tiles, b at a time: sum of rounds r * t_tile / eff(r)",
     "eff": f"mma: min(1, warps/{MMA_W_SAT})**{MMA_X}, capped by Little's law on (stages-1) tiles in flight vs "
     f"{MEM_LATENCY_S * 1e9:.0f} ns",
     "inner": "mma cycles / max(mma cycles, ldmatrix + copy bytes at 128 B/clk/SM) per k step",
-    "family": "a generating family's own tiles (hgemm): x its measured BK / stages factor, t_sm >= rounds x K "
-    "tiles x latency / (stages-1) (L2, or DRAM below the ridge), + split K's atomics; the family's calibration file",
+}
+MMA_TEXT_TAIL = {
     "t_dram": "waves x (r*BM + c*BN) x K bytes in the GROUP_SIZE_M launch order, >= A+B; A+B <= L2/2: read once",
     "t_l2": "tiles x (BM+BN) x K bytes / L2 bandwidth (2.5x DRAM, assumed)",
     "padding": "useful MNK / (tiles rounded up to BM, BN, BK)",
@@ -52,36 +50,11 @@ def load_calibration(name: str) -> dict:
     return read_data(name)
 
 
-def simt_constants() -> dict:
-    return load_calibration("sgemm_h200.json")["constants"]
-
-
 def calibration_info(p: Problem) -> dict:
     """Which calibration applies to the problem's predictions, and the expected error (printed by tiles)."""
-    if p.simt:
-        d = load_calibration("sgemm_h200.json")
-        same = p.gpu.key == d["gpu_key"] and p.gpu.sms == d["sms"]
-        err = d["error"]["held_out"]
-        return {
-            "model": "sgemm (SIMT), calibrated",
-            "file": "smemtile/model/data/sgemm_h200.json",
-            "gpu": d["gpu"],
-            "sweeps": d["sweeps"],
-            "commit": d["commit"],
-            "date": d["date"],
-            "applies": same,
-            "median_error": err["median"],
-            "p90_error": err["p90"],
-            "expected_error": (
-                f"held-out median {err['median']:.0%}, 90% within {err['p90']:.0%} "
-                f"({err['shapes']} shapes, {err['n']} configurations)"
-            )
-            if same
-            else (
-                f"not calibrated on the {p.gpu.name}: the {d['gpu']}'s constants with this GPU's FP32 lanes "
-                "and clock; expect more than the H200's held-out error"
-            ),
-        }
+    own = p.contract.calibration_info(p) if p.contract is not None else None
+    if own is not None:  # a family's own model (SIMT): its calibration file
+        return own
     d = load_calibration("triton_h200.json")
     nv = p.vendor == "nvidia"
     fam = family_calibration(p)
@@ -102,7 +75,7 @@ def calibration_info(p: Problem) -> dict:
     if p.contract is not None:  # a family's own tiles: the roofline model alone
         return {
             "model": "tensor-core roofline (the generating family's tiles; no measured factors)",
-            "file": "smemtile/model/tiling_model.py",
+            "file": "smemtile/model/gemm_model.py",
             "gpu": p.gpu.name,
             "sweeps": [],
             "commit": "-",
@@ -124,238 +97,82 @@ def calibration_info(p: Problem) -> dict:
     }
 
 
-# ---- the calibrated SIMT (sgemm) model ---------------------------------------------------------------------------
-def simt_registers(c: TileConfig, threads: int, consts: dict | None = None) -> float:
-    """ptxas' register need without a cap (least squares over the sweep's uncapped builds, CUDA 13.0 sm_90)."""
-    r = (consts or simt_constants())["registers"]
-    a_items, b_items = c.bm * c.bk / 4 / threads, c.bk * c.bn / 4 / threads
-    return (
-        r["c0"]
-        + r["acc"] * c.tm * c.tn
-        + r["tmtn"] * (c.tm + c.tn)
-        + r["a_items"] * a_items
-        + r["b_items"] * b_items
-        + (r["split"] if c.split_k > 1 else 0.0)
-    )
+# ---- resources and static pruning ---------------------------------------------------------------------------
+class FamilyRules:
+    """What a family that generates GEMM tiles gives the model (subclassed in the family's folder).
+
+    ``contract(tile) -> (broken rules, threads, smem bytes)`` (``__call__``); ``calibration``: its measured
+    factors for its tensor-core tiles (see :func:`family_calibration`), or None. A SIMT family (fp32 FFMA) also
+    gives its own ``resources`` (registers, shared memory, or the rejection), ``timing`` (predicted seconds and
+    the parts of the score), ``measured_eff`` (its tie-break) and ``calibration_info`` (its file's provenance)."""
+
+    calibration: dict | None = None
+
+    def __call__(self, c: TileConfig) -> tuple[list[str], int, int]:
+        raise NotImplementedError
+
+    def resources(self, p: Problem, c: TileConfig, cache: dict) -> dict | Rejected:
+        raise NotImplementedError(f"{type(self).__name__} has no SIMT resources")
+
+    def timing(self, p: Problem, c: TileConfig, r: dict, b: int) -> dict:
+        raise NotImplementedError(f"{type(self).__name__} has no SIMT timing")
+
+    def measured_eff(self, p: Problem, c: TileConfig) -> float:
+        return 1.0
+
+    def calibration_info(self, p: Problem) -> dict | None:
+        return None
 
 
-def simt_cap(threads: int, min_blocks: int) -> int:
-    """Registers per thread ptxas may use under __launch_bounds__(threads, min_blocks) (sm_70+)."""
-    return min(255, (65536 // (threads * max(1, min_blocks))) // 8 * 8)
+def warp_tile(bm: int, bn: int, warps: int, mm: int = 16, mn: int = 8) -> tuple[int, int] | None:
+    """(WM, WN): the split of ``warps`` over a BM x BN block tile into mm x mn multiples (mma.sync m16n8:
+    16 x 8; MFMA: 16 x 16) whose WM + WN is smallest, taller on ties; None when none splits."""
+    ok = [
+        (bm // wm, bn // (warps // wm))
+        for wm in (1, 2, 4, 8)
+        if warps % wm == 0
+        and bm % wm == 0
+        and bn % (warps // wm) == 0
+        and (bm // wm) % mm == 0
+        and (bn // (warps // wm)) % mn == 0
+    ]
+    return min(ok, key=lambda t: (t[0] + t[1], -t[0])) if ok else None
 
 
-def ragged_split_errors(bm: int, bn: int, bk: int, threads: int) -> list[str]:
-    """Why the RAGGED loop's copies cannot split over the threads (empty: they can): A in runs of 8 consecutive k
-    per thread, B one element per thread."""
-    out, per_pass = [], max(1, threads // 8)
-    if (bm * bk) % threads or (bm % per_pass and per_pass % bm):
-        out.append(
-            f"RAGGED=1 copies A as runs of 8 k per thread: BM*BK={bm * bk} must split over {threads} "
-            f"threads and BM={bm}, threads/8={per_pass} must divide one another"
-        )
-    if threads % bn and bn % threads:
-        out.append(
-            f"RAGGED=1 copies B one element per thread: threads={threads} and BN={bn} must divide one another"
-        )
+def evaluate_each(
+    p: Problem, cfgs: list[TileConfig], *, prune_padding: bool = True
+) -> list[Scored | Rejected]:
+    """Resources, pruning and the score of every configuration, in the given order."""
+    out: list = [None] * len(cfgs)
+    fits: list[tuple[int, TileConfig, dict]] = []
+    contract_cache: dict[tuple, tuple] = {}
+    for i, c in enumerate(cfgs):
+        res = _resources(p, c, prune_padding, contract_cache)
+        if isinstance(res, Rejected):
+            out[i] = res
+        else:
+            fits.append((i, res.pop("cfg"), res))
+    blocks = _blocks(p, [(c, r) for _, c, r in fits])
+    for (i, c, res), (b, limiter, occ, why) in zip(fits, blocks, strict=True):
+        out[i] = Rejected(c, "occupancy", why) if b <= 0 else _score(p, c, res, b, limiter, occ)
     return out
 
 
-def ragged_loop(
-    bm: int, bn: int, bk: int, tm: int, tn: int, threads: int, min_blocks: int, k: int, n: int
-) -> bool:
-    """Whether the sgemm kernel for this tile and problem compiles in its unmasked 4-byte loop for unaligned
-    whole tiles (the family's RAGGED 0 = auto; K or N not a multiple of 4). Measured on the H200 against the
-    masked copies (bench/bench_ragged.py ab, session 4: 4095x4097x1023, 2999x3001x3003, 1999x6001x1500):
-    8x8 tiles +4-22 %, 256x128 16x8 at 1 block/SM +2-11 %; 128-accumulator tiles at 2+ blocks/SM lose 14-17 %
-    where A is unaligned (K % 4 != 0: ptxas schedules their FFMA loop worse) and gain 7-11 % where only B is.
-    Off where the register cap is 128 or less (ptxas spills with the extra loop; not measured)."""
-    if not (k % 4 or n % 4):
-        return False
-    if ragged_split_errors(bm, bn, bk, threads):
-        return False
-    if tm * tn >= 128 and min_blocks >= 2 and k % 4:
-        return False
-    return 65536 // (max(32, threads) * max(1, min_blocks)) > 128
-
-
-# Repacking unaligned operands (sgemm's REPACK): A (K % 4 != 0) and B (N % 4 != 0) are read and written once more
-# before the GEMM. It pays where the GEMM does at least this many flops per byte the copies move (read + write).
-# Break-even: copies at ~4.1 TB/s (sgemm_h200.json "repack") against the ~17 % the unaligned loops cost at
-# ~45 TFLOP/s: 45 / (0.17 x 4.1) ~ 64. Measured on the H200 (bench/bench_repack.py, the fitting shapes of
-# bench/results/issue20_repack_session5_fit.json): REPACK lost 7-13 % at 60-64 flops per byte (skinny problems)
-# and won 3-35 % from 96 up (767^3-ish to 4096^3-ish); the threshold sits between. Below REPACK_MIN_FLOPS the
-# copies' ~4 us launches outweigh what they save (derived: ~8 us against at most ~30 % of a GEMM of ~25 us at the
-# small tiles' ~20 TFLOP/s; the smallest problem measured, 767 x 769 x 771, 0.9 GFLOP, gained).
-REPACK_MIN_FLOPS_PER_BYTE = 80
-REPACK_MIN_FLOPS = 5e8
-
-
-def repack_bytes(m: int, n: int, k: int) -> int:
-    """Bytes the repacking copies read and write for this problem (0: both operands aligned)."""
-    return 8 * (m * k if k % 4 else 0) + 8 * (k * n if n % 4 else 0)
-
-
-def repack_pays(m: int, n: int, k: int) -> bool:
-    """Whether sgemm repacks the unaligned operands of this problem (REPACK 0 = auto)."""
-    b, flops = repack_bytes(m, n, k), 2 * m * n * k
-    return b > 0 and flops >= REPACK_MIN_FLOPS and flops >= REPACK_MIN_FLOPS_PER_BYTE * b
-
-
-def shape_features(m: int, n: int, k: int) -> tuple[float, float, float, float]:
-    """Where a GEMM shape sits for the local correction: log2 M, N, K and whether lda or ldb is unaligned."""
-    return (
-        math.log2(max(m, 1)),
-        math.log2(max(n, 1)),
-        math.log2(max(k, 1)),
-        1.0 if (k % 4 or n % 4) else 0.0,
-    )
-
-
-def _local_weights(q: dict, m: int, n: int, k: int) -> list[float]:
-    """Gaussian weight of every fitting shape of ``q["local_bias"]`` for (m, n, k); cached per constants."""
-    lb = q["local_bias"]
-    memo = lb.setdefault("_memo", {})
-    if (m, n, k) not in memo:
-        x = shape_features(m, n, k)
-        s, u = lb["sigma"], lb["unaligned_distance"]
-        memo[(m, n, k)] = [
-            math.exp(
-                -(
-                    sum((a - b) ** 2 for a, b in zip(x[:3], e["x"][:3], strict=True))
-                    + (u * (x[3] - e["x"][3])) ** 2
-                )
-                / (2 * s * s)
-            )
-            for e in lb["shapes"]
-        ]
-    return memo[(m, n, k)]
-
-
-def tile_correction(q: dict, m: int, n: int, k: int, c: TileConfig) -> float | None:
-    """log(predicted / measured) the model divides out for this tile: the residual of the tile on the fitting
-    shapes near (m, n, k) (Gaussian weights in log2 M, N, K; unaligned shapes apart), shrunk toward the tile's
-    mean residual over all fitting shapes; None for a tile never measured on a fitting shape."""
-    key = f"{c.bm}x{c.bn}x{c.bk} {c.tm}x{c.tn}"
-    glob = q.get("tile_bias", {}).get(key)
-    lb = q.get("local_bias")
-    if lb is None:
-        return glob
-    wsum = lb["prior"] if glob is not None else 0.0
-    acc = wsum * (glob or 0.0)
-    sk = "sk" if c.split_k > 1 else "1"
-    for w, e in zip(_local_weights(q, m, n, k), lb["shapes"], strict=True):
-        r = e["bias"].get(f"{key} {sk}")
-        if r is not None:
-            acc += w * r
-            wsum += w
-    return acc / wsum if wsum > 0 else glob
-
-
-def simt_time(
-    m: int,
-    n: int,
-    k: int,
-    c: TileConfig,
-    threads: int,
-    b: int,
-    sms: int,
-    *,
-    consts: dict | None = None,
-    lanes: float = 128.0,
-    repack: bool | None = None,
-) -> dict:
-    """Predicted seconds of one sgemm launch (and the parts) with ``b`` resident blocks per SM; ``repack``: whether
-    unaligned A / B are repacked first (None: the family's auto rule, :func:`repack_pays`)."""
-    q = consts or simt_constants()
-    t_repack, copied = 0.0, repack_bytes(m, n, k)
-    if copied and (
-        repack_pays(m, n, k) if repack is None else repack
-    ):  # sgemm's REPACK: the GEMM on 16-byte rows
-        launches = (k % 4 > 0) + (n % 4 > 0)
-        t_repack = copied / (q["repack_gbps"] * 1e9) + launches * q["repack_launch_us"] * 1e-6
-        n, k = -(-n // 4) * 4, -(-k // 4) * 4  # same tile counts: BN and BK are multiples of 4
-    f = q["f_ghz"] * 1e9
-    w = threads / 32
-    gm, gn, z = math.ceil(m / c.bm), math.ceil(n / c.bn), c.split_k
-    kt = math.ceil(k / (c.bk * z))
-    tiles = gm * gn * z
-    a_items, b_items = c.bm * c.bk / 4 / threads, c.bk * c.bn / 4 / threads
-    # unaligned lda / ldb (K or N not a multiple of 4): A is loaded and B copied 4 bytes at a time (4x the copies)
-    a_loads, b_copies = a_items * (4 if k % 4 else 1), b_items * (4 if n % 4 else 1)
-    instr = (
-        c.bk * (c.tm * c.tn + q["alpha"] * (c.tm + c.tn) / 4)
-        + q["beta"] * (a_loads + 4 * a_items)
-        + q["beta_b"] * b_copies
-        + q["gamma"]
-    )  # per warp per K tile
-    wavefronts = w * c.bk * (c.tm + c.tn) / 4 * 2 + 4 * a_items * threads / 32 + b_copies * threads / 32 * 4
-    ilp = c.tm * c.tn / 16
-    eff = q["class_eff"].get(str(c.tm * c.tn), 1.0)
-    body_kb = c.bk * (c.tm * c.tn + (c.tm + c.tn) / 4 + 5 * a_items / c.bk) * 16 / 1024
-    icache = 1 + q["icache_pen"] * max(0.0, body_kb / q["icache_kb"] - 1)
-    scale = 128.0 / lanes
-
-    def t_ktile(bb: int) -> float:  # one K tile of each of the bb co-resident blocks
-        ws = bb * w / 4
-        issue = bb * w * instr / 4 * (1 + q["phi"] / (ws ** q["q"] * ilp ** q["r"])) * icache / eff * scale
-        cyc = max(issue, bb * wavefronts) + q["bar_cyc"] / bb
-        return max(cyc / f, q["lat_a_us"] * 1e-6, q["lat_b_us"] * 1e-6 / max(c.stages - 1, 1))
-
-    slots = sms * b
-    full, rem = divmod(tiles, slots)
-    t_sm = full * kt * t_ktile(b) + (kt * t_ktile(math.ceil(rem / sms)) if rem else 0.0)
-    need = simt_registers(c, threads, q)
-    squeeze = max(0.0, need - simt_cap(threads, c.min_blocks)) / need
-    t_sm *= 1 + q["squeeze"] * squeeze
-    if k % 4 or n % 4:  # lda or ldb not a multiple of 4: 4-byte copies (the masked path, or RAGGED's loop)
-        ragged = ragged_loop(c.bm, c.bn, c.bk, c.tm, c.tn, threads, c.min_blocks, k, n)
-        t_sm *= 1 + (
-            q.get("unaligned_ragged", q.get("unaligned", 0.0)) if ragged else q.get("unaligned", 0.0)
-        )
-    t_split = m * n * 4 * z * 2 / (q["atom_gbps"] * 1e9) + LAUNCH_S if z > 1 else 0.0
-    # the fitted per-tile correction (tiles measured on the fitting shapes); others carry the fit's p90 error
-    bias = tile_correction(q, m, n, k, c)
-    if "tile_bias" in q:
-        t_sm *= math.exp(-bias) if bias is not None else 1 + q["unmeasured_penalty"]
-    t = t_sm + t_split + t_repack + q["launch_us"] * 1e-6
-    return {
-        "calibrated_tile": bias is not None,
-        "time": t,
-        "t_sm": t_sm,
-        "t_split": t_split,
-        "t_repack": t_repack,
-        "tiles": tiles,
-        "waves": tiles / slots,
-        "t_ktile": t_ktile(b),
-        "squeeze": squeeze,
-        "need": need,
-        "icache": icache,
-        "latency_eff": 1 / (1 + q["phi"] / ((b * w / 4) ** q["q"] * ilp ** q["r"])),
-    }
-
-
-# ---- resources and static pruning ---------------------------------------------------------------------------
 def evaluate(
     p: Problem, cfgs: list[TileConfig], *, prune_padding: bool = True
 ) -> tuple[list[Scored], list[Rejected]]:
-    """Resources, pruning and the score of every configuration."""
-    rejected: list[Rejected] = []
-    fits: list[tuple[TileConfig, dict]] = []
-    contract_cache: dict[tuple, tuple] = {}
-    for c in cfgs:
-        res = _resources(p, c, prune_padding, contract_cache)
-        if isinstance(res, Rejected):
-            rejected.append(res)
-        else:
-            fits.append((res.pop("cfg"), res))
-    blocks = _blocks(p, fits)
-    scored = []
-    for (c, res), (b, limiter, occ, why) in zip(fits, blocks, strict=True):
-        if b <= 0:
-            rejected.append(Rejected(c, "occupancy", why))
-            continue
-        scored.append(_score(p, c, res, b, limiter, occ))
-    return scored, rejected
+    """Resources, pruning and the score of every configuration: (scored, rejected)."""
+    each = evaluate_each(p, cfgs, prune_padding=prune_padding)
+    return [x for x in each if isinstance(x, Scored)], [x for x in each if isinstance(x, Rejected)]
+
+
+def evaluate_problem(p: Problem, cfgs: list[TileConfig]) -> list[Scored | Rejected]:
+    """:func:`evaluate_each` with the padding rule, or without it for a tiny problem where fewer than three tile
+    shapes survive it (nearly every tile overhangs)."""
+    each = evaluate_each(p, cfgs)
+    if len({x.cfg.shape_key() for x in each if isinstance(x, Scored)}) < 3:
+        each = evaluate_each(p, cfgs, prune_padding=False)
+    return each
 
 
 def _overhang(size: int, tile: int) -> float:
@@ -381,48 +198,9 @@ def _resources(p: Problem, c: TileConfig, prune_padding: bool, cache: dict) -> d
         return Rejected(
             c, "stages", f"num_stages={c.stages} but each K slice has only {kt} k-tiles of {c.bk}"
         )
-    if p.simt:
-        return _simt_resources(p, c, cache)
+    if p.simt:  # a SIMT kernel's resources are its family's (its rules, its register model)
+        return p.contract.resources(p, c, cache)
     return _mma_resources(p, c)
-
-
-def _simt_resources(p: Problem, c: TileConfig, cache: dict) -> dict | Rejected:
-    from smemtile.model.arch import get_arch
-
-    if p.contract is None:
-        raise ValueError(
-            "SIMT tiles need the sgemm family's rules: pass contract= (smemtile.pipeline.tiles does)"
-        )
-    arch = get_arch(p.arch)
-    key = (c.bm, c.bn, c.bk, c.tm, c.tn, c.stages)
-    if key not in cache:  # the family's rules do not depend on MIN_BLOCKS or SPLIT_K
-        cache[key] = p.contract(c)
-    bad, threads, smem = cache[key]
-    if bad:
-        kind = "shared_memory" if "shared memory" in bad[0] else "contract"
-        return Rejected(c, kind, f"sgemm: {bad[0]}")
-    need = simt_registers(c, threads)
-    cap = simt_cap(threads, c.min_blocks)
-    if need > cap * (1 + MAX_SQUEEZE):
-        return Rejected(
-            c,
-            "registers",
-            f"registers: ~{need:.0f} per thread for the {c.tm}x{c.tn} tile, but "
-            f"MIN_BLOCKS={c.min_blocks} caps ptxas at {cap}: it would spill",
-        )
-    static = smem <= arch.static_smem_max
-    pad_bytes = c.stages * c.bk * A_PAD_SIMT * 4
-    return {
-        "cfg": c,
-        "threads": threads,
-        "regs": int(min(round(need), cap)),
-        "smem": smem,
-        "pad": pad_bytes,
-        "static": smem if static else 0,
-        "dynamic": 0 if static else smem,
-        "wm": 4 * c.tm,
-        "wn": 8 * c.tn,
-    }
 
 
 def _mma_resources(p: Problem, c: TileConfig) -> dict | Rejected:
@@ -430,20 +208,15 @@ def _mma_resources(p: Problem, c: TileConfig) -> dict | Rejected:
     lane = 64 if amd else 32
     threads = c.warps * lane
     mm, mn = (16, 16) if amd else (16, 8)  # MFMA 16x16xK / mma.sync m16n8kK output shapes
-    layouts = [(wm, c.warps // wm) for wm in (1, 2, 4, 8) if c.warps % wm == 0]
-    ok = [
-        (c.bm // wm, c.bn // wn)
-        for wm, wn in layouts
-        if c.bm % wm == 0 and c.bn % wn == 0 and (c.bm // wm) % mm == 0 and (c.bn // wn) % mn == 0
-    ]
-    if not ok:
+    split = warp_tile(c.bm, c.bn, c.warps, mm, mn)
+    if split is None:
         return Rejected(
             c,
             "mma_shape",
             f"{c.bm}x{c.bn} cannot be split over {c.warps} warps in {mm}x{mn} "
             f"{'MFMA' if amd else 'mma'} tiles",
         )
-    wm, wn = min(ok, key=lambda t: (t[0] + t[1], -t[0]))
+    wm, wn = split
     e = p.elem
     if amd:
         # accumulators (fp32) + A/B fragments of one BK step + ~32: VGPRs + AGPRs, 512 per lane at most.
@@ -469,7 +242,7 @@ def _mma_resources(p: Problem, c: TileConfig) -> dict | Rejected:
             "shared_memory",
             f"out of resource: shared memory, required {smem}, limit {lim_s}; reduce BK or num_stages",
         )
-    if p.contract is not None:  # the kernel family that generates these tiles (as _simt_resources)
+    if p.contract is not None:  # the kernel family that generates these tiles
         bad, threads, smem = p.contract(c)
         if bad:
             return Rejected(c, "shared_memory" if "shared memory" in bad[0] else "contract", bad[0])
@@ -563,7 +336,7 @@ USE_MEASURED = True  # bench/tune_h200.py turns it off while it fits the factors
 
 def family_calibration(p: Problem) -> dict | None:
     """The generating family's measured factors for its own tensor-core tiles (``p.contract.calibration``: data
-    the family ships with its provenance, e.g. smemtile/families/hgemm/calibration_h200.yaml), or None.
+    the family ships with its provenance, e.g. the calibration file in its folder), or None.
     Keys: ``stages`` (relative speed per "BK:STAGES", "unmeasured" for the rest), ``latency_us`` {l2, dram} (a
     block's K tile takes at least latency / (STAGES - 1): Little's law on the tiles in flight), ``atom_gbps``
     (split K's fp32 atomics into C)."""
@@ -579,17 +352,15 @@ def family_stage_factor(fam: dict, c: TileConfig) -> float:
 
 
 def measured_eff(p: Problem, c: TileConfig) -> float:
-    """sgemm: the tile's speed relative to the best on the fitting shapes (a tie-break only; 0.5 if never
-    measured). Tensor-core tiles as Triton runs them (no family contract): measured / roofline-model TFLOP/s of
+    """SIMT: the family's own measure (its tile's speed relative to the best on the fitting shapes, a tie-break
+    only). Tensor-core tiles as Triton runs them (no family contract): measured / roofline-model TFLOP/s of
     the standard Triton matmul on the H200 for this tile and warps, BK bytes and stages (log-linear fit); a
     (tile, warps) pair never measured takes the worst factor of each kind and the fit's rms error as a penalty.
     1.0 elsewhere (AMD, or a family's own tiles)."""
     if p.vendor != "nvidia" or not USE_MEASURED:
         return 1.0
     if p.simt:
-        rel = load_calibration("sgemm_h200.json").get("measured_tiles", {})
-        key = f"{c.bm}x{c.bn}x{c.bk} {c.tm}x{c.tn}"
-        return float(rel.get(f"{key} s{c.stages}", 0.99 * rel.get(key, 0.5)))
+        return p.contract.measured_eff(p, c)
     fam = family_calibration(p)
     if fam is not None:
         return family_stage_factor(fam, c)
@@ -628,16 +399,10 @@ def _score(p: Problem, c: TileConfig, r: dict, b: int, limiter: str, occ: float)
     t_dram, t_l2 = dram / (g.dram_gbps * 1e9), l2 / (g.l2_gbps * 1e9)
     ridge = g.peak(p.dtype) * 1e12 / (g.dram_gbps * 1e9)
     meff, hint = measured_eff(p, c), ""
-    if p.simt:
-        lanes = (
-            128.0
-            if g.key == load_calibration("sgemm_h200.json")["gpu_key"]
-            else g.peak("f32") * 1e12 / (2 * g.sms * g.clock_ghz * 1e9)
-        )
-        s = simt_time(p.m, p.n, p.k, c, r["threads"], b, g.sms, lanes=lanes, repack=p.repack)
-        t_sm = s["t_sm"] + s["t_split"]
-        inner = (1 + s["squeeze"] * simt_constants()["squeeze"]) ** -1 / s["icache"]
-        lat_eff = s["latency_eff"]
+    repack_s = 0.0
+    if p.simt:  # the family's own timing of a SIMT kernel
+        s = p.contract.timing(p, c, r, b)
+        t_sm, inner, lat_eff, repack_s = s["t_sm"], s["inner"], s["latency_eff"], s["t_repack"]
         parts = {"compute": t_sm, "dram": t_dram, "l2": t_l2}
         bound = max(parts, key=parts.get)
         t = max(s["time"], t_dram, t_l2)
@@ -712,7 +477,7 @@ def _score(p: Problem, c: TileConfig, r: dict, b: int, limiter: str, occ: float)
         roofline_frac=tflops / g.peak(p.dtype),
         measured_eff=meff,
         hint=hint,
-        repack_s=s["t_repack"] if p.simt else 0.0,
+        repack_s=repack_s,
     )
 
 
