@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from smemtile.cli.common import console, emit_json, json_option
+from smemtile.families.registry import NAMES
 
 
 def _write_atomic(path: Path, text: str, spec: str | None = None) -> None:
@@ -25,12 +26,12 @@ def _write_atomic(path: Path, text: str, spec: str | None = None) -> None:
     short_help="The CUDA kernel of a kernel spec, with its launch helper.",
     epilog="""\b
 Examples:
-  smemtile generate samples/sgemm_float4.yaml -o sgemm.cu
+  smemtile generate samples/sgemm_float4.yaml -o kernel.cu
   smemtile generate samples/transpose_32x32.yaml --variant baseline
   smemtile generate samples/transpose_32x32.yaml --diff
   smemtile generate samples/sgemm_float4.yaml --json
   smemtile generate samples/sgemm_float4.yaml --arch sm_75 -o sgemm_turing.cu
-  smemtile tiles 4096 4096 4096 --top 1 --format yaml | smemtile generate - -o sgemm.cu
+  smemtile tiles 4096 4096 4096 --top 1 --format yaml | smemtile generate - -o kernel.cu
 """,
 )
 @click.argument("spec", type=click.Path(exists=True, dir_okay=False, allow_dash=True))
@@ -67,7 +68,7 @@ Examples:
 )
 @json_option
 def command(spec, output, variant, diff, arch, no_compile, name, as_json):
-    """Generate a standalone CUDA kernel for SPEC's `kernel:` family (sgemm, transpose, stencil2d).
+    """Generate a standalone CUDA kernel for SPEC's `kernel:` family ({families}).
 
     The .cu holds an analysis header (bank conflicts per access before/after, shared memory per block, ptxas
     registers/spills, occupancy), the kernel template with the chosen shared-memory layout, its explicit
@@ -99,8 +100,8 @@ def command(spec, output, variant, diff, arch, no_compile, name, as_json):
         )
     if res.config is None:
         raise SpecError(
-            "the spec has no kernel: section, so there is no kernel to generate (add e.g. kernel: "
-            "{family: sgemm, M: 4096, N: 4096, K: 4096}; families: sgemm, transpose, stencil2d)",
+            "the spec has no kernel: section, so there is no kernel to generate (add kernel: {family: NAME, "
+            f"and its problem keys}}; families: {', '.join(NAMES)}; smemtile samples lists kernel specs)",
             source=str(spec),
         )
     v = variants(res)
@@ -134,6 +135,9 @@ def command(spec, output, variant, diff, arch, no_compile, name, as_json):
     elif not output:
         click.echo(gk.source, nl=False)
     _summary(con, gk, built, output, variant)
+
+
+command.help = (command.help or "").replace("{families}", ", ".join(NAMES))  # the registry's
 
 
 def _named(built, name: str | None):

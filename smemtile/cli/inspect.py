@@ -22,7 +22,7 @@ def _dims(value: str, key: str) -> tuple[int, ...]:
 @click.option(
     "--kernel",
     "kernel",
-    help="The kernel's name (demangled, e.g. transpose, or mangled); needed when the file has several.",
+    help="The kernel's name (demangled, e.g. my_kernel, or mangled); needed when the file has several.",
 )
 @click.option("--grid", default="1", show_default=True, help="Grid dimensions X[,Y[,Z]].")
 @click.option("--block", default="32", show_default=True, help="Block dimensions X[,Y[,Z]].")
@@ -132,10 +132,10 @@ def command(
 
     \b
     Examples:
-      smemtile inspect samples/kernels/transpose_naive.cu --kernel transpose --grid 32,32 --block 32,8 \\
+      smemtile inspect samples/kernels/transpose_naive.cu --grid 32,32 --block 32,8 \\
           --args samples/kernels/transpose_naive.args.yaml --simulate
       smemtile inspect samples/kernels/sgemm_tiled.cu --grid 16,16 --block 16,16 \\
-          --args samples/kernels/sgemm_tiled.args.yaml --simulate --emit-spec sgemm.yaml
+          --args samples/kernels/sgemm_tiled.args.yaml --simulate --emit-spec tiled.yaml
       smemtile inspect samples/kernels/histogram.cu --grid 4 --block 256 \\
           --args samples/kernels/histogram.args.yaml --json
     """

@@ -3,6 +3,6 @@
 
     from smemtile.families import configure
     from smemtile.codegen.render import render
-    gk = render(configure("sgemm", {"M": 4096, "N": 4096, "K": 4096}, {"As": {"pad": 4}}, "sm_90"))
+    gk = render(configure(name, {**params, **problem}, {buffer: {"pad": 4}}, "sm_90"))  # a registered family
     gk.source        # the .cu a user gets; gk.body is what NVRTC compiles; gk.launch the launch everyone uses
 """

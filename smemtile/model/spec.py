@@ -511,7 +511,8 @@ def spec_from_dict(doc: dict, source: str = "<spec>") -> KernelSpec:
         k = doc["kernel"]
         if not isinstance(k, dict) or "family" not in k:
             raise SpecError(
-                "must be a mapping with 'family' (e.g. {family: sgemm, M: 4096, N: 4096, K: 4096})",
+                "must be a mapping with 'family' and the family's problem keys (e.g. {family: NAME, M: 4096, N: 4096, "
+                "K: 4096}; docs/spec.md lists the families)",
                 key="kernel",
                 source=source,
             )
@@ -595,7 +596,7 @@ def _problem(doc: dict, env: dict, kernel: KernelInfo | None, buffers: list[Buff
         return {}
     if kernel is not None:
         raise SpecError(
-            "a kernel spec gives its problem in kernel: (e.g. kernel: {family: sgemm, M: 4096, ...})",
+            "a kernel spec gives its problem in kernel: (e.g. kernel: {family: NAME, M: 4096, ...})",
             key="problem",
             source=source,
         )
