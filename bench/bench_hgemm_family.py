@@ -127,9 +127,8 @@ def _square_times() -> dict:
 def _skinny_points() -> list[tuple]:
     """(dtype, TileConfig, measured ms) of the 64 x 8192 x 4096 runs (phase 1's whose warp split is the model's,
     run 6's tiles candidates)."""
-    from smemtile.model.tiling import TileConfig
-
     from smemtile.families.hgemm.tiles import warp_tile
+    from smemtile.model.gemm_tiles import TileConfig
 
     out = []
     for e in json.loads(PHASE1.read_text())["entries"]:
@@ -151,12 +150,11 @@ def _skinny_points() -> list[tuple]:
 
 def _predict(cal: dict, dtype: str, shape, c) -> float:
     """The tile model's predicted ms for one configuration under the calibration ``cal``."""
-    from smemtile.model.tiling import make_problem
-    from smemtile.model.tiling_model import evaluate
-
     from smemtile.families import FAMILIES
     from smemtile.families.hgemm.tiles import Contract
     from smemtile.model.arch import get_arch
+    from smemtile.model.gemm_model import evaluate
+    from smemtile.model.gemm_tiles import make_problem
 
     m, n, k = shape
     contract = Contract(FAMILIES["hgemm"], get_arch("sm_90"), {"M": m, "N": n, "K": k})
@@ -175,7 +173,7 @@ def calibrate() -> dict:
     import math
     import statistics
 
-    from smemtile.model.tiling_model import load_calibration
+    from smemtile.families.sgemm.tiles import calibration as sgemm_calibration
 
     groups = _square_times()
     ratios: dict = {}
@@ -194,7 +192,7 @@ def calibrate() -> dict:
     stages = {key: round(v / top, 4) for key, v in stages.items()}
     counts = {key: len(v) for key, v in sorted(ratios.items())}
     stages["unmeasured"] = min(stages.values())
-    atom = load_calibration("sgemm_h200.json")
+    atom = sgemm_calibration()
     cal = {
         "stages": stages,
         "latency_us": {"l2": round(statistics.geometric_mean(l2), 3), "dram": 1.0},
@@ -223,7 +221,7 @@ def calibrate() -> dict:
     ]
     sq = []
     for (src, shape, dt, bm, bn, mb), t in groups.items():
-        from smemtile.model.tiling import TileConfig
+        from smemtile.model.gemm_tiles import TileConfig
 
         for (bk, st), ms in t.items():
             c = TileConfig(bm, bn, bk, 8 if mb == 1 and bm * bn > 16384 else 4, st, 8)

@@ -70,7 +70,7 @@ def configs(shape) -> list[dict]:
 
 
 def cmd_list(args) -> None:
-    from smemtile.model.tiling_model import repack_bytes, repack_pays
+    from smemtile.families.sgemm.tiles import repack_bytes, repack_pays
 
     for shape in SHAPES:
         m, n, k = shape
@@ -127,8 +127,8 @@ def cmd_run(args) -> None:
     import torch
 
     from smemtile.families import FAMILIES
+    from smemtile.families.sgemm.tiles import repack_bytes
     from smemtile.gpu.run import open_device
-    from smemtile.model.tiling_model import repack_bytes
 
     args.out.mkdir(parents=True, exist_ok=True)
     log = tee_log(args.out / "repack_log.txt")

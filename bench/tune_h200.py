@@ -1,13 +1,13 @@
 """Calibrate the tile model on measured sweeps (CPU; issue 20). The measurements come from bench/bench_kernels.py
 on the GPU (``run --steps sweep,triton``); this script fits the model's constants and writes them, with their
-provenance, to ``smemtile/model/data/``:
+provenance, beside the models that read them (``--out DIR`` writes both there instead):
 
-* ``sgemm_h200.json``: the SIMT model (``smemtile.model.tiling_model.simt_time``). Fitted by weighted least
+* ``sgemm_h200.json`` (smemtile/families/sgemm/): the SIMT model (``smemtile.families.sgemm.tiles.simt_time``). Fitted by weighted least
   squares on log(predicted / measured time) over the FIT shapes only (weights favour each shape's fastest
   configurations, where the ranking matters, and every shape counts alike); the register-need formula by least
   squares on the builds that no __launch_bounds__ cap held back. The HELD_OUT shapes are never used to fit:
   they are scored afterwards (error, Spearman, the rank of ``smemtile tiles``' #1 among the measured ones).
-* ``triton_h200.json``: the efficiency of the standard Triton matmul per (tile, warps, BK bytes, stages),
+* ``triton_h200.json`` (smemtile/model/data/): the efficiency of the standard Triton matmul per (tile, warps, BK bytes, stages),
   relative to the tensor-core roofline model, as a log-linear fit over the measured configurations.
 
     python -m bench.tune_h200 --sweeps bench/results/sweep_h200_run1.json [...] --triton bench/results/triton_h200_run1.json
@@ -27,7 +27,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 
-DATA = ROOT / "smemtile" / "model" / "data"
+DATA = ROOT / "smemtile" / "model" / "data"  # triton_h200.json
+SGEMM_DATA = ROOT / "smemtile" / "families" / "sgemm"  # sgemm_h200.json, next to the model that reads it
 PARAMS = [
     "f_ghz",
     "alpha",
@@ -163,7 +164,7 @@ def load_rows(paths: list[Path]) -> list[dict]:
 
 
 def tile_of(p: dict, threads: int):
-    from smemtile.model.tiling import TileConfig
+    from smemtile.model.gemm_tiles import TileConfig
 
     return TileConfig(
         p["BM"],
@@ -187,7 +188,7 @@ def consts_of(x, registers: dict) -> dict:
 
 
 def predict(r: dict, q: dict) -> float:
-    from smemtile.model.tiling_model import simt_time
+    from smemtile.families.sgemm.tiles import simt_time
 
     m, n, k = r["shape"]
     return simt_time(m, n, k, tile_of(r["p"], r["threads"]), r["threads"], r["b"], 132, consts=q)["time"]
@@ -196,7 +197,7 @@ def predict(r: dict, q: dict) -> float:
 def fit_registers(rows: list[dict]) -> dict:
     """ptxas' registers ~ c0 + acc*TM*TN + tmtn*(TM+TN) + a_items*A float4s + b_items*B float4s + split, over
     the builds whose count stayed under their __launch_bounds__ cap."""
-    from smemtile.model.tiling_model import simt_cap
+    from smemtile.families.sgemm.tiles import simt_cap
 
     seen = {}
     for r in rows:
@@ -245,7 +246,7 @@ def fit_simt(rows: list[dict]) -> tuple[dict, dict]:
 
 def score(rows: list[dict], q: dict) -> dict:
     """Error and ranking of the model on measured rows, per shape (the model ranks the measured configs)."""
-    from smemtile.model.tiling_model import spearman
+    from smemtile.model.fitting import spearman
 
     out = {"shapes": {}}
     errs = []
@@ -334,7 +335,7 @@ def tile_residuals(rows: list[dict], q: dict) -> tuple[dict, list[dict]]:
     ``simt_time`` divides out (tiles never measured get none, and rank with the penalty); and per fitting shape,
     its features and the mean of each tile ("tile sk|1"), which ``tile_correction`` weighs by the distance to the
     problem."""
-    from smemtile.model.tiling_model import shape_features
+    from smemtile.families.sgemm.tiles import shape_features
 
     q = {k: v for k, v in q.items() if k not in ("tile_bias", "local_bias")}
     tiles: dict[str, list[float]] = {}
@@ -399,9 +400,9 @@ def loso(rows: list[dict], grid: list[dict]) -> dict:
 
 def fit_triton(path: Path) -> dict:
     """log(measured / roofline-model TFLOP/s) = tile + warps(tile area) + BK-bytes x stages, least squares."""
-    import smemtile.model.tiling_model as tm
-    from smemtile.model.tiling import TileConfig, make_problem
-    from smemtile.model.tiling_model import _blocks, _mma_resources, _score
+    import smemtile.model.gemm_model as tm
+    from smemtile.model.gemm_model import _blocks, _mma_resources, _score
+    from smemtile.model.gemm_tiles import TileConfig, make_problem
 
     tm.USE_MEASURED = False  # the roofline model alone: the factors are what it misses
     d = json.loads(path.read_text())
@@ -482,7 +483,9 @@ def main() -> None:
     ap.add_argument("--sweeps", type=Path, nargs="*", default=[])
     ap.add_argument("--triton", type=Path)
     ap.add_argument("--evaluate", action="store_true", help="score the installed calibration on --sweeps")
-    ap.add_argument("--out", type=Path, default=DATA)
+    ap.add_argument(
+        "--out", type=Path, help="write the data files here (default: where the package keeps them)"
+    )
     ap.add_argument(
         "--skip", nargs="*", default=[], help="shapes MxNxK left out (e.g. measured with an older kernel)"
     )
@@ -540,14 +543,14 @@ def main() -> None:
                 f"{name:<60} within 5%: {v['within_5']}/{len(v['per_shape'])} within 10%: {v['within_10']} "
                 f"mean gap {v['mean_gap']:.3f} max {v['max_gap']:.3f} min Spearman {v['min_spearman']:.2f}"
             )
-        (args.out / "loso.json").write_text(json.dumps(res, indent=1))
+        (args.out or SGEMM_DATA).joinpath("loso.json").write_text(json.dumps(res, indent=1))
         return
     if (
         args.rescore
     ):  # the installed (frozen) constants scored on --held-out-from: only the error fields change
-        from smemtile.model.tiling_model import simt_constants
+        from smemtile.families.sgemm.tiles import constants as simt_constants
 
-        path = args.out / "sgemm_h200.json"
+        path = (args.out or SGEMM_DATA) / "sgemm_h200.json"
         doc = json.loads(path.read_text())
         q = simt_constants()
         held = score([r for r in rows if r["role"] == "held_out"], q)
@@ -560,7 +563,7 @@ def main() -> None:
         print(f"held-out median {held['median']:.3f} p90 {held['p90']:.3f} ({held['n']} configurations)")
         return
     if args.evaluate:
-        from smemtile.model.tiling_model import simt_constants
+        from smemtile.families.sgemm.tiles import constants as simt_constants
 
         q = simt_constants()
         doc = {
@@ -601,7 +604,7 @@ def main() -> None:
             "the tile's mean; sigma, prior and the unaligned distance chosen by "
             "leave-one-fitting-shape-out (bench/tune_h200.py --loso), not on held-out shapes"
         )
-        (args.out / "sgemm_h200.json").write_text(json.dumps(doc, indent=1) + "\n")
+        ((args.out or SGEMM_DATA) / "sgemm_h200.json").write_text(json.dumps(doc, indent=1) + "\n")
         print(
             f"sgemm: fit median {fit_s['median']:.3f} p90 {fit_s['p90']:.3f}; held-out median "
             f"{held['median']:.3f} p90 {held['p90']:.3f}"
@@ -622,7 +625,7 @@ def main() -> None:
             f"{t['observations']} measurements)",
             **t,
         }
-        (args.out / "triton_h200.json").write_text(json.dumps(doc, indent=1) + "\n")
+        ((args.out or DATA) / "triton_h200.json").write_text(json.dumps(doc, indent=1) + "\n")
         print(f"triton: {t['observations']} observations, rms log residual {t['rms_log_residual']:.3f}")
 
 
