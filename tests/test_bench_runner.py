@@ -108,7 +108,7 @@ def test_bad_input_is_one_line_and_exit_2(capsys, argv, words):
 
 def test_bench_edits_no_sys_path():
     """bench/ imports the installed package (run as python -m bench.NAME from the repo root)."""
-    edits = re.compile(r"sys\.path\s*(\.\s*(insert|append|extend)|\[|\+?=)|PYTHONPATH")
+    edits = re.compile(r"sys\.path\s*(\.\s*(insert|append|extend)|\[|\+?=)|PYTHONPATH\W*(=|:)")
     found = []
     for path in sorted((ROOT / "bench").rglob("*")):
         if "results" in path.relative_to(ROOT / "bench").parts or path.suffix not in (".py", ".sh", ".md"):
@@ -117,7 +117,13 @@ def test_bench_edits_no_sys_path():
             if edits.search(line):
                 found.append(f"{path.relative_to(ROOT)}:{i}: {line.strip()}")
     assert not found, "\n".join(found)
-    assert edits.search("sys.path.insert(0, str(ROOT))") and edits.search("PYTHONPATH=. python bench/x.py")
+    for edit in (
+        "sys.path.insert(0, str(ROOT))",
+        "PYTHONPATH=. python bench/x.py",
+        'env={"PYTHONPATH": root}',
+    ):
+        assert edits.search(edit), edit
+    assert not edits.search("nothing edits `sys.path` or `PYTHONPATH`")
 
 
 def test_the_second_copy_of_the_hgemm_contract_is_gone():
