@@ -192,10 +192,10 @@ def tiles(
 ) -> TilesResult:
     """Ranked tile configurations with reasons, and the rejected ones with why (``smemtile tiles ... --json``).
 
-    GEMM: ``tiles(M, N, K, dtype="f32"|"f16"|"bf16"|..., arch="sm_90")``. A memory-bound family ranks its own
-    configurations: ``tiles(family="transpose", rows=8192, cols=8192, dtype="f16")`` or
-    ``tiles(family="stencil2d", ny=8192, nx=8192, radius=4)`` (sizes by the family's problem keys, or
-    positionally). ``top`` / ``rejected``: how many of each the result holds (the CLI's --top, --rejected)."""
+    GEMM: ``tiles(M, N, K, dtype="f32"|"f16"|"bf16"|..., arch="sm_90")``. A family that ranks its own
+    configurations (``tiles --family``): ``tiles(family=NAME, ...)`` with its sizes by the family's problem keys
+    (or positionally), its dtype, and its model's options (``radius``). ``top`` / ``rejected``: how many of each
+    the result holds (the CLI's --top, --rejected)."""
     from smemtile.pipeline import tiles as pt
 
     top = _int(top, "top", 1)
@@ -211,10 +211,7 @@ def tiles(
             key="tiles",
         )
     if radius is not None:
-        raise SpecError(
-            "radius is the stencil2d family's (tiles(family='stencil2d', ny=..., nx=..., radius=R))",
-            key="radius",
-        )
+        raise SpecError(f"radius is {_option_owner('--radius')}", key="radius")
     if len(sizes) != 3:
         raise SpecError(f"takes M, N, K (3 sizes) for a GEMM, got {len(sizes)}", key="sizes")
     dtype = "f32" if dtype is None else dtype
@@ -247,6 +244,17 @@ def tiles(
     if hopper is not None:
         doc["hopper"] = hopper
     return TilesResult(normalise(doc), report=report, top=top)
+
+
+def _option_owner(option: str) -> str:
+    """Which family's model takes ``option`` (its TileModel.options), as the call that gives it."""
+    from smemtile.families import FAMILIES
+
+    for name, fam in FAMILIES.items():
+        if any(o.option == option for o in getattr(fam.tile_model, "options", ()) or ()):
+            sizes = ", ".join(f"{pk.name}=..." for pk in fam.size_keys())
+            return f"the {name} family's (tiles(family='{name}', {sizes}, {option.lstrip('-')}=R))"
+    return "no family's"
 
 
 def _family_tiles(

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from smemtile.model.data_files import read_data
 from smemtile.model.gemm_tiles import (
     LAUNCH_S,
@@ -580,25 +578,3 @@ def explain(s: Scored, top: Scored, p: Problem, ranked: list[Scored] | None = No
     }
     worst = max(losses.values(), key=lambda t: t[0])
     return f"{gap:+.1%} vs #1: {worst[1] if worst[0] > 1.002 else 'per-tile overheads (copies, barriers, split K)'}"
-
-
-def spearman(a, b) -> float:
-    """Spearman rank correlation of two equal-length sequences (average ranks for ties); NaN when either side
-    has no spread (``spearman_or_tie`` says why)."""
-    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    if len(x) < 2:
-        return float("nan")
-
-    def ranks(v: np.ndarray) -> np.ndarray:
-        order = v.argsort(kind="stable")
-        r = np.empty(len(v))
-        r[order] = np.arange(len(v), dtype=float)
-        for val in np.unique(v):  # average ties
-            m = v == val
-            r[m] = r[m].mean()
-        return r
-
-    rx, ry = ranks(x), ranks(y)
-    if rx.std() == 0 or ry.std() == 0:
-        return float("nan")
-    return float(np.corrcoef(rx, ry)[0, 1])

@@ -105,7 +105,7 @@ class TileConfig:
     tn: int = 0
     min_blocks: int = 0
     waves_per_eu: int = 0  # AMD hint (waves per SIMD): from the memory/compute-bound rule (gemm_model)
-    split_k: int = 1  # K slices added into C (sgemm SPLIT_K with atomics; Triton: a split-K kernel)
+    split_k: int = 1  # K slices added into C (a family's SPLIT_K with atomics; Triton: a split-K kernel)
 
     def shape_key(self) -> tuple:
         return (self.bm, self.bn, self.bk, self.warps, self.tm, self.tn, self.split_k)
@@ -156,7 +156,7 @@ class Scored:
     reason: str = ""
     measured_eff: float = 1.0  # mma: the calibrated efficiency of (tile, BK, stages, warps); SIMT: 1
     hint: str = ""  # AMD: why this waves_per_eu
-    repack_s: float = 0.0  # SIMT: seconds of sgemm's REPACK copies in time_s (unaligned K or N)
+    repack_s: float = 0.0  # SIMT: seconds of the family's REPACK copies in time_s (unaligned K or N)
 
     def to_dict(self) -> dict:
         d = asdict(self)

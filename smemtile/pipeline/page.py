@@ -3,8 +3,8 @@ ranking with its expected error, from ``pipeline.tiles``), and the page itself (
 
 The tile ranking is the one ``smemtile tiles`` prints for the spec's problem: a kernel spec's family (GEMM
 families through ``tiles M N K``, memory-bound ones through ``tiles --family``) or a ``problem:`` GEMM. The
-expected error is a number only where the calibration gives one (sgemm's held-out median, the transpose and
-stencil models' held-out median |time error|); otherwise its words are shown and the bars have no band.
+expected error is a number only where the calibration gives one (a calibrated model's held-out median error);
+otherwise its words are shown and the bars have no band.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def _family(frep, this: dict, top: int, command: str) -> dict:
     for s in frep.ranked[:top]:
         measured = getattr(s, "measured", None)
         e = unmeasured if (measured is False and unmeasured is not None) else err
-        # stencil2d says where it was timed (shape -> fraction of a copy), transpose whether: either way a yes/no
+        # a model says where it was timed (shape -> fraction of a copy) or only whether: either way a yes/no
         cands.append(
             {
                 "rank": s.rank,
