@@ -42,8 +42,11 @@ def measured_before() -> set:
     return out
 
 
+DATA = {"stencil_h200.json": "stencil2d", "transpose_h200.json": "transpose"}  # each in its family's folder
+
+
 def data(name: str) -> dict:
-    return json.loads((ROOT / "smemtile" / "model" / "data" / name).read_text())
+    return json.loads((ROOT / "smemtile" / "families" / DATA[name] / name).read_text())
 
 
 def test_spread_ranks_top_then_even_to_the_last():
@@ -90,7 +93,7 @@ def test_stencil_cases_span_the_ranking_on_held_out_shapes():
 def test_transpose_cases_cover_the_misalignment_classes_with_every_candidate():
     """fp16 5000 x 7000: both row pitches 16 mod 32 bytes; 8192 x 5000: the input pitch only; 12288 x 6144:
     aligned, not square. Every candidate (13 fp32, 18 fp16: fewer than 30, all the model ranks)."""
-    from smemtile.model.tiling_transpose import candidates
+    from smemtile.families.transpose.tiles import candidates
 
     tr = [c for c in cases() if c.family == "transpose"]
     assert len(tr) == 6
@@ -149,7 +152,7 @@ def test_record_validation_reproduces_the_data_files_expected_errors(tmp_path):
 
     bm = bench_memory()
     for name in ("stencil_h200.json", "transpose_h200.json"):
-        shutil.copy(ROOT / "smemtile" / "model" / "data" / name, tmp_path / name)
+        shutil.copy(ROOT / "smemtile" / "families" / DATA[name] / name, tmp_path / name)
     got = bm.record_validation(ROOT / "bench" / "results" / "memory_h200_session4_heldout.json", tmp_path)
     assert set(got) == {"stencil2d", "transpose f16", "transpose f32"}
     # the transpose file was refitted since (the input-pitch fit run): only the stencil file is this run's

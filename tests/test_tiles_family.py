@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import json
 import statistics
-import sys
 from functools import cache
 from pathlib import Path
 
@@ -18,9 +17,11 @@ from conftest import ROOT, nvcc, nvcc_path, run_cli
 from test_output_width import check_fits
 
 from smemtile.families import FAMILIES, configure
-from smemtile.model import tiling_stencil as ts
+from smemtile.families.stencil2d import fit as sf
+from smemtile.families.stencil2d import tiles as ts
+from smemtile.pipeline.rank import rank
 from smemtile.pipeline.specs import resolve
-from smemtile.pipeline.tiles import family_spec_doc, family_tiles
+from smemtile.pipeline.tiles import family_spec_doc, family_tiles, ranker_for
 
 DEFAULT = "32x8 VEC4 RY4"
 
@@ -32,14 +33,11 @@ def stencil(n: int, r: int, nx: int | None = None):
 
 @cache
 def measured_rows() -> tuple:
-    sys.path.insert(0, str(ROOT / "bench"))
-    from fit_stencil import measured_rows as rows
-
-    return tuple(rows())
+    return tuple(sf.measured_rows())
 
 
 def cal() -> dict:
-    return json.loads((ROOT / "smemtile" / "model" / "data" / "stencil_h200.json").read_text())
+    return json.loads((ROOT / "smemtile" / "families" / "stencil2d" / "stencil_h200.json").read_text())
 
 
 # ---- the stencil model's data -----------------------------------------------------------------------------------
@@ -53,7 +51,7 @@ def test_stencil_data_names_its_provenance_and_the_shipped_kernel():
         and c["commit"]
     )
     assert c["fit_shapes"] == ["stencil R1-4 4096^2", "stencil R1-4 8192^2"] and c["fit_rows"] == 240
-    assert "leave-one-radius-out" in c["method"] and c["form"] == ts.FORM and "13.0" in c["compiler"]
+    assert "leave-one-radius-out" in c["method"] and c["form"] == sf.FORM and "13.0" in c["compiler"]
     # the registers and wavefronts are those of the stencil2d.cu that ships (a kernel change must refresh them)
     assert c["source_sha256"] == hashlib.sha256(FAMILIES["stencil2d"].source().encode()).hexdigest()[:16]
     assert {k: len(v) for k, v in c["candidates"].items()} == {"1": 325, "2": 325, "3": 324, "4": 319}
@@ -81,7 +79,7 @@ def test_the_table_matches_the_h200_runs_registers():
     assert len(run3) == 24
     for row in run3:
         regs = table[str(row["R"])][row["label"]][0]
-        occ = ts.rank_stencil(row["ny"], row["nx"], row["R"])[0]
+        occ = ts.rank_stencil(row["ny"], row["nx"], row["R"], rank=rank)[0]
         s = next(s for s in occ if s.label == row["label"])
         assert (s.registers, s.blocks_per_sm) == (regs, row["blocks_per_sm"]), row["label"]
 
@@ -98,10 +96,10 @@ def test_stencil_fit_uses_every_row_and_reproduces_the_constants():
     }
     c = cal()
     w = int(c["model"]["warps_full"])
-    consts = ts.fit(rows, 132, warps_range=(w - 1, w, w + 1))  # the full search (1..64) takes a minute
+    consts = sf.fit(rows, 132, warps_range=(w - 1, w, w + 1))  # the full search (1..64) takes a minute
     for k, v in c["model"].items():
         assert consts[k] == pytest.approx(v, rel=1e-4, abs=1e-9), k
-    e = [abs(x) for x in ts.errors(rows, consts, 132)]
+    e = [abs(x) for x in sf.errors(rows, consts, 132)]
     assert statistics.median(e) == pytest.approx(c["fit_median_error"], rel=1e-3)
     assert 0.03 < c["fit_median_error"] < 0.04 and c["fit_max_error"] < 0.36  # stated, not hidden
     assert 0.03 < c["tie_band"] < 0.04
@@ -113,15 +111,15 @@ def test_the_form_is_the_one_leave_one_radius_out_chose():
     mean median error (3.8 % against 4.0 %); the expected error is the shipped form's cross-validated median."""
     c = cal()
     fc = c["form_choice"]
-    assert set(fc) == set(ts.FORMS) and c["form"] == ts.FORM
-    assert min(fc, key=lambda f: fc[f]["mean_median_error"]) == ts.FORM
+    assert set(fc) == set(sf.FORMS) and c["form"] == sf.FORM
+    assert min(fc, key=lambda f: fc[f]["mean_median_error"]) == sf.FORM
     old = fc["session 3 (fill rounds + shared wavefronts)"]
     assert old["held_out_radius"]["R1"]["spearman_sweep"] < 0.6 and old["mean_spearman"] < 0.85
     assert (
-        fc[ts.FORM]["mean_spearman"] > 0.9
-        and min(v["spearman_sweep"] for v in fc[ts.FORM]["held_out_radius"].values()) > 0.85
+        fc[sf.FORM]["mean_spearman"] > 0.9
+        and min(v["spearman_sweep"] for v in fc[sf.FORM]["held_out_radius"].values()) > 0.85
     )
-    assert 0.035 < fc[ts.FORM]["mean_median_error"] < 0.04
+    assert 0.035 < fc[sf.FORM]["mean_median_error"] < 0.04
 
 
 def test_the_expected_error_is_the_held_out_sweeps():
@@ -233,7 +231,7 @@ def test_another_gpu_is_uncalibrated_and_says_so():
 
 def test_generate_without_a_tile_takes_the_stencil_model_pick():
     cfg = resolve({"arch": "sm_90", "kernel": {"family": "stencil2d", "ny": 8192, "nx": 8192}}).config
-    top = FAMILIES["stencil2d"].ranker({"ny": 8192, "nx": 8192}, "sm_90", None).top(1)[0]
+    top = ranker_for(FAMILIES["stencil2d"], {"ny": 8192, "nx": 8192}, "sm_90", None).top(1)[0]
     assert top == {"BX": 32, "BY": 4, "VEC": 4, "RY": 8, "R": 1}  # session 4: 32x8 VEC4 RY4 before
     assert {k: cfg.params[k] for k in top} == top and any("no tile given" in n for n in cfg.notes)
 
@@ -431,3 +429,62 @@ def test_gemm_family_flag_changes_nothing(gemm):
         a = run_cli("tiles", *gemm, "--format", fmt)
         b = run_cli("tiles", *gemm, "--family", fam, "--format", fmt)
         assert a.returncode == b.returncode == 0 and a.stdout == b.stdout
+
+
+# ---- the tile model behind the protocol (families/stencil2d/tiles.py, fit.py) -------------------------------------
+
+
+def test_the_stencil_tile_model_is_the_family_s_and_speaks_the_protocol():
+    from smemtile.families.tile_model import TileModel
+    from smemtile.model.arch import get_arch
+    from smemtile.model.tiling_gpus import get_gpu
+
+    fam = FAMILIES["stencil2d"]
+    assert fam.tile_model is ts.StencilTiles and isinstance(fam.tile_model(fam), TileModel)
+    assert [(o.name, o.option, o.choices) for o in fam.tile_model.options] == [
+        ("R", "--radius", (1, 2, 3, 4))
+    ]
+    model = fam.tile_model(fam)
+    ranking = rank(model, {"ny": 4096, "nx": 4096, "R": 2}, get_arch("sm_90"), get_gpu(None, "sm_90"))
+    assert model.tie_rule.band == cal()["tie_band"] and ranking.counts["ranked"] == len(ranking.ranked) == 325
+    # every ranked entry configures for the problem (its R included) and is the configuration it names
+    for e in ranking.ranked:
+        cfg = model.configure(e)
+        assert cfg.params["R"] == 2 and ts.label(cfg.params) == e.pred.result.label
+    # the report rows the family's views read are the ranking's, in its order
+    assert [s.label for s in stencil(4096, 2).ranked] == [e.pred.result.label for e in ranking.ranked]
+
+
+def test_the_stencil_ranker_needs_the_ranking_loop_and_ranks_another_radius_when_asked():
+    fam = FAMILIES["stencil2d"]
+    with pytest.raises(TypeError, match="ranking loop"):
+        fam.ranker({"ny": 4096, "nx": 4096}, "sm_90", None)
+    rk = ranker_for(fam, {"ny": 4096, "nx": 4096, "R": 1}, "sm_90", None)
+    at3 = rk({"BX": 32, "BY": 4, "VEC": 4, "RY": 4, "R": 3}, "spec")  # ranked at R 3, not R 1
+    assert at3.label == "32x4 VEC4 RY4 R3" and at3.model_rank == 1
+    assert rk({"BX": 32, "BY": 4, "VEC": 4, "RY": 4}, "spec").model_rank == next(
+        s.rank for s in stencil(4096, 1).ranked if s.label == "32x4 VEC4 RY4"
+    )
+
+
+def test_the_stencil_calibration_reproduces_from_its_results():
+    stored, refit = sf.reproduce()
+    assert (
+        set(stored)
+        == set(refit)
+        == {"t0_us", "L_us", "rate_per_us", "warps_full", "p", "load_us", "block_us"}
+    )
+    for k, v in stored.items():
+        assert refit[k] == pytest.approx(v, rel=1e-6, abs=1e-12), k
+
+
+def test_the_radius_option_comes_from_the_model():
+    r = run_cli("tiles", "--help")
+    assert "--radius INTEGER RANGE" in r.stdout and "--family stencil2d: the stencil radius R" in " ".join(
+        r.stdout.split()
+    )
+    r = run_cli("tiles", "4096", "4096", "4096", "--radius", "2")
+    assert (
+        r.returncode == 2
+        and "--radius is the stencil2d family's (use --family stencil2d NY NX --radius R)" in r.stderr
+    )

@@ -1,5 +1,5 @@
 """The transpose's candidate space (issue 20, session 5): ``tiles --family transpose`` ranks every configuration
-of ``tiling_transpose.space`` the family builds (its own rules, ptxas' registers, no spills, MIN_BLOCKS only where
+of ``families/transpose/tiles.space`` the family builds (its own rules, ptxas' registers, no spills, MIN_BLOCKS only where
 it changes the kernel), each predicted by the feature model (measured candidates by their own constants shrunk
 toward it), the rejected ones listed with the family's reason; the calibration names its provenance."""
 
@@ -8,7 +8,9 @@ from __future__ import annotations
 import pytest
 
 from smemtile.families import FAMILIES, configure
-from smemtile.model import tiling_transpose as tt
+from smemtile.families.transpose import fit as tf
+from smemtile.families.transpose import tiles as tt
+from smemtile.pipeline.rank import rank
 from smemtile.pipeline.tiles import family_tiles
 
 FAM = FAMILIES["transpose"]
@@ -71,13 +73,13 @@ def _rows(coef: dict, labels: dict, shapes) -> list[dict]:
         t0, inv, w = tt.prior(f, coef)
         for n, m in shapes:
             r = {"label": lab, "elem": 2, "rows": n, "cols": m, "params": p, "case": f"{n}x{m}"}
-            x0, so, *_ = tt._terms(r, 1.0, 0.0, 0.0)
+            x0, so, *_ = tf._terms(r, 1.0, 0.0, 0.0)
             out.append({**r, "time_us": t0 + inv * x0 + w * so})
     return out
 
 
 def test_fit_features_recovers_known_coefficients_and_predicts_an_unseen_candidate():
-    coef = dict.fromkeys(tt.COEF, 0.0)
+    coef = dict.fromkeys(tf.COEF, 0.0)
     coef.update(
         {
             "t0": 3.0,
@@ -99,7 +101,7 @@ def test_fit_features_recovers_known_coefficients_and_predicts_an_unseen_candida
     }
     shapes = ((8192, 8192), (4096, 4096), (5000, 8192), (2048, 16384))
     rows = _rows(coef, labels, shapes)
-    got = tt.fit_features(rows, {}, shared={2: (1.0, 0.0, 0.0)})["2"]
+    got = tf.fit_features(rows, {}, shared={2: (1.0, 0.0, 0.0)})["2"]
     for k, v in coef.items():
         assert got["coef"][k] == pytest.approx(v, rel=1e-4, abs=1e-9), k
     unseen = {**d, "TILE": 128, "BLOCK_ROWS": 8, "STREAM": 1}
@@ -111,7 +113,7 @@ def test_fit_features_recovers_known_coefficients_and_predicts_an_unseen_candida
 def test_a_measured_candidate_is_pulled_toward_its_own_rows_by_how_many_it_has():
     """shrink: a candidate measured 5 % slower than the feature model keeps most of the 5 % with 8 rows, less
     with 1 (the prior's spread SPREAD_INV against the rows' NOISE)."""
-    coef = dict.fromkeys(tt.COEF, 0.0)
+    coef = dict.fromkeys(tf.COEF, 0.0)
     coef.update({"t0": 3.0, "inv": 1 / 4000})
     p = {**tt.DEFAULTS, "TILE": 64, "BLOCK_ROWS": 4}
     f = tt.features(p, 2, 32)
@@ -120,7 +122,7 @@ def test_a_measured_candidate_is_pulled_toward_its_own_rows_by_how_many_it_has()
         {**r, "time_us": r["time_us"] * 1.05}
         for r in _rows(coef, {"a": p}, [(4096 * k, 8192) for k in (1, 2, 3, 4, 1, 2, 3, 4)])
     ]
-    many, one = tt.shrink(rows, f, coef, model), tt.shrink(rows[3:4], f, coef, model)
+    many, one = tf.shrink(rows, f, coef, model), tf.shrink(rows[3:4], f, coef, model)
     assert 1 / 1.05 - 0.01 < many["prior_ratio"] < 1 / 1.04 and 1 / 1.05 - 0.01 < one["prior_ratio"]
     assert one["prior_ratio"] < 1.0 and many["fit_points"] == 8 and one["fit_points"] == 1
 
@@ -129,7 +131,10 @@ def test_the_ranking_of_a_known_case():
     """fp32 8192^2: T64x4 col (column order, measured 0.968x) first, the sample's T64x8 col (0.961-0.970x) second;
     fp16 8192^2: T128x4 P2 col (0.946-0.956x); the top five of each measured (s6coltop). Unmeasured candidates
     say so and rank as if their expected error slower."""
-    f32, f16 = tt.rank_transpose(8192, 8192, "f32"), tt.rank_transpose(8192, 8192, "f16")
+    f32, f16 = (
+        tt.rank_transpose(8192, 8192, "f32", rank=rank),
+        tt.rank_transpose(8192, 8192, "f16", rank=rank),
+    )
     assert f32[0].label == "T64x4 col" and f32[1].label == "T64x8 col" and f32[0].registers == 38
     assert f16[0].label == "T128x4 P2 col" and all(s.measured for s in f32[:5] + f16[:5])
     assert 0.95 < f16[0].copy_ratio < 0.965 and f16[1].copy_ratio < f16[0].copy_ratio
@@ -152,20 +157,65 @@ def test_l1_left_by_the_carveout():
     # fitted: a byte-time penalty (>= 0), which ranks T64x2 P2 mb16 below T64x8 at the session-5 held-out shape
     cal = tt.load_calibration()
     assert all(cal["constants"][e]["coef"]["inv*l1"] > 0 for e in ("2", "4"))
-    r = {s.label: s for s in tt.rank_transpose(7168, 7680, "f32")}
+    r = {s.label: s for s in tt.rank_transpose(7168, 7680, "f32", rank=rank)}
     assert r["T64x2 P2 mb16"].copy_ratio < 0.9 < r["T64x8"].copy_ratio
 
 
 def test_a_candidate_timed_only_on_misaligned_shapes_keeps_the_feature_models_bandwidth():
     """Its rows cannot separate bandwidth from the misalignment weights (both scale with the bytes): shrink keeps
     the prior's t0 and bw and fits the weights alone; one aligned row frees them."""
-    coef = {k: 0.0 for k in tt.COEF} | {"t0": 5.0, "inv": 1 / 4000.0, "out": 0.3 / 4000.0}
+    coef = {k: 0.0 for k in tf.COEF} | {"t0": 5.0, "inv": 1 / 4000.0, "out": 0.3 / 4000.0}
     p = {**tt.DEFAULTS, "TILE": 128, "BLOCK_ROWS": 4, "PACK": 2}
     f = tt.features(p, 2, 32)
     model = {"kappa": 1.0, "phi_line": 0.1, "mu_in": 0.0}
     rows = _rows(coef, {"a": p}, [(5000, 8192), (7000, 8192)])  # output pitch 10000 / 14000 bytes
     rows = [{**r, "time_us": r["time_us"] * 2.5} for r in rows]  # 2.5x slower than the prior says
-    only = tt.shrink(rows, f, coef, model)
+    only = tf.shrink(rows, f, coef, model)
     assert only["prior_ratio"] == pytest.approx(1.0, abs=1e-3) and only["mu_out"] > 1.0
-    with_aligned = tt.shrink([*rows, *_rows(coef, {"a": p}, [(8192, 8192)])], f, coef, model)
+    with_aligned = tf.shrink([*rows, *_rows(coef, {"a": p}, [(8192, 8192)])], f, coef, model)
     assert with_aligned["prior_ratio"] != pytest.approx(1.0, abs=1e-3)
+
+
+# ---- the tile model behind the protocol (families/transpose/tiles.py, fit.py) -------------------------------------
+
+
+@pytest.mark.parametrize("dt,arch", [("f32", "sm_90"), ("f16", "sm_90"), ("f16", "sm_80")])
+def test_the_rules_screen_shares_its_shape_checks_without_changing_them(dt, arch):
+    fam = FAMILIES["transpose"]
+    assert tt._rules(fam, dt, arch) == tt.rules_uncached(fam, dt, arch)
+
+
+def test_the_transpose_tile_model_is_the_family_s_and_every_ranked_entry_configures():
+    from smemtile.families.tile_model import TileModel
+    from smemtile.model.arch import get_arch
+    from smemtile.model.tiling_gpus import get_gpu
+
+    fam = FAMILIES["transpose"]
+    assert fam.tile_model is tt.TransposeTiles and isinstance(fam.tile_model(fam), TileModel)
+    assert fam.tile_model.options == ()
+    model = fam.tile_model(fam)
+    ranking = rank(
+        model, {"rows": 5000, "cols": 6000, "dtype": "f16"}, get_arch("sm_90"), get_gpu(None, "sm_90")
+    )
+    assert ranking.counts["generated"] == len(tt.space("f16"))
+    assert ranking.counts["ranked"] + ranking.counts["rejected"] == ranking.counts["generated"]
+    for e in ranking.ranked:
+        cfg = model.configure(e)
+        assert tt.label(cfg.params) == e.pred.result.label and cfg.problem["dtype"] == "f16"
+    # never-timed candidates rank as if their expected error slower; measured ones pay nothing
+    cal = tt.load_calibration()
+    pen = cal["constants"]["2"]["unmeasured_penalty"]
+    assert {e.pred.penalty for e in ranking.ranked} == {0.0, pen}
+    assert all((e.pred.penalty == 0.0) == e.pred.result.measured for e in ranking.ranked)
+
+
+def test_the_transpose_calibration_reproduces_from_its_results():
+    stored, refit = tf.reproduce()
+    assert refit["copy"] == stored["copy"]
+    for e in ("2", "4"):
+        s, r = stored[e], refit[e]
+        assert r["model"] == s["model"] and r["min_fit_bytes"] == s["min_fit_bytes"]
+        assert r["coef"] == pytest.approx(s["coef"], rel=1e-6, abs=1e-12)
+        assert set(r["candidates"]) == set(s["candidates"])
+        for lab, c in s["candidates"].items():
+            assert r["candidates"][lab] == pytest.approx(c, rel=1e-6, abs=1e-12), lab

@@ -13,18 +13,25 @@ import pytest
 
 from smemtile.families import FAMILIES, configure
 from smemtile.families.base import ContractViolation
-from smemtile.model.analysis import analyze_spec
-from smemtile.model.tiling_transpose import (
+from smemtile.families.transpose import tiles as tt
+from smemtile.families.transpose.fit import fit
+from smemtile.families.transpose.tiles import (
     DEFAULTS,
     candidates,
-    fit,
     geometry,
     label,
     load_calibration,
     misaligned_sides,
-    rank_transpose,
     split_bytes,
 )
+from smemtile.model.analysis import analyze_spec
+from smemtile.pipeline.rank import rank
+from smemtile.pipeline.tiles import ranker_for
+
+
+def rank_transpose(*args, **kw):
+    return tt.rank_transpose(*args, rank=rank, **kw)
+
 
 FAM = FAMILIES["transpose"]
 
@@ -106,7 +113,7 @@ def test_split_bytes_counts_edge_tiles():
     assert split_bytes({"TILE": 64, "BLOCK_ROWS": 4}, 7001, 9000, 4) == (0.0, 2 * 7001 * 9000 * 4)  # 7001 % 4
 
 
-# ---- the recommender (model/tiling_transpose.py, calibrated on bench/results/memory_h200_run4/5.json) -----------
+# ---- the recommender (families/transpose/tiles.py, calibrated on bench/results/memory_h200_run4/5.json) -----------
 
 
 def test_the_pick_per_dtype_is_what_measured_fastest_at_8192():
@@ -564,7 +571,7 @@ def test_async_compiles_to_cp_async_and_the_checklist_reads_it(dtype, p):
 
 def test_async_is_outside_the_models_candidates():
     """The tile model's space has no ASYNC: an ASYNC = 1 tile is not scored as its ASYNC = 0 twin."""
-    ranker = FAM.ranker({"rows": 8192, "cols": 8192, "dtype": "f16"}, "sm_90", None)
+    ranker = ranker_for(FAM, {"rows": 8192, "cols": 8192, "dtype": "f16"}, "sm_90", None)
     twin = ranker({"TILE": 128, "BLOCK_ROWS": 4, "PACK": 2}, "user")
     cand = ranker({"TILE": 128, "BLOCK_ROWS": 4, "PACK": 2, "ASYNC": 1}, "user")
     assert twin.model_rank is not None

@@ -1,5 +1,6 @@
 """``smemtile tiles M N K``: ranked block-tile configurations for a GEMM, with reasons and exports;
-``smemtile tiles --family transpose|stencil2d ROWS COLS``: that family's own candidates, ranked by its model."""
+``smemtile tiles --family NAME SIZES...``: that family's own candidates, ranked by its tile model (the families,
+their sizes, dtypes, options and examples come from the registry)."""
 
 from __future__ import annotations
 
@@ -18,46 +19,76 @@ from smemtile.cli.common import (
     json_option,
 )
 from smemtile.errors import OutOfResources, SpecError
+from smemtile.pipeline import tiles_family as tf
 
 FORMATS = ("table", "json", "yaml", "triton")
+GEMM_EXAMPLES = (
+    "smemtile tiles 4096 4096 4096 --dtype f32 --arch sm_90",
+    "smemtile tiles 8192 8192 1024 --dtype f16 --arch sm_90 --format triton",
+    "smemtile tiles 64 4096 4096 --dtype bf16 --arch gfx942 --vendor amd --top 5",
+    "smemtile tiles 4096 4096 4096 --top 1 --format yaml > tile.yaml && smemtile verify tile.yaml",
+)
+MODEL_OPTIONS = (
+    tf.model_options()
+)  # name -> (family, ModelOption): the problem options the tile models rank for
+_OWN = "|".join(tf.ranked_families())
+HELP = f"""Recommend block tiles (BM, BN, BK), warps, stages and GROUP_SIZE_M for C[M,N] = A[M,K] @ B[K,N], or, with
+    --family {_OWN}, that family's configurations for a ROWS x COLS problem.
+
+    GEMM: candidates come from the problem and the architecture (mma / SIMT shapes, smaller tiles when M or N is
+    small), are pruned by per-block limits and the occupancy model (every rejection keeps its reason), and are
+    ranked by a stated model: wave quantisation over the SMs, occupancy, inner-loop efficiency, arithmetic
+    intensity against the roofline, DRAM traffic with and without L2 grouping, and padding waste.
+
+    Memory-bound families: every configuration the family can generate is checked by the family's own rules
+    (rejections keep its reason) and ranked by its model calibrated on the H200 (predicted GB/s, the fraction of
+    a device copy of the same bytes, the expected error, whether the H200 runs timed it).
+
+    \b
+    --format triton prints a list of triton.Config (GEMM); yaml prints specs
+    (one document per candidate) that `smemtile verify` / `generate` /
+    `tune --space` accept; json (or --json) has every factor.
+    """
+
+
+def _option_type(opt):
+    """A model option's click type: an integer range when its choices are consecutive integers, else a choice."""
+    ch = tuple(opt.choices)
+    if ch and all(isinstance(c, int) for c in ch) and list(ch) == list(range(min(ch), max(ch) + 1)):
+        return click.IntRange(min(ch), max(ch))
+    return click.Choice([str(c) for c in ch]) if ch else click.INT
+
+
+def _model_options(f):
+    """The tile models' problem options (``ModelOption``: the stencil's radius), one click option each."""
+    for name, (_, opt) in reversed(MODEL_OPTIONS.items()):
+        f = click.option(
+            opt.option, f"model_{name}", type=_option_type(opt), default=None, help=tf.option_help(opt)
+        )(f)
+    return f
 
 
 @click.command(
     "tiles",
     short_help="Rank tile configurations for a GEMM or a family.",
-    epilog="""\b
-Examples:
-  smemtile tiles 4096 4096 4096 --dtype f32 --arch sm_90
-  smemtile tiles 8192 8192 1024 --dtype f16 --arch sm_90 --format triton
-  smemtile tiles 64 4096 4096 --dtype bf16 --arch gfx942 --vendor amd --top 5
-  smemtile tiles 4096 4096 4096 --top 1 --format yaml > tile.yaml && smemtile verify tile.yaml
-  smemtile tiles 4096 4096 4096 --dtype bf16 --arch sm_90a   # Hopper: the wgmma_gemm family
-  smemtile tiles --family transpose 8192 8192 --dtype f16 --explain
-  smemtile tiles --family stencil2d 8192 8192 --radius 4 --top 5
-  smemtile tiles --family transpose 8K 8K --top 1 --format yaml > t.yaml
-  smemtile generate t.yaml -o transpose.cu""",
+    help=HELP,
+    epilog="\b\nExamples:\n" + "\n".join(f"  {x}" for x in (*GEMM_EXAMPLES, *tf.tiles_examples())),
 )
 @click.argument("sizes", nargs=-1, metavar="M N K | ROWS COLS")
 @click.option(
     "--family",
     type=click.Choice(FAMILY_NAMES, case_sensitive=False),
     default=None,
-    help="The kernel family: transpose (ROWS COLS, --dtype f32|f16|bf16) or stencil2d (NY NX, --radius) rank "
-    "their own configurations; sgemm, hgemm or wgmma_gemm (M N K) must be the one --dtype/--arch imply.",
+    help=tf.family_help(),
 )
 @click.option(
     "--dtype",
     type=click.Choice(GEMM_DTYPES, case_sensitive=False),
     default=None,
-    help="f32 (SIMT sgemm; the default), tf32, f16, bf16, f8e4m3, f8e5m2 (sm_89+) or i8 (tensor / matrix cores); "
-    "with --family transpose: f32, f16 or bf16.",
+    help=f"f32 (SIMT {tf.simt_family() or 'GEMM'}; the default), tf32, f16, bf16, f8e4m3, f8e5m2 (sm_89+) or i8 "
+    f"(tensor / matrix cores); {tf.dtype_help_families()}.",
 )
-@click.option(
-    "--radius",
-    type=click.IntRange(1, 4),
-    default=None,
-    help="--family stencil2d: the stencil radius R (1-4).",
-)
+@_model_options
 @click.option(
     "--arch",
     type=Targets(ARCH_TARGETS, ("auto", *AMD_TARGETS)),
@@ -129,7 +160,6 @@ def command(
     sizes,
     family,
     dtype,
-    radius,
     arch,
     vendor,
     gpu,
@@ -141,38 +171,21 @@ def command(
     export,
     cache_path,
     as_json,
+    **model_keys,
 ) -> None:
-    """Recommend block tiles (BM, BN, BK), warps, stages and GROUP_SIZE_M for C[M,N] = A[M,K] @ B[K,N], or, with
-    --family transpose|stencil2d, that family's configurations for a ROWS x COLS problem.
-
-    GEMM: candidates come from the problem and the architecture (mma / SIMT shapes, smaller tiles when M or N is
-    small), are pruned by per-block limits and the occupancy model (every rejection keeps its reason), and are
-    ranked by a stated model: wave quantisation over the SMs, occupancy, inner-loop efficiency, arithmetic
-    intensity against the roofline, DRAM traffic with and without L2 grouping, and padding waste.
-
-    Memory-bound families: every configuration the family can generate is checked by the family's own rules
-    (rejections keep its reason) and ranked by its model calibrated on the H200 (predicted GB/s, the fraction of
-    a device copy of the same bytes, the expected error, whether the H200 runs timed it).
-
-    \b
-    --format triton prints a list of triton.Config (GEMM); yaml prints specs
-    (one document per candidate) that `smemtile verify` / `generate` /
-    `tune --space` accept; json (or --json) has every factor.
-    """
-    from smemtile.pipeline.tiles import ranked_families
-
+    keys = {k.removeprefix("model_"): v for k, v in model_keys.items()}
     fmt = "json" if as_json else str(fmt).lower()
     if fmt not in FORMATS:
         raise SpecError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}", key="--format")
     top_n, rej_n = top, n_rejected
     if export is not None:
         _check_export(export)
-    if family is not None and str(family) in ranked_families():
+    if family is not None and str(family) in tf.ranked_families():
         return _family(
             str(family),
             sizes,
             dtype,
-            radius,
+            keys,
             arch,
             vendor,
             gpu,
@@ -183,12 +196,11 @@ def command(
             explain,
             (export, cache_path),
         )
-    if radius is not None:
-        raise SpecError(
-            "--radius is the stencil2d family's (use --family stencil2d NY NX --radius R)", key="--radius"
-        )
+    for k, v in keys.items():
+        if v is not None:
+            raise SpecError(tf.option_misuse(k), key=MODEL_OPTIONS[k][1].option)
     if len(sizes) != 3:
-        fams = " or ".join(ranked_families())
+        fams = " or ".join(tf.ranked_families())
         raise SpecError(
             f"takes M N K (3 sizes) for a GEMM, got {len(sizes)}; ROWS COLS need --family {fams}", key="sizes"
         )
@@ -248,15 +260,15 @@ def _this_gpu() -> tuple[str, int]:
 def _check_gemm_family(family: str, dtype: str, arch, vendor) -> None:
     """``--family`` with M N K names the family the dtype and arch already imply (it picks nothing else)."""
     from smemtile.families import FAMILIES
-    from smemtile.pipeline.tiles import implied_gemm_family, ranked_families
+    from smemtile.pipeline.tiles import implied_gemm_family
 
     implied = implied_gemm_family(dtype, arch, vendor)
     if family == implied:
         return
     if family not in FAMILIES:
         raise SpecError(
-            f"unknown family {family!r}; tiles ranks {', '.join(ranked_families())} (ROWS COLS) and "
-            "the GEMM families sgemm, hgemm, wgmma_gemm (M N K)",
+            f"unknown family {family!r}; tiles ranks {', '.join(tf.ranked_families())} (ROWS COLS) and "
+            f"the GEMM families {', '.join(tf.gemm_families())} (M N K)",
             key="--family",
         )
     target = f"--dtype {dtype} on {arch or 'sm_90'}"
@@ -285,7 +297,7 @@ def _export(doc: dict, path: Path, cache_path: Path | None) -> None:
 
 
 def _family(
-    family, sizes, dtype, radius, arch, vendor, gpu, sms, top_n, rej_n, fmt, explain, export=(None, None)
+    family, sizes, dtype, keys, arch, vendor, gpu, sms, top_n, rej_n, fmt, explain, export=(None, None)
 ) -> None:
     from smemtile.pipeline.tiles import family_json_doc, family_tiles, family_yaml_specs
 
@@ -298,7 +310,7 @@ def _family(
         )
     if str(arch).lower() == "auto":
         arch, _ = _this_gpu()
-    rep = family_tiles(family, sizes, dtype=dtype, keys={"R": radius}, arch=arch, gpu=gpu)
+    rep = family_tiles(family, sizes, dtype=dtype, keys=keys, arch=arch, gpu=gpu)
     if not rep.ranked:
         raise OutOfResources(
             f"no {family} configuration fits: {rep.rejected[0]['reason']}"

@@ -1,5 +1,8 @@
-"""``smemtile tiles --family NAME SIZES...``: a kernel family's own candidates (a memory-bound family: transpose,
-stencil2d), ranked by its model, with its rejections, and the exports (YAML specs, JSON). No printing."""
+"""``smemtile tiles --family NAME SIZES...``: a kernel family's own candidates (a family whose tile model ranks
+for its own problem sizes, not M N K), ranked by its model through the one ranking loop
+(:func:`smemtile.pipeline.rank.rank`), with its rejections, and the exports (YAML specs, JSON); the help text
+of those families' options (from the registry: each tile model's ``options`` and ``tiles_examples``). No
+printing."""
 
 from __future__ import annotations
 
@@ -9,30 +12,41 @@ import yaml
 
 from smemtile.errors import SpecError
 from smemtile.families import FAMILIES
+from smemtile.families.tile_model import ModelOption
 from smemtile.model.arch import get_arch
 from smemtile.model.sizes import parse_size
 from smemtile.model.tiling_gpus import get_gpu
+from smemtile.pipeline.rank import rank
 
 # ---- tiles --family NAME ROWS COLS: a kernel family's own candidates, ranked by its model ----------------------
 
-# the options that give a family's problem_params (template parameters that are part of the problem for its model)
-KEY_OPTIONS = {"R": "--radius"}
+
+def _gemm(fam) -> bool:
+    """A GEMM family: ranked through ``tiles M N K`` (the dtype and arch imply which)."""
+    return bool(getattr(fam, "tile_contract", None) or getattr(fam, "tiles_for", None))
 
 
 def ranked_families() -> list[str]:
-    """Families whose ranker presents its own candidates for ``tiles --family`` (sizes other than M N K)."""
-    out = []
-    for name, fam in FAMILIES.items():
-        if getattr(fam, "tile_contract", None) or getattr(fam, "tiles_for", None):
-            continue  # a GEMM family: ranked through ``tiles M N K``
-        keys = {pk.name: pk.default for pk in fam.problem_keys if not pk.dense}
-        try:
-            r = fam.ranker(keys, "sm_90", None)
-        except SpecError:
-            r = None
-        if r is not None and hasattr(r, "rejections"):
-            out.append(name)
+    """Families whose tile model presents its own candidates for ``tiles --family`` (sizes other than M N K)."""
+    return [name for name, fam in FAMILIES.items() if fam.tile_model is not None and not _gemm(fam)]
+
+
+def gemm_families() -> list[str]:
+    """Families ranked through ``tiles M N K`` (the dtype and arch imply which)."""
+    return [name for name, fam in FAMILIES.items() if _gemm(fam)]
+
+
+def model_options() -> dict[str, tuple[str, ModelOption]]:
+    """Every problem option a family's tile model ranks for, by its name: (the family, the option)."""
+    out: dict[str, tuple[str, ModelOption]] = {}
+    for name in ranked_families():
+        for opt in FAMILIES[name].tile_model.options:
+            out.setdefault(opt.name, (name, opt))
     return out
+
+
+# the options that give a tile model's problem keys that are not sizes (the CLI's spelling of each)
+KEY_OPTIONS = {k: opt.option for k, (_, opt) in model_options().items()}
 
 
 @dataclass(frozen=True)
@@ -47,7 +61,8 @@ class FamilyTileReport:
     ranked: tuple
     rejected: tuple  # dicts: params, label, kind, reason
     provenance: dict
-    tile_keys: tuple = ()  # ranker keys that go into each candidate's tile (R)
+    tile_keys: tuple = ()  # the model's options that go into each candidate's tile (R)
+    tie_rule: str = ""  # the model's tie rule in words (TieRule.text)
 
     @property
     def counts(self) -> dict:
@@ -101,9 +116,9 @@ def family_tiles(
     arch: str | None = None,
     gpu: str | None = None,
 ) -> FamilyTileReport:
-    """``tiles --family FAMILY SIZES...``: the family's ranker for the problem, with its rejections. ``sizes``:
-    the family's integer problem keys in order (rows cols; ny nx); ``dtype``: its dtype problem key (a family
-    without one takes f32 only); ``keys``: its ranker keys by name (``{"R": 4}``, from ``--radius``)."""
+    """``tiles --family FAMILY SIZES...``: the family's tile model ranked for the problem, with its rejections.
+    ``sizes``: the family's integer problem keys in order; ``dtype``: its dtype problem key (a family without one
+    takes f32 only); ``keys``: the model's options by name (``ModelOption.name``: the CLI's option gives it)."""
     fam = FAMILIES[family]
     ints = fam.size_keys()  # leading dimensions are not sizes: the ranking is for the dense layout
     names = " ".join(pk.name.upper() for pk in ints)
@@ -119,27 +134,30 @@ def family_tiles(
     elif dt != "f32":
         raise SpecError(f"{family} computes in fp32 only; drop --dtype {dt}", key="--dtype")
     given = {k: v for k, v in (keys or {}).items() if v is not None}
-    need = tuple(fam.problem_params)
-    for k in need:
-        if k not in given:
+    opts = {o.name: o for o in fam.tile_model.options}
+    spell = {k: opt.option for k, (_, opt) in model_options().items()}
+    for k, o in opts.items():
+        if o.required and k not in given:
             raise SpecError(
-                f"--family {family} needs {KEY_OPTIONS.get(k, k)} (its {k}: the model ranks for one {k})",
-                key=KEY_OPTIONS.get(k, k),
+                f"--family {family} needs {o.option} (its {k}: the model ranks for one {k})", key=o.option
             )
     for k, v in given.items():
-        if k not in need:
-            raise SpecError(f"{KEY_OPTIONS.get(k, k)} is not a {family} setting", key=KEY_OPTIONS.get(k, k))
-        problem[k] = _size(v, KEY_OPTIONS.get(k, k))
+        flag = spell.get(k, k)
+        if k not in opts:
+            raise SpecError(f"{flag} is not a {family} setting", key=flag)
+        problem[k] = _size(v, flag)
         par = next((q for q in fam.params if q.name == k), None)
-        if par is not None and par.allowed is not None and problem[k] not in par.allowed:
+        allowed = par.allowed if par is not None and par.allowed is not None else opts[k].choices or None
+        if allowed is not None and problem[k] not in allowed:
+            doc = f" ({par.doc})" if par is not None else ""
             raise SpecError(
-                f"{problem[k]} is not allowed; allowed: {', '.join(map(str, par.allowed))} ({par.doc})",
-                key=KEY_OPTIONS.get(k, k),
+                f"{problem[k]} is not allowed; allowed: {', '.join(map(str, allowed))}{doc}", key=flag
             )
+    need = tuple(opts)
     a = get_arch(arch or "sm_90")
     g = get_gpu(gpu, a.base)
     try:
-        ranker = fam.ranker(problem, a.name, gpu)
+        ranker = fam.ranker(problem, a, gpu, rank=rank)  # the family's view, ranked by the one loop
     except ValueError as e:
         raise SpecError(str(e)) from None
     rejected = sorted(ranker.rejections(), key=lambda r: {"spills": 0, "occupancy": 1}.get(r["kind"], 2))
@@ -152,6 +170,7 @@ def family_tiles(
         tuple(rejected),
         ranker.provenance(),
         need,
+        ranker.model.tie_rule.text,
     )
 
 
@@ -159,7 +178,8 @@ def family_command_line(rep: FamilyTileReport) -> str:
     fam = FAMILIES[rep.family]
     sizes = " ".join(str(rep.problem[pk.name]) for pk in fam.size_keys())
     extra = f" --dtype {rep.problem['dtype']}" if "dtype" in rep.problem else ""
-    extra += "".join(f" {KEY_OPTIONS.get(k, k)} {rep.problem[k]}" for k in rep.tile_keys)
+    opts = {o.name: o.option for o in fam.tile_model.options}
+    extra += "".join(f" {opts.get(k, k)} {rep.problem[k]}" for k in rep.tile_keys)
     return f"smemtile tiles --family {rep.family} {sizes}{extra} --arch {rep.arch}"
 
 
@@ -193,3 +213,70 @@ def family_json_doc(rep: FamilyTileReport, top: int, rejected: int) -> dict:
     d = rep.to_dict(top=top, rejected=rejected)
     d["command"] = family_command_line(rep)
     return d
+
+
+# ---- the help text of tiles --family, from the registry ---------------------------------------------------------
+
+
+def _either(names: list[str]) -> str:
+    return " or ".join(names) if len(names) < 3 else ", ".join(names[:-1]) + " or " + names[-1]
+
+
+def _sizes(fam) -> str:
+    return " ".join(pk.name.upper() for pk in fam.size_keys())
+
+
+def _dtypes(fam) -> tuple[str, ...]:
+    return next((pk.choices for pk in fam.problem_keys if pk.name == "dtype"), ())
+
+
+def family_help() -> str:
+    """``--family``: what each family ranks (its sizes, dtypes and options), then the GEMM families."""
+    own = []
+    for name in ranked_families():
+        fam = FAMILIES[name]
+        extra = [f"--dtype {'|'.join(_dtypes(fam))}"] if _dtypes(fam) else []
+        extra += [o.option for o in fam.tile_model.options]
+        own.append(f"{name} ({', '.join([_sizes(fam), *extra])})")
+    gemm = gemm_families()
+    text = f"The kernel family: {_either(own)} rank their own configurations"
+    if gemm:
+        text += f"; {_either(gemm)} ({_sizes(FAMILIES[gemm[0]])}) must be the one --dtype/--arch imply"
+    return text + "."
+
+
+def simt_family() -> str | None:
+    """The GEMM family without a dtype choice: the SIMT f32 one (``--dtype f32``, the default)."""
+    return next((n for n, fam in FAMILIES.items() if _gemm(fam) and not _dtypes(fam)), None)
+
+
+def dtype_help_families() -> str:
+    """The end of ``--dtype``'s help: the dtypes of the families that rank their own configurations."""
+    parts = []
+    for name in ranked_families():
+        dts = _dtypes(FAMILIES[name])
+        if dts:
+            parts.append(
+                f"with --family {name}: {', '.join(dts[:-1])} or {dts[-1]}" if len(dts) > 1 else dts[0]
+            )
+    return "; ".join(parts)
+
+
+def option_help(opt: ModelOption) -> str:
+    """A model option's help: the families whose model takes it, then its own words."""
+    fams = [n for n in ranked_families() if any(o.name == opt.name for o in FAMILIES[n].tile_model.options)]
+    return f"--family {_either(fams)}: {opt.help}"
+
+
+def option_misuse(name: str) -> str:
+    """What a model option given without its family says (``--radius`` on a GEMM)."""
+    fam, opt = model_options()[name]
+    return f"{opt.option} is the {fam} family's (use --family {fam} {_sizes(FAMILIES[fam])} {opt.option} {opt.name})"
+
+
+def tiles_examples() -> list[str]:
+    """The examples each family's tile model gives (``tiles_examples``), in registry order."""
+    out: list[str] = []
+    for fam in FAMILIES.values():
+        out += list(getattr(fam.tile_model, "tiles_examples", ()) or getattr(fam, "tiles_examples", ()))
+    return out

@@ -1,6 +1,6 @@
-"""Rich rendering of a family's own tile ranking (``smemtile tiles --family transpose|stencil2d ...``): the header
-with the model's provenance and expected error, the ranked table with a reason per rank, the rejected ones with
-the family's reasons. No calculation happens here (the report object is pipeline.tiles.FamilyTileReport)."""
+"""Rich rendering of a family's own tile ranking (``smemtile tiles --family NAME ...``): the header with the
+model's provenance and expected error, the ranked table with a reason per rank, the rejected ones with the
+family's reasons, the model's tie rule. No calculation happens here (the report object is pipeline.tiles.FamilyTileReport)."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ def _kib(n: int) -> str:
 
 
 def _measured(s) -> str:
-    """Whether the H200 runs timed this configuration: a stencil candidate says so; a transpose candidate is
-    calibrated only when it was measured."""
+    """Whether the H200 runs timed this configuration: the candidate's ``measured`` (its measurements, or whether
+    it was timed), else whether it is calibrated (a model that calibrates only what it measured)."""
     m = getattr(s, "measured", None)
     return "yes" if (m if m is not None else s.calibrated) else "-"
 
@@ -135,13 +135,7 @@ def render_family_tiles(rep, top: int, rejected: int, width: int = 200, explain:
             more = f" (+{len(xs) - 1} alike)" if len(xs) > 1 else ""
             lines.append(f"  {xs[0]['label']}{more} [{xs[0]['kind']}]: {xs[0]['reason']}")
         parts.append(plain("\n".join(lines)))
-    tie = prov.get("tie_band")
-    rule = (
-        f"predicted times within {tie:.1%} (the model's resolution) are a tie, and go to configurations measured "
-        "on the H200 first"
-        if tie
-        else "predicted times within 0.05 % are a tie (fewer threads first)"
-    )
+    rule = rep.tie_rule  # the model's own words (TieRule.text)
     parts.append(
         Text(
             f"Ties: {rule}. meas: timed on the H200 (the model's own data); `--format yaml` writes "

@@ -15,19 +15,17 @@ again), then each thread reads the RY + 2R vectors of its column window and, per
 W elements on each side of its centre vector. Every shared access moves W elements (W = VEC unless the layout
 breaks a vector's alignment). Launch: grid = (ceil(nx/(BX*VEC)), ceil(ny/(BY*RY))), block = (BX, BY); shared
 memory static, TH * (TW + pad) * 4 bytes. A spec without a tile gets the tile model's pick for its shape and R
-(model/tiling_stencil.py, calibrated on the H200); ``smemtile tiles --family stencil2d NY NX --radius R`` ranks
+(tiles.py, calibrated on the H200); ``smemtile tiles --family stencil2d NY NX --radius R`` ranks
 every configuration.
 """
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 import numpy as np
 
-from smemtile.errors import SpecError
-from smemtile.families.base import Candidate, HostArg, KernelCall, KernelConfig, Param, ProblemKey
+from smemtile.families.base import HostArg, KernelCall, KernelConfig, Param, ProblemKey
 from smemtile.families.pitched import PITCH_PARAM, Pitched
+from smemtile.families.stencil2d.tiles import StencilTiles
 
 
 class Stencil2d(Pitched):
@@ -37,6 +35,7 @@ class Stencil2d(Pitched):
     # the radius is the user's stencil, not a tile choice: a spec giving only R still gets the model's tile, and
     # every caller that ranks (generate, analyze, tune, tiles --radius) passes it with the problem
     problem_params = ("R",)
+    tile_model = StencilTiles  # tiles.py: the configurations and the calibrated model (stencil_h200.json)
     peak = "memory"
     kernel = "stencil2d"
     signature = (
@@ -219,90 +218,11 @@ class Stencil2d(Pitched):
         p = cfg.params
         return {"ny": 4 * p["BY"] * p["RY"], "nx": 4 * p["BX"] * p["VEC"]}
 
-    def ranker(self, problem: dict, arch: str, gpu: str | None):
-        return _Ranker(self, problem, arch, gpu)
 
-
-@lru_cache(maxsize=4096)
-def _screen(arch: str, r: int, params: tuple) -> tuple[str, ...]:
-    """The family's rules for one candidate (they do not depend on the grid size)."""
-    from smemtile.families import configure
-
-    try:
-        cfg = configure(FAMILY, {**dict(params), "R": r}, arch=arch, check=False)
-    except SpecError as e:
-        return (str(e),)
-    return tuple(FAMILY.problems(cfg, accesses=False))
-
-
-class _Ranker:
-    """The tile model's ranking of stencil2d configurations for one problem and radius (model/tiling_stencil.py):
-    ``generate`` without a tile uses #1, ``tune`` times the top k, ``tiles --family stencil2d`` prints it."""
-
-    def __init__(self, fam: Stencil2d, problem: dict, arch: str, gpu: str | None, sms: int | None = None):
-        from smemtile.model.tiling_stencil import rank_stencil
-
-        self.fam, self.arch, self.gpu, self.sms = fam, arch, gpu, sms
-        self.ny, self.nx = int(problem["ny"]), int(problem["nx"])
-        self.radius = int(problem.get("R", fam.defaults()["R"]))
-        try:
-            self.ranked, self.rejected = rank_stencil(
-                self.ny, self.nx, self.radius, arch, gpu=gpu, sms=sms, screen=self._screen_for(self.radius)
-            )
-        except ValueError as e:
-            raise SpecError(str(e), key="R") from None
-        self._by_radius = {self.radius: self.ranked}
-
-    def _screen_for(self, r: int):
-        return lambda p: list(_screen(self.arch, r, tuple(sorted(p.items()))))
-
-    def top(self, k: int) -> list[dict]:
-        return [{**s.params_dict(), "R": self.radius} for s in self.ranked[:k]]
-
-    def __call__(self, params: dict, src: str) -> Candidate:
-        from smemtile.model.tiling_stencil import PARAMS, label, rank_stencil
-
-        full = {**self.fam.defaults(), **params}
-        r = full["R"]
-        name = f"{label(full)} R{r}"
-        if r not in self._by_radius:
-            try:
-                self._by_radius[r] = rank_stencil(
-                    self.ny, self.nx, r, self.arch, gpu=self.gpu, sms=self.sms, screen=self._screen_for(r)
-                )[0]
-            except ValueError:
-                self._by_radius[r] = []
-        want = {k: full[k] for k in PARAMS}
-        s = next((s for s in self._by_radius[r] if s.params_dict() == want), None)
-        if s is None:
-            return Candidate(name, params, src, None, None, "outside the model's candidates")
-        return Candidate(name, params, src, s.rank, s.gbps, s.reason)
-
-    def rejections(self) -> list[dict]:
-        return [x.to_dict() for x in self.rejected]
-
-    def provenance(self) -> dict:
-        from smemtile.model.tiling_stencil import DATA_FILE, load_calibration
-
-        cal = load_calibration() or {}
-        calibrated = bool(self.ranked and self.ranked[0].calibrated)
-        return {
-            "model": "time = t0 + smax_p(smax_p(copy(bytes), fill rounds x L + shared wavefronts / (SMs x "
-            "rate x min(1, warps / WARPS)) + fill loads / SMs x LOAD), blocks / SMs x BLOCK); ties "
-            "within the model's resolution go to measured configurations, by what they measured "
-            "(smemtile/model/tiling_stencil.py)",
-            "source": "smemtile/model/tiling_stencil.py",
-            "file": f"smemtile/model/data/{DATA_FILE}",
-            "gpu": cal.get("gpu"),
-            "runs": cal.get("run"),
-            "commit": cal.get("commit"),
-            "calibrated": calibrated,
-            "expected_error": cal.get("held_out_median_error") if calibrated else None,
-            "expected_error_of": "median |time error|, held out: "
-            + ", ".join(cal.get("held_out_shapes", [])),
-            "tie_band": cal.get("tie_band"),
-            "compiler": cal.get("compiler"),
-        }
+    def ranker(self, problem: dict, arch: str, gpu: str | None, rank=None):
+        """``tune``'s, ``generate``'s and ``analyze``'s view of the tile model for ``problem`` (``top(k)``, a
+        Candidate for any configuration); ``rank``: the ranking loop (the pipeline passes it)."""
+        return self.tile_model.ranker_for(self, problem, arch, gpu, rank)
 
 
 FAMILY = Stencil2d()

@@ -18,7 +18,7 @@ path. TILES = n: a block moves n tiles one below the other, the next tile's load
 
 Launch: grid = (ceil(cols/TILE), ceil(rows/(TY*TILES))), block = (TILE, BLOCK_ROWS); shared memory static,
 TY * (TILE + pad) * element bytes. A spec without a tile gets the calibrated model's pick for its dtype and
-shape (model/tiling_transpose.py: what measured fastest on the H200, carried to the shape).
+shape (tiles.py: what measured fastest on the H200, carried to the shape).
 """
 
 from __future__ import annotations
@@ -27,13 +27,11 @@ import re
 
 import numpy as np
 
-from smemtile.errors import SpecError
 from smemtile.families.base import (
     FAIL,
     NA,
     PASS,
     PIPELINE_ITEMS,
-    Candidate,
     HostArg,
     Item,
     KernelCall,
@@ -43,6 +41,7 @@ from smemtile.families.base import (
     barrier_follows_each_wait,
 )
 from smemtile.families.pitched import PITCH_PARAM, Pitched
+from smemtile.families.transpose.tiles import TransposeTiles
 
 CTYPES = {"f32": "float", "f16": "unsigned short", "bf16": "unsigned short"}
 SIZES = {"f32": 4, "f16": 2, "bf16": 2}
@@ -137,6 +136,7 @@ class Transpose(Pitched):
         HostArg("ld_in", "int"),
         HostArg("ld_out", "int"),
     )
+    tile_model = TransposeTiles  # tiles.py: the candidate space, the calibrated model (transpose_h200.json)
     layout_dependent_accesses = True  # the phase-1 store width W follows the layout
     exact = True
     tolerance = 0.0
@@ -420,132 +420,11 @@ class Transpose(Pitched):
     def repeats_per_block(self, cfg: KernelConfig) -> int:
         return cfg.params["TILES"]
 
-    def ranker(self, problem: dict, arch: str, gpu: str | None):
-        return _Ranker(self, problem, arch, gpu)
 
-
-def _screen(fam: Transpose, dtype: str, arch: str) -> tuple[list[dict], list[tuple[dict, str]]]:
-    """The model's candidate space (model/tiling_transpose.space) through this family's own rules: (the
-    configurations it builds, [(refused, the first rule broken)]). The rules do not depend on the problem's
-    size; cached per dtype and arch."""
-    key = (dtype, arch)
-    if key not in _SCREENED:
-        from smemtile.families import configure
-        from smemtile.model.tiling_transpose import space
-
-        ok, refused = [], []
-        for p in space(dtype):
-            try:
-                why = fam.problems(
-                    configure(fam, {**p, "rows": 8192, "cols": 8192, "dtype": dtype}, arch=arch, check=False),
-                    accesses=False,
-                )
-            except SpecError as e:
-                why = [str(e)]
-            if why:
-                refused.append((p, why[0]))
-            else:
-                ok.append(p)
-        _SCREENED[key] = (ok, refused)
-    return _SCREENED[key]
-
-
-_SCREENED: dict[tuple, tuple] = {}
-
-
-class _Ranker:
-    """The calibrated ranking of transpose configurations for one problem (model/tiling_transpose.py): every
-    configuration of the model's space the family builds, predicted by the feature model (measured ones by their
-    own constants, shrunk toward it); ``generate`` without a tile uses #1."""
-
-    def __init__(self, fam: Transpose, problem: dict, arch: str, gpu: str | None):
-        from smemtile.model.tiling_transpose import duplicate_of, label, load_calibration, rank_transpose
-
-        self.fam, self.arch = fam, arch
-        self.problem = {k: problem[k] for k in ("rows", "cols", "dtype")}
-        dtype = str(problem["dtype"])
-        ok, refused = _screen(fam, dtype, arch)
-        cal = load_calibration()
-        elem = SIZES.get(dtype, 4)
-        table = (cal or {}).get("registers", {}).get(str(elem), {})
-        self._rejected: list[dict] = [self._reject(p, "rules", why) for p, why in refused]
-        cands = []
-        for p in ok:
-            regs, spills = table.get(label(p), [None, 0])
-            dup = duplicate_of(p, dtype, cal)
-            if spills:
-                self._rejected.append(
-                    self._reject(
-                        p,
-                        "spills",
-                        f"ptxas spills {spills} bytes ({regs} registers, MIN_BLOCKS={p['MIN_BLOCKS']})",
-                    )
-                )
-            elif dup:
-                self._rejected.append(
-                    self._reject(
-                        p, "duplicate", f"the same kernel as {dup}: ptxas gives both {regs} registers"
-                    )
-                )
-            else:
-                cands.append(p)
-        self.ranked = rank_transpose(
-            int(problem["rows"]), int(problem["cols"]), dtype, arch, gpu=gpu, cands=cands
-        )
-
-    def _reject(self, p: dict, kind: str, reason: str) -> dict:
-        from smemtile.model.tiling_transpose import label, set_params
-
-        return {"params": set_params(p), "label": label(p), "kind": kind, "reason": reason}
-
-    def top(self, k: int) -> list[dict]:
-        return [s.params_dict() for s in self.ranked[:k]]
-
-    def __call__(self, params: dict, src: str) -> Candidate:
-        from smemtile.model.tiling_transpose import PARAMS, label
-
-        full = {**self.fam.defaults(), **params}
-        name = label(full)
-        s = None
-        # the model's space sets PARAMS; every other family parameter (VEC, ASYNC) must be at its default
-        if all(full[k] == v for k, v in self.fam.defaults().items() if k not in PARAMS):
-            s = next((s for s in self.ranked if dict(s.params) == {k: full[k] for k in PARAMS}), None)
-        if s is None:
-            return Candidate(name, params, src, None, None, "outside the model's candidates")
-        return Candidate(name, params, src, s.rank, s.gbps, s.reason)
-
-    # presentation (``smemtile tiles --family transpose``): what the ranking left out and where its numbers come from
-
-    def rejections(self) -> list[dict]:
-        """The configurations of the model's space the family refuses (its own rule), ptxas spills for, or that
-        compile to the same kernel as one ranked (MIN_BLOCKS with nothing to give up)."""
-        return list(self._rejected)
-
-    def provenance(self) -> dict:
-        from smemtile.model.tiling_transpose import DATA_FILE, expected_error, load_calibration
-
-        cal = load_calibration() or {}
-        calibrated = bool(self.ranked and self.ranked[0].calibrated)
-        return {
-            "model": "per candidate time = t0 + bytes / bw (+ edge tiles / kappa + misaligned runs), t0, bw and the "
-            "output side's weight from the candidate's features (occupancy, bytes in flight, access width, run "
-            "lengths, block size), measured candidates' own constants shrunk toward them "
-            "(smemtile/model/tiling_transpose.py)",
-            "source": "smemtile/model/tiling_transpose.py",
-            "file": f"smemtile/model/data/{DATA_FILE}",
-            "gpu": cal.get("gpu"),
-            "runs": cal.get("run"),
-            "commit": cal.get("commit"),
-            "calibrated": calibrated,
-            "expected_error": expected_error(str(self.problem["dtype"]), cal) if calibrated else None,
-            "expected_error_unmeasured": expected_error(str(self.problem["dtype"]), cal, measured=False)
-            if calibrated
-            else None,
-            "expected_error_of": "median |time error|, held out: "
-            + ", ".join(
-                x for x in cal.get("held_out_shapes", []) if f" f{8 * SIZES[self.problem['dtype']]} " in x
-            ),
-        }
+    def ranker(self, problem: dict, arch: str, gpu: str | None, rank=None):
+        """``tune``'s, ``generate``'s and ``analyze``'s view of the tile model for ``problem`` (``top(k)``, a
+        Candidate for any configuration); ``rank``: the ranking loop (the pipeline passes it)."""
+        return self.tile_model.ranker_for(self, problem, arch, gpu, rank)
 
 
 FAMILY = Transpose()

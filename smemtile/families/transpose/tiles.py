@@ -1,4 +1,5 @@
-"""Tile configurations for the ``transpose`` family, ranked per element size by a model calibrated on the H200.
+"""The ``transpose`` family's tile model (:class:`TransposeTiles`): its configurations, ranked per element size by
+a model calibrated on the H200, through the one ranking loop (``smemtile.pipeline.rank``).
 
 The model in one screen. A transpose moves ``2 x rows x cols x elem`` bytes and is bound by DRAM; what decides
 its last 5-10 % (launch order, run length of the writes, bytes in flight, block size) is invisible to a bank or
@@ -27,14 +28,15 @@ occupancy count, so each candidate's speed is *measured*, and the model only car
 - ``t0[c]`` (launch, ramp-up, the last wave's tail), ``bw[c]`` (steady bandwidth) and MU_OUT[c] per candidate;
   KAPPA, PHI_LINE and MU_IN per element size: weighted least squares on relative time error over the shapes of
   the sweeps (``bench/bench_memory.py --plan run4``, ``run5``, ``spearman``, then ``--fit``; the shared constants
-  on a grid, KAPPA >= 0.25: the scalar path still moves whole 64/128-byte warp rows). The expected error
+  on a grid, KAPPA >= 0.25: the scalar path still moves whole 64/128-byte warp rows; the fitting is
+  ``fit.py`` in this folder). The expected error
   ``tiles`` states is the leave-one-shape-out median over the fit shapes until a held-out sweep replaces it.
 - predicted GB/s = 2 x rows x cols x elem / time; the ratio to a device copy of the same bytes divides by the
   copy's measured bandwidth at the fitted sizes, interpolated in log(bytes). Below the smallest fitted size
   (64 MiB fp16, 128 MiB fp32: smaller problems live in L2 and were not measured) a candidate keeps the
   efficiency it has there.
 
-The constants are data: ``smemtile/model/data/transpose_h200.json`` (GPU, run, commit, fit and held-out shapes,
+The constants are data: ``transpose_h200.json`` in this folder (GPU, run, commit, fit and held-out shapes,
 per-candidate constants and the held-out errors). Ties (within 0.05 %) go to fewer threads per block, then the
 family's candidate order. Without a calibration for the target (another architecture, no data file), the
 candidates are ranked by Little's law alone (bytes in flight per SM against DRAM bandwidth x 1 us), stated as
@@ -48,12 +50,14 @@ from __future__ import annotations
 
 import functools
 import itertools
+import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
+from importlib import resources
 
-import numpy as np
-
-from smemtile.model.data_files import read_data
+from smemtile.families.tile_model import ModelOption, Prediction, Ranked, Ranking, Rejection, TieRule
+from smemtile.model.fitting import interp_log_bandwidth
+from smemtile.model.residency import residency
 from smemtile.model.tiling_gpus import get_gpu
 
 LATENCY_S = 1e-6  # the uncalibrated fallback's DRAM latency under load (Little's law)
@@ -199,6 +203,11 @@ def label(p: dict) -> str:
     return out
 
 
+@functools.cache
+def _curated(elem: int) -> frozenset[str]:
+    return frozenset(label(c) for c in CANDIDATES[elem])
+
+
 def candidates(dtype: str) -> list[dict]:
     """The candidate configurations (family parameters) for ``dtype``."""
     return [dict(c) for c in CANDIDATES[_elem(dtype)]]
@@ -305,9 +314,13 @@ class TransposeScored:
         return d
 
 
+@functools.cache
 def load_calibration(name: str = DATA_FILE) -> dict | None:
-    """The calibration data file shipped with the package (None when absent)."""
-    return read_data(name, required=False)
+    """The calibration data file shipped in this folder (None when absent: the model ranks uncalibrated)."""
+    try:
+        return json.loads(resources.files(__package__).joinpath(name).read_text())
+    except (FileNotFoundError, OSError):
+        return None
 
 
 def _key(p: dict) -> str:
@@ -362,9 +375,19 @@ def twin_of(p: dict, cal: dict | None, elem: int) -> dict | None:
 
 def measured_labels(cal: dict | None, elem: int) -> set[str]:
     """The candidates whose bandwidth was measured: fitted on at least one shape without misaligned runs (one
-    timed only on misaligned shapes keeps the feature model's bandwidth, so it ranks as unmeasured)."""
+    timed only on misaligned shapes keeps the feature model's bandwidth, so it ranks as unmeasured). Computed
+    once per calibration object and element size (a ranking asks for every candidate)."""
+    key = (id(cal), elem)
+    hit = _MEASURED.get(key)
+    if hit is not None and hit[0] is cal:
+        return hit[1]
     fitted = (cal or {}).get("constants", {}).get(str(elem), {}).get("candidates", {})
-    return {lab for lab, c in fitted.items() if c.get("bw_measured", True)}
+    out = frozenset(lab for lab, c in fitted.items() if c.get("bw_measured", True))
+    _MEASURED[key] = (cal, out)
+    return out
+
+
+_MEASURED: dict[tuple, tuple] = {}
 
 
 def registers_of(p: dict, elem: int, cal: dict | None) -> int | None:
@@ -390,7 +413,7 @@ def duplicate_of(p: dict, dtype: str, cal: dict | None) -> str | None:
     """For MIN_BLOCKS > 1: the MIN_BLOCKS 1 configuration with the same registers (ptxas had nothing to give
     up: the same kernel), else None."""
     q = {**DEFAULTS, **p}
-    if q["MIN_BLOCKS"] == 1 or label(q) in {label(c) for c in candidates(dtype)}:  # the curated ones stay
+    if q["MIN_BLOCKS"] == 1 or label(q) in _curated(_elem(dtype)):  # the curated ones stay
         return None
     base = {**q, "MIN_BLOCKS": 1}
     r, r1 = registers_of(q, _elem(dtype), cal), registers_of(base, _elem(dtype), cal)
@@ -400,20 +423,275 @@ def duplicate_of(p: dict, dtype: str, cal: dict | None) -> str | None:
 def copy_time_us(nbytes: float, cal: dict) -> float:
     """The device copy's time: its measured bandwidth at the fitted sizes, interpolated in log(bytes) (held
     constant outside them)."""
-    pts = sorted(cal["copy"]["points"])
-    bw = [b / t for b, t in pts]
-    x = math.log(nbytes)
-    if x <= math.log(pts[0][0]):
-        return nbytes / bw[0]
-    for (b0, _), (b1, _), g0, g1 in zip(pts, pts[1:], bw, bw[1:], strict=False):  # consecutive pairs
-        if x <= math.log(b1):
-            f = (x - math.log(b0)) / (math.log(b1) - math.log(b0)) if b1 > b0 else 0.0
-            return nbytes / (g0 + f * (g1 - g0))
-    return nbytes / bw[-1]
+    return interp_log_bandwidth(nbytes, cal["copy"]["points"])
 
 
 def calibration_applies(arch: str, gpu_key: str, cal: dict | None) -> bool:
     return cal is not None and arch in cal.get("archs", ()) and gpu_key == cal.get("gpu_key")
+
+
+def _row(p: dict, kind: str, reason: str) -> dict:
+    """A rejected candidate as ``tiles --family`` lists it."""
+    return {"params": set_params(p), "label": label(p), "kind": kind, "reason": reason}
+
+
+@functools.cache
+def _rules(fam, dtype: str, arch: str) -> dict[str, str]:
+    """The family's own rules over the whole candidate space of ``dtype``: {label: the first rule broken} of the
+    configurations it refuses. The rules do not depend on the problem's size: once per dtype and arch. The
+    checks every family shares (``Family.problems`` after the family's ``violations``: the tile buffer's layout
+    and shared memory) depend on the tile's shape alone, so they run once per TILE x TY (tests hold this equal to
+    ``problems`` on every candidate)."""
+    from smemtile.errors import SpecError
+    from smemtile.families import configure
+
+    out: dict[str, str] = {}
+    shared: dict[tuple, list[str]] = {}  # (TILE, TY) -> the shared checks' answer
+    for p in space(dtype):
+        try:
+            cfg = configure(fam, {**p, "rows": 8192, "cols": 8192, "dtype": dtype}, arch=arch, check=False)
+            why = fam.violations(cfg)
+            if not why:
+                key = (p["TILE"], p["TILE_Y"] or p["TILE"])
+                if key not in shared:
+                    shared[key] = fam.problems(cfg, accesses=False)
+                why = shared[key]
+        except SpecError as e:
+            why = [str(e)]
+        if why:
+            out[label(p)] = why[0]
+    return out
+
+
+def rules_uncached(fam, dtype: str, arch: str) -> dict[str, str]:
+    """:func:`_rules` without the per-shape sharing: ``Family.problems`` on every candidate (what tests compare)."""
+    from smemtile.errors import SpecError
+    from smemtile.families import configure
+
+    out = {}
+    for p in space(dtype):
+        try:
+            why = fam.problems(
+                configure(fam, {**p, "rows": 8192, "cols": 8192, "dtype": dtype}, arch=arch, check=False),
+                accesses=False,
+            )
+        except SpecError as e:
+            why = [str(e)]
+        if why:
+            out[label(p)] = why[0]
+    return out
+
+
+class TransposeTiles:
+    """The transpose family's tile model (the :class:`~smemtile.families.tile_model.TileModel` protocol) for one
+    problem ``{"rows", "cols", "dtype"}``: the candidate space of the dtype, screened by the family's rules, ptxas
+    (no spills) and MIN_BLOCKS duplicates; predicted by the calibrated feature model (measured candidates by their
+    own constants, shrunk toward it), or by Little's law where the calibration does not apply (tier 1).
+
+    ``calibration``: another data file's contents; ``candidates``: rank these configurations instead of the
+    space, unscreened (the model's own view, as :func:`rank_transpose` gives it)."""
+
+    tie_rule = TieRule(TIE, "chain", "predicted times within 0.05 % are a tie (fewer threads first)")
+    options: tuple[ModelOption, ...] = ()
+    tiles_examples = (
+        "smemtile tiles --family transpose 8192 8192 --dtype f16 --explain",
+        "smemtile tiles --family transpose 8K 8K --top 1 --format yaml > t.yaml",
+        "smemtile generate t.yaml -o transpose.cu",
+    )
+    source = "smemtile/families/transpose/tiles.py"
+
+    def __init__(self, fam=None, *, calibration: dict | None = None, candidates: list[dict] | None = None):
+        self.fam = fam
+        self.cal = calibration if calibration is not None else load_calibration()
+        self._given = candidates
+        self.problem: dict = {}
+
+    @classmethod
+    def ranker_for(cls, fam, problem: dict, arch, gpu: str | None, rank) -> TransposeRanker:
+        """The family's ranking for ``problem`` as ``tune`` / ``generate`` / ``analyze`` read it, through the
+        ranking loop ``rank`` (``smemtile.pipeline.rank.rank``: the pipeline passes it; this layer does not
+        import the pipeline)."""
+        from smemtile.model.arch import Arch, get_arch
+
+        if rank is None:
+            raise TypeError(f"{fam.name}.ranker needs the ranking loop: rank=smemtile.pipeline.rank.rank")
+        a = arch if isinstance(arch, Arch) else get_arch(arch)
+        g = get_gpu(gpu, a.base)
+        model = cls(fam)
+        return model.ranker(rank(model, problem, a, g), lambda prob: rank(cls(fam), prob, a, g))
+
+    # ---- the protocol --------------------------------------------------------------------------------------
+
+    def space(self, problem: dict, arch) -> list[dict]:
+        self.problem = {
+            "rows": int(problem["rows"]),
+            "cols": int(problem["cols"]),
+            "dtype": str(problem["dtype"]),
+        }
+        self.elem = _elem(self.problem["dtype"])
+        self.arch = arch
+        if self._given is not None:
+            return [{**DEFAULTS, **p} for p in self._given]
+        return space(self.problem["dtype"])
+
+    def screen(self, p: dict) -> Rejection | None:
+        if self._given is not None:
+            return None
+        dtype = self.problem["dtype"]
+        why = _rules(self.fam, dtype, self.arch.name).get(label(p))
+        if why is not None:
+            return Rejection("rules", why, _row(p, "rules", why))
+        table = (self.cal or {}).get("registers", {}).get(str(self.elem), {})
+        regs, spills = table.get(label(p), [None, 0])
+        if spills:
+            why = f"ptxas spills {spills} bytes ({regs} registers, MIN_BLOCKS={p['MIN_BLOCKS']})"
+            return Rejection("spills", why, _row(p, "spills", why))
+        dup = duplicate_of(p, dtype, self.cal)
+        if dup:
+            why = f"the same kernel as {dup}: ptxas gives both {regs} registers"
+            return Rejection("duplicate", why, _row(p, "duplicate", why))
+        return None
+
+    def predict_all(self, cands: list[dict], gpu) -> list[Prediction | Rejection]:
+        cal, elem, a = self.cal, self.elem, self.arch
+        rows, cols, dtype = self.problem["rows"], self.problem["cols"], self.problem["dtype"]
+        use_cal = calibration_applies(a.base, gpu.key, cal) and gpu.sms == cal.get("sms")
+        self.calibrated = use_cal
+        need = self.need = gpu.dram_gbps * 1e9 / gpu.sms * LATENCY_S  # bytes in flight per SM for the latency
+        total = 2.0 * rows * cols * elem
+        measured = measured_labels(cal, elem) if use_cal else set()
+        pen = cal["constants"].get(str(elem), {}).get("unmeasured_penalty", 0.0) if use_cal else 0.0
+        out: list[Prediction | Rejection] = []
+        for p in cands:
+            p = {**DEFAULTS, **p}
+            geo = geometry(p, elem)
+            regs = registers_of(p, elem, cal) if use_cal else None
+            blocks, _ = residency(a.name, geo.threads, regs or 32, geo.smem_bytes)
+            if blocks == 0:
+                why = f"no block fits an SM ({regs or 32} registers x {geo.threads} threads, {geo.smem_bytes} B)"
+                out.append(Rejection("occupancy", why, _row(p, "occupancy", why)))
+                continue
+            # every tile's loads are in flight before its barrier
+            in_flight = blocks * geo.ty * geo.tile * elem * p["TILES"]
+            vec, _ = split_bytes(p, rows, cols, elem)
+            t = predict_time_us(p, rows, cols, dtype, cal) if use_cal else None
+            calibrated = t is not None
+            if t is None:  # Little's law: bandwidth = DRAM x min(1, in flight / needed); edge tiles 3x slower
+                eff = gpu.dram_gbps * min(1.0, in_flight / need)
+                t = (vec + 3.0 * (total - vec)) / (eff * 1e3)
+            ratio = copy_time_us(total, cal) / t if calibrated else None
+            lab = label(p)
+            s = TransposeScored(
+                tuple((k, p[k]) for k in PARAMS),
+                lab,
+                geo.threads,
+                geo.smem_bytes,
+                blocks,
+                in_flight,
+                vec / total,
+                t,
+                total / (t * 1e3),
+                ratio,
+                calibrated,
+                elem,
+                total,
+                measured=lab in measured,
+                registers=regs,
+            )
+            # a candidate never timed ranks as if its expected error slower (the fit's unmeasured_penalty):
+            # within that, the measured one is the safer pick
+            out.append(
+                Prediction(
+                    t * 1e-6,
+                    tier=int(not calibrated),
+                    penalty=0.0 if lab in measured or not calibrated else pen,
+                    tie=(geo.threads,),
+                    terms={"gbps": s.gbps, "copy_ratio": ratio, "vector_fraction": s.vector_fraction},
+                    result=s,
+                )
+            )
+        return out
+
+    def predict(self, p: dict, gpu) -> Prediction | Rejection:
+        return self.predict_all([p], gpu)[0]
+
+    def explain(self, entry: Ranked, top: Ranked, ranked) -> str:
+        return _reason(entry.pred.result, top.pred.result, self.cal, self.need)
+
+    def provenance(self) -> dict:
+        cal = self.cal or {}
+        calibrated = bool(getattr(self, "calibrated", False))
+        dtype = self.problem.get("dtype", "f32")
+        return {
+            "model": "per candidate time = t0 + bytes / bw (+ edge tiles / kappa + misaligned runs), t0, bw and the "
+            "output side's weight from the candidate's features (occupancy, bytes in flight, access width, run "
+            f"lengths, block size), measured candidates' own constants shrunk toward them ({self.source})",
+            "source": self.source,
+            "file": f"smemtile/families/transpose/{DATA_FILE}",
+            "gpu": cal.get("gpu"),
+            "runs": cal.get("run"),
+            "commit": cal.get("commit"),
+            "calibrated": calibrated,
+            "expected_error": expected_error(dtype, cal) if calibrated else None,
+            "expected_error_unmeasured": expected_error(dtype, cal, measured=False) if calibrated else None,
+            "expected_error_of": "median |time error|, held out: "
+            + ", ".join(x for x in cal.get("held_out_shapes", []) if f" f{8 * _elem(dtype)} " in x),
+        }
+
+    # ---- what the commands built on the ranking ask ----------------------------------------------------------
+
+    @staticmethod
+    def scored(entry: Ranked) -> TransposeScored:
+        """A ranked entry as the family's report row (rank and reason filled in)."""
+        return replace(entry.pred.result, rank=entry.rank, reason=entry.reason)
+
+    def configure(self, entry: Ranked):
+        """The :class:`~smemtile.families.base.KernelConfig` of a ranked entry for this problem (the layout is
+        the family's default; ``generate`` applies the fix search's)."""
+        from smemtile.families import configure
+
+        return configure(self.fam, {**set_params(entry.cand), **self.problem}, arch=self.arch)
+
+    def ranker(self, ranking: Ranking, rerank=None) -> TransposeRanker:
+        """The ranking as ``tune`` / ``generate`` / ``analyze`` read it (``rerank`` unused: one problem)."""
+        return TransposeRanker(self, ranking)
+
+
+class TransposeRanker:
+    """A transpose ranking for one problem as ``tune`` (``top``, calling it with a configuration) and ``tiles
+    --family`` (``ranked``, ``rejections``, ``provenance``) read it; ``generate`` without a tile uses #1."""
+
+    def __init__(self, model: TransposeTiles, ranking: Ranking):
+        self.fam, self.model, self.problem = model.fam, model, dict(model.problem)
+        self.ranked = [model.scored(e) for e in ranking.ranked]
+        # the family's rules first, then what ptxas refused (the order the report groups them in)
+        rej = [r.rejection.result for r in ranking.rejected]
+        self._rejected = [r for r in rej if r["kind"] == "rules"] + [r for r in rej if r["kind"] != "rules"]
+        self._provenance = dict(ranking.provenance)
+
+    def top(self, k: int) -> list[dict]:
+        return [s.params_dict() for s in self.ranked[:k]]
+
+    def __call__(self, params: dict, src: str):
+        from smemtile.families.base import Candidate
+
+        full = {**self.fam.defaults(), **params}
+        name = label(full)
+        s = None
+        # the model's space sets PARAMS; every other family parameter (VEC, ASYNC) must be at its default
+        if all(full[k] == v for k, v in self.fam.defaults().items() if k not in PARAMS):
+            s = next((s for s in self.ranked if dict(s.params) == {k: full[k] for k in PARAMS}), None)
+        if s is None:
+            return Candidate(name, params, src, None, None, "outside the model's candidates")
+        return Candidate(name, params, src, s.rank, s.gbps, s.reason)
+
+    def rejections(self) -> list[dict]:
+        """The configurations of the model's space the family refuses (its own rule), ptxas spills for, or that
+        compile to the same kernel as one ranked (MIN_BLOCKS with nothing to give up)."""
+        return list(self._rejected)
+
+    def provenance(self) -> dict:
+        return dict(self._provenance)
 
 
 def rank_transpose(
@@ -426,81 +704,22 @@ def rank_transpose(
     sms: int | None = None,
     calibration: dict | None = None,
     cands: list[dict] | None = None,
+    rank,
 ) -> list[TransposeScored]:
-    """Every candidate for ``dtype`` (``cands``, else ``ranked_space``), best predicted first (calibrated where
-    the data file covers the target)."""
+    """Every candidate for ``dtype`` (``cands``, else ``ranked_space``: no family screen), best predicted first,
+    through the one ranking loop ``rank`` (``smemtile.pipeline.rank.rank``: the caller passes it; this layer
+    does not import the pipeline)."""
     from smemtile.model.arch import get_arch
 
     a = get_arch(arch)
     g = get_gpu(gpu, a.base, sms=sms)
-    elem = _elem(dtype)
     cal = calibration if calibration is not None else load_calibration()
     use_cal = calibration_applies(a.base, g.key, cal) and sms in (None, cal.get("sms"))
-    need = g.dram_gbps * 1e9 / g.sms * LATENCY_S  # bytes in flight per SM that cover the latency
-    total = 2.0 * rows * cols * elem
-    measured = measured_labels(cal, elem) if use_cal else set()
-    scored = []
-    for i, p in enumerate(cands if cands is not None else ranked_space(dtype, cal if use_cal else None)):
-        p = {**DEFAULTS, **p}
-        geo = geometry(p, elem)
-        regs = registers_of(p, elem, cal) if use_cal else None
-        blocks, _ = residency(a.name, geo.threads, regs or 32, geo.smem_bytes)
-        if blocks == 0:
-            continue
-        # every tile's loads are in flight before its barrier
-        in_flight = blocks * geo.ty * geo.tile * elem * p["TILES"]
-        vec, _ = split_bytes(p, rows, cols, elem)
-        t = predict_time_us(p, rows, cols, dtype, cal) if use_cal else None
-        calibrated = t is not None
-        if t is None:  # Little's law: bandwidth = DRAM x min(1, in flight / needed); edge tiles 3x slower
-            eff = g.dram_gbps * min(1.0, in_flight / need)
-            t = (vec + 3.0 * (total - vec)) / (eff * 1e3)
-        ratio = copy_time_us(total, cal) / t if calibrated else None
-        # a candidate never timed ranks as if its expected error slower (the fit's unmeasured_penalty): within
-        # that, the measured one is the safer pick
-        pen = cal["constants"].get(str(elem), {}).get("unmeasured_penalty", 0.0) if calibrated else 0.0
-        key = (t * (1 + (0.0 if label(p) in measured else pen)), geo.threads, i)
-        scored.append(
-            (
-                key,
-                TransposeScored(
-                    tuple((k, p[k]) for k in PARAMS),
-                    label(p),
-                    geo.threads,
-                    geo.smem_bytes,
-                    blocks,
-                    in_flight,
-                    vec / total,
-                    t,
-                    total / (t * 1e3),
-                    ratio,
-                    calibrated,
-                    elem,
-                    total,
-                    measured=label(p) in measured,
-                    registers=regs,
-                ),
-            )
-        )
-    # calibrated candidates first; times within TIE of each other are ordered by threads, then candidate order
-    scored.sort(key=lambda x: (not x[1].calibrated, x[0][0]))
-    out: list[TransposeScored] = []
-    i = 0
-    while i < len(scored):
-        j = i + 1
-        while (
-            j < len(scored)
-            and scored[j][1].calibrated == scored[i][1].calibrated
-            and scored[j][0][0] <= scored[i][0][0] * (1 + TIE)
-        ):
-            j += 1
-        out += [s for _, s in sorted(scored[i:j], key=lambda x: x[0][1:])]
-        i = j
-    top = out[0] if out else None
-    ranked = []
-    for n, s in enumerate(out):
-        ranked.append(TransposeScored(**{**asdict(s), "rank": n + 1, "reason": _reason(s, top, cal, need)}))
-    return ranked
+    if cands is None:
+        cands = ranked_space(dtype, cal if use_cal else None)
+    model = TransposeTiles(None, calibration=cal, candidates=cands)
+    ranking = rank(model, {"rows": rows, "cols": cols, "dtype": dtype}, a, g)
+    return [model.scored(e) for e in ranking.ranked]
 
 
 def _reason(s: TransposeScored, top: TransposeScored | None, cal: dict | None, need: float) -> str:
@@ -543,130 +762,6 @@ def expected_error(dtype: str, cal: dict | None = None, *, measured: bool = True
     return per.get("held_out_median_error")
 
 
-KAPPAS = tuple(k / 20 for k in range(5, 21))  # 0.25 .. 1
-PHIS = tuple(k / 20 for k in range(0, 41))  # 0 .. 2
-MU_INS = tuple(k / 20 for k in range(0, 31))  # 0 .. 1.5
-
-
-MU_IN_FORMS = (
-    "per_candidate",
-    "shared",
-)  # the input side's weight: one per candidate, or one per element size
-
-
-def fit(rows: list[dict], mu_in_form: str = "per_candidate") -> dict:
-    """Fit the constants from measured rows ``{"label", "elem", "rows", "cols", "time_us", "params"}``: per element
-    size KAPPA and PHI_LINE on a grid; per candidate (t0, bw, MU_OUT) by least squares on relative error (t0,
-    MU_OUT >= 0; MU_OUT only where the candidate has a point whose output pitch is sector-misaligned, else the
-    median of its element size). The input side (``mu_in_form``): ``"per_candidate"`` fits MU_IN with t0, bw and
-    MU_OUT (>= 0, where the candidate has a point whose input pitch is sector-misaligned, else the median);
-    ``"shared"`` one MU_IN per element size on the grid. Returns ``{"model": {}, "constants": {elem: {"model":
-    {"kappa", "phi_line", "mu_in", "mu_in_form"}, "candidates": {label: {"t0_us", "bw_gbps", "mu_out", ["mu_in"],
-    "fit_points", "fit_max_error"}}, "min_fit_bytes", "mu_out_median", ["mu_in_median"]}}}``."""
-    assert mu_in_form in MU_IN_FORMS, mu_in_form
-    per_cand = mu_in_form == "per_candidate"
-    out: dict = {"model": {}, "constants": {}}
-    for elem in sorted({r["elem"] for r in rows}):
-        groups: dict[str, list[dict]] = {}
-        for r in rows:
-            if r["elem"] == elem:
-                groups.setdefault(r["label"], []).append(r)
-        parts = {
-            lab: [
-                (
-                    *split_bytes(r["params"], r["rows"], r["cols"], elem),
-                    *misaligned_sides(r["params"], r["rows"], r["cols"], elem),
-                )
-                for r in pts
-            ]
-            for lab, pts in groups.items()
-        }
-        any_in = any(si > 0 for pts in parts.values() for *_, si, _ in pts)
-        best = None
-        for kappa in KAPPAS:
-            for phi_line in PHIS:
-                for mu_in in MU_INS if any_in and not per_cand else (0.0,):
-                    err, cons = 0.0, {}
-                    for lab in groups:
-                        xs = [
-                            (v + s / kappa + phi_line * ml + mu_in * si) / 1e3
-                            for v, s, ml, si, _ in parts[lab]
-                        ]
-                        zs = [[so / 1e3 for *_, so in parts[lab]]]
-                        if per_cand:
-                            zs.append([si / 1e3 for *_, si, _ in parts[lab]])
-                        sol = _lsq_rel(xs, zs, [r["time_us"] for r in groups[lab]])
-                        err += sum(e * e for e in sol[3])
-                        cons[lab] = sol
-                    if best is None or err < best[0] - 1e-15:
-                        best = (err, kappa, phi_line, mu_in, cons)
-        assert best is not None
-        _, kappa, phi_line, mu_in, cons = best
-        per = {
-            "model": {"kappa": kappa, "phi_line": phi_line, "mu_in": mu_in, "mu_in_form": mu_in_form},
-            "candidates": {},
-        }
-        for lab, (t0, inv, mus, errs) in sorted(cons.items()):
-            c = {"t0_us": t0, "bw_gbps": 1.0 / inv, "mu_out": mus[0]}
-            if per_cand:
-                c["mu_in"] = mus[1]
-            per["candidates"][lab] = {**c, "fit_points": len(errs), "fit_max_error": max(errs)}
-        per["min_fit_bytes"] = min(2.0 * r["rows"] * r["cols"] * elem for pts in groups.values() for r in pts)
-        for key in ("mu_out", "mu_in") if per_cand else ("mu_out",):
-            mus = sorted(c[key] for c in per["candidates"].values() if c[key] is not None)
-            per[f"{key}_median"] = mus[len(mus) // 2] if mus else 0.0
-            for c in per[
-                "candidates"
-            ].values():  # candidates without a sector-misaligned fit point: the median
-                if c[key] is None:
-                    c[key] = per[f"{key}_median"]
-        out["constants"][str(elem)] = per
-    return out
-
-
-def _lsq_rel(
-    xs: list[float], zs: list[list[float]], ts: list[float]
-) -> tuple[float, float, list[float | None], list[float]]:
-    """(t0, inv, [mu per z column], relative errors) minimising sum(((t0 + inv (x + sum mu_k z_k)) - t) / t)^2
-    with t0 >= 0 and every mu_k >= 0; a mu_k is None (not fitted) when no point has z_k > 0. Where the free
-    solution has a negative t0 or mu, the subsets with fewer of them are tried: t0 dropped first, then the mus
-    in order."""
-    from itertools import combinations
-
-    a = np.array([[1.0, x, *z] for x, *z in zip(xs, *zs, strict=True)]) / np.array(ts)[:, None]
-    b = np.ones(len(ts))
-    fitted = [2 + k for k, z in enumerate(zs) if any(v > 0 for v in z)]
-    optional = [0, *fitted]
-    t0, inv, w = 0.0, 0.0, {}
-    for n in range(len(optional) + 1):
-        for drop in combinations(optional, n):
-            keep = [1, *(c for c in optional if c not in drop)]
-            keep.sort()
-            sol, *_ = np.linalg.lstsq(a[:, keep], b, rcond=None)
-            full = dict(zip(keep, sol, strict=True))
-            t0, inv = full.get(0, 0.0), full.get(1, 0.0)
-            w = {c: full.get(c, 0.0) for c in fitted}
-            if t0 >= 0 and inv > 0 and all(v >= 0 for v in w.values()):
-                break
-        else:
-            continue
-        break
-    errs = [
-        abs(t0 + inv * x + sum(w.get(2 + k, 0.0) * z for k, z in enumerate(zk)) - t) / t
-        for x, *zk, t in zip(xs, *zs, ts, strict=True)
-    ]
-    mus = [float(w[2 + k] / inv) if 2 + k in w else None for k in range(len(zs))]
-    return float(t0), float(inv), mus, errs
-
-
-def copy_fit(points: list[tuple[float, float]]) -> dict:
-    """``{"points": [[bytes, microseconds], ...]}`` of the device copy (the median where a size repeats)."""
-    by: dict[float, list[float]] = {}
-    for b, t in points:
-        by.setdefault(float(b), []).append(t)
-    return {"points": [[b, sorted(ts)[len(ts) // 2]] for b, ts in sorted(by.items())]}
-
-
 def waves(p: dict, rows: int, cols: int, elem: int, blocks_per_sm: int, sms: int) -> float:
     """Blocks of the grid / resident blocks of the GPU (a diagnostic the notes quote)."""
     g = geometry(p, elem)
@@ -698,9 +793,6 @@ BW_FEATURES = (
 SIGNED = ("col", "col_in_run", "col_out_run")
 T0_FEATURES = ("block",)
 OUT_FEATURES = ("out_run_block", "small_block", "col")  # col: column order writes whole output rows
-# the prior's spread per constant (relative to the prior; the output weight relative to inv), against the fit
-# rows' noise (NOISE): how far a measured candidate's constants may move from the feature model's
-NOISE = 0.005  # a fit row's own error: the median of 15 rounds with a 1-3 % spread (p90 - p10)
 
 
 def features(p: dict, elem: int, registers: int | None = None, arch: str = "sm_90") -> dict:
@@ -742,30 +834,6 @@ def features(p: dict, elem: int, registers: int | None = None, arch: str = "sm_9
     }
 
 
-@functools.cache
-def residency(arch: str, threads: int, regs: int, smem_static: int) -> tuple[int, int]:
-    """(blocks per SM, shared memory the driver allocates per block, reserved part included) from the occupancy
-    calculation's core (``occupancy.limits_batch``, without the what-if searches ``occupancy`` adds), once per
-    distinct kernel: the ranking and the features of a candidate and of its launch-order twin ask alike."""
-    from smemtile.model.arch import get_arch
-    from smemtile.model.occupancy import limits_batch
-
-    lim = limits_batch(get_arch(arch), threads, regs, smem_static, 0)
-    return int(lim["active_blocks"][0]), int(lim["smem_per_block"][0])
-
-
-def _terms(r: dict, kappa: float, phi: float, mu_in: float) -> tuple[float, float, float, float, float]:
-    """(X0, s_out, edge, s_in, line) of a row in KB: the bytes every candidate pays at its bandwidth, the output
-    side's sector-misaligned bytes (weighted per candidate), the edge tiles' bytes x ``edge_loop``, the input
-    side's sector-misaligned bytes and the line-misaligned run bytes (the last two weighted again in column
-    order: short reads)."""
-    e = r["elem"]
-    vec, scalar = split_bytes(r["params"], r["rows"], r["cols"], e)
-    line, s_in, s_out = misaligned_sides(r["params"], r["rows"], r["cols"], e)
-    x0 = (vec + scalar / kappa + phi * line + mu_in * s_in) / 1e3
-    return x0, s_out / 1e3, scalar * edge_loop(r["params"]) / 1e3, s_in / 1e3, line / 1e3
-
-
 def col_misaligned_us(p: dict, line: float, s_in: float, coef: dict) -> float:
     """Column order's extra time (us) for misaligned runs: its reads are one tile wide, so an input pitch that
     is not sector- (s_in) or line-aligned (line) costs more than row by row (fp16 6144 x 5000, input pitch 16
@@ -783,36 +851,6 @@ def edge_loop(p: dict) -> float:
     return (q["TILE_Y"] or q["TILE"]) * q["TILES"] / q["BLOCK_ROWS"] / 32
 
 
-def _design(
-    f: dict, x0: float, s_out: float, edge: float = 0.0, s_in: float = 0.0, line: float = 0.0
-) -> list[float]:
-    return [
-        1.0,
-        *(f[k] for k in T0_FEATURES),
-        x0,
-        *(x0 * f[k] for k in BW_FEATURES),
-        s_out,
-        *(s_out * f[k] for k in OUT_FEATURES),
-        edge,
-        f["col"] * s_in,
-        f["col"] * line,
-    ]
-
-
-COEF = (
-    "t0",
-    *(f"t0*{k}" for k in T0_FEATURES),
-    "inv",
-    *(f"inv*{k}" for k in BW_FEATURES),
-    "out",
-    *(f"out*{k}" for k in OUT_FEATURES),
-    "edge",
-    "in_col",
-    "line_col",
-)
-SIGNED_COLUMNS = (*(COEF.index(f"inv*{k}") for k in SIGNED), COEF.index("out*col"))
-
-
 def prior(f: dict, coef: dict) -> tuple[float, float, float]:
     """(t0_us, inv = us per KB at the candidate's bandwidth, w = us per KB of output-side sector-misaligned
     bytes) of the feature model for a candidate's features."""
@@ -820,118 +858,3 @@ def prior(f: dict, coef: dict) -> tuple[float, float, float]:
     inv = coef["inv"] + sum(coef[f"inv*{k}"] * f[k] for k in BW_FEATURES)
     w = coef["out"] + sum(coef[f"out*{k}"] * f[k] for k in OUT_FEATURES)
     return t0, inv, max(w, 0.0)
-
-
-def _nnls_rel(a: np.ndarray, free: tuple[int, ...] = ()) -> np.ndarray:
-    """Least squares of a @ x = 1 with every coefficient >= 0 except those in ``free``: the most negative one is
-    dropped (held at 0) and the rest refitted until none is negative."""
-    keep = list(range(a.shape[1]))
-    b = np.ones(a.shape[0])
-    while True:
-        sol, *_ = np.linalg.lstsq(a[:, keep], b, rcond=None)
-        neg = [(v, c) for v, c in zip(sol, keep, strict=True) if v < 0 and c not in free]
-        if not neg:
-            x = np.zeros(a.shape[1])
-            x[keep] = sol
-            return x
-        keep.remove(min(neg)[1])
-
-
-def fit_features(rows: list[dict], registers: dict, *, shared: dict | None = None) -> dict:
-    """The feature model per element size from measured rows (``{"label", "elem", "rows", "cols", "time_us",
-    "params"}``) and ptxas' registers per label (``{elem: {label: registers}}``): KAPPA, PHI_LINE and MU_IN on a
-    grid (``shared``: ``{elem: (kappa, phi, mu_in)}`` fixes them), the coefficients of COEF (all >= 0) by least
-    squares on relative time error over every row; then each measured candidate's (t0, inv, w) pulled from the
-    prior by its own rows (``shrink``). Returns ``{elem: {"model", "coef", "candidates", "min_fit_bytes"}}``."""
-    out: dict = {}
-    for elem in sorted({r["elem"] for r in rows}):
-        mine = [r for r in rows if r["elem"] == elem]
-        regs = registers.get(str(elem), {})
-        feats = {r["label"]: features(r["params"], elem, regs.get(r["label"])) for r in mine}
-        t = np.array([r["time_us"] for r in mine])
-        any_in = any(misaligned_sides(r["params"], r["rows"], r["cols"], elem)[1] > 0 for r in mine)
-        grid = (
-            [shared[elem]]
-            if shared and elem in shared
-            else [
-                (k, ph, mu)
-                for k in KAPPAS[::1]
-                for ph in PHIS[::2]
-                for mu in (MU_INS[::2] if any_in else (0.0,))
-            ]
-        )
-        best = None
-        for kappa, phi, mu_in in grid:
-            a = (
-                np.array([_design(feats[r["label"]], *_terms(r, kappa, phi, mu_in)) for r in mine])
-                / t[:, None]
-            )
-            x = _nnls_rel(a, free=SIGNED_COLUMNS)
-            err = float(np.sum((a @ x - 1) ** 2))
-            if best is None or err < best[0] - 1e-15:
-                best = (err, kappa, phi, mu_in, x)
-        assert best is not None
-        _, kappa, phi, mu_in, x = best
-        coef = dict(zip(COEF, (float(v) for v in x), strict=True))
-        per = {
-            "model": {"kappa": kappa, "phi_line": phi, "mu_in": mu_in, "mu_in_form": "shared"},
-            "coef": coef,
-            "candidates": {},
-        }
-        groups: dict[str, list[dict]] = {}
-        for r in mine:
-            groups.setdefault(r["label"], []).append(r)
-        for lab, pts in sorted(groups.items()):
-            per["candidates"][lab] = shrink(pts, feats[lab], coef, per["model"])
-        per["min_fit_bytes"] = min(2.0 * r["rows"] * r["cols"] * elem for r in mine)
-        out[str(elem)] = per
-    return out
-
-
-def shrink(pts: list[dict], f: dict, coef: dict, model: dict) -> dict:
-    """A measured candidate's (t0, bw, phi_line, mu_out): least squares of its own rows' relative time errors
-    together with the feature model's prior, each constant's deviation from the prior weighted by NOISE / its
-    spread (t0: a tenth of the prior plus 0.1 us: on two or three shapes a free t0 trades off against bw and
-    extrapolates to other sizes wildly, 1.2x a copy at fp16 9216^2; inv: SPREAD_INV of the prior; the line-misaligned bytes' weight:
-    0.2 x inv around PHI_LINE x inv; the output side's: 0.3 x inv, the spread of mu_out): a candidate timed on
-    many shapes keeps what it measured, one timed on two moves part of the way."""
-    t0p, invp, wp = prior(f, coef)
-    phi = model["phi_line"]
-    sig = np.array([0.1 * t0p + 0.1, SPREAD_INV * invp, 0.2 * invp, 0.3 * invp])
-    # a candidate timed only on shapes with misaligned runs cannot tell its bandwidth from its misalignment weights
-    # (both scale with the bytes): it keeps the feature model's t0 and bw and fits the weights alone (session 6:
-    # fp16 T64xY128x1 P4 4tiles cs, timed at 0.33-0.35x on two misaligned shapes, extrapolated to 1.07x at 8192^2)
-    prior_bw = all(any(misaligned_sides(r["params"], r["rows"], r["cols"], r["elem"])) for r in pts)
-    if prior_bw:
-        sig[:2] *= 1e-3
-    rows_a, rows_b = [], []
-    for r in pts:
-        e = r["elem"]
-        vec, scalar = split_bytes(r["params"], r["rows"], r["cols"], e)
-        line, s_in, s_out = misaligned_sides(r["params"], r["rows"], r["cols"], e)
-        x0 = (vec + scalar / model["kappa"] + model["mu_in"] * s_in) / 1e3
-        rows_a.append(np.array([1.0, x0, line / 1e3, s_out / 1e3]) / r["time_us"])
-        fixed = coef.get("edge", 0.0) * scalar * edge_loop(r["params"]) / 1e3
-        fixed += col_misaligned_us(r["params"], line, s_in, coef)
-        rows_b.append(1.0 - fixed / r["time_us"])
-    w = NOISE / sig
-    a = np.vstack([np.array(rows_a), np.diag(w)])
-    b = np.concatenate([np.array(rows_b), w * np.array([t0p, invp, phi * invp, wp])])
-    sol, *_ = np.linalg.lstsq(a, b, rcond=None)
-    t0, inv = max(float(sol[0]), 0.0), float(sol[1])
-    vl, wo = max(float(sol[2]), 0.0), max(float(sol[3]), 0.0)
-    errs = [abs(float(np.array([t0, inv, vl, wo]) @ ra) - rb) for ra, rb in zip(rows_a, rows_b, strict=True)]
-    return {
-        "t0_us": t0,
-        "bw_gbps": 1.0 / inv,
-        "phi_line": vl / inv,
-        "mu_out": wo / inv,
-        "fit_points": len(pts),
-        "fit_max_error": max(errs),
-        "prior_ratio": invp / inv,
-        "bw_measured": not prior_bw,
-    }
-
-
-# the feature model's spread of inv over candidates (its candidate-left-out errors: median 2-5 %, tails 10 %)
-SPREAD_INV = 0.05
