@@ -4,10 +4,12 @@ Every configuration is built exactly as ``smemtile verify`` builds it: a family 
 (``smemtile.families.configure``), NVRTC through ``smemtile.gpu.run.LoadedKernel`` and launched step by step
 through the family's launch plan (``Family.launch``). Nothing here knows a kernel's grid or arguments.
 
-Correctness first, for every configuration: the family's own small test sizes (ragged shapes included; the
-kernel text is the timed configuration's, only the launch changes), then the timed size, the output poisoned
-(NaN) before each run. Transpose is compared bit for bit; stencil2d against a float64 reference (relative to
-max |ref|, the family's tolerance 1e-5). A configuration that fails is reported and never timed.
+The measurement is bench/run.py's (``bench.run.run_case``, what ``python -m bench.run FAMILY PLAN`` runs for the
+task files' plans); this script holds the historical plans of issue 20 and the fitting and scoring of the memory
+models. Correctness first, for every configuration: the family's own small test sizes (ragged shapes included),
+then the timed size, the output poisoned before each run (``LoadedKernel.check``, as ``verify`` checks: transpose
+bit for bit, stencil2d against float64 within the family's tolerance). A configuration that fails is reported and
+never timed.
 
 Timing, per case (one problem): every configuration of the case and the reference, ``cuMemcpyDtoDAsync`` of one
 array of the same size (bytes read + bytes written = the kernel's), in alternating rounds (order reversed every
@@ -17,7 +19,7 @@ other round), ``--rounds`` (>= 15) rounds after 3 warm-up calls each; before eve
 of the per-round ratios (each against the copy timed in the same round).
 
 Plan ``run4`` (issue 20, the transpose line): every candidate of the transpose model
-(``smemtile.model.tiling_transpose.CANDIDATES``) for f32 and f16, each with the layout the fix search gives it
+(``smemtile.families.transpose.tiles.CANDIDATES``) for f32 and f16, each with the layout the fix search gives it
 (what ``generate`` builds), at 6 shapes: 3 labelled ``fit`` (the model's constants are fitted on them only) and 3
 ``held_out`` (scored, never fitted), one ragged in each group. Timing through ``bench/timing.py`` (torch events,
 a 512 MiB tensor zeroed before every timed call, alternating rounds), the copy is ``cuMemcpyDtoDAsync``.
@@ -51,7 +53,7 @@ import os
 import statistics
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -59,7 +61,6 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 
-from bench.timing import environment, stats, time_rounds  # noqa: E402
 from smemtile.families import FAMILIES, configure  # noqa: E402
 
 FLUSH_BYTES = 512 << 20
@@ -202,7 +203,7 @@ def fixed_layouts(family: str, params: dict, problem: dict) -> dict:
 
 
 def run4_cases() -> list[Case]:
-    from smemtile.model.tiling_transpose import candidates, label, set_params
+    from smemtile.families.transpose.tiles import candidates, label, set_params
 
     cases = []
     for dt in ("f32", "f16"):
@@ -370,7 +371,7 @@ def s5_fit_sample(dtype: str) -> list[dict]:
     family builds (its own rules), without the curated candidates and without MIN_BLOCKS > 1 on one tile per
     block (mostly the same kernel as MIN_BLOCKS 1), in space order."""
     from smemtile.families.transpose import _screen
-    from smemtile.model import tiling_transpose as tt
+    from smemtile.families.transpose import tiles as tt
 
     curated = {tt.label(p) for p in tt.candidates(dtype)}
     ok, _ = _screen(FAMILIES["transpose"], dtype, ARCH)
@@ -382,7 +383,7 @@ def s5_fit_sample(dtype: str) -> list[dict]:
 
 
 def s5_fit_cases() -> list[Case]:
-    from smemtile.model import tiling_transpose as tt
+    from smemtile.families.transpose import tiles as tt
 
     cases = []
     for dt, shapes in S5_FIT_SHAPES.items():
@@ -550,7 +551,7 @@ S6_COL_SHAPES = {
 def s6_col_configs(dtype: str) -> list[dict]:
     """Row-by-row configurations of the s6colfit sweep (GROUP 1): the model's top S6_COL_TOP at 8192^2, then
     S6_COL_SAMPLE drawn from the rest of the ranked space (MIN_BLOCKS > 1 only with TILES > 1)."""
-    from smemtile.model import tiling_transpose as tt
+    from smemtile.families.transpose import tiles as tt
 
     ranked = [
         dict(s.params) for s in tt.rank_transpose(8192, 8192, dtype) if dict(s.params).get("GROUP", 1) == 1
@@ -562,7 +563,7 @@ def s6_col_configs(dtype: str) -> list[dict]:
 
 
 def s6_col_fit_cases() -> list[Case]:
-    from smemtile.model import tiling_transpose as tt
+    from smemtile.families.transpose import tiles as tt
 
     cases = []
     for dt, shapes in S6_COL_SHAPES.items():
@@ -588,7 +589,7 @@ def s6_col_top_cases() -> list[Case]:
     """Session 6, after s6colfit: the refitted model's top 12 at 8192^2 and the other launch order of each (the
     unmeasured ones carried their twin's constants), timed on two aligned fit shapes per element size, so the top
     of the list is measured before the held-out run."""
-    from smemtile.model import tiling_transpose as tt
+    from smemtile.families.transpose import tiles as tt
 
     cases = []
     for dt, shapes in S6_TOP_SHAPES.items():
@@ -614,7 +615,7 @@ def s6_col_top_cases() -> list[Case]:
 def s6_final_cases() -> list[Case]:
     """Session 6's closing check at 8192^2: the shipped transpose sample as `verify` builds it, and tiles' #1 and #2
     per dtype (fp32, fp16, bf16) of the final model, against the copy in the same rounds."""
-    from smemtile.model import tiling_transpose as tt
+    from smemtile.families.transpose import tiles as tt
 
     cases = []
     for dt in ("f32", "f16", "bf16"):
@@ -642,7 +643,7 @@ def s6_final_cases() -> list[Case]:
 
 def run5_cases() -> list[Case]:
     """Run 5: run 4's shapes, the MIN_BLOCKS candidates and the controls."""
-    from smemtile.model.tiling_transpose import candidates, label
+    from smemtile.families.transpose.tiles import candidates, label
 
     out = []
     for case in run4_cases():
@@ -712,111 +713,10 @@ def small_config(case: Case, c: Config, size: dict):
 # ---- compile (no GPU) ---------------------------------------------------------------------------------------
 
 
-def _compile_one(args) -> tuple[str, str]:
-    """One NVRTC build: the timed configuration's text, instantiated for ``small`` (a test size's problem, which
-    may change the element type) when given, as run_case's checks load it."""
-    family, params, layouts, small = args
-    from smemtile.codegen.render import body
-    from smemtile.gpu.run import compile_config
-
-    cfg = configure(family, params, layouts, ARCH)
-    target = configure(family, {**params, **small}, layouts, ARCH) if small else cfg
-    t0 = time.perf_counter()
-    compile_config(target, source=body(cfg))
-    return FAMILIES[family].name_expression(target), f"{time.perf_counter() - t0:.1f} s"
-
-
-def compile_all(cases: list[Case], workers: int, quiet: bool = False) -> None:
-    jobs = {}
-    for case in cases:
-        fam = FAMILIES[case.family]
-        for c in case.configs:
-            cfg = full_config(case, c)
-            params = {**c.params, **case.problem}
-            jobs[(fam.name_expression(cfg), "")] = (case.family, params, c.layouts, {})
-            # checks load the timed text for each test size (another dtype: new code)
-            for size in fam.test_sizes:
-                scfg = small_config(case, c, size)
-                if scfg is not None and fam.name_expression(scfg) != fam.name_expression(cfg):
-                    jobs[(fam.name_expression(scfg), fam.name_expression(cfg))] = (
-                        case.family,
-                        params,
-                        c.layouts,
-                        dict(size),
-                    )
-    with ProcessPoolExecutor(workers) as ex:
-        done = list(ex.map(_compile_one, jobs.values()))
-    if not quiet:
-        for name, took in done:
-            print(f"  built {name} ({took})", flush=True)
-    print(f"{len(done)} kernels built or taken from the cache", flush=True)
-
-
 # ---- references and checks ----------------------------------------------------------------------------------
 
 
-def stencil_reference(x: np.ndarray, c: np.ndarray, workers: int = 16) -> np.ndarray:
-    """The family's float64 formula (zero boundary), in row blocks on several threads (numpy releases the GIL)."""
-    r = len(c) - 1
-    ny, nx = x.shape
-    xp = np.pad(x, r)
-    out = np.empty((ny, nx), np.float64)
-
-    def block(y0: int, y1: int) -> None:
-        v = xp[y0 : y1 + 2 * r].astype(np.float64)
-        h = y1 - y0
-        acc = c[0] * v[r : r + h, r : r + nx]
-        for d in range(1, r + 1):
-            acc += c[d] * (
-                v[r : r + h, r - d : r - d + nx]
-                + v[r : r + h, r + d : r + d + nx]
-                + v[r - d : r - d + h, r : r + nx]
-                + v[r + d : r + d + h, r : r + nx]
-            )
-        out[y0:y1] = acc
-
-    step = -(-ny // workers)
-    with ThreadPoolExecutor(workers) as ex:
-        list(ex.map(lambda y: block(y, min(y + step, ny)), range(0, ny, step)))
-    return out
-
-
-def check_output(fam, ref: np.ndarray, got: np.ndarray) -> tuple[bool, float]:
-    """(correct, max relative error): bit for bit when the family is exact, else relative to max |ref|."""
-    if fam.exact:
-        u = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[got.dtype.itemsize]
-        ok = np.array_equal(got.view(u), np.ascontiguousarray(ref).astype(got.dtype, copy=False).view(u))
-        return bool(ok), 0.0 if ok else float("inf")
-    rows = -(-got.shape[0] // 16)
-
-    def block(y: int) -> tuple[bool, float, float]:
-        g, r = got[y : y + rows], ref[y : y + rows]
-        return bool(np.isfinite(g).all()), float(np.abs(g - r).max()), float(np.abs(r).max())
-
-    with ThreadPoolExecutor(16) as ex:
-        parts = list(ex.map(block, range(0, got.shape[0], rows)))
-    if not all(p[0] for p in parts):
-        return False, float("inf")
-    err = max(p[1] for p in parts) / max(max(p[2] for p in parts), 1e-30)
-    return err <= fam.tolerance, err
-
-
 # ---- GPU ----------------------------------------------------------------------------------------------------
-
-
-def versions(dev) -> dict:
-    env = environment()
-    return {
-        "gpu": dev.name,
-        "cc": f"{dev.cc[0]}.{dev.cc[1]}",
-        "sm_count": dev.sm_count,
-        "nvidia_smi": env["nvidia_smi"],
-        "cuda_driver": env["cuda_driver_api"],
-        "cuda_bindings": env["cuda_bindings"],
-        "nvrtc": env["nvrtc"],
-        "numpy": np.__version__,
-        "python": sys.version.split()[0],
-    }
 
 
 def source_sha256() -> dict:
@@ -826,127 +726,24 @@ def source_sha256() -> dict:
     return out
 
 
-class Copy:
-    """The reference: cuMemcpyDtoDAsync of one array (bytes read + written = the kernel's)."""
+def runner_cases(cases: list[Case]) -> list:
+    """The plan's cases as bench.run builds, checks and times them (``bench.run.run_case``): each configuration
+    with its layouts, checked at the family's test sizes it accepts and at the timed size."""
+    from bench import run as runner
 
-    def __init__(self, nbytes: int):
-        from smemtile.gpu.run import DeviceBuffer
-
-        self.src, self.dst, self.nbytes = DeviceBuffer(nbytes), DeviceBuffer(nbytes), nbytes
-        self.src.poison()
-
-    def launch(self) -> None:
-        from cuda.bindings import driver as d
-
-        (err,) = d.cuMemcpyDtoDAsync(self.dst.ptr, self.src.ptr, self.nbytes, d.CUstream(0))
-        assert int(err) == 0, err
-
-    def close(self) -> None:
-        self.src.free()
-        self.dst.free()
-
-
-def run_case(case: Case, dev, rounds: int, log, torch, flush) -> dict:
-    from smemtile.codegen.render import body
-    from smemtile.gpu.run import LoadedKernel
-
-    fam = FAMILIES[case.family]
-    rng = np.random.default_rng(20)
-    base = full_config(case, case.configs[0])
-    inputs = fam.make_inputs(base, rng)
-    t0 = time.perf_counter()
-    if case.family == "stencil2d":
-        ref = stencil_reference(inputs["in"], inputs["coeffs"].astype(np.float64))
-    else:
-        ref = fam.reference(base, inputs)
-    log(f"  reference {time.perf_counter() - t0:.1f} s")
-    unit, nbytes = fam.work(base.problem)
-    rows, loaded = [], {}
-    # per test size: the inputs and their reference, drawn once per case (the reference does not depend on the tile)
-    small_refs: dict[int, tuple] = {}
-    for c in case.configs:
-        cfg = full_config(case, c)
-        src = body(cfg)
-        row: dict = {
-            "label": c.label,
-            "params": cfg.params,
-            "layouts": c.layouts,
-            "name_expression": fam.name_expression(cfg),
-            "problem": dict(cfg.problem),
-        }
-        if c.predicted:
-            row["predicted"] = c.predicted
-        try:
-            small = []
-            for si, size in enumerate(fam.test_sizes):
-                scfg = small_config(case, c, size)
-                if (
-                    scfg is None
-                ):  # a test size in another dtype this configuration cannot take (fp16: fewer vectors)
-                    small.append({"problem": size, "skipped": "the family refuses this configuration there"})
-                    continue
-                k = LoadedKernel(scfg, dev, source=src)  # the timed kernel's text; the small problem's launch
-                try:
-                    if si not in small_refs:
-                        sin = fam.make_inputs(scfg, rng)
-                        small_refs[si] = (sin, fam.reference(scfg, sin))
-                    chk = k.check(*small_refs[si])
-                finally:
-                    k.close()
-                small.append({"problem": size, "correct": chk.correct, "max_rel_error": chk.max_rel_error})
-            row["small_checks"] = small
-            k = LoadedKernel(cfg, dev, source=src)
-            k.prepare(inputs)
-            k.launch()
-            k.synchronize()
-            ok, err = check_output(fam, ref, k.output())
-            row.update(
-                correct=ok and all(s.get("correct", True) for s in small),
-                max_rel_error=err,
-                registers=k.registers,
-                static_smem_bytes=k.static_smem,
-                local_bytes=k.local_bytes,
-                blocks_per_sm=k.driver_blocks,
-                launch=k.shape.to_dict(),
+    out = []
+    for case in cases:
+        fam = FAMILIES[case.family]
+        entries = []
+        for c in case.configs:
+            e = runner.Entry(
+                c.label, dict(c.params), c.layouts, dict(case.problem), predicted=c.predicted or None
             )
-            if row["correct"]:
-                loaded[c.label] = k
-            else:
-                k.close()
-                log(f"  {c.label}: WRONG (timed size ok={ok}, err {err}; small {small})")
-        except Exception as e:  # a configuration that fails to build or run is data, not a crash
-            row.update(correct=False, error=f"{type(e).__name__}: {str(e)[:400]}")
-            log(f"  {c.label}: {row['error']}")
-        rows.append(row)
-    copy = Copy(int(nbytes // 2))
-    try:
-        fns = {"copy": copy.launch, **{label: k.launch for label, k in loaded.items()}}
-        times = time_rounds(fns, torch, rounds, flush, warmup=3)
-    finally:
-        copy.close()
-        for k in loaded.values():
-            k.close()
-    cs = stats(times["copy"])
-    for row in rows:
-        if row["label"] not in times:
-            continue
-        ts = times[row["label"]]
-        st = stats(ts)
-        row.update(
-            st,
-            gbps=nbytes / (st["median_ms"] * 1e-3) / 1e9,
-            ratio=cs["median_ms"] / st["median_ms"],
-            ratio_rounds=statistics.median(c / t for c, t in zip(times["copy"], ts, strict=True)),
-        )
-    return {
-        "case": case.name,
-        "family": case.family,
-        "problem": case.problem,
-        "role": case.role,
-        "bytes": nbytes,
-        "copy": {**cs, "gbps": nbytes / (cs["median_ms"] * 1e-3) / 1e9},
-        "configs": rows,
-    }
+            e.cfg = full_config(case, c)
+            e.checks = [(size, small_config(case, c, size)) for size in fam.test_sizes]
+            entries.append(e)
+        out.append(runner.Case(case.name, dict(case.problem), {}, entries))
+    return out
 
 
 def save_plan(cases: list[Case], path: Path) -> None:
@@ -978,19 +775,11 @@ def load_plan(path: Path) -> list[Case]:
     ]
 
 
-def torch_setup():
-    import torch
-
-    torch.cuda.init()
-    torch.zeros(1, device="cuda")
-    return torch
-
-
 def transpose_rows(results: list[Path]) -> tuple[list[dict], list[tuple[float, float]], list[dict]]:
     """(rows, copy points, docs) of the transpose cases of ``results``: each (shape, candidate) the median of its
     ratios to the copy of the same run, its time the first run's copy time of that shape / that ratio (so one
     run's clock or DRAM drift does not move the candidates it timed against the others)."""
-    from smemtile.model import tiling_transpose as tt
+    from smemtile.families.transpose import tiles as tt
 
     docs = [json.loads(r.read_text()) for r in results]
     ratios: dict[tuple, list[float]] = {}
@@ -1039,7 +828,7 @@ def transpose_rows(results: list[Path]) -> tuple[list[dict], list[tuple[float, f
 
 
 def _space_labels(dtype: str) -> set[str]:
-    from smemtile.model import tiling_transpose as tt
+    from smemtile.families.transpose import tiles as tt
 
     if dtype not in _SPACE_LABELS:
         _SPACE_LABELS[dtype] = {tt.label(c) for c in tt.space(dtype)}
@@ -1050,7 +839,7 @@ _SPACE_LABELS: dict[str, set[str]] = {}
 
 
 def _predict_rows(rows: list[dict], cal: dict) -> list[float]:
-    from smemtile.model import tiling_transpose as tt
+    from smemtile.families.transpose import tiles as tt
 
     return [
         tt.predict_time_us(r["params"], r["rows"], r["cols"], "f32" if r["elem"] == 4 else "f16", cal)
@@ -1061,14 +850,14 @@ def _predict_rows(rows: list[dict], cal: dict) -> list[float]:
 def _cv_summary(rows: list[dict], pred: list[float]) -> dict:
     """Median and max |time error| of ``pred`` against ``rows``, Spearman of predicted and measured time per
     shape (the mean over shapes, and each)."""
-    from smemtile.model import tiling_model
+    from smemtile.model import fitting
 
     errs = [abs(p / r["time_us"] - 1) for p, r in zip(pred, rows, strict=True)]
     per: dict[str, float] = {}
     for case in sorted({r["case"] for r in rows}):
         ix = [i for i, r in enumerate(rows) if r["case"] == case]
         if len(ix) >= 3:
-            per[case] = tiling_model.spearman([pred[i] for i in ix], [rows[i]["time_us"] for i in ix])
+            per[case] = fitting.spearman([pred[i] for i in ix], [rows[i]["time_us"] for i in ix])
     return {
         "median_error": statistics.median(errs),
         "max_error": max(errs),
@@ -1083,7 +872,7 @@ def transpose_feature_cv(rows: list[dict], regs: dict, fitted: dict, folds: int 
     held at the full fit's: candidates left out (``folds`` groups of labels, every candidate predicted by a fit
     that never saw it: the error ``tiles`` states for an unmeasured candidate) and shapes left out (each fit
     shape predicted by a fit on the others: measured candidates by their shrunk constants)."""
-    from smemtile.model import tiling_transpose as tt
+    from smemtile.families.transpose import fit as tf
 
     out: dict = {}
     for elem in sorted({r["elem"] for r in rows}):
@@ -1095,7 +884,7 @@ def transpose_feature_cv(rows: list[dict], regs: dict, fitted: dict, folds: int 
         for k in range(folds):
             test = {lab for i, lab in enumerate(labels) if i % folds == k}
             cal = {
-                "constants": tt.fit_features(
+                "constants": tf.fit_features(
                     [r for r in mine if r["label"] not in test], regs, shared=shared
                 ),
                 "registers": regs_table(regs),
@@ -1114,7 +903,7 @@ def transpose_feature_cv(rows: list[dict], regs: dict, fitted: dict, folds: int 
         pred = [0.0] * len(mine)
         for case in sorted({r["case"] for r in mine}):
             cal = {
-                "constants": tt.fit_features([r for r in mine if r["case"] != case], regs, shared=shared),
+                "constants": tf.fit_features([r for r in mine if r["case"] != case], regs, shared=shared),
                 "registers": regs_table(regs),
             }
             for i, r in enumerate(mine):
@@ -1165,7 +954,7 @@ def _provenance(docs: list[dict], results: list[Path]) -> dict:
 def fit_transpose_features(results: list[Path], out: Path, registers: Path) -> dict:
     """Session 5: the feature model (tiling_transpose.fit_features) on every transpose shape of ``results`` (fit
     data only), the cross-validations, the registers table; written to ``out`` with its provenance."""
-    from smemtile.model import tiling_transpose as tt
+    from smemtile.families.transpose import fit as tf
 
     rows, copies, docs = transpose_rows(results)
     regs, table = load_registers(registers)
@@ -1173,9 +962,9 @@ def fit_transpose_features(results: list[Path], out: Path, registers: Path) -> d
     # 0.14-0.6x a copy) is rejected by the ranking, so it does not teach the model
     dropped = sorted({r["label"] for r in rows if table[str(r["elem"])].get(r["label"], [0, 1])[1]})
     rows = [r for r in rows if not table[str(r["elem"])].get(r["label"], [0, 1])[1]]
-    fitted = tt.fit_features(rows, regs)
+    fitted = tf.fit_features(rows, regs)
     cv = transpose_feature_cv(rows, regs, fitted)
-    full = {"copy": tt.copy_fit(copies), "constants": fitted, "registers": table}
+    full = {"copy": tf.copy_fit(copies), "constants": fitted, "registers": table}
     for elem, per in fitted.items():
         mine = [r for r in rows if str(r["elem"]) == elem]
         e = [abs(p / r["time_us"] - 1) for p, r in zip(_predict_rows(mine, full), mine, strict=True)]
@@ -1226,8 +1015,9 @@ def fit_transpose_features(results: list[Path], out: Path, registers: Path) -> d
 def transpose_loso(rows: list[dict], copies: list, mu_in_form: str = "per_candidate") -> dict:
     """Leave-one-shape-out per element size: the model fitted on the other shapes, scored on the left-out one
     (median |time error|, Spearman of predicted and measured times over its candidates); the pooled median."""
-    from smemtile.model import tiling_model
-    from smemtile.model import tiling_transpose as tt
+    from smemtile.families.transpose import fit as tf
+    from smemtile.families.transpose import tiles as tt
+    from smemtile.model import fitting
 
     out: dict = {}
     for elem in sorted({r["elem"] for r in rows}):
@@ -1236,14 +1026,14 @@ def transpose_loso(rows: list[dict], copies: list, mu_in_form: str = "per_candid
         for case in sorted({r["case"] for r in mine}):
             train = [r for r in mine if r["case"] != case]
             test = [r for r in mine if r["case"] == case]
-            cal = {"copy": tt.copy_fit(copies), **tt.fit(train, mu_in_form)}
+            cal = {"copy": tf.copy_fit(copies), **tf.fit(train, mu_in_form)}
             dt = "f32" if elem == 4 else "f16"
             pred = [tt.predict_time_us(r["params"], r["rows"], r["cols"], dt, cal) for r in test]
             errs = [abs(p / r["time_us"] - 1) for p, r in zip(pred, test, strict=True)]
             pooled += errs
             folds[case] = {
                 "median_error": statistics.median(errs),
-                "spearman": tiling_model.spearman(pred, [r["time_us"] for r in test]),
+                "spearman": fitting.spearman(pred, [r["time_us"] for r in test]),
             }
             print(
                 f"  LOSO {case:28s} median |err| {folds[case]['median_error']:.1%}  spearman "
@@ -1261,9 +1051,9 @@ def transpose_loso(rows: list[dict], copies: list, mu_in_form: str = "per_candid
 
 def transpose_form_choice(rows: list[dict], copies: list) -> dict:
     """Leave-one-shape-out of every input-side form of ``tiling_transpose.fit`` (MU_IN_FORMS) on ``rows``."""
-    from smemtile.model import tiling_transpose as tt
+    from smemtile.families.transpose import fit as tf
 
-    return {form: transpose_loso(rows, copies, form) for form in tt.MU_IN_FORMS}
+    return {form: transpose_loso(rows, copies, form) for form in tf.MU_IN_FORMS}
 
 
 def choose_form(choice: dict) -> str:
@@ -1279,13 +1069,14 @@ def fit_transpose(results: list[Path], out: Path, choice: dict | None = None) ->
     4 all of them are fit data: runs 4 and 5's fit and held-out shapes, the session-4 sweep, the input-pitch fit
     run), in the input-side form ``choose_form`` picks from the leave-one-shape-out scores (``choice``, computed
     here when not given); the expected error is that form's leave-one-shape-out median."""
-    from smemtile.model import tiling_transpose as tt
+    from smemtile.families.transpose import fit as tf
+    from smemtile.families.transpose import tiles as tt
 
     rows, copies, docs = transpose_rows(results)
     choice = choice or transpose_form_choice(rows, copies)
     form = choose_form(choice)
     loso = choice[form]
-    fitted = tt.fit(rows, form)
+    fitted = tf.fit(rows, form)
     constants = fitted["constants"]
     for elem, per in constants.items():
         per["held_out_median_error"] = loso[elem]["median_error"]
@@ -1338,7 +1129,7 @@ def fit_transpose(results: list[Path], out: Path, choice: dict | None = None) ->
             }
             for f, c in choice.items()
         },
-        "copy": tt.copy_fit(copies),
+        "copy": tf.copy_fit(copies),
         "model": fitted["model"],
         "constants": constants,
     }
@@ -1390,8 +1181,8 @@ def transpose_registers(workers: int) -> dict:
     rules (dense tile, then the fix search's layout, what ``generate`` builds), then registers and spills from
     NVRTC (sm_90, 8192^2: the code does not depend on the size), or the family's reason for refusing it."""
     from smemtile.families.transpose import _screen
+    from smemtile.families.transpose import tiles as tt
     from smemtile.gpu.nvrtc import nvrtc_version
-    from smemtile.model import tiling_transpose as tt
 
     fam = FAMILIES["transpose"]
     out: dict = {"f32": {}, "f16": {}}
@@ -1425,13 +1216,21 @@ def transpose_registers(workers: int) -> dict:
     }
 
 
-MODEL_DATA = ("stencil_h200.json", "transpose_h200.json")
+MODEL_DATA = (("stencil2d", "stencil_h200.json"), ("transpose", "transpose_h200.json"))
+
+
+def data_file(family: str, name: str, data_dir: Path | None = None) -> Path:
+    """A memory model's data file: in ``data_dir`` when given, else in the family's folder."""
+    import importlib
+
+    if data_dir is not None:
+        return data_dir / name
+    return Path(importlib.import_module(f"smemtile.families.{family}").__file__).parent / name
 
 
 def model_data_sha256() -> dict:
     """The memory models' data files as this run read them (the plan's predictions come from these)."""
-    d = ROOT / "smemtile" / "model" / "data"
-    return {n: hashlib.sha256((d / n).read_bytes()).hexdigest()[:16] for n in MODEL_DATA}
+    return {n: hashlib.sha256(data_file(f, n).read_bytes()).hexdigest()[:16] for f, n in MODEL_DATA}
 
 
 def score_spearman(path: Path) -> list[dict]:
@@ -1496,7 +1295,6 @@ def record_validation(path: Path, data_dir: Path | None = None) -> dict:
     family (transpose: per element size) the pooled median and max |time error| over every configuration of the
     held-out cases, the cases' scores under ``validation``. The constants are not touched (nothing is refitted);
     the data files' sha256 at plan time stay in the results file."""
-    d = data_dir or ROOT / "smemtile" / "model" / "data"
     doc = json.loads(path.read_text())
     scores = {s["case"]: s for s in doc["scores"]}
     out = {}
@@ -1504,7 +1302,8 @@ def record_validation(path: Path, data_dir: Path | None = None) -> dict:
         cases = [c for c in doc["cases"] if c["family"] == fam and c["role"] == "held_out"]
         if not cases:  # a run of one family leaves the other's data file alone
             continue
-        cal = json.loads((d / name).read_text())
+        target_file = data_file(fam, name, data_dir)
+        cal = json.loads(target_file.read_text())
         groups: dict[str, list[dict]] = {}
         for c in cases:
             groups.setdefault(str(c["problem"].get("dtype", "")), []).append(c)
@@ -1563,9 +1362,9 @@ def record_validation(path: Path, data_dir: Path | None = None) -> dict:
             # the stencil file's own layout (short lists on one line)
             from bench.fit_stencil import write_data
 
-            write_data(cal, d / name)
+            write_data(cal, target_file)
         else:
-            (d / name).write_text(json.dumps(cal, indent=1) + "\n")
+            target_file.write_text(json.dumps(cal, indent=1) + "\n")
     return out
 
 
@@ -1591,9 +1390,7 @@ def main() -> int:
     ap.add_argument(
         "--fit", type=Path, nargs="+", help="fit the transpose model on these results files (no GPU)"
     )
-    ap.add_argument(
-        "--fit-out", type=Path, default=ROOT / "smemtile" / "model" / "data" / "transpose_h200.json"
-    )
+    ap.add_argument("--fit-out", type=Path, default=data_file("transpose", "transpose_h200.json"))
     ap.add_argument(
         "--fit-features",
         type=Path,
@@ -1653,7 +1450,7 @@ def main() -> int:
         if a.form_choice and a.form_choice.exists():
             choice = json.loads(a.form_choice.read_text())["loso"]
         elif a.form_choice:
-            from smemtile.model import tiling_transpose as tt
+            from smemtile.families.transpose import fit as tf
 
             rows, copies, _ = transpose_rows(a.fit)
             choice = transpose_form_choice(rows, copies)
@@ -1664,7 +1461,7 @@ def main() -> int:
                         "transpose fit (bench_memory.transpose_form_choice) on these "
                         "results",
                         "results": [str(r) for r in a.fit],
-                        "forms": list(tt.MU_IN_FORMS),
+                        "forms": list(tf.MU_IN_FORMS),
                         "loso": choice,
                     },
                     indent=1,
@@ -1679,6 +1476,8 @@ def main() -> int:
             )
         print(f"model {cal['model']}; wrote {a.fit_out}")
         return 0
+    from bench import run as runner
+
     cases = load_plan(a.plan_file) if a.plan_file else plan_cases(a.plan)
     cases = [c for c in cases if a.only in c.name]
     if a.list:
@@ -1692,15 +1491,14 @@ def main() -> int:
         os.environ["SMEMTILE_CACHE_DIR"] = str(a.prebuild)
         a.prebuild.mkdir(parents=True, exist_ok=True)
         save_plan(cases, a.prebuild / "plan.json")
-        compile_all(cases, a.workers)
+        runner.compile_all(runner_cases(cases), a.workers)
         return 0
     assert a.rounds >= 15, "at least 15 rounds"
-    compile_all(
-        cases, a.workers, quiet=True
-    )  # cache hits when prebuilt; else in parallel on this machine's cores
+    todo = runner_cases(cases)
+    runner.compile_all(todo, a.workers, log=lambda s: None)  # cache hits when prebuilt, else built here
     from smemtile.gpu.run import open_device
 
-    torch = torch_setup()
+    torch = runner.torch_setup()
     dev = open_device(torch.cuda.current_device())
     flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
     t_start = time.perf_counter()
@@ -1714,7 +1512,7 @@ def main() -> int:
         "commit": a.commit,
         "family_sources": source_sha256(),
         "model_data": model_data_sha256(),
-        "versions": versions(dev),
+        "versions": runner.versions(dev),
         "plan": a.plan,
         "method": {
             "rounds": a.rounds,
@@ -1727,9 +1525,12 @@ def main() -> int:
         },
         "cases": [],
     }
-    for case in cases:
+    for case, rcase in zip(cases, todo, strict=True):
         log(f"{case.name}: {len(case.configs)} configurations")
-        doc["cases"].append(run_case(case, dev, a.rounds, log, torch, flush))
+        res = runner.run_case(
+            FAMILIES[case.family], rcase, {"kind": "copy"}, dev, a.rounds, torch, flush, log, True
+        )
+        doc["cases"].append({**res, "role": case.role})
         torch.cuda.empty_cache()
         if a.json:
             a.json.write_text(json.dumps(doc, indent=1))

@@ -1,10 +1,10 @@
-"""The stencil2d tile model's data file, ``smemtile/model/data/stencil_h200.json`` (no GPU).
+"""The stencil2d tile model's data file, ``smemtile/families/stencil2d/stencil_h200.json`` (no GPU).
 
     python -m bench.fit_stencil table     # NVRTC + the bank model for every candidate, R = 1..4
     python -m bench.fit_stencil cv        # the candidate forms, leave-one-radius-out (fit rows only)
     python -m bench.fit_stencil fit       # the shipped form's constants from every fit row
 
-``table``: every candidate of ``smemtile.model.tiling_stencil.candidates()`` the family's rules accept, at each
+``table``: every candidate of ``smemtile.families.stencil2d.tiles.candidates()`` the family's rules accept, at each
 radius, compiled with NVRTC for sm_90 as ``verify`` builds it (dense tile): registers and spilled bytes, and the
 shared-memory wavefronts of one block from the bank model on the family's own accesses. Written into the data
 file under ``candidates`` (with the compiler and the sha256 of stencil2d.cu they were computed from).
@@ -18,9 +18,9 @@ the blocks per SM it ran with (run 1's kernel text had slightly different regist
 at both sizes are the reference curve (the copy is not the fitted kernel). Wavefronts are the table's (dense tile),
 the ones the model ranks with, also for the session-4 configurations the fix search padded.
 
-``cv``: each form of ``tiling_stencil.FORMS`` fitted on three radii and scored on the fourth (every fit row of it:
+``cv``: each form of ``smemtile.families.stencil2d.fit.FORMS`` fitted on three radii and scored on the fourth (every fit row of it:
 median |time error|; Spearman over the session-4 sweep of that radius), written into the data file under
-``form_choice``; the shipped form (``tiling_stencil.FORM``) is the one with the lowest mean of the four
+``form_choice``; the shipped form (``fit.FORM``) is the one with the lowest mean of the four
 medians, and its leave-one-radius-out median is the expected error ``tiles`` states until a held-out sweep
 replaces it.
 """
@@ -38,10 +38,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 from smemtile.families import FAMILIES, configure  # noqa: E402
-from smemtile.model import tiling_stencil as ts  # noqa: E402
-from smemtile.model.tiling_model import spearman  # noqa: E402
+from smemtile.families.stencil2d import fit as sf  # noqa: E402
+from smemtile.families.stencil2d import tiles as ts  # noqa: E402
+from smemtile.model.fitting import spearman  # noqa: E402
 
-DATA = ROOT / "smemtile" / "model" / "data" / ts.DATA_FILE
+DATA = Path(ts.__file__).parent / ts.DATA_FILE  # next to the model that reads it
 RUNS = (
     ("run1", ROOT / "bench" / "results" / "memory_h200_run1.json"),
     ("run3", ROOT / "bench" / "results" / "memory_h200_run3.json"),
@@ -126,13 +127,13 @@ def cross_validate(rows: list[dict], forms=None, warps_range=range(1, 65)) -> di
     """Per form: fitted on three radii, scored on the fourth (median |time error| over all its rows, Spearman of
     predicted and measured times over its session-4 sweep), and the mean of the four."""
     out = {}
-    for form in forms or ts.FORMS:
+    for form in forms or sf.FORMS:
         per = {}
         for r_ in ts.RADII:
             train = [r for r in rows if r["R"] != r_]
             test = [r for r in rows if r["R"] == r_]
-            c = ts.fit(train, SMS, warps_range, form=form, rate_max=RATE_MAX)
-            e = ts.errors(test, c, SMS)
+            c = sf.fit(train, SMS, warps_range, form=form, rate_max=RATE_MAX)
+            e = sf.errors(test, c, SMS)
             sweep = [(r, x) for r, x in zip(test, e, strict=True) if r["run"] == "session4"]
             rho = spearman([r["time_us"] * (1 + x) for r, x in sweep], [r["time_us"] for r, _ in sweep])
             per[f"R{r_}"] = {
@@ -157,8 +158,8 @@ def cross_validate(rows: list[dict], forms=None, warps_range=range(1, 65)) -> di
 def fit(cand: dict, old: dict) -> dict:
     rows = measured_rows()
     form_choice = old.get("form_choice") or cross_validate(rows)
-    consts = ts.fit(rows, SMS, form=ts.FORM, rate_max=RATE_MAX)
-    e_signed = ts.errors(rows, consts, SMS)
+    consts = sf.fit(rows, SMS, form=sf.FORM, rate_max=RATE_MAX)
+    e_signed = sf.errors(rows, consts, SMS)
     e_fit = [abs(e) for e in e_signed]
     mid = statistics.median(e_signed)
     copy: dict[float, list[float]] = {}
@@ -171,7 +172,7 @@ def fit(cand: dict, old: dict) -> dict:
     for per in measured.values():
         for lab in per:
             per[lab] = {k: statistics.median(v) for k, v in per[lab].items()}
-    chosen = form_choice[ts.FORM]
+    chosen = form_choice[sf.FORM]
     shapes = sorted({(r["ny"], r["nx"]) for r in rows})
     return {
         "what": "constants of the stencil2d model, smemtile.model.tiling_stencil: time = t0 + smax_p(smax_p("
@@ -188,7 +189,7 @@ def fit(cand: dict, old: dict) -> dict:
         f"4096^2 and 8192^2, {len(rows)} rows; session 4's sweep of 144 configurations spanning the ranking "
         "was scored as held out first, then became fit data), Levenberg-Marquardt for t0, L, rate (at most "
         "one wavefront per clock), p, load and block for every WARPS 1..64 (bench/fit_stencil.py fit). The "
-        f"form ({ts.FORM!r}) was chosen among tiling_stencil.FORMS by leave-one-radius-out on the fit rows "
+        f"form ({sf.FORM!r}) was chosen among tiling_stencil.FORMS by leave-one-radius-out on the fit rows "
         "only (form_choice: median |time error| of the held-out radius, Spearman over its session-4 sweep); "
         "the expected error until a held-out sweep is scored is that cross-validated median",
         "fit_shapes": [
@@ -206,7 +207,7 @@ def fit(cand: dict, old: dict) -> dict:
             v["median_error"] for v in chosen["held_out_radius"].values()
         ),
         "held_out_max_error": max(v["median_error"] for v in chosen["held_out_radius"].values()),
-        "form": ts.FORM,
+        "form": sf.FORM,
         "form_choice": form_choice,
         "compiler": cand["compiler"],
         "source_sha256": cand["source_sha256"],

@@ -24,7 +24,8 @@ events; median, p10/p90 and spread = (p90 - p10) / median; ratio = reference med
     python -m bench.run FAMILY PLAN --out bench/results/F_P_h200.json [--rounds 20] [--commit SHA]   # GPU
 
 Writes one JSON document (rewritten after every shape, so a run cut short keeps what it measured): ``family``,
-``plan``, ``date``, ``commit``, ``versions``, ``method``, ``cases`` [{``case``, ``family``, ``problem``, ``params``
+``plan``, ``date``, ``commit``, ``model_data`` (sha256 of the family folder's data files), ``versions``,
+``method``, ``cases`` [{``case``, ``family``, ``problem``, ``params``
 (problem parameters such as a radius), ``role`` ("fit" for plan sweep, "held_out" for plan heldout), ``work``
 {unit, amount}, ``bytes`` or ``flop``, ``reference`` {kind, median_ms, ..., rate}, ``copy`` (= reference, for
 kind copy), ``configs`` [{``label``, ``params``, ``layouts``, ``name_expression``, ``problem``, ``predicted`` {rank, of,
@@ -444,6 +445,19 @@ def run_case(
     return out
 
 
+def model_data_sha256(fam) -> dict:
+    """The data files in the family's folder as this run read them (its tile model's calibration: the plan's
+    predictions come from these), by file name."""
+    from smemtile.families.task import FILE, task_path
+
+    folder = task_path(type(fam).__module__).parent
+    return {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest()[:16]
+        for p in sorted(folder.iterdir())
+        if p.suffix in (".json", ".yaml") and p.name != FILE
+    }
+
+
 def versions(dev) -> dict:
     from bench.timing import environment
 
@@ -452,7 +466,10 @@ def versions(dev) -> dict:
         "gpu": dev.name,
         "cc": f"{dev.cc[0]}.{dev.cc[1]}",
         "sm_count": dev.sm_count,
-        **env,
+        "nvidia_smi": env["nvidia_smi"],
+        "cuda_driver": env["cuda_driver_api"],
+        "cuda_bindings": env["cuda_bindings"],
+        "nvrtc": env["nvrtc"],
         "numpy": np.__version__,
         "python": sys.version.split()[0],
     }
@@ -552,6 +569,7 @@ def _main(a) -> int:
         "commit": a.commit,
         "arch": arch,
         "family_source_sha256": hashlib.sha256(fam.source().encode()).hexdigest()[:16],
+        "model_data": model_data_sha256(fam),
         "versions": versions(dev),
         "method": {
             "rounds": rounds,
