@@ -129,6 +129,9 @@ class GemmTileModel:
 
     tie_rule = TieRule(0.005, "bucket", TIE_RULE)
     options: tuple[ModelOption, ...] = ()
+    tiles_examples: tuple[
+        str, ...
+    ] = ()  # ``tiles --help`` lines of a family's own (the CLI has the GEMM ones)
 
     def __init__(self, fam: GemmFamily | None = None):
         self.fam = fam

@@ -209,6 +209,9 @@ class WgmmaTileModel:
 
     tie_rule = TieRule(0.0, "chain", "ties: less shared memory, then the label; of one shape, more stages")
     options = ()
+    tiles_examples = (
+        "smemtile tiles 4096 4096 4096 --dtype bf16 --arch sm_90a   # Hopper: the wgmma_gemm family",
+    )
 
     def __init__(self, fam):
         self.fam = fam
