@@ -9,7 +9,7 @@ WN 8, uneven copies, ...), so every ranked candidate generates; ``tile_spec`` wr
 K. :class:`HgemmTileModel` is the family's TileModel (``Hgemm.tile_model``).
 
 The rules also carry the family's measured factors (:func:`calibration`, ``calibration_h200.yaml``, data
-with provenance, written by ``bench/bench_hgemm_family.py calibrate``), which the tile model applies to these
+with provenance, recomputed by :mod:`.fit` from the recorded runs), which the tile model applies to these
 tiles only (smemtile.model.gemm_model.family_calibration):
 
     factor              value (H200)                          from
