@@ -72,7 +72,7 @@ CALIBRATION = "calibration_h200.yaml"
 @cache
 def calibration() -> dict:
     """hgemm's measured factors for the tile model (stages, load latency, split K's atomics), with provenance:
-    ``calibration_h200.yaml`` next to this file (written by ``bench/bench_hgemm_family.py calibrate``)."""
+    ``calibration_h200.yaml`` next to this file (recomputed by :func:`smemtile.families.hgemm.fit.calibrate`)."""
     doc = yaml.safe_load(resources.files(__package__).joinpath(CALIBRATION).read_text())
     return {**doc, "family": "hgemm", "file": f"smemtile/families/hgemm/{CALIBRATION}"}
 
