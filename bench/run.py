@@ -131,7 +131,13 @@ def _ranker(fam, problem: dict, arch: str):
 def _ranked(fam, spec: dict, problem: dict, keys: dict, arch: str) -> list[Entry]:
     from smemtile.families.base import check_problem
 
-    ranker = _ranker(fam, {**problem, **keys}, arch)
+    # the problem as `smemtile tune` hands it to the model: every key with its default, leading dimensions if given
+    full = {
+        pk.name: problem.get(pk.name, pk.default)
+        for pk in fam.problem_keys
+        if not pk.dense or pk.name in problem
+    }
+    ranker = _ranker(fam, {**full, **keys}, arch)
     if ranker is None:
         raise SpecError(f"{fam.name} has no tile model: a plan cannot rank its configurations", key="ranked")
     top, spread = spec.get("top"), spec.get("spread", 0)

@@ -133,12 +133,15 @@ def commit() -> str:
 
 
 def load_rows(paths: list[Path]) -> list[dict]:
-    """Every timed sgemm row of the sweeps; a later file's row replaces an earlier one of the same config and
+    """Every timed sgemm row of the sweeps (bench_kernels' sweep files or bench.run's); a later file's row replaces an earlier one of the same config and
     shape (a re-measurement), and a later shape marked ``"replaces": true`` (a re-sweep after a kernel change)
     drops every earlier row of that shape."""
     out: dict[tuple, dict] = {}
     for path in paths:
         d = json.loads(Path(path).read_text())
+        if "cases" in d:  # a bench.run results file (python -m bench.run sgemm sweep / heldout)
+            out.update(((r["shape"], r["label"]), r) for r in runner_rows(d, str(path)))
+            continue
         for s in d["shapes"].values():
             shape = tuple(s["shape"])
             if s.get("replaces", False):  # a re-sweep after a kernel change: the shape's older rows go
@@ -161,6 +164,38 @@ def load_rows(paths: list[Path]) -> list[dict]:
                         "file": str(path),
                     }
     return list(out.values())
+
+
+def runner_rows(doc: dict, path: str) -> list[dict]:
+    """The timed rows of a ``python -m bench.run sgemm PLAN`` results file, as :func:`load_rows` keeps them (the
+    reference: the case's cuBLAS timing in the same rounds)."""
+    from smemtile.families import FAMILIES
+
+    fam = FAMILIES["sgemm"]
+    out = []
+    for case in doc["cases"]:
+        p = case["problem"]
+        shape = (p["M"], p["N"], p["K"])
+        for r in case["configs"]:
+            if "median_ms" not in r:
+                continue
+            out.append(
+                {
+                    "role": case["role"],
+                    "shape": shape,
+                    "p": r["params"],
+                    "b": r["blocks_per_sm"],
+                    "t": r["median_ms"] * 1e-3,
+                    "threads": fam.threads(r["params"]),
+                    "regs": r["registers"],
+                    "spill": r["local_bytes"],
+                    "tflops": r["tflops"],
+                    "ref": case["reference"]["tflops"],
+                    "label": r["label"],
+                    "file": path,
+                }
+            )
+    return out
 
 
 def tile_of(p: dict, threads: int):

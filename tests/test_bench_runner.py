@@ -150,3 +150,124 @@ def test_smoke_plan_on_the_gpu(name, tmp_path, capsys):
             assert row["correct"], row
             assert all(s.get("correct", True) for s in row["small_checks"])
             assert row["median_ms"] > 0 and row["ratio"] > 0 and row[unit] > 0 and row["spread"] >= 0
+
+
+# ---- the results file, without a GPU: run_case with the device parts replaced ---------------------------------
+class _FakeKernel:
+    """LoadedKernel's surface run_case uses: it 'checks' by running the family's own reference on the inputs."""
+
+    def __init__(self, cfg, dev):
+        fam = FAMILIES[cfg.family]
+        self.cfg, self.shape = cfg, fam.launch(cfg)
+        self.registers, self.static_smem, self.local_bytes, self.driver_blocks = 64, 0, 0, 2
+        self.closed = False
+
+    def check(self, inputs, reference):
+        from smemtile.gpu.run import CheckResult
+
+        return CheckResult(True, 0.0, 1e-5)
+
+    def prepare(self, inputs):
+        pass
+
+    def launch(self):
+        pass
+
+    def close(self):
+        self.closed = True
+
+
+class _FakeReference:
+    def __init__(self, *args):
+        pass
+
+    def __call__(self):
+        pass
+
+    def close(self):
+        pass
+
+
+def _fake_run(monkeypatch, name: str, plan: dict) -> dict:
+    """bench.run's case for ``plan`` on a pretend device: every kernel twice as slow as the reference in the rounds
+    (ratio 0.5), the ranked ones slower down the ranking."""
+    import bench.timing
+    import smemtile.gpu.run
+
+    fam = FAMILIES[name]
+    task = load(type(fam).__module__)
+    monkeypatch.setattr(smemtile.gpu.run, "LoadedKernel", _FakeKernel)
+    monkeypatch.setattr(runner, "Copy", _FakeReference)
+    monkeypatch.setattr(runner, "Matmul", _FakeReference)
+
+    def rounds(fns, torch, n, flush, warmup=2):
+        return {k: [1.0 if k == runner.REF else 2.0 + i] * n for i, k in enumerate(fns)}
+
+    monkeypatch.setattr(bench.timing, "time_rounds", rounds)
+    (case,) = runner.resolve_plan(fam, plan, task, fam.default_arch, small=True)
+    res = runner.run_case(
+        fam, case, task["reference"], None, 15, None, None, lambda s: None, check_timed=True
+    )
+    return {"family": name, "plan": "heldout", "cases": [{**res, "role": "held_out"}]}
+
+
+def _plan(shape: dict, *configs: dict) -> dict:
+    return {
+        "about": "test",
+        "arch": None,
+        "rounds": None,
+        "groups": [{"shapes": [shape], "configs": list(configs)}],
+    }
+
+
+def test_results_of_a_sgemm_plan_read_by_the_sweep_fit(monkeypatch):
+    from bench import tune_h200
+
+    doc = _fake_run(
+        monkeypatch, "sgemm", _plan({"M": 96, "N": 80, "K": 40}, {"label": "default"}, {"ranked": {"top": 2}})
+    )
+    (case,) = doc["cases"]
+    assert case["case"] == "sgemm 96x80x40" and case["work"] == {
+        "unit": "tflops",
+        "amount": 2.0 * 96 * 80 * 40,
+    }
+    assert case["reference"]["median_ms"] == 1.0 and case["flop"] == 2.0 * 96 * 80 * 40
+    labels = [r["label"] for r in case["configs"]]
+    assert labels[0] == "default" and [lb.split()[0] for lb in labels[1:]] == ["#1", "#2"]
+    for i, r in enumerate(case["configs"]):
+        assert r["correct"] and r["median_ms"] == 2.0 + (i + 1) and r["ratio"] == 1.0 / (3.0 + i)
+        assert len(r["small_checks"]) == len(FAMILIES["sgemm"].test_sizes)
+    rows = tune_h200.runner_rows(doc, "x.json")
+    assert [r["label"] for r in rows] == labels and all(r["shape"] == (96, 80, 40) for r in rows)
+    assert rows[0]["t"] == 3.0e-3 and rows[0]["threads"] == FAMILIES["sgemm"].threads(rows[0]["p"])
+    assert rows[0]["ref"] == case["reference"]["tflops"] and rows[0]["role"] == "held_out"
+
+
+def test_results_of_a_heldout_plan_are_scored(monkeypatch, tmp_path):
+    from bench import bench_memory, gemm_spearman
+
+    doc = _fake_run(monkeypatch, "transpose", _plan({"rows": 256, "cols": 320}, {"ranked": {"top": 4}}))
+    (case,) = doc["cases"]
+    assert case["copy"] == case["reference"] and case["bytes"] == 2 * 256 * 320 * 4
+    assert [r["predicted"]["rank"] for r in case["configs"]] == [1, 2, 3, 4]
+    assert all(r["predicted"]["time_us"] > 0 and r["predicted"]["gbps"] > 0 for r in case["configs"])
+    path = tmp_path / "heldout.json"
+    path.write_text(json.dumps(doc))
+    (score,) = bench_memory.score_spearman(path)
+    from smemtile.model.fitting import spearman
+
+    measured = [r["gbps"] for r in case["configs"]]  # slower down the ranking (the pretend device)
+    assert measured == sorted(measured, reverse=True)
+    want = spearman([r["predicted"]["gbps"] for r in case["configs"]], measured)
+    assert (
+        score["timed"] == 4 and score["spearman"] == pytest.approx(want) and score["pick_measured_rank"] == 1
+    )
+    assert score["median_ratio_error"] is None and score["median_time_error"] >= 0
+
+    doc = _fake_run(
+        monkeypatch, "hgemm", _plan({"M": 128, "N": 128, "K": 64, "dtype": "f16"}, {"ranked": {"top": 3}})
+    )
+    rows = gemm_spearman.rows_of(doc)
+    assert [r["rank"] for r in rows] == [1, 2, 3] and all(r["shape"] == [128, 128, 64, "f16"] for r in rows)
+    got = gemm_spearman.score(rows)["128 x 128 x 64 x f16"]
+    assert got["n"] == 3 and got["top1"] == rows[0]["label"]
