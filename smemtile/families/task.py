@@ -9,7 +9,8 @@ The file holds what a family is tested and benchmarked on, and nothing else:
   problem keys of its sizes and dtype, or ``kind: copy``: a device copy of the bytes the kernel moves);
 * ``plans``: named lists of shapes and configurations ``python -m bench.run FAMILY PLAN`` builds and times.
 
-A plan::
+A configuration without ``layouts`` gets the fix search's (what ``generate`` builds from the spec of its tile);
+``layouts: {}`` keeps the family's own (dense, or the swizzles the kernel fixes). A plan::
 
     plans:
       smoke:
@@ -18,7 +19,7 @@ A plan::
         configs:                                   # every configuration on every shape (or groups: a list
                                                    # of {shapes, configs}, for configurations only some take)
           - {label: default}                       # the family's defaults
-          - {label: "128x64", params: {BM: 128, BN: 64}, layouts: {As: {pad: 4}}}
+          - {label: "128x64", params: {BM: 128, BN: 64}, layouts: {As: {pad: 4}}}  # {}: the family's own
           - {ranked: {top: 12, spread: 24}}        # the tile model's ranking, sampled (spread: evenly spaced)
 
 Pure: YAML through the spec reader, no CUDA. Read once per file (cached); a malformed file is refused with one
