@@ -299,8 +299,6 @@ def _export(doc: dict, path: Path, cache_path: Path | None) -> None:
 def _family(
     family, sizes, dtype, keys, arch, vendor, gpu, sms, top_n, rej_n, fmt, explain, export=(None, None)
 ) -> None:
-    from smemtile.pipeline.tiles import family_json_doc, family_tiles, family_yaml_specs
-
     if fmt == "triton":
         raise SpecError("--format triton is for GEMM tiles", key="--format")
     if sms is not None or (vendor or "nvidia").lower() != "nvidia":
@@ -310,7 +308,7 @@ def _family(
         )
     if str(arch).lower() == "auto":
         arch, _ = _this_gpu()
-    rep = family_tiles(family, sizes, dtype=dtype, keys=keys, arch=arch, gpu=gpu)
+    rep = tf.family_tiles(family, sizes, dtype=dtype, keys=keys, arch=arch, gpu=gpu)
     if not rep.ranked:
         raise OutOfResources(
             f"no {family} configuration fits: {rep.rejected[0]['reason']}"
@@ -318,11 +316,11 @@ def _family(
             else "no candidates"
         )
     if export[0] is not None:
-        _export(family_json_doc(rep, top_n, rej_n), *export)
+        _export(tf.family_json_doc(rep, top_n, rej_n), *export)
     if fmt == "json":
-        emit_json(family_json_doc(rep, top_n, rej_n))
+        emit_json(tf.family_json_doc(rep, top_n, rej_n))
     elif fmt == "yaml":
-        click.echo(family_yaml_specs(rep, top_n), nl=False)
+        click.echo(tf.family_yaml_specs(rep, top_n), nl=False)
     else:
         from smemtile.report.tiles_family import render_family_tiles
 

@@ -218,7 +218,6 @@ class Stencil2d(Pitched):
         p = cfg.params
         return {"ny": 4 * p["BY"] * p["RY"], "nx": 4 * p["BX"] * p["VEC"]}
 
-
     def ranker(self, problem: dict, arch: str, gpu: str | None, rank=None):
         """``tune``'s, ``generate``'s and ``analyze``'s view of the tile model for ``problem`` (``top(k)``, a
         Candidate for any configuration); ``rank``: the ranking loop (the pipeline passes it)."""

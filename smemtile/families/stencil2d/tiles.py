@@ -1,4 +1,5 @@
-"""Tile configurations for the ``stencil2d`` family, ranked by a time model calibrated on the H200.
+"""The ``stencil2d`` family's tile model (:class:`StencilTiles`): its configurations, ranked by a time model
+calibrated on the H200, through the one ranking loop (``smemtile.pipeline.rank``).
 
 The model in one screen. A radius-R star stencil reads and writes ny x nx floats: the bytes of a device copy of
 one array. Whether a configuration (BX, BY, VEC, RY) gets there depends on what an SM does between its DRAM
@@ -29,7 +30,7 @@ shared memory and writes its outputs. So
 - t0 (launch, the last wave's tail), L, RATE, WARPS, p, LOAD and BLOCK: shared by every configuration, fitted on
   relative time error over every measurement of the H200 runs (R 1-4 at 4096^2 and 8192^2: runs 1 and 3, and
   session 4's sweep of 36 configurations per radius spanning the ranking). The form was chosen among
-  ``FORMS`` by leave-one-radius-out on those rows (``bench/fit_stencil.py cv``); the expected error ``tiles``
+  ``fit.FORMS`` by leave-one-radius-out on those rows (``bench/fit_stencil.py cv``); the expected error ``tiles``
   states is that cross-validated median until a sweep of shapes nobody measured (``held_out_shapes``)
   replaces it.
 
@@ -41,7 +42,8 @@ ones, stated), L2-resident grids (below the smallest fitted size a configuration
 Another GPU or arch: the H200's constants with that GPU's DRAM bandwidth and SM count, stated as uncalibrated.
 
 The per-candidate data (registers, spills, wavefronts per block for R = 1..4) and the constants are in
-``smemtile/model/data/stencil_h200.json`` (``bench/fit_stencil.py``: NVRTC and the bank model, then the fit).
+``stencil_h200.json`` in this folder (``bench/fit_stencil.py``: NVRTC and the bank model, then the fit in
+``fit.py``, which :func:`fit.reproduce` runs again on the results it names).
 Ties: predicted times within the model's resolution (``tie_band`` of the data file: the median distance of
 the fit rows' errors from their median, 3.3 %: how far apart two configurations' errors typically are) of the
 fastest are a tie, and go to configurations measured on the H200 first, ordered by what they measured (the

@@ -420,7 +420,6 @@ class Transpose(Pitched):
     def repeats_per_block(self, cfg: KernelConfig) -> int:
         return cfg.params["TILES"]
 
-
     def ranker(self, problem: dict, arch: str, gpu: str | None, rank=None):
         """``tune``'s, ``generate``'s and ``analyze``'s view of the tile model for ``problem`` (``top(k)``, a
         Candidate for any configuration); ``rank``: the ranking loop (the pipeline passes it)."""
