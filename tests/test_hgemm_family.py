@@ -412,14 +412,13 @@ def test_register_copies_assemble_every_alignment_inside_the_chunk(tmp_path):
     from conftest import ROOT
 
     (tmp_path / "t.cu").write_text(REGISTER_COPIES_ON_THE_CPU)
-    fams = ROOT / "smemtile" / "families"
+    kernels = ROOT / "smemtile" / "kernels"  # hgemm.cu and smem_layout.cuh
     build = subprocess.run(
         [
             nvcc_path(),
             "-std=c++17",
             "-arch=sm_80",
-            f"-I{fams}",
-            f"-I{fams / 'hgemm'}",
+            f"-I{kernels}",
             "-Xcompiler",
             "-fsanitize=address,-fno-omit-frame-pointer",
             "-o",
