@@ -3,7 +3,7 @@
 A ``Family`` says what one configuration *is* (parameters, buffers, launch plan, checks); its ``TileModel`` says
 which configurations to try for a problem and how fast each will run (``smemtile tiles``, ``smemtile tune``).
 Each family folder holds its model (``tiles.py``) and its calibration data; the one ranking loop every family
-shares is :func:`smemtile.pipeline.rank.rank`::
+shares is :func:`smemtile.families.ranking.rank` (``smemtile.pipeline.rank``)::
 
     model = FAMILIES["transpose"].tile_model
     ranking = rank(model, {"rows": 8192, "cols": 8192, "dtype": "f16"}, get_arch("sm_90"), get_gpu(None, "sm_90"))
@@ -81,7 +81,7 @@ class ModelOption:
 
 @runtime_checkable
 class TileModel(Protocol):
-    """The interface :func:`smemtile.pipeline.rank.rank` needs (optional: ``shape_key``, ``predict_all``)."""
+    """The interface :func:`smemtile.families.ranking.rank` needs (optional: ``shape_key``, ``predict_all``)."""
 
     tie_rule: TieRule
     options: tuple[ModelOption, ...]
