@@ -1496,6 +1496,7 @@ def main() -> int:
     assert a.rounds >= 15, "at least 15 rounds"
     todo = runner_cases(cases)
     runner.compile_all(todo, a.workers, log=lambda s: None)  # cache hits when prebuilt, else built here
+    texts = runner.sources(todo)
     from smemtile.gpu.run import open_device
 
     torch = runner.torch_setup()
@@ -1528,7 +1529,7 @@ def main() -> int:
     for case, rcase in zip(cases, todo, strict=True):
         log(f"{case.name}: {len(case.configs)} configurations")
         res = runner.run_case(
-            FAMILIES[case.family], rcase, {"kind": "copy"}, dev, a.rounds, torch, flush, log, True
+            FAMILIES[case.family], rcase, {"kind": "copy"}, dev, a.rounds, torch, flush, log, True, texts
         )
         doc["cases"].append({**res, "role": case.role})
         torch.cuda.empty_cache()

@@ -241,15 +241,38 @@ def describe(fam, cases: list[Case], reference: dict) -> list[str]:
     return lines
 
 
-def _compile(job) -> tuple[str, dict | str]:
-    cfg = job
+def _key(cfg) -> tuple[str, str]:
     from smemtile.families import FAMILIES
+
+    return FAMILIES[cfg.family].name_expression(cfg), cfg.arch.name
+
+
+def sources(cases: list[Case]) -> dict[tuple[str, str], str]:
+    """One kernel text per (name expression, arch): the generated body of the first configuration that has it.
+    Bodies of one expression differ between problems only by the host helper's comment, so one cubin serves
+    every shape and test size (what ``--compile-only`` builds is what the run loads: cache hits)."""
+    from smemtile.codegen.render import body
+
+    out: dict[tuple[str, str], str] = {}
+    for case in cases:
+        for e in case.entries:
+            if e.cfg is None:
+                continue
+            for cfg in [e.cfg, *(s for _, s in e.checks if s is not None)]:
+                key = _key(cfg)
+                if key not in out:
+                    out[key] = body(cfg)
+    return out
+
+
+def _compile(job) -> tuple[str, dict | str]:
+    cfg, text = job
     from smemtile.gpu.run import compile_config
 
-    expr = FAMILIES[cfg.family].name_expression(cfg)
+    expr = _key(cfg)[0]
     t0 = time.perf_counter()
     try:
-        r = compile_config(cfg)
+        r = compile_config(cfg, source=text)
     except SmemtileError as e:
         return expr, f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
     res = r.resources.get(expr)
@@ -259,18 +282,15 @@ def _compile(job) -> tuple[str, dict | str]:
     return expr, info
 
 
-def compile_jobs(cases: list[Case]) -> list:
-    """One build per distinct generated body (name expression + arch): the timed ones and their checks."""
-    jobs: dict[tuple, object] = {}
+def compile_jobs(cases: list[Case]) -> list[tuple]:
+    """One build per distinct kernel (name expression + arch): the timed ones and their checks."""
+    texts = sources(cases)
+    first: dict[tuple, object] = {}
     for case in cases:
         for e in case.entries:
-            if e.cfg is None:
-                continue
-            for cfg in [e.cfg, *(s for _, s in e.checks if s is not None)]:
-                from smemtile.families import FAMILIES
-
-                jobs.setdefault((FAMILIES[cfg.family].name_expression(cfg), cfg.arch.name), cfg)
-    return list(jobs.values())
+            for cfg in [e.cfg, *(s for _, s in e.checks if s is not None)] if e.cfg is not None else []:
+                first.setdefault(_key(cfg), cfg)
+    return [(cfg, texts[key]) for key, cfg in first.items()]
 
 
 def compile_all(cases: list[Case], workers: int, log=print) -> dict[str, dict | str]:
@@ -340,8 +360,19 @@ def torch_setup():
 
 
 def run_case(
-    fam, case: Case, reference: dict, dev, rounds: int, torch, flush, log, check_timed: bool
+    fam,
+    case: Case,
+    reference: dict,
+    dev,
+    rounds: int,
+    torch,
+    flush,
+    log,
+    check_timed: bool,
+    texts: dict | None = None,
 ) -> dict:
+    """One case on the device: checks, then the reference and every correct configuration in alternating rounds.
+    ``texts``: the kernel text per (name expression, arch) (:func:`sources`; default: each configuration's own)."""
     from bench.timing import stats, time_rounds
     from smemtile.gpu.run import LoadedKernel
 
@@ -370,7 +401,7 @@ def run_case(
                 if scfg is None:
                     small.append({"problem": size, "skipped": "the family refuses this configuration there"})
                     continue
-                k = LoadedKernel(scfg, dev)
+                k = LoadedKernel(scfg, dev, source=(texts or {}).get(_key(scfg)))
                 try:
                     key = (si, json.dumps(scfg.problem, sort_keys=True, default=str))
                     if key not in small_refs:
@@ -381,7 +412,7 @@ def run_case(
                     k.close()
                 small.append({"problem": size, "correct": chk.correct, "max_rel_error": chk.max_rel_error})
             row["small_checks"] = small
-            k = LoadedKernel(cfg, dev)
+            k = LoadedKernel(cfg, dev, source=(texts or {}).get(_key(cfg)))
             if check_timed:
                 key = json.dumps(cfg.problem, sort_keys=True, default=str)
                 if key not in timed_refs:  # once per problem: the reference does not depend on the tile
@@ -560,6 +591,7 @@ def _main(a) -> int:
         arch = dev.arch_name  # the device's own target when the plan names none and the default does not fit
         cases = resolve_plan(fam, plan, task, arch, **pick)
     compile_all(cases, a.workers, log=lambda s: None)  # cache hits when prebuilt
+    texts = sources(cases)
     flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
     start = time.perf_counter()
 
@@ -590,7 +622,9 @@ def _main(a) -> int:
     }
     for case in cases:
         log(f"{case.name}: {len(case.entries)} configurations")
-        res = run_case(fam, case, task["reference"], dev, rounds, torch, flush, log, not a.no_timed_check)
+        res = run_case(
+            fam, case, task["reference"], dev, rounds, torch, flush, log, not a.no_timed_check, texts
+        )
         doc["cases"].append({**res, "role": doc["role"]})
         torch.cuda.empty_cache()
         if a.out:

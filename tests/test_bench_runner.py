@@ -156,9 +156,12 @@ def test_smoke_plan_on_the_gpu(name, tmp_path, capsys):
 class _FakeKernel:
     """LoadedKernel's surface run_case uses: it 'checks' by running the family's own reference on the inputs."""
 
-    def __init__(self, cfg, dev):
+    loaded: list = []  # (name expression, the kernel text it was given)
+
+    def __init__(self, cfg, dev, *, source=None):
         fam = FAMILIES[cfg.family]
         self.cfg, self.shape = cfg, fam.launch(cfg)
+        _FakeKernel.loaded.append((fam.name_expression(cfg), source))
         self.registers, self.static_smem, self.local_bytes, self.driver_blocks = 64, 0, 0, 2
         self.closed = False
 
@@ -205,9 +208,12 @@ def _fake_run(monkeypatch, name: str, plan: dict) -> dict:
 
     monkeypatch.setattr(bench.timing, "time_rounds", rounds)
     (case,) = runner.resolve_plan(fam, plan, task, fam.default_arch, small=True)
-    res = runner.run_case(
-        fam, case, task["reference"], None, 15, None, None, lambda s: None, check_timed=True
-    )
+    texts = runner.sources([case])
+    _FakeKernel.loaded = []
+    res = runner.run_case(fam, case, task["reference"], None, 15, None, None, lambda s: None, True, texts)
+    # every kernel loaded with the one text of its name expression (what --compile-only built)
+    assert _FakeKernel.loaded and all(src == texts[(e, fam.default_arch)] for e, src in _FakeKernel.loaded)
+    assert len(runner.compile_jobs([case])) == len(texts) == len({e for e, _ in _FakeKernel.loaded})
     return {"family": name, "plan": "heldout", "cases": [{**res, "role": "held_out"}]}
 
 

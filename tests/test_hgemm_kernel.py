@@ -189,7 +189,8 @@ def _problem(m, n, k, alpha, beta, ld, b_col: bool) -> dict:
 def test_gpu_matches_float64(label):
     import numpy as np
 
-    from smemtile.gpu.run import check_config, open_device
+    from smemtile.codegen.render import body
+    from smemtile.gpu.run import LoadedKernel, open_device
 
     dev = open_device(0)
     e = ENTRIES[label]
@@ -199,7 +200,14 @@ def test_gpu_matches_float64(label):
     cases = GPU_CASES + (ODD if e["params"].get("ALIGN") == 1 else [])
     for t in ("f16", "bf16"):
         for tc in ("f32",) if split else (t, "f32"):
+            # one kernel text per type pair: the problems differ only in the helper's comment (one NVRTC build)
+            text = body(_config(label, dev.arch_name, dtype=t, c_dtype=tc))
             for case in cases:
                 cfg = _config(label, dev.arch_name, dtype=t, c_dtype=tc, **_problem(*case, b_col))
-                res = check_config(cfg, dev, rng)
+                inputs = FAM.make_inputs(cfg, rng)
+                k = LoadedKernel(cfg, dev, source=text)
+                try:
+                    res = k.check(inputs, FAM.reference(cfg, inputs))  # verify's check: output poisoned first
+                finally:
+                    k.close()
                 assert res.correct, (label, t, tc, case, res.to_dict())
