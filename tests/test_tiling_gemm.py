@@ -11,7 +11,7 @@ from smemtile.families import FAMILIES
 from smemtile.families.gemm import GemmFamily, GemmTileModel
 from smemtile.families.tile_model import TileModel
 from smemtile.pipeline.rank import rank
-from smemtile.pipeline.tiles import gemm_family, implied_gemm_family, ranker_for, recommend
+from smemtile.pipeline.tiles import gemm_family, implied_gemm_family, recommend
 
 GEMM = [name for name, fam in FAMILIES.items() if isinstance(fam, GemmFamily)]
 
@@ -51,26 +51,6 @@ def test_every_gemm_family_has_a_tile_model_and_at_most_one_claims_a_target():
         for dtype in ("f32", "tf32", "f16", "bf16", "f8e4m3", "i8"):
             claim = [n for n in GEMM if FAMILIES[n].tiles_for(dtype, get_arch(arch), "nvidia")]
             assert len(claim) <= 1, (arch, dtype, claim)
-
-
-@pytest.mark.parametrize(
-    ("family", "problem", "arch"),
-    [
-        ("sgemm", {"M": 4095, "N": 4097, "K": 1023}, "sm_80"),
-        ("sgemm", {"M": 7, "N": 13, "K": 17}, "sm_90"),
-        ("hgemm", {"M": 64, "N": 8192, "K": 4096, "dtype": "bf16"}, "sm_90"),
-        ("wgmma_gemm", {"M": 300, "N": 5000, "K": 77, "dtype": "f16"}, "sm_90"),
-    ],
-)
-def test_family_ranker_without_the_loop_equals_the_loop(family, problem, arch):
-    """Family.ranker without ``rank`` (callers not yet passing the loop) ranks exactly as pipeline.rank."""
-    fam = FAMILIES[family]
-    full = {pk.name: pk.default for pk in fam.problem_keys if not pk.dense} | problem
-    a, b = fam.ranker(full, arch, None), ranker_for(fam, full, arch, None)
-    assert a.report.to_dict() == b.report.to_dict() and a.report.ranked
-    assert a.top(10**6) == b.top(10**6)
-    for params in b.top(5):
-        assert a(params, "model") == b(params, "model")
 
 
 def test_model_only_ranking_is_the_generic_model_through_the_loop():

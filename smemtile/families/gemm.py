@@ -11,7 +11,6 @@ import numpy as np
 from smemtile.families.base import Family, KernelConfig
 from smemtile.families.tile_model import ModelOption, Prediction, Rejection, TieRule
 from smemtile.model.gemm_model import MMA_TEXT_HEAD, MMA_TEXT_TAIL
-from smemtile.model.gemm_tiles import order_key
 
 
 def gemm_reference(
@@ -70,19 +69,15 @@ class GemmFamily(Family):
 
     def ranker(self, problem: dict, arch: str, gpu: str | None, rank=None):
         """``smemtile tune``'s view of the family's tile model for ``problem``: ``top(k)`` and a Candidate for
-        any configuration. ``rank``: the ranking loop (``smemtile.pipeline.rank.rank``; the pipeline passes it,
-        this layer does not import it); without it the ranking comes from :meth:`GemmTileModel.report_of` (the
-        same order, for the callers that do not pass the loop yet)."""
+        any configuration, ranked by the one ranking loop (``rank``: another loop for tests; default
+        :func:`smemtile.families.ranking.rank`)."""
         if self.tile_model is None:
             return None
+        from smemtile.families.ranking import rank as loop
+
         model = self.tile_model(self)
         prob, target = self.tile_problem(problem, gpu), self.tile_arch(arch)
-        report = (
-            model.report(rank(model, prob, target, None))
-            if rank is not None
-            else model.report_of(prob, target)
-        )
-        return model.ranker(report)
+        return model.ranker(model.report((rank or loop)(model, prob, target, None)))
 
     def tiles_seam(self, problem) -> dict | None:
         """For a GEMM ranking of another family (``problem``: a gemm_tiles.Problem), what this family measured
@@ -279,39 +274,6 @@ class GemmTileModel:
     def ranker(self, report):
         """``smemtile tune``'s view of the ranking (the generating families')."""
         raise NotImplementedError(f"{type(self).__name__}: the model-only ranking has no tune view")
-
-    def report_of(self, problem: dict, arch: str | None):
-        """TEMPORARY bridge for ``Family.ranker`` callers that do not pass the ranking loop (the family layer may
-        not import ``smemtile.pipeline.rank``): the same report as ``report(rank(self, problem, arch, None))``
-        (tests/test_tiles.py holds them equal), ordered by :func:`~smemtile.model.gemm_tiles.order_key`."""
-        from smemtile.families.tile_model import Ranked, Ranking, Rejected
-
-        cands = self.space(problem, arch)
-        best: dict = {}
-        entries, rejected = [], []
-        for i, (c, x) in enumerate(zip(cands, self.predict_all(cands, None), strict=True)):
-            if isinstance(x, Rejection):
-                rejected.append(Rejected(c, x))
-                continue
-            e = Ranked(c, x, index=i)
-            entries.append(e)
-            key = c.shape_key()
-            if key not in best or order_key(x.result) < order_key(best[key].pred.result):
-                best[key] = e
-        won = {id(e) for e in best.values()}
-        dominated = [
-            Rejected(e.cand, Rejection("dominated", "", best[e.cand.shape_key()]))
-            for e in entries
-            if id(e) not in won
-        ]
-        ranked = sorted(best.values(), key=lambda e: order_key(e.pred.result))
-        numbered = [Ranked(e.cand, e.pred, n + 1, "", e.index) for n, e in enumerate(ranked)]
-        out = tuple(
-            Ranked(e.cand, e.pred, e.rank, self.explain(e, numbered[0], numbered), e.index) for e in numbered
-        )
-        return self.report(
-            Ranking(out, tuple(rejected), tuple(dominated), {"generated": len(cands)}, self.provenance())
-        )
 
 
 REJECTION_ORDER = {

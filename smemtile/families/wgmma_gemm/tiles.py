@@ -281,31 +281,6 @@ class WgmmaTileModel:
             texts={"kind": KIND, "ties": TIE_RULE, "model": TEXTS["model"]},
         )
 
-    def report_of(self, problem: dict, arch):
-        """TEMPORARY bridge for ``Family.ranker`` callers that do not pass the ranking loop (see
-        GemmTileModel.report_of): the same report, ordered by (time, shared memory, label)."""
-        from smemtile.families.tile_model import Ranked, Ranking
-        from smemtile.families.tile_model import Rejected as Rej
-
-        cands = self.space(problem, arch)
-        best: dict = {}
-        rejected = []
-        for i, c in enumerate(cands):
-            why = self.screen(c)
-            if why is not None:
-                rejected.append(Rej(c, why))
-                continue
-            e = Ranked(c, self.predict(c, None), index=i)
-            cur = best.get(c.shape_key())
-            if cur is None or e.pred.time_s <= cur.pred.time_s:  # ties: the later (more stages) wins
-                best[c.shape_key()] = e
-        ranked = sorted(best.values(), key=lambda e: (e.pred.time_s, e.pred.result.smem_bytes, e.cand.label))
-        numbered = [Ranked(e.cand, e.pred, n + 1, "", e.index) for n, e in enumerate(ranked)]
-        out = tuple(
-            Ranked(e.cand, e.pred, e.rank, self.explain(e, numbered[0], numbered), e.index) for e in numbered
-        )
-        return self.report(Ranking(out, tuple(rejected), (), {"generated": len(cands)}, self.provenance()))
-
     def configure(self, entry) -> KernelConfig:
         from smemtile.families import configure
         from smemtile.model.arch import get_arch
