@@ -488,3 +488,10 @@ def test_the_radius_option_comes_from_the_model():
         r.returncode == 2
         and "--radius is the stencil2d family's (use --family stencil2d NY NX --radius R)" in r.stderr
     )
+
+
+@pytest.mark.parametrize("arch", ["sm_90", "sm_75"])
+@pytest.mark.parametrize("r", [1, 4])
+def test_the_stencil_rules_screen_shares_its_shape_checks_without_changing_them(arch, r):
+    fam = FAMILIES["stencil2d"]
+    assert ts._rules(fam, arch, r) == ts.rules_uncached(fam, arch, r)

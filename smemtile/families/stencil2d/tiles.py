@@ -204,16 +204,46 @@ def calibration_applies(arch: str, gpu_key: str, cal: dict | None) -> bool:
     return cal is not None and arch in cal.get("archs", ()) and gpu_key == cal.get("gpu_key")
 
 
-@functools.lru_cache(maxsize=8192)
-def _rules(fam, arch: str, r: int, params: tuple) -> tuple[str, ...]:
-    """The family's rules for one candidate (they do not depend on the grid size)."""
+@functools.cache
+def _rules(fam, arch: str, r: int) -> dict[str, str]:
+    """The family's own rules over every candidate at radius ``r``: {label: the first rule broken} of those it
+    refuses (they do not depend on the grid size: once per arch and radius). The checks every family shares
+    (``Family.problems`` after the family's ``violations``: the halo tile's layout and shared memory) depend
+    on the tile's shape alone, so they run once per TH x TW (tests hold this equal to ``problems``)."""
     from smemtile.families import configure
 
-    try:
-        cfg = configure(fam, {**dict(params), "R": r}, arch=arch, check=False)
-    except SpecError as e:
-        return (str(e),)
-    return tuple(fam.problems(cfg, accesses=False))
+    out: dict[str, str] = {}
+    shared: dict[tuple, list[str]] = {}  # (TH, TW) -> the shared checks' answer
+    for p in candidates():
+        try:
+            cfg = configure(fam, {**p, "R": r}, arch=arch, check=False)
+            why = fam.violations(cfg)
+            if not why:
+                g = geometry(p, r)
+                key = (g.tile_h, g.tile_w)
+                if key not in shared:
+                    shared[key] = fam.problems(cfg, accesses=False)
+                why = shared[key]
+        except SpecError as e:
+            why = [str(e)]
+        if why:
+            out[label(p)] = why[0]
+    return out
+
+
+def rules_uncached(fam, arch: str, r: int) -> dict[str, str]:
+    """:func:`_rules` without the per-shape sharing: ``Family.problems`` on every candidate (what tests compare)."""
+    from smemtile.families import configure
+
+    out = {}
+    for p in candidates():
+        try:
+            why = fam.problems(configure(fam, {**p, "R": r}, arch=arch, check=False), accesses=False)
+        except SpecError as e:
+            why = [str(e)]
+        if why:
+            out[label(p)] = why[0]
+    return out
 
 
 class StencilTiles:
@@ -271,9 +301,9 @@ class StencilTiles:
 
     def screen(self, p: dict) -> Rejection | None:
         lab, r = label(p), self.problem["R"]
-        why = _rules(self.fam, self.arch.name, r, tuple(sorted(p.items()))) if self.fam is not None else ()
-        if why:
-            return _reject(p, "rules", why[0])
+        why = _rules(self.fam, self.arch.name, r).get(lab) if self.fam is not None else None
+        if why is not None:
+            return _reject(p, "rules", why)
         row = self._table.get(lab)
         if row is None:
             return _reject(p, "rules", "not in the model's data (never compiled for this radius)")
@@ -301,6 +331,12 @@ class StencilTiles:
         for meas in measured_at.values():
             for k, v in meas.items():
                 best_at[k] = max(best_at.get(k, 0.0), v)
+        copy_us = copy_time_us(total, cal["copy"]["points"]) if use_cal else total / (gpu.dram_gbps * 1e3)
+        copy_full = copy_us if use_cal else None  # the copy of these bytes (the ratio's numerator)
+        # below the smallest fitted size (L2-resident grids were not measured): the efficiency of that size
+        scale = max(1.0, cal.get("min_fit_bytes", 0.0) / total)
+        if use_cal and scale > 1:
+            copy_us = copy_time_us(total * scale, cal["copy"]["points"])
         out: list[Prediction | Rejection] = []
         for i, (p, regs, wf_block, geo) in enumerate(rows):
             bps = int(occ.active_blocks[i])
@@ -319,18 +355,13 @@ class StencilTiles:
             loads_sm = (
                 blocks * (geo.threads // 32) * geo.fill / gpu.sms
             )  # the fills' global-load warp instructions
-            copy_us = copy_time_us(total, cal["copy"]["points"]) if use_cal else total / (gpu.dram_gbps * 1e3)
-            # below the smallest fitted size (L2-resident grids were not measured): the efficiency of that size
-            scale = max(1.0, cal.get("min_fit_bytes", 0.0) / total)
-            if use_cal and scale > 1:
-                copy_us = copy_time_us(total * scale, cal["copy"]["points"])
             warps = bps * geo.threads // 32
             t_scaled = model_time_us(
                 copy_us, rounds * scale, wf_sm * scale, warps, c, loads_sm * scale, blocks * scale / gpu.sms
             )
             t = float(t_scaled) / scale
             vec_ok = nx % p["VEC"] == 0
-            ratio = (copy_time_us(total, cal["copy"]["points"]) / t) if use_cal else None
+            ratio = (copy_full / t) if use_cal else None
             lab = label(p)
             s = StencilScored(
                 tuple((k, p[k]) for k in PARAMS),

@@ -57,7 +57,7 @@ from importlib import resources
 
 from smemtile.families.tile_model import ModelOption, Prediction, Ranked, Ranking, Rejection, TieRule
 from smemtile.model.fitting import interp_log_bandwidth
-from smemtile.model.residency import residency
+from smemtile.model.residency import prime, residency
 from smemtile.model.tiling_gpus import get_gpu
 
 LATENCY_S = 1e-6  # the uncalibrated fallback's DRAM latency under load (Little's law)
@@ -561,6 +561,17 @@ class TransposeTiles:
         total = 2.0 * rows * cols * elem
         measured = measured_labels(cal, elem) if use_cal else set()
         pen = cal["constants"].get(str(elem), {}).get("unmeasured_penalty", 0.0) if use_cal else 0.0
+        copy_us = copy_time_us(total, cal) if use_cal else None
+        # the occupancy of every distinct kernel in one call (the ranking's and the feature model's, sm_90)
+        kernels = []
+        for p in cands:
+            geo = geometry({**DEFAULTS, **p}, elem)
+            kernels.append(
+                (geo.threads, (registers_of(p, elem, cal) if use_cal else None) or 32, geo.smem_bytes)
+            )
+        prime(a.name, kernels)
+        if use_cal:
+            prime("sm_90", kernels)
         out: list[Prediction | Rejection] = []
         for p in cands:
             p = {**DEFAULTS, **p}
@@ -579,7 +590,7 @@ class TransposeTiles:
             if t is None:  # Little's law: bandwidth = DRAM x min(1, in flight / needed); edge tiles 3x slower
                 eff = gpu.dram_gbps * min(1.0, in_flight / need)
                 t = (vec + 3.0 * (total - vec)) / (eff * 1e3)
-            ratio = copy_time_us(total, cal) / t if calibrated else None
+            ratio = copy_us / t if calibrated else None
             lab = label(p)
             s = TransposeScored(
                 tuple((k, p[k]) for k in PARAMS),
