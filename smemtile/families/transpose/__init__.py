@@ -426,4 +426,11 @@ class Transpose(Pitched):
         return self.tile_model.ranker_for(self, problem, arch, gpu, rank)
 
 
+def _screen(fam: Transpose, dtype: str, arch: str):
+    # TODO(issue 28): remove once bench/bench_memory.py calls tiles.screened (its s5_fit_sample imports this name)
+    from smemtile.families.transpose.tiles import screened
+
+    return screened(fam, dtype, arch)
+
+
 FAMILY = Transpose()

@@ -463,6 +463,20 @@ def _rules(fam, dtype: str, arch: str) -> dict[str, str]:
     return out
 
 
+def screened(fam, dtype: str, arch: str) -> tuple[list[dict], list[tuple[dict, str]]]:
+    """The candidate space of ``dtype`` through the family's own rules: (the configurations it builds, in space
+    order; [(refused, the first rule broken)])."""
+    refused = _rules(fam, dtype, arch)
+    ok, bad = [], []
+    for p in space(dtype):
+        why = refused.get(label(p))
+        if why is None:
+            ok.append(p)
+        else:
+            bad.append((p, why))
+    return ok, bad
+
+
 def rules_uncached(fam, dtype: str, arch: str) -> dict[str, str]:
     """:func:`_rules` without the per-shape sharing: ``Family.problems`` on every candidate (what tests compare)."""
     from smemtile.errors import SpecError
