@@ -93,7 +93,17 @@ def spread_ranks(n: int, top: int, spread: int) -> list[int]:
     return list(range(top)) + [top + round(i * (rest - 1) / (spread - 1)) for i in range(spread)]
 
 
-def case_name(fam, problem: dict, keys: dict) -> str:
+def case_name(fam, problem: dict, keys: dict, fmt: str | None = None) -> str:
+    """The task file's ``case_name`` over the problem (defaults filled) and its parameters, else the family's name,
+    the sizes and the other keys given."""
+    if fmt:
+        from smemtile.families.base import check_problem
+
+        try:
+            own = {k: v for k, v in fam.defaults().items() if k in fam.problem_params}
+            return fmt.format(**{**own, **check_problem(fam, problem), **keys})
+        except (KeyError, IndexError, ValueError) as e:
+            raise SpecError(f"{fmt!r} names {e} that the problem does not have", key="case_name") from None
     sizes = [pk.name for pk in fam.size_keys()]
     head = "x".join(str(problem[k]) for k in sizes if k in problem)
     rest = [f"{k}={v}" for k, v in {**problem, **keys}.items() if k not in sizes]
@@ -177,7 +187,7 @@ def resolve_plan(
     for group in plan["groups"]:
         for shape in group["shapes"]:
             keys, problem = split_params(fam, dict(shape), "shape")
-            name = case_name(fam, problem, keys)
+            name = case_name(fam, problem, keys, task.get("case_name"))
             same = next((c for c in cases if c.name == name), None)
             if (only and only not in name) or (first and same is None and len(cases) >= first):
                 continue

@@ -254,6 +254,7 @@ def test_results_of_a_heldout_plan_are_scored(monkeypatch, tmp_path):
 
     doc = _fake_run(monkeypatch, "transpose", _plan({"rows": 256, "cols": 320}, {"ranked": {"top": 4}}))
     (case,) = doc["cases"]
+    assert case["case"] == "transpose f32 256x320"  # the task file's case_name: bench_memory's names
     assert case["copy"] == case["reference"] and case["bytes"] == 2 * 256 * 320 * 4
     assert [r["predicted"]["rank"] for r in case["configs"]] == [1, 2, 3, 4]
     assert all(r["predicted"]["time_us"] > 0 and r["predicted"]["gbps"] > 0 for r in case["configs"])
@@ -277,3 +278,16 @@ def test_results_of_a_heldout_plan_are_scored(monkeypatch, tmp_path):
     assert [r["rank"] for r in rows] == [1, 2, 3] and all(r["shape"] == [128, 128, 64, "f16"] for r in rows)
     got = gemm_spearman.score(rows)["128 x 128 x 64 x f16"]
     assert got["n"] == 3 and got["top1"] == rows[0]["label"]
+
+
+def test_case_names_come_from_the_task_file():
+    sten, sg = FAMILIES["stencil2d"], FAMILIES["sgemm"]
+    assert runner.case_name(sten, {"ny": 64, "nx": 96}, {}, "stencil R{R} {ny}x{nx}") == "stencil R1 64x96"
+    assert (
+        runner.case_name(sten, {"ny": 64, "nx": 96}, {"R": 3}, "stencil R{R} {ny}x{nx}") == "stencil R3 64x96"
+    )
+    assert runner.case_name(sg, {"M": 8, "N": 16, "K": 4, "beta": 0.5}, {}) == "sgemm 8x16x4 beta=0.5"
+    from smemtile.errors import SpecError
+
+    with pytest.raises(SpecError, match=r"case_name: '\{rows\}x\{cols\}' names 'rows'"):
+        runner.case_name(sg, {"M": 8, "N": 16, "K": 4}, {}, "{rows}x{cols}")

@@ -172,6 +172,7 @@ bench_sizes: [{M: 64, N: 64, K: 64}]
         (GOOD + "reference: {kind: fft}\n", "reference.kind", "allowed: matmul, copy"),
         (GOOD + "reference: {kind: matmul, sizes: [M, N]}\n", "reference.sizes", "three problem keys"),
         (GOOD + "reference: {kind: copy, bytes: 4}\n", "reference.bytes", "unknown key"),
+        (GOOD + "case_name: [rows]\n", "case_name", "format text"),
         (GOOD + "plans: {p: {configs: [{label: a}]}}\n", "plans.p.shapes", "missing"),
         (GOOD + "plans: {p: {shapes: sizes, configs: [{label: a}]}}\n", "plans.p.shapes", "names no list"),
         (GOOD + "plans: {p: {shapes: bench_sizes, configs: []}}\n", "plans.p.configs", "non-empty list"),

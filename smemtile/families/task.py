@@ -7,6 +7,8 @@ The file holds what a family is tested and benchmarked on, and nothing else:
 * ``heldout``: problems its tile model was validated on after it was frozen (none of them was fitted);
 * ``reference``: what a benchmark times the family against in the same process (``kind: matmul`` with the
   problem keys of its sizes and dtype, or ``kind: copy``: a device copy of the bytes the kernel moves);
+* ``case_name``: how a results file names one shape (a format text over the problem's keys, e.g.
+  ``"transpose {dtype} {rows}x{cols}"``; the fitting code joins runs of one shape by it);
 * ``plans``: named lists of shapes and configurations ``python -m bench.run FAMILY PLAN`` builds and times.
 
 A configuration without ``layouts`` gets the fix search's (what ``generate`` builds from the spec of its tile);
@@ -37,7 +39,7 @@ from typing import Any
 from smemtile.errors import SpecError
 
 FILE = "task.yaml"
-TOP_KEYS = ("about", "test_sizes", "bench_sizes", "heldout", "reference", "plans")
+TOP_KEYS = ("about", "test_sizes", "bench_sizes", "heldout", "reference", "case_name", "plans")
 SIZE_LISTS = ("test_sizes", "bench_sizes", "heldout")
 PLAN_KEYS = ("about", "shapes", "configs", "groups", "arch", "rounds")
 GROUP_KEYS = ("shapes", "configs")
@@ -174,6 +176,9 @@ def parse(doc: Any, path: Path) -> dict:
     for key in SIZE_LISTS:
         out[key] = _sizes(path, key, doc.get(key), required=key != "heldout")
     out["reference"] = _reference(path, doc["reference"]) if "reference" in doc else None
+    out["case_name"] = doc.get("case_name")
+    if out["case_name"] is not None and not isinstance(out["case_name"], str):
+        _fail(path, "case_name", f"must be a format text over the problem's keys, got {out['case_name']!r}")
     plans = _mapping(path, "plans", doc.get("plans") or {})
     out["plans"] = {name: _plan(path, f"plans.{name}", p, out) for name, p in plans.items()}
     return out
