@@ -275,8 +275,10 @@ def option_misuse(name: str) -> str:
 
 
 def tiles_examples() -> list[str]:
-    """The examples each family's tile model gives (``tiles_examples``), in registry order."""
+    """The examples each family's tile model gives (``tiles_examples``): the GEMM families' first (the M N K
+    form), then the others, each in registry order."""
     out: list[str] = []
-    for fam in FAMILIES.values():
+    for name in [*gemm_families(), *(n for n in FAMILIES if n not in gemm_families())]:
+        fam = FAMILIES[name]
         out += list(getattr(fam.tile_model, "tiles_examples", ()) or getattr(fam, "tiles_examples", ()))
     return out
