@@ -318,7 +318,7 @@ class StencilTiles:
         from smemtile.model.occupancy import occupancy_batch
 
         cal, a, (ny, nx, radius) = self.cal, self.arch, self.problem.values()
-        use_cal = self.calibrated = calibration_applies(a.base, gpu.key, cal) and gpu.sms == cal.get("sms")
+        use_cal = calibration_applies(a.base, gpu.key, cal) and gpu.sms == cal.get("sms")
         rows = [(p, *self._table[label(p)][::2], geometry(p, radius)) for p in cands]  # (p, regs, wf, geo)
         occ = occupancy_batch(
             a, [g.threads for *_, g in rows], [x[1] for x in rows], [g.smem_bytes for *_, g in rows]
@@ -398,6 +398,8 @@ class StencilTiles:
                     result=s,
                 )
             )
+        # provenance: calibrated when the calibration applies and anything was ranked (as the ranking's #1 says)
+        self.calibrated = use_cal and any(isinstance(x, Prediction) for x in out)
         return out
 
     def predict(self, p: dict, gpu) -> Prediction | Rejection:
