@@ -41,6 +41,7 @@ import argparse
 import datetime
 import hashlib
 import json
+import os
 import statistics
 import sys
 import time
@@ -542,7 +543,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--out", type=Path, help="the results file (JSON), e.g. bench/results/NAME.json")
     ap.add_argument("--commit", default="", help="the commit the run measures (recorded)")
-    ap.add_argument("--workers", type=int, default=1, help="parallel NVRTC builds")
+    ap.add_argument(
+        "--workers",
+        type=int,
+        default=min(8, os.cpu_count() or 1),
+        help="parallel NVRTC builds (default: up to 8)",
+    )
     a = ap.parse_args(argv)
     try:
         return _main(a)
