@@ -163,7 +163,7 @@ def _ranked(fam, spec: dict, problem: dict, keys: dict, arch: str) -> list[Entry
         pred = {"rank": rank, "of": len(everything), unit: cand.predicted, "reason": cand.model_reason}
         if cand.predicted:  # the predicted time of one launch, from the model's rate and the problem's work
             pred["time_us"] = amount / (cand.predicted * (1e12 if unit == "tflops" else 1e9)) * 1e6
-        out.append(Entry(f"#{rank} {cand.label}", params, None, dict(problem), predicted=pred))
+        out.append(Entry(cand.label, params, None, dict(problem), predicted=pred))  # the model's own label
     return out
 
 
@@ -201,9 +201,10 @@ def resolve_plan(
                 entries.append(
                     Entry(spec["label"], {**spec.get("params", {}), **keys}, spec.get("layouts"), own)
                 )
-            if same is not None:  # a shape in several groups: one case, timed in the same rounds
-                have = {x.label for x in same.entries}
-                entries = [x for x in entries if x.label not in have]
+            # one entry per label (the timed functions are keyed by it); a shape in several groups is one case,
+            # timed in the same rounds
+            have = {x.label for x in same.entries} if same is not None else set()
+            entries = [x for x in entries if not (x.label in have or have.add(x.label))]
             if limit:
                 entries = entries[: max(0, limit - (len(same.entries) if same else 0))]
             for e in entries:
@@ -238,15 +239,16 @@ def describe(fam, cases: list[Case], reference: dict) -> list[str]:
             f"{case.name}: reference {reference['kind']}, {amount:.4g} {'flop' if unit == 'tflops' else 'B'}"
         )
         for e in case.entries:
+            label = f"#{e.predicted['rank']} {e.label}" if e.predicted else e.label  # the model's rank first
             if e.error:
-                lines.append(f"  {e.label:32s} {e.error}")
+                lines.append(f"  {label:32s} {e.error}")
                 continue
             launch = fam.launch(e.cfg)
             lay = " ".join(f"{k}:{v.template_args()}" for k, v in sorted(e.cfg.layouts.items()))
             main = next(s for s in launch.steps if s.main)
             checks = sum(1 for _, s in e.checks if s is not None)
             lines.append(
-                f"  {e.label:32s} {fam.name_expression(e.cfg)}  grid {list(main.grid)} block {list(main.block)}"
+                f"  {label:32s} {fam.name_expression(e.cfg)}  grid {list(main.grid)} block {list(main.block)}"
                 f" smem {main.dynamic_smem_bytes} [{lay}] checks {checks}/{len(e.checks)}"
             )
     return lines

@@ -169,6 +169,7 @@ def load_rows(paths: list[Path]) -> list[dict]:
 def runner_rows(doc: dict, path: str) -> list[dict]:
     """The timed rows of a ``python -m bench.run sgemm PLAN`` results file, as :func:`load_rows` keeps them (the
     reference: the case's cuBLAS timing in the same rounds)."""
+    from bench.bench_kernels import cfg_label
     from smemtile.families import FAMILIES
 
     fam = FAMILIES["sgemm"]
@@ -191,7 +192,7 @@ def runner_rows(doc: dict, path: str) -> list[dict]:
                     "spill": r["local_bytes"],
                     "tflops": r["tflops"],
                     "ref": case["reference"]["tflops"],
-                    "label": r["label"],
+                    "label": cfg_label(r["params"]),  # the sweeps' labels (the model's #1 is looked up by it)
                     "file": path,
                 }
             )

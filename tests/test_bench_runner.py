@@ -239,12 +239,16 @@ def test_results_of_a_sgemm_plan_read_by_the_sweep_fit(monkeypatch):
     }
     assert case["reference"]["median_ms"] == 1.0 and case["flop"] == 2.0 * 96 * 80 * 40
     labels = [r["label"] for r in case["configs"]]
-    assert labels[0] == "default" and [lb.split()[0] for lb in labels[1:]] == ["#1", "#2"]
+    assert labels[0] == "default" and "predicted" not in case["configs"][0]
+    assert [r["predicted"]["rank"] for r in case["configs"][1:]] == [1, 2]  # the model's labels, ranks apart
     for i, r in enumerate(case["configs"]):
         assert r["correct"] and r["median_ms"] == 2.0 + (i + 1) and r["ratio"] == 1.0 / (3.0 + i)
         assert len(r["small_checks"]) == len(FAMILIES["sgemm"].test_sizes)
     rows = tune_h200.runner_rows(doc, "x.json")
-    assert [r["label"] for r in rows] == labels and all(r["shape"] == (96, 80, 40) for r in rows)
+    from bench.bench_kernels import cfg_label
+
+    assert [r["label"] for r in rows] == [cfg_label(r["params"]) for r in case["configs"]]
+    assert all(r["shape"] == (96, 80, 40) for r in rows)
     assert rows[0]["t"] == 3.0e-3 and rows[0]["threads"] == FAMILIES["sgemm"].threads(rows[0]["p"])
     assert rows[0]["ref"] == case["reference"]["tflops"] and rows[0]["role"] == "held_out"
 
@@ -260,6 +264,9 @@ def test_results_of_a_heldout_plan_are_scored(monkeypatch, tmp_path):
     assert all(r["predicted"]["time_us"] > 0 and r["predicted"]["gbps"] > 0 for r in case["configs"])
     path = tmp_path / "heldout.json"
     path.write_text(json.dumps(doc))
+    rows, copies, _ = bench_memory.transpose_rows([path])  # what the transpose fit reads
+    assert sorted(r["label"] for r in rows) == sorted(r["label"] for r in case["configs"])
+    assert copies == [(float(case["bytes"]), 1000.0)] and all(r["case"] == case["case"] for r in rows)
     (score,) = bench_memory.score_spearman(path)
     from smemtile.model.fitting import spearman
 
