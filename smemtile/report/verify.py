@@ -118,7 +118,7 @@ def render(doc: dict) -> None:
         # peak would overstate it many times over, so there is no "of peak" and the comparison is cuBLAS's
         con.print(
             f"of peak: none for {esc(doc['family'])} (its tensor-core peak is not the FP32 FMA peak the driver's "
-            "clocks give); vs cuBLAS: see bench/ (bench_hgemm.py, bench_wgmma.py)"
+            "clocks give); vs cuBLAS: see bench/ (python -m bench.run FAMILY bench)"
         )
     elif not doc["compile_only"] and peak.get(unit):
         con.print(
