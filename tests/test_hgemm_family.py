@@ -505,3 +505,18 @@ def test_correct_on_the_gpu(params, problem):
     assert chk.correct, chk.mismatch.describe() if chk.mismatch else chk
     limit = {"f32": 1e-5, "f16": 1e-3, "bf16": 4e-3}[problem.get("c_dtype", "f32")]
     assert chk.max_rel_error <= limit
+
+
+def test_cp_async_sources_follow_the_users_leading_dimensions():
+    """ALIGN 8 with K = 1023 but lda = 1024, ldb = 4104 (16-byte rows): the family accepts it, and the bank
+    model's cp.async sources are the user's rows (they used the dense K and N, and the analysis refused the
+    configuration as unaligned)."""
+    from smemtile.model.analysis import analyze_spec
+
+    fam = FAMILIES["hgemm"]
+    problem = {"M": 4095, "N": 4097, "K": 1023, "lda": 1024, "ldb": 4104, "dtype": "f16"}
+    cfg = configure(fam, {"ALIGN": 8, **problem}, {}, "sm_90")
+    src = {a["name"]: a["source"] for a in fam.accesses(cfg) if "source" in a}
+    assert "* lda +" in src["A_copy"] and "* ldb +" in src["B_copy"]
+    res = {r.access.name: r for r in analyze_spec(fam.spec(cfg))}
+    assert {"A_copy", "B_copy"} <= set(res)

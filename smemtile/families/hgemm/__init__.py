@@ -429,12 +429,13 @@ class Hgemm(GemmFamily):
             "over": {"j": [0, "BK*BN//8//THREADS"]},
             "note": f"B {'columns (column-major B)' if col else 'rows'}, {how}",
         }
-        # cp.async sources: the global element each lane copies from (block 0, K tile 0), with the kernel's row
-        # clamp (rows past M or N read the last row) and column mask (row-major B chunks past N read column 0)
+        # cp.async sources: the global element each lane copies from (block 0, K tile 0) in the user's layout
+        # (leading dimensions lda, ldb), with the kernel's row clamp (rows past M or N read the last row) and
+        # column mask (row-major B chunks past N read column 0)
         if vec:
-            a_copy["source"] = f"min({a_row}, M - 1) * K + {a_col}"
+            a_copy["source"] = f"min({a_row}, M - 1) * lda + {a_col}"
             b_copy["source"] = (
-                f"min({b_row}, N - 1) * K + {b_col}" if col else f"({b_row}) * N + ({b_col}) * ({b_col} < N)"
+                f"min({b_row}, N - 1) * ldb + {b_col}" if col else f"({b_row}) * ldb + ({b_col}) * ({b_col} < N)"
             )
         a_frag = {
             "name": "A_frag",
