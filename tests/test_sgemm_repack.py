@@ -88,11 +88,12 @@ def test_aligned_and_forced_off_plans_are_the_plain_gemm():
 
 def test_analysis_sees_the_repacked_b_copy():
     """With B repacked, the kernel copies B by 16-byte cp.async (ldB % 4 == 0): the spec says so, its source
-    expression uses ldB = ceil(N/4)*4; without REPACK the 4-byte copy of an unaligned B."""
+    expression uses ldB = ceil(N/4)*4; without REPACK the 4-byte copy of an unaligned B, from the user's rows
+    (leading dimension ldb)."""
     on = {a["name"]: a for a in FAM.accesses(cfg({"M": 4095, "N": 4097, "K": 1023}))}
     off = {a["name"]: a for a in FAM.accesses(cfg({"M": 4095, "N": 4097, "K": 1023}, REPACK=2))}
     assert (on["Bs_copy"]["width"], off["Bs_copy"]["width"]) == (16, 4)
-    assert "cdiv(N, 4) * 4" in on["Bs_copy"]["source"] and "* N +" in off["Bs_copy"]["source"]
+    assert "cdiv(N, 4) * 4" in on["Bs_copy"]["source"] and "* ldb +" in off["Bs_copy"]["source"]
     assert "As_copy_ragged" not in on
 
 
@@ -159,3 +160,11 @@ def test_model_time_of_a_repacked_problem():
     assert on["time"] == pytest.approx(aligned["time"] + on["t_repack"], rel=1e-9)
     assert on["time"] < off["time"]
     assert simt_time(4095, 4097, 1023, c, 128, 2, 132)["time"] == on["time"]  # auto: the rule says on
+
+
+def test_copies_follow_the_users_leading_dimension():
+    """A sub-view B (ldb = N + 3) has rows that are not 16-byte aligned although N is a multiple of 4: the
+    kernel copies it 4 bytes at a time, and the spec says so, with the sources in the user's rows."""
+    dense = {a["name"]: a for a in FAM.accesses(cfg({"M": 256, "N": 256, "K": 256}, REPACK=2))}
+    view = {a["name"]: a for a in FAM.accesses(cfg({"M": 256, "N": 256, "K": 256, "ldb": 259}, REPACK=2))}
+    assert (dense["Bs_copy"]["width"], view["Bs_copy"]["width"]) == (16, 4)

@@ -392,7 +392,7 @@ class Sgemm(GemmFamily):
                 "note": "A[m][k] -> As[k][m], 4 bytes",
             }
             if copy_op == "cp.async":  # where each lane's word comes from: row-major A, leading dimension lda
-                a_copy["source"] = f"({col}) * {LDA4 if repack else 'K'} + {row}"
+                a_copy["source"] = f"({col}) * {LDA4 if repack else 'lda'} + {row}"
         ragged = []
         if self.ragged(cfg):  # unaligned whole tiles (RAGGED): the A_VEC = 0 mapping, through registers
             ragged = [
@@ -409,7 +409,8 @@ class Sgemm(GemmFamily):
                     "warp; As_copy is then the prologue's and the partial K tile's",
                 }
             ]
-        if int(cfg.problem["N"]) % 4 == 0 or repack:  # ldb % 4 == 0 (B, or B repacked): 16-byte copies
+        ldb = int(self.problem_ints(cfg.problem)["ldb"])  # the user's leading dimension (dense: N)
+        if ldb % 4 == 0 or repack:  # rows of B (or of B repacked) 16-byte aligned: 16-byte copies
             b_row, b_col = "(tid + j*THREADS)//(BN//4)", "((tid + j*THREADS) % (BN//4))*4"
             b_copy = {
                 "name": "Bs_copy",
@@ -433,10 +434,10 @@ class Sgemm(GemmFamily):
                 "row": b_row,
                 "col": b_col,
                 "over": {"j": [0, "BK*BN//THREADS"]},
-                "note": "B rows, 4 bytes per lane (N is not a multiple of 4)",
+                "note": "B rows, 4 bytes per lane (ldb is not a multiple of 4)",
             }
         if copy_op == "cp.async":  # row-major B, leading dimension ldb
-            b_copy["source"] = f"({b_row}) * {LDB4 if repack else 'N'} + {b_col}"
+            b_copy["source"] = f"({b_row}) * {LDB4 if repack else 'ldb'} + {b_col}"
         return [
             a_copy,
             *ragged,
