@@ -84,13 +84,8 @@ def recommend(
 
 def ranker_for(fam, problem: dict, arch: str, gpu: str | None):
     """``smemtile tune``'s view of ``fam``'s tile model for ``problem`` (None: the family has none), ranked
-    through the one ranking loop (a family's ``ranker`` takes it as ``rank``: that layer does not import the
-    pipeline)."""
-    import inspect
-
-    if "rank" in inspect.signature(fam.ranker).parameters:
-        return fam.ranker(problem, arch, gpu, rank=rank)
-    return fam.ranker(problem, arch, gpu)
+    through the one ranking loop."""
+    return fam.ranker(problem, arch, gpu, rank=rank) if fam.tile_model is not None else None
 
 
 def command_line(p: Problem) -> str:

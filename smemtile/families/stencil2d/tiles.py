@@ -273,14 +273,13 @@ class StencilTiles:
         self.calibrated = False
 
     @classmethod
-    def ranker_for(cls, fam, problem: dict, arch, gpu: str | None, rank) -> StencilRanker:
+    def ranker_for(cls, fam, problem: dict, arch, gpu: str | None, rank=None) -> StencilRanker:
         """The family's ranking for ``problem`` as ``tune`` / ``generate`` / ``analyze`` read it, through the
-        ranking loop ``rank`` (``smemtile.pipeline.rank.rank``: the pipeline passes it; this layer does not
-        import the pipeline)."""
+        one ranking loop (``rank``: another loop for tests; default :func:`smemtile.families.ranking.rank`)."""
+        from smemtile.families.ranking import rank as loop
         from smemtile.model.arch import Arch, get_arch
 
-        if rank is None:
-            raise TypeError(f"{fam.name}.ranker needs the ranking loop: rank=smemtile.pipeline.rank.rank")
+        rank = rank or loop
         a = arch if isinstance(arch, Arch) else get_arch(arch)
         g = get_gpu(gpu, a.base)
         model = cls(fam)
@@ -504,18 +503,21 @@ def rank_stencil(
     radius: int = 1,
     arch: str = "sm_90",
     *,
-    rank,
+    rank=None,
     gpu: str | None = None,
     sms: int | None = None,
     calibration: dict | None = None,
     fam=None,
 ) -> tuple[list[StencilScored], list[dict]]:
-    """(ranked, rejected) at radius ``radius`` through the ranking loop ``rank`` (``smemtile.pipeline.rank.rank``:
-    the caller passes it; this layer does not import the pipeline); ``fam``: screen by its rules too."""
+    """(ranked, rejected) at radius ``radius`` through the one ranking loop (``rank``: another loop for tests;
+    default smemtile.families.ranking.rank); ``fam``: screen by its rules too."""
     from smemtile.model.arch import get_arch
 
     a = get_arch(arch)
     model = StencilTiles(fam, calibration=calibration)
+    from smemtile.families.ranking import rank as loop
+
+    rank = rank or loop
     ranking = rank(model, {"ny": ny, "nx": nx, "R": radius}, a, get_gpu(gpu, a.base, sms=sms))
     return [model.scored(e) for e in ranking.ranked], [r.rejection.result for r in ranking.rejected]
 

@@ -422,7 +422,7 @@ class Transpose(Pitched):
 
     def ranker(self, problem: dict, arch: str, gpu: str | None, rank=None):
         """``tune``'s, ``generate``'s and ``analyze``'s view of the tile model for ``problem`` (``top(k)``, a
-        Candidate for any configuration); ``rank``: the ranking loop (the pipeline passes it)."""
+        Candidate for any configuration), ranked by the one ranking loop (``rank``: another, for tests)."""
         return self.tile_model.ranker_for(self, problem, arch, gpu, rank)
 
 

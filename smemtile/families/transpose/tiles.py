@@ -521,14 +521,13 @@ class TransposeTiles:
         self.problem: dict = {}
 
     @classmethod
-    def ranker_for(cls, fam, problem: dict, arch, gpu: str | None, rank) -> TransposeRanker:
+    def ranker_for(cls, fam, problem: dict, arch, gpu: str | None, rank=None) -> TransposeRanker:
         """The family's ranking for ``problem`` as ``tune`` / ``generate`` / ``analyze`` read it, through the
-        ranking loop ``rank`` (``smemtile.pipeline.rank.rank``: the pipeline passes it; this layer does not
-        import the pipeline)."""
+        one ranking loop (``rank``: another loop for tests; default :func:`smemtile.families.ranking.rank`)."""
+        from smemtile.families.ranking import rank as loop
         from smemtile.model.arch import Arch, get_arch
 
-        if rank is None:
-            raise TypeError(f"{fam.name}.ranker needs the ranking loop: rank=smemtile.pipeline.rank.rank")
+        rank = rank or loop
         a = arch if isinstance(arch, Arch) else get_arch(arch)
         g = get_gpu(gpu, a.base)
         model = cls(fam)
@@ -730,11 +729,10 @@ def rank_transpose(
     sms: int | None = None,
     calibration: dict | None = None,
     cands: list[dict] | None = None,
-    rank,
+    rank=None,
 ) -> list[TransposeScored]:
     """Every candidate for ``dtype`` (``cands``, else ``ranked_space``: no family screen), best predicted first,
-    through the one ranking loop ``rank`` (``smemtile.pipeline.rank.rank``: the caller passes it; this layer
-    does not import the pipeline)."""
+    through the one ranking loop (``rank``: another loop for tests; default smemtile.families.ranking.rank)."""
     from smemtile.model.arch import get_arch
 
     a = get_arch(arch)
@@ -744,6 +742,9 @@ def rank_transpose(
     if cands is None:
         cands = ranked_space(dtype, cal if use_cal else None)
     model = TransposeTiles(None, calibration=cal, candidates=cands)
+    from smemtile.families.ranking import rank as loop
+
+    rank = rank or loop
     ranking = rank(model, {"rows": rows, "cols": cols, "dtype": dtype}, a, g)
     return [model.scored(e) for e in ranking.ranked]
 
