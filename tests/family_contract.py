@@ -141,3 +141,47 @@ def check_generates(cfg) -> None:
     name = fam.name if fam is not None else cfg.family
     assert f"launch_{name}(" in gk.source, f"{name}: no launcher in the generated source"
     assert gk.source.endswith(gk.body)
+
+
+def check_ranked(fam: Family) -> int | None:
+    """Every configuration the family's tile model ranks (``smemtile tune``'s view, at its first bench size)
+    configures and generates; None when the family has no tile model."""
+    if getattr(fam, "tile_model", None) is None:
+        return None
+    problem = {pk.name: pk.default for pk in fam.problem_keys if not pk.dense} | dict(fam.bench_sizes[0])
+    ranker = fam.ranker(problem, fam.default_arch, None)
+    top = ranker.top(10**6)
+    assert top, f"{fam.name}: the tile model ranks nothing for {problem}"
+    for params in top:
+        check_generates(configure(fam, {**params, **problem}, {}, fam.default_arch))
+    return len(top)
+
+
+def check_calibration(fam: Family, rel: float = 1e-4) -> int | None:
+    """The family's calibration rebuilds from its recorded results (``<family>.fit.reproduce()``: the stored
+    constants and the refit agree within ``rel``); None when the family ships no fit."""
+    import importlib
+
+    try:
+        fit = importlib.import_module(f"{type(fam).__module__}.fit")
+    except ModuleNotFoundError:
+        return None
+    stored, refit = fit.reproduce()
+    n = _close(stored, refit, rel, fam.name)
+    assert n, f"{fam.name}: reproduce() compared nothing"
+    return n
+
+
+def _close(a, b, rel: float, where: str) -> int:
+    """Numbers compared in two nested structures (mappings, sequences, numbers, strings)."""
+    if isinstance(a, dict):
+        assert isinstance(b, dict) and set(a) == set(b), f"{where}: keys {sorted(a)} != {sorted(b)}"
+        return sum(_close(a[k], b[k], rel, f"{where}.{k}") for k in a)
+    if isinstance(a, (list, tuple)):
+        assert isinstance(b, (list, tuple)) and len(a) == len(b), f"{where}: lengths differ"
+        return sum(_close(x, y, rel, f"{where}[{i}]") for i, (x, y) in enumerate(zip(a, b, strict=True)))
+    if isinstance(a, (int, float)) and not isinstance(a, bool):
+        assert abs(float(a) - float(b)) <= rel * max(1.0, abs(float(a))), f"{where}: stored {a}, refit {b}"
+        return 1
+    assert a == b, f"{where}: stored {a!r}, refit {b!r}"
+    return 0

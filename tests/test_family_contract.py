@@ -35,3 +35,20 @@ def test_helper_grid_equals_the_plan(name, tmp_path):
 @pytest.mark.parametrize("name", NAMES)
 def test_cpu_reference_on_small_sizes(name):
     assert fc.check_reference(FAMILIES[name]) >= 1
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_ranked_configuration_configures_and_generates(name):
+    fam = FAMILIES[name]
+    n = fc.check_ranked(fam)
+    assert n is None and fam.tile_model is None or n >= 1
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_calibration_rebuilds_from_its_results(name):
+    """``<family>/fit.py``'s reproduce(): the shipped constants refitted from bench/results agree within 1e-4 (a
+    family whose model has no fitted constants ships no fit module: its test says so)."""
+    n = fc.check_calibration(FAMILIES[name])
+    if n is None:
+        pytest.skip(f"{name} ships no fit (its model's factors are stated with their provenance, not fitted)")
+    assert n >= 1
