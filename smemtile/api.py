@@ -5,7 +5,7 @@
     r.worst_conflict_degree, r.layouts                        # 32.0, {'As': 'pad 1'}
     smemtile.occupancy(arch="sm_90", threads=256, regs=64, smem_dynamic="48K").active_blocks
     smemtile.tiles(4096, 4096, 4096, dtype="f16").best["label"]
-    smemtile.tiles(family="transpose", rows=8192, cols=8192, dtype="f16").best
+    smemtile.tiles(family=NAME, rows=8192, cols=8192, dtype="f16").best  # a family ranks its own sizes
     smemtile.generate("samples/transpose_32x32.yaml").source  # the .cu
 
 Each function calls the same pipeline functions as the command of the same name, in the same order, and its
@@ -38,6 +38,7 @@ from smemtile.api_results import (
     normalise,
 )
 from smemtile.errors import OutOfResources, SpecError
+from smemtile.families.registry import NAMES
 
 SpecLike = str | os.PathLike | dict
 
@@ -310,8 +311,8 @@ def _kernel_spec(spec: SpecLike, arch: str | None = None):
     res = load_spec(spec, arch=arch)
     if res.config is None:
         raise SpecError(
-            "the spec has no kernel: section, so there is no kernel to generate (add e.g. kernel: "
-            "{family: sgemm, M: 4096, N: 4096, K: 4096}; families: sgemm, transpose, stencil2d)",
+            "the spec has no kernel: section, so there is no kernel to generate (add kernel: {family: NAME, "
+            f"and its problem keys}}; families: {', '.join(NAMES)}; smemtile samples lists kernel specs)",
             source=res.source,
         )
     return res

@@ -364,7 +364,7 @@ def test_kernel_tuner_export_is_tune_kernel_arguments():
     import smemtile.kernel_tuner as skt
 
     e = skt.export("transpose", {"rows": 1000, "cols": 777}, dtype="f32")
-    assert e["kernel_name"] == skt.KERNEL_NAME and f"{skt.KERNEL_NAME}(" in e["kernel_source"]
+    assert e["kernel_name"] == "smemtile_transpose_kt" and f"{e['kernel_name']}(" in e["kernel_source"]
     assert e["problem_size"] == (777, 1000)  # x: columns (TILE per block), y: rows
     a_in, a_out, *scalars = e["arguments"]
     assert a_in.shape == (1000, 777) and a_in.dtype == np.float32 and a_out.shape == (777, 1000)
@@ -399,9 +399,9 @@ def test_kernel_tuner_instances_compile_like_the_family(params):
     e = skt.export("transpose", {"rows": 1000, "cols": 777}, dtype="f16")
     assert e["restrictions"](params)
     r = compile_cubin(
-        _kt_instance(e, params), [skt.KERNEL_NAME], "sm_90", options=tuple(e["compiler_options"])
+        _kt_instance(e, params), [e["kernel_name"]], "sm_90", options=tuple(e["compiler_options"])
     )
-    res = r.resources[skt.KERNEL_NAME]
+    res = r.resources[e["kernel_name"]]
     cfg = configure(
         "transpose",
         {

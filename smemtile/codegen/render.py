@@ -146,7 +146,7 @@ static inline long long smemtile_align_of(const void* p) {
 
 def _names(texts, plain: set[str]) -> set[str]:
     """Every name the launch expressions ``texts`` use; a text in ``plain`` (an array, workspace or map argument,
-    e.g. transpose's ``in``, which is no expression) is a name as it stands."""
+    e.g. an array named ``in``, which is no expression) is a name as it stands."""
     return set().union(*({t} if t in plain else parse_expr(t).names for t in texts))
 
 

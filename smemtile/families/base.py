@@ -364,6 +364,10 @@ class Family:
     summary: str = ""  # one line for --help and docs
     default_arch: str = "sm_90"  # the target the defaults are for (docs, tests); sm_90a for wgmma code
     output: str = ""  # the host array the reference describes (default: the first out/inout array)
+    # the family's search space for Kernel Tuner (smemtile.kernel_tuner), None: not exported. ``tune``: tune
+    # parameter -> (family parameter, or "pad:<buffer>" for a buffer's padding, values); ``problem_size``: the
+    # problem keys Kernel Tuner's x, y, z sizes are; ``grid_div``: the tune parameters each grid axis divides by
+    kernel_tuner_space: dict | None = None
 
     # ---- each family ----------------------------------------------------------------------------------
     def threads(self, p: dict[str, int]) -> int:

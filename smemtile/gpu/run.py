@@ -254,7 +254,7 @@ class Timing:
 
 
 def compare(ref: np.ndarray, got: np.ndarray, tolerance: float, *, exact: bool = False) -> CheckResult:
-    """Max error relative to max |ref|; exact (bitwise) for copies such as transpose."""
+    """Max error relative to max |ref|; exact (bitwise) for copies (a family with exact = True)."""
     if got.shape != ref.shape:
         raise ValueError(f"shape {got.shape} != reference {ref.shape}")
     if exact:

@@ -392,7 +392,7 @@ def _source_names(s: str) -> list[str]:
 
 
 def demangle_function(symbol: str) -> str:
-    """The (qualified) source name of a kernel: ``_Z9transposePfS_`` -> ``transpose``, ``_ZN2ns1kEv`` ->
+    """The (qualified) source name of a kernel: ``_Z6kernelPfS_`` -> ``kernel``, ``_ZN2ns1kEv`` ->
     ``ns::k``, a template ``_Z4gemmILi32EEvPf`` -> ``gemm``; ``extern "C"`` names are returned as is."""
     if symbol.startswith("_ZN"):
         names = _source_names(symbol[3:])

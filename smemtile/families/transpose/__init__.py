@@ -50,6 +50,18 @@ SIZES = {"f32": 4, "f16": 2, "bf16": 2}
 class Transpose(Pitched):
     name = "transpose"
     summary = "matrix transpose through a shared tile (fp32, fp16, bf16), vector path for whole tiles"
+    # smemtile.kernel_tuner: block_size_x / _y are Kernel Tuner's own names for the thread block
+    kernel_tuner_space = {
+        "tune": {
+            "block_size_x": ("TILE", (32, 64, 128)),
+            "block_size_y": ("BLOCK_ROWS", (1, 2, 4, 8, 16, 32)),
+            "smem_pad": ("pad:tile", (0, 1)),
+            "vec": ("VEC", (0, 1, 2, 4, 8)),
+            "launch_order": ("GROUP", (0, 1)),
+        },
+        "problem_size": ("cols", "rows"),  # x: columns (TILE per block), y: rows (TILE per block)
+        "grid_div": (("block_size_x",), ("block_size_x",)),
+    }
     file = "transpose.cu"
     peak = "memory"
     kernel = "transpose"
