@@ -77,6 +77,10 @@ KNOWN_DISAGREEMENTS = {
     "against 2304 recorded PTX ones): test_inspect_corpus.test_ncu_disagreement_says_ptxas_merged_an_instruction",
     "sgemm_tiled": "line 15: the sample covers 4096 of ncu's 655360 executions and the grid's warps differ (1.20 "
     "wavefronts per execution measured over the grid against the sample's prediction)",
+    "cp_async_gather": "line 14 (H200, 2026-12-02): ncu measured 56 wavefronts, predicted 32: ptxas predicates the "
+    "`if (t < 64)` 16-byte cp.async.cg, so all 8 warps of each of the 4 blocks issue the LDGSTS (32 SASS executions "
+    "against the 8 recorded PTX ones); 32 = 8 x 4 wavefronts of the active warps, and the 24 warps with no lane "
+    "on add one each (56); the output says the counts differ and why",
 }
 
 
