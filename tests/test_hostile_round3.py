@@ -421,7 +421,7 @@ def test_a_terminated_tune_ends_its_process_tree_and_keeps_its_results(tmp_path,
     if not Path("/proc/self/stat").exists():
         pytest.skip("needs /proc")
     shapes = tmp_path / "shapes.yaml"
-    shapes.write_text(yaml.safe_dump([{"M": 256 * (i + 1), "N": 1024, "K": 1024} for i in range(60)]))
+    shapes.write_text(yaml.safe_dump([{"M": 256 * (i + 1), "N": 1024, "K": 1024} for i in range(24)]))
     cache = tmp_path / "c.jsonl"
     p = subprocess.Popen(
         [
