@@ -92,13 +92,16 @@ def compile_cubin(nvrtc, nacc: int, maxrreg: int | None, swords: int, arch: str)
     err, *_ = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
     if int(err) != 0:
         size = check(nvrtc.nvrtcGetProgramLogSize(prog), "log size")
-        log = b" " * size
+        log = bytearray(
+            max(size, 1)
+        )  # never b" " * size: size 1 is Python's shared b" " (NVRTC writes into it)
         nvrtc.nvrtcGetProgramLog(prog, log)
         raise RuntimeError(f"NVRTC failed: {log.decode(errors='replace')}")
     size = check(nvrtc.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize")
-    buf = b" " * size
+    buf = bytearray(size)
     check(nvrtc.nvrtcGetCUBIN(prog, buf), "nvrtcGetCUBIN")
     nvrtc.nvrtcDestroyProgram(prog)
+    buf = bytes(buf)
     return buf, time.perf_counter() - t0
 
 

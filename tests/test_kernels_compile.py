@@ -186,3 +186,18 @@ def test_sample_output_compiles_with_nvcc(tmp_path: Path, sample):
     used = re.search(r"Used \d+ registers.*", res.stderr).group(0)
     smem = re.search(r"(\d+) bytes smem", used)
     assert (int(smem.group(1)) if smem else 0) == doc["static_smem_bytes"]
+
+
+def test_a_clean_compile_leaves_pythons_shared_bytes_alone(tmp_path, monkeypatch):
+    """NVRTC writes its empty log's NUL into the buffer it is given: a clean compile's log is 1 byte, and
+    b" " * 1 is Python's shared b" ". It turned every b" " of the process into b"\\x00" (a file written a space
+    at a time got NULs; on the H200, generated C++ printed as 'introws'). Buffers are fresh bytearrays now."""
+    from smemtile.gpu import nvrtc
+
+    monkeypatch.setenv("SMEMTILE_COMPILE_CACHE", "0")
+    res = nvrtc.compile_cubin('extern "C" __global__ void k() {}', ["k"], "sm_90")
+    assert res.cubin and res.lowered["k"] == "k"
+    # the one-byte objects are shared: compare their contents with numbers, not with another literal
+    assert bytes([32])[0] == 32 and " ".encode("ascii")[0] == 32 and ord(b" ") == 32
+    (tmp_path / "t.txt").write_text("a b")
+    assert (tmp_path / "t.txt").read_bytes() == b"a b"

@@ -161,7 +161,7 @@ _PTX_SHARED = re.compile(r"^\s*(?:@%?\w+\s+)?((?:ld|st)\.shared|ldmatrix|stmatri
 
 def ptx_by_kernel(module: Module) -> dict[str, list[str]]:
     """Kernel -> its distinct shared-memory PTX instructions (register names normalised), from NVRTC's PTX."""
-    from smemtile.gpu.nvrtc import _check, _nvrtc
+    from smemtile.gpu.nvrtc import _check, _nvrtc, out_buffer
 
     nvrtc = _nvrtc()
     err, prog = nvrtc.nvrtcCreateProgram(module.source.encode(), b"smemtile_microkernels.cu", 0, [], [])
@@ -172,9 +172,10 @@ def ptx_by_kernel(module: Module) -> dict[str, list[str]]:
         _check(nvrtc, status, "compile (PTX)")
         err, size = nvrtc.nvrtcGetPTXSize(prog)
         _check(nvrtc, err, "PTX size")
-        buf = b" " * size
+        buf = out_buffer(size)  # never b" " * size (see smemtile.gpu.nvrtc.out_buffer)
         (err,) = nvrtc.nvrtcGetPTX(prog, buf)
         _check(nvrtc, err, "PTX")
+        buf = bytes(buf)
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
     out: dict[str, list[str]] = {}
@@ -468,7 +469,10 @@ def _profile_once(module: Module, cubin: bytes, device: int) -> list[dict[str, f
         except subprocess.TimeoutExpired:
             raise NcuError("ncu timed out") from None
     if p.returncode != 0:
-        tail = (p.stderr or p.stdout).strip().splitlines()[-3:]
+        lines = (p.stderr or p.stdout).strip().splitlines()
+        # a Python traceback of the profiled child: its innermost frames and the error, not only the last line
+        frames = [ln.strip() for ln in lines if ln.lstrip().startswith('File "')][-4:]
+        tail = [*frames, *lines[-3:]]
         raise NcuError(f"ncu exited {p.returncode}: {' | '.join(tail)}")
     try:
         rows = parse_ncu_rows(p.stdout, metrics)

@@ -279,15 +279,16 @@ def _compile(
             lowered[expr] = name.decode() if isinstance(name, bytes) else name
         err, size = nvrtc.nvrtcGetCUBINSize(prog)
         _check(nvrtc, err, "cubin size")
-        cubin = b" " * size
+        cubin = out_buffer(size)
         (err,) = nvrtc.nvrtcGetCUBIN(prog, cubin)
         _check(nvrtc, err, "cubin")
+        cubin = bytes(cubin)
         err, size = nvrtc.nvrtcGetPTXSize(prog)
         _check(nvrtc, err, "PTX size")
-        ptx_buf = b" " * size
+        ptx_buf = out_buffer(size)
         (err,) = nvrtc.nvrtcGetPTX(prog, ptx_buf)
         _check(nvrtc, err, "PTX")
-        ptx = ptx_buf.rstrip(b"\x00 ").decode(errors="replace")
+        ptx = bytes(ptx_buf).rstrip(b"\x00 ").decode(errors="replace")
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
     by_mangled = parse_ptxas_log(log)
@@ -347,10 +348,10 @@ def compile_ptx(
             raise e
         err, size = nvrtc.nvrtcGetPTXSize(prog)
         _check(nvrtc, err, "PTX size")
-        ptx_buf = b" " * size
+        ptx_buf = out_buffer(size)
         (err,) = nvrtc.nvrtcGetPTX(prog, ptx_buf)
         _check(nvrtc, err, "PTX")
-        return ptx_buf.rstrip(b"\x00 ").decode(errors="replace")
+        return bytes(ptx_buf).rstrip(b"\x00 ").decode(errors="replace")
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
 
@@ -359,6 +360,14 @@ def _program_log(nvrtc, prog) -> str:
     """The NVRTC program's compile log (ptxas' report with --ptxas-options=-v, the errors on failure)."""
     err, size = nvrtc.nvrtcGetProgramLogSize(prog)
     _check(nvrtc, err, "log size")
-    buf = b" " * size
+    buf = out_buffer(size)
     (err,) = nvrtc.nvrtcGetProgramLog(prog, buf)
-    return buf.rstrip(b"\x00 ").decode(errors="replace")
+    return bytes(buf).rstrip(b"\x00 ").decode(errors="replace")
+
+
+def out_buffer(size: int) -> bytearray:
+    """A fresh, writable buffer for NVRTC to fill (its log, PTX, cubin). Never ``b" " * size``: for size 1 (the
+    empty log of every clean compile) that is Python's shared one-byte object b" ", and NVRTC's terminating NUL
+    written into it turned every b" " of the process into b"\x00" (files written a space at a time got NULs,
+    generated C++ lost its spaces)."""
+    return bytearray(max(int(size), 1))
