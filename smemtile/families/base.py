@@ -36,6 +36,8 @@ KERNELS = "kernels"  # the CUDA sources' folder inside the package: one .cu per 
 def kernel_file(name: str):
     """A file of the kernels folder (an importlib.resources Traversable: works from a wheel or a checkout)."""
     return resources.files("smemtile").joinpath(KERNELS).joinpath(name)
+
+
 INT_MAX = 2**31 - 1  # problem sizes travel as C++ int
 
 
@@ -356,7 +358,9 @@ class Family:
     # parameters that describe the problem rather than the tile (stencil2d's radius R): giving them alone still
     # lets the tile model pick the tile, and every ranker call receives them with the problem
     problem_params: tuple[str, ...] = ()
-    tile_model: type | None = None  # the family's TileModel class (families/tile_model.py; tiles, tune, generate)
+    tile_model: type | None = (
+        None  # the family's TileModel class (families/tile_model.py; tiles, tune, generate)
+    )
     # the family's task.yaml (smemtile/families/<name>/task.yaml, read once): small problems the checks run and
     # the problems its benchmarks measure; () without a task file; a subclass may still set them itself
     test_sizes: tuple[dict, ...] = TaskSizes()

@@ -33,7 +33,9 @@ from smemtile.cache import ResultCache, default_cache_path  # noqa: F401 (the sw
 from smemtile.errors import CompileError
 
 TIMING = {"warmup_s": 0.1, "target_s": 0.4, "min_runs": 10, "max_runs": 300}
-SPILL_LIMIT = 64  # bytes of local memory per thread above which a lower MIN_BLOCKS is tried (a family with MIN_BLOCKS)
+SPILL_LIMIT = (
+    64  # bytes of local memory per thread above which a lower MIN_BLOCKS is tried (a family with MIN_BLOCKS)
+)
 SCHEMA = 1
 # NVML clock-event reasons that mean a slowed device (thermal, hardware slowdown, power brake), not the
 # ordinary power cap a busy H200 sits at (SwPowerCap 0x4, left out on purpose).

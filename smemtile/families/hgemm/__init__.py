@@ -435,7 +435,9 @@ class Hgemm(GemmFamily):
         if vec:
             a_copy["source"] = f"min({a_row}, M - 1) * lda + {a_col}"
             b_copy["source"] = (
-                f"min({b_row}, N - 1) * ldb + {b_col}" if col else f"({b_row}) * ldb + ({b_col}) * ({b_col} < N)"
+                f"min({b_row}, N - 1) * ldb + {b_col}"
+                if col
+                else f"({b_row}) * ldb + ({b_col}) * ({b_col} < N)"
             )
         a_frag = {
             "name": "A_frag",
