@@ -1,0 +1,120 @@
+"""Issue 28 item 7, the tool's own speed on the 2-core machine (no GPU): whole commands as a user runs them.
+
+    python -m bench.bench_tool_speed [--runs 5] [--record bench/results/tool_speed.json]
+
+* ``analyze`` of every shipped sample against importing its own dependencies (numpy, yaml, click, rich): the
+  target is within 2x;
+* ``tiles`` of every family (``tiles M N K`` per GEMM family, ``tiles --family`` for the others): under 1 s;
+* ``generate`` of a sample with the compile cache off, against the NVRTC time inside it: NVRTC should dominate.
+
+Each figure is the median of ``--runs`` runs (one warm-up first) of ``python -m smemtile ...`` with Python's
+bytecode cache on (PYTHONDONTWRITEBYTECODE removed from the environment: this machine sets it, and then every run
+compiles every module again)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DEPS = "import numpy, yaml, click, rich.console"
+TILES = {
+    "sgemm": "4096 4096 4096",
+    "hgemm": "4096 4096 4096 --dtype f16",
+    "wgmma_gemm": "4096 4096 4096 --dtype bf16 --arch sm_90a",
+    "transpose": "--family transpose 8192 8192 --dtype f16",
+    "stencil2d": "--family stencil2d 8192 8192 --radius 2",
+}
+GENERATE = ("samples/sgemm_float4.yaml", "samples/transpose_32x32.yaml", "samples/hgemm_bf16.yaml")
+NVRTC_PROBE = """
+import sys, time
+import smemtile.gpu.nvrtc as nv
+from smemtile.cli import run
+orig, spent = nv._compile, [0.0]
+def timed(*a, **k):
+    t = time.perf_counter(); r = orig(*a, **k); spent[0] += time.perf_counter() - t; return r
+nv._compile = timed
+sys.argv = ["smemtile", "generate", sys.argv[1], "-o", sys.argv[2]]
+try:
+    run()
+except SystemExit:
+    pass
+print("NVRTC_S", spent[0], file=sys.stderr)
+"""
+
+
+def env() -> dict:
+    e = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    e["COLUMNS"] = "100"
+    return e
+
+
+def timed(cmd: list[str], runs: int, extra: dict | None = None) -> dict:
+    out = []
+    for i in range(runs + 1):
+        t = time.perf_counter()
+        subprocess.run(cmd, cwd=ROOT, env={**env(), **(extra or {})}, capture_output=True, check=False)
+        if i:  # the first run warms the bytecode and file caches
+            out.append(time.perf_counter() - t)
+    return {"median_s": round(statistics.median(out), 3), "runs_s": [round(x, 3) for x in out]}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--record", type=Path)
+    a = ap.parse_args()
+    py = [sys.executable]
+    doc: dict = {
+        "what": __doc__.split("\n\n")[1].strip(),
+        "machine": f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at the start",
+        "python": sys.version.split()[0],
+        "date": time.strftime("%Y-%m-%d"),
+        "commit": subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip(),
+    }
+    deps = timed([*py, "-c", DEPS], a.runs)
+    doc["import_deps"] = {"command": f"python -c '{DEPS}'", **deps}
+    doc["analyze"] = {}
+    for s in sorted((ROOT / "samples").glob("*.yaml")):
+        r = timed([*py, "-m", "smemtile", "analyze", f"samples/{s.name}"], a.runs)
+        r["x_deps"] = round(r["median_s"] / deps["median_s"], 2)
+        doc["analyze"][s.name] = r
+        print(f"analyze {s.name:28} {r['median_s']:.3f} s  {r['x_deps']:.2f}x the imports", flush=True)
+    doc["tiles"] = {}
+    for fam, args in TILES.items():
+        r = timed([*py, "-m", "smemtile", "tiles", *args.split()], a.runs)
+        doc["tiles"][fam] = {"command": f"smemtile tiles {args}", **r}
+        print(f"tiles {fam:12} {r['median_s']:.3f} s", flush=True)
+    doc["generate"] = {}
+    for s in GENERATE:
+        t = time.perf_counter()
+        p = subprocess.run(
+            [*py, "-c", NVRTC_PROBE, s, "/tmp/smemtile_tool_speed.cu"],
+            cwd=ROOT,
+            env={**env(), "SMEMTILE_COMPILE_CACHE": "0"},
+            capture_output=True,
+            text=True,
+        )
+        total = time.perf_counter() - t
+        nvrtc = float(next(ln.split()[1] for ln in p.stderr.splitlines() if ln.startswith("NVRTC_S")))
+        doc["generate"][s] = {
+            "total_s": round(total, 3),
+            "nvrtc_s": round(nvrtc, 3),
+            "nvrtc_share": round(nvrtc / total, 2),
+        }
+        print(f"generate {s:32} {total:.2f} s, NVRTC {nvrtc:.2f} s ({nvrtc / total:.0%})", flush=True)
+    if a.record:
+        a.record.write_text(json.dumps(doc, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
