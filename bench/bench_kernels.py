@@ -186,9 +186,10 @@ def canonical_source(params: dict, arch: str = "sm_90", shape=None) -> str:
 
 def tiles_pick(shape: tuple[int, int, int]) -> dict:
     """``smemtile tiles M N K --top 1``'s configuration (the sgemm family's parameters)."""
+    from smemtile.families.sgemm.tiles import params_of
     from smemtile.pipeline.tiles import recommend
 
-    return recommend(*shape, "f32", "sm_90").ranked[0].cfg.sgemm_params()
+    return params_of(recommend(*shape, "f32", "sm_90").ranked[0].cfg)
 
 
 def default_params() -> dict:

@@ -21,6 +21,8 @@ import time
 import traceback
 from pathlib import Path
 
+from smemtile.families.sgemm.tiles import params_of
+
 ROOT = Path(__file__).resolve().parents[1]
 
 from bench.bench_kernels import (  # noqa: E402
@@ -62,7 +64,7 @@ def configs(shape) -> list[dict]:
     out, seen = [], set()
     for rp in (1, 2):
         for s in recommend(*shape, "f32", "sm_90", repack=rp == 1).ranked[:TOP]:
-            p = {**s.cfg.sgemm_params(), "REPACK": rp}
+            p = {**params_of(s.cfg), "REPACK": rp}
             if cfg_label(p) not in seen:
                 seen.add(cfg_label(p))
                 out.append(p)

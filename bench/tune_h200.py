@@ -25,102 +25,21 @@ from pathlib import Path
 
 import numpy as np
 
+# the SIMT fit is the family's (smemtile/families/sgemm/fit.py: what reproduce() checks against the shipped
+# constants); this script adds the sweep files, the held-out scoring and the data file it writes
+from smemtile.families.sgemm.fit import (  # noqa: E402
+    error_summary,
+    fit_simt,
+    loso,
+    measured_tiles,
+    score,
+)
+from smemtile.families.sgemm.tiles import params_of  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 
 DATA = ROOT / "smemtile" / "model" / "data"  # triton_h200.json
 SGEMM_DATA = ROOT / "smemtile" / "families" / "sgemm"  # sgemm_h200.json, next to the model that reads it
-PARAMS = [
-    "f_ghz",
-    "alpha",
-    "beta",
-    "beta_b",
-    "gamma",
-    "phi",
-    "q",
-    "r",
-    "lat_a_us",
-    "lat_b_us",
-    "bar_cyc",
-    "atom_gbps",
-    "squeeze",
-    "launch_us",
-    "icache_kb",
-    "icache_pen",
-    "unaligned",
-    "e16",
-    "e32",
-    "e64",
-    "unaligned_ragged",
-]
-X0 = [
-    1.8,
-    1.0,
-    1.0,
-    1.0,
-    20.0,
-    0.5,
-    1.0,
-    1.0,
-    0.5,
-    1.0,
-    300.0,
-    1000.0,
-    0.1,
-    5.0,
-    24.0,
-    0.2,
-    0.1,
-    0.8,
-    0.9,
-    0.95,
-    0.1,
-]
-LO = [
-    1.0,
-    0.0,
-    0.0,
-    0.0,
-    0.0,
-    0.0,
-    0.0,
-    0.0,
-    0.0,
-    0.0,
-    0.0,
-    50.0,
-    0.0,
-    0.0,
-    8.0,
-    0.0,
-    0.0,
-    0.3,
-    0.3,
-    0.3,
-    0.0,
-]
-HI = [
-    1.98,
-    4.0,
-    8.0,
-    40.0,
-    400.0,
-    8.0,
-    3.0,
-    2.0,
-    5.0,
-    10.0,
-    5000.0,
-    1e5,
-    5.0,
-    50.0,
-    64.0,
-    2.0,
-    1.0,
-    1.2,
-    1.2,
-    1.2,
-    1.0,
-]
 
 
 def commit() -> str:
@@ -199,122 +118,6 @@ def runner_rows(doc: dict, path: str) -> list[dict]:
     return out
 
 
-def tile_of(p: dict, threads: int):
-    from smemtile.model.gemm_tiles import TileConfig
-
-    return TileConfig(
-        p["BM"],
-        p["BN"],
-        p["BK"],
-        threads // 32,
-        p["STAGES"],
-        p.get("GROUP_M", 8),
-        p["TM"],
-        p["TN"],
-        p["MIN_BLOCKS"],
-        split_k=p.get("SPLIT_K", 1),
-    )
-
-
-def consts_of(x, registers: dict) -> dict:
-    q = dict(zip(PARAMS, map(float, x), strict=True))
-    q["class_eff"] = {"16": q.pop("e16"), "32": q.pop("e32"), "64": q.pop("e64"), "128": 1.0}
-    q["registers"] = registers
-    return q
-
-
-def predict(r: dict, q: dict) -> float:
-    from smemtile.families.sgemm.tiles import simt_time
-
-    m, n, k = r["shape"]
-    return simt_time(m, n, k, tile_of(r["p"], r["threads"]), r["threads"], r["b"], 132, consts=q)["time"]
-
-
-def fit_registers(rows: list[dict]) -> dict:
-    """ptxas' registers ~ c0 + acc*TM*TN + tmtn*(TM+TN) + a_items*A float4s + b_items*B float4s + split, over
-    the builds whose count stayed under their __launch_bounds__ cap."""
-    from smemtile.families.sgemm.tiles import simt_cap
-
-    seen = {}
-    for r in rows:
-        p, t = r["p"], r["threads"]
-        if r["regs"] < simt_cap(t, p["MIN_BLOCKS"]) - 4 and r["regs"] < 250:
-            a, b = p["BM"] * p["BK"] / 4 / t, p["BK"] * p["BN"] / 4 / t
-            seen[r["label"]] = (
-                [1, p["TM"] * p["TN"], p["TM"] + p["TN"], a, b, float(p.get("SPLIT_K", 1) > 1)],
-                r["regs"],
-            )
-    x = np.array([v[0] for v in seen.values()])
-    y = np.array([v[1] for v in seen.values()], dtype=float)
-    c, *_ = np.linalg.lstsq(x, y, rcond=None)
-    err = np.abs(x @ c - y)
-    return {
-        **dict(zip(["c0", "acc", "tmtn", "a_items", "b_items", "split"], map(float, c), strict=True)),
-        "builds": len(y),
-        "mean_abs_error": float(err.mean()),
-    }
-
-
-def fit_simt(rows: list[dict]) -> tuple[dict, dict]:
-    from scipy.optimize import least_squares
-
-    fit = [r for r in rows if r["role"] == "fit"]
-    registers = fit_registers(rows)
-    best, count = {}, {}
-    for r in fit:
-        best[r["shape"]] = max(best.get(r["shape"], 0.0), r["tflops"])
-        count[r["shape"]] = count.get(r["shape"], 0) + 1
-    w = np.sqrt([(r["tflops"] / best[r["shape"]]) ** 4 / math.sqrt(count[r["shape"]]) for r in fit])
-
-    def resid(x):
-        q = consts_of(x, registers)
-        return w * np.array([math.log(predict(r, q) / r["t"]) for r in fit])
-
-    res = least_squares(resid, X0, bounds=(LO, HI))
-    q = consts_of(res.x, registers)
-    q["tile_bias"], shapes_bias = tile_residuals(rows, q)
-    q["local_bias"] = {**LOCAL, "shapes": shapes_bias}
-    q["unmeasured_penalty"] = 0.0
-    e = [abs(math.log(predict(r, q) / r["t"])) for r in fit]
-    q["unmeasured_penalty"] = round(float(np.percentile(e, 90)), 4)  # fit-set p90 error (never the held-out)
-    return q, {"cost": float(res.cost), "n": len(fit), "shapes": len(best)}
-
-
-def score(rows: list[dict], q: dict) -> dict:
-    """Error and ranking of the model on measured rows, per shape (the model ranks the measured configs)."""
-    from smemtile.model.fitting import spearman
-
-    out = {"shapes": {}}
-    errs = []
-    for shape in sorted({r["shape"] for r in rows}):
-        sr = [r for r in rows if r["shape"] == shape]
-        pred = [1 / predict(r, q) for r in sr]
-        meas = [1 / r["t"] for r in sr]
-        e = [abs(math.log(p_ / m_)) for p_, m_ in zip(pred, meas, strict=True)]
-        errs += e
-        i = int(np.argmax(pred))
-        out["shapes"]["x".join(map(str, shape))] = {
-            "n": len(sr),
-            "spearman": spearman(pred, meas),
-            "median_error": float(np.median(e)),
-            "model_top1_of_measured": sr[i]["label"],
-            "its_gap_to_best": max(meas) / meas[i] - 1,
-            "best_measured": max(sr, key=lambda r: r["tflops"])["label"],
-            "best_tflops": max(r["tflops"] for r in sr),
-            "reference_tflops": sr[0]["ref"],
-        }
-    out["median"] = float(np.median(errs)) if errs else None
-    out["p90"] = float(np.percentile(errs, 90)) if errs else None
-    out["n"] = len(errs)
-    out["shapes_n"] = len(out["shapes"])
-    return out
-
-
-def error_summary(sc: dict) -> dict:
-    """The calibration file's error line of a ``score``: median, p90, configurations and shapes."""
-    return {k: sc[k] for k in ("median", "p90", "n")} | {"shapes": sc["shapes_n"]}
-
-
 def tiles_top1(rows: list[dict]) -> dict:
     """For every shape: ``smemtile tiles``' #1 over the whole candidate space (installed calibration), whether
     it was measured, and its gap to the best measured configuration."""
@@ -326,7 +129,7 @@ def tiles_top1(rows: list[dict]) -> dict:
         sr = {r["label"]: r for r in rows if r["shape"] == shape}
         rep = recommend(*shape, "f32", "sm_90")
         top = rep.ranked[0]
-        label = cfg_label(top.cfg.sgemm_params())
+        label = cfg_label(params_of(top.cfg))
         best = max(r["tflops"] for r in sr.values())
         got = sr.get(label)
         out["x".join(map(str, shape))] = {
@@ -336,102 +139,14 @@ def tiles_top1(rows: list[dict]) -> dict:
             "gap_to_best": best / got["tflops"] - 1 if got else None,
             "best_measured": max(sr.values(), key=lambda r: r["tflops"])["label"],
             "best_tflops": best,
-            "top3": [cfg_label(s.cfg.sgemm_params()) for s in rep.ranked[:3]],
+            "top3": [cfg_label(params_of(s.cfg)) for s in rep.ranked[:3]],
         }
     return out
-
-
-def tile_key(p: dict, stages: bool = False) -> str:
-    return f"{p['BM']}x{p['BN']}x{p['BK']} {p['TM']}x{p['TN']}" + (f" s{p['STAGES']}" if stages else "")
-
-
-def measured_tiles(rows: list[dict]) -> dict:
-    """Per tile (BMxBNxBK TMxTN, and with its stage count): the geometric-mean speed relative to each fitting
-    shape's best measured configuration (the tie-break of ``smemtile tiles``; fitting shapes only)."""
-    fit = [r for r in rows if r["role"] == "fit"]
-    best: dict[tuple, float] = {}
-    for r in fit:
-        best[r["shape"]] = max(best.get(r["shape"], 0.0), r["tflops"])
-    acc: dict[str, list[float]] = {}
-    for r in fit:
-        for key in (tile_key(r["p"]), tile_key(r["p"], True)):
-            acc.setdefault(key, []).append(math.log(r["tflops"] / best[r["shape"]]))
-    return {k: round(math.exp(sum(v) / len(v)), 4) for k, v in sorted(acc.items())}
 
 
 # The local correction's width in log2 units of M, N, K (sigma), the weight of the tile's global mean residual
 # against the nearby shapes' (prior), and how far an unaligned shape sits from an aligned one: chosen by
 # leave-one-fitting-shape-out (``--loso``), never on the held-out shapes.
-LOCAL = {"sigma": 1.0, "prior": 0.3, "unaligned_distance": 2.0}
-
-
-def tile_residuals(rows: list[dict], q: dict) -> tuple[dict, list[dict]]:
-    """log(predicted / measured) of every fitting row under the fitted model without corrections, once, summed up
-    two ways: per tile (BMxBNxBK TMxTN, split-K rows left out) over all fitting shapes, the ``tile_bias``
-    ``simt_time`` divides out (tiles never measured get none, and rank with the penalty); and per fitting shape,
-    its features and the mean of each tile ("tile sk|1"), which ``tile_correction`` weighs by the distance to the
-    problem."""
-    from smemtile.families.sgemm.tiles import shape_features
-
-    q = {k: v for k, v in q.items() if k not in ("tile_bias", "local_bias")}
-    tiles: dict[str, list[float]] = {}
-    per: dict[tuple, dict[str, list[float]]] = {}
-    for r in rows:
-        if r["role"] != "fit":
-            continue
-        e = math.log(predict(r, q) / r["t"])
-        split = r["p"].get("SPLIT_K", 1) > 1
-        if not split:
-            tiles.setdefault(tile_key(r["p"]), []).append(e)
-        per.setdefault(r["shape"], {}).setdefault(f"{tile_key(r['p'])} {'sk' if split else '1'}", []).append(
-            e
-        )
-    bias = {k: round(sum(v) / len(v), 4) for k, v in sorted(tiles.items())}
-    local = [
-        {
-            "shape": list(s),
-            "x": list(shape_features(*s)),
-            "bias": {k: round(sum(v) / len(v), 4) for k, v in sorted(d.items())},
-        }
-        for s, d in sorted(per.items())
-    ]
-    return bias, local
-
-
-def loso(rows: list[dict], grid: list[dict]) -> dict:
-    """Leave one fitting shape out: fit on the others, rank the left-out shape's measured configurations; per
-    setting of the local correction (``grid``) the #1's gap to the best, Spearman, and the count within 5 %."""
-    fit = [r for r in rows if r["role"] == "fit"]
-    shapes = sorted({r["shape"] for r in fit})
-    out: dict[str, dict] = {}
-    for s in shapes:
-        train = [r for r in fit if r["shape"] != s]
-        test = [r for r in fit if r["shape"] == s]
-        q, _ = fit_simt(train)
-        for g in grid:
-            name = json.dumps(g, sort_keys=True)
-            qq = (
-                {**q, "local_bias": {**g, "shapes": q["local_bias"]["shapes"]}}
-                if g
-                else {k: v for k, v in q.items() if k != "local_bias"}
-            )
-            sc = score(test, qq)["shapes"]["x".join(map(str, s))]
-            out.setdefault(name, {})["x".join(map(str, s))] = (
-                round(sc["its_gap_to_best"], 4),
-                round(sc["spearman"], 3),
-            )
-    summary = {}
-    for name, per in out.items():
-        gaps = [v[0] for v in per.values()]
-        summary[name] = {
-            "within_5": sum(g <= 0.05 for g in gaps),
-            "within_10": sum(g <= 0.10 for g in gaps),
-            "mean_gap": round(float(np.mean(gaps)), 4),
-            "max_gap": max(gaps),
-            "min_spearman": min(v[1] for v in per.values()),
-            "per_shape": per,
-        }
-    return summary
 
 
 def fit_triton(path: Path) -> dict:
@@ -552,7 +267,7 @@ def main() -> None:
         from smemtile.pipeline.tiles import recommend
 
         picks = [
-            {"shape": list(s), "params": c.cfg.sgemm_params()}
+            {"shape": list(s), "params": params_of(c.cfg)}
             for s in HELD_OUT
             for c in recommend(*s, "f32", "sm_90").ranked[:3]
         ]
