@@ -86,41 +86,8 @@ def table(workers: int) -> dict:
 
 
 def measured_rows() -> list[dict]:
-    """Every correct stencil measurement of RUNS (the sample's explicit-layout copy of the default left out), with
-    the inputs the model takes; all of them are fit rows."""
-    table = json.loads(DATA.read_text())["candidates"]
-    rows = []
-    for run, path in RUNS:
-        d = json.loads(path.read_text())
-        for case in d["cases"]:
-            if case["family"] != "stencil2d":
-                continue
-            ny, nx = case["problem"]["ny"], case["problem"]["nx"]
-            for x in case["configs"]:
-                if x["label"].startswith("sample") or not x.get("correct") or "median_ms" not in x:
-                    continue  # the sample is the default configuration with an explicit dense layout
-                p = dict(x["params"])
-                r = p.pop("R")
-                lab = ts.label(p)
-                rows.append(
-                    {
-                        "run": run,
-                        "commit": d["commit"],
-                        "R": r,
-                        "params": p,
-                        "label": lab,
-                        "ny": ny,
-                        "nx": nx,
-                        "time_us": x["median_ms"] * 1e3,
-                        "copy_us": case["copy"]["median_ms"] * 1e3,
-                        "ratio": x["ratio"],
-                        "spread": x["spread"],
-                        "blocks_per_sm": x["blocks_per_sm"],
-                        "wavefronts_block": table[str(r)][lab][2],
-                        "set": "fit",
-                    }
-                )
-    return rows
+    """Every correct stencil measurement of the runs the data file names: the family's own reader."""
+    return sf.measured_rows()
 
 
 def cross_validate(rows: list[dict], forms=None, warps_range=range(1, 65)) -> dict:
