@@ -776,55 +776,11 @@ def load_plan(path: Path) -> list[Case]:
 
 
 def transpose_rows(results: list[Path]) -> tuple[list[dict], list[tuple[float, float]], list[dict]]:
-    """(rows, copy points, docs) of the transpose cases of ``results``: each (shape, candidate) the median of its
-    ratios to the copy of the same run, its time the first run's copy time of that shape / that ratio (so one
-    run's clock or DRAM drift does not move the candidates it timed against the others)."""
-    from smemtile.families.transpose import tiles as tt
+    """(rows, copy points, docs) of the transpose cases of ``results``: the family's reader
+    (smemtile.families.transpose.fit.rows_from_results)."""
+    from smemtile.families.transpose.fit import rows_from_results
 
-    docs = [json.loads(r.read_text()) for r in results]
-    ratios: dict[tuple, list[float]] = {}
-    meta: dict[tuple, dict] = {}
-    copy_us: dict[str, float] = {}
-    shape_of: dict[str, dict] = {}
-    for d in docs:
-        for case in d["cases"]:
-            if case["family"] != "transpose" or case.get("role") not in ("fit", "held_out"):
-                continue
-            copy_us.setdefault(case["case"], case["copy"]["median_ms"] * 1e3)
-            shape_of.setdefault(case["case"], case)
-            cands = _space_labels(case["problem"]["dtype"])
-            mine = {r["label"]: r for r in case["configs"] if r["label"] in cands and "ratio" in r}
-            # a later run of a shape is anchored to the earlier ones by the candidates both timed (the median of
-            # earlier ratio / this ratio): the session-5 fit run's copy at fp32 7000 x 9000 measured 12 % slow
-            # (spread 25 %) while the candidates it shares with run 4 measured as there (bench/NOTES.md)
-            common = [
-                statistics.median(ratios[(case["case"], lab)]) / r["ratio"]
-                for lab, r in mine.items()
-                if (case["case"], lab) in ratios
-            ]
-            scale = statistics.median(common) if len(common) >= 2 else 1.0
-            for lab, r in mine.items():
-                ratios.setdefault((case["case"], lab), []).append(r["ratio"] * scale)
-                meta[(case["case"], lab)] = r
-    rows = []
-    for (name, lab), rs in sorted(ratios.items()):
-        case, r = shape_of[name], meta[(name, lab)]
-        ratio = statistics.median(rs)
-        rows.append(
-            {
-                "label": lab,
-                "elem": tt.ELEM[case["problem"]["dtype"]],
-                "rows": case["problem"]["rows"],
-                "cols": case["problem"]["cols"],
-                "time_us": copy_us[name] / ratio,
-                "ratio": ratio,
-                "runs": len(rs),
-                "params": {k: r["params"].get(k, tt.DEFAULTS[k]) for k in tt.PARAMS},
-                "case": name,
-            }
-        )
-    copies = [(float(case["bytes"]), copy_us[name]) for name, case in shape_of.items()]
-    return rows, copies, docs
+    return rows_from_results(results)
 
 
 def _space_labels(dtype: str) -> set[str]:
