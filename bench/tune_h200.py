@@ -19,14 +19,9 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import math
 import subprocess
 from pathlib import Path
 
-import numpy as np
-
-# the SIMT fit is the family's (smemtile/families/sgemm/fit.py: what reproduce() checks against the shipped
-# constants); this script adds the sweep files, the held-out scoring and the data file it writes
 from smemtile.families.sgemm.fit import (  # noqa: E402
     error_summary,
     fit_simt,
@@ -35,6 +30,10 @@ from smemtile.families.sgemm.fit import (  # noqa: E402
     score,
 )
 from smemtile.families.sgemm.tiles import params_of  # noqa: E402
+
+# the SIMT fit is the family's (smemtile/families/sgemm/fit.py: what reproduce() checks against the shipped
+# constants); this script adds the sweep files, the held-out scoring and the data file it writes
+from smemtile.model.gemm_fit import fit_triton  # noqa: E402  (the Triton factors: gemm_fit.reproduce checks them)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -147,86 +146,6 @@ def tiles_top1(rows: list[dict]) -> dict:
 # The local correction's width in log2 units of M, N, K (sigma), the weight of the tile's global mean residual
 # against the nearby shapes' (prior), and how far an unaligned shape sits from an aligned one: chosen by
 # leave-one-fitting-shape-out (``--loso``), never on the held-out shapes.
-
-
-def fit_triton(path: Path) -> dict:
-    """log(measured / roofline-model TFLOP/s) = tile + warps(tile area) + BK-bytes x stages, least squares."""
-    import smemtile.model.gemm_model as tm
-    from smemtile.model.gemm_model import _blocks, _mma_resources, _score
-    from smemtile.model.gemm_tiles import TileConfig, make_problem
-
-    tm.USE_MEASURED = False  # the roofline model alone: the factors are what it misses
-    d = json.loads(path.read_text())
-    obs = []
-    for s in d["shapes"].values():
-        m, n, k = s["shape"]
-        p = make_problem(m, n, k, s["dtype"], "sm_90")
-        for r in s["rows"]:
-            if "tflops" not in r or "config" not in r:
-                continue
-            bm, bn, bk, st, w = r["config"]
-            c = TileConfig(bm, bn, bk, w, st, 8)
-            res = _mma_resources(p, c)
-            if not isinstance(res, dict):
-                continue
-            res.pop("cfg")
-            ((b, lim, occ, _),) = _blocks(p, [(c, res)])
-            if b <= 0:
-                continue
-            base = _score(p, c, res, b, lim, occ).tflops
-            obs.append(
-                (
-                    f"{bm}x{bn}",
-                    f"{min(bm * bn, 32768)}:{w}",
-                    f"{bk * p.elem}:{st}",
-                    math.log(r["tflops"] / base),
-                    f"{bm}x{bn}:{w}",
-                    f"{bm}x{bn}x{bk * p.elem}B:{st}:{w}",
-                )
-            )
-    keys = {
-        "tile": sorted({o[0] for o in obs}),
-        "warps": sorted({o[1] for o in obs}),
-        "bkst": sorted({o[2] for o in obs}),
-    }
-    cols = (
-        [("tile", k) for k in keys["tile"]]
-        + [("warps", k) for k in keys["warps"][1:]]
-        + [("bkst", k) for k in keys["bkst"][1:]]
-    )
-    x = np.array(
-        [
-            [
-                1.0
-                if (g == "tile" and o[0] == k) or (g == "warps" and o[1] == k) or (g == "bkst" and o[2] == k)
-                else 0.0
-                for g, k in cols
-            ]
-            for o in obs
-        ]
-    )
-    y = np.array([o[3] for o in obs])
-    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
-    resid = y - x @ coef
-    f = {"tile": {}, "warps": {keys["warps"][0]: 0.0}, "bkst": {keys["bkst"][0]: 0.0}}
-    for (g, k), v in zip(cols, coef, strict=True):
-        f[g][k] = float(v)
-    # log factors (the tile's include the intercept): measured = roofline x exp(tile + warps + stages_bk)
-    exact: dict[str, list[float]] = {}
-    for o in obs:
-        exact.setdefault(o[5], []).append(o[3])
-    out = {
-        "tile": f["tile"],
-        "warps": f["warps"],
-        "stages_bk": f["bkst"],
-        "exact": {k: sum(v) / len(v) for k, v in sorted(exact.items())},
-    }
-    return {
-        "factors": out,
-        "measured_pairs": sorted({o[4] for o in obs}),
-        "observations": len(obs),
-        "rms_log_residual": float(np.sqrt(np.mean(resid**2))),
-    }
 
 
 def main() -> None:
