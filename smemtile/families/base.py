@@ -448,10 +448,12 @@ class Family:
         """A configuration that spills less, changing only parameters the user left at their default."""
         return None
 
-    def ranker(self, problem: dict, arch: str, gpu: str | None):
+    def ranker(self, problem: dict, arch: str, gpu: str | None, rank=None):
         """The tile model for this family (``smemtile tune``): an object with ``top(k) -> [params]`` and
-        ``__call__(params, source) -> Candidate``; None when the family has no model."""
-        return None
+        ``__call__(params, source) -> Candidate``; None when the family has no model. A model that ranks its own
+        sizes (tile_model.SizesModel) gives it through ``ranker_for``; ``rank``: another loop, for tests."""
+        make = getattr(self.tile_model, "ranker_for", None)
+        return make(self, problem, arch, gpu, rank) if make is not None else None
 
     def reads(self, cfg: KernelConfig, array: str) -> bool:
         """Whether the kernel reads ``array`` (an ``inout`` output that is not read is poisoned before a check)."""

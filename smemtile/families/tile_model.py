@@ -97,6 +97,26 @@ class TileModel(Protocol):
     def provenance(self) -> dict: ...
 
 
+class SizesModel:
+    """Base of a family's tile model that ranks its own sizes (not ``tiles M N K``): ``ranker_for`` is the
+    family's ``ranker`` (Family.ranker uses it), the one loop's ranking handed to the model's
+    ``ranker(ranking, rerank)`` view. A subclass implements the protocol and ``ranker``."""
+
+    @classmethod
+    def ranker_for(cls, fam, problem: dict, arch, gpu: str | None, rank=None):
+        """The family's ranking for ``problem`` as ``tune`` / ``generate`` / ``analyze`` read it, through the
+        one ranking loop (``rank``: another loop for tests; default :func:`smemtile.families.ranking.rank`)."""
+        from smemtile.families.ranking import rank as loop
+        from smemtile.model.arch import Arch, get_arch
+        from smemtile.model.tiling_gpus import get_gpu
+
+        rank = rank or loop
+        a = arch if isinstance(arch, Arch) else get_arch(arch)
+        g = get_gpu(gpu, a.base)
+        model = cls(fam)
+        return model.ranker(rank(model, problem, a, g), lambda prob: rank(cls(fam), prob, a, g))
+
+
 @dataclass(frozen=True)
 class Ranked:
     cand: Any

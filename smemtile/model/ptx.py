@@ -173,29 +173,26 @@ _FUNC = re.compile(r"\.func\s+")
 _PARAM_NAME = re.compile(r"\.param\s+(?:\.align\s+\d+\s+)?(?:\.ptr\s+\S+\s+)?\.\w+\s+([\w$.]+)")
 
 
-def _paren(text: str, i: int) -> int:
-    """The index after the ``)`` matching the ``(`` at ``i``."""
+def _matching(text: str, i: int, open_: str, close: str) -> int:
+    """The index after the ``close`` that matches the ``open_`` at ``i`` (the end of ``text`` if none)."""
     depth = 0
     for j in range(i, len(text)):
-        if text[j] == "(":
+        if text[j] == open_:
             depth += 1
-        elif text[j] == ")":
+        elif text[j] == close:
             depth -= 1
             if depth == 0:
                 return j + 1
     return len(text)
 
 
+def _paren(text: str, i: int) -> int:
+    """The index after the ``)`` matching the ``(`` at ``i``."""
+    return _matching(text, i, "(", ")")
+
+
 def _close(text: str, lbrace: int) -> int:
-    depth = 0
-    for i in range(lbrace, len(text)):
-        if text[i] == "{":
-            depth += 1
-        elif text[i] == "}":
-            depth -= 1
-            if depth == 0:
-                return i + 1
-    return len(text)
+    return _matching(text, lbrace, "{", "}")
 
 
 def functions(ptx: str) -> dict[str, Function]:

@@ -218,10 +218,5 @@ class Stencil2d(Pitched):
         p = cfg.params
         return {"ny": 4 * p["BY"] * p["RY"], "nx": 4 * p["BX"] * p["VEC"]}
 
-    def ranker(self, problem: dict, arch: str, gpu: str | None, rank=None):
-        """``tune``'s, ``generate``'s and ``analyze``'s view of the tile model for ``problem`` (``top(k)``, a
-        Candidate for any configuration), ranked by the one ranking loop (``rank``: another, for tests)."""
-        return self.tile_model.ranker_for(self, problem, arch, gpu, rank)
-
 
 FAMILY = Stencil2d()

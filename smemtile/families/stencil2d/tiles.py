@@ -64,7 +64,15 @@ from importlib import resources
 import numpy as np
 
 from smemtile.errors import SpecError
-from smemtile.families.tile_model import ModelOption, Prediction, Ranked, Ranking, Rejection, TieRule
+from smemtile.families.tile_model import (
+    ModelOption,
+    Prediction,
+    Ranked,
+    Ranking,
+    Rejection,
+    SizesModel,
+    TieRule,
+)
 from smemtile.model.fitting import interp_log_bandwidth
 from smemtile.model.tiling_gpus import get_gpu
 
@@ -246,7 +254,7 @@ def rules_uncached(fam, arch: str, r: int) -> dict[str, str]:
     return out
 
 
-class StencilTiles:
+class StencilTiles(SizesModel):
     """The stencil2d family's tile model (the :class:`~smemtile.families.tile_model.TileModel` protocol) for one
     problem ``{"ny", "nx", "R"}``: every configuration of the grid, screened by the family's rules, the data
     file's table (compiled for this radius, no spills) and the occupancy model; predicted by the calibrated time
@@ -271,19 +279,6 @@ class StencilTiles:
         )
         self.problem: dict = {}
         self.calibrated = False
-
-    @classmethod
-    def ranker_for(cls, fam, problem: dict, arch, gpu: str | None, rank=None) -> StencilRanker:
-        """The family's ranking for ``problem`` as ``tune`` / ``generate`` / ``analyze`` read it, through the
-        one ranking loop (``rank``: another loop for tests; default :func:`smemtile.families.ranking.rank`)."""
-        from smemtile.families.ranking import rank as loop
-        from smemtile.model.arch import Arch, get_arch
-
-        rank = rank or loop
-        a = arch if isinstance(arch, Arch) else get_arch(arch)
-        g = get_gpu(gpu, a.base)
-        model = cls(fam)
-        return model.ranker(rank(model, problem, a, g), lambda prob: rank(cls(fam), prob, a, g))
 
     # ---- the protocol --------------------------------------------------------------------------------------
 

@@ -432,11 +432,6 @@ class Transpose(Pitched):
     def repeats_per_block(self, cfg: KernelConfig) -> int:
         return cfg.params["TILES"]
 
-    def ranker(self, problem: dict, arch: str, gpu: str | None, rank=None):
-        """``tune``'s, ``generate``'s and ``analyze``'s view of the tile model for ``problem`` (``top(k)``, a
-        Candidate for any configuration), ranked by the one ranking loop (``rank``: another, for tests)."""
-        return self.tile_model.ranker_for(self, problem, arch, gpu, rank)
-
 
 def _screen(fam: Transpose, dtype: str, arch: str):
     # TODO(issue 28): remove once bench/bench_memory.py calls tiles.screened (its s5_fit_sample imports this name)

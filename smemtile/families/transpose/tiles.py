@@ -55,7 +55,15 @@ import math
 from dataclasses import asdict, dataclass, replace
 from importlib import resources
 
-from smemtile.families.tile_model import ModelOption, Prediction, Ranked, Ranking, Rejection, TieRule
+from smemtile.families.tile_model import (
+    ModelOption,
+    Prediction,
+    Ranked,
+    Ranking,
+    Rejection,
+    SizesModel,
+    TieRule,
+)
 from smemtile.model.fitting import interp_log_bandwidth
 from smemtile.model.residency import prime, residency
 from smemtile.model.tiling_gpus import get_gpu
@@ -496,7 +504,7 @@ def rules_uncached(fam, dtype: str, arch: str) -> dict[str, str]:
     return out
 
 
-class TransposeTiles:
+class TransposeTiles(SizesModel):
     """The transpose family's tile model (the :class:`~smemtile.families.tile_model.TileModel` protocol) for one
     problem ``{"rows", "cols", "dtype"}``: the candidate space of the dtype, screened by the family's rules, ptxas
     (no spills) and MIN_BLOCKS duplicates; predicted by the calibrated feature model (measured candidates by their
@@ -519,19 +527,6 @@ class TransposeTiles:
         self.cal = calibration if calibration is not None else load_calibration()
         self._given = candidates
         self.problem: dict = {}
-
-    @classmethod
-    def ranker_for(cls, fam, problem: dict, arch, gpu: str | None, rank=None) -> TransposeRanker:
-        """The family's ranking for ``problem`` as ``tune`` / ``generate`` / ``analyze`` read it, through the
-        one ranking loop (``rank``: another loop for tests; default :func:`smemtile.families.ranking.rank`)."""
-        from smemtile.families.ranking import rank as loop
-        from smemtile.model.arch import Arch, get_arch
-
-        rank = rank or loop
-        a = arch if isinstance(arch, Arch) else get_arch(arch)
-        g = get_gpu(gpu, a.base)
-        model = cls(fam)
-        return model.ranker(rank(model, problem, a, g), lambda prob: rank(cls(fam), prob, a, g))
 
     # ---- the protocol --------------------------------------------------------------------------------------
 
