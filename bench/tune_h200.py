@@ -29,6 +29,7 @@ from smemtile.families.sgemm.fit import (  # noqa: E402
     measured_tiles,
     score,
 )
+from smemtile.families.sgemm.fit import load_rows as family_load_rows  # noqa: E402
 from smemtile.families.sgemm.tiles import params_of  # noqa: E402
 
 # the SIMT fit is the family's (smemtile/families/sgemm/fit.py: what reproduce() checks against the shipped
@@ -51,37 +52,9 @@ def commit() -> str:
 
 
 def load_rows(paths: list[Path]) -> list[dict]:
-    """Every timed sgemm row of the sweeps (bench_kernels' sweep files or bench.run's); a later file's row replaces an earlier one of the same config and
-    shape (a re-measurement), and a later shape marked ``"replaces": true`` (a re-sweep after a kernel change)
-    drops every earlier row of that shape."""
-    out: dict[tuple, dict] = {}
-    for path in paths:
-        d = json.loads(Path(path).read_text())
-        if "cases" in d:  # a bench.run results file (python -m bench.run sgemm sweep / heldout)
-            out.update(((r["shape"], r["label"]), r) for r in runner_rows(d, str(path)))
-            continue
-        for s in d["shapes"].values():
-            shape = tuple(s["shape"])
-            if s.get("replaces", False):  # a re-sweep after a kernel change: the shape's older rows go
-                out = {key: v for key, v in out.items() if key[0] != shape}
-            ref = max((r["tflops"] for r in s["rows"] if "reference" in r), default=None)
-            for r in s["rows"]:
-                if "config" in r and "time_ms" in r:
-                    out[(shape, r["config"])] = {
-                        "role": s["role"],
-                        "shape": shape,
-                        "p": r["params"],
-                        "b": r["blocks_per_sm"],
-                        "t": r["time_ms"] * 1e-3,
-                        "threads": r["threads"],
-                        "regs": r["registers"],
-                        "spill": r["spill_bytes"],
-                        "tflops": r["tflops"],
-                        "ref": ref,
-                        "label": r["config"],
-                        "file": str(path),
-                    }
-    return list(out.values())
+    """The family's reader (smemtile.families.sgemm.fit.load_rows) over bench_kernels' sweep files and
+    bench.run's results files (python -m bench.run sgemm sweep / heldout)."""
+    return family_load_rows(paths, other=lambda d, path: runner_rows(d, path) if "cases" in d else None)
 
 
 def runner_rows(doc: dict, path: str) -> list[dict]:

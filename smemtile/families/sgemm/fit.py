@@ -122,13 +122,18 @@ HI = [
 ]
 
 
-def load_rows(paths: list[Path]) -> list[dict]:
+def load_rows(paths: list[Path], other=None) -> list[dict]:
     """Every timed sgemm row of the sweeps; a later file's row replaces an earlier one of the same config and
     shape (a re-measurement), and a later shape marked ``"replaces": true`` (a re-sweep after a kernel change)
-    drops every earlier row of that shape."""
+    drops every earlier row of that shape. ``other(doc, path)``: the rows of a file of another format (None: not
+    one), e.g. bench.run's results (bench/tune_h200.py)."""
     out: dict[tuple, dict] = {}
     for path in paths:
         d = json.loads(Path(path).read_text())
+        rows = other(d, str(path)) if other is not None else None
+        if rows is not None:
+            out.update(((r["shape"], r["label"]), r) for r in rows)
+            continue
         for s in d["shapes"].values():
             shape = tuple(s["shape"])
             if s.get("replaces", False):  # a re-sweep after a kernel change: the shape's older rows go
