@@ -355,9 +355,6 @@ class Family:
     # which peak `verify` may divide by: "fp32" (the FFMA peak from the driver's clocks), "memory" (DRAM), or
     # None when no peak the driver can give applies (tensor-core kernels: compare with cuBLAS in bench/)
     peak: str | None = "fp32"
-    # parameters that describe the problem rather than the tile (stencil2d's radius R): giving them alone still
-    # lets the tile model pick the tile, and every ranker call receives them with the problem
-    problem_params: tuple[str, ...] = ()
     tile_model: type | None = (
         None  # the family's TileModel class (families/tile_model.py; tiles, tune, generate)
     )
@@ -372,6 +369,13 @@ class Family:
     # parameter -> (family parameter, or "pad:<buffer>" for a buffer's padding, values); ``problem_size``: the
     # problem keys Kernel Tuner's x, y, z sizes are; ``grid_div``: the tune parameters each grid axis divides by
     kernel_tuner_space: dict | None = None
+
+    @property
+    def problem_params(self) -> tuple[str, ...]:
+        """Template parameters that describe the problem rather than the tile (a stencil's radius R): the tile
+        model's options (ModelOption). Giving them alone still lets the model pick the tile, and every ranker
+        call receives them with the problem."""
+        return tuple(o.name for o in getattr(self.tile_model, "options", ()))
 
     # ---- each family ----------------------------------------------------------------------------------
     def threads(self, p: dict[str, int]) -> int:

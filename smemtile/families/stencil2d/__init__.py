@@ -32,9 +32,8 @@ class Stencil2d(Pitched):
     name = "stencil2d"
     summary = "2-D star stencil of radius 1..4 (fp32) through a halo tile"
     file = "stencil2d.cu"
-    # the radius is the user's stencil, not a tile choice: a spec giving only R still gets the model's tile, and
-    # every caller that ranks (generate, analyze, tune, tiles --radius) passes it with the problem
-    problem_params = ("R",)
+    # the radius is the user's stencil, not a tile choice (problem_params: the tile model's --radius option): a
+    # spec giving only R still gets the model's tile, and every caller that ranks passes it with the problem
     tile_model = StencilTiles  # tiles.py: the configurations and the calibrated model (stencil_h200.json)
     peak = "memory"
     kernel = "stencil2d"
