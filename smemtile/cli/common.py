@@ -15,6 +15,7 @@ import click
 
 from smemtile.errors import CompileError, SmemtileError, SpecError
 from smemtile.families.registry import NAMES
+from smemtile.model.dtypes import RANKED
 
 # Fixed values of the options, spelled out so that `--help` lists them and shell completion offers them without
 # importing the model at start-up; tests/test_cli_help.py checks each against the model's own table.
@@ -41,7 +42,7 @@ ARCH_TARGETS = (
     "sm_121f",
 )  # smemtile.model.arch.known_targets()
 AMD_TARGETS = ("gfx90a", "gfx942", "gfx950")  # smemtile.model.tiling_gpus.AMD_ARCHS
-GEMM_DTYPES = ("f32", "tf32", "f16", "bf16", "f8e4m3", "f8e5m2", "i8")  # smemtile.model.dtypes.RANKED
+GEMM_DTYPES = RANKED  # the dtype table (smemtile.model.dtypes: pure, cheap to import)
 FAMILY_NAMES = NAMES  # the registry (smemtile.families.registry: loads no family)
 
 
