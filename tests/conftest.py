@@ -15,6 +15,11 @@ from types import SimpleNamespace
 
 import pytest
 
+# One BLAS thread per process: the suite already runs one xdist worker per core, and OpenBLAS' own threads on
+# an oversubscribed machine turn a 1 ms SVD into 200 ms (sgemm's refit: 11 s instead of 1 s). Read by OpenBLAS
+# when numpy first loads, which is after this file (the subprocesses the tests start inherit it).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = sorted((ROOT / "samples").glob("*.yaml"))
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from smemtile.families.sgemm.tiles import calibration, shape_features, simt_cap, simt_time
+from smemtile.families.sgemm.tiles import SimtBatch, calibration, shape_features, simt_cap, simt_time
 from smemtile.model.fitting import spearman
 from smemtile.model.gemm_tiles import TileConfig
 
@@ -190,10 +190,21 @@ def repacked(p: dict) -> bool | None:
     return {0: None, 1: True, 2: False}[p.get("REPACK", 2)]
 
 
+SMS = 132  # the H200's SMs: every sweep was measured on it
+
+
 def predict(r: dict, q: dict) -> float:
     m, n, k = r["shape"]
     c = tile_of(r["p"], r["threads"])
-    return simt_time(m, n, k, c, r["threads"], r["b"], 132, consts=q, repack=repacked(r["p"]))["time"]
+    return simt_time(m, n, k, c, r["threads"], r["b"], SMS, consts=q, repack=repacked(r["p"]))["time"]
+
+
+def batch_of(rows: list[dict]) -> SimtBatch:
+    """The measured rows as one :class:`SimtBatch`: ``batch.times(q)[i] == predict(rows[i], q)``, bit for bit."""
+    return SimtBatch(
+        ((*r["shape"], tile_of(r["p"], r["threads"]), r["threads"], r["b"], repacked(r["p"])) for r in rows),
+        SMS,
+    )
 
 
 def fit_registers(rows: list[dict]) -> dict:
@@ -231,9 +242,11 @@ def fit_simt(rows: list[dict]) -> tuple[dict, dict]:
         count[r["shape"]] = count.get(r["shape"], 0) + 1
     w = np.sqrt([(r["tflops"] / best[r["shape"]]) ** 4 / math.sqrt(count[r["shape"]]) for r in fit])
 
-    def resid(x):
+    batch, t = batch_of(fit), np.array([r["t"] for r in fit])
+
+    def resid(x):  # the same residuals as log(predict(r, q) / r["t"]) row by row, at numpy's speed
         q = consts_of(x, registers)
-        return w * np.array([math.log(predict(r, q) / r["t"]) for r in fit])
+        return w * np.array(list(map(math.log, (batch.times(q) / t).tolist())))
 
     res = least_squares(resid, X0, bounds=(LO, HI))
     q = consts_of(res.x, registers)

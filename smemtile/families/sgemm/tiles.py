@@ -304,6 +304,157 @@ def simt_time(
     }
 
 
+class SimtBatch:
+    """Many (m, n, k, TileConfig, threads, b, repack) rows of :func:`simt_time` on ``sms`` SMs, for scoring them
+    all under one set of constants at once (:func:`simt_time_batch`; the refit's residual, ``fit.fit_simt``).
+    Everything that does not depend on the constants is worked out here once, per row, by the same Python
+    arithmetic as :func:`simt_time`; :meth:`times` then does the rest over numpy arrays in the same order of
+    operations (the fitted powers per distinct value and the corrections' exponentials per row, with Python floats), so every time is bit for bit
+    the one :func:`simt_time` returns (tests/test_sgemm_batch.py holds it over every measured row)."""
+
+    def __init__(self, items, sms: int):
+        import numpy as np
+
+        self.items = [(m, n, k, c, threads, b, repack) for m, n, k, c, threads, b, repack in items]
+        self.sms = sms
+        cols: dict[str, list] = {}
+        for m, n, k, c, threads, b, repack in self.items:
+            copied = repack_bytes(m, n, k)
+            rep = bool(copied and (repack_pays(m, n, k) if repack is None else repack))
+            launches = (k % 4 > 0) + (n % 4 > 0)
+            if rep:
+                n, k = -(-n // 4) * 4, -(-k // 4) * 4
+            w = threads / 32
+            gm, gn, z = math.ceil(m / c.bm), math.ceil(n / c.bn), c.split_k
+            kt = math.ceil(k / (c.bk * z))
+            tiles = gm * gn * z
+            a_items, b_items = c.bm * c.bk / 4 / threads, c.bk * c.bn / 4 / threads
+            a_loads, b_copies = a_items * (4 if k % 4 else 1), b_items * (4 if n % 4 else 1)
+            full, rem = divmod(tiles, sms * b)
+            unaligned = bool(k % 4 or n % 4)
+            row = {
+                "repack": rep,
+                "copied": copied if rep else 0,
+                "launches": launches if rep else 0,
+                "m": m,
+                "n": n,
+                "k": k,
+                "bk": c.bk,
+                "tm": c.tm,
+                "tn": c.tn,
+                "tmtn": c.tm * c.tn,
+                "tmptn": c.tm + c.tn,
+                "stages1": max(c.stages - 1, 1),
+                "ab": a_loads + 4 * a_items,
+                "b_copies": b_copies,
+                "a_items": a_items,
+                "b_items": b_items,
+                "wavefronts": w * c.bk * (c.tm + c.tn) / 4 * 2
+                + 4 * a_items * threads / 32
+                + b_copies * threads / 32 * 4,
+                "ilp": c.tm * c.tn / 16,
+                "body_kb": c.bk * (c.tm * c.tn + (c.tm + c.tn) / 4 + 5 * a_items / c.bk) * 16 / 1024,
+                "w": w,
+                "b": b,
+                "b2": math.ceil(rem / sms) if rem else 1,  # 1: no partial round (its time is not used)
+                "rem": rem > 0,
+                "full_kt": full * kt,
+                "kt": kt,
+                "ws": b * w / 4,
+                "ws2": (math.ceil(rem / sms) if rem else 1) * w / 4,
+                "cap": simt_cap(threads, c.min_blocks),
+                "split": c.split_k > 1,
+                "unaligned": unaligned,
+                "ragged": unaligned
+                and ragged_loop(c.bm, c.bn, c.bk, c.tm, c.tn, threads, c.min_blocks, k, n),
+                "atom_bytes": m * n * 4 * z * 2 if z > 1 else 0,
+            }
+            for key, v in row.items():
+                cols.setdefault(key, []).append(v)
+        self.a = {
+            key: np.array(v, dtype=bool if isinstance(v[0], bool) else float) for key, v in cols.items()
+        }
+        # the distinct values that are raised to a fitted power, and the classes that carry a fitted efficiency
+        self._pow = {}
+        for key in ("ws", "ws2", "ilp") if self.items else ():
+            u, inv = np.unique(self.a[key], return_inverse=True)
+            self._pow[key] = ([float(x) for x in u], inv)
+        keys = [str(c.tm * c.tn) for _, _, _, c, *_ in self.items]
+        self._class_keys = sorted(set(keys))
+        self._class_of = np.array([self._class_keys.index(x) for x in keys], dtype=int)
+
+    def _power(self, key: str, e: float):
+        import numpy as np
+
+        u, inv = self._pow[key]
+        return np.array([x**e for x in u])[inv]
+
+    def times(self, consts: dict | None = None, lanes: float = 128.0):
+        """The predicted seconds of every row (``simt_time(...)["time"]``) as a numpy array."""
+        import numpy as np
+
+        q = consts or constants()
+        a = self.a
+        if not self.items:
+            return np.zeros(0)
+        t_repack = np.where(
+            a["repack"],
+            a["copied"] / (q["repack_gbps"] * 1e9) + a["launches"] * q["repack_launch_us"] * 1e-6,
+            0.0,
+        )
+        f = q["f_ghz"] * 1e9
+        instr = (
+            a["bk"] * (a["tmtn"] + q["alpha"] * a["tmptn"] / 4)
+            + q["beta"] * a["ab"]
+            + q["beta_b"] * a["b_copies"]
+            + q["gamma"]
+        )
+        eff = np.array([q["class_eff"].get(x, 1.0) for x in self._class_keys])[self._class_of]
+        icache = 1 + q["icache_pen"] * np.maximum(0.0, a["body_kb"] / q["icache_kb"] - 1)
+        scale = 128.0 / lanes
+        ilp_r = self._power("ilp", q["r"])
+        lat = np.maximum(q["lat_a_us"] * 1e-6, q["lat_b_us"] * 1e-6 / a["stages1"])
+
+        def t_ktile(bb, ws_q):
+            issue = bb * a["w"] * instr / 4 * (1 + q["phi"] / (ws_q * ilp_r)) * icache / eff * scale
+            cyc = np.maximum(issue, bb * a["wavefronts"]) + q["bar_cyc"] / bb
+            return np.maximum(cyc / f, lat)
+
+        t_sm = a["full_kt"] * t_ktile(a["b"], self._power("ws", q["q"]))
+        t_sm = t_sm + np.where(a["rem"], a["kt"] * t_ktile(a["b2"], self._power("ws2", q["q"])), 0.0)
+        r = q["registers"]
+        need = (
+            r["c0"]
+            + r["acc"] * a["tm"] * a["tn"]
+            + r["tmtn"] * a["tmptn"]
+            + r["a_items"] * a["a_items"]
+            + r["b_items"] * a["b_items"]
+            + np.where(a["split"], r["split"], 0.0)
+        )
+        squeeze = np.maximum(0.0, need - a["cap"]) / need
+        t_sm = t_sm * (1 + q["squeeze"] * squeeze)
+        u = q.get("unaligned", 0.0)
+        ur = q.get("unaligned_ragged", u)
+        t_sm = t_sm * np.where(a["unaligned"], 1 + np.where(a["ragged"], ur, u), 1.0)
+        t_split = np.where(a["split"], a["atom_bytes"] / (q["atom_gbps"] * 1e9) + LAUNCH_S, 0.0)
+        if "tile_bias" in q:  # the fitted corrections, per row as simt_time applies them
+            fac = []
+            for (m, _, _, c, *_), n, k in zip(self.items, a["n"], a["k"], strict=True):
+                bias = tile_correction(q, m, int(n), int(k), c)
+                fac.append(math.exp(-bias) if bias is not None else 1 + q["unmeasured_penalty"])
+            t_sm = t_sm * np.array(fac)
+        return t_sm + t_split + t_repack + q["launch_us"] * 1e-6
+
+
+def simt_time_batch(items, sms: int, *, consts: dict | None = None, lanes: float = 128.0):
+    """``simt_time(m, n, k, c, threads, b, sms, consts=, lanes=, repack=)["time"]`` of every row of ``items``
+    ((m, n, k, c, threads, b, repack) tuples, or a :class:`SimtBatch` built on them once) as a numpy array,
+    bit for bit."""
+    batch = items if isinstance(items, SimtBatch) else SimtBatch(items, sms)
+    assert batch.sms == sms, "a SimtBatch is built for one SM count"
+    return batch.times(consts, lanes)
+
+
 # ---- this family's rules for the generic GEMM model -------------------------------------------------------------
 _CONTRACTS: dict[tuple, tuple] = {}  # the rules' answers (pure: the same tile always gets the same one)
 
