@@ -8,9 +8,12 @@ provenance, beside the models that read them (``--out DIR`` writes both there in
   squares on the builds that no __launch_bounds__ cap held back. The HELD_OUT shapes are never used to fit:
   they are scored afterwards (error, Spearman, the rank of ``smemtile tiles``' #1 among the measured ones).
 * ``triton_h200.json`` (smemtile/model/data/): the efficiency of the standard Triton matmul per (tile, warps, BK bytes, stages),
-  relative to the tensor-core roofline model, as a log-linear fit over the measured configurations.
+  relative to the tensor-core roofline model, and the shape terms smemtile.triton applies (wave, exposed epilogue,
+  unaligned N / K), fitted over every measured configuration of the sweeps given (smemtile.model.gemm_fit).
 
-    python -m bench.tune_h200 --sweeps bench/results/sweep_h200_run1.json [...] --triton bench/results/triton_h200_run1.json
+    python -m bench.tune_h200 --sweeps bench/results/sweep_h200_run1.json [...] --triton bench/results/triton_h200_run1.json [...]
+    python -m bench.tune_h200 --triton bench/results/triton_h200_run{1,2,3}.json \
+        bench/results/session7/triton_prune_h200.json     # the shipped Triton calibration (its "sweeps")
     python -m bench.tune_h200 --evaluate          # the held-out table of the installed calibration
 """
 
@@ -124,7 +127,7 @@ def tiles_top1(rows: list[dict]) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sweeps", type=Path, nargs="*", default=[])
-    ap.add_argument("--triton", type=Path)
+    ap.add_argument("--triton", type=Path, nargs="*", default=[], help="Triton sweep files (all fitted)")
     ap.add_argument("--evaluate", action="store_true", help="score the installed calibration on --sweeps")
     ap.add_argument(
         "--out", type=Path, help="write the data files here (default: where the package keeps them)"
@@ -254,22 +257,36 @@ def main() -> None:
         )
     if args.triton:
         t = fit_triton(args.triton)
+        left_out = t["criterion_leave_one_shape_out"]
         doc = {
             "what": "efficiency of the standard Triton matmul (tutorial kernel: tl.dot, GROUP_SIZE_M) per "
-            "tile, warps, BK bytes x stages, relative to the tensor-core roofline model (log-linear)",
+            "tile, warps, BK bytes x stages, relative to the tensor-core roofline model (log-linear), and the "
+            "shape terms smemtile.triton applies (smemtile/model/gemm_fit.py)",
             "gpu": "NVIDIA H200",
             "gpu_key": "h200",
             "arch": "sm_90",
-            "sweeps": [str(args.triton)],
+            "sweeps": [str(p) for p in args.triton],
+            "held_out": "none: every shape of the sweeps is fitted; criterion_leave_one_shape_out scores each "
+            "shape with a fit that left it out",
             "commit": commit(),
             "date": now,
             "kernel": "bench/bench_kernels.py matmul_kernel (Triton 3.6, triton.testing.do_bench median)",
-            "expected_error": f"rms {t['rms_log_residual']:.0%} (log residual of the fit over "
-            f"{t['observations']} measurements)",
+            "command": "python -m bench.tune_h200 --triton " + " ".join(str(p) for p in args.triton),
+            "expected_error": f"rms {t['rms_log_error_in_sample']:.0%} (log error of the prediction over the "
+            f"{t['observations']} measured configurations it was fitted on)",
+            "criterion_summary": {
+                "in_sample": sum(v["within_5pct"] for v in t["criterion_in_sample"].values()),
+                "leave_one_shape_out": sum(v["within_5pct"] for v in left_out.values()),
+                "shapes": len(left_out),
+            },
             **t,
         }
         ((args.out or DATA) / "triton_h200.json").write_text(json.dumps(doc, indent=1) + "\n")
-        print(f"triton: {t['observations']} observations, rms log residual {t['rms_log_residual']:.3f}")
+        print(
+            f"triton: {t['observations']} observations, rms log error {t['rms_log_error_in_sample']:.3f}; #1 within "
+            f"5 % of its top 8 on {doc['criterion_summary']['in_sample']} of {len(left_out)} shapes in-sample, "
+            f"{doc['criterion_summary']['leave_one_shape_out']} leaving each out"
+        )
 
 
 if __name__ == "__main__":

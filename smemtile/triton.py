@@ -15,11 +15,17 @@ time). For the call's M, N, K and the element type of its first tensor argument 
      (232448 bytes on sm_90: ``smemtile archs``), or whose registers cannot (fp32 accumulators of the warp tile
      plus fragments over 255 per thread, or no block fits an SM: smemtile.model.gemm_model);
   2. ranks the rest by the tile model's predicted time for tensor-core tiles as Triton runs them (roofline x the
-     efficiency the standard Triton matmul measured on the H200, model/data/triton_h200.json). BLOCK_M / BLOCK_N
-     padding waste is in that time (the grid is ceil(M/BM) x ceil(N/BN) whole tiles of work); a K that BLOCK_K
-     does not divide is penalised by K_MASK_FACTOR: the tutorial kernel's masked loads run in every iteration
-     (measured on the H200, 6000x5000x4000 bf16: the model's #1 with such a BLOCK_K ran 34 TFLOP/s, the best
-     configuration of the same top 8, whose BLOCK_K divides K, 131 TFLOP/s: 34 / 131 = 0.26);
+     efficiency the standard Triton matmul measured on the H200 per tile, BLOCK_K bytes, stages and warps,
+     model/data/triton_h200.json; BLOCK_M / BLOCK_N padding waste is in that time: the grid is ceil(M/BM) x
+     ceil(N/BN) whole tiles) x three terms of the shape, fitted on the same measurements
+     (smemtile.model.gemm_fit says why each exists):
+       - wave: the model's whole-wave quantisation is softened (a partly filled last wave runs faster);
+       - epilogue: with one block per SM a block's pipeline fill and C store are exposed, ~ 2048 / K;
+       - unaligned: N or K not a multiple of 16 (Triton's divisibility specialisation) makes the tutorial kernel
+         load that operand one element at a time; the time then follows the scalar loads per thread per k step
+         (fewer is faster), their reuse (a larger BLOCK_M for an unaligned N) and the warps.
+     A BLOCK_K that does not divide K is not penalised beyond its padded last step: the kernel masks its K loads in
+     every iteration anyway (measured: 2 %, within the noise);
   3. keeps the best ``k`` (default 8), best first; ``pruner(k=4)`` makes a prune with another k.
 
 Configurations are ``triton.Config`` objects (``kwargs`` with BLOCK_SIZE_M/N/K or BLOCK_M/N/K, GROUP_SIZE_M;
@@ -38,7 +44,6 @@ from typing import Any
 
 from smemtile.errors import SpecError
 
-K_MASK_FACTOR = 34.0 / 131.0  # throughput of a BLOCK_K that does not divide K, relative (see the docstring)
 DEFAULT_K = 8
 
 # the names a configuration may use for each knob (Triton's tutorial uses BLOCK_SIZE_*)
@@ -123,16 +128,19 @@ def model_dtype(dtype: Any) -> str:
 def rank(configs: Iterable[Any], M: int, N: int, K: int, dtype: Any, arch: str = "sm_90") -> list[dict]:
     """Every configuration with the model's verdict, kept ones best first, then the dropped ones:
     ``{"config", "knobs", "kept", "reason", "smem_bytes", "predicted_tflops", "model_tflops", "k_divides",
-    "k_mask_factor", "pad_eff", "score"}``. ``predicted_tflops`` includes the K-mask penalty; ``model_tflops`` is
-    the tile model's alone. A configuration the model cannot score (e.g. a tile that does not split over its warps
+    "scalar_loads", "terms", "pad_eff", "score"}``. ``predicted_tflops`` is ``model_tflops`` (the tile model's) x
+    the shape terms, ``terms`` their factors ``{"wave", "epilogue", "unaligned"}``; ``scalar_loads``: elements
+    each thread loads one at a time per k step (0 when N and K are multiples of 16). A configuration the model cannot score (e.g. a tile that does not split over its warps
     in mma shapes) is kept after the scored ones, in the given order."""
     from smemtile.model.arch import get_arch
-    from smemtile.model.gemm_model import evaluate
+    from smemtile.model.gemm_fit import correction, shape_features
+    from smemtile.model.gemm_model import evaluate, load_calibration
     from smemtile.model.gemm_tiles import TileConfig, make_problem
 
     dt = model_dtype(dtype)
     p = make_problem(M, N, K, dt, arch)
     limit = get_arch(p.arch).smem_optin_per_block
+    terms = load_calibration("triton_h200.json")["triton_terms"] if p.vendor == "nvidia" else None
     rows, cfgs = [], []
     for i, c in enumerate(configs):
         kn = knobs(c)
@@ -146,7 +154,8 @@ def rank(configs: Iterable[Any], M: int, N: int, K: int, dtype: Any, arch: str =
             "predicted_tflops": None,
             "model_tflops": None,
             "k_divides": p.k % kn["bk"] == 0,
-            "k_mask_factor": 1.0 if p.k % kn["bk"] == 0 else K_MASK_FACTOR,
+            "scalar_loads": None,
+            "terms": None,
             "pad_eff": None,
             "score": 0.0,
         }
@@ -171,8 +180,11 @@ def rank(configs: Iterable[Any], M: int, N: int, K: int, dtype: Any, arch: str =
     for row, t in cfgs:
         s = by_cfg.get(t)
         if s is not None:
+            f = shape_features(p.m, p.n, p.k, t.bm, t.bn, t.bk, t.warps, s.blocks_per_sm, s.wave_eff)
+            row["scalar_loads"] = f["scalar_loads"]
+            row["terms"] = _term_factors(terms, f)
             row["model_tflops"] = s.tflops
-            row["predicted_tflops"] = s.tflops * row["k_mask_factor"]
+            row["predicted_tflops"] = s.tflops * (math.exp(correction(terms, f)) if terms else 1.0)
             row["pad_eff"] = s.pad_eff
             row["score"] = row["predicted_tflops"]
             continue
@@ -185,6 +197,20 @@ def rank(configs: Iterable[Any], M: int, N: int, K: int, dtype: Any, arch: str =
             )
     kept = sorted((r for r in rows if r["kept"]), key=lambda r: (-r["score"], r["index"]))
     return kept + [r for r in rows if not r["kept"]]
+
+
+def _term_factors(terms: dict | None, f: dict) -> dict:
+    """Each shape term's factor on the predicted throughput (1.0: no effect)."""
+    if not terms:
+        return {"wave": 1.0, "epilogue": 1.0, "unaligned": 1.0}
+    from smemtile.model.gemm_fit import correction
+
+    no = {"wave_exponent": 0.0, "exposed_epilogue": 0.0}
+    return {
+        "wave": math.exp(terms["wave_exponent"] * f["wave"]),
+        "epilogue": math.exp(terms["exposed_epilogue"] * f["epilogue"]),
+        "unaligned": math.exp(correction({**no, "unaligned": terms.get("unaligned")}, f)),
+    }
 
 
 def _problem_from_args(named_args: dict, names: tuple[str, str, str]) -> tuple[int, int, int]:
@@ -262,7 +288,7 @@ def configs_as_dicts(
     """The tile model's best ``top`` Triton configurations for the tutorial matmul, best first, as dicts
     ``{"BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages"}``; every
     candidate of ``smemtile tiles M N K --format triton`` (no split K: the tutorial kernel has none) with each
-    tile's stages and warps, ranked as ``prune`` ranks (the K-mask penalty included)."""
+    tile's stages and warps, ranked as ``prune`` ranks (the shape terms included)."""
     from smemtile.model.gemm_tiles import candidates, make_problem
 
     if not isinstance(top, int) or top < 1:
