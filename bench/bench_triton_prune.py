@@ -16,6 +16,8 @@ processes (Triton's on-disk cache), so the timed process only loads them.
     python -m bench.bench_triton_prune --dry-run --out /tmp/dry.json    # the GPU run's code path, no GPU
     python -m bench.bench_triton_prune --predictions bench/results/session9/triton_predictions.json \
         --predictions-commit HASH --out bench/results/session9/triton_prune_h200.json    # on the GPU
+
+The GPU run times every shape's frozen top 8 first, then the rest of the space while ``--budget-s`` lasts.
 """
 
 from __future__ import annotations
@@ -221,9 +223,9 @@ def precompile(shapes: list[tuple], workers: int, log) -> dict:
 
 
 def time_shape(
-    torch, name: str, m: int, n: int, k: int, top8: list, warm: dict, deadline: float
+    torch, name: str, m: int, n: int, k: int, configs: list, top8: list, warm: dict, deadline: float
 ) -> list[dict]:
-    """Time the frozen top 8 first (the criterion needs them), then the rest of the space while time lasts."""
+    """Time ``configs`` on one shape (each checked first), until ``deadline``."""
     from triton.testing import do_bench
 
     dt = _torch_dtype(torch, name)
@@ -234,7 +236,7 @@ def time_shape(
     scale = float(ref.abs().max())
     rows = []
     first = [tuple(x) for x in top8]
-    for cfg in first + [x for x in search_space() if tuple(x) not in first]:
+    for cfg in configs:
         row = {
             "config": list(cfg),
             "warm": warm.get((name, (m, n, k), tuple(cfg))),
@@ -401,12 +403,16 @@ def main() -> None:
 
         warm = precompile(shapes, args.workers, log)
         deadline = t_start + args.budget_s
-        results, rows_by_shape = [], {}
-        for p, (name, m, n, k) in zip(plans, shapes, strict=True):
-            rows = time_shape(torch, name, m, n, k, [c["config"] for c in p["top8"]], warm, deadline)
-            torch.cuda.empty_cache()  # the shape's operands are gone with time_shape's frame
-            rows_by_shape[p["shape"]] = rows
-            results.append(score(p, rows))
+        rows_by_shape = {p["shape"]: [] for p in plans}
+        # every shape's frozen top 8 first (the verdicts), then the rest of the space while the budget lasts
+        for phase in ("top8", "rest"):
+            for p, (name, m, n, k) in zip(plans, shapes, strict=True):
+                top8 = [c["config"] for c in p["top8"]]
+                todo = top8 if phase == "top8" else [list(c) for c in search_space() if list(c) not in top8]
+                rows_by_shape[p["shape"]] += time_shape(torch, name, m, n, k, todo, top8, warm, deadline)
+                torch.cuda.empty_cache()  # the shape's operands are gone with time_shape's frame
+            log(f"{phase} timed")
+        results = [score(p, rows_by_shape[p["shape"]]) for p in plans]
         gpu = torch.cuda.get_device_name(0)
         versions = {"torch": torch.__version__, "triton": triton.__version__}
     for s in results:
