@@ -249,20 +249,68 @@ def test_ncu_runs_on_the_inputs_the_recording_got(tmp_path, monkeypatch):
     assert seen["inp"].tolist() == list(range(512))
 
 
-# ---- the launch's argument handling, against a fake driver (the GPU test below runs the real one) -----------
+# ---- the launch's argument handling, against a fake cuda.core (the GPU test below runs the real one) ---------
 
 
-class _FakeDriver:
-    """The few cuda.bindings.driver calls PreparedLaunch and snapshot make, over host bytearrays; the "kernel"
-    doubles the f32 array at parameter 1 into the one at parameter 0."""
+class _FakeCore:
+    """The few cuda.core calls PreparedLaunch and snapshot make (smemtile.gpu.run's Device.allocate, Buffer views,
+    copies, fills, LaunchConfig, launch), over host bytearrays; the "kernel" doubles the f32 array at parameter
+    1 into the one at parameter 0. Device addresses are the fake's own; any other address is host memory."""
 
-    class CUfunction_attribute:
-        CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+    LEGACY_DEFAULT_STREAM = None  # replaced by a _Stream in __init__
+
+    class _Stream:
+        def sync(self):
+            pass
 
     def __init__(self):
         self.mem: dict[int, bytearray] = {}
         self.top = 0x10000
-        self.params = None
+        self.launched = None
+        core = self
+        self.LEGACY_DEFAULT_STREAM = self._Stream()
+        self.Stream = self._Stream
+
+        class Buffer:
+            def __init__(self, ptr, size):
+                self.handle, self.size = int(ptr), int(size)
+
+            @staticmethod
+            def from_handle(ptr, size):
+                return Buffer(ptr, size)
+
+            def copy_from(self, src, *, stream):
+                assert src.size == self.size, (src.size, self.size)
+                buf, off = core._at(self.handle)
+                buf[off : off + self.size] = ctypes.string_at(src.handle, self.size)
+
+            def copy_to(self, dst, *, stream):
+                assert dst.size == self.size, (dst.size, self.size)
+                buf, off = core._at(self.handle)
+                ctypes.memmove(dst.handle, bytes(buf[off : off + self.size]), self.size)
+
+            def fill(self, value, *, stream):
+                buf, off = core._at(self.handle)
+                buf[off : off + self.size] = bytes([value]) * self.size
+
+            def close(self):
+                pass
+
+        class Device:
+            def __init__(self, index=0):
+                self.device_id = index
+
+            def allocate(self, n, *, stream):  # fresh memory is not zero: the record buffer must be zeroed
+                return Buffer(core.alloc(b"\xab" * n), n)
+
+            def sync(self):
+                pass
+
+        class LaunchConfig:
+            def __init__(self, grid=None, cluster=None, block=None, shmem_size=None):
+                self.grid, self.cluster, self.block, self.shmem_size = grid, cluster, block, shmem_size
+
+        self.Buffer, self.Device, self.LaunchConfig = Buffer, Device, LaunchConfig
 
     def _at(self, ptr: int) -> tuple[bytearray, int]:
         for base, buf in self.mem.items():
@@ -276,92 +324,63 @@ class _FakeDriver:
         self.mem[p] = bytearray(data)
         return p
 
-    def cuMemAlloc(self, n):
-        return 0, self.alloc(bytes(n))
-
-    def cuMemcpyHtoD(self, dst, src, n):
-        buf, off = self._at(int(dst))
-        buf[off : off + n] = ctypes.string_at(src, n)
-        return (0,)
-
-    def cuMemcpyDtoH(self, dst, src, n):
-        buf, off = self._at(int(src))
-        ctypes.memmove(dst, bytes(buf[off : off + n]), n)
-        return (0,)
-
-    def cuMemsetD8(self, p, v, n):
-        buf, off = self._at(int(p))
-        buf[off : off + n] = bytes([v]) * n
-        return (0,)
-
-    def cuMemFree(self, p):
-        return (0,)
-
-    def cuModuleGetFunction(self, module, name):
-        return 0, "function"
-
-    def cuModuleUnload(self, module):
-        return (0,)
-
-    def CUstream(self, x):
-        return x
-
-    def CUdeviceptr(self, x):
-        return int(x)
-
-    def cuCtxSynchronize(self):
-        return (0,)
-
-    def cuLaunchKernel(self, f, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
-        self.params = params
-        vals = params[0]
-        out, off_o = self._at(vals[0])
-        src, off_i = self._at(vals[1])
-        n = vals[2]
+    def launch(self, stream, config, kernel, *args):
+        assert kernel == "kernel k" and config.grid == (1, 1, 1) and config.block == (32, 1, 1)
+        self.launched = args
+        out, off_o = self._at(args[0])
+        src, off_i = self._at(args[1])
+        n = args[2].value
         x = np.frombuffer(bytes(src[off_i : off_i + 4 * n]), np.float32)
         out[off_o : off_o + 4 * n] = (2 * x).tobytes()
-        return (0,)
+
+
+class _FakeModule:
+    def kernel(self, name):
+        return f"kernel {name}"
+
+    def close(self):
+        pass
 
 
 def test_the_launch_passes_device_pointers_and_copies_numpy_back(monkeypatch):
     import smemtile.gpu.inspect as gi
     import smemtile.gpu.run as gr
 
-    drv = _FakeDriver()
-    monkeypatch.setattr(gr, "_driver", lambda: drv)
-    monkeypatch.setattr(gi, "_driver", lambda: drv)
+    core = _FakeCore()
+    monkeypatch.setattr(gr, "_core", lambda: core)
     monkeypatch.setattr(gr, "open_device", lambda device=0: None)
-    monkeypatch.setattr(gi, "load_module", lambda image, line_info=True: "module")
+    monkeypatch.setattr(gi, "load_module", lambda image, line_info=True: _FakeModule())
     types = [".u64", ".u64", ".u32", ".f32"]
     # a device input (its pointer goes in as is), a numpy output (copied there and back)
     src = np.arange(8, dtype=np.float32)
-    ptr = drv.alloc(src.tobytes())
+    ptr = core.alloc(src.tobytes())
     inp = caller_arg(1, _CudaArray((8,), ptr=ptr), ".u64")
     out = np.full(8, -1, np.float32)
     args = [caller_arg(0, out, ".u64"), inp, caller_arg(2, 8, ".u32"), caller_arg(3, 0.5, ".f32")]
     k = gi.PreparedLaunch(
         "ptx", "k", grid=1, block=32, dynamic_smem=0, args=args, param_types=types, record_nbytes=64
     )
-    vals, ctypes_ = k._params
-    assert vals[1] == ptr and vals[2:4] == (8, 0.5) and ctypes_[3] is ctypes.c_float
-    assert (
-        vals[0] != out.ctypes.data and len(vals) == 5
-    )  # a device copy of the numpy array, then the record buffer
+    params = k._params  # what cuda.core's launch receives: pointers as ints, scalars as ctypes of their type
+    assert params[1] == ptr and type(params[2]) is ctypes.c_uint32 and params[2].value == 8
+    assert type(params[3]) is ctypes.c_float and params[3].value == 0.5
+    assert params[0] != out.ctypes.data and len(params) == 5  # a device copy of the numpy array, the record
+    assert bytes(core._at(params[4])[0]) == bytes(64)  # the record buffer starts zeroed
     assert (out == -1).all()
     k.launch()
     k.synchronize()
+    assert core.launched == params
     assert (out == -1).all()  # nothing reaches the caller's array before copy_back
     k.copy_back()
     k.close()
     assert out.tolist() == [2.0 * i for i in range(8)]
-    assert bytes(drv.mem[ptr]) == src.tobytes()  # the device input is the caller's, untouched by the launch
+    assert bytes(core.mem[ptr]) == src.tobytes()  # the device input is the caller's, untouched by the launch
     # a fill is uploaded as host_array computes it; a device array is read back through snapshot
     filled = KernelArg("r", "array", "f32", 8, "random")
     k = gi.PreparedLaunch(
         "ptx", "k", grid=1, block=32, dynamic_smem=0, args=[args[0], filled, *args[2:]], param_types=types
     )
     buf, _ = k.arrays["r"]
-    assert bytes(drv.mem[buf.addr]) == host_array(filled, 1).tobytes()
+    assert bytes(core.mem[buf.addr]) == host_array(filled, 1).tobytes()
     k.close()
     assert gi.snapshot(inp).tolist() == src.tolist()
 

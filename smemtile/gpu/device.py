@@ -1,4 +1,4 @@
-"""The GPU's own limits (``--arch auto``), read with cuDeviceGetAttribute. cuda.bindings is imported lazily.
+"""The GPU's own limits (``--arch auto``), read from cuda.core's device properties (imported lazily).
 
 The driver exposes the per-SM and per-block limits; the allocation granularities, carveout sizes and
 sub-partitions are not attributes, so they come from the table row of the device's compute capability.
@@ -9,7 +9,8 @@ from __future__ import annotations
 from smemtile.errors import NoDevice, SpecError
 from smemtile.model.arch import ARCHS, Arch, arch_for_cc, get_arch
 
-# Arch field -> CUdevice_attribute name (without the CU_DEVICE_ATTRIBUTE_ prefix).
+# Arch field -> CUdevice_attribute name (without the CU_DEVICE_ATTRIBUTE_ prefix); cuda.core's DeviceProperties
+# names each one in lower case (max_threads_per_multiprocessor, ...).
 _ATTRIBUTES = {
     "max_threads_per_sm": "MAX_THREADS_PER_MULTIPROCESSOR",
     "max_blocks_per_sm": "MAX_BLOCKS_PER_MULTIPROCESSOR",
@@ -24,39 +25,38 @@ _ATTRIBUTES = {
 }
 
 
-def _driver():
+def _core():
     try:
-        from cuda.bindings import driver
+        import cuda.core as core
     except Exception as e:  # not installed, or a broken install
         raise NoDevice(
-            f"CUDA Python bindings unavailable ({e.__class__.__name__}); pass --arch sm_XX"
+            f"CUDA Python (cuda.core) unavailable ({e.__class__.__name__}); pass --arch sm_XX"
         ) from None
-    return driver
+    return core
 
 
-def _check(driver, result, what: str):
-    err, *values = result
-    if int(err) != 0:
-        name = driver.cuGetErrorName(err)[1]
-        raise NoDevice(
-            f"{what} failed: {name.decode() if isinstance(name, bytes) else name}; pass --arch sm_XX"
+def _failed(what: str, e: BaseException) -> NoDevice:
+    if e.__class__.__name__ == "CUDAError":  # the driver answered with an error
+        text = str(e).strip().splitlines()
+        return NoDevice(
+            f"{what} failed: {(text[0] if text else 'CUDAError').split(':')[0]}; pass --arch sm_XX"
         )
-    return values[0] if len(values) == 1 else values
+    return NoDevice(f"no CUDA driver ({e.__class__.__name__}); pass --arch sm_XX")
 
 
 def device_attributes(device: int = 0) -> dict[str, int]:
     """Compute capability, SM count and the occupancy-relevant attributes of ``device``."""
-    driver = _driver()
+    core = _core()
     try:
-        _check(driver, driver.cuInit(0), "cuInit")
-    except NoDevice:
-        raise
-    except Exception as e:  # the bindings raise when no driver library is found
-        raise NoDevice(f"no CUDA driver ({e.__class__.__name__}); pass --arch sm_XX") from None
-    count = _check(driver, driver.cuDeviceGetCount(), "cuDeviceGetCount")
+        count = len(core.Device.get_all_devices())
+    except Exception as e:  # no driver library, or cuInit fails
+        raise _failed("cuInit", e) from None
     if device >= count:
         raise NoDevice(f"no CUDA device {device} ({count} found); pass --arch sm_XX")
-    dev = _check(driver, driver.cuDeviceGet(device), "cuDeviceGet")
+    try:
+        props = core.Device(device).properties
+    except Exception as e:
+        raise _failed("cuDeviceGet", e) from None
     names = dict(
         _ATTRIBUTES,
         cc_major="COMPUTE_CAPABILITY_MAJOR",
@@ -65,10 +65,10 @@ def device_attributes(device: int = 0) -> dict[str, int]:
     )
     attrs = {}
     for field, attr in names.items():
-        enum = getattr(driver.CUdevice_attribute, f"CU_DEVICE_ATTRIBUTE_{attr}")
-        attrs[field] = int(
-            _check(driver, driver.cuDeviceGetAttribute(enum, dev), f"cuDeviceGetAttribute({attr})")
-        )
+        try:
+            attrs[field] = int(getattr(props, attr.lower()))
+        except Exception as e:
+            raise _failed(f"cuDeviceGetAttribute({attr})", e) from None
     return attrs
 
 

@@ -1,10 +1,10 @@
 """`inspect` on the GPU: record what the hardware sees, check that recording changes nothing, ncu per source line.
 
-``cuda.bindings.driver`` is imported lazily (through smemtile.gpu.run). Three entry points:
+``cuda.core`` is imported lazily (through smemtile.gpu.run, which holds every CUDA call). Three entry points:
 
 - :func:`record`: the user's PTX rewritten by :func:`smemtile.model.ptx_instrument.instrument` (one extra
   trailing ``.param .u64``: the record buffer; the registers the driver's JIT gives the plain kernel as its
-  ``.maxnreg``, :func:`instrumented`), JIT-compiled by the driver (``cuModuleLoadDataEx`` with line info),
+  ``.maxnreg``, :func:`instrumented`), JIT-compiled by the driver (``cuLibraryLoadData`` with line info),
   launched once with the user's grid, block, dynamic shared memory and arguments; the buffer is decoded
   into :class:`~smemtile.model.inspect_args.WarpRecord` (addresses as byte offsets from the first byte of the
   kernel's shared variables, see :func:`smemtile.model.ptx_instrument.window_base`).
@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from smemtile.errors import CompileError, NoDevice, SmemtileError, SpecError
+from smemtile.errors import NoDevice, SmemtileError, SpecError
 from smemtile.fileio import write_text_atomic
 from smemtile.model.dtypes import DTYPES, PTX_DTYPES
 from smemtile.model.inspect_args import fill_array
@@ -94,7 +94,7 @@ def _scalar(arg, ptx_type: str):
     return (float(arg.value) if ptx_type.startswith(".f") else int(arg.value)), ct
 
 
-def _driver():
+def _driver():  # for driver-API callers (bench/bench_inspect_overhead.py); nothing here calls it
     from smemtile.gpu.run import _driver as drv
 
     return drv()
@@ -107,16 +107,13 @@ def _ok(res, what: str, exc=LaunchFailed):
 
 
 def load_module(image: bytes | str, *, line_info: bool = True):
-    """A module from PTX text (JIT-compiled by the driver, with line info) or a cubin."""
-    d = _driver()
+    """A module (:class:`smemtile.gpu.run.Module`) from PTX text (JIT-compiled by the driver, with line info) or a
+    cubin."""
+    from smemtile.gpu.run import Module
+
     if isinstance(image, str):
-        data = image.encode() + b"\x00"
-        opts = [d.CUjit_option.CU_JIT_GENERATE_LINE_INFO] if line_info else []
-        vals = [1] if line_info else []
-        return _ok(
-            d.cuModuleLoadDataEx(data, len(opts), opts, vals), "loading the PTX (driver JIT)", CompileError
-        )
-    return _ok(d.cuModuleLoadData(image), "cuModuleLoadData (cubin)", CompileError)
+        return Module(image, line_info=line_info)
+    return Module(image, what="cuModuleLoadData (cubin)")
 
 
 class PreparedLaunch:
@@ -139,23 +136,28 @@ class PreparedLaunch:
         seed: int = 0,
         device: int = 0,
     ):
-        from smemtile.gpu.run import DeviceBuffer, open_device
+        from smemtile.gpu.run import (
+            DeviceBuffer,
+            kernel_args,
+            launch_config,
+            open_device,
+            set_max_dynamic_smem,
+        )
 
         if len(args) != len(param_types):
             raise SpecError(f"{len(args)} arguments for {len(param_types)} parameters", key="args")
         self.dev = open_device(device)
-        d = _driver()
         self.grid, self.block = _dim3(grid, "grid"), _dim3(block, "block")
         self.dynamic_smem = int(dynamic_smem)
         self.module = load_module(image)
-        self.func = _ok(
-            d.cuModuleGetFunction(self.module, entry.encode()), f"cuModuleGetFunction({entry})", CompileError
-        )
+        self.kernel = self.module.kernel(entry)  # a cuda.core Kernel
         if self.dynamic_smem > 48 * 1024:
-            attr = d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-            _ok(
-                d.cuFuncSetAttribute(self.func, attr, self.dynamic_smem),
+            set_max_dynamic_smem(
+                self.kernel,
+                self.dynamic_smem,
+                self.dev.index,
                 f"raising the dynamic shared memory limit to {self.dynamic_smem} bytes",
+                LaunchFailed,
             )
         self.arrays: dict[str, tuple[object, np.ndarray]] = {}
         self._copy_back: list[tuple[object, np.ndarray]] = []  # (device copy, the caller's numpy array)
@@ -185,26 +187,40 @@ class PreparedLaunch:
         self.record_buf = None
         if record_nbytes:
             self.record_buf = DeviceBuffer(record_nbytes)
-            _ok(d.cuMemsetD8(self.record_buf.ptr, 0, self.record_buf.nbytes), "cuMemsetD8(record buffer)")
+            self._zero_record()
             vals.append(self.record_buf.addr)
             types.append(ctypes.c_void_p)
-        self._params = (tuple(vals), tuple(types))
+        self._params = kernel_args(vals, types)
+        self._config = launch_config(self.grid, self.block, self.dynamic_smem)
+
+    @property
+    def func(self):
+        """The kernel as a driver-API CUfunction (for callers of the driver API, e.g. bench/bench_inspect_overhead.py)."""
+        from smemtile.gpu.run import driver_function
+
+        return driver_function(self.kernel)
+
+    def _zero_record(self) -> None:
+        from smemtile.gpu.run import _call
+
+        _call("cuMemsetD8(record buffer)", self.record_buf.fill, 0, exc=LaunchFailed)
 
     def launch(self) -> None:
-        d = _driver()
-        res = d.cuLaunchKernel(
-            self.func, *self.grid, *self.block, self.dynamic_smem, d.CUstream(0), self._params, 0
-        )
-        _ok(
-            (res[0],) if isinstance(res, tuple) else (res,),
+        from smemtile.gpu.run import launch
+
+        launch(
+            self.kernel,
+            self._config,
+            self._params,
+            0,
             f"launching with grid {self.grid}, block {self.block}, {self.dynamic_smem} B dynamic shared memory",
+            LaunchFailed,
         )
 
     def synchronize(self) -> None:
-        _ok(
-            _driver().cuCtxSynchronize(),
-            "the kernel (it faulted: an out-of-bounds access or a bad argument?)",
-        )
+        from smemtile.gpu.run import synchronize
+
+        synchronize("the kernel (it faulted: an out-of-bounds access or a bad argument?)", LaunchFailed)
 
     def copy_back(self) -> None:
         """The kernel's results into the caller's (writeable) numpy arrays."""
@@ -222,8 +238,9 @@ class PreparedLaunch:
 
     def time_ms(self, runs: int = 20, warmup: int = 3) -> float:
         """Median of ``runs`` launches timed with CUDA events (after ``warmup`` launches)."""
-        d = _driver()
-        start, end = _ok(d.cuEventCreate(0), "cuEventCreate"), _ok(d.cuEventCreate(0), "cuEventCreate")
+        from smemtile.gpu.run import EventTimer
+
+        timer = EventTimer()
         try:
             for _ in range(warmup):
                 self.launch()
@@ -231,15 +248,12 @@ class PreparedLaunch:
             ts = []
             for _ in range(runs):
                 if self.record_buf is not None:  # every run records the same sample from a zeroed buffer
-                    _ok(d.cuMemsetD8(self.record_buf.ptr, 0, self.record_buf.nbytes), "cuMemsetD8")
-                _ok(d.cuEventRecord(start, d.CUstream(0)), "cuEventRecord")
-                self.launch()
-                _ok(d.cuEventRecord(end, d.CUstream(0)), "cuEventRecord")
-                _ok(d.cuEventSynchronize(end), "cuEventSynchronize")
-                ts.append(float(_ok(d.cuEventElapsedTime(start, end), "cuEventElapsedTime")))
+                    self._zero_record()
+                with timer:
+                    self.launch()
+                ts.append(timer.ms())
         finally:
-            d.cuEventDestroy(start)
-            d.cuEventDestroy(end)
+            timer.close()
         return statistics.median(ts)
 
     def close(self) -> None:
@@ -249,15 +263,15 @@ class PreparedLaunch:
             self.record_buf.free()
         if self.module is not None:
             try:
-                _driver().cuModuleUnload(self.module)
+                self.module.close()
             finally:
                 self.module = None
 
 
 def snapshot(arg, device: int = 0) -> np.ndarray:
-    """A host copy of a caller's array (a device array copied with cuMemcpyDtoH): what ``--ncu`` runs on, and
+    """A host copy of a caller's array (a device array copied to the host): what ``--ncu`` runs on, and
     what the CPU emulator reads for a device array."""
-    from smemtile.gpu.run import open_device
+    from smemtile.gpu.run import _call, copy_to_host, open_device
     from smemtile.model.dtypes import NUMPY_DTYPES
 
     if not isinstance(arg.data, DeviceArray):
@@ -265,8 +279,7 @@ def snapshot(arg, device: int = 0) -> np.ndarray:
     out = np.empty(int(arg.count), dtype=np.dtype(NUMPY_DTYPES[arg.dtype]))
     if out.nbytes:
         open_device(device)
-        d = _driver()
-        _ok(d.cuMemcpyDtoH(out.ctypes.data, d.CUdeviceptr(int(arg.data.pointer)), out.nbytes), "cuMemcpyDtoH")
+        _call("cuMemcpyDtoH", copy_to_host, int(arg.data.pointer), out, exc=LaunchFailed)
     return out
 
 
@@ -286,19 +299,15 @@ def _param_types(ptx: str, entry: str) -> list[str]:
 def plain_registers(ptx: str, entry: str, device: int = 0) -> int:
     """The registers per thread the driver's JIT gives the uninstrumented ``entry`` (the cap
     :func:`instrumented` puts on the recording)."""
-    from smemtile.gpu.run import open_device
+    from smemtile.gpu.run import _call, open_device
 
     open_device(device)
-    d = _driver()
     module = load_module(ptx)
     try:
-        func = _ok(
-            d.cuModuleGetFunction(module, entry.encode()), f"cuModuleGetFunction({entry})", CompileError
-        )
-        attr = d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NUM_REGS
-        return int(_ok(d.cuFuncGetAttribute(attr, func), "cuFuncGetAttribute"))
+        func = module.kernel(entry)
+        return int(_call("cuFuncGetAttribute", getattr, func.attributes, "num_regs", exc=LaunchFailed))
     finally:
-        d.cuModuleUnload(module)
+        module.close()
 
 
 def instrumented(ptx: str, entry: str, instrs: list, sample: Sample, device: int = 0) -> str:

@@ -196,47 +196,27 @@ def ptx_by_kernel(module: Module) -> dict[str, list[str]]:
 # ---- the GPU run -------------------------------------------------------------------------------------------
 
 
-def _driver():
-    from smemtile.gpu.run import _driver as d
-
-    return d()
-
-
-def _ok(res, what: str):
-    from smemtile.gpu.run import _ok as ok
-
-    return ok(res, what)
-
-
 class _Loaded:
     """The module's cubin loaded on the current context, with one device copy of each launch's tables."""
 
     def __init__(self, module: Module, cubin: bytes):
-        from smemtile.gpu.run import DeviceBuffer
+        from smemtile.gpu.run import DeviceBuffer, kernel_attributes, set_max_dynamic_smem
+        from smemtile.gpu.run import Module as LoadedModule
 
-        d = _driver()
         self.module = module
-        self.handle = _ok(d.cuModuleLoadData(cubin), "cuModuleLoadData")
-        self.funcs = {
-            k: _ok(d.cuModuleGetFunction(self.handle, k.encode()), f"cuModuleGetFunction({k})")
-            for k in module.kernels
-        }
-        attr = d.CUfunction_attribute
-        self.registers = {
-            k: int(_ok(d.cuFuncGetAttribute(attr.CU_FUNC_ATTRIBUTE_NUM_REGS, f), "NUM_REGS"))
-            for k, f in self.funcs.items()
-        }
-        self.local_bytes = {
-            k: int(_ok(d.cuFuncGetAttribute(attr.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, f), "LOCAL"))
-            for k, f in self.funcs.items()
-        }
+        self.handle = LoadedModule(cubin, what="cuModuleLoadData")
+        self.funcs = {k: self.handle.kernel(k) for k in module.kernels}  # cuda.core Kernels
+        attrs = {k: kernel_attributes(f) for k, f in self.funcs.items()}
+        self.registers = {k: a["registers"] for k, a in attrs.items()}
+        self.local_bytes = {k: a["local_bytes"] for k, a in attrs.items()}
         big = max(x.smem_bytes for x in module.launches)
         if big > 48 * 1024:
+            device = _current_device()
             for k, f in self.funcs.items():
-                _ok(d.cuFuncSetAttribute(f, attr.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, big), k)
+                set_max_dynamic_smem(f, big, device, k)
         gbytes = max(x.global_bytes for x in module.launches)
         self.gsrc = DeviceBuffer(gbytes)
-        _ok(d.cuMemsetD8(self.gsrc.ptr, 1, gbytes), "cuMemsetD8")
+        self.gsrc.fill(1)
         self.tables = [
             (
                 DeviceBuffer.from_array(np.ascontiguousarray(x.addr)),
@@ -249,26 +229,23 @@ class _Loaded:
 
     def run(self, index: int, blocks: int) -> np.ndarray:
         """Launch ``module.launches[index]`` on ``blocks`` blocks; the cycles of every (block, warp), -1 idle."""
-        from smemtile.gpu.run import DeviceBuffer
+        from smemtile.gpu.run import DeviceBuffer, kernel_args, launch, launch_config, synchronize
 
-        d = _driver()
         x = self.module.launches[index]
         warps = x.threads // 32
         cycles = DeviceBuffer(blocks * warps * 8)
         sink = DeviceBuffer(blocks * x.threads * 4)
         a, on, won, src = self.tables[index]
         P, U = ctypes.c_void_p, ctypes.c_uint
-        args = (
+        args = kernel_args(
             (a.addr, on.addr, won.addr, src.addr, self.gsrc.addr, x.iterations, 0, cycles.addr, sink.addr),
             (P, P, P, P, P, U, U, P, P),
         )
         try:
-            res = d.cuLaunchKernel(
-                self.funcs[x.kernel], blocks, 1, 1, x.threads, 1, 1, x.smem_bytes, d.CUstream(0), args, 0
-            )
-            _ok((res[0],) if isinstance(res, tuple) else (res,), f"cuLaunchKernel({x.kernel})")
+            config = launch_config((blocks, 1, 1), (x.threads, 1, 1), x.smem_bytes)
+            launch(self.funcs[x.kernel], config, args, 0, f"cuLaunchKernel({x.kernel})")
             try:
-                _ok(d.cuCtxSynchronize(), "cuCtxSynchronize")
+                synchronize("cuCtxSynchronize")
             except RuntimeError as e:
                 raise VerificationFailed(f"microkernel {x.kernel} ({x.pattern.label}) faulted: {e}") from None
             return cycles.to_array((blocks, warps), np.int64)
@@ -282,9 +259,15 @@ class _Loaded:
                 b.free()
         self.gsrc.free()
         try:
-            _driver().cuModuleUnload(self.handle)
+            self.handle.close()
         except Exception:  # pragma: no cover - best effort
             pass
+
+
+def _current_device() -> int:
+    from smemtile.gpu.run import _core
+
+    return int(_core().Device().device_id)
 
 
 def time_launches(loaded: _Loaded, blocks: int) -> dict[str, dict]:

@@ -8,6 +8,13 @@ results); then the numbers are ``None`` and a loaded module's function attribute
 Results are cached on disk (``$SMEMTILE_CACHE_DIR/nvrtc`` or ``~/.cache/smemtile/nvrtc``), keyed by everything
 that changes the output: the source, the headers, the name expressions, the options, the arch and the NVRTC
 version. ``SMEMTILE_COMPILE_CACHE=0`` turns it off.
+
+Why NVRTC directly and not cuda.core's Program (the rest of smemtile/gpu is on cuda.core): one NVRTC program
+here gives both the cubin and the PTX of the same compile (``Program.compile`` makes one target per compile: two
+compiles), takes our option strings as they are (``--ptxas-options=-v``, ``-arch=sm_90a``, the callers' and the
+nonce's ``-D``; ``ProgramOptions`` has a field per option and no pass-through), takes headers from memory (the
+``headers`` argument; ``ProgramOptions`` has include paths only) and returns the whole log, whose ptxas report
+is parsed per entry, next to our own disk cache. The output buffers are fresh bytearrays (:func:`out_buffer`).
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ import hashlib
 import importlib
 import json
 import os
+import re
 import signal
 import socket
 import time
@@ -89,6 +90,20 @@ def _adopt(cfg, compiled) -> None:
         nvrtc._cache_put(key, compiled)
 
 
+def _driver_version() -> int | None:
+    """The CUDA driver's version as cuDriverGetVersion gives it (1000 x major + 10 x minor, e.g. 13000)."""
+    try:
+        from cuda.core import system
+
+        major, minor = system.get_user_mode_driver_version()[:2]
+        return 1000 * int(major) + 10 * int(minor)
+    except Exception:  # cuda.core without cuda.core.system's driver version (before 1.2)
+        from smemtile.gpu.run import _driver
+
+        err, ver = _driver().cuDriverGetVersion()  # cuda.core lacks: the driver version (older releases)
+        return int(ver) if int(err) == 0 else None
+
+
 class GpuRunner:
     """Compiles for the device's arch, checks against the family's reference, times with CUDA events."""
 
@@ -107,25 +122,20 @@ class GpuRunner:
         self.env = self._environment()
 
     def _uuid(self) -> str | None:
-        from smemtile.gpu.run import _driver
-
-        d = _driver()
+        """``GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`` (as nvidia-smi writes it) from cuda.core's Device.uuid."""
         try:
-            err, dev = d.cuDeviceGet(self.dev.index)
-            err2, u = d.cuDeviceGetUuid(dev)
-        except Exception:  # an older binding without the call
+            text = str(self.dev.core.uuid).lower()
+        except Exception:  # an older cuda.core, or no answer
             return None
-        if int(err) or int(err2):
+        h = re.sub(r"[^0-9a-f]", "", text.removeprefix("gpu-"))
+        if len(h) != 32:
             return None
-        h = bytes(u.bytes).hex()
         return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
 
     def _environment(self) -> dict:
         from smemtile import __version__
         from smemtile.gpu.nvrtc import DEFAULT_OPTIONS, nvrtc_version
-        from smemtile.gpu.run import _driver
 
-        err, ver = _driver().cuDriverGetVersion()
         return {
             "device": self.dev.name,
             "uuid": self.uuid,
@@ -134,7 +144,7 @@ class GpuRunner:
             "clock_khz": self.dev.clock_khz,
             "mem_clock_khz": self.dev.mem_clock_khz,
             **self._nvml.settings(),
-            "driver": int(ver) if int(err) == 0 else None,
+            "driver": _driver_version(),
             "nvrtc": nvrtc_version(),
             "nvrtc_options": list(DEFAULT_OPTIONS),
             "smemtile": __version__,
@@ -153,17 +163,14 @@ class GpuRunner:
 
     def _bind(self) -> None:
         """Make the device's context current on this thread (a pool may run the next task on another one)."""
-        from smemtile.gpu.run import _driver
-
-        _driver().cuCtxSetCurrent(self.dev.context)
+        self.dev.set_current()
 
     def healthy(self) -> bool:
         """False once the context is broken (a sticky error such as an illegal address): restart the process."""
-        from smemtile.gpu.run import _driver
-
         try:
             self._bind()
-            return int(_driver().cuCtxSynchronize()[0]) == 0
+            self.dev.synchronize()
+            return True
         except Exception:
             return False
 

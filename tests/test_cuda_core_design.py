@@ -1,0 +1,201 @@
+"""Issue 31 item 4: smemtile/gpu/ goes through cuda.core; cuda.bindings.driver only where cuda.core lacks the call.
+
+CPU tests: the source holds the design (every remaining driver call is one of the listed exceptions and says what
+cuda.core lacks), nothing imports CUDA before a GPU is used, and the argument packing and launch geometry are
+what cuda.core expects (its real ParamHolder packs the arguments here; no GPU needed).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+GPU = sorted((ROOT / "smemtile" / "gpu").glob("*.py"))
+
+# The driver-API calls cuda.core 1.2 has no counterpart for (each call site says so in a comment).
+DRIVER_EXCEPTIONS = {
+    "cuGetErrorName",  # names the error of the calls below (run._ok)
+    "cuLibraryLoadData",  # PTX with JIT options (-lineinfo): ObjectCode.from_ptx takes none
+    "cuLibraryGetKernel",  # a kernel of that library
+    "cuLibraryUnload",
+    "cuKernelSetAttribute",  # Kernel.attributes is read-only: the dynamic shared memory limit
+    "cuKernelGetFunction",  # a CUfunction for driver-API callers (benchmarks)
+    "cuDriverGetVersion",  # the fallback where cuda.core.system has no driver version
+}
+_CALL = re.compile(r"(?:\bd|\bdriver|_driver\(\))\.(cu[A-Z]\w*)\(")
+
+
+def _calls() -> dict[str, list[tuple[str, int, str]]]:
+    out: dict[str, list[tuple[str, int, str]]] = {}
+    for f in GPU:
+        lines = f.read_text().splitlines()
+        for i, line in enumerate(lines):
+            for m in _CALL.finditer(line):
+                out.setdefault(m.group(1), []).append((f.name, i, "\n".join(lines[max(0, i - 8) : i + 1])))
+    return out
+
+
+def test_gpu_modules_call_the_driver_api_only_where_cuda_core_lacks_the_call():
+    calls = _calls()
+    assert set(calls) <= DRIVER_EXCEPTIONS, sorted(set(calls) - DRIVER_EXCEPTIONS)
+    # what cuda.core does is not hand-written any more (the calls the old run.py, inspect.py and microkernel.py made)
+    for gone in ("cuMemAlloc", "cuMemcpyHtoD", "cuMemcpyDtoH", "cuMemsetD8", "cuModuleLoadData", "cuLaunchKernel",
+                 "cuLaunchKernelEx", "cuEventCreate", "cuEventElapsedTime", "cuFuncGetAttribute", "cuInit",
+                 "cuOccupancyMaxActiveBlocksPerMultiprocessor", "cuOccupancyMaxActiveClusters", "cuCtxSynchronize",
+                 "cuTensorMapEncodeTiled", "cuDeviceGetAttribute", "cuDevicePrimaryCtxRetain"):  # fmt: skip
+        assert gone not in calls, (gone, calls.get(gone))
+    # each remaining call says what cuda.core lacks, on its line or in the few lines above it
+    for name, sites in calls.items():
+        for file, line, context in sites:
+            if name == "cuGetErrorName":  # the error text of a cuda.bindings result, not a feature
+                continue
+            assert "cuda.core lacks" in context, (
+                f"{file}:{line + 1}: {name} without a 'cuda.core lacks' comment"
+            )
+
+
+def test_no_cuda_import_before_a_gpu_is_used():
+    """Importing the GPU modules loads neither cuda.core nor cuda.bindings (they are imported where a GPU is
+    used); nvrtc.py keeps cuda.bindings.nvrtc, imported lazily too."""
+    code = (
+        "import sys\n"
+        "import smemtile, smemtile.gpu.run, smemtile.gpu.inspect, smemtile.gpu.tune, smemtile.gpu.device\n"
+        "import smemtile.gpu.microkernel, smemtile.gpu.nvrtc, smemtile.gpu.ncu, smemtile.gpu.inspect_launch\n"
+        "print(sorted(m for m in sys.modules if m.startswith('cuda')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", out.stdout
+    for f in GPU:
+        for line in f.read_text().splitlines():
+            assert not re.match(r"(from cuda|import cuda)", line), (
+                f"{f.name}: a top-level CUDA import: {line}"
+            )
+
+
+def test_nvrtc_stays_on_cuda_bindings_and_says_why():
+    text = (ROOT / "smemtile" / "gpu" / "nvrtc.py").read_text()
+    assert "from cuda.bindings import nvrtc" in text
+    assert "cuda.core's Program" in text  # the module docstring gives the reasons
+
+
+def test_launch_arguments_are_packed_as_cuda_core_passes_them():
+    """smemtile.gpu.run.kernel_args through cuda.core's own ParamHolder: a pointer 8 bytes, each scalar with the
+    size of its C type (a bare Python int would go as a pointer-sized value, a float as a double)."""
+    handler = pytest.importorskip("cuda.core._kernel_arg_handler")
+    from smemtile.gpu.run import kernel_args
+
+    vals = [0x7F00_0000_1234, 3, 2.5, 7, 2**40 + 5, -1.25]
+    types = [
+        ctypes.c_void_p,
+        ctypes.c_int32,
+        ctypes.c_float,
+        ctypes.c_uint16,
+        ctypes.c_int64,
+        ctypes.c_double,
+    ]
+    args = kernel_args(vals, types)
+    holder = handler.ParamHolder(list(args))
+    ptrs = (ctypes.c_void_p * len(args)).from_address(holder.ptr)
+    sizes = [8, 4, 4, 2, 8, 8]
+    got = [bytes((ctypes.c_ubyte * n).from_address(p)) for p, n in zip(ptrs, sizes, strict=True)]
+    want = [
+        (0x7F00_0000_1234).to_bytes(8, "little"),
+        (3).to_bytes(4, "little"),
+        np.float32(2.5).tobytes(),
+        (7).to_bytes(2, "little"),
+        (2**40 + 5).to_bytes(8, "little"),
+        np.float64(-1.25).tobytes(),
+    ]
+    assert got == want
+    marker = object()  # a tensor map (or any object with no ctypes type) goes through as it is
+    assert kernel_args([marker], [None]) == (marker,)
+
+
+def test_a_cluster_launch_counts_the_grid_in_clusters(monkeypatch):
+    """cuda.core's LaunchConfig takes the grid in clusters when a cluster is given (cuLaunchKernelEx in blocks):
+    launch_config divides, and refuses a grid that is not a whole number of clusters."""
+    import smemtile.gpu.run as run
+
+    seen = []
+
+    class _Core:
+        class LaunchConfig:
+            def __init__(self, **kw):
+                seen.append(kw)
+
+    monkeypatch.setattr(run, "_core", lambda: _Core)
+    run.launch_config((8, 3, 1), (384, 1, 1), 230464, (2, 1, 1))
+    run.launch_config((8, 3, 1), (128, 1, 1), 0)
+    assert seen == [
+        {"grid": (4, 3, 1), "cluster": (2, 1, 1), "block": (384, 1, 1), "shmem_size": 230464},
+        {"grid": (8, 3, 1), "block": (128, 1, 1), "shmem_size": 0},
+    ]
+    with pytest.raises(ValueError, match="whole number of clusters"):
+        run.launch_config((3, 1, 1), (128, 1, 1), 0, (2, 1, 1))
+
+
+def test_tensor_maps_are_described_as_cuda_core_reads_them(monkeypatch):
+    """A planned map (dims innermost first, byte strides of dims 1.., box innermost first) becomes a row-major
+    __cuda_array_interface__ view and as_tensor_map's row-major box with L2 promotion 256B; an inactive map a
+    16-byte placeholder over the spare buffer."""
+    pytest.importorskip("cuda.core.utils")
+    import cuda.core.utils as cu
+
+    import smemtile.gpu.run as run
+    from smemtile.families.base import TensorMapPlan
+
+    calls = []
+
+    class _View:
+        def __init__(self, obj):
+            self.cai = obj.__cuda_array_interface__
+
+        @classmethod
+        def from_cuda_array_interface(cls, obj, stream_ptr=None):
+            return cls(obj)
+
+        def as_tensor_map(self, box, **kw):
+            calls.append((self.cai, box, kw))
+            return "map"
+
+    monkeypatch.setattr(cu, "StridedMemoryView", _View)
+    tm = run._tensor_map_enums()
+    t = TensorMapPlan("tmA", "A", "bf16", (256, 512), (1024,), (64, 128), "128B", True)
+    assert run._encode_tensor_map(t, 0x7000_0000_0000) == "map"
+    cai, box, kw = calls[-1]
+    assert cai["shape"] == (512, 256) and cai["strides"] == (1024, 2) and cai["typestr"] == "<u2"
+    assert cai["data"] == (0x7000_0000_0000, False) and box == (128, 64)
+    assert (
+        kw["data_type"] == tm.TensorMapDataType.BFLOAT16 and kw["swizzle"] == tm.TensorMapSwizzle.SWIZZLE_128B
+    )
+    assert kw["l2_promotion"] == tm.TensorMapL2Promotion.L2_256B
+    assert kw["interleave"] == tm.TensorMapInterleave.NONE and kw["oob_fill"] == tm.TensorMapOOBFill.NONE
+    off = TensorMapPlan("tmC", "C", "f16", (512, 256), (1026,), (64, 64), "128B", False)
+    run._encode_tensor_map(off, 0x7000_0000_0002, spare=0x7100_0000_0000)
+    cai, box, kw = calls[-1]
+    assert cai["shape"] == (16,) and cai["data"][0] == 0x7100_0000_0000 and box == (16,)
+    assert kw["swizzle"] == tm.TensorMapSwizzle.NONE
+
+
+def test_without_a_gpu_verify_still_says_no_cuda_gpu_and_exits_3():
+    from tests.conftest import gpu_available
+
+    if gpu_available():
+        pytest.skip("a GPU answers here")
+    out = subprocess.run(
+        [sys.executable, "-m", "smemtile", "verify", "samples/transpose_32x32.yaml"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert out.returncode == 3, (out.returncode, out.stderr)
+    assert "smemtile: error: no CUDA GPU: " in out.stderr and len(out.stderr.strip().splitlines()) == 1
