@@ -9,6 +9,7 @@ REGISTRY: dict[str, str] = {
     "stencil2d": "stencil2d",
     "hgemm": "hgemm",
     "wgmma_gemm": "wgmma_gemm",
+    "conv2d": "conv2d",
 }
 
 NAMES: tuple[str, ...] = tuple(REGISTRY)

@@ -1,0 +1,368 @@
+"""The tile model of conv2d (``smemtile tiles --family conv2d N H W C K R S STRIDE --dtype bf16``: the
+convolution's keys in that order, padding ``same`` = (r - 1) // 2; ``smemtile tune``, ``generate`` without a tile).
+
+The kernel's main loop is hgemm's column-major-B loop on the GEMM view (M = n*p*q, N = k, K = r*s*c), so the
+prediction is the GEMM tile model's (:mod:`smemtile.model.gemm_model`, tensor-core roofline x the measured
+efficiency of the tile) with hgemm's measured factors (``smemtile/families/hgemm/calibration_h200.yaml``: BK /
+stages speed, load latency): the same tiles, copies, fragment loads and mma.sync. What the convolution adds:
+
+* the gather's instructions (per 16-byte A chunk: the tap's two bounds tests, the address, the zero-fill
+  predicate; per element on the VEC 1 path) beside the mma.sync. A warp scheduler issues one instruction a cycle
+  and one mma.sync.m16n8k16 keeps the tensor pipe busy MMA_CYCLES cycles, so a K tile costs
+  max(mma x MMA_CYCLES, all issued instructions) cycles per warp: the factor
+  ``gather = max(1, issued / (mma x MMA_CYCLES))`` on the SM time (1.0 for the default tiles; > 1 for small warp
+  tiles and the element gather);
+* no split K (the rules refuse it: the kernel has none).
+
+The GEMM view counts A as the im2col matrix (r*s times the activations for a 3x3): its DRAM bytes are an upper
+bound (the halo rows are re-read from L2, not DRAM). GATHER_INSTR, ELEMENT_INSTR and MMA_CYCLES are estimates
+from the instruction counts of conv2d.cu's loop, **not calibrated on conv measurements** (no conv run is recorded
+yet: the provenance says so and the ranking prints no expected error; bench/run.py's ``bench`` plan of the
+task file measures the ResNet-50 layers against cuDNN when the reference kind is accepted).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+
+from smemtile.errors import SpecError
+from smemtile.families.base import Candidate, KernelConfig
+from smemtile.families.tile_model import (
+    ModelOption,
+    Prediction,
+    Ranked,
+    Ranking,
+    Rejection,
+    SizesModel,
+    TieRule,
+)
+from smemtile.model.arch import Arch
+from smemtile.model.gemm_model import FamilyRules, warp_tile
+
+GATHER_INSTR = 12  # per 16-byte A chunk (VEC 8): 2 adds, 3 compares, 2 IMAD, address, select, cp.async
+ELEMENT_INSTR = 10  # per element of a VEC 1 chunk (bounds, address, a 2-byte load, the pack), + the tap walk
+COPY_INSTR = 4  # per 16-byte filter chunk (address, bound, cp.async)
+MMA_CYCLES = (
+    4  # issue cycles one mma.sync.m16n8k16 occupies the tensor pipe of a warp scheduler (sm_80 / sm_90)
+)
+SOURCE = "smemtile/families/conv2d/tiles.py"
+
+PARAMS = ("BM", "BN", "BK", "WM", "WN", "STAGES", "GROUP_M", "MIN_BLOCKS")
+
+
+def tile_params(c) -> dict:
+    """conv2d template parameters of a GEMM tile-model candidate (TileConfig), with the model's warp split."""
+    wt = warp_tile(c.bm, c.bn, c.warps)
+    wm, wn = wt if wt else (16, 8)  # no split: the rules name the broken one
+    return {"BM": c.bm, "BN": c.bn, "BK": c.bk, "WM": wm, "WN": wn, "STAGES": c.stages, "GROUP_M": c.group_m}
+
+
+def label(p: dict) -> str:
+    return f"{p['BM']}x{p['BN']}x{p['BK']} w{p['WM']}x{p['WN']} s{p['STAGES']} g{p['GROUP_M']}"
+
+
+def gather_factor(p: dict, vec: int) -> float:
+    """The gather's issue-slot factor of one tile (see the module text)."""
+    threads = (p["BM"] // p["WM"]) * (p["BN"] // p["WN"]) * 32
+    ksteps = p["BK"] // 16
+    mma = (p["WM"] // 16) * (p["WN"] // 8) * ksteps
+    ldsm = (p["WM"] // 16 + p["WN"] // 16) * ksteps
+    a_chunks = p["BM"] * p["BK"] // 8 / threads
+    b_chunks = p["BN"] * p["BK"] // 8 / threads
+    per_chunk = GATHER_INSTR if vec == 8 else 8 * ELEMENT_INSTR
+    issued = mma + ldsm + a_chunks * per_chunk + b_chunks * COPY_INSTR * (1 if vec == 8 else 4)
+    return max(1.0, issued / (mma * MMA_CYCLES))
+
+
+class Contract(FamilyRules):
+    """The GEMM model's rules for conv2d tiles: the family's own checks of the configuration (every static_assert
+    of conv2d.cu, shared memory), no split K; ``calibration``: hgemm's measured factors (the same main loop)."""
+
+    def __init__(self, fam, arch: Arch, problem: dict):
+        from smemtile.families.hgemm.tiles import calibration
+
+        self.fam, self.arch, self.problem = fam, arch, problem
+        self.calibration = calibration()
+        self.seen: dict[tuple, tuple] = {}
+
+    def __call__(self, c):
+        params = tile_params(c)
+        threads = (c.bm // params["WM"]) * (c.bn // params["WN"]) * 32 if c.bm % params["WM"] == 0 else 32
+        if c.split_k > 1:
+            return ([f"conv2d: no split K (SPLIT {c.split_k}): the kernel adds no K slices"], threads, 0)
+        key = tuple(params[k] for k in PARAMS if k in params and k != "GROUP_M")
+        if key in self.seen:
+            return self.seen[key]
+        try:
+            cfg = configure_tile(self.fam, {**params, "MIN_BLOCKS": 1}, self.problem, self.arch, check=False)
+            bad = [f"conv2d: {b}" for b in self.fam.problems(cfg, accesses=False)]
+            if not bad and self.fam.vec(cfg) == 1 and params["BK"] > 32:
+                bad = [
+                    "conv2d: the element gather (VEC 1: c or a leading dimension not a multiple of 8) is "
+                    "built with BK 32 only (its registers beside BK 64+ were not checked)"
+                ]
+        except SpecError as e:
+            bad = [f"conv2d: {e}"]
+        out = (bad, self.fam.threads(params), 0 if bad else self.fam.smem_bytes(cfg))
+        self.seen[key] = out
+        return out
+
+
+def configure_tile(fam, params: dict, problem: dict, arch: Arch, check: bool = True) -> KernelConfig:
+    from smemtile.families import configure
+
+    return configure(fam, {**params, **problem}, {}, arch, check=check)
+
+
+@dataclass(frozen=True)
+class ConvScored:
+    """One ranked conv2d configuration as ``tiles --family`` prints it."""
+
+    params: tuple  # ((name, value), ...) of PARAMS
+    label: str
+    threads: int
+    registers: int
+    blocks_per_sm: int
+    smem_bytes: int
+    time_us: float
+    tflops: float
+    gbps: float  # (x + f + y bytes) / predicted time: the effective bandwidth
+    gather: float  # the gather's issue factor on the GEMM view's SM time
+    gemm_time_us: float  # the GEMM view's prediction (hgemm's calibrated tile model)
+    bound: str
+    copy_ratio: float | None = None
+    calibrated: bool = False
+    measured: bool = False
+    rank: int = 0
+    reason: str = ""
+
+    def params_dict(self) -> dict:
+        return dict(self.params)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["params"] = self.params_dict()
+        return d
+
+
+class Conv2dTileModel(SizesModel):
+    """conv2d's TileModel: the GEMM view's tensor-core tiles (gemm_tiles.candidates), screened by the family's
+    rules (:class:`Contract`), predicted by the GEMM model with hgemm's factors, times the gather factor."""
+
+    # the convolution's keys are the positional sizes (Family.size_keys: n h w c k r s stride); padding is the
+    # family's default (same: (r - 1) // 2), the tile model takes no option of its own
+    options: tuple[ModelOption, ...] = ()
+    tiles_examples = (
+        "smemtile tiles --family conv2d 32 28 28 128 128 3 3 1 --dtype bf16 --arch sm_80 --top 3",
+    )
+    tie_rule = TieRule(
+        0.005,
+        "bucket",
+        "ties (within 0.5 % predicted) go to what hgemm measured faster on the H200 (its BK / stages factor), then "
+        "fewer stages, then less shared memory",
+    )
+
+    def __init__(self, fam=None):
+        self.fam = fam
+        self.problem: dict = {}
+        self.arch = None
+        self.p = None
+
+    # ---- the protocol --------------------------------------------------------------------------------------
+    def space(self, problem: dict, arch) -> list:
+        from smemtile.model.arch import get_arch
+        from smemtile.model.gemm_tiles import candidates, make_problem
+
+        fam = self.fam
+        a = arch if isinstance(arch, Arch) else get_arch(arch)
+        known = {pk.name for pk in fam.problem_keys}
+        full = {pk.name: pk.default for pk in fam.problem_keys if not pk.dense}
+        full.update({k: v for k, v in problem.items() if k in known})
+        from smemtile.families.base import check_problem
+
+        self.problem = check_problem(fam, full)
+        self.arch = a
+        if a.cc < (8, 0):
+            raise SpecError(
+                f"conv2d needs sm_80 or newer (cp.async, bf16 mma.sync); {a.name} has neither", key="--arch"
+            )
+        g = fam.geometry(self.problem)
+        if g["p"] < 1 or g["q"] < 1:
+            raise SpecError(
+                f"the {self.problem['r']}x{self.problem['s']} filter does not fit the padded "
+                f"{self.problem['h']}x{self.problem['w']} image (pad {self.problem['pad']})",
+                key="--pad",
+            )
+        contract = Contract(fam, a, self.problem)
+        self.p = make_problem(
+            g["M"],
+            g["N"],
+            g["K"],
+            self.problem["dtype"],
+            a.name,
+            "nvidia",
+            problem.get("gpu"),
+            None,
+            contract,
+        )
+        return list(candidates(self.p))
+
+    def screen(self, cand) -> Rejection | None:
+        return None  # the GEMM model applies the rules (Contract) with its own resources
+
+    def predict_all(self, cands: list, gpu) -> list:
+        from smemtile.model.gemm_model import evaluate_problem
+        from smemtile.model.gemm_tiles import Scored, tie_key
+
+        out = []
+        vec = 8 if self._aligned() else 1
+        nbytes = self._bytes()
+        for x in evaluate_problem(self.p, cands):
+            if not isinstance(x, Scored):
+                out.append(Rejection(x.kind, x.reason, _rejected(x.cfg, x.kind, x.reason)))
+                continue
+            params = {**tile_params(x.cfg), "MIN_BLOCKS": max(1, min(4, x.blocks_per_sm))}
+            fac = gather_factor(params, vec)
+            t, bound = self._conv_time(x, fac)
+            s = ConvScored(
+                tuple((k, params[k]) for k in PARAMS),
+                label(params),
+                x.threads,
+                x.regs,
+                x.blocks_per_sm,
+                x.smem_bytes,
+                t * 1e6,
+                self.p.flops / t / 1e12,
+                nbytes / t / 1e9,
+                fac,
+                x.time_s * 1e6,
+                bound,
+            )
+            out.append(Prediction(t, tie=tie_key(x), terms={"gather": fac, "bound": bound}, result=s))
+        return out
+
+    def _conv_time(self, x, fac: float) -> tuple[float, str]:
+        """The GEMM view's time with the convolution's own DRAM bytes and the gather factor: the model's parts
+        (SM, DRAM, L2 time) recovered from its score, the DRAM part scaled by the convolution's unique bytes over
+        the im2col GEMM's (the halo is re-read from L2, not DRAM), the SM part by the gather factor, combined by
+        the GEMM model's rule (the binding part + OVERLAP x the others + the launch)."""
+        from smemtile.model.gemm_tiles import LAUNCH_S, OVERLAP
+
+        g = self.p.gpu
+        d, l2 = x.dram_bytes / (g.dram_gbps * 1e9), x.l2_bytes / (g.l2_gbps * 1e9)
+        if x.bound == "dram":
+            sm = (x.time_s - d - LAUNCH_S) / OVERLAP - l2
+        elif x.bound == "l2":
+            sm = (x.time_s - l2 - LAUNCH_S) / OVERLAP - d
+        else:  # compute or latency: the SMs bind
+            sm = x.time_s - OVERLAP * (d + l2) - LAUNCH_S
+        parts = {"compute": max(sm, 0.0) * fac, "dram": d * self._dram_ratio(), "l2": l2}
+        bound = max(parts, key=parts.get)
+        t = parts[bound] + OVERLAP * (sum(parts.values()) - parts[bound]) + LAUNCH_S
+        if bound == "compute" and x.bound == "latency":
+            bound = "latency"
+        return t, bound
+
+    def _dram_ratio(self) -> float:
+        """The convolution's unique bytes (x, f, y) over the GEMM view's (im2col A, B, C)."""
+        q, g = self.problem, self.fam.geometry(self.problem)
+        y_item = 4 if q["y_dtype"] == "f32" else 2
+        gemm = (g["M"] * g["K"] + g["K"] * g["N"]) * 2 + g["M"] * g["N"] * y_item
+        return min(1.0, self._bytes() / gemm)
+
+    def predict(self, cand, gpu):
+        return self.predict_all([cand], gpu)[0]
+
+    def shape_key(self, cand):
+        return cand.shape_key()
+
+    def explain(self, entry: Ranked, top: Ranked, ranked) -> str:
+        s, t = entry.pred.result, top.pred.result
+        why = f"{s.bound}-bound (the GEMM view through hgemm's calibrated model), gather x{s.gather:.2f}"
+        if s is t:
+            return f"best: {s.tflops:.1f} TFLOP/s predicted; {why}"
+        rel = s.time_us / t.time_us - 1.0
+        return f"{rel:+.1%} vs #1: {s.tflops:.1f} TFLOP/s; {why}"
+
+    def provenance(self) -> dict:
+        from smemtile.families.hgemm.tiles import calibration
+
+        cal = calibration()
+        return {
+            "model": "the GEMM view (M = n*p*q, N = k, K = r*s*c) through the GEMM tile model with hgemm's "
+            "measured factors (the same mma.sync main loop), x the gather's issue factor; not yet calibrated on "
+            f"conv measurements ({SOURCE})",
+            "source": SOURCE,
+            "file": cal.get("file"),
+            "gpu": cal.get("gpu"),
+            "date": cal.get("date"),
+            "runs": "hgemm's GEMM runs (no conv2d run recorded)",
+            "commit": cal.get("commit"),
+            "calibrated": False,
+            "expected_error": None,
+            "expected_error_of": "none measured: no conv2d run is recorded yet",
+        }
+
+    # ---- what the commands built on the ranking ask ----------------------------------------------------------
+    def _aligned(self) -> bool:
+        q = self.fam.problem_ints(self.problem)
+        return q["c"] % 8 == 0 and q["ldx"] % 8 == 0 and q["ldf"] % 8 == 0
+
+    def _bytes(self) -> float:
+        q, g = self.problem, self.fam.geometry(self.problem)
+        item = 2
+        y_item = 4 if q["y_dtype"] == "f32" else 2
+        return float(
+            q["n"] * q["h"] * q["w"] * q["c"] * item + g["N"] * g["K"] * item + g["M"] * g["N"] * y_item
+        )
+
+    @staticmethod
+    def scored(entry: Ranked) -> ConvScored:
+        return replace(entry.pred.result, rank=entry.rank, reason=entry.reason)
+
+    def configure(self, entry: Ranked) -> KernelConfig:
+        s = self.scored(entry)
+        return configure_tile(self.fam, s.params_dict(), self.problem, self.arch)
+
+    def ranker(self, ranking: Ranking, rerank=None) -> Ranker:
+        return Ranker(self, ranking)
+
+
+def _rejected(cfg, kind: str, reason: str) -> dict:
+    p = tile_params(cfg)
+    return {
+        "params": p,
+        "label": f"{label(p)}{' split' + str(cfg.split_k) if cfg.split_k > 1 else ''}",
+        "kind": kind,
+        "reason": reason,
+    }
+
+
+class Ranker:
+    """A conv2d ranking for one problem as ``tune`` (``top``, calling it with a configuration) and ``tiles
+    --family`` (``ranked``, ``rejections``, ``provenance``) read it; ``generate`` without a tile uses #1."""
+
+    def __init__(self, model: Conv2dTileModel, ranking: Ranking):
+        self.fam, self.model = model.fam, model
+        self.problem = dict(model.problem)
+        self.ranked = [model.scored(e) for e in ranking.ranked]
+        self._rejected = [r.rejection.result for r in ranking.rejected]
+        self._provenance = dict(ranking.provenance)
+
+    def top(self, k: int) -> list[dict]:
+        return [s.params_dict() for s in self.ranked[:k]]
+
+    def __call__(self, params: dict, src: str) -> Candidate:
+        full = {**self.fam.defaults(), **params}
+        want = {k: full[k] for k in PARAMS}
+        name = label(full)
+        s = next((s for s in self.ranked if s.params_dict() == want), None)
+        if s is None:
+            return Candidate(name, params, src, None, None, "outside the model's ranking")
+        return Candidate(name, params, src, s.rank, s.tflops, s.reason)
+
+    def rejections(self) -> list[dict]:
+        return list(self._rejected)
+
+    def provenance(self) -> dict:
+        return dict(self._provenance)
