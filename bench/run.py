@@ -15,7 +15,8 @@ and never timed.
 
 Timing (``bench/timing.py``): per shape, the family's reference (``reference:`` in the task file: ``matmul`` =
 torch.matmul on operands of the problem's sizes and dtype, TF32 and reduced-precision reductions off; ``copy`` =
-cuMemcpyDtoDAsync of the bytes the kernel moves, half read, half written) and every correct configuration in
+cuMemcpyDtoDAsync of the bytes the kernel moves, half read, half written; ``conv2d`` = torch.nn.functional.conv2d,
+cuDNN with its autotuner, on channels_last tensors of the problem's n h w c k r s stride pad and dtype) and every correct configuration in
 alternating rounds (order reversed every round), a 512 MiB tensor zeroed before every timed call outside the CUDA
 events; median, p10/p90 and spread = (p90 - p10) / median; ratio = reference median / ours.
 
@@ -361,6 +362,58 @@ class Matmul:
         del self.a, self.b, self.c
 
 
+class Conv2d:
+    """Reference ``conv2d``: torch.nn.functional.conv2d (cuDNN, its autotuner on) on channels_last tensors of the
+    problem's sizes and dtype (``n h w c k r s stride pad`` as the family's integer problem keys; bias and ReLU
+    when the problem sets them), into a preallocated channels_last output."""
+
+    def __init__(self, torch, reference: dict, problem: dict, ints: dict):
+        from smemtile.model.dtypes import get_dtype
+
+        q = ints
+        dname = str(problem.get(reference["dtype"], reference["dtype"]))
+        dt = getattr(torch, get_dtype(dname).torch)
+        g = torch.Generator(device="cuda").manual_seed(0)
+        cl = torch.channels_last
+        self.x = (
+            torch.randn(q["n"], q["c"], q["h"], q["w"], device="cuda", generator=g)
+            .to(dt)
+            .to(memory_format=cl)
+        )
+        self.w = (
+            torch.randn(q["k"], q["c"], q["r"], q["s"], device="cuda", generator=g)
+            .to(dt)
+            .to(memory_format=cl)
+        )
+        self.bias = (
+            torch.randn(q["k"], device="cuda", generator=g).to(dt) if int(problem.get("bias", 0)) else None
+        )
+        self.relu = bool(int(problem.get("relu", 0)))
+        self.stride, self.pad = int(q["stride"]), int(q["pad"])
+        torch.backends.cudnn.benchmark = (
+            True  # cuDNN picks its fastest algorithm for the shape (warm-up rounds)
+        )
+        self.torch = torch
+
+    def __call__(self) -> None:
+        y = self.torch.nn.functional.conv2d(self.x, self.w, self.bias, stride=self.stride, padding=self.pad)
+        if self.relu:
+            y.relu_()
+
+    def close(self) -> None:
+        del self.x, self.w, self.bias
+
+
+def reference_fn(fam, torch, reference: dict, problem: dict, amount: float):
+    """The timed reference of ``reference['kind']`` for one problem (the task file's ``reference:``)."""
+    kind = reference["kind"]
+    if kind == "copy":
+        return Copy(int(amount // 2))
+    if kind == "conv2d":
+        return Conv2d(torch, reference, problem, fam.problem_ints(problem))
+    return Matmul(torch, reference, problem)
+
+
 def torch_setup():
     import torch
 
@@ -458,7 +511,7 @@ def run_case(
             if k is not None and e.label not in loaded:
                 k.close()
         rows.append(row)
-    ref_fn = Copy(int(amount // 2)) if reference["kind"] == "copy" else Matmul(torch, reference, case.problem)
+    ref_fn = reference_fn(fam, torch, reference, case.problem, amount)
     try:
         fns = {REF: ref_fn, **{label: k.launch for label, k in loaded.items()}}
         times = time_rounds(fns, torch, rounds, flush, warmup=3)
