@@ -199,3 +199,179 @@ def test_without_a_gpu_verify_still_says_no_cuda_gpu_and_exits_3():
     )
     assert out.returncode == 3, (out.returncode, out.stderr)
     assert "smemtile: error: no CUDA GPU: " in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+class _FakeCore:
+    """The cuda.core surface LoadedKernel uses, over host bytearrays; launches are recorded, not run."""
+
+    def __init__(self):
+        self.mem: dict[int, bytearray] = {}
+        self.top = 1 << 32
+        self.launches: list = []
+        self.cluster_configs: list = []
+        core = self
+
+        class Stream:
+            def sync(self):
+                pass
+
+            def record(self, event):
+                event.recorded += 1
+
+        class Buffer:
+            def __init__(self, ptr, size):
+                self.handle, self.size = int(ptr), int(size)
+
+            @staticmethod
+            def from_handle(ptr, size):
+                return Buffer(ptr, size)
+
+            def copy_from(self, src, *, stream):
+                assert src.size == self.size
+                buf, off = core.at(self.handle)
+                buf[off : off + self.size] = ctypes.string_at(src.handle, self.size)
+
+            def copy_to(self, dst, *, stream):
+                assert dst.size == self.size
+                buf, off = core.at(self.handle)
+                ctypes.memmove(dst.handle, bytes(buf[off : off + self.size]), self.size)
+
+            def fill(self, value, *, stream):
+                buf, off = core.at(self.handle)
+                buf[off : off + self.size] = bytes([value]) * self.size
+
+            def close(self):
+                core.mem.pop(self.handle)
+
+        class Event:
+            recorded = 0
+
+            def sync(self):
+                pass
+
+            def __sub__(self, other):
+                return 0.25
+
+            def close(self):
+                pass
+
+        class EventOptions:
+            def __init__(self, timing_enabled=False):
+                assert timing_enabled  # the events time
+
+        class Device:
+            device_id = 0
+
+            def __init__(self, index=0):
+                pass
+
+            def allocate(self, n, *, stream):
+                p = core.top
+                core.top += -(-n // 256) * 256 + 256
+                core.mem[p] = bytearray(b"\xab" * n)
+                return Buffer(p, n)
+
+            def sync(self):
+                pass
+
+            def create_event(self, options):
+                return Event()
+
+        class LaunchConfig:
+            def __init__(self, **kw):
+                self.kw = kw
+
+        class Occupancy:
+            def max_active_blocks_per_multiprocessor(self, threads, dynamic_smem):
+                return 1
+
+            def max_active_clusters(self, config, *, stream):
+                core.cluster_configs.append(config.kw)
+                return 66
+
+        class Attributes:
+            num_regs, shared_size_bytes, local_size_bytes = 168, 0, 0
+
+        class Kernel:
+            def __init__(self, name):
+                self.name, self.attributes, self.occupancy, self.handle = name, Attributes(), Occupancy(), 1
+
+        class ObjectCode:
+            @staticmethod
+            def from_cubin(data):
+                assert isinstance(data, bytes) and data[:4] == b"\x7fELF"
+                return ObjectCode()
+
+            def get_kernel(self, name):
+                return Kernel(name)
+
+        self.Stream, self.Buffer, self.EventOptions, self.Device = Stream, Buffer, EventOptions, Device
+        self.LaunchConfig, self.ObjectCode, self.LEGACY_DEFAULT_STREAM = LaunchConfig, ObjectCode, Stream()
+
+    def at(self, ptr):
+        for base, buf in self.mem.items():
+            if base <= ptr < base + max(len(buf), 1):
+                return buf, ptr - base
+        raise AssertionError(f"no device memory at {ptr:#x}")
+
+    def launch(self, stream, config, kernel, *args):
+        self.launches.append((kernel.name, config.kw, args))
+
+
+def test_loaded_kernel_runs_its_plan_through_cuda_core(monkeypatch):
+    """A wgmma sub-view (odd leading dimensions, odd addresses: two repacking steps, a workspace, an inactive C
+    map) built by NVRTC and run on a fake cuda.core: the steps in order, the cluster grid in clusters, the maps
+    passed by value (the inactive one over the spare buffer), pointers as ints, scalars as ctypes; the output
+    the kernel never wrote is poison; timing uses timing events; close frees every allocation."""
+    pytest.importorskip("cuda.bindings.nvrtc")
+    import cuda.core.utils as cu
+
+    import smemtile.gpu.run as run
+    from smemtile.families import FAMILIES, configure
+    from smemtile.families.base import subview_case
+
+    core = _FakeCore()
+    monkeypatch.setattr(run, "_core", lambda: core)
+    monkeypatch.setattr(run, "set_max_dynamic_smem", lambda kernel, nbytes, index, *a: seen.append(nbytes))
+    seen: list = []
+
+    class _View:
+        def __init__(self, obj):
+            self.cai = obj.__cuda_array_interface__
+
+        @classmethod
+        def from_cuda_array_interface(cls, obj, stream_ptr=None):
+            return cls(obj)
+
+        def as_tensor_map(self, box, **kw):
+            return ("map", self.cai["shape"], self.cai["data"][0], box)
+
+    monkeypatch.setattr(cu, "StridedMemoryView", _View)
+    fam = FAMILIES["wgmma_gemm"]
+    cfg, offsets = subview_case(fam, configure("wgmma_gemm", {"M": 256, "N": 512, "K": 256}, {}, "sm_90a"))
+    dev = run.Device(0, "fake", (9, 0), "sm_90", 132, None, None, None, None, 1 << 20, core.Device())
+    k = run.LoadedKernel(cfg, dev)
+    assert (k.registers, k.driver_blocks, k.driver_clusters) == (168, 1, 66)
+    assert seen == [k.shape.dynamic_smem_bytes] and seen[0] > 48 * 1024
+    assert core.cluster_configs == [{"grid": (2, 1, 1), "cluster": (2, 1, 1), "block": (384, 1, 1),
+                                     "shmem_size": seen[0]}]  # fmt: skip
+    inputs = fam.make_inputs(cfg, np.random.default_rng(1))
+    res = k.check(inputs, fam.reference(cfg, inputs), offsets)
+    assert not res.correct and "got nan" in res.mismatch.describe()  # nothing ran: the poison came back
+    names = [n for n, _, _ in core.launches]
+    assert names[:2] == ["smemtile_wgmma_repack"] * 2 and names[2] == k.compiled.lowered[k.expr]
+    _, config, args = core.launches[2]
+    assert config == {"grid": (2, 1, 1), "cluster": (2, 1, 1), "block": (384, 1, 1), "shmem_size": seen[0]}
+    maps = [a for a in args if isinstance(a, tuple)]
+    assert [m[1] for m in maps] == [
+        (256, 256),
+        (512, 256),
+        (16,),
+    ]  # tmA, tmB over the repacked copies; tmC off
+    assert maps[0][2] == k._addrs["Ap"] and maps[2][2] == k._spare.addr
+    assert {type(a) for a in args if not isinstance(a, tuple)} <= {int, ctypes.c_int32, ctypes.c_int64}
+    assert type(args[0]) is ctypes.c_int32 and type(args[6]) is int and args[6] == k._addrs["C"]
+    t = k.time(warmup_s=0.0, target_s=0.0, min_runs=3, max_runs=3)
+    assert (t.median_ms, t.runs, t.l2_flush_bytes) == (0.25, 3, 2 << 20)
+    k.close()
+    assert core.mem == {}  # every buffer (arrays, workspace, spare, L2 scratch) freed

@@ -921,6 +921,7 @@ class LoadedKernel:
                 b.free()
         self._workspace = self._spare = None
         self._maps, self._launches, self._funcs = {}, None, {}
+        self.kernel = None  # no Kernel left: cuda.core unloads the cubin's library
         if self.module is not None:
             try:
                 self.module.close()
