@@ -1,0 +1,238 @@
+"""The conv2d family without a GPU: its float64 reference against a direct loop, the GEMM view the kernel computes
+(the gather's tap walk, emulated exactly as conv2d.cu advances it) against the reference, the launch plan and its
+refusals, the bank analysis of the gather tile, NVRTC builds without spills for sm_80 and sm_90, the tile model's
+ranking through the CLI to a spec `verify` takes. The GPU half is tests/test_conv2d_gpu.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import yaml
+from conftest import run_cli
+
+from smemtile.families import FAMILIES, configure
+from smemtile.families.base import ContractViolation, refusal
+from smemtile.families.conv2d import out_size
+from smemtile.families.hgemm import to_float64
+
+FAM = FAMILIES["conv2d"]
+
+
+def _cfg(problem: dict, params: dict | None = None, arch: str = "sm_90"):
+    return configure(FAM, {**(params or {}), **problem}, {}, arch)
+
+
+def _direct(x, f, stride, pad):
+    """y[n, p, q, k] by the definition, one output element at a time (tiny sizes only)."""
+    n, h, w, c = x.shape
+    k, r, s, _ = f.shape
+    p_, q_ = out_size(h, r, stride, pad), out_size(w, s, stride, pad)
+    y = np.zeros((n, p_, q_, k))
+    for b in range(n):
+        for i in range(p_):
+            for j in range(q_):
+                for kk in range(k):
+                    acc = 0.0
+                    for a in range(r):
+                        for e in range(s):
+                            ih, iw = i * stride - pad + a, j * stride - pad + e
+                            if 0 <= ih < h and 0 <= iw < w:
+                                acc += float(x[b, ih, iw] @ f[kk, a, e])
+                    y[b, i, j, kk] = acc
+    return y
+
+
+@pytest.mark.parametrize(
+    "problem",
+    [
+        {"n": 2, "h": 5, "w": 6, "c": 3, "k": 4, "r": 3, "s": 3, "pad": 1},
+        {"n": 1, "h": 7, "w": 5, "c": 2, "k": 3, "r": 3, "s": 2, "stride": 2, "pad": 0},
+        {"n": 1, "h": 9, "w": 9, "c": 4, "k": 2, "r": 5, "s": 5, "stride": 2, "pad": 2, "bias": 1, "relu": 1},
+    ],
+)
+def test_reference_is_the_convolution(problem):
+    cfg = _cfg(problem)
+    q = FAM.problem_ints(cfg.problem)
+    x = FAM.make_inputs(cfg, np.random.default_rng(1))
+    ref = FAM.reference(cfg, x)
+    xs = to_float64(x["x"], "bf16").reshape(q["n"], q["h"], q["w"], q["c"])
+    fs = to_float64(x["f"], "bf16").reshape(q["k"], q["r"], q["s"], q["c"])
+    want = _direct(xs, fs, q["stride"], q["pad"])
+    if problem.get("bias"):
+        want = want + x["bias"].astype(np.float64)
+    if problem.get("relu"):
+        want = np.maximum(want, 0.0)
+    assert ref.shape == (want.size // q["k"], q["k"])
+    np.testing.assert_allclose(ref, want.reshape(ref.shape), rtol=1e-12, atol=1e-12)
+    assert (ref != 0).any() and (not problem.get("relu") or (ref == 0).any())
+
+
+def _gather_a(cfg, x2d: np.ndarray) -> np.ndarray:
+    """The A matrix (n*p*q x r*s*c) as conv2d.cu's gather fills As: every output pixel's image origin, and for
+    each 8-element chunk the tap (c, s, r) walked from kg = a_col in steps of BK (Tap::advance), each element of a
+    chunk walked on by one (the VEC 1 path; VEC 8 chunks never cross a tap). Zero where a tap falls outside."""
+    q = FAM.problem_ints(cfg.problem)
+    n, h, w, c, r, s, st, pad = (q[k] for k in ("n", "h", "w", "c", "r", "s", "stride", "pad"))
+    p_, q_ = out_size(h, r, st, pad), out_size(w, s, st, pad)
+    m_total, kg_total, bk = n * p_ * q_, r * s * c, cfg.params["BK"]
+    a = np.zeros((m_total, -(-kg_total // bk) * bk))
+
+    def advance(tap, step):
+        cc, ss, rr = tap
+        cc += step
+        while cc >= c:
+            cc -= c
+            ss += 1
+            if ss == s:
+                ss, rr = 0, rr + 1
+        return cc, ss, rr
+
+    for m in range(m_total):
+        img, rem = divmod(m, p_ * q_)
+        h0, w0 = rem // q_ * st - pad, rem % q_ * st - pad
+        for col in range(0, bk, 8):
+            rs = col // c
+            tap = (col - rs * c, rs % s, rs // s)
+            for kt in range(a.shape[1] // bk):
+                t = tap
+                for e in range(8):
+                    cc, ss, rr = t
+                    ih, iw = h0 + rr, w0 + ss
+                    if rr < r and 0 <= ih < h and 0 <= iw < w:
+                        a[m, kt * bk + col + e] = x2d[(img * h + ih) * w + iw, cc]
+                    t = advance(t, 1)
+                tap = advance(tap, bk)
+    return a[:, :kg_total]
+
+
+@pytest.mark.parametrize("i", range(len(FAM.test_sizes)))
+def test_the_kernels_gemm_view_is_the_reference(i):
+    """A (the gather) @ B (the filter rows) is the reference on every test size: the GEMM view, the tap walk and
+    the layouts of x and f are the convolution."""
+    cfg = _cfg(FAM.test_sizes[i])
+    dt = cfg.problem["dtype"]
+    x = FAM.make_inputs(cfg, np.random.default_rng(2))
+    a = _gather_a(cfg, to_float64(x["x"], dt))
+    y = a @ to_float64(x["f"], dt).T
+    if int(cfg.problem["bias"]):
+        y = y + x["bias"].astype(np.float64)
+    if int(cfg.problem["relu"]):
+        y = np.maximum(y, 0.0)
+    np.testing.assert_allclose(y, FAM.reference(cfg, x), rtol=1e-9, atol=1e-9)
+
+
+def test_launch_plan_and_its_refusals():
+    cfg = _cfg({"n": 32, "h": 28, "w": 28, "c": 128, "k": 128, "r": 3, "s": 3, "pad": 1})
+    plan = FAM.launch(cfg)
+    assert plan.grid == (32 * 28 * 28 // 128, 1, 1) and plan.block == (256, 1, 1)
+    assert plan.dynamic_smem_bytes == 4 * (128 + 128) * 32 * 2
+    args = dict(
+        zip([d.rsplit(" ", 1)[1] for d in FAM.signature], [v for v, _ in plan.steps[0].args], strict=True)
+    )
+    assert (args["P"], args["Q"], args["pad"], args["ldx"], args["ldf"], args["ldy"]) == (
+        28,
+        28,
+        1,
+        128,
+        1152,
+        128,
+    )
+    assert FAM.auto_values(cfg) == {"VEC": 8}
+    # pad same = (r - 1) // 2; a 1x1 filter pads nothing, a 7x7 three
+    assert FAM.problem_ints(_cfg({"r": 1, "s": 1}).problem)["pad"] == 0
+    assert FAM.problem_ints(_cfg({"r": 7, "s": 7}).problem)["pad"] == 3
+    with pytest.raises(ContractViolation, match="square filter"):
+        _cfg({"r": 3, "s": 1})
+    # 16-byte gathers refuse a misaligned pointer or pitch; the element gather takes them
+    assert "16-byte aligned" in refusal(FAM, cfg, {"x": 1})
+    odd = _cfg({"c": 128, "ldx": 131, "r": 1, "s": 1})
+    assert FAM.auto_values(odd) == {"VEC": 1} and refusal(FAM, odd, {"x": 1, "f": 1, "y": 1}) is None
+    with pytest.raises(ContractViolation, match="VEC=8"):
+        _cfg({"c": 3}, {"VEC": 8})
+    with pytest.raises(ContractViolation, match="padded image holds the filter"):
+        _cfg({"h": 2, "w": 2, "r": 5, "s": 5, "pad": 0})
+    with pytest.raises(ContractViolation, match="sm_80"):
+        _cfg({}, arch="sm_75")
+
+
+def test_the_gather_tile_is_conflict_free_under_the_swizzle_and_the_fragments_conflict_dense():
+    from smemtile.model.analysis import analyze_spec
+    from smemtile.model.layout import Layout
+
+    cfg = _cfg({"n": 32, "h": 28, "w": 28, "c": 128, "k": 128, "r": 3, "s": 3, "pad": 1})
+    assert {b: str(v.swizzle) for b, v in cfg.layouts.items()} == {
+        "As": "Swizzle<2,3,3>",
+        "Bs": "Swizzle<2,3,3>",
+    }
+
+    def worst(c):
+        return {
+            r.access.name: (int(r.bank.wavefronts.max()), int(r.bank.ideal_wavefronts.max()))
+            for r in analyze_spec(FAM.spec(c))
+        }
+
+    assert worst(cfg) == {"A_gather": (8, 8), "B_copy": (8, 8), "A_frag": (4, 4), "B_frag": (4, 4)}
+    dense = configure(FAM, dict(cfg.problem), {"As": Layout(), "Bs": Layout()}, "sm_90")
+    assert worst(dense) == {"A_gather": (8, 8), "B_copy": (8, 8), "A_frag": (16, 4), "B_frag": (16, 4)}
+
+
+SHIPPED = [
+    ({}, {}),  # the defaults (VEC 8)
+    ({"c": 3, "r": 7, "s": 7, "stride": 2, "bias": 1, "relu": 1}, {}),  # VEC 1 (element gather), epilogue
+    ({"dtype": "f16", "y_dtype": "f32"}, {"BK": 64, "STAGES": 3}),
+    ({"y_dtype": "f16", "bias": 1}, {"BM": 256, "BN": 128, "WM": 64, "WN": 64}),
+    ({}, {"BM": 128, "BN": 128, "WM": 64, "WN": 64, "MIN_BLOCKS": 2}),
+    ({"c": 13}, {"BM": 64, "BN": 64, "WM": 32, "WN": 32}),
+]
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize(("problem", "params"), SHIPPED)
+def test_nvrtc_builds_without_spills(problem, params, arch):
+    from smemtile.pipeline.build import compile_config
+
+    cfg = _cfg(problem, params, arch)
+    r = compile_config(cfg).resources[FAM.name_expression(cfg)]
+    assert r.registers > 0 and not r.spills, (FAM.name_expression(cfg), r)
+
+
+def test_tiles_ranks_and_writes_a_spec_verify_takes(tmp_path):
+    out = run_cli(
+        "tiles", "--family", "conv2d", "32", "28", "28", "128", "128", "3", "3", "1",
+        "--dtype", "bf16", "--arch", "sm_80", "--top", "3", "--format", "yaml",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    docs = [d for d in yaml.safe_load_all(out.stdout) if d]
+    assert len(docs) == 3
+    spec = docs[0]
+    assert spec["kernel"] == {
+        "family": "conv2d", "n": 32, "h": 28, "w": 28, "c": 128, "k": 128, "r": 3, "s": 3, "stride": 1,
+        "dtype": "bf16",
+    }  # fmt: skip
+    path = tmp_path / "pick.yaml"
+    path.write_text(out.stdout.split("---")[0])
+    v = run_cli("verify", str(path), "--compile-only", "--json")
+    assert v.returncode == 0, v.stderr
+    import json
+
+    doc = json.loads(v.stdout)
+    assert doc["spills"] == 0 and doc["registers"] > 0
+    table = run_cli(
+        "tiles", "--family", "conv2d", "32", "56", "56", "64", "64", "3", "3", "1", "--dtype", "bf16"
+    )
+    assert table.returncode == 0 and "TFLOP/s predicted" in table.stdout, table.stderr
+
+
+def test_tile_model_states_it_is_not_calibrated_on_conv():
+    ranker = FAM.ranker(
+        {"n": 32, "h": 14, "w": 14, "c": 256, "k": 256, "r": 3, "s": 3, "dtype": "bf16"}, "sm_90", None
+    )
+    prov = ranker.provenance()
+    assert prov["calibrated"] is False and "not yet calibrated on conv" in prov["model"]
+    top = ranker.ranked[0]
+    assert top.tflops > 0 and top.gather >= 1.0 and top.rank == 1
+    # the element gather costs issue slots: a 3-channel stem ranks slower per flop than its 16-byte twin
+    stem = FAM.ranker(
+        {"n": 32, "h": 224, "w": 224, "c": 3, "k": 64, "r": 7, "s": 7, "stride": 2}, "sm_90", None
+    )
+    assert stem.ranked and all(s.gather > 1.0 for s in stem.ranked)
