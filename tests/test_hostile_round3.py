@@ -421,7 +421,9 @@ def test_a_terminated_tune_ends_its_process_tree_and_keeps_its_results(tmp_path,
     if not Path("/proc/self/stat").exists():
         pytest.skip("needs /proc")
     shapes = tmp_path / "shapes.yaml"
-    shapes.write_text(yaml.safe_dump([{"M": 256 * (i + 1), "N": 1024, "K": 1024} for i in range(24)]))
+    # 24 problems (72 candidates: the tune is still running when it is stopped), each quick to plan (large grids:
+    # few split-K candidates to rank), so the workers start soon
+    shapes.write_text(yaml.safe_dump([{"M": 4096 + 256 * i, "N": 4096, "K": 1024} for i in range(24)]))
     cache = tmp_path / "c.jsonl"
     p = subprocess.Popen(
         [
@@ -454,7 +456,7 @@ def test_a_terminated_tune_ends_its_process_tree_and_keeps_its_results(tmp_path,
             seen |= _descendants(p.pid)
             if cache.exists() and cache.read_bytes().count(b"\n") >= 2 and len(seen) >= 2:
                 break
-            time.sleep(0.2)
+            time.sleep(0.05)
         assert p.poll() is None, (
             "tune ended before it could be interrupted: " + p.stderr.read().decode()[-800:]
         )
@@ -476,7 +478,7 @@ def test_a_terminated_tune_ends_its_process_tree_and_keeps_its_results(tmp_path,
     assert str(cache) in lines[0]
     t0 = time.monotonic()
     while any(_alive(c) for c in seen) and time.monotonic() - t0 < 15:
-        time.sleep(0.2)
+        time.sleep(0.05)
     assert not [c for c in seen if _alive(c)], "worker processes outlived the terminated tune"
     rows = [json.loads(ln) for ln in cache.read_text().splitlines() if ln.strip()]
     assert len(rows) >= lines_before and all(r["row"]["status"] in ("ok", "skipped") for r in rows)

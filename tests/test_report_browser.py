@@ -9,8 +9,11 @@ from __future__ import annotations
 import io
 import json
 import os
+import queue
+import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 from cdp_browser import Browser, find_chromium
 from click.testing import CliRunner
@@ -56,24 +59,44 @@ def test_report_pages_in_chromium(tmp_path):
 
 
 def _load_all(folder: Path) -> dict:
-    pages = {}
-    for spec in SAMPLES:
-        out = folder / f"{spec.stem}.html"
-        r = CliRunner().invoke(main, ["report", str(spec), "-o", str(out), "--no-compile"])
-        assert r.exit_code == 0, r.output
-        pages[spec.stem] = out
-    pages.update(_exports(folder))
-    bad = folder / "control.html"  # the detector must see an error where there is one
-    bad.write_text(
-        "<!DOCTYPE html><html><body><p>control</p><script>console.error('control-console');"
-        "throw new Error('control-throw')</script></body></html>"
-    )
+    """Every page written and loaded: the browser starts first and loads each page in a thread of its own while
+    the next one is written (the browser waits on its pipe, this process writes pages: the two overlap)."""
     browser = Browser(EXE, WIDTH, HEIGHT)
+    jobs: queue.Queue = queue.Queue()
+    out: dict = {}
+    failed: list[BaseException] = []
+
+    def serve() -> None:
+        while (job := jobs.get()) is not None:
+            name, path, probe = job
+            try:
+                out[name] = browser.load(path.as_uri(), probe)
+            except BaseException as e:  # re-raised below, once the pages are written
+                failed.append(e)
+                return
+
+    loader = threading.Thread(target=serve, daemon=True)
+    loader.start()
     try:
-        out = {name: browser.load(path.as_uri(), PROBE) for name, path in pages.items()}
-        out["control"] = browser.load(bad.as_uri(), "document.body.innerText")
+        for spec in SAMPLES:
+            path = folder / f"{spec.stem}.html"
+            r = CliRunner().invoke(main, ["report", str(spec), "-o", str(path), "--no-compile"])
+            assert r.exit_code == 0, r.output
+            jobs.put((spec.stem, path, PROBE))
+        for name, path in _exports(folder).items():
+            jobs.put((name, path, PROBE))
+        bad = folder / "control.html"  # the detector must see an error where there is one
+        bad.write_text(
+            "<!DOCTYPE html><html><body><p>control</p><script>console.error('control-console');"
+            "throw new Error('control-throw')</script></body></html>"
+        )
+        jobs.put(("control", bad, "document.body.innerText"))
     finally:
+        jobs.put(None)
+        loader.join()
         browser.close()
+    if failed:
+        raise failed[0]
     keep = os.environ.get("SMEMTILE_SCREENSHOTS")  # a folder to keep the screenshots in, to look at them
     if keep:
         Path(keep).mkdir(parents=True, exist_ok=True)
@@ -209,9 +232,8 @@ def check_screenshots_are_the_window_and_not_blank(results):
         if name.startswith("export-"):  # their first screen is a table or a plot (check_export_pages)
             continue
         # the first screen shows a heatmap: cells in the bank-load colours (green one word, yellow to red more)
-        heat = sum(
-            n
-            for n, c in colours
-            if any(max(abs(a - b) for a, b in zip(c, h, strict=True)) < 12 for h in HEAT)
-        )
+        counts = np.array([n for n, _ in colours])
+        rgbs = np.array([c for _, c in colours], dtype=int)  # (colours, 3) against (HEAT, 3): per channel
+        near = (np.abs(rgbs[:, None, :] - np.array(HEAT)[None, :, :]).max(axis=2) < 12).any(axis=1)
+        heat = int(counts[near].sum())
         assert heat > 1000, (name, heat)
