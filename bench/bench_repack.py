@@ -108,21 +108,7 @@ def cmd_build(args) -> None:
 
 def _repack_steps(kern):
     """A function launching only the plan's repacking steps of a LoadedKernel, bound already."""
-    from smemtile.gpu.run import _driver, _ok
-
-    d = _driver()
-    chosen = [x for x in kern._launches if "repack" in x[1].kernel]
-
-    def run():
-        for func, step, vals, types in chosen:
-            _ok(
-                d.cuLaunchKernel(
-                    func, *step.grid, *step.block, step.dynamic_smem_bytes, d.CUstream(0), (vals, types), 0
-                ),
-                step.kernel,
-            )
-
-    return run
+    return lambda: kern.launch(only=lambda step: "repack" in step.kernel)
 
 
 def cmd_run(args) -> None:
