@@ -315,14 +315,19 @@ class KernelConfig:
         return param in self.defaulted or param in self.suggested
 
     def key(self) -> tuple:
+        cached = self.__dict__.get("_key")  # computed once (a configuration is never changed in place)
+        if cached is not None:
+            return cached
         lay = tuple(sorted((k, v.template_args()) for k, v in self.layouts.items()))
-        return (
+        key = (
             self.family,
             tuple(sorted(self.params.items())),
             lay,
             self.arch.name,
             tuple(sorted((k, repr(v)) for k, v in self.problem.items())),
         )
+        self.__dict__["_key"] = key
+        return key
 
     def to_dict(self) -> dict:
         return {
@@ -577,9 +582,15 @@ class Family:
         """The spec with its buffers only (no accesses): cheap, for shared-memory sizes and layout checks."""
         return _spec_of(self, cfg, buffers_only=True)
 
+    def _buffers_of(self, cfg: KernelConfig):
+        """The parsed spec whose ``buffers`` are this configuration's: the full spec when it is parsed already
+        (its buffers are the very ones :meth:`buffer_spec` parses: same entries, same constants), else the
+        buffers-only spec."""
+        return _SPECS.get((self.name, cfg.key(), False)) or self.buffer_spec(cfg)
+
     def smem_bytes(self, cfg: KernelConfig) -> int:
         """Shared memory per block: every buffer with its layout's padding, times its stages."""
-        return self.buffer_spec(cfg).smem_bytes()
+        return self._buffers_of(cfg).smem_bytes()
 
     def name_expression(self, cfg: KernelConfig) -> str:
         return f"{self.kernel}<{', '.join(self.template_args(cfg))}>"
@@ -715,7 +726,7 @@ class Family:
         if out:
             return out
         try:
-            spec = self.spec(cfg) if accesses else self.buffer_spec(cfg)
+            spec = self.spec(cfg) if accesses else self._buffers_of(cfg)
         except SpecError as e:
             return [f"its own buffers or accesses do not hold for this configuration: {e}"]
         for b in spec.buffers:
@@ -773,8 +784,11 @@ def _decl_type(decl: str) -> str:
 
 
 def _eval(text: str, env: dict, what: str) -> int:
-    e = parse_expr(text, allowed=set(env), key=what)
-    v = np.asarray(e(env))
+    e = parse_expr(text, allowed=env.keys(), key=what)
+    v = e(env)
+    if type(v) is int:
+        return v  # a name bound to a Python int
+    v = np.asarray(v)
     if v.ndim:
         raise ContractViolation(f"{what} {text!r} is not a scalar")
     return int(v)
@@ -898,8 +912,28 @@ def with_params(cfg: KernelConfig, **changes: Any) -> KernelConfig:
     return replace(cfg, params={**cfg.params, **changes})
 
 
+_PROBLEMS: dict[tuple, dict] = {}
+
+
 def check_problem(fam: Family, problem: dict) -> dict:
-    """The problem with defaults filled in, each value of the right kind and in range (ContractViolation)."""
+    """The problem with defaults filled in, each value of the right kind and in range (ContractViolation).
+
+    A pure function of the family and the given values (their types included: ``True`` is not ``1``): answered
+    once per process for each (the tile models and the fix search configure one problem thousands of times)."""
+    try:
+        key = (fam.name, type(fam), tuple((k, type(v), v) for k, v in problem.items()))
+        hash(key)
+    except TypeError:  # an unhashable value: checked below, where it is refused
+        return _check_problem(fam, problem)
+    out = _PROBLEMS.get(key)
+    if out is None:
+        if len(_PROBLEMS) > 4096:
+            _PROBLEMS.clear()
+        out = _PROBLEMS[key] = _check_problem(fam, problem)
+    return dict(out)
+
+
+def _check_problem(fam: Family, problem: dict) -> dict:
     out = {}
     known = {pk.name: pk for pk in fam.problem_keys}
     for name in problem:

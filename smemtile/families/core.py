@@ -69,6 +69,26 @@ def split_params(fam: Family, values: dict[str, Any], where: str = "kernel") -> 
     return params, problem
 
 
+_DERIVED: dict[tuple, tuple[Arch, dict[str, int]]] = {}
+
+
+def _derived(fam: Family, full: dict[str, int], user: set[str], arch: Arch) -> dict[str, int]:
+    """``fam.derive(full, user, arch)``, computed once per process for each (values, user-set names, arch): a
+    derivation is a pure function of them (hgemm's MIN_BLOCKS runs the occupancy model), and the fix search and
+    the tile models configure the same parameters again for every layout or problem they try."""
+    if type(fam).derive is Family.derive:
+        return fam.derive(full, user, arch)  # the default derives nothing
+    key = (type(fam), fam.name, tuple(full.items()), frozenset(user), arch.name)
+    hit = _DERIVED.get(key)
+    if hit is not None and (hit[0] is arch or hit[0] == arch):
+        return dict(hit[1])
+    if len(_DERIVED) > 4096:
+        _DERIVED.clear()
+    out = dict(fam.derive(full, user, arch))
+    _DERIVED[key] = (arch, out)
+    return dict(out)
+
+
 def configure(
     family: str | Family,
     params: dict[str, Any] | None = None,
@@ -107,7 +127,7 @@ def configure(
                 f"{v} is out of range ({p.lo}..{p.hi}; {p.doc})", key=f"{fam.name}.{p.name}"
             )
         full[p.name] = v
-    full = fam.derive(full, set(tparams), arch)
+    full = _derived(fam, full, set(tparams), arch)
     problem = check_problem(fam, problem)
     lay = {k: Layout.of(v) for k, v in (layouts or {}).items()}
     own = KernelConfig(fam.name, full, lay, arch, problem)

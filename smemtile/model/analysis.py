@@ -6,6 +6,7 @@ One instruction = one warp x one combination of the loop variables in ``over``. 
 
 from __future__ import annotations
 
+import collections
 import functools
 import itertools
 from dataclasses import dataclass, field
@@ -111,10 +112,88 @@ def analyze_access(spec: KernelSpec, access: Access, layout: Layout | None = Non
     Every error names the access, its buffer, the lane and the instruction (warp and loop values)."""
     buf = spec.buffer(access.buffer)
     lay = layout if layout is not None else buf.layout
+    fail = _Failure(spec, access, buf)
+    c = _coordinates(spec, access, buf, fail)
+    n, warp, loops, active, rows, cols, stages, addr = (
+        c["n"],
+        c["warp"],
+        c["loops"],
+        c["active"],
+        c["rows"],
+        c["cols"],
+        c["stages"],
+        c["addr"],
+    )
+    fail.warp, fail.loops = warp, loops
+    elems = (16 if access.op in ("ldmatrix", "stmatrix") else access.width) // buf.elem_bytes
+    if addr is None:
+        if rows is None:
+            off = lay.swizzle(cols) if lay.swizzle is not None else cols
+        else:
+            off = lay.offset(rows, cols, buf.cols)
+        addr = off * buf.elem_bytes
+    if active is not None:
+        addr = np.where(active, addr, 0)
+    total = buf.bytes(lay) // buf.stages  # accesses address the first stage of a buffer with `stages:`
+    span = elems * buf.elem_bytes  # bytes one lane touches
+    fail.check(
+        (addr < 0) | (addr + span > total),
+        None,
+        lambda i, lane: (
+            f"byte offset {int(addr[i, lane])} ({span} bytes) is outside 0..{total - 1} ({total} bytes)"
+        ),
+    )
+    align = 16 if access.op in ("ldmatrix", "stmatrix") else access.width
+    fail.check(
+        addr % align != 0,
+        active,
+        lambda i, lane: (
+            f"address {int(addr[i, lane])} is not aligned to {align} bytes: a misaligned {access.op} faults"
+        ),
+    )
+    src = None
+    if access.source is not None:
+        if "src" not in c:
+            c["src"] = _full(access.source(c["env"]), n) * buf.elem_bytes
+        src = c["src"]
+        fail.check(
+            src % access.width != 0,
+            active,
+            lambda i, lane: (
+                f"source {int(src[i, lane])} is not aligned to {access.width} bytes (cp.async "
+                "needs aligned sources)"
+            ),
+        )
+    try:
+        bank = analyze_addresses(addr, access.op, access.width, access.matrices, sources=src, active=active)
+    except SpecError as e:
+        raise SpecError(
+            f"{str(e).split(': ', 1)[-1]} in {fail.what}", key=fail.key, source=spec.source
+        ) from None
+    return AccessResult(access, buf, lay, bank, warp, loops, rows, cols, stages)
+
+
+# the layout-independent half of analyze_access (the instructions' coordinates, from the access's expressions),
+# kept per process for the last few accesses: the fix search analyses the same access under many layouts
+_COORDS: collections.OrderedDict = collections.OrderedDict()
+COORDS_KEPT = 32
+
+
+def _coordinates(spec: KernelSpec, access: Access, buf, fail: _Failure) -> dict:
+    """Per instruction: warp, loop values, active lanes and the logical coordinates (rows across the stages of
+    a 3-D buffer, cols) or, for a raw access, the byte addresses; every check that needs no layout done. Cached
+    on everything it reads: the access, the buffer's shape and element type, the warps and the constants."""
+    try:
+        key = (access, buf.name, buf.dtype, buf.shape, buf.stages, spec.warps, tuple(spec.constants.items()))
+        c = _COORDS.get(key)
+    except TypeError:  # an unhashable part: not cached
+        key, c = None, None
+    if c is not None:
+        _COORDS.move_to_end(key)
+        return c
     env, warp, loops = instruction_env(spec, access)
     n = warp.shape[0]
-    fail = _Failure(spec, access, buf)
-    rows = cols = stages = None
+    rows = cols = stages = addr = None
     # elements one lane's access covers (an ldmatrix/stmatrix lane supplies a 16-byte row address)
     elems = (16 if access.op in ("ldmatrix", "stmatrix") else access.width) // buf.elem_bytes
     active = None
@@ -140,72 +219,47 @@ def analyze_access(spec: KernelSpec, access: Access, layout: Layout | None = Non
         addr = _full(np.asarray(access.addresses), n)
     elif access.address is not None:
         addr = _full(access.address(env), n)
+    elif access.index is not None:
+        cols = _full(access.index(env), n)
+        fail.bounds(cols, 0, buf.shape[0] - elems + 1, "index", active)
     else:
-        if access.index is not None:
-            cols = _full(access.index(env), n)
-            fail.bounds(cols, 0, buf.shape[0] - elems + 1, "index", active)
-            off = lay.swizzle(cols) if lay.swizzle is not None else cols
-        else:
-            rows = _full(access.row(env), n)
-            cols = _full(access.col(env), n)
-            fail.bounds(rows, 0, buf.rows, "row", active)
-            fail.bounds(cols, 0, buf.cols - elems + 1, "col", active)
-            if access.stage is not None:  # 3-D [stage, row, col]: rows counted across the stages
-                stages = _full(access.stage(env), n)
-                fail.bounds(stages, 0, buf.shape[0], "stage", active)
-            if active is not None:  # idle lanes' coordinates are never used
-                rows, cols = np.where(active, rows, 0), np.where(active, cols, 0)
-                stages = None if stages is None else np.where(active, stages, 0)
-            if stages is not None:
-                rows = stages * buf.rows + rows
-            if elems > 1:
-                fail.check(
-                    (cols % elems) != 0,
-                    None,
-                    lambda i, lane: (
-                        f"has col {int(cols[i, lane])}, not a multiple of {elems}: a "
-                        f"{access.width}-byte access of {buf.dtype} needs aligned vectors"
-                    ),
-                )
-            off = lay.offset(rows, cols, buf.cols)
-        addr = off * buf.elem_bytes
-    if active is not None:
-        addr = np.where(active, addr, 0)
-    total = buf.bytes(lay) // buf.stages  # accesses address the first stage of a buffer with `stages:`
-    span = elems * buf.elem_bytes  # bytes one lane touches
-    fail.check(
-        (addr < 0) | (addr + span > total),
-        None,
-        lambda i, lane: (
-            f"byte offset {int(addr[i, lane])} ({span} bytes) is outside 0..{total - 1} ({total} bytes)"
-        ),
-    )
-    align = 16 if access.op in ("ldmatrix", "stmatrix") else access.width
-    fail.check(
-        addr % align != 0,
-        active,
-        lambda i, lane: (
-            f"address {int(addr[i, lane])} is not aligned to {align} bytes: a misaligned {access.op} faults"
-        ),
-    )
-    src = None
-    if access.source is not None:
-        src = _full(access.source(env), n) * buf.elem_bytes
-        fail.check(
-            src % access.width != 0,
-            active,
-            lambda i, lane: (
-                f"source {int(src[i, lane])} is not aligned to {access.width} bytes (cp.async "
-                "needs aligned sources)"
-            ),
-        )
-    try:
-        bank = analyze_addresses(addr, access.op, access.width, access.matrices, sources=src, active=active)
-    except SpecError as e:
-        raise SpecError(
-            f"{str(e).split(': ', 1)[-1]} in {fail.what}", key=fail.key, source=spec.source
-        ) from None
-    return AccessResult(access, buf, lay, bank, warp, loops, rows, cols, stages)
+        rows = _full(access.row(env), n)
+        cols = _full(access.col(env), n)
+        fail.bounds(rows, 0, buf.rows, "row", active)
+        fail.bounds(cols, 0, buf.cols - elems + 1, "col", active)
+        if access.stage is not None:  # 3-D [stage, row, col]: rows counted across the stages
+            stages = _full(access.stage(env), n)
+            fail.bounds(stages, 0, buf.shape[0], "stage", active)
+        if active is not None:  # idle lanes' coordinates are never used
+            rows, cols = np.where(active, rows, 0), np.where(active, cols, 0)
+            stages = None if stages is None else np.where(active, stages, 0)
+        if stages is not None:
+            rows = stages * buf.rows + rows
+        if elems > 1:
+            fail.check(
+                (cols % elems) != 0,
+                None,
+                lambda i, lane: (
+                    f"has col {int(cols[i, lane])}, not a multiple of {elems}: a "
+                    f"{access.width}-byte access of {buf.dtype} needs aligned vectors"
+                ),
+            )
+    c = {
+        "n": n,
+        "warp": warp,
+        "loops": loops,
+        "active": active,
+        "rows": rows,
+        "cols": cols,
+        "stages": stages,
+        "addr": addr,
+        "env": env,
+    }
+    if key is not None:
+        _COORDS[key] = c
+        if len(_COORDS) > COORDS_KEPT:
+            _COORDS.popitem(last=False)
+    return c
 
 
 class _Failure:

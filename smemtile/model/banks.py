@@ -304,6 +304,9 @@ def _cp_async_detail(words: np.ndarray, sources: np.ndarray, active: np.ndarray)
     return tuple(out)
 
 
+_CP_SCHEDULES: dict[int, dict[bytes, tuple[int, int, np.ndarray]]] = {}  # width -> key -> schedule
+
+
 def _cp_async(
     a: np.ndarray, width: int, sources: np.ndarray, active: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -313,9 +316,12 @@ def _cp_async(
     wf = np.zeros(n, dtype=np.int64)
     ideal = np.zeros(n, dtype=np.int64)
     phase = np.zeros_like(a)
-    cache: dict[bytes, tuple[int, int, np.ndarray]] = {}
+    cache = _CP_SCHEDULES.setdefault(width, {})
+    if len(cache) > 1 << 16:
+        cache.clear()
     # only the banks of the shared words, the banks of the source words and which lanes read the same source
-    # word matter: instructions equal in those share a result
+    # word matter: instructions equal in those share a result (in this call, and in every later one of the
+    # process with the same width: the fix search schedules the same instructions for many layouts)
     sw = np.where(active, sources // BANK_BYTES, -1)
     same_src = np.where(active, (sw[:, :, None] == sw[:, None, :]).argmax(axis=2), -1)
     key_arr = np.concatenate([words.reshape(n, -1) % BANKS, sw % BANKS, same_src, active], axis=1)

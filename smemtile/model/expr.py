@@ -293,9 +293,14 @@ def evaluate(
     text: object, env: Mapping[str, object], *, key: str = "expression", source: str | None = None
 ) -> int:
     """Parse and evaluate ``text`` to one Python int with scalar ``env`` (constants, shapes)."""
+    if type(text) is int and -LIMIT < text < LIMIT:
+        return text  # what parse_expr's literal evaluates to (a spec's sizes are mostly plain integers)
     # env.keys(): a view, so the names check is O(1) per name (set(env) made a spec's constants cost quadratic)
     e = parse_expr(text, allowed=env.keys(), key=key, source=source)
-    v = np.asarray(e(env))
+    v = e(env)
+    if type(v) is int:
+        return v  # a name bound to a Python int: np.asarray(v) would give it back unchanged
+    v = np.asarray(v)
     if v.ndim != 0:
         raise SpecError(f"{text!r} must not depend on lane or loop variables here", key=key, source=source)
     return int(v)

@@ -27,6 +27,7 @@ box width, global strides, the wgmma descriptor's mode) are checked in ``smemtil
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -121,7 +122,7 @@ class Layout:
         """Elements the buffer occupies (one stage)."""
         if len(shape) == 1:
             return int(shape[0]) + self.pad
-        rows = int(np.prod(shape[:-1]))
+        rows = math.prod(int(x) for x in shape[:-1])
         return rows * self.row_stride(int(shape[-1]))
 
     def describe(self) -> str:

@@ -55,7 +55,10 @@ class WhatIf:
         top = a.smem_optin_per_block + a.smem_reserved_per_block
         d = np.arange(0, top + a.smem_alloc_unit, a.smem_alloc_unit) - self.static - a.smem_reserved_per_block
         cap = max((a.smem_optin_per_block if self.opt_in else a.smem_default_per_block) - self.static, 0)
-        d = np.unique(np.clip(np.append(d, cap), 0, None))
+        d = np.sort(np.clip(np.append(d, cap), 0, None))
+        d = d[
+            np.append(True, d[1:] != d[:-1])
+        ]  # np.unique's answer (sorted, distinct) without importing numpy.ma
         return self._best(d, self._lim(smem_dynamic=d)["shared_memory"] >= blocks)
 
     def max_threads(self, blocks: int) -> int | None:

@@ -7,13 +7,13 @@ See docs/spec.md for every key and samples/ for examples.
 from __future__ import annotations
 
 import difflib
+import math
 import re
 import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import yaml
 
 from smemtile.errors import SpecError
@@ -748,7 +748,7 @@ def _buffer(b: Any, i: int, env: dict, source: str) -> Buffer:
         )
     if len(shape) == 3 and shape[0] > 16:
         raise SpecError(f"{shape[0]} stages; at most 16", key=f"{where}.shape", source=source)
-    if int(np.prod([int(x) for x in shape], dtype=object)) * stages > 1 << 24:
+    if math.prod(int(x) for x in shape) * stages > 1 << 24:
         raise SpecError(
             f"{list(shape)} x {stages} stages is more than {1 << 24} elements (shared memory is at most 228 KiB)",
             key=f"{where}.shape",
