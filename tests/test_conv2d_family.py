@@ -236,3 +236,23 @@ def test_tile_model_states_it_is_not_calibrated_on_conv():
         {"n": 32, "h": 224, "w": 224, "c": 3, "k": 64, "r": 7, "s": 7, "stride": 2}, "sm_90", None
     )
     assert stem.ranked and all(s.gather > 1.0 for s in stem.ranked)
+
+
+def test_the_ranked_picks_of_every_bench_size_build_without_spills():
+    """The tile model's top 3 at every ResNet-50 layer of the task file (what `tiles` and the bench plan ship)
+    compile for sm_90 without spills: the rules refuse the tiles whose gather passes and accumulators exceed the
+    register cap (tiles.gather_registers)."""
+    from smemtile.pipeline.build import compile_config
+
+    done = set()
+    for b in FAM.bench_sizes:
+        problem = {**b, "dtype": "bf16"}
+        for p in FAM.ranker(problem, "sm_90", None).top(3):
+            cfg = configure(FAM, {**p, **problem}, {}, "sm_90")
+            expr = FAM.name_expression(cfg)
+            if expr in done:
+                continue
+            done.add(expr)
+            r = compile_config(cfg).resources[expr]
+            assert r.registers > 0 and not r.spills, (expr, r)
+    assert len(done) >= 5

@@ -67,9 +67,12 @@
 // ---- Pipeline -----------------------------------------------------------------------------------------------------
 //   prologue: tiles 0 .. STAGES-2 issued, one commit_group each (empty groups past the last tile keep the count)
 //   tile kt: wait_group(STAGES-2) -> this thread's copies of tile kt landed; __syncthreads() -> everyone's, and
-//            every read of tile kt-1 is done; issue tile kt+STAGES-1 into slot (kt-1) % STAGES, commit_group;
-//            then the k16 steps of tile kt: fragments of step kk+1 loaded before the mma.sync of step kk
-// One barrier per K tile.
+//            every read of tile kt-1 is done; the fragments of step 0; issue tile kt+STAGES-1 into slot
+//            (kt-1) % STAGES, commit_group; then the k16 steps of tile kt: fragments of step kk+1 loaded before the
+//            mma.sync of step kk
+// One barrier per K tile. The steady-state loop (a tile STAGES-1 ahead exists) issues unconditionally and the
+// 16-byte gather's tap walk is selects (at most BK/8 wraps for C >= 8), so its body is one basic block; a second
+// loop takes the last STAGES-1 tiles.
 //
 // ---- Resources and launch -----------------------------------------------------------------------------------------
 // Shared memory (bytes, always dynamic) = STAGES * (BM*(BK+PAD_A) + BN*(BK+PAD_B)) * 2
@@ -213,6 +216,21 @@ struct Tap {
         while (c >= C) {
             c -= C;
             if (++s == S) s = 0, ++r;
+        }
+    }
+    // The same walk when it wraps at most WRAPS times (VEC 8: C >= 8, so a step of BK wraps at most BK/8 times):
+    // selects instead of a loop, so the main loop's body stays one basic block.
+    template <int WRAPS>
+    __device__ __forceinline__ void advance_bounded(int step, int C, int S) {
+        c += step;
+#pragma unroll
+        for (int u = 0; u < WRAPS; ++u) {
+            const bool wrap = c >= C;
+            c = wrap ? c - C : c;
+            const int s1 = wrap ? s + 1 : s;
+            const bool row = s1 == S;  // only after a wrap (s < S before it)
+            s = row ? 0 : s1;
+            r = row ? r + 1 : r;
         }
     }
 };
@@ -382,7 +400,11 @@ conv2d(int Nb, int H, int W, int C, int K, int R, int S, int stride, int pad, in
                 cv::st_shared_v4(dst, wd[0], wd[1], wd[2], wd[3]);
             }
         }
-        tap.advance(BK, C, S);
+        if constexpr (VEC == 8) {
+            tap.advance_bounded<BK / 8>(BK, C, S);
+        } else {
+            tap.advance(BK, C, S);
+        }
         b_kg += BK;
     };
 
@@ -428,14 +450,17 @@ conv2d(int Nb, int H, int W, int C, int K, int R, int S, int stride, int pad, in
         cv::cp_async_commit();
     }
     unsigned read_off = 0, write_off = (STAGES - 1) * STAGE;
-    for (int kt = 0; kt < k_tiles; ++kt) {
+    // One K tile. `steady`: a tile STAGES-1 ahead exists, so its copies are issued unconditionally and the body
+    // is one basic block (ptxas interleaves the copies with the mma.sync, as in hgemm); the last STAGES-1 tiles
+    // take the guarded body.
+    auto tile = [&](const bool steady, int kt) {
         cv::cp_async_wait<STAGES - 2>();  // tile kt (this thread's copies) has landed
         __syncthreads();                  // everyone's; tile kt-1 is no longer read
-        if (kt + STAGES - 1 < k_tiles) issue(smem0 + write_off);
-        cv::cp_async_commit();
-        write_off = write_off + STAGE == RING ? 0 : write_off + STAGE;
         const unsigned sa = smem0 + read_off;
         load_frags(0, sa, 0);
+        if (steady || kt + STAGES - 1 < k_tiles) issue(smem0 + write_off);
+        cv::cp_async_commit();
+        write_off = write_off + STAGE == RING ? 0 : write_off + STAGE;
 #pragma unroll
         for (int kk = 0; kk < KSTEPS; ++kk) {
             if (kk + 1 < KSTEPS) load_frags((kk + 1) & 1, sa, kk + 1);
@@ -448,7 +473,10 @@ conv2d(int Nb, int H, int W, int C, int K, int R, int S, int stride, int pad, in
                 }
         }
         read_off = read_off + STAGE == RING ? 0 : read_off + STAGE;
-    }
+    };
+    int kt = 0;
+    for (; kt + STAGES - 1 < k_tiles; ++kt) tile(true, kt);
+    for (; kt < k_tiles; ++kt) tile(false, kt);
     cv::cp_async_wait<0>();
 
     // ---- epilogue: lane owns rows r, r+8 of each m16 tile and columns c, c+1 of each n8 tile ---------------

@@ -74,6 +74,16 @@ def gather_factor(p: dict, vec: int) -> float:
     return max(1.0, issued / (mma * MMA_CYCLES))
 
 
+def gather_registers(p: dict) -> int:
+    """Registers per thread: hgemm's estimate of the accumulators and fragments, + 4 per gather pass (the output
+    pixel's image origin and image of each A chunk row a thread copies; ptxas 13.0 spilled 60-488 bytes where
+    this exceeds 255: 256x64x64 and 128x256x128 of 64x64 warps)."""
+    from smemtile.families.hgemm import register_estimate
+
+    threads = (p["BM"] // p["WM"]) * (p["BN"] // p["WN"]) * 32
+    return register_estimate(p["WM"], p["WN"]) + 4 * max(1, p["BM"] * p["BK"] // 8 // threads)
+
+
 class Contract(FamilyRules):
     """The GEMM model's rules for conv2d tiles: the family's own checks of the configuration (every static_assert
     of conv2d.cu, shared memory), no split K; ``calibration``: hgemm's measured factors (the same main loop)."""
@@ -96,6 +106,14 @@ class Contract(FamilyRules):
         try:
             cfg = configure_tile(self.fam, {**params, "MIN_BLOCKS": 1}, self.problem, self.arch, check=False)
             bad = [f"conv2d: {b}" for b in self.fam.problems(cfg, accesses=False)]
+            regs = gather_registers(params)
+            if not bad and regs > 255:
+                bad = [
+                    f"conv2d: registers: {params['WM']}x{params['WN']} accumulators and fragments beside "
+                    f"{params['BM'] * params['BK'] // 8 // self.fam.threads(params)} gather passes (4 registers "
+                    f"each: the pixel's origin and image) need ~{regs} registers per thread; ptxas 13.0 spills "
+                    "such tiles (255 cap)"
+                ]
             if not bad and self.fam.vec(cfg) == 1 and params["BK"] > 32:
                 bad = [
                     "conv2d: the element gather (VEC 1: c or a leading dimension not a multiple of 8) is "
