@@ -256,3 +256,73 @@ def test_the_ranked_picks_of_every_bench_size_build_without_spills():
             r = compile_config(cfg).resources[expr]
             assert r.registers > 0 and not r.spills, (expr, r)
     assert len(done) >= 5
+
+
+def test_the_compiled_kernels_shared_addresses_are_the_familys_expressions(tmp_path):
+    """The generated kernel, compiled by NVRTC and its PTX emulated on the CPU (``smemtile inspect --simulate``):
+    every cp.async and ldmatrix a sampled warp executes writes or reads exactly the lane addresses the family's
+    spec expressions give (A_gather / B_copy / A_frag / B_frag, in any of the STAGES slots), each of them is
+    executed, and every one is at its ideal wavefronts: `analyze` describes this kernel, not a model of it."""
+    from smemtile.codegen.render import render
+    from smemtile.model.analysis import analyze_spec
+    from smemtile.pipeline.inspect import Sample, inspect
+
+    problem = {"n": 2, "h": 8, "w": 8, "c": 32, "k": 128, "r": 3, "s": 3, "pad": 1}
+    cfg = _cfg(problem, {"BM": 128})
+    (tmp_path / "k.cu").write_text(render(cfg).source)
+    q = FAM.problem_ints(cfg.problem)
+    values = {**{k.upper(): q[k] for k in "nhwckrs"}, "stride": 1, "pad": 1, "P": 8, "Q": 8}
+    values |= {"ldx": q["ldx"], "ldf": q["ldf"], "ldy": q["ldy"]}
+    arrays = {
+        "x": ("bf16", 2 * 8 * 8 * 32),
+        "f": ("bf16", 128 * 288),
+        "bias": ("f32", 128),
+        "y": ("bf16", 128 * 128),
+    }
+    args = []
+    for decl in FAM.signature:
+        name = decl.rsplit(" ", 1)[1]
+        if name in arrays:
+            args.append({"name": name, "dtype": arrays[name][0], "count": arrays[name][1], "fill": "random"})
+        else:
+            args.append({"name": name, "value": values[name]})
+    plan = FAM.launch(cfg)
+    res = inspect(
+        tmp_path / "k.cu",
+        kernel="conv2d",
+        grid=plan.grid,
+        block=plan.block,
+        smem=plan.dynamic_smem_bytes,
+        args={"args": args},
+        arch="sm_90",
+        mode="simulate",
+        sample=Sample(blocks=1, warps=8, executions=64),
+    )
+    p = cfg.params
+    stage, a_bytes = (p["BM"] + p["BN"]) * p["BK"] * 2, p["BM"] * p["BK"] * 2
+    want: dict[str, set] = {"cp.async": set(), "ldmatrix": set()}
+    first: dict[str, set] = {"cp.async": set(), "ldmatrix": set()}
+    for r in analyze_spec(FAM.spec(cfg)):
+        base = 0 if r.access.buffer == "As" else a_bytes
+        op = "ldmatrix" if r.access.op == "ldmatrix" else "cp.async"
+        for w, addrs in zip(r.warp, r.bank.addresses, strict=True):
+            for s in range(p["STAGES"]):
+                want[op].add((int(w), tuple(int(a) + base + s * stage for a in addrs)))
+            first[op].add((int(w), tuple(int(a) + base for a in addrs)))
+    got: dict[str, set] = {"cp.async": set(), "ldmatrix": set()}
+    for rep in res.reports:
+        op = "ldmatrix" if rep.instr.op.startswith("ldmatrix") else rep.instr.op
+        assert op in got, rep.instr.op  # the kernel's only shared-memory instructions
+        for rec in rep.recorded:
+            assert rec.active == 0xFFFFFFFF
+            got[op].add((rec.warp, tuple(int(a) for a in rec.addresses)))
+    for op in got:
+        assert got[op] and got[op] <= want[op], (op, sorted(got[op] - want[op])[:2])
+        assert first[op] <= got[op], (
+            op,
+            sorted(first[op] - got[op])[:2],
+        )  # every access of the first tile ran
+    lines = {r.instr.line: r for r in res.reports}
+    assert all(r.excessive == 0 for r in lines.values()), [
+        (r.instr.line, r.excessive) for r in lines.values()
+    ]
