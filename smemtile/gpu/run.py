@@ -616,12 +616,15 @@ def _encode_tensor_map(t, address: int, spare: int | None = None):
         dims, strides, box = tuple(t.dims), (size, *t.strides), tuple(t.box)
     else:
         dims, strides, box, address = (16,), (1,), (16,), int(spare)
-    # cuda.core's views are row-major (outermost dimension first), the driver's lists innermost first
+    # cuda.core's views are row-major (outermost dimension first), the driver's lists innermost first;
+    # stream_ptr -1: no synchronisation (None is refused: "stream=None is ambiguous with view()", H200 run)
     array = _ArrayAt(address, dims[::-1], strides[::-1], size)
     make = getattr(StridedMemoryView, "from_cuda_array_interface", None)
     view = _call(
         f"viewing {t.name}'s array",
-        (lambda: make(array)) if make is not None else (lambda: StridedMemoryView(array, stream_ptr=-1)),
+        (lambda: make(array, stream_ptr=-1))
+        if make is not None
+        else (lambda: StridedMemoryView(array, stream_ptr=-1)),
     )
     swizzle = "NONE" if t.swizzle.upper() == "NONE" or not t.active else f"SWIZZLE_{t.swizzle.upper()}"
     encode = getattr(view, "as_tensor_map", None)
