@@ -94,14 +94,15 @@ def out_size(size: int, filt: int, stride: int, pad: int) -> int:
 
 
 def gather_source(row: str, col: str) -> str:
-    """The element of x a gather chunk (row ``row`` = output pixel, column ``col`` = kg; block 0, K tile 0) reads,
-    as a spec expression: pixel (img, p, q) of the row, tap and channel of kg. A chunk in the halo is zero-filled
-    and reads nothing; its source is shown at the nearest pixel inside the image (the expression language has no
-    conditional; the rows a warp writes, and so its shared-memory wavefronts, are the same either way)."""
+    """The element a gather chunk (row ``row`` = output pixel, column ``col`` = kg; block 0, K tile 0) reads, as
+    a spec expression: pixel (img, p, q) of the row, tap and channel of kg, in the coordinates of the zero-padded
+    image (h + 2*pad rows of w + 2*pad pixels, ldx apart). A chunk in the halo is zero-filled and reads nothing;
+    placing it in the padded image keeps every pixel row on its own global line, as the interior's are, so each
+    copy instruction has the same ideal (the expression language has no conditional to leave it out)."""
     tap = f"(({col}) // c)"
-    ih = f"max(0, min(h - 1, ({row}) % (P * Q) // Q * stride - pad + {tap} // s))"
-    iw = f"max(0, min(w - 1, ({row}) % (P * Q) % Q * stride - pad + {tap} % s))"
-    return f"((({row}) // (P * Q) * h + {ih}) * w + {iw}) * ldx + ({col}) % c"
+    ih = f"(({row}) % (P * Q) // Q * stride + {tap} // s)"
+    iw = f"(({row}) % (P * Q) % Q * stride + {tap} % s)"
+    return f"((({row}) // (P * Q) * (h + 2 * pad) + {ih}) * (w + 2 * pad) + {iw}) * ldx + ({col}) % c"
 
 
 class Conv2d(Family):
