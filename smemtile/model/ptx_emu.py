@@ -200,6 +200,11 @@ def _bits(t: str) -> int:
 
 
 @functools.lru_cache(maxsize=4096)
+def _head(opcode: str) -> str:
+    return opcode.split(".", 1)[0]
+
+
+@functools.lru_cache(maxsize=4096)
 def _typ(opcode: str) -> str:
     for p in reversed(opcode.split(".")):
         if re.fullmatch(r"(?:[bsuf]\d+|pred|f16x2|bf16x2|bf16)", p):
@@ -315,8 +320,12 @@ class _Warp:
         if dst == "_":
             return
         old = self.regs.get(dst)
-        if isinstance(v, Poison) or mask.all() or old is None or isinstance(old, Poison):
-            self.regs[dst] = v if not isinstance(v, np.ndarray) or mask.all() else np.where(mask, v, 0 * v)
+        if isinstance(v, Poison):
+            self.regs[dst] = v
+            return
+        full = mask.all()
+        if full or old is None or isinstance(old, Poison):
+            self.regs[dst] = v if not isinstance(v, np.ndarray) or full else np.where(mask, v, 0 * v)
             return
         if old.dtype != v.dtype:
             old = old.astype(v.dtype)
@@ -350,7 +359,7 @@ class _Warp:
                         "the emulator does not evaluate"
                     )
                 mask = group & np.asarray(p, dtype=bool)
-            head = st.opcode.split(".", 1)[0]
+            head = _head(st.opcode)
             nxt = cur + 1
             if head == "bra":
                 target = body.labels.get(st.operands[0].strip())
@@ -455,7 +464,7 @@ class Emulator:
                     _c[index] = _c.get(index, 0) + 1
                     executions[index] = executions.get(index, 0) + 1
                     if _c[index] <= sample.executions:
-                        records.append(WarpRecord(index, _block, _wi, active, tuple(int(a) for a in addrs)))
+                        records.append(WarpRecord(index, _block, _wi, active, tuple(addrs.tolist())))
                     else:
                         dropped += 1
 

@@ -127,9 +127,10 @@ def _immediate(emu, op: str, st: Statement):
     return Poison(st)
 
 
-def _dsts(op: str) -> list[str]:
+@functools.lru_cache(maxsize=4096)
+def _dsts(op: str) -> tuple[str, ...]:
     op = op.strip()
-    return [x.strip() for x in split_operands(op[1:-1])] if op.startswith("{") else [op]
+    return tuple(x.strip() for x in split_operands(op[1:-1])) if op.startswith("{") else (op,)
 
 
 def _addr(w, op: str, st: Statement) -> np.ndarray | Poison:
@@ -155,7 +156,8 @@ def _addr_parts(op: str) -> tuple[str, int] | None:
     return m.group(1), -off if m.group(2) == "-" else off
 
 
-def _space(parts: list[str]) -> str:
+@functools.lru_cache(maxsize=4096)
+def _space(parts: tuple[str, ...]) -> str:
     for p in parts[1:]:
         s = p.split("::")[0]
         if s in ("shared", "global", "local", "param", "const"):
@@ -375,8 +377,20 @@ def _int_op(head: str, parts: list[str], t: str, x: list[np.ndarray], st: Statem
     return None
 
 
+@functools.lru_cache(maxsize=4096)
+def _parts(opcode: str) -> tuple[str, ...]:
+    """An opcode's dotted parts (``ld.shared.v4.f32`` -> ld, shared, v4, f32), split once per opcode."""
+    return tuple(opcode.split("."))
+
+
+@functools.lru_cache(maxsize=4096)
+def _vec(parts: tuple[str, ...]) -> int:
+    """The vector width of a memory opcode's parts (``v2``, ``v4``; 1 without one)."""
+    return next((int(p[1:]) for p in parts if re.fullmatch(r"v\d+", p)), 1)
+
+
 def execute(emu, w, st: Statement, mask: np.ndarray, sink) -> None:
-    parts = st.opcode.split(".")
+    parts = _parts(st.opcode)
     head = parts[0]
     ops = st.operands
     t = _typ(st.opcode)
@@ -751,7 +765,7 @@ def _memory(emu, w, st: Statement, parts: list[str], mask, sink) -> None:
             for d in _dsts(ops[0]):
                 w.write(d, np.zeros(LANES, dtype=np.int64), mask)
         return None
-    vec = next((int(p[1:]) for p in parts if re.fullmatch(r"v\d+", p)), 1)
+    vec = _vec(parts)
     size = max(_bits(t) // 8, 1)
     off, on = _shared_offsets(emu, st, a, mask, space, size * vec)
     if off is not None:
