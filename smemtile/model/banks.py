@@ -61,6 +61,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from smemtile.errors import SpecError
+from smemtile.model.arrays import unique_sorted
 
 BANKS = 32
 BANK_BYTES = 4
@@ -146,9 +147,9 @@ class BankResult:
         if self.op == "cp.async":
             return _cp_async_detail(words, self.sources[i], self.active[i])
         out = []
-        for ph in np.unique(self.phase_of_lane[i][self.active[i]]):
+        for ph in unique_sorted(self.phase_of_lane[i][self.active[i]]):
             lanes = np.flatnonzero((self.phase_of_lane[i] == ph) & self.active[i])
-            w = np.unique(words[lanes].ravel())
+            w = unique_sorted(words[lanes])
             banks = w % BANKS
             per_bank = np.bincount(banks, minlength=BANKS)
             # rank of each word within its bank = the wavefront that delivers it

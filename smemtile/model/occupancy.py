@@ -243,7 +243,7 @@ class BatchOccupancy:
 
     def to_dicts(self) -> list[dict]:
         """One contract dict per row (``active_blocks``, ``active_warps``, ``occupancy``, ``limiter``, ...)."""
-        names = {bits: _limiter_names(bits) for bits in np.unique(self.limiting_factors).tolist()}
+        names = {bits: _limiter_names(bits) for bits in sorted(set(self.limiting_factors.tolist()))}
         lim = [[None if v == UNLIMITED else v for v in self.limits[k].tolist()] for k in LIMITERS]
         limit_dicts = [dict(zip(LIMITERS, t, strict=True)) for t in zip(*lim, strict=True)]
         out = []

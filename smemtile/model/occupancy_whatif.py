@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from smemtile.model.arch import Arch
+from smemtile.model.arrays import unique_sorted
 from smemtile.model.occupancy import LIMITERS, STATIC_SMEM_MAX, limits_batch
 
 
@@ -55,10 +56,7 @@ class WhatIf:
         top = a.smem_optin_per_block + a.smem_reserved_per_block
         d = np.arange(0, top + a.smem_alloc_unit, a.smem_alloc_unit) - self.static - a.smem_reserved_per_block
         cap = max((a.smem_optin_per_block if self.opt_in else a.smem_default_per_block) - self.static, 0)
-        d = np.sort(np.clip(np.append(d, cap), 0, None))
-        d = d[
-            np.append(True, d[1:] != d[:-1])
-        ]  # np.unique's answer (sorted, distinct) without importing numpy.ma
+        d = unique_sorted(np.clip(np.append(d, cap), 0, None))
         return self._best(d, self._lim(smem_dynamic=d)["shared_memory"] >= blocks)
 
     def max_threads(self, blocks: int) -> int | None:

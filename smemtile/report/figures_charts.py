@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from smemtile.model.arch import Arch
+from smemtile.model.arrays import unique_sorted
 from smemtile.model.occupancy import occupancy_batch
 from smemtile.report.svg import Svg
 
@@ -107,7 +108,7 @@ def occupancy_curves(
     ts = np.arange(32, arch.max_threads_per_block + 1, 32)
     rs = np.arange(1, arch.max_regs_per_thread + 1)
     unit = max(128, arch.smem_alloc_unit)
-    ss = np.unique(np.concatenate([np.arange(0, arch.smem_optin_per_block + 1, unit), [smem]]))
+    ss = unique_sorted(np.concatenate([np.arange(0, arch.smem_optin_per_block + 1, unit), [smem]]))
     st = np.minimum(static, ss)  # the kernel's static part first, the rest dynamic (as it declares them)
     here = occupancy_batch(arch, threads, regs, static, dynamic)
     t = occupancy_batch(arch, ts, regs, static, dynamic)
