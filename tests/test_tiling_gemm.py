@@ -105,7 +105,7 @@ def test_the_triton_calibration_reproduces():
     from smemtile.model.gemm_fit import reproduce as triton_reproduce
 
     stored, refit = triton_reproduce()
-    assert stored["observations"] == refit["observations"] == 123
+    assert stored["observations"] == refit["observations"] == 400
     assert stored["measured_pairs"] == refit["measured_pairs"]
     assert stored["rms_log_residual"] == pytest.approx(refit["rms_log_residual"], rel=1e-9)
     for kind, table in stored["factors"].items():
