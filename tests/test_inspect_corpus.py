@@ -108,9 +108,19 @@ def _run(name: str, mode: str = "simulate", **kw):
     )
 
 
+class _Emulated(dict):
+    """name -> the kernel's ``_run(name)``, emulated when a test first asks for it (then kept)."""
+
+    def __missing__(self, name: str):
+        self[name] = res = _run(name)
+        return res
+
+
 @pytest.fixture(scope="module")
 def simulated():
-    return {name: _run(name) for name in CORPUS}
+    """Each corpus kernel emulated once per module and only when a test needs it: a pytest-xdist worker that
+    runs some of this module's tests emulates their kernels, not all fifteen."""
+    return _Emulated()
 
 
 def test_corpus_has_a_launch_yaml_per_kernel():
