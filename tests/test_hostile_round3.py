@@ -20,7 +20,7 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
-from conftest import ROOT
+from conftest import ROOT, run_cli
 from test_hostile_cli import cli, one_line
 
 
@@ -742,7 +742,8 @@ def test_a_nul_byte_in_yaml_gives_its_position(tmp_path):
 
 
 def test_a_stream_of_specs_into_generate_takes_the_first_and_says_so(tmp_path):
-    stream = proc("tiles", "4096", "4096", "4096", "--top", "3", "--format", "yaml").stdout
+    # the stream is made in this process (the same bytes as `smemtile tiles ...` prints); the processes read it
+    stream = run_cli("tiles", "4096", "4096", "4096", "--top", "3", "--format", "yaml").stdout.encode()
     assert stream.count(b"\n---") + stream.startswith(b"---") >= 2
     out = tmp_path / "k.cu"
     r = proc("generate", "-", "--no-compile", "-o", str(out), input=stream)
