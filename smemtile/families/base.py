@@ -16,6 +16,7 @@ Pure: numpy and the model layer only; no CUDA, no printing. Nothing outside a fa
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from typing import Any
@@ -707,10 +708,11 @@ class Family:
     def param_types(self, cfg: KernelConfig, call: KernelCall) -> list[str]:
         """The C++ types of ``call``'s parameters (the main kernel's signature, or the call's own)."""
         decls = self.signature if call.main else call.params
-        return [_decl_type(d).format(**self.ctypes(cfg)) for d in decls]
+        ctypes = self.ctypes(cfg)
+        return [_decl_type(d).format(**ctypes) for d in decls]
 
     def _arg_value(self, arg: str, env: dict) -> Any:
-        host = {a.name: a for a in self.host_args}
+        host = _by_name(tuple(self.host_args))
         if arg in host and (host[arg].array or host[arg].ctype == "float"):
             return arg  # resolved by the launcher: a device array or a float problem value
         return _eval(arg, env, f"{self.name} kernel argument {arg!r}")
@@ -776,6 +778,12 @@ def barrier_follows_each_wait(ptx: str) -> bool:
         elif pending and (s.startswith("ld.shared") or s.startswith("ldmatrix")):
             ok, pending = False, False
     return ok
+
+
+@functools.lru_cache(maxsize=64)
+def _by_name(host_args: tuple[HostArg, ...]) -> dict[str, HostArg]:
+    """A family's host arguments by name (read only: shared by every launch of the family)."""
+    return {a.name: a for a in host_args}
 
 
 def _decl_type(decl: str) -> str:

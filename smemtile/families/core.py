@@ -24,7 +24,85 @@ def load(module: str) -> Family:
     return importlib.import_module(f"smemtile.families.{module}").FAMILY
 
 
-FAMILIES: dict[str, Family] = {name: load(mod) for name, mod in _REGISTRY.items()}
+class _Families(dict):
+    """The registry's families by name (a dict), each family's module imported when it is first looked up
+    (``FAMILIES[name]``, ``get``, ``in`` imports nothing): analysing an hgemm spec loads hgemm, not every family.
+    Anything that lists the families (iteration, ``keys``, ``values``, ``items``, ``len``, ``==``, ...) loads the
+    rest first and then sees exactly the dict an eager import gave: the registry's order, then any family added
+    since (tests may add one), less any deleted."""
+
+    def __init__(self, registry: dict[str, str]):
+        super().__init__()
+        self._pending = dict(registry)  # name -> module, not imported yet
+        self._keys = list(registry)  # the order the eager dict would have, while some are pending
+
+    def _load(self, name: str) -> None:
+        dict.__setitem__(self, name, load(self._pending.pop(name)))
+
+    def _complete(self) -> None:
+        if not self._pending and self._keys is None:
+            return
+        for name in list(self._pending):
+            self._load(name)
+        items = [(k, dict.__getitem__(self, k)) for k in self._keys]
+        dict.clear(self)
+        dict.update(self, items)
+        self._keys = None  # a plain dict from here on
+
+    def __getitem__(self, key):
+        if key in self._pending:
+            self._load(key)
+        return dict.__getitem__(self, key)
+
+    def __contains__(self, key) -> bool:
+        return key in self._pending or dict.__contains__(self, key)
+
+    def get(self, key, default=None):
+        return self[key] if key in self else default
+
+    def __setitem__(self, key, value) -> None:
+        if self._keys is not None:
+            self._pending.pop(key, None)
+            if key not in self._keys:
+                self._keys.append(key)
+        dict.__setitem__(self, key, value)
+
+    def __delitem__(self, key) -> None:
+        if self._keys is None:
+            dict.__delitem__(self, key)
+            return
+        if key not in self:
+            raise KeyError(key)
+        self._pending.pop(key, None)
+        dict.pop(self, key, None)
+        self._keys.remove(key)
+
+    def __len__(self) -> int:
+        return len(self._keys) if self._keys is not None else dict.__len__(self)
+
+    def __reduce_ex__(self, protocol):
+        return dict, (list(self.items()),)  # pickles as the plain dict an eager import gave
+
+
+def _listing(name: str):
+    method = getattr(dict, name)
+
+    def listed(self, *args, **kwargs):
+        self._complete()
+        return method(self, *args, **kwargs)
+
+    listed.__name__ = name
+    return listed
+
+
+for _name in (
+    "__iter__", "__reversed__", "__repr__", "__eq__", "__ne__", "__or__", "__ror__", "__ior__",
+    "keys", "values", "items", "copy", "pop", "popitem", "setdefault", "update", "clear",
+):  # fmt: skip
+    setattr(_Families, _name, _listing(_name))
+
+
+FAMILIES: dict[str, Family] = _Families(_REGISTRY)
 
 __all__ = [
     "FAMILIES",

@@ -47,7 +47,7 @@ class AccessResult:
         )
         key = np.ascontiguousarray(key)
         # one 64-bit hash per instruction sorts fast; rows that share a hash are compared exactly below
-        h = key @ np.random.default_rng(0).integers(1, 1 << 20, key.shape[1], dtype=np.int64)
+        h = key @ _hash_weights(key.shape[1])
         _, first, inv = np.unique(h, return_index=True, return_inverse=True)
         inv = inv.reshape(-1)
         if not (key[first][inv] == key).all():  # a hash collision: fall back to the exact (slower) unique
@@ -83,6 +83,17 @@ class AccessResult:
     def label(self, i: int) -> str:
         parts = [f"warp {int(self.warp[i])}"] + [f"{k}={v}" for k, v in self.loop_values[i].items()]
         return ", ".join(parts)
+
+
+@functools.cache
+def _hash_weights(n: int) -> np.ndarray:
+    """``n`` fixed weights in 1..2**20 (the top bits of a golden-ratio Weyl sequence) for the instructions' hash;
+    any weights give the same answer (rows sharing a hash are compared exactly), good ones rarely collide.
+    Computed without numpy.random (whose import costs more than the hashing)."""
+    i = np.arange(1, n + 1, dtype=np.uint64)
+    w = ((i * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(44)).astype(np.int64) + 1
+    w.flags.writeable = False  # shared by every call
+    return w
 
 
 def instruction_env(spec: KernelSpec, access: Access) -> tuple[dict, np.ndarray, tuple[dict, ...]]:

@@ -542,7 +542,7 @@ def spec_from_dict(doc: dict, source: str = "<spec>") -> KernelSpec:
         )
     buffers = []
     for i, b in enumerate(raw_bufs):
-        buffers.append(_buffer(b, i, env, source))
+        buffers.append(_buffer_once(b, i, env, source))
     names = [b.name for b in buffers]
     if len(set(names)) != len(names):
         raise SpecError(f"duplicate buffer names in {names}", key="buffers", source=source)
@@ -556,9 +556,8 @@ def spec_from_dict(doc: dict, source: str = "<spec>") -> KernelSpec:
         raise SpecError(
             f"{len(raw_acc)} accesses; a spec has at most {MAX_ACCESSES}", key="accesses", source=source
         )
-    accesses = [
-        _access(a, i, env, {b.name: b for b in buffers}, threads, source) for i, a in enumerate(raw_acc)
-    ]
+    by_name = {b.name: b for b in buffers}
+    accesses = [_access_once(a, i, env, by_name, threads, source) for i, a in enumerate(raw_acc)]
     anames = [a.name for a in accesses]
     if len(set(anames)) != len(anames):
         raise SpecError(f"duplicate access names in {anames}", key="accesses", source=source)
@@ -687,6 +686,32 @@ def _text(doc: dict, key: str, source: str) -> str:
 
 
 _HIDDEN = ("Cc", "Cf", "Co", "Cn", "Cs")  # control, format (bidi, zero-width), private, unassigned, surrogate
+
+
+_BUFFERS: dict[tuple, Buffer] = {}
+_NAME = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
+_UNSET = object()
+
+
+def _buffer_once(b: Any, i: int, env: dict, source: str) -> Buffer:
+    """:func:`_buffer`, parsed once per process for each entry and the values of the names its shape, stages and
+    layout use: the tile models parse a family's buffers for every candidate, most of them with the same tile
+    shape. Errors are never kept."""
+    if not isinstance(b, dict):
+        return _buffer(b, i, env, source)
+    try:
+        used = sorted(set(_NAME.findall(repr([b.get("shape"), b.get("stages"), b.get("layout")]))))
+        key = (repr(b), tuple((n, env.get(n, _UNSET)) for n in used))
+        hash(key)
+    except TypeError:
+        return _buffer(b, i, env, source)
+    out = _BUFFERS.get(key)
+    if out is None:
+        out = _buffer(b, i, env, source)
+        if len(_BUFFERS) > 4096:
+            _BUFFERS.clear()
+        _BUFFERS[key] = out
+    return out
 
 
 def _buffer(b: Any, i: int, env: dict, source: str) -> Buffer:
@@ -834,6 +859,30 @@ def _over(raw: Any, env: dict, where: str, source: str) -> tuple[tuple[str, tupl
             raise SpecError(f"range {vals} is empty", key=f"{where}.{var}", source=source)
         out.append((str(var), values))
     return tuple(out)
+
+
+_ACCESSES: dict[tuple, Access] = {}
+
+
+def _access_once(a: Any, i: int, env: dict, buffers: dict, threads: int | None, source: str) -> Access:
+    """:func:`_access`, parsed once per process for each (entry, place, constants, threads, the buffer's name,
+    dtype and shape): a kernel family's spec is parsed again for every layout the fix search tries, with the same
+    accesses. Errors are never kept (the next parse raises them again, naming its own source)."""
+    buf = buffers.get(str(a["buffer"])) if isinstance(a, dict) and "buffer" in a else None
+    if buf is None:
+        return _access(a, i, env, buffers, threads, source)
+    try:
+        key = (repr(a), i, threads, tuple(env.items()), buf.name, buf.dtype, buf.shape, buf.stages)
+        hash(key)
+    except TypeError:
+        return _access(a, i, env, buffers, threads, source)
+    out = _ACCESSES.get(key)
+    if out is None:
+        out = _access(a, i, env, buffers, threads, source)
+        if len(_ACCESSES) > 4096:
+            _ACCESSES.clear()
+        _ACCESSES[key] = out
+    return out
 
 
 def _access(a: Any, i: int, env: dict, buffers: dict, threads: int | None, source: str) -> Access:

@@ -245,7 +245,6 @@ def implied_gemm_family(dtype: str, arch: str | None, vendor: str | None) -> str
 
 # ``tiles --family``: re-exported for the callers that import them from here
 from smemtile.pipeline.tiles_family import (  # noqa: E402
-    KEY_OPTIONS,
     FamilyTileReport,
     family_command_line,
     family_json_doc,
@@ -255,8 +254,16 @@ from smemtile.pipeline.tiles_family import (  # noqa: E402
     ranked_families,
 )
 
+
+def __getattr__(name: str):
+    if name == "KEY_OPTIONS":  # tiles_family's, computed when asked for (it imports every family)
+        from smemtile.pipeline import tiles_family
+
+        return tiles_family.KEY_OPTIONS
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
-    "KEY_OPTIONS",
     "gemm_family",
     "ranker_for",
     "recommend",

@@ -45,8 +45,12 @@ def model_options() -> dict[str, tuple[str, ModelOption]]:
     return out
 
 
-# the options that give a tile model's problem keys that are not sizes (the CLI's spelling of each)
-KEY_OPTIONS = {k: opt.option for k, (_, opt) in model_options().items()}
+def __getattr__(name: str):
+    # KEY_OPTIONS: the options that give a tile model's problem keys that are not sizes (the CLI's spelling of
+    # each), computed when asked for: it lists every family, which imports them all (analyze needs one)
+    if name == "KEY_OPTIONS":
+        return {k: opt.option for k, (_, opt) in model_options().items()}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)

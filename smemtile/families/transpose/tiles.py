@@ -156,7 +156,17 @@ def full_blocks(threads: int) -> int:
 
 def space(dtype: str) -> list[dict]:
     """Every configuration the candidate space spans for ``dtype`` (before the family's rules): the curated
-    candidates first (the sweeps' own, in their order), then the grid of ``SPACE`` in a fixed order, each once."""
+    candidates first (the sweeps' own, in their order), then the grid of ``SPACE`` in a fixed order, each once
+    (enumerated once per process: each call gets its own dicts)."""
+    return [dict(p) for p in _space(dtype)]
+
+
+@functools.cache
+def _space(dtype: str) -> tuple[tuple[tuple[str, int], ...], ...]:
+    return tuple(tuple(p.items()) for p in _enumerate(dtype))
+
+
+def _enumerate(dtype: str) -> list[dict]:
     _elem(dtype)
     out, seen = [], set()
     for p in candidates(dtype):
@@ -191,8 +201,24 @@ def set_params(p: dict) -> dict:
     return {k: v for k, v in p.items() if k in ("TILE", "BLOCK_ROWS") or v != DEFAULTS[k]}
 
 
+_LABELS: dict[tuple, str] = {}
+
+
 def label(p: dict) -> str:
     """A short name: ``T128x8``, ``T64xY128x8``, then `` P2`` (PACK), `` 2tiles``, `` cs`` (STREAM), `` col`` (GROUP 0)."""
+    try:
+        key = tuple(p.items())
+        out = _LABELS.get(key)
+    except TypeError:  # an unhashable value: named without the memo
+        return _label(p)
+    if out is None:
+        if len(_LABELS) > 1 << 16:
+            _LABELS.clear()
+        out = _LABELS[key] = _label(p)
+    return out
+
+
+def _label(p: dict) -> str:
     q = {**DEFAULTS, **p}
     ty = f"xY{q['TILE_Y']}" if q["TILE_Y"] and q["TILE_Y"] != q["TILE"] else ""
     out = f"T{q['TILE']}{ty}x{q['BLOCK_ROWS']}"
