@@ -39,7 +39,7 @@ def tables() -> str:
             out.append(f"| `{p.name}` | {p.default} | {_cell(_allowed(p))} | {_cell(p.doc)} |")
         out += ["", "| problem key (`kernel:`) | default | kind | meaning |", "|---|---|---|---|"]
         for k in fam.problem_keys:
-            kind = ", ".join(k.choices) if k.kind == "choice" else k.kind
+            kind = ", ".join(str(c) for c in k.choices) if k.kind == "choice" else k.kind
             out.append(f"| `{k.name}` | {k.default} | {_cell(kind)} | {_cell(k.doc)} |")
         out.append("")
     out.append(END)

@@ -97,7 +97,7 @@ def test_help_lists_the_choices():
     for opt, values in (
         ("--format", "[table|json|yaml|triton]"),
         ("--vendor", "[nvidia|amd]"),
-        ("--family", "[sgemm|transpose|stencil2d|hgemm|wgmma_gemm]"),
+        ("--family", "[sgemm|transpose|stencil2d|hgemm|wgmma_gemm|conv2d]"),
         ("--dtype", "[f32|tf32|f16|bf16|f8e4m3|f8e5m2|i8]"),
         ("--radius", "INTEGER RANGE"),
     ):
@@ -127,7 +127,7 @@ def complete(*words: str) -> list[str]:
 def test_shell_completion_offers_the_choices():
     assert complete("tiles", "--format", "") == ["table", "json", "yaml", "triton"]
     assert complete("occupancy", "--arch", "sm_9") == ["sm_90", "sm_90a"]
-    assert complete("tiles", "--family", "") == ["sgemm", "transpose", "stencil2d", "hgemm", "wgmma_gemm"]
+    assert complete("tiles", "--family", "") == ["sgemm", "transpose", "stencil2d", "hgemm", "wgmma_gemm", "conv2d"]
     assert "samples" in complete("sa")
 
 

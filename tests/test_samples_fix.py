@@ -57,6 +57,13 @@ EXPECTED = {  # sample -> {access: worst wavefronts before}, {buffer: recommende
         },
         True,
     ),
+    # dense conv2d tiles (the gather tile As, the filter tile Bs: 64-byte rows): the copies conflict-free (a row's
+    # pixel changes its global source, not its shared address), ldmatrix 4-way on both
+    "conv2d_resnet50_3x3.yaml": (
+        {"A_gather": 8, "B_copy": 8, "A_frag": 16, "B_frag": 16},
+        {"As": "Swizzle<2,3,3>", "Bs": "Swizzle<2,3,3>"},
+        True,
+    ),
     # dense hgemm tiles: ldmatrix 4-way (A, 64-byte rows) and 8-way (B, .trans down 256-byte rows)
     "hgemm_bf16.yaml": (
         {"A_copy": 8, "B_copy": 4, "A_frag": 16, "B_frag": 32},

@@ -6,7 +6,8 @@ The file holds what a family is tested and benchmarked on, and nothing else:
 * ``bench_sizes``: the problems its headline numbers are measured at;
 * ``heldout``: problems its tile model was validated on after it was frozen (none of them was fitted);
 * ``reference``: what a benchmark times the family against in the same process (``kind: matmul`` with the
-  problem keys of its sizes and dtype, or ``kind: copy``: a device copy of the bytes the kernel moves);
+  problem keys of its sizes and dtype, ``kind: copy``: a device copy of the bytes the kernel moves, or ``kind:
+  conv2d``: torch.nn.functional.conv2d on channels_last tensors of the problem's n h w c k r s stride pad);
 * ``case_name``: how a results file names one shape (a format text over the problem's keys, e.g.
   ``"transpose {dtype} {rows}x{cols}"``; the fitting code joins runs of one shape by it);
 * ``plans``: named lists of shapes and configurations ``python -m bench.run FAMILY PLAN`` builds and times.
@@ -45,7 +46,7 @@ PLAN_KEYS = ("about", "shapes", "configs", "groups", "arch", "rounds")
 GROUP_KEYS = ("shapes", "configs")
 CONFIG_KEYS = ("label", "params", "layouts", "ranked", "problem")
 RANKED_KEYS = ("top", "spread")
-REFERENCE_KINDS = {"matmul": ("kind", "sizes", "dtype"), "copy": ("kind",)}
+REFERENCE_KINDS = {"matmul": ("kind", "sizes", "dtype"), "copy": ("kind",), "conv2d": ("kind", "dtype")}
 _SCALARS = (int, float, str)
 
 

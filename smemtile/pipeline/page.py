@@ -28,7 +28,7 @@ def tile_ranking(res: Resolved, rep: AnalyzeReport, top: int = TOP) -> dict:
         if res.config is not None:
             cfg = res.config
             fam = FAMILIES[cfg.family]
-            if fam.work(cfg.problem)[0] != "tflops":
+            if fam.work(cfg.problem)[0] != "tflops" or cfg.family in tl.ranked_families():
                 # the sizes `tiles --family` takes (a leading dimension with a dense default is not one)
                 ints = [
                     cfg.problem[pk.name]
