@@ -511,3 +511,371 @@ conv2d(int Nb, int H, int W, int C, int K, int R, int S, int stride, int pad, in
             }
         }
 }
+
+// =====================================================================================================================
+// conv2d_wgmma (sm_90a only): the same convolution, GEMM view and arguments, on Hopper's wgmma.
+//
+//   x --gather, cp.async.cg 16 B, zero-fill (halo, padding, rows past M, Kgemm tail)--> As[BM][64]  } STAGES-deep
+//   f --cp.async.cg 16 B, zero-fill (past K, Kgemm tail)------------------------------> Bs[BN][64]  } mbarrier ring
+//   both written by the producer warpgroup in the 128-byte-swizzled layout TMA's SWIZZLE_128B writes for a [rows][64]
+//   box of 16-bit elements: 16-byte chunk j of row r at r*128 + (j ^ r%8)*16 (every tile 1024-byte aligned)
+//   consumers: wgmma.mma_async.m64nBNk16 from K-major 128B-swizzled shared-memory descriptors, fp32 accumulators
+//   epilogue: + bias, ReLU, convert, 2-element stores from registers (one where y rows are not 2-element aligned)
+//
+// Template parameters (each checked by a static_assert):
+//   T, TC        as conv2d's (x and f f16 / bf16; y float, f16 or bf16)
+//   BM, BN       block tile of the GEMM view; BK is 64 (one 128-byte swizzle row). BM / CONSUMERS = WG_M (64 or 128)
+//                rows per consumer warpgroup, MI = WG_M / 64 wgmma row blocks, all BN columns: MI * BN / 2 fp32
+//                accumulators per thread (<= 128); BN 64, 128 or 256 (the wgmma n)
+//   STAGES       ring depth, 2 to 6
+//   CONSUMERS    consumer warpgroups, 1 or 2 (threads = (CONSUMERS + 1) * 128: warpgroup 0 is the producer)
+//   GROUP_M      block rows per L2 group (the block order of conv2d)
+//   BIAS, RELU   epilogue
+// Needs c, ldx, ldf multiples of 8 and x, f 16-byte aligned (16-byte gathers; else the kernel writes NaN to its y
+// tile, as conv2d's VEC 8); the family refuses such problems for this path and builds conv2d (VEC 1) instead.
+//
+// ---- Synchronisation ----------------------------------------------------------------------------------------------
+//   full[s]  initialised with 128 arrivals: every producer thread, after issuing its copies of a stage, executes
+//            cp.async.mbarrier.arrive.noinc (the arrival happens when all of that thread's earlier cp.async have
+//            completed; .noinc: the pending count is not raised first, so the 128 are the barrier's expected count)
+//   empty[s] initialised with CONSUMERS arrivals: one thread of each consumer warpgroup after wgmma.wait_group shows
+//            the warpgroup's MMAs on the stage are done
+//   producer thread: wait empty[s] (parity) -> cp.async A chunks, B chunks -> arrive.noinc full[s]
+//   consumer:        wait full[s] (parity) -> fence.proxy.async.shared::cta (the cp.async writes are generic-proxy
+//                    writes; wgmma reads shared memory through the async proxy: the fence orders the writes this
+//                    thread has observed through the barrier before its later async-proxy reads) -> wgmma.fence ->
+//                    4 x MI wgmma -> commit -> wait_group 1 -> release the previous stage (one group in flight)
+//
+// ---- Shared-memory accesses (lane -> (row, col), 2-byte elements; smemtile/families/conv2d: the spec) ----------------
+// Producer thread pt = tid (warpgroup 0), chunk column j = pt % 8, passes i (A) and jj (B) of 16 rows:
+//   A gather (cp.async 16 B), i in [0, BM/16):   As row = pt // 8 + 16*i, col = (pt % 8) * 8   (swizzled: TMA 128B)
+//   B copy (cp.async 16 B), jj in [0, BN/16):    Bs row = pt // 8 + 16*jj, col = (pt % 8) * 8
+//   wgmma reads (8-row x 16-byte core matrices, described as ldmatrix.x4 phases as wgmma_gemm does):
+//     A, warp w of consumer c, mi, kk:  As row = c*WG_M + mi*64 + (w%4)*16 + lane%16, col = kk*16 + (lane//16)*8
+//     B, nj in [0, BN/64), kk:          Bs row = (w%4)*(BN/4) + nj*16 + lane%16,    col = kk*16 + (lane//16)*8
+// A warp's 32 copies cover 4 rows x 8 chunks: under the 128B swizzle each row's 8 chunks are a permutation of its
+// 128 bytes, so every copy phase (8 lanes, one row) and every core-matrix phase is conflict-free.
+//
+// Resources and launch: block (CONSUMERS + 1) * 128 threads, grid ceil(N*P*Q / BM) * ceil(K / BN) (conv2d's block
+// order), dynamic shared memory 1024 (alignment slack) + STAGES * (BM + BN) * 128 + 16 * STAGES bytes.
+//
+// The device helpers below (mbarriers, wgmma and its descriptor) are the instructions kernels/wgmma_gemm.cu uses,
+// written again in smemtile::conv: the generated file inlines only smem_layout.cuh, so one family's file cannot
+// include another's (a translation unit may hold both families' generated files).
+
+namespace smemtile {
+namespace conv {
+
+#if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define SMEMTILE_CONV_SM90A 1  // the instructions below exist (host pass: parsed only)
+#else
+#define SMEMTILE_CONV_SM90A 0
+#endif
+
+__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
+#if SMEMTILE_CONV_SM90A
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+#endif
+}
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+#if SMEMTILE_CONV_SM90A
+    asm volatile(
+        "{\n.reg .pred done;\nCONV_WAIT:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra CONV_WAIT;\n}\n" ::"r"(bar),
+        "r"(parity)
+        : "memory");
+#endif
+}
+__device__ __forceinline__ void mbar_arrive(unsigned bar) {
+#if SMEMTILE_CONV_SM90A
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+#endif
+}
+// The barrier's arrival once every cp.async this thread issued before it has completed (not counted in advance).
+__device__ __forceinline__ void cp_async_arrive_noinc(unsigned bar) {
+#if SMEMTILE_CONV_SM90A
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+#endif
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+#if SMEMTILE_CONV_SM90A
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void fence_proxy_async() {
+#if SMEMTILE_CONV_SM90A
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wgmma_fence() {
+#if SMEMTILE_CONV_SM90A
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wgmma_commit() {
+#if SMEMTILE_CONV_SM90A
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+#if SMEMTILE_CONV_SM90A
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+#endif
+}
+// K-major operand, rows of 128 bytes, 128B swizzle: start address >> 4 (bits 0-13), LBO 1 (unused when swizzled
+// K-major), SBO 1024 >> 4 (8-row atoms of 1024 bytes, bits 32-45), layout type 1 = 128B (bits 62-63).
+__device__ __forceinline__ unsigned long long wgmma_desc(unsigned addr) {
+    return static_cast<unsigned long long>((addr & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
+}
+// Keeps reads of the accumulators below the wgmma.wait_group that makes them valid.
+template <int N>
+__device__ __forceinline__ void fence_regs(float (&d)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// wgmma.mma_async.m64nNk16 (N = 64, 128, 256), f16 or bf16 inputs, fp32 accumulators d[0 .. N/2): operands
+// %0 .. %(N/2 - 1) the accumulators, then the two descriptors and the scale-d flag.
+#define SMEMTILE_CV_A8(i) \
+    "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
+#define SMEMTILE_CV_A32(i) SMEMTILE_CV_A8(i), SMEMTILE_CV_A8(i + 8), SMEMTILE_CV_A8(i + 16), SMEMTILE_CV_A8(i + 24)
+template <int N, bool BF16>
+struct Mma;
+#define SMEMTILE_CV_MMA(N, BF16, TY, REGS, OPS, DA, DB, P)                                                     \
+    template <>                                                                                                \
+    struct Mma<N, BF16> {                                                                                      \
+        __device__ __forceinline__ static void run(float (&d)[N / 2], unsigned long long da,                 \
+                                                   unsigned long long db, int scale_d) {                     \
+            asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #P ", 0;\n"                                     \
+                         "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY "." TY " {" REGS "}, %" #DA     \
+                         ", %" #DB ", p, 1, 1, 0, 0;\n}\n"                                                    \
+                         : OPS                                                                                 \
+                         : "l"(da), "l"(db), "r"(scale_d));                                                    \
+        }                                                                                                      \
+    };
+#define SMEMTILE_CV_R0 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define SMEMTILE_CV_R1 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define SMEMTILE_CV_R2 "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
+    "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
+#define SMEMTILE_CV_R3 "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
+    "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+#define SMEMTILE_CV_R64 SMEMTILE_CV_R0 ", " SMEMTILE_CV_R1
+#define SMEMTILE_CV_R128 SMEMTILE_CV_R64 ", " SMEMTILE_CV_R2 ", " SMEMTILE_CV_R3
+#define SMEMTILE_CV_A64 SMEMTILE_CV_A32(0), SMEMTILE_CV_A32(32)
+#define SMEMTILE_CV_A128 SMEMTILE_CV_A64, SMEMTILE_CV_A32(64), SMEMTILE_CV_A32(96)
+#if SMEMTILE_CONV_SM90A
+SMEMTILE_CV_MMA(64, false, "f16", SMEMTILE_CV_R0, SMEMTILE_CV_A32(0), 32, 33, 34)
+SMEMTILE_CV_MMA(128, false, "f16", SMEMTILE_CV_R64, SMEMTILE_CV_A64, 64, 65, 66)
+SMEMTILE_CV_MMA(256, false, "f16", SMEMTILE_CV_R128, SMEMTILE_CV_A128, 128, 129, 130)
+SMEMTILE_CV_MMA(64, true, "bf16", SMEMTILE_CV_R0, SMEMTILE_CV_A32(0), 32, 33, 34)
+SMEMTILE_CV_MMA(128, true, "bf16", SMEMTILE_CV_R64, SMEMTILE_CV_A64, 64, 65, 66)
+SMEMTILE_CV_MMA(256, true, "bf16", SMEMTILE_CV_R128, SMEMTILE_CV_A128, 128, 129, 130)
+#endif
+#undef SMEMTILE_CV_MMA
+#undef SMEMTILE_CV_R0
+#undef SMEMTILE_CV_R1
+#undef SMEMTILE_CV_R2
+#undef SMEMTILE_CV_R3
+#undef SMEMTILE_CV_R64
+#undef SMEMTILE_CV_R128
+#undef SMEMTILE_CV_A8
+#undef SMEMTILE_CV_A32
+#undef SMEMTILE_CV_A64
+#undef SMEMTILE_CV_A128
+
+// 128B swizzle of a [rows][64] 16-bit tile (TMA SWIZZLE_128B's layout): byte offset of 16-byte chunk j of row r.
+__host__ __device__ constexpr unsigned swz128(int r, int j) { return r * 128u + ((j ^ (r & 7)) * 16u); }
+
+template <int BM, int BN, int STAGES>
+struct WgmmaShape {
+    static constexpr int kABytes = BM * 128;  // one stage of A: BM rows of 64 elements
+    static constexpr int kBBytes = BN * 128;
+    static constexpr int kSmemBytes = 1024 + STAGES * (kABytes + kBBytes) + 16 * STAGES;
+};
+
+}  // namespace conv
+}  // namespace smemtile
+
+// Defaults: a 128 x 256 block tile, two consumer warpgroups of 64 x 256, 4 stages.
+template <typename T = smemtile::bf16, typename TC = smemtile::bf16, int BM = 128, int BN = 256, int STAGES = 4,
+          int CONSUMERS = 2, int GROUP_M = 8, bool BIAS = false, bool RELU = false>
+__global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
+conv2d_wgmma(int Nb, int H, int W, int C, int K, int R, int S, int stride, int pad, int P, int Q,
+             const T* __restrict__ x, int ldx, const T* __restrict__ f, int ldf, const float* __restrict__ bias,
+             TC* __restrict__ y, int ldy) {
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    // A pass for a target without the sm_90a features (nvcc -arch=sm_90a also embeds compute_90 PTX; an sm_80
+    // build of the file): wgmma does not exist there. The family builds this kernel for sm_90a only.
+    __trap();
+#else
+    namespace cv = smemtile::conv;
+    using Shape = cv::WgmmaShape<BM, BN, STAGES>;
+    constexpr bool BF16 = cv::same_type<T, smemtile::bf16>::value;
+    constexpr int BK = 64;
+    constexpr int WG_M = BM / CONSUMERS;  // rows per consumer warpgroup
+    constexpr int MI = WG_M / 64;         // m64 wgmma blocks per consumer
+    constexpr int ACC = BN / 2;           // fp32 accumulators per thread per m64 block
+    constexpr int A_BYTES = Shape::kABytes, B_BYTES = Shape::kBBytes;
+    constexpr int A_PASSES = BM / 16, B_PASSES = BN / 16;  // 16 rows of 8 chunks per producer pass
+    static_assert(cv::same_type<T, smemtile::f16>::value || cv::same_type<T, smemtile::bf16>::value,
+                  "T (the x and f element type) must be smemtile::f16 or smemtile::bf16");
+    static_assert(cv::same_type<TC, float>::value || cv::same_type<TC, smemtile::f16>::value ||
+                      cv::same_type<TC, smemtile::bf16>::value,
+                  "TC (the y element type) must be float, smemtile::f16 or smemtile::bf16");
+    static_assert(CONSUMERS == 1 || CONSUMERS == 2, "CONSUMERS: 1 or 2 consumer warpgroups");
+    static_assert(BM % (64 * CONSUMERS) == 0 && (MI == 1 || MI == 2), "BM / CONSUMERS must be 64 or 128 rows");
+    static_assert(BN == 64 || BN == 128 || BN == 256, "BN: 64, 128 or 256 (the wgmma n)");
+    static_assert(MI * ACC <= 128, "at most 128 fp32 accumulators per thread (BM / CONSUMERS / 64 * BN / 2)");
+    static_assert(STAGES >= 2 && STAGES <= 6, "STAGES (mbarrier ring depth) must be 2 to 6");
+    static_assert(GROUP_M >= 1, "GROUP_M (block rows per L2 group) must be at least 1");
+
+    extern __shared__ unsigned char conv2d_wgmma_smem[];
+    const unsigned base = (smemtile::smem_u32(conv2d_wgmma_smem) + 1023u) & ~1023u;  // the launch adds 1024
+    const unsigned a_s = base, b_s = base + STAGES * A_BYTES;
+    const unsigned bars = b_s + STAGES * B_BYTES;
+    auto full = [&](int s) { return bars + 8u * s; };
+    auto empty = [&](int s) { return bars + 8u * (STAGES + s); };
+
+    const int tid = threadIdx.x;
+    const int wgi = tid / 128;
+    const int M = Nb * P * Q, KG = R * S * C;
+    const int nk = (KG + BK - 1) / BK;
+
+    // conv2d's grouped block order
+    const int grid_m = (M + BM - 1) / BM, grid_n = (K + BN - 1) / BN;
+    const int pid = blockIdx.x;
+    const int per_group = GROUP_M * grid_n;
+    const int first_m = (pid / per_group) * GROUP_M;
+    const int group_rows = min(grid_m - first_m, GROUP_M);
+    const int m0 = (first_m + (pid % per_group) % group_rows) * BM;
+    const int n0 = ((pid % per_group) / group_rows) * BN;
+
+    {  // 16-byte gathers only: a misuse is made visible (this tile becomes NaN) instead of faulting
+        const bool vec = ((C | ldx | ldf) & 7) == 0 &&
+                         ((reinterpret_cast<unsigned long long>(x) | reinterpret_cast<unsigned long long>(f)) & 15) == 0;
+        if (!vec) {
+            for (int e = tid; e < BM * BN; e += blockDim.x) {
+                const int m = m0 + e / BN, n = n0 + e % BN;
+                if (m < M && n < K) cv::store_y(y + (long long)m * ldy + n, __int_as_float(0x7fc00000));
+            }
+            return;
+        }
+    }
+
+    if (tid == 0) {
+        for (int s = 0; s < STAGES; ++s) {
+            cv::mbar_init(full(s), 128);         // the producer threads' cp.async arrivals (noinc)
+            cv::mbar_init(empty(s), CONSUMERS);  // one arrival per consumer warpgroup
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+
+    if (wgi == 0) {
+        // ---- producer warpgroup: every thread gathers A_PASSES chunks of A and copies B_PASSES chunks of B ----
+        const int pt = tid, row0 = pt / 8, j = pt % 8;
+        int a_h0[A_PASSES], a_w0[A_PASSES];
+        long long a_img[A_PASSES];  // n * H
+#pragma unroll
+        for (int i = 0; i < A_PASSES; ++i) {
+            const int m = m0 + row0 + 16 * i;
+            if (m < M) {
+                const int nimg = m / (P * Q), rem = m - nimg * (P * Q);
+                const int p = rem / Q, q = rem - p * Q;
+                a_h0[i] = p * stride - pad, a_w0[i] = q * stride - pad, a_img[i] = (long long)nimg * H;
+            } else {
+                a_h0[i] = -(1 << 30), a_w0[i] = 0, a_img[i] = 0;
+            }
+        }
+        cv::Tap tap;  // the filter position of kg = kt * 64 + j * 8
+        tap.start(j * 8, C, S);
+        int b_kg = j * 8;
+        const unsigned short* xs = reinterpret_cast<const unsigned short*>(x);
+        const unsigned short* fs = reinterpret_cast<const unsigned short*>(f);
+        const unsigned a_off = cv::swz128(row0, j), b_off = a_off;  // pass i adds 16 rows = 2048 bytes
+        for (int kt = 0; kt < nk; ++kt) {
+            const int s = kt % STAGES;
+            cv::mbar_wait(empty(s), ((kt / STAGES) & 1) ^ 1);  // the first round passes (the phase before counts)
+            const unsigned sa = a_s + s * A_BYTES + a_off, sb = b_s + s * B_BYTES + b_off;
+#pragma unroll
+            for (int i = 0; i < A_PASSES; ++i) {  // 8 channels of one tap: whole or zero
+                const int ih = a_h0[i] + tap.r, iw = a_w0[i] + tap.s;
+                const bool ok = tap.r < R && (unsigned)ih < (unsigned)H && (unsigned)iw < (unsigned)W;
+                const unsigned short* src = ok ? xs + ((a_img[i] + ih) * W + iw) * ldx + tap.c : xs;
+                cv::cp_async_16(sa + i * 2048, src, ok ? 16 : 0);
+            }
+#pragma unroll
+            for (int jj = 0; jj < B_PASSES; ++jj) {
+                const int n = n0 + row0 + 16 * jj;
+                const bool ok = n < K && b_kg < KG;  // KG % 8 == 0: a chunk is whole or past the end
+                const unsigned short* src = ok ? fs + (long long)n * ldf + b_kg : fs;
+                cv::cp_async_16(sb + jj * 2048, src, ok ? 16 : 0);
+            }
+            cv::cp_async_arrive_noinc(full(s));
+            tap.advance_bounded<BK / 8>(BK, C, S);
+            b_kg += BK;
+        }
+        cv::cp_async_wait_all();
+    } else {
+        // ---- consumer warpgroups -------------------------------------------------------------------------------
+        const int c = wgi - 1, ct = tid - wgi * 128;
+        const int w = ct / 32, lane = ct % 32;
+        float d[MI][ACC];
+#pragma unroll
+        for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+            for (int i = 0; i < ACC; ++i) d[mi][i] = 0.f;
+        for (int kt = 0; kt < nk; ++kt) {
+            const int s = kt % STAGES;
+            cv::mbar_wait(full(s), (kt / STAGES) & 1);
+            cv::fence_proxy_async();  // generic-proxy cp.async writes -> the async proxy's wgmma reads
+            cv::wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < BK / 16; ++kk) {
+#pragma unroll
+                for (int mi = 0; mi < MI; ++mi) {
+                    const unsigned long long da =
+                        cv::wgmma_desc(a_s + s * A_BYTES + (c * WG_M + mi * 64) * 128 + kk * 32);
+                    const unsigned long long db = cv::wgmma_desc(b_s + s * B_BYTES + kk * 32);
+                    cv::Mma<BN, BF16>::run(d[mi], da, db, 1);
+                }
+            }
+            cv::wgmma_commit();
+            cv::wgmma_wait<1>();  // the previous stage's MMAs are done: release it
+            if (kt > 0 && ct == 0) cv::mbar_arrive(empty((kt - 1) % STAGES));
+        }
+        cv::wgmma_wait<0>();
+#pragma unroll
+        for (int mi = 0; mi < MI; ++mi) cv::fence_regs(d[mi]);
+
+        // ---- epilogue: thread (w, lane) holds rows 16w + lane/4 (+8) and columns 8j + 2(lane%4) (+1) -------
+        const bool y_vec = (ldy % 2 == 0) && (reinterpret_cast<unsigned long long>(y) % (2 * sizeof(TC)) == 0);
+        const int row_base = m0 + c * WG_M + 16 * w + lane / 4, col_base = n0 + 2 * (lane % 4);
+#pragma unroll
+        for (int j = 0; j < ACC / 4; ++j) {
+            const int n = col_base + 8 * j;
+            const float b0 = BIAS && n < K ? bias[n] : 0.f, b1 = BIAS && n + 1 < K ? bias[n + 1] : 0.f;
+#pragma unroll
+            for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int m = row_base + mi * 64 + 8 * h;
+                    if (m >= M) continue;
+                    float v0 = d[mi][4 * j + 2 * h] + b0, v1 = d[mi][4 * j + 2 * h + 1] + b1;
+                    if (RELU) v0 = fmaxf(v0, 0.f), v1 = fmaxf(v1, 0.f);
+                    TC* yrow = y + (long long)m * ldy;
+                    if (y_vec && n + 1 < K) {
+                        cv::store_y2(yrow + n, v0, v1);
+                    } else {
+                        if (n < K) cv::store_y(yrow + n, v0);
+                        if (n + 1 < K) cv::store_y(yrow + n + 1, v1);
+                    }
+                }
+        }
+    }
+#endif
+}
