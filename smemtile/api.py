@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -51,12 +52,15 @@ def _is_yaml_text(text: str) -> bool:
     return "\n" in text or (":" in text and not os.path.exists(text))
 
 
-def load_spec(spec: SpecLike, *, arch: str | None = None):
+def load_spec(spec: SpecLike, *, arch: str | None = None, first: bool = False):
     """The resolved spec (``smemtile.pipeline.specs.Resolved``) for a path, a YAML string or a dict.
 
-    A path is read exactly as the CLI reads it (``smemtile.fileio``: a regular file of at most 1 MiB, UTF-8);
-    a YAML string or a dict is validated the same way and named ``<string>`` / ``<dict>`` in messages.
-    ``arch`` overrides the spec's architecture (``smemtile generate --arch``)."""
+    A path is read exactly as the CLI reads it (``smemtile.fileio``: a regular file of at most 1 MiB, UTF-8;
+    ``-`` is stdin); a YAML string or a dict is validated the same way and named ``<string>`` / ``<dict>`` in
+    messages. ``arch`` overrides the spec's architecture (``smemtile generate --arch``). ``first=True``: a file
+    holding a stream of specs (``smemtile tiles --format yaml``) resolves to its first one, and the result's
+    ``documents`` says how many it held (``smemtile generate`` takes the first; otherwise a stream is refused).
+    A resolved spec is returned as it is."""
     from smemtile.pipeline.specs import Resolved, load, resolve
 
     if isinstance(spec, Resolved):
@@ -64,7 +68,7 @@ def load_spec(spec: SpecLike, *, arch: str | None = None):
     if isinstance(spec, dict):
         return resolve(copy.deepcopy(spec), "<dict>", arch=arch)
     if isinstance(spec, os.PathLike):
-        return load(Path(spec), arch=arch)
+        return load(Path(spec), arch=arch, first=first)
     if not isinstance(spec, str):
         raise SpecError(f"a spec is a path, a YAML string or a dict, not {type(spec).__name__}", key="spec")
     if _is_yaml_text(spec):
@@ -76,14 +80,26 @@ def load_spec(spec: SpecLike, *, arch: str | None = None):
                 "the spec must be a YAML mapping with arch, buffers and accesses", source="<string>"
             )
         return resolve(doc, "<string>", arch=arch)
-    return load(spec, arch=arch)
+    return load(spec, arch=arch, first=first)
+
+
+def _is_path(spec: Any) -> bool:
+    return isinstance(spec, os.PathLike) or (isinstance(spec, str) and not _is_yaml_text(spec))
 
 
 def _origin(spec: SpecLike) -> str:
     """The name ``generate`` writes into the .cu header (the CLI: the spec file's name)."""
-    if isinstance(spec, os.PathLike) or (isinstance(spec, str) and not _is_yaml_text(spec)):
+    if _is_path(spec):
         return Path(spec).name
-    return "<dict>" if isinstance(spec, dict) else "<string>"
+    if isinstance(spec, dict):
+        return "<dict>"
+    return "<string>" if isinstance(spec, str) else Path(getattr(spec, "source", "<spec>")).name
+
+
+def _spec_path(spec: SpecLike, res) -> Path:
+    """The spec's name in a document (``verify``'s ``spec``): its path as given (``-`` for stdin), else the
+    resolved spec's source (``<string>``, ``<dict>``)."""
+    return Path(spec) if _is_path(spec) else Path(res.source)
 
 
 # ---- analyze, fix ---------------------------------------------------------------------------------------------
@@ -97,8 +113,9 @@ def analyze(spec: SpecLike, *, regs: int | None = None, compile: bool = True) ->
 
     if regs is not None and not (isinstance(regs, int) and 1 <= regs <= 255):
         raise SpecError(f"registers per thread must be an integer 1..255, got {regs!r}", key="regs")
-    rep = run(load_spec(spec), regs=regs, compile=compile)
-    return AnalyzeResult(normalise(rep.to_dict()), report=rep)
+    res = load_spec(spec)
+    rep = run(res, regs=regs, compile=compile)
+    return AnalyzeResult(lambda: normalise(rep.to_dict()), report=rep, resolved=res)
 
 
 def fix(spec: SpecLike) -> FixResult:
@@ -140,14 +157,16 @@ def occupancy(
     Sizes take bytes or ``"48K"`` / ``"48KiB"``; ``carveout``: percent of the SM's shared memory (None: the
     driver's default, the maximum); ``opt_in=False``: the 48 KB default per block applies; ``cluster``: CTAs per
     cluster (sm_90+) for the ``clusters`` entry, over ``sms`` SMs (default: the arch's GPU row). ``arch="auto"``
-    reads the GPU. A block that does not fit is data: ``active_blocks == 0`` and ``reason`` say why (the CLI exits 1)."""
+    reads the GPU; an ``smemtile.model.arch.Arch`` is taken as it is. A block that does not fit is data:
+    ``active_blocks == 0`` and ``reason`` say why (the CLI exits 1)."""
     from smemtile.gpu.device import resolve_arch
+    from smemtile.model.arch import FEATURES, Arch
     from smemtile.model.occupancy import active_clusters
     from smemtile.model.occupancy import occupancy as run
     from smemtile.model.sizes import parse_size
     from smemtile.model.tiling_gpus import get_gpu
 
-    a = resolve_arch(arch)
+    a = arch if isinstance(arch, Arch) else resolve_arch(arch)
     sizes = []
     for key, v in (("smem_static", smem_static), ("smem_dynamic", smem_dynamic)):
         if str(v).strip().startswith("-"):
@@ -163,10 +182,15 @@ def occupancy(
     size = _int(cluster, "cluster", 1)
     if size > 16:
         raise SpecError(f"{size} CTAs per cluster; at most 16 (8 portable)", key="cluster")
+    cc = FEATURES["clusters"][0]  # the arch table's first architecture with clusters
+    if size > 1 and tuple(a.cc) < cc:  # no answer for hardware without clusters
+        raise SpecError(
+            f"thread-block clusters need sm_{cc[0]}{cc[1]} or later; the target is {a.name}", key="cluster"
+        )
     gpu = get_gpu(None, getattr(a, "base", a.name))
     n = _int(sms, "sms", 1) if sms is not None else gpu.sms
     clusters = {**active_clusters(r.active_blocks, size, n, gpu.key if sms is None else None), "sms": n}
-    return OccupancyResult(normalise({**r.to_dict(), "clusters": clusters}), report=r)
+    return OccupancyResult(normalise({**r.to_dict(), "clusters": clusters}), report=r, arch=a)
 
 
 def _int(v: Any, key: str, lo: int) -> int:
@@ -189,6 +213,7 @@ def tiles(
     vendor: str | None = None,
     gpu: str | None = None,
     sms: int | None = None,
+    triton: bool = False,
     **problem: int | str,
 ) -> TilesResult:
     """Ranked tile configurations with reasons, and the rejected ones with why (``smemtile tiles ... --json``).
@@ -196,7 +221,11 @@ def tiles(
     GEMM: ``tiles(M, N, K, dtype="f32"|"f16"|"bf16"|..., arch="sm_90")``. A family that ranks its own
     configurations (``tiles --family``): ``tiles(family=NAME, ...)`` with its sizes by the family's problem keys
     (or positionally), its dtype, and its model's options (``radius``). ``top`` / ``rejected``: how many of each
-    the result holds (the CLI's --top, --rejected)."""
+    the result holds (the CLI's --top, --rejected). ``vendor`` (``nvidia`` / ``amd``), ``gpu`` (the roofline's GPU
+    row: ``h200``, ``a100``, ``mi300x``, ...) and ``sms`` (the SM / CU count; GEMM only) pick the hardware;
+    ``arch="auto"`` reads this machine's GPU. ``triton=True`` (GEMM): the tensor-core tiles as Triton runs them,
+    ranked with the Triton efficiency measured on the H200 (``smemtile tiles --format triton``; then
+    ``triton_configs()`` is the ``triton.Config`` list)."""
     from smemtile.pipeline import tiles as pt
 
     top = _int(top, "top", 1)
@@ -228,23 +257,27 @@ def tiles(
                 f"{' family' if implied else ''}, not {family}",
                 key="family",
             )
-    report = pt.recommend(*sizes, dtype, arch, vendor=vendor, gpu=gpu, sms=n_sms)
+    report = pt.recommend(*sizes, dtype, arch, vendor=vendor, gpu=gpu, sms=n_sms, triton=bool(triton))
     if not report.ranked:
         raise OutOfResources(
             f"no configuration fits {report.problem.arch}: {report.rejected[0].reason}"
             if report.rejected
             else "no candidates"
         )
-    doc = pt.json_doc(report, top, rejected)
+    return TilesResult(
+        lambda: normalise(_gemm_doc(report, top, rejected)), report=report, top=top, rejected=rejected
+    )
+
+
+def _gemm_doc(report, top: int, rejected: int) -> dict:
+    from smemtile.pipeline import tiles as pt
     from smemtile.report import tiles as rt
 
-    seam = getattr(
-        rt, "hopper_seam", None
-    )  # sm_90 16-bit: the faster family is one target away (as the CLI says)
-    hopper = seam(report) if seam is not None else None
+    doc = pt.json_doc(report, top, rejected)
+    hopper = rt.hopper_seam(report)  # sm_90 16-bit: the faster family is one target away (as the CLI says)
     if hopper is not None:
         doc["hopper"] = hopper
-    return TilesResult(normalise(doc), report=report, top=top)
+    return doc
 
 
 def _option_owner(option: str) -> str:
@@ -295,7 +328,9 @@ def _family_tiles(
             if rep.rejected
             else "no candidates"
         )
-    return TilesResult(normalise(pt.family_json_doc(rep, top, rejected)), report=rep, top=top)
+    return TilesResult(
+        lambda: normalise(pt.family_json_doc(rep, top, rejected)), report=rep, top=top, rejected=rejected
+    )
 
 
 def _this_gpu() -> tuple[str, int]:
@@ -307,8 +342,7 @@ def _this_gpu() -> tuple[str, int]:
 
 
 # ---- generate, verify -----------------------------------------------------------------------------------------
-def _kernel_spec(spec: SpecLike, arch: str | None = None):
-    res = load_spec(spec, arch=arch)
+def _kernel_spec(res):
     if res.config is None:
         raise SpecError(
             "the spec has no kernel: section, so there is no kernel to generate (add kernel: {family: NAME, "
@@ -325,6 +359,9 @@ def generate(
     arch: str | None = None,
     compile: bool = True,
     diff: bool = False,
+    name: str | None = None,
+    origin: str | None = None,
+    first: bool = False,
 ) -> GenerateResult:
     """The CUDA kernel of a kernel spec (``smemtile generate SPEC --json``): ``source`` is the standalone .cu
     (analysis header, the template, its instantiation, the host launch helper), ``to_dict()`` the launch
@@ -332,31 +369,62 @@ def generate(
 
     ``variant``: ``fixed`` (the fix search's layouts) or ``baseline`` (the spec's own); ``arch`` generates for
     another architecture; ``compile=False`` skips NVRTC (no ptxas numbers); ``diff`` adds a unified diff
-    against the other variant."""
+    against the other variant (and ``diff_sources``, both variants' sources). ``name``: call the launch helper
+    ``launch_NAME()`` (a C identifier; default the family's name; the device code is unchanged, so several
+    generated files can share one translation unit). ``origin``: the spec's name in the .cu header (default:
+    the file's name, ``<string>`` or ``<dict>``). ``first=True``: a file holding a stream of specs generates its
+    first (``smemtile generate``); ``report`` is the build (kernel, checklist, compile note)."""
     from smemtile.pipeline.build import build
     from smemtile.pipeline.fixes import variants
 
     if variant not in ("fixed", "baseline"):
         raise SpecError(f"unknown variant {variant!r}; choose fixed or baseline", key="variant")
-    res = _kernel_spec(spec, arch)
+    res = _kernel_spec(load_spec(spec, arch=arch, first=first))
     v = variants(res)
     cfg, base = v[variant], v["baseline"]
-    built = build(cfg, baseline=base, compile=compile, origin=_origin(spec))
+    if name:  # refused before anything is compiled
+        from smemtile.codegen.render import helper_name
+
+        helper_name(cfg, name)
+    other = v["fixed"] if variant == "baseline" else base
+    built = _named(
+        build(cfg, baseline=base, compile=compile, origin=_origin(spec) if origin is None else origin), name
+    )
     gk = built.kernel
     doc = gk.to_dict(file=None)
     doc["variant"] = variant
     doc["checklist"] = [i.to_dict() for i in built.checklist]
+    sources = None
     if diff:
-        import difflib
+        other_source = _named(build(other, compile=False), name).kernel.source
+        doc["diff"] = _unified(other_source, gk.source, variant)
 
-        other = v["fixed"] if variant == "baseline" else base
-        a, b = build(other, compile=False).kernel.source, gk.source
-        doc["diff"] = "".join(
-            difflib.unified_diff(
-                a.splitlines(True), b.splitlines(True), "baseline" if variant == "fixed" else "fixed", variant
-            )
-        )
-    return GenerateResult(normalise(doc), source=gk.source)
+        def sources() -> dict:
+            if variant == "fixed":
+                return {"baseline": other_source, "fixed": gk.source}
+            return {"baseline": _named(build(base, compile=False), name).kernel.source, "fixed": other_source}
+
+    return GenerateResult(lambda: normalise(doc), source=gk.source, report=built, sources=sources)
+
+
+def _named(built, name: str | None):
+    """``built`` with its launch helper called launch_NAME() (the device code is unchanged) and the checklist
+    evaluated on the renamed helper."""
+    if not name:
+        return built
+    from dataclasses import replace
+
+    from smemtile.codegen.checklist import evaluate
+
+    gk = built.kernel.named(name)
+    return replace(built, kernel=gk, checklist=evaluate(gk, ptx=getattr(built.compiled, "ptx", None) or None))
+
+
+def _unified(a: str, b: str, variant: str) -> str:
+    import difflib
+
+    other = "baseline" if variant == "fixed" else "fixed"
+    return "".join(difflib.unified_diff(a.splitlines(True), b.splitlines(True), other, variant))
 
 
 def verify(
@@ -368,11 +436,15 @@ def verify(
     variants: tuple[str, ...] = (),
     stages: tuple[int, ...] = (),
     ncu: bool = False,
+    ncu_save: str | os.PathLike | None = None,
 ) -> VerifyResult:
     """Compile, run, check and time a spec's kernel, baseline and fixed (``smemtile verify SPEC --json``); a spec
     without ``kernel:`` runs its accesses as microkernels. ``compile_only=True`` needs no GPU (NVRTC and ptxas
-    numbers, the model's occupancy); otherwise NoDevice without one. A wrong result is ``correct is False``
-    (the CLI exits 1), not an exception."""
+    numbers, the model's occupancy; NoDevice when NVRTC cannot be loaded); otherwise NoDevice without one. A
+    wrong result is ``correct is False`` (the CLI exits 1), not an exception. ``variants``: only these of
+    ``baseline`` / ``fixed``; ``stages``: also the fixed layout with each of these stage counts; ``ncu``: also
+    profile each variant under Nsight Compute (the ``ncu`` key; ignored with ``compile_only``), keeping its
+    reports in the folder ``ncu_save``."""
     from smemtile.pipeline import verify as pipeline
     from smemtile.pipeline.fixes import fix_report
     from smemtile.pipeline.fixes import variants as family_variants
@@ -382,10 +454,13 @@ def verify(
     if bad:
         raise SpecError(f"unknown variant {bad[0]!r}; choose baseline or fixed", key="variants")
     res = load_spec(spec)
+    path = _spec_path(spec, res)
+    if compile_only:
+        _require_nvrtc()
     if res.config is None:
         if stages:
             raise SpecError(
-                "stages needs a kernel: section (a family with a STAGES parameter)", source=res.source
+                "--stages needs a kernel: section (a family with a STAGES parameter)", source=str(path)
             )
         from smemtile.gpu.microkernel import verify_spec
 
@@ -397,55 +472,153 @@ def verify(
             device=device,
             use_ncu=ncu,
         )
-        return VerifyResult(normalise(doc))
+        return VerifyResult(lambda: normalise(doc), report=doc, microkernel=True)
     both = family_variants(res)
     cfgs = {v: both[v] for v in (variants or names)}
-    cfgs.update(pipeline.stage_variants(both["fixed"], tuple(stages), res.source))
+    cfgs.update(pipeline.stage_variants(both["fixed"], tuple(stages), str(path)))
     if compile_only:
-        doc = pipeline.compile_only(Path(res.source), cfgs)
+        doc = pipeline.compile_only(path, cfgs)
     else:
-        doc = pipeline.on_gpu(Path(res.source), cfgs, device, seed)
+        doc = pipeline.on_gpu(path, cfgs, device, seed)
         if ncu:
-            doc["ncu"] = pipeline.with_ncu(Path(res.source), cfgs, doc, device, None)
-    return VerifyResult(normalise(doc))
+            save = None if ncu_save is None else Path(ncu_save)
+            doc["ncu"] = pipeline.with_ncu(path, cfgs, doc, device, save)
+    return VerifyResult(lambda: normalise(doc), report=doc)
+
+
+def _require_nvrtc() -> None:
+    """``compile_only`` is the compile: without NVRTC there is nothing to report, so NoDevice (exit 3)."""
+    from smemtile.errors import NoDevice, SmemtileError
+    from smemtile.gpu.nvrtc import nvrtc_version
+
+    try:
+        nvrtc_version()
+    except NoDevice:
+        raise
+    except SmemtileError as e:
+        raise NoDevice(f"NVRTC cannot be used ({e}); --compile-only needs it") from None
+    except Exception as e:  # the bindings import but libnvrtc does not load
+        raise NoDevice(
+            f"NVRTC cannot be loaded ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
+            "pip install nvidia-cuda-nvrtc"
+        ) from None
 
 
 # ---- tune -----------------------------------------------------------------------------------------------------
 def tune(
-    spec: SpecLike,
+    spec: SpecLike | list[SpecLike] | tuple[SpecLike, ...],
     *,
     top: int = 6,
-    space: list[dict] | None = None,
-    shapes: list[dict] | None = None,
+    space: list[dict] | str | os.PathLike | None = None,
+    shapes: list[dict] | str | os.PathLike | None = None,
     dry_run: bool = False,
     device: int = 0,
     seed: int = 1234,
     cache: str | os.PathLike | None = None,
     force: bool = False,
+    executor: str = "local",
+    gpus: str | int = "all",
+    compile_workers: int | None = None,
+    simulate: bool = False,
+    out: str | os.PathLike | bool | None = None,
+    progress: Callable[[dict], None] | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> TuneResult:
-    """Time the tile model's top ``top`` configurations of a kernel spec on this machine's GPU (the local
-    executor of ``smemtile tune``), cached and resumable; ``dry_run=True`` returns the plan without a GPU
-    (``smemtile tune SPEC --dry-run --json``). ``space``: extra configurations (parameter mappings);
-    ``shapes``: problems to sweep (mappings of problem keys). Without a GPU a real run raises NoDevice.
-    Several GPUs or a Dask cluster: use ``smemtile tune --executor dask``. The winner is not written as a spec
-    here: ``best["params"]`` holds its parameters."""
+    """Time the tile model's top ``top`` configurations of a kernel spec on GPUs, cached and resumable
+    (``smemtile tune SPEC... --json``); ``dry_run=True`` returns the plan without a GPU (``--dry-run``).
+
+    ``spec``: one spec or a list (each is one problem, as ``smemtile tune A.yaml B.yaml``); a path is read as the
+    command reads it (one YAML mapping). ``space``: extra configurations, a list of parameter mappings or a
+    file of them (or of specs: ``smemtile tiles --format yaml``); ``shapes``: problems to sweep, a list of
+    mappings of problem keys or a file of them. ``cache``: the result cache (default ``smemtile tune``'s);
+    ``force``: measure again. ``executor``: ``local`` (this process times on one GPU while CPU processes
+    compile), ``dask`` (one worker per GPU) or ``dask://HOST:PORT``, over ``gpus`` GPUs (``all`` or a number)
+    with ``compile_workers`` CPU processes; ``device``: the local executor's GPU; ``simulate=True``: simulated
+    devices with made-up deterministic times (no GPU). Without a GPU a real run raises NoDevice.
+
+    ``out``: also write each winner as a spec, to this file (one problem) or folder (several; one
+    ``<spec>.<problem>.tuned.yaml`` each); ``True``: ``<spec>.tuned.yaml`` in the current folder (the command's
+    default); None: not written (``best["params"]`` holds its parameters). ``progress`` is called once with
+    ``{"total": candidates, "done": 0}`` before anything is compiled, then with a status snapshot (compiled,
+    timed, cached, skipped, requeued, done, total, gpus, eta_s) as the run goes;
+    ``warn`` with each warning about the cache (a line that could not be read). ``report`` is the document
+    before normalising. A KeyboardInterrupt ends the executor's processes and workers before it propagates;
+    every result measured so far is already in the cache."""
     from smemtile.pipeline.tune import plan_problems
 
-    res = load_spec(spec)
     top = _int(top, "top", 0)
-    source = res.source
-    docs = [(source, copy.deepcopy(res.doc))]
-    arch0 = str(res.doc.get("arch", "sm_90"))
+    specs = list(spec) if isinstance(spec, (list, tuple)) else [spec]
+    if not specs:
+        raise SpecError("give at least one spec", key="spec")
+    docs = [_tune_doc(s) for s in specs]
+    extra = _tune_entries(space, "--space")
+    shape_list = _tune_entries(shapes, "--shapes")
+    shapes_source = str(shapes) if _is_path(shapes) else "--shapes"
+    arch0 = str(docs[0][1].get("arch", "sm_90"))
+
+    def planned(arch: str) -> list[dict]:
+        return plan_problems(docs, shape_list, top=top, space=extra, arch=arch, shapes_source=shapes_source)
+
     if dry_run:
-        problems = plan_problems(docs, shapes, top=top, space=space, arch=arch0)
-        out = [_problem_doc(p, arch0) for p in problems]
+        problems = planned(arch0)  # validates every spec and shape: bad input is SpecError
+        out_docs = [_problem_doc(p, arch0) for p in problems]
         doc = (
-            {**out[0], "dry_run": True, "problems": out}
-            if len(out) == 1
-            else {"dry_run": True, "problems": out}
+            {**out_docs[0], "dry_run": True, "problems": out_docs}
+            if len(out_docs) == 1
+            else {"dry_run": True, "problems": out_docs}
         )
-        return TuneResult(normalise(doc))
-    return TuneResult(normalise(_tune_on_gpu(docs, shapes, top, space, arch0, device, seed, cache, force)))
+        return TuneResult(lambda: normalise(doc), report=doc)
+    from smemtile.pipeline.executors import make_executor
+
+    runner = "smemtile.gpu.tune:SimulatedRunner" if simulate else "smemtile.gpu.tune:GpuRunner"
+    ex = make_executor(
+        executor, gpus=gpus, runner=runner, seed=seed, device=device, compile_workers=compile_workers
+    )
+    inputs = [Path(p) for p in (space, shapes) if _is_path(p)]
+    write = out is not None and out is not False
+    target = Path(out) if write and out is not True else None
+    interrupted = False
+    try:
+        doc = _tune_run(ex, planned, arch0, write, target, cache, force, inputs, progress, warn)
+    except BaseException as e:
+        interrupted = not isinstance(
+            e, (Exception, SystemExit, GeneratorExit)
+        )  # Ctrl-C, a signal's exception
+        raise
+    finally:
+        ex.close()
+        if interrupted:  # its compile processes and workers, the whole process tree
+            try:
+                getattr(ex, "terminate", ex.close)()
+            except BaseException:
+                pass
+    return TuneResult(lambda: normalise(doc), report=doc)
+
+
+def _tune_doc(spec: SpecLike) -> tuple[str, dict]:
+    """(name, YAML document) of one spec to tune: a path is read as ``smemtile tune`` reads it (fileio first:
+    a regular file or FIFO, at most 1 MiB, UTF-8; then the YAML parser), anything else through load_spec."""
+    if _is_path(spec):
+        from smemtile.fileio import read_text
+        from smemtile.pipeline.tune import load_docs
+
+        found = load_docs(spec, read_text(spec, what="spec"))
+        if len(found) != 1 or not isinstance(found[0], dict):
+            raise SpecError("expected one spec document (a mapping)", source=str(spec))
+        return str(spec), found[0]
+    res = load_spec(spec)
+    return res.source, copy.deepcopy(res.doc)
+
+
+def _tune_entries(entries, key: str) -> list[dict] | None:
+    """``space`` / ``shapes``: a list as it is, or a file read as the command reads its --space / --shapes."""
+    if entries is None or not _is_path(entries):
+        return entries
+    from smemtile.fileio import read_text
+    from smemtile.pipeline import tune as pt
+
+    parse = pt.space_entries if key == "--space" else pt.shape_entries
+    return parse(entries, read_text(entries, what=f"{key} file", key=key))
 
 
 def _problem_doc(p: dict, arch: str) -> dict:
@@ -458,45 +631,104 @@ def _problem_doc(p: dict, arch: str) -> dict:
     }
 
 
-def _tune_on_gpu(docs, shapes, top, space, arch0, device, seed, cache_path, force) -> dict:
-    """The CLI's local run (smemtile.cli.tune): start the executor (NoDevice here without a GPU), plan on the
-    device's arch, time through the schedule and the cache, summarise each problem."""
-    from smemtile.cache import open_cache
-    from smemtile.pipeline.executors import make_executor
-    from smemtile.pipeline.schedule import tune_problems
-    from smemtile.pipeline.tune import plan_problems, summarize
+def _tune_run(ex, planned, arch0, write, out, cache_path, force, inputs, progress, warn) -> dict:
+    """Start the executor (processes, one CUDA context per GPU) in a thread while planning on the spec's arch,
+    plan again on the device's arch if it differs, time through the schedule and the cache, summarise each
+    problem, write the winners (``write``: to ``out``, or the default names)."""
+    import threading
 
-    problems = plan_problems(docs, shapes, top=top, space=space, arch=arch0)  # bad input before any GPU work
-    ex = make_executor("local", gpus="all", runner="smemtile.gpu.tune:GpuRunner", seed=seed, device=device)
-    try:
-        ex.start()
-        arch = ex.slots()[0].info["arch"]
-        if arch != arch0:
-            problems = plan_problems(docs, shapes, top=top, space=space, arch=arch)
-        cache = open_cache(cache_path, warn=lambda msg: None)
-        result = tune_problems(problems, ex, cache, force=force)
-        slots = ex.slots()
-        out = []
-        for p, rows in zip(problems, result["rows"], strict=True):
-            d = _problem_doc(p, arch)
-            d.update(
-                device=slots[0].info["device"], rows=rows, summary=summarize(rows), cache=str(cache.path)
-            )
-            out.append(d)
-        run = {k: result[k] for k in ("counts", "failures", "skipped", "events", "slots", "wall_s")}
-        run["executor"] = ex.name
-        doc = {
-            "executor": ex.name,
-            "devices": result["slots"],
-            "cache": str(cache.path),
-            "run": run,
-            "problems": out,
-        }
-        if len(out) == 1:
-            doc = {**out[0], "environment": slots[0].env, **doc}
-        return doc
-    finally:
-        ex.close()
+    from smemtile.cache import open_cache
+    from smemtile.pipeline.schedule import tune_problems
+    from smemtile.pipeline.tune import summarize
+
+    started: dict = {}
+
+    def start() -> None:
+        try:
+            ex.start()
+        except BaseException as e:  # re-raised here: NoDevice, SpecError
+            started["error"] = e
+
+    t = threading.Thread(target=start, daemon=True)
+    t.start()
+    problems = planned(arch0)
+    t.join()
+    if "error" in started:
+        raise started["error"]
+    arch = ex.slots()[0].info["arch"]
+    if arch != arch0:
+        problems = planned(arch)
+    cache = open_cache(cache_path, warn=warn or (lambda msg: None))
+    slots = ex.slots()
+    total = sum(len(p["candidates"]) for p in problems)
+    tick = None
+    if progress is not None:
+        progress({"total": total, "done": 0})  # the start, before anything is compiled
+        tick = lambda s: progress({**s, "total": total})  # noqa: E731
+    result = tune_problems(problems, ex, cache, force=force, progress=tick)
+    docs = []
+    for p, rows in zip(problems, result["rows"], strict=True):
+        d = _problem_doc(p, arch)
+        d.update(device=slots[0].info["device"], rows=rows, summary=summarize(rows), cache=str(cache.path))
+        docs.append(d)
+    if write:
+        targets = _winner_paths(docs, out)
+        for d, p, target in zip(docs, problems, targets, strict=True):
+            if d["summary"]["best"] is not None:
+                d["winner_spec"] = str(_write_winner(d, p["doc"], target, [*inputs, cache.path]))
+    run = {k: result[k] for k in ("counts", "failures", "skipped", "events", "slots", "wall_s")}
+    run["executor"] = ex.name
+    doc = {
+        "executor": ex.name,
+        "devices": result["slots"],
+        "cache": str(cache.path),
+        "run": run,
+        "problems": docs,
+    }
+    if len(docs) == 1:  # one problem: its keys at the top as well (the single-spec document scripts read)
+        doc = {**docs[0], "environment": slots[0].env, **doc}
+    return doc
+
+
+def _label(problem: dict) -> str:
+    return "_".join(f"{k}{v}" for k, v in problem.items() if k not in ("alpha", "beta"))
+
+
+def _winner_paths(docs: list[dict], out: Path | None) -> list[Path]:
+    """One problem: ``out`` or ``<spec>.tuned.yaml`` here; several: ``<spec>.<problem>.tuned.yaml`` in ``out``."""
+    if len(docs) == 1:
+        return [out or Path.cwd() / f"{Path(docs[0]['spec']).stem}.tuned.yaml"]
+    folder = out or Path.cwd()
+    if folder.exists() and not folder.is_dir():
+        raise SpecError("with several problems -o names a folder (one winner spec per problem)", key="-o")
+    folder.mkdir(parents=True, exist_ok=True)
+    paths, seen = [], set()
+    for i, d in enumerate(docs):
+        name = f"{Path(d['spec']).stem}.{_label(d['problem'])}.tuned.yaml"
+        if name in seen:
+            name = f"{Path(d['spec']).stem}.{i}.{_label(d['problem'])}.tuned.yaml"
+        seen.add(name)
+        paths.append(folder / name)
+    return paths
+
+
+def _write_winner(d: dict, doc: dict, target: Path, others=()) -> Path:
+    import yaml
+
+    from smemtile.fileio import printable, write_text_atomic
+    from smemtile.pipeline.tune import respec
+
+    best, spec = d["summary"]["best"], Path(d["spec"])
+    new = respec(doc, d["family"], best["params"], best.get("layouts"), str(spec))
+    unit = "TFLOP/s" if best.get("unit") == "tflops" else "GB/s"
+    # printable: a newline (or any control character) in the file name would end the comment and add YAML
+    head = (
+        f"# smemtile tune {printable(spec)}: winner {printable(best['label'])}, {best['time_ms']:.4f} ms "
+        f"median, {best['value']:.1f} {unit}\n"
+    )
+    text = head + yaml.safe_dump(new, sort_keys=False, default_flow_style=None, width=120)
+    # fileio: O_EXCL temp file, fsync, rename; never the spec, --space, --shapes or the cache
+    return write_text_atomic(target, text, key="-o", inputs=[spec, *others])
 
 
 # ---- inspect: the user's own kernel -------------------------------------------------------------------------------
@@ -514,6 +746,10 @@ def inspect(
     ncu: bool = False,
     emit_spec: str | os.PathLike | None = None,
     device: int = 0,
+    blocks: int = 2,
+    warps: int = 4,
+    executions: int = 64,
+    max_steps: int | None = None,
 ) -> InspectResult:
     """The user's own kernel (``.cu`` through NVRTC, or ``.ptx``) launched with ``grid`` / ``block`` / ``smem``
     and ``args`` (an ARGS.yaml path, YAML text or a list of mappings): per source line its shared-memory
@@ -523,8 +759,12 @@ def inspect(
     (copied to the device and back after the launch, so it holds the kernel's results; the emulator only reads
     it) or a number for a scalar parameter; each is checked against the kernel's PTX parameter type.
     ``mode``: ``simulate`` (the CPU emulator of the sampled warps), ``gpu``, ``listing`` or ``auto`` (the GPU when
-    there is one, else the listing with ``no_device`` set; the CLI then exits 3)."""
+    there is one, else the listing with ``no_device`` set; the CLI then exits 3). ``emit_spec``: also write
+    the recorded accesses as a spec file that ``analyze`` takes. The sample recorded: the first ``blocks``
+    blocks, warps 0..``warps``-1 of each, the first ``executions`` executions of each instruction per warp;
+    ``max_steps``: PTX instructions per warp before the emulator stops (default 2,000,000)."""
     from smemtile.model.sizes import parse_size
+    from smemtile.pipeline.inspect import Sample
     from smemtile.pipeline.inspect import inspect as run
 
     res = run(
@@ -538,7 +778,9 @@ def inspect(
         arch=arch,
         mode=mode,
         ncu=ncu,
+        sample=Sample(blocks, warps, executions),
         emit_spec=emit_spec,
+        max_steps=max_steps,
         device=device,
     )
-    return InspectResult(normalise(res.to_dict()), report=res)
+    return InspectResult(lambda: normalise(res.to_dict()), report=res)

@@ -9,7 +9,6 @@ object behind it where there is one (``report``), a few typed properties for the
 from __future__ import annotations
 
 import copy
-import html
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,6 +41,8 @@ def _cell(v: Any) -> str:
 
 def html_table(title: str, rows: list[dict], columns: list[str] | None = None, note: str = "") -> str:
     """A small self-contained HTML table (every value escaped): the notebook view of a result."""
+    import html  # here: the command line, a client of this module, never renders HTML tables
+
     columns = columns or (list(rows[0]) if rows else [])
     head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
     body = "".join(
@@ -58,9 +59,27 @@ def html_table(title: str, rows: list[dict], columns: list[str] | None = None, n
 
 @dataclass(frozen=True, eq=False)
 class Result:
-    """Base of every API result: ``doc`` is the ``--json`` document (kept private; ``to_dict`` copies it)."""
+    """Base of every API result: ``doc`` is the ``--json`` document (kept private; ``to_dict`` copies it).
+
+    ``doc`` may be given as a function of no arguments that makes the document: it is then made on first use,
+    once (the command line renders its tables from ``report`` and never pays for a document it does not print).
+    """
 
     doc: dict = field(repr=False)
+
+    def __post_init__(self) -> None:
+        if callable(self.doc):
+            object.__setattr__(self, "_make_doc", self.doc)
+            object.__delattr__(self, "doc")
+
+    def __getattr__(self, name: str) -> Any:
+        make = self.__dict__.get("_make_doc") if name == "doc" else None
+        if make is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        doc = make()
+        object.__setattr__(self, "doc", doc)
+        object.__delattr__(self, "_make_doc")
+        return doc
 
     def to_dict(self) -> dict:
         """The document ``smemtile <command> --json`` prints for the same input (a fresh copy)."""
@@ -81,7 +100,10 @@ class Result:
 class AnalyzeResult(Result):
     """``smemtile.analyze(spec)``: the bank analysis, fixes, declarations, occupancy and checklist of a spec."""
 
-    report: Any = field(default=None, repr=False)  # smemtile.report.analyze.AnalyzeReport
+    report: Any = field(default=None, repr=False, compare=False)  # smemtile.report.analyze.AnalyzeReport
+    resolved: Any = field(
+        default=None, repr=False, compare=False
+    )  # smemtile.pipeline.specs.Resolved: the spec it analysed
 
     @property
     def accesses(self) -> list[dict]:
@@ -171,6 +193,9 @@ class OccupancyResult(Result):
     """``smemtile.occupancy(...)``: blocks and warps per SM, the limiter, every resource's block limit."""
 
     report: Any = field(default=None, repr=False)  # smemtile.model.occupancy.OccupancyResult
+    arch: Any = field(
+        default=None, repr=False, compare=False
+    )  # smemtile.model.arch.Arch: the target it was computed for
 
     @property
     def active_blocks(self) -> int:
@@ -203,8 +228,9 @@ class OccupancyResult(Result):
 class TilesResult(Result):
     """``smemtile.tiles(...)``: ranked configurations (``candidates``, best first) and the rejected ones."""
 
-    report: Any = field(default=None, repr=False)  # TileReport (GEMM) or FamilyTileReport (--family)
+    report: Any = field(default=None, repr=False, compare=False)  # TileReport (GEMM) or FamilyTileReport
     top: int = 10
+    rejected: int = 8
 
     @property
     def candidates(self) -> list[dict]:
@@ -216,6 +242,11 @@ class TilesResult(Result):
 
     @property
     def family(self) -> str | None:
+        """The family that ranked its own sizes (``tiles(family=...)``), None for a GEMM ranking."""
+        if self.report is not None:  # without building the document
+            from smemtile.pipeline.tiles_family import FamilyTileReport
+
+            return self.report.family if isinstance(self.report, FamilyTileReport) else None
         return self.doc.get("family")
 
     def yaml_specs(self, top: int | None = None) -> str:
@@ -226,6 +257,16 @@ class TilesResult(Result):
         if self.family is not None:
             return pt.family_yaml_specs(self.report, n)
         return pt.yaml_specs(self.report, n)
+
+    def triton_configs(self, top: int | None = None) -> str:
+        """A GEMM ranking as a Python list of ``triton.Config`` for ``@triton.autotune`` (``smemtile tiles
+        --format triton``; rank it with ``tiles(..., triton=True)`` for Triton's own efficiency)."""
+        from smemtile.errors import SpecError
+        from smemtile.pipeline import tiles as pt
+
+        if self.family is not None:
+            raise SpecError("triton configurations are for GEMM tiles", key="triton")
+        return pt.triton_configs(self.report, self.top if top is None else top)
 
     def __repr__(self) -> str:
         b = self.best
@@ -250,6 +291,22 @@ class GenerateResult(Result):
     """``smemtile.generate(spec)``: the kernel's launch description; ``source`` is the ``.cu`` text."""
 
     source: str = field(default="", repr=False)
+    report: Any = field(
+        default=None, repr=False, compare=False
+    )  # smemtile.pipeline.build.Built: kernel, checklist, compile
+    sources: Any = field(
+        default=None, repr=False, compare=False
+    )  # diff=True: makes diff_sources on first use
+
+    @property
+    def diff_sources(self) -> dict | None:
+        """With ``diff=True``: ``{"baseline": .cu, "fixed": .cu}``, the two sources ``smemtile generate --diff``
+        shows side by side (the other variant's built without NVRTC); None without ``diff``."""
+        if self.sources is None:
+            return None
+        if "_diff_sources" not in self.__dict__:
+            object.__setattr__(self, "_diff_sources", self.sources())
+        return dict(self.__dict__["_diff_sources"])
 
     @property
     def name_expression(self) -> str:
@@ -289,6 +346,9 @@ class GenerateResult(Result):
 class VerifyResult(Result):
     """``smemtile.verify(spec)``: per-variant registers, occupancy, correctness and times."""
 
+    report: Any = field(default=None, repr=False, compare=False)  # the pipeline's document, before normalise
+    microkernel: bool = False  # a spec without kernel: its accesses ran as synthesized microkernels
+
     @property
     def variants(self) -> list[dict]:
         return copy.deepcopy(self.doc.get("variants", []))
@@ -311,6 +371,8 @@ class VerifyResult(Result):
 @dataclass(frozen=True, eq=False)
 class TuneResult(Result):
     """``smemtile.tune(spec)``: the plan (``dry_run``) or the measured candidates and the winner."""
+
+    report: Any = field(default=None, repr=False, compare=False)  # the document, before normalise
 
     @property
     def candidates(self) -> list[dict]:

@@ -489,3 +489,132 @@ def test_kernel_tuner_runs_a_short_tune_kernel():
     assert len(results) == 4  # every point passes the family's contract and the answer check
     assert all(r["time"] > 0 for r in results)
     assert {(r["block_size_x"], r["smem_pad"]) for r in results} == {(32, 0), (32, 1), (64, 0), (64, 1)}
+
+
+# ---- every CLI option is reachable from Python (the CLI is a client of these functions) ---------------------------
+def test_tiles_triton_is_the_cli_triton_list():
+    r = run_cli("tiles", "8192", "8192", "1024", "--dtype", "f16", "--format", "triton", "--top", "4")
+    t = smemtile.tiles(8192, 8192, 1024, dtype="f16", top=4, triton=True)
+    assert t.triton_configs() == r.stdout and r.stdout.count("triton.Config(") == 4
+    with pytest.raises(SpecError):
+        smemtile.tiles(family="transpose", rows=64, cols=64).triton_configs()
+
+
+def test_generate_name_and_diff_match_cli():
+    path = str(ROOT / "samples" / "sgemm_float4.yaml")
+    g = smemtile.generate(path, name="mine", diff=True, compile=False)
+    assert g.to_dict() == cli_json("generate", path, "--name", "mine", "--diff", "--no-compile")
+    assert "launch_mine(" in g.source and "launch_sgemm(" not in g.source
+    src = g.diff_sources
+    assert src["fixed"] == g.source and src["baseline"] != g.source  # the fixed variant, and the baseline's
+    assert "launch_mine(" in src["baseline"]
+    with pytest.raises(SpecError) as e:
+        smemtile.generate(path, name="9lives")
+    assert "C identifier" in str(e.value)
+    assert smemtile.generate(path, compile=False).diff_sources is None
+
+
+def test_generate_takes_the_first_spec_of_a_stream(tmp_path):
+    stream = run_cli(
+        "tiles", "--family", "transpose", "4096", "4096", "--top", "2", "--format", "yaml"
+    ).stdout
+    f = tmp_path / "two.yaml"
+    f.write_text(stream)
+    with pytest.raises(SpecError) as e:
+        smemtile.generate(f, compile=False)
+    assert "2 YAML documents" in str(e.value)
+    g = smemtile.generate(f, compile=False, first=True)
+    first, second = yaml.safe_load_all(stream)
+    assert g["params"]["BLOCK_ROWS"] == first["tile"]["BLOCK_ROWS"] != second["tile"]["BLOCK_ROWS"]
+    assert smemtile.load_spec(f, first=True).documents == 2
+    assert (
+        "from two.yaml:" in g.source
+        and "from other.yaml:" in smemtile.generate(f, compile=False, first=True, origin="other.yaml").source
+    )
+
+
+def test_occupancy_refuses_clusters_before_sm_90():
+    with pytest.raises(SpecError) as e:
+        smemtile.occupancy(arch="sm_80", threads=128, regs=32, cluster=2)
+    assert "sm_90 or later" in str(e.value) and "cluster" in str(e.value)
+    assert smemtile.occupancy(arch="sm_80", threads=128, regs=32, cluster=1)["clusters"]["cluster"] == 1
+
+
+def test_inspect_sample_bounds_match_cli():
+    k = ROOT / "samples" / "kernels"
+    argv = [str(k / "sgemm_tiled.cu"), "--grid", "16,16", "--block", "16,16", "--args"]
+    argv += [str(k / "sgemm_tiled.args.yaml"), "--simulate", "--blocks", "1", "--warps", "2"]
+    argv += ["--executions", "8", "--max-steps", "100000"]
+    r = smemtile.inspect(
+        argv[0],
+        grid=(16, 16),
+        block=(16, 16),
+        args=argv[6],
+        mode="simulate",
+        blocks=1,
+        warps=2,
+        executions=8,
+        max_steps=100000,
+    )
+    assert r.to_dict() == cli_json("inspect", *argv)
+    assert (
+        r.to_dict()
+        != smemtile.inspect(argv[0], grid=(16, 16), block=(16, 16), args=argv[6], mode="simulate").to_dict()
+    )  # the bounds change what is recorded
+
+
+def test_tune_several_specs_and_files_match_cli(tmp_path):
+    a, b = str(ROOT / "samples" / "sgemm_float4.yaml"), str(ROOT / "samples" / "transpose_32x32.yaml")
+    t = smemtile.tune([a, b], top=2, dry_run=True)
+    assert t.to_dict() == cli_json("tune", a, b, "--top", "2", "--dry-run")
+    assert [p["family"] for p in t["problems"]] == ["sgemm", "transpose"]
+    shapes = tmp_path / "shapes.yaml"
+    shapes.write_text("[{M: 1024, N: 1024, K: 1024}, {M: 2048, N: 512, K: 256}]\n")
+    s = smemtile.tune(a, top=1, shapes=shapes, dry_run=True)
+    assert s.to_dict() == cli_json("tune", a, "--top", "1", "--shapes", str(shapes), "--dry-run")
+    as_list = smemtile.tune(
+        a, top=1, shapes=[{"M": 1024, "N": 1024, "K": 1024}, {"M": 2048, "N": 512, "K": 256}], dry_run=True
+    )
+    assert as_list.to_dict() == s.to_dict() and len(s["problems"]) == 2
+
+
+def _steady(doc):
+    """A tune document without what changes from run to run: times, process ids, the files it wrote."""
+    drop = {"wall_s", "compile_s", "pid", "cache", "winner_spec"}
+    if isinstance(doc, dict):
+        return {k: _steady(v) for k, v in doc.items() if k not in drop}
+    if isinstance(doc, list):
+        return [_steady(v) for v in doc]
+    return doc
+
+
+def test_tune_simulated_run_matches_cli_and_writes_the_winner(tmp_path):
+    """No GPU needed: simulated devices with made-up deterministic times; the winner spec is written where
+    ``out`` says, as ``-o`` does, and progress sees every candidate."""
+    path = str(ROOT / "samples" / "transpose_32x32.yaml")
+    seen = []
+    t = smemtile.tune(
+        path, top=2, simulate=True, cache=tmp_path / "a.jsonl", out=tmp_path / "a.yaml", progress=seen.append
+    )
+    argv = ["tune", path, "--top", "2", "--simulate", "--cache", str(tmp_path / "b.jsonl")]
+    want = cli_json(*argv, "-o", str(tmp_path / "b.yaml"))
+    assert t["winner_spec"] == str(tmp_path / "a.yaml") and want["winner_spec"] == str(tmp_path / "b.yaml")
+    assert (tmp_path / "a.yaml").read_text() == (tmp_path / "b.yaml").read_text()
+    assert _steady(t.to_dict()) == _steady(want)
+    assert t.best["label"] == want["summary"]["best"]["label"]
+    assert seen[0] == {"total": 2, "done": 0} and seen[-1]["done"] == 2 and seen[-1]["total"] == 2
+    again = smemtile.tune(path, top=2, simulate=True, cache=tmp_path / "a.jsonl")
+    assert "winner_spec" not in again.to_dict()  # out=None: nothing written
+    assert again["run"]["counts"]["cached"] == 2  # the cache it was given
+
+
+def test_results_make_their_document_once_on_first_use():
+    from smemtile.api_results import AnalyzeResult
+
+    made = []
+    r = AnalyzeResult(lambda: made.append(1) or {"accesses": [], "fixed_accesses": [], "fixes": []})
+    assert made == []
+    assert r.to_dict() == {"accesses": [], "fixed_accesses": [], "fixes": []} and r["fixes"] == []
+    assert made == [1] and r.worst_conflict_degree == 1.0
+    with pytest.raises(AttributeError):
+        r.no_such_field  # noqa: B018
