@@ -9,7 +9,8 @@
 
 Each figure is the median of ``--runs`` runs (one warm-up first) of ``python -m smemtile ...`` with Python's
 bytecode cache on (PYTHONDONTWRITEBYTECODE removed from the environment: this machine sets it, and then every run
-compiles every module again)."""
+compiles every module again; the warm-up writes the .pyc files). The machine's load average is recorded at the
+start and at the end: the other work on a shared machine slows every figure alike, the ratios less."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -65,6 +67,23 @@ def timed(cmd: list[str], runs: int, extra: dict | None = None) -> dict:
     return {"median_s": round(statistics.median(out), 3), "runs_s": [round(x, 3) for x in out]}
 
 
+def generate_once(py: list[str], spec: str, out: Path) -> tuple[float, float]:
+    """(wall seconds, NVRTC seconds inside it) of one ``generate SPEC -o OUT`` with the compile cache off."""
+    t = time.perf_counter()
+    p = subprocess.run(
+        [*py, "-c", NVRTC_PROBE, spec, str(out)],
+        cwd=ROOT,
+        env={**env(), "SMEMTILE_COMPILE_CACHE": "0"},
+        capture_output=True,
+        text=True,
+    )
+    total = time.perf_counter() - t
+    line = next((ln for ln in p.stderr.splitlines() if ln.startswith("NVRTC_S")), None)
+    if line is None:
+        raise SystemExit(f"generate {spec} failed:\n{p.stderr[-2000:]}")
+    return total, float(line.split()[1])
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=5)
@@ -74,6 +93,7 @@ def main() -> int:
     doc: dict = {
         "what": __doc__.split("\n\n")[1].strip(),
         "machine": f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at the start",
+        "load_average": {"start": [round(x, 2) for x in os.getloadavg()]},  # 1, 5, 15 minutes
         "python": sys.version.split()[0],
         "date": time.strftime("%Y-%m-%d"),
         "commit": subprocess.run(
@@ -94,23 +114,25 @@ def main() -> int:
         doc["tiles"][fam] = {"command": f"smemtile tiles {args}", **r}
         print(f"tiles {fam:12} {r['median_s']:.3f} s", flush=True)
     doc["generate"] = {}
+    out = Path(tempfile.gettempdir()) / "smemtile_tool_speed.cu"
     for s in GENERATE:
-        t = time.perf_counter()
-        p = subprocess.run(
-            [*py, "-c", NVRTC_PROBE, s, "/tmp/smemtile_tool_speed.cu"],
-            cwd=ROOT,
-            env={**env(), "SMEMTILE_COMPILE_CACHE": "0"},
-            capture_output=True,
-            text=True,
-        )
-        total = time.perf_counter() - t
-        nvrtc = float(next(ln.split()[1] for ln in p.stderr.splitlines() if ln.startswith("NVRTC_S")))
+        totals, nvrtcs = [], []
+        for i in range(a.runs + 1):  # the first run warms the bytecode and file caches
+            total, nvrtc = generate_once(py, s, out)
+            if i:
+                totals.append(total)
+                nvrtcs.append(nvrtc)
+        total, nvrtc = statistics.median(totals), statistics.median(nvrtcs)
+        share = statistics.median(n / t for n, t in zip(nvrtcs, totals, strict=True))
         doc["generate"][s] = {
             "total_s": round(total, 3),
             "nvrtc_s": round(nvrtc, 3),
-            "nvrtc_share": round(nvrtc / total, 2),
+            "nvrtc_share": round(share, 2),
+            "runs_total_s": [round(x, 3) for x in totals],
+            "runs_nvrtc_s": [round(x, 3) for x in nvrtcs],
         }
-        print(f"generate {s:32} {total:.2f} s, NVRTC {nvrtc:.2f} s ({nvrtc / total:.0%})", flush=True)
+        print(f"generate {s:32} {total:.2f} s, NVRTC {nvrtc:.2f} s ({share:.0%})", flush=True)
+    doc["load_average"]["end"] = [round(x, 2) for x in os.getloadavg()]
     if a.record:
         a.record.write_text(json.dumps(doc, indent=1) + "\n")
     return 0

@@ -20,8 +20,9 @@ Resources a kernel does not use (0 registers, 0 bytes of shared memory) impose n
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -418,6 +419,9 @@ class OccupancyResult:
         }
 
 
+_RESULTS: dict[tuple, OccupancyResult] = {}
+
+
 def occupancy(
     arch: Arch,
     threads: int,
@@ -433,7 +437,35 @@ def occupancy(
     ``opt_in``: the kernel raised ``cudaFuncAttributeMaxDynamicSharedMemorySize`` to the opt-in maximum; when
     False the 48 KB default per block applies. Raises SpecError for invalid input; a configuration that
     cannot run returns 0 blocks with ``reason`` set.
+
+    Answered once per process for each input (the what-if searches run the vectorised model a few hundred
+    times; analyze asks again for the same kernel); each caller gets its own copy of the mappings inside.
     """
+    args = (arch, threads, regs, smem_static, smem_dynamic, carveout, opt_in)
+    try:
+        key = tuple((type(v), v) for v in args)
+        hit = _RESULTS.get(key)
+    except TypeError:  # an unhashable input: validate() names what is wrong with it
+        return _occupancy(*args)
+    if hit is None:
+        hit = _occupancy(*args)
+        if len(_RESULTS) > 4096:
+            _RESULTS.clear()
+        _RESULTS[key] = hit
+    return replace(
+        hit, limits=dict(hit.limits), allocation=dict(hit.allocation), what_if=copy.deepcopy(hit.what_if)
+    )
+
+
+def _occupancy(
+    arch: Arch,
+    threads: int,
+    regs: int,
+    smem_static: int = 0,
+    smem_dynamic: int = 0,
+    carveout: int | None = None,
+    opt_in: bool = True,
+) -> OccupancyResult:
     validate(threads, regs, smem_static, smem_dynamic, carveout)
     c = DEFAULT_CARVEOUT if carveout is None else carveout
     lim = {
