@@ -85,24 +85,23 @@ def command(
       smemtile analyze samples/ldmatrix_f16.yaml --json | jq '.accesses[0].conflict_degree'
       smemtile analyze samples/gemm_a_column.yaml --export report.html
     """
-    from smemtile.pipeline.analyze import analyze
-    from smemtile.pipeline.specs import load
-    from smemtile.report.analyze import render
+    from smemtile import api
 
     if export is not None and export.suffix.lower() not in (".svg", ".html"):
         raise SpecError(f"takes a .svg or .html file name, got {printable(export.name)!r}", key="--export")
-    res = load(spec)
-    rep = analyze(res, regs=regs, compile=not no_compile)
+    result = api.analyze(spec, regs=regs, compile=not no_compile)
+    rep = result.report
     if as_json and all_instructions:
         stream_json(rep)
     elif as_json:
-        emit_json(rep.to_dict())
+        emit_json(result.to_dict())
     else:
+        from smemtile.report.analyze import render
         from smemtile.report.text import make_console
 
         render(make_console(), rep, brief=brief, lanes=lanes)
     if export is not None:
-        _export(rep, res, export, spec)
+        _export(rep, result.resolved, export, spec)
     _check_launch(rep)
 
 

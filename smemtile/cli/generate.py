@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 from pathlib import Path
 
 import click
@@ -83,15 +82,13 @@ def command(spec, output, variant, diff, arch, no_compile, name, as_json):
     --json prints the launch description: kernel, file, name_expression, grid, block, dynamic_smem_bytes,
     params (and layouts, banks, ptxas, occupancy, checklist).
     """
+    from smemtile import api
     from smemtile.errors import SpecError
     from smemtile.fileio import check_outputs, output_option, printable
-    from smemtile.pipeline.build import build
-    from smemtile.pipeline.fixes import variants
-    from smemtile.pipeline.specs import load
 
     output = output_option(output, "-o")  # `-o -` is stdout; `-o ''` is refused, never stdout by accident
     check_outputs({"-o": output}, {"SPEC": spec})
-    res = load(spec, arch=arch, first=True)  # `tiles ... --format yaml | generate -`: the stream's first spec
+    res = api.load_spec(spec, arch=arch, first=True)  # `tiles ... --format yaml | generate -`: the first spec
     if res.documents > 1:
         click.echo(
             f"smemtile: note: {'<stdin>' if str(spec) == '-' else printable(spec)} holds {res.documents} "
@@ -104,62 +101,34 @@ def command(spec, output, variant, diff, arch, no_compile, name, as_json):
             f"and its problem keys}}; families: {', '.join(NAMES)}; smemtile samples lists kernel specs)",
             source=str(spec),
         )
-    v = variants(res)
-    cfg, base = v[variant], v["baseline"]
-    if name:  # refused before anything is compiled
-        from smemtile.codegen.render import helper_name
-
-        helper_name(cfg, name)
-    other = v["fixed"] if variant == "baseline" else base
-    built = _named(build(cfg, baseline=base, compile=not no_compile, origin=Path(spec).name), name)
-    gk = built.kernel
+    result = api.generate(
+        res, variant=variant, compile=not no_compile, diff=diff, name=name, origin=Path(spec).name
+    )
     if output:
-        _write_atomic(Path(output), gk.source, spec)
+        _write_atomic(Path(output), result.source, spec)
     if as_json:
-        doc = gk.to_dict(file=str(Path(output).resolve()) if output else None)
-        doc["variant"] = variant
-        doc["checklist"] = [i.to_dict() for i in built.checklist]
-        if diff:
-            doc["diff"] = _unified(
-                _named(build(other, compile=False), name).kernel.source, gk.source, variant
-            )
+        doc = result.to_dict()
+        doc["file"] = str(Path(output).resolve()) if output else None
         emit_json(doc)
         return
+    built = result.report
+    gk = built.kernel
     con = console()
     if diff:
-        fixed_src = (
-            gk.source if variant == "fixed" else _named(build(other, compile=False), name).kernel.source
-        )
-        base_src = _named(build(base, compile=False), name).kernel.source
-        _side_by_side(con, base_src, fixed_src)
+        sources = result.diff_sources
+        _side_by_side(con, sources["baseline"], sources["fixed"])
     elif not output:
-        click.echo(gk.source, nl=False)
+        click.echo(result.source, nl=False)
     _summary(con, gk, built, output, variant)
 
 
 command.help = (command.help or "").replace("{families}", ", ".join(NAMES))  # the registry's
 
 
-def _named(built, name: str | None):
-    """``built`` with its launch helper called launch_NAME() (--name; the device code is unchanged) and the
-    checklist evaluated on the renamed helper."""
-    if not name:
-        return built
-    from dataclasses import replace
-
-    from smemtile.codegen.checklist import evaluate
-
-    gk = built.kernel.named(name)
-    return replace(built, kernel=gk, checklist=evaluate(gk, ptx=getattr(built.compiled, "ptx", None) or None))
-
-
-def _unified(a: str, b: str, variant: str) -> str:
-    other = "baseline" if variant == "fixed" else "fixed"
-    return "".join(difflib.unified_diff(a.splitlines(True), b.splitlines(True), other, variant))
-
-
 def _side_by_side(con, base: str, fixed: str) -> None:
     """Changed lines only (with 2 lines of context), baseline left, fixed right, changes in colour."""
+    import difflib
+
     from rich.table import Table
     from rich.text import Text
 

@@ -139,9 +139,8 @@ def command(
       smemtile inspect samples/kernels/histogram.cu --grid 4 --block 256 \\
           --args samples/kernels/histogram.args.yaml --json
     """
+    from smemtile import api
     from smemtile.model.sizes import parse_size
-    from smemtile.pipeline.inspect import Sample, inspect
-    from smemtile.report.text import make_console
 
     if simulate and use_gpu:
         raise SpecError("give --simulate or --gpu, not both", key="--simulate")
@@ -154,7 +153,7 @@ def command(
         for p in (kernel_file, args, emit_spec):
             if p is not None:
                 check_output(export, p, key="--export")
-    res = inspect(
+    result = api.inspect(
         kernel_file,
         kernel=kernel,
         grid=_dims(grid, "--grid"),
@@ -165,11 +164,14 @@ def command(
         arch=arch,
         mode=mode,
         ncu=ncu,
-        sample=Sample(n_blocks, n_warps, n_exec),
+        blocks=n_blocks,
+        warps=n_warps,
+        executions=n_exec,
         emit_spec=emit_spec,
         max_steps=max_steps,
         device=device,
     )
+    res = result.report
     if export is not None:  # first: a page that cannot be written is the one line, before any output
         from smemtile.fileio import write_text_atomic
         from smemtile.report.pages_inspect import inspect_page
@@ -177,9 +179,10 @@ def command(
         inputs = [p for p in (kernel_file, args) if p is not None]
         write_text_atomic(export, inspect_page(res), key="--export", inputs=inputs)
     if as_json:
-        emit_json(res.to_dict())
+        emit_json(result.to_dict())
     else:
         from smemtile.report.inspect import render
+        from smemtile.report.text import make_console
 
         render(make_console(), res, lanes=not no_lanes)
     if res.no_device:

@@ -114,8 +114,8 @@ def command(
     resource (warps, registers, shared memory, blocks) and what-if hints: the most registers per thread and
     dynamic shared memory that keep the current block count, and what one more block would need.
     """
+    from smemtile import api
     from smemtile.gpu.device import resolve_arch
-    from smemtile.model.occupancy import occupancy
 
     if batch is not None:
         if threads is not None or regs is not None:
@@ -126,22 +126,29 @@ def command(
     if threads is None or regs is None:
         raise SpecError("--threads and --regs are required (or --batch FILE.csv)", key="occupancy")
     a = resolve_arch(arch)
-    r = occupancy(
-        a,
-        parse_int(threads, "--threads"),
-        parse_int(regs, "--regs"),
-        _size(smem_static, "--smem-static"),
-        _size(smem_dynamic, "--smem-dynamic"),
-        _carveout(carveout),
-        opt_in,
+    threads, regs = parse_int(threads, "--threads"), parse_int(regs, "--regs")
+    static, dynamic = _size(smem_static, "--smem-static"), _size(smem_dynamic, "--smem-dynamic")
+    carve = _carveout(carveout)
+    size = _cluster_size(a, cluster)
+    n_sms = None if sms is None else parse_int(sms, "--sms", 1)
+    result = api.occupancy(
+        arch=a,
+        threads=threads,
+        regs=regs,
+        smem_static=static,
+        smem_dynamic=dynamic,
+        carveout=carve,
+        opt_in=opt_in,
+        cluster=size,
+        sms=n_sms,
     )
-    clusters = _clusters(a, r.active_blocks, cluster, sms)
+    r, clusters = result.report, result["clusters"]
     if as_json:
-        emit_json({**r.to_dict(), "clusters": clusters})
+        emit_json(result.to_dict())
     else:
         from smemtile.report.occupancy import render_occupancy
 
-        console().print(render_occupancy(r, a))
+        console().print(render_occupancy(r, result.arch))
         if clusters["cluster"] > 1:
             console().print(
                 f"clusters of {clusters['cluster']}: {clusters['active_clusters']} active per GPU "
@@ -151,11 +158,9 @@ def command(
         raise OutOfResources(f"0 blocks fit on an {r.arch} SM: {r.reason}")
 
 
-def _clusters(a, blocks: int, cluster: str, sms: str | None) -> dict:
-    """Active clusters per GPU (smemtile.model.occupancy.active_clusters) for --cluster and --sms."""
+def _cluster_size(a, cluster) -> int:
+    """--cluster, checked with the option's name (the API checks it again under its own)."""
     from smemtile.model.arch import FEATURES
-    from smemtile.model.occupancy import active_clusters
-    from smemtile.model.tiling_gpus import get_gpu
 
     size = parse_int(cluster, "--cluster", 1)
     if size > 16:
@@ -167,9 +172,7 @@ def _clusters(a, blocks: int, cluster: str, sms: str | None) -> dict:
             f"{a.name} (leave out --cluster, or give --arch sm_90)",
             key="--cluster",
         )
-    gpu = get_gpu(None, getattr(a, "base", a.name))
-    n = parse_int(sms, "--sms", 1) if sms is not None else gpu.sms
-    return {**active_clusters(blocks, size, n, gpu.key if sms is None else None), "sms": n}
+    return size
 
 
 MAX_BATCH_ROWS = 1_000_000  # rows of one --batch (docs/spec.md, Budgets)

@@ -18,7 +18,7 @@ from smemtile.cli.common import (
     emit_json,
     json_option,
 )
-from smemtile.errors import OutOfResources, SpecError
+from smemtile.errors import SpecError
 from smemtile.pipeline import tiles_family as tf
 
 FORMATS = ("table", "json", "yaml", "triton")
@@ -204,7 +204,8 @@ def command(
         raise SpecError(
             f"takes M N K (3 sizes) for a GEMM, got {len(sizes)}; ROWS COLS need --family {fams}", key="sizes"
         )
-    m, n, k = sizes
+    from smemtile import api
+
     dtype = "f32" if dtype is None else dtype
     n_sms = sms
     if str(arch).lower() == "auto":
@@ -212,41 +213,45 @@ def command(
         n_sms = n_sms or dev_sms
     if family is not None:
         _check_gemm_family(str(family), dtype, arch, vendor)
-    from smemtile.pipeline.tiles import recommend
+    result = api.tiles(
+        *sizes,
+        family=family,
+        dtype=dtype,
+        arch=arch,
+        top=top_n,
+        rejected=rej_n,
+        vendor=vendor,
+        gpu=gpu,
+        sms=n_sms,
+        triton=fmt == "triton",
+    )
+    _render(result, fmt, explain, (export, cache_path))
 
-    report = recommend(m, n, k, dtype, arch, vendor=vendor, gpu=gpu, sms=n_sms, triton=fmt == "triton")
-    if not report.ranked:
-        raise OutOfResources(
-            f"no configuration fits {report.problem.arch}: {report.rejected[0].reason}"
-            if report.rejected
-            else "no candidates"
-        )
-    if export is not None:
-        from smemtile.pipeline.tiles import json_doc
 
-        _export(json_doc(report, top_n, rej_n), export, cache_path)
+def _render(result, fmt: str, explain: bool, export=(None, None)) -> None:
+    """The ranking as the --format asks (the export page first: one that cannot be written is the one line)."""
+
+    report, family = result.report, result.family
+    if export[0] is not None:
+        doc = result.to_dict()
+        doc.pop("hopper", None)  # the page shows the ranking itself
+        _export(doc, *export)
     if fmt == "json":
-        from smemtile.pipeline.tiles import json_doc
-        from smemtile.report.tiles import hopper_seam
-
-        doc = json_doc(report, top_n, rej_n)
-        seam = hopper_seam(report)
-        if seam is not None:  # sm_90 16-bit: the faster family is one target away
-            doc["hopper"] = seam
-        emit_json(doc)
+        emit_json(result.to_dict())
     elif fmt == "yaml":
-        from smemtile.pipeline.tiles import yaml_specs
-
-        click.echo(yaml_specs(report, top_n), nl=False)
+        click.echo(result.yaml_specs(), nl=False)
     elif fmt == "triton":
-        from smemtile.pipeline.tiles import triton_configs
+        click.echo(result.triton_configs(), nl=False)
+    elif family is not None:
+        from smemtile.report.tiles_family import render_family_tiles
 
-        click.echo(triton_configs(report, top_n), nl=False)
+        con = console()
+        con.print(render_family_tiles(report, result.top, result.rejected, width=con.width, explain=explain))
     else:
         from smemtile.report.tiles import render_tiles
 
         con = console()
-        con.print(render_tiles(report, top_n, rej_n, width=con.width, explain=explain))
+        con.print(render_tiles(report, result.top, result.rejected, width=con.width, explain=explain))
 
 
 def _this_gpu() -> tuple[str, int]:
@@ -308,21 +313,11 @@ def _family(
         )
     if str(arch).lower() == "auto":
         arch, _ = _this_gpu()
-    rep = tf.family_tiles(family, sizes, dtype=dtype, keys=keys, arch=arch, gpu=gpu)
-    if not rep.ranked:
-        raise OutOfResources(
-            f"no {family} configuration fits: {rep.rejected[0]['reason']}"
-            if rep.rejected
-            else "no candidates"
-        )
-    if export[0] is not None:
-        _export(tf.family_json_doc(rep, top_n, rej_n), *export)
-    if fmt == "json":
-        emit_json(tf.family_json_doc(rep, top_n, rej_n))
-    elif fmt == "yaml":
-        click.echo(tf.family_yaml_specs(rep, top_n), nl=False)
-    else:
-        from smemtile.report.tiles_family import render_family_tiles
+    from smemtile import api
 
-        con = console()
-        con.print(render_family_tiles(rep, top_n, rej_n, width=con.width, explain=explain))
+    sizes = tuple(sizes)
+    options = {MODEL_OPTIONS[k][1].option.lstrip("-"): v for k, v in keys.items()}  # radius=R
+    result = api.tiles(
+        *sizes, family=family, dtype=dtype, arch=arch, top=top_n, rejected=rej_n, gpu=gpu, **options
+    )
+    _render(result, fmt, explain, export)

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import click
 
 from smemtile.cli.common import console, emit_json, json_option
 from smemtile.errors import OutOfResources, SpecError
-from smemtile.fileio import check_outputs, printable, read_text, write_text_atomic
+from smemtile.fileio import check_outputs, printable, write_text_atomic
 from smemtile.report.text import esc
 
 
@@ -143,8 +142,8 @@ def command(
     Exit codes: 0 a winner for every problem; 1 every configuration of a problem
     failed; 2 bad input (or dask missing for --executor dask); 3 no CUDA GPU.
     """
-    from smemtile.pipeline.executors import make_executor, parse_gpus
-    from smemtile.pipeline.tune import load_docs, plan_problems, shape_entries, space_entries
+    from smemtile import api
+    from smemtile.pipeline.executors import parse_gpus
 
     try:
         k = int(str(top))
@@ -178,51 +177,58 @@ def command(
         for p in (*specs, space, shapes, cache_path, out):
             if p is not None:
                 check_output(export, p, key="--export")
-    # fileio first: a regular file or FIFO (never /dev/zero), at most 1 MiB, UTF-8; then the YAML parser
-    docs = []
-    for spec in specs:
-        found = load_docs(spec, read_text(spec, what="spec"))
-        if len(found) != 1 or not isinstance(found[0], dict):
-            raise SpecError("expected one spec document (a mapping)", source=str(spec))
-        docs.append((str(spec), found[0]))
-    extra = space_entries(space, read_text(space, what="--space file", key="--space")) if space else None
-    shape_list = (
-        shape_entries(shapes, read_text(shapes, what="--shapes file", key="--shapes")) if shapes else None
-    )
-    arch0 = str(docs[0][1].get("arch", "sm_90"))
-
-    def planned(arch: str) -> list[dict]:
-        return plan_problems(docs, shape_list, top=k, space=extra, arch=arch, shapes_source=str(shapes))
-
     read_inputs = [p for p in (space, shapes) if p is not None]
+    options = dict(top=k, space=space, shapes=shapes)
     if dry_run:
-        problems = planned(arch0)  # validates every spec and shape: bad input is exit 2
-        _dry_run([_problem_doc(p, arch0) for p in problems], as_json, (export, [*specs, *read_inputs]))
+        result = api.tune(list(specs), dry_run=True, **options)
+        _dry_run(result, as_json, (export, [*specs, *read_inputs]))
         return
-    runner = "smemtile.gpu.tune:SimulatedRunner" if simulate else "smemtile.gpu.tune:GpuRunner"
-    ex = make_executor(
-        executor, gpus=gpus, runner=runner, seed=seed, device=device, compile_workers=compile_workers
-    )
-    with _terminated(ex, cache_path):
-        _tune(ex, docs, planned, arch0, specs, out, cache_path, force, as_json, read_inputs, export)
+    bar = _progress(quiet=as_json)
+    with _terminated(cache_path), bar:
+        result = api.tune(
+            list(specs),
+            **options,
+            cache=cache_path,
+            force=force,
+            executor=executor,
+            gpus=gpus,
+            compile_workers=compile_workers,
+            device=device,
+            seed=seed,
+            simulate=simulate,
+            out=out if out is not None else True,  # default: <spec>.tuned.yaml here
+            progress=bar.tick,
+            warn=lambda msg: click.echo(f"smemtile: warning: {msg}", err=True),
+        )
+    _report(result, specs, read_inputs, as_json, export)
 
 
-def _tune(ex, docs, planned, arch0, specs, out, cache_path, force, as_json, inputs, export=None) -> None:
-    try:
-        started: dict = {}
-        # the cluster starts (processes, one CUDA context per GPU) while this process plans on the spec's arch
-        t = threading.Thread(target=_start, args=(ex, started), daemon=True)
-        t.start()
-        problems = planned(arch0)
-        t.join()
-        if "error" in started:
-            raise started["error"]
-        arch = ex.slots()[0].info["arch"]
-        if arch != arch0:
-            problems = planned(arch)
-        _run(ex, problems, arch, specs, out, cache_path, force, as_json, inputs, export)
-    finally:
-        ex.close()
+def _report(result, specs, inputs, as_json: bool, export=None) -> None:
+    """The run's page, then its document or tables; exit 1 when every configuration of a problem failed."""
+    doc = result.report
+    docs = doc["problems"]
+    _export(doc, export, [*specs, *inputs, Path(doc["cache"])])
+    if as_json:
+        emit_json(result.to_dict())
+    else:
+        from smemtile.report.tiles import render_tune, render_tune_run
+
+        con = console()
+        for d in docs:
+            con.print(render_tune(d))
+        con.print(render_tune_run(doc["run"]))
+    failed = [d for d in docs if d["summary"]["best"] is None]
+    if failed:
+        d = failed[0]
+        first = d["rows"][0].get("reason") if d["rows"] else "no candidates"
+        raise OutOfResources(
+            f"{d['spec']} {_label(d['problem'])}: every one of the {len(d['rows'])} "
+            f"configurations failed; first: {first}"
+        )
+
+
+def _label(problem: dict) -> str:
+    return "_".join(f"{k}{v}" for k, v in problem.items() if k not in ("alpha", "beta"))
 
 
 class _Terminated(BaseException):
@@ -230,12 +236,12 @@ class _Terminated(BaseException):
 
 
 class _terminated:
-    """While tuning: SIGTERM and Ctrl-C end the run cleanly. The executor is closed (its compile processes
-    and workers, the whole process tree, are ended), every result measured so far is already in the cache
+    """While tuning: SIGTERM and Ctrl-C end the run cleanly. The executor is closed (smemtile.api.tune ends its
+    compile processes and workers, the whole process tree), every result measured so far is already in the cache
     (each is appended and fsynced when it is measured), and one line says so; exit 130 (Ctrl-C) or 143."""
 
-    def __init__(self, ex, cache_path):
-        self.ex, self.cache_path = ex, cache_path
+    def __init__(self, cache_path):
+        self.cache_path = cache_path
 
     def __enter__(self):
         import signal
@@ -256,11 +262,7 @@ class _terminated:
         if self.old is not None:
             signal.signal(signal.SIGTERM, self.old)
         if kind is None or not issubclass(kind, (KeyboardInterrupt, _Terminated)):
-            return False
-        try:
-            getattr(self.ex, "terminate", self.ex.close)()
-        except BaseException:
-            pass
+            return False  # (smemtile.api.tune has ended the executor's processes as the exception passed)
         from smemtile.cache import default_cache_path
 
         what = "interrupted (Ctrl-C)" if issubclass(kind, KeyboardInterrupt) else "terminated (SIGTERM)"
@@ -276,113 +278,6 @@ class _terminated:
         sys.exit(130 if issubclass(kind, KeyboardInterrupt) else 143)
 
 
-def _start(ex, started: dict) -> None:
-    try:
-        ex.start()
-    except BaseException as e:  # re-raised in the main thread: NoDevice is exit 3, SpecError exit 2
-        started["error"] = e
-
-
-def _run(ex, problems, arch, specs, out, cache_path, force, as_json, inputs=(), export=None) -> None:
-    from smemtile.cache import open_cache
-    from smemtile.pipeline.schedule import tune_problems
-    from smemtile.pipeline.tune import summarize
-
-    cache = open_cache(cache_path, warn=lambda msg: click.echo(f"smemtile: warning: {msg}", err=True))
-    slots = ex.slots()
-    total = sum(len(p["candidates"]) for p in problems)
-    with _progress(total, quiet=as_json) as tick:
-        result = tune_problems(problems, ex, cache, force=force, progress=tick)
-    docs = []
-    for p, rows in zip(problems, result["rows"], strict=True):
-        d = _problem_doc(p, arch)
-        d.update(device=slots[0].info["device"], rows=rows, summary=summarize(rows), cache=str(cache.path))
-        docs.append(d)
-    targets = _winner_paths(docs, specs, out)
-    for d, p, target in zip(docs, problems, targets, strict=True):
-        if d["summary"]["best"] is not None:
-            d["winner_spec"] = str(_write_winner(d, p["doc"], target, [*inputs, cache.path]))
-    run = {k: result[k] for k in ("counts", "failures", "skipped", "events", "slots", "wall_s")}
-    run["executor"] = ex.name
-    doc_out = {
-        "executor": ex.name,
-        "devices": result["slots"],
-        "cache": str(cache.path),
-        "run": run,
-        "problems": docs,
-    }
-    if len(docs) == 1:  # one problem: its keys at the top as well (the single-spec document scripts read)
-        doc_out = {**docs[0], "environment": slots[0].env, **doc_out}
-    _export(doc_out, export, [*specs, *inputs, cache.path])
-    if as_json:
-        emit_json(doc_out)
-    else:
-        from smemtile.report.tiles import render_tune, render_tune_run
-
-        con = console()
-        for d in docs:
-            con.print(render_tune(d))
-        con.print(render_tune_run(run))
-    failed = [d for d in docs if d["summary"]["best"] is None]
-    if failed:
-        d = failed[0]
-        first = d["rows"][0].get("reason") if d["rows"] else "no candidates"
-        raise OutOfResources(
-            f"{d['spec']} {_label(d['problem'])}: every one of the {len(d['rows'])} "
-            f"configurations failed; first: {first}"
-        )
-
-
-def _problem_doc(p: dict, arch: str) -> dict:
-    return {
-        "spec": p["spec"],
-        "family": p["family"],
-        "problem": p["problem"],
-        "arch": arch,
-        "candidates": [c.to_dict() for c in p["candidates"]],
-    }
-
-
-def _label(problem: dict) -> str:
-    return "_".join(f"{k}{v}" for k, v in problem.items() if k not in ("alpha", "beta"))
-
-
-def _winner_paths(docs: list[dict], specs, out: Path | None) -> list[Path]:
-    """One problem: ``-o`` or ``<spec>.tuned.yaml`` here; several: ``<spec>.<problem>.tuned.yaml`` in ``-o``."""
-    if len(docs) == 1:
-        return [out or Path.cwd() / f"{Path(docs[0]['spec']).stem}.tuned.yaml"]
-    folder = out or Path.cwd()
-    if folder.exists() and not folder.is_dir():
-        raise SpecError("with several problems -o names a folder (one winner spec per problem)", key="-o")
-    folder.mkdir(parents=True, exist_ok=True)
-    paths, seen = [], set()
-    for i, d in enumerate(docs):
-        name = f"{Path(d['spec']).stem}.{_label(d['problem'])}.tuned.yaml"
-        if name in seen:
-            name = f"{Path(d['spec']).stem}.{i}.{_label(d['problem'])}.tuned.yaml"
-        seen.add(name)
-        paths.append(folder / name)
-    return paths
-
-
-def _write_winner(d: dict, doc: dict, target: Path, others=()) -> Path:
-    import yaml
-
-    from smemtile.pipeline.tune import respec
-
-    best, spec = d["summary"]["best"], Path(d["spec"])
-    new = respec(doc, d["family"], best["params"], best.get("layouts"), str(spec))
-    unit = "TFLOP/s" if best.get("unit") == "tflops" else "GB/s"
-    # printable: a newline (or any control character) in the file name would end the comment and add YAML
-    head = (
-        f"# smemtile tune {printable(spec)}: winner {printable(best['label'])}, {best['time_ms']:.4f} ms "
-        f"median, {best['value']:.1f} {unit}\n"
-    )
-    text = head + yaml.safe_dump(new, sort_keys=False, default_flow_style=None, width=120)
-    # fileio: O_EXCL temp file, fsync, rename; never the spec, --space, --shapes or the cache
-    return write_text_atomic(target, text, key="-o", inputs=[spec, *others])
-
-
 def _export(doc: dict, path: Path | None, inputs) -> None:
     """``--export FILE.html``: the plan's or the run's page, written atomically."""
     if path is None:
@@ -392,15 +287,12 @@ def _export(doc: dict, path: Path | None, inputs) -> None:
     write_text_atomic(path, tune_page(doc), key="--export", inputs=[p for p in inputs if str(p) != "-"])
 
 
-def _dry_run(docs: list[dict], as_json: bool, export=(None, ())) -> None:
-    out = (
-        {**docs[0], "dry_run": True, "problems": docs}
-        if len(docs) == 1
-        else {"dry_run": True, "problems": docs}
-    )
+def _dry_run(result, as_json: bool, export=(None, ())) -> None:
+    out = result.report
+    docs = out["problems"]
     _export(out, *export)
     if as_json:
-        emit_json(out)
+        emit_json(result.to_dict())
         return
     con = console()
     for d in docs:
@@ -420,28 +312,32 @@ def _dry_run(docs: list[dict], as_json: bool, export=(None, ())) -> None:
 
 class _progress:
     """A rich progress bar on stderr (stdout stays clean for --json): compiled / timed / cached counts across
-    all workers and the ETA from the rate of timings so far."""
+    all workers and the ETA from the rate of timings so far. It starts at smemtile.api.tune's first call of
+    ``tick`` (the number of candidates, before anything is compiled)."""
 
-    def __init__(self, total: int, quiet: bool = False):
-        self.total, self.quiet = total, quiet
+    def __init__(self, quiet: bool = False):
+        self.quiet, self.p = quiet, None
 
     def __enter__(self):
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        return self
 
-        self.p = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TextColumn("ETA {task.fields[eta]}"),
-            console=console(stderr=True),
-            transient=self.quiet,
-        )
-        self.p.__enter__()
-        self.task = self.p.add_task("tuning", total=self.total, eta="-")
-        return self._tick
+    def tick(self, s: dict) -> None:
+        if self.p is None:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    def _tick(self, s: dict) -> None:
+            self.p = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TextColumn("ETA {task.fields[eta]}"),
+                console=console(stderr=True),
+                transient=self.quiet,
+            )
+            self.p.__enter__()
+            self.task = self.p.add_task("tuning", total=s["total"], eta="-")
+        if "compiled" not in s:  # the start: nothing compiled yet
+            return
         eta = "-" if s["eta_s"] is None else f"{int(s['eta_s']) // 60}:{int(s['eta_s']) % 60:02d}"
         desc = (
             f"compiled {s['compiled']} · timed {s['timed']} · cached {s['cached']} · skipped {s['skipped']}"
@@ -451,4 +347,11 @@ class _progress:
         self.p.update(self.task, completed=s["done"], description=desc, eta=eta)
 
     def __exit__(self, *exc):
-        return self.p.__exit__(*exc)
+        return None if self.p is None else self.p.__exit__(*exc)
+
+
+def _write_winner(d: dict, doc: dict, target: Path, others=()) -> Path:
+    """The winner's spec file, as ``tune`` writes it (smemtile.api writes it; tests call it here)."""
+    from smemtile import api
+
+    return api._write_winner(d, doc, target, others)

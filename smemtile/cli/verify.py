@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from smemtile.cli.common import emit_json, json_option
-from smemtile.errors import SpecError, VerificationFailed
+from smemtile.errors import VerificationFailed
 
 VARIANTS = ("baseline", "fixed")
 
@@ -98,58 +98,40 @@ def command(
       smemtile verify samples/sgemm_float4.yaml --compile-only --json
       smemtile verify samples/sgemm_float4.yaml --stages 2 --stages 3
     """
-    from smemtile.pipeline import verify as pipeline
-    from smemtile.pipeline.fixes import fix_report
-    from smemtile.pipeline.fixes import variants as family_variants
-    from smemtile.pipeline.specs import load
+    from smemtile import api
 
     if export is not None:
         from smemtile.cli.report import check_output
 
         check_output(export, spec, key="--export")
-    res = load(spec)
-    if compile_only:
-        _require_nvrtc()
-    if res.config is None:  # an analysis-only spec: its accesses run as a synthesized microkernel
-        if stages:
-            raise SpecError(
-                "--stages needs a kernel: section (a family with a STAGES parameter)", source=str(spec)
-            )
-        from smemtile.gpu.microkernel import verify_spec
-        from smemtile.report.microkernel import render as render_micro
-
-        chosen = variants or VARIANTS
-        layouts = {"baseline": {}, "fixed": fix_report(res).layouts}
-        doc = verify_spec(
-            res.spec,
-            {v: layouts[v] for v in chosen},
-            compile_only=compile_only,
-            device=device,
-            use_ncu=use_ncu,
-        )
+    result = api.verify(
+        spec,
+        compile_only=compile_only,
+        device=device,
+        seed=seed,
+        variants=variants,
+        stages=stages,
+        ncu=use_ncu,
+        ncu_save=ncu_save,
+    )
+    doc = result.report  # the pipeline's document (the renderers and the page take it as it is)
+    if result.microkernel:
         _export(doc, export, spec)
         if as_json:
-            emit_json(doc)
+            emit_json(result.to_dict())
         else:
+            from smemtile.report.microkernel import render as render_micro
+
             render_micro(doc)
         return
-    from smemtile.report.verify import render
-
-    both = family_variants(res)
-    cfgs = {v: both[v] for v in (variants or VARIANTS)}
-    cfgs.update(pipeline.stage_variants(both["fixed"], stages, str(spec)))
-    if compile_only:
-        doc = pipeline.compile_only(spec, cfgs)
-        if use_ncu:
-            click.echo("smemtile: --ncu needs a GPU run; ignored with --compile-only", err=True)
-    else:
-        doc = pipeline.on_gpu(spec, cfgs, device, seed)
-        if use_ncu:
-            doc["ncu"] = pipeline.with_ncu(spec, cfgs, doc, device, ncu_save)
+    if compile_only and use_ncu:
+        click.echo("smemtile: --ncu needs a GPU run; ignored with --compile-only", err=True)
     _export(doc, export, spec)
     if as_json:
-        emit_json(doc)
+        emit_json(result.to_dict())
     else:
+        from smemtile.report.verify import render
+
         render(doc)
     bad = [r for r in doc["variants"] if r.get("correct") is False]
     if bad:
@@ -167,21 +149,3 @@ def _export(doc: dict, path: Path | None, spec: Path) -> None:
     from smemtile.report.pages_verify import verify_page
 
     write_text_atomic(path, verify_page(doc), key="--export", inputs=[spec] if str(spec) != "-" else ())
-
-
-def _require_nvrtc() -> None:
-    """--compile-only is the compile: without NVRTC there is nothing to report, so exit 3 (no CUDA), never 0."""
-    from smemtile.errors import NoDevice, SmemtileError
-    from smemtile.gpu.nvrtc import nvrtc_version
-
-    try:
-        nvrtc_version()
-    except NoDevice:
-        raise
-    except SmemtileError as e:
-        raise NoDevice(f"NVRTC cannot be used ({e}); --compile-only needs it") from None
-    except Exception as e:  # the bindings import but libnvrtc does not load
-        raise NoDevice(
-            f"NVRTC cannot be loaded ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
-            "pip install nvidia-cuda-nvrtc"
-        ) from None
