@@ -287,3 +287,54 @@ def test_commands_call_the_api_not_the_pipeline(command):
     assert command in used  # api.<command>(...)
     bypass = sorted(ENTRY_POINTS[command] & used)
     assert not bypass, f"smemtile/cli/{command}.py calls the pipeline itself: {bypass}"
+
+
+# ---- on a GPU: the commands' real runs go through the API as well ---------------------------------------------
+def _shape(doc):
+    """A document's keys and value types (times and clocks differ from run to run; the structure does not)."""
+    if isinstance(doc, dict):
+        return {k: _shape(v) for k, v in doc.items()}
+    if isinstance(doc, list):
+        return [_shape(v) for v in doc[:1]]
+    return type(doc).__name__ if doc is not None else None
+
+
+@pytest.mark.gpu
+def test_verify_on_the_gpu_is_the_api_run():
+    import smemtile
+
+    r = run_cli("verify", SAMPLE, "--json")
+    assert r.returncode == 0, r.stderr
+    cli, v = json.loads(r.stdout), smemtile.verify(SAMPLE)
+    assert v.correct is True and cli["correct"] is True
+    assert (
+        [x["variant"] for x in cli["variants"]] == [x["variant"] for x in v.variants] == ["baseline", "fixed"]
+    )
+    assert [x["name_expression"] for x in cli["variants"]] == [x["name_expression"] for x in v.variants]
+    assert list(cli) == list(v.to_dict())
+
+
+@pytest.mark.gpu
+def test_tune_on_the_gpu_is_the_api_run(tmp_path):
+    import smemtile
+
+    argv = [
+        "tune",
+        SAMPLE,
+        "--top",
+        "1",
+        "--cache",
+        str(tmp_path / "c.jsonl"),
+        "-o",
+        str(tmp_path / "w.yaml"),
+    ]
+    r = run_cli(*argv, "--json")
+    assert r.returncode == 0, r.stderr
+    cli = json.loads(r.stdout)
+    t = smemtile.tune(SAMPLE, top=1, cache=tmp_path / "c.jsonl", out=tmp_path / "w2.yaml")  # from the cache
+    assert t["run"]["counts"]["cached"] >= 1
+    assert sorted(x["label"] for x in t["rows"]) == sorted(x["label"] for x in cli["rows"])
+    assert t["winner_spec"] == str(tmp_path / "w2.yaml") and (tmp_path / "w2.yaml").read_text().startswith(
+        "# smemtile tune "
+    )
+    assert set(t.to_dict()) == set(cli)
