@@ -73,3 +73,92 @@ def test_the_issue_command_is_correct_on_the_gpu(tmp_path):
         doc = json.loads(v.stdout)
         assert doc["correct"] is True and doc["spills"] == 0, doc
         assert doc["max_rel_error"] <= FAM.TOLERANCE_BF16_Y and doc["tflops"] > 0
+
+
+# ---- PATH 1: conv2d_wgmma (sm_90a: the producer warpgroup's cp.async gather, wgmma consumers) ------------------------
+# tiles of the sm_90a path: 128 x 128 over one consumer (MI 2) and over two, 128 x 256 over two, 3 and 5 stages,
+# 64 x 64 (the smallest: many K tiles per block on the small test sizes)
+WGMMA_TILES = [
+    {"PATH": 1, "BM": 128, "BN": 128, "CONSUMERS": 1, "STAGES": 4},
+    {"PATH": 1, "BM": 128, "BN": 128, "CONSUMERS": 2, "STAGES": 5},
+    {"PATH": 1, "BM": 128, "BN": 256, "CONSUMERS": 2, "STAGES": 3},
+    {"PATH": 1, "BM": 64, "BN": 64, "CONSUMERS": 1, "STAGES": 2},
+]
+
+
+def _wgmma_configs() -> tuple[list, list]:
+    """(configurations, refused test sizes): every test size the path accepts (c % 8 == 0) with every tile; the
+    others (c = 3, 13: the element gather's) are refused by configure, naming PATH 0."""
+    from smemtile.errors import SpecError
+
+    out, refused = [], []
+    for p in FAM.test_sizes:
+        for t in WGMMA_TILES:
+            try:
+                out.append(
+                    variants(resolve({"arch": "sm_90a", "tile": t, "kernel": {"family": "conv2d", **p}}))[
+                        "fixed"
+                    ]
+                )
+            except SpecError as e:
+                assert "use PATH 0" in str(e), e
+                refused.append(p)
+    return out, refused
+
+
+def _sm90_device():
+    from smemtile.gpu.run import open_device
+
+    dev = open_device(0)
+    if dev.cc != (9, 0):
+        pytest.skip("conv2d_wgmma needs an sm_90 GPU (built for sm_90a)")
+    return dev
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(nvcc_path() is None, reason="nvcc not installed")
+def test_the_wgmma_path_through_the_generated_helper(tmp_path):
+    """Every accepted test size x every sm_90a tile through the nvcc-built generated helper: dense, the dense
+    overload and the odd sub-view (pitches 3 past the row, arrays 1 element in: refused by the 16-byte gathers,
+    cudaErrorInvalidValue)."""
+    _sm90_device()
+    cfgs, refused = _wgmma_configs()
+    assert len(cfgs) == 5 * len(WGMMA_TILES) and len(refused) == 2 * len(WGMMA_TILES)
+    assert all(FAM.name_expression(c).startswith("conv2d_wgmma<") for c in cfgs)
+    failures, report = run_helpers(cfgs, tmp_path, layouts=True)
+    out_dir = os.environ.get("SMEMTILE_TEST_REPORT")
+    if out_dir:
+        (Path(out_dir) / "conv2d_wgmma_gpu.json").write_text(json.dumps(report, indent=1, default=str))
+    assert not failures, failures
+    ran = [r for r in report if r.get("correct")]
+    assert len(ran) >= 2 * len(cfgs)  # dense and the dense overload of each
+    assert any(r["refused_by_plan"] and r["refused"] for r in report)
+
+
+@pytest.mark.gpu
+def test_the_wgmma_path_through_the_python_launcher():
+    """The same configurations through smemtile.gpu.run (cuda.core, NVRTC for sm_90a): dense, and a sub-view the
+    16-byte gathers take (every pitch 8 elements past the row, every array 8 elements into its allocation)."""
+    import numpy as np
+
+    from smemtile.families.base import subview_case
+    from smemtile.gpu.run import LoadedKernel
+
+    dev = _sm90_device()
+    cfgs, _ = _wgmma_configs()
+    bad = []
+    for i, cfg in enumerate(cfgs):
+        k = LoadedKernel(cfg, dev)
+        try:
+            inputs = FAM.make_inputs(cfg, np.random.default_rng(i))
+            ref = FAM.reference(cfg, inputs)
+            dense = k.check(inputs, ref)
+            sub, offsets = subview_case(FAM, cfg, pad=8, offset=8)
+            view = k.check_layout(inputs, ref, sub, offsets)
+        finally:
+            k.close()
+        for what, res in (("dense", dense), ("sub-view", view)):
+            if not res.correct:
+                why = res.mismatch.describe() if res.mismatch else res.max_rel_error
+                bad.append((FAM.name_expression(cfg), dict(cfg.problem), what, why))
+    assert not bad, bad

@@ -84,6 +84,19 @@ T_CTYPES = {"f16": "smemtile::f16", "bf16": "smemtile::bf16"}
 Y_CTYPES = {"f32": "float", "f16": "smemtile::f16", "bf16": "smemtile::bf16"}
 CHUNK = 8  # elements per 16-byte copy (2-byte elements)
 PADS = ("same", *range(8))
+WG_BK = 64  # the wgmma path's K tile: one 128-byte swizzle row of 16-bit elements
+WG_SLACK = 1024  # dynamic shared memory the wgmma path adds to align its tiles to 1024 bytes
+# the wgmma path's 128B-swizzled tiles (TMA SWIZZLE_128B's layout, written by cp.async)
+WG_BUFFERS = ("As", "Bs")
+# PATH 1 (conv2d_wgmma) is chosen only when asked for (a spec's PATH: 1, a task plan's config) until the H200 run
+# confirms it; then set this True: the tile model ranks its candidates on sm_90a beside the mma.sync tiles
+RANK_WGMMA = False
+
+
+def wg_smem(p: dict) -> int:
+    """The wgmma path's dynamic shared memory (bytes): slack + STAGES x (A and B stages) + the mbarriers."""
+    return WG_SLACK + p["STAGES"] * (p["BM"] + p["BN"]) * WG_BK * 2 + 16 * p["STAGES"]
+
 
 # the output size and the GEMM view, as launch expressions over the helper's arguments
 P_EXPR = "((h + 2 * pad - r) // stride + 1)"
@@ -165,6 +178,19 @@ class Conv2d(Family):
             "(any c and layout), 0 = 8 when the problem allows it, else 1",
             (0, 1, 8),
         ),
+        Param(
+            "PATH",
+            0,
+            "0 = mma.sync (conv2d, sm_80+); 1 = wgmma (conv2d_wgmma, sm_90a: a producer warpgroup's cp.async "
+            "gather into 128B-swizzled stages, wgmma consumers; BK 64, 16-byte gathers)",
+            (0, 1),
+        ),
+        Param(
+            "CONSUMERS",
+            2,
+            "PATH 1: consumer warpgroups (BM / CONSUMERS = 64 or 128 rows each); unused by PATH 0",
+            (1, 2),
+        ),
     )
     problem_keys = (
         ProblemKey("n", 32, "images (batch)"),
@@ -221,6 +247,8 @@ class Conv2d(Family):
 
     # ---- shape --------------------------------------------------------------------------------------------
     def threads(self, p: dict[str, int]) -> int:
+        if p.get("PATH"):
+            return (p["CONSUMERS"] + 1) * 128  # the producer warpgroup and the consumers
         wm, wn = p["WM"], p["WN"]
         if wm <= 0 or wn <= 0 or p["BM"] % wm or p["BN"] % wn:
             return max(1, p["BM"] * p["BN"] // max(1, wm * wn)) * 32
@@ -266,6 +294,8 @@ class Conv2d(Family):
         """The kernel's VEC: 8 (16-byte gathers) needs c, ldx and ldf multiples of 8; VEC 0 picks it when the
         problem allows, else 1 (element gathers)."""
         v = cfg.params["VEC"]
+        if cfg.params["PATH"]:
+            return 8  # conv2d_wgmma has the 16-byte gather only (violations() refuses VEC 1 there)
         return v if v else (8 if self.aligned_problem(cfg) else 1)
 
     def aligned_problem(self, cfg: KernelConfig) -> bool:
@@ -302,11 +332,15 @@ class Conv2d(Family):
             )
         )
         if self.vec(cfg) == 8:
+            built = (
+                "PATH 1 (conv2d_wgmma), 16-byte gathers; generate with PATH 0 and VEC 1 for any layout"
+                if cfg.params["PATH"]
+                else "VEC 8, 16-byte gathers; generate with VEC 1 for any layout"
+            )
             out.append(
                 (
                     "((c % 8) == 0) & ((ldx % 8) == 0) & ((ldf % 8) == 0) & (x_align >= 16) & (f_align >= 16)",
-                    "c, ldx and ldf multiples of 8 and x, f 16-byte aligned (this kernel is built with VEC 8, "
-                    "16-byte gathers; generate with VEC 1 for any layout)",
+                    f"c, ldx and ldf multiples of 8 and x, f 16-byte aligned (this kernel is built with {built})",
                 )
             )
         return out
@@ -326,6 +360,13 @@ class Conv2d(Family):
 
     def derive(self, params: dict[str, int], user: set[str], arch: Arch) -> dict[str, int]:
         p = dict(params)
+        if p["PATH"]:  # conv2d_wgmma: BK is one swizzle row; its default tile is 128 x 256 over two consumers
+            if "BK" not in user:
+                p["BK"] = WG_BK
+            if "BN" not in user:
+                p["BN"] = 256 if p["CONSUMERS"] == 2 else 128
+            p["MIN_BLOCKS"] = 1  # __launch_bounds__(threads, 1): not a parameter of that kernel
+            return p
         if "MIN_BLOCKS" not in user:
             p["MIN_BLOCKS"] = self.blocks_estimate(p, arch)
         return p
@@ -349,6 +390,8 @@ class Conv2d(Family):
 
     # ---- contract: every static_assert of conv2d.cu, in words -------------------------------------------------
     def violations(self, cfg: KernelConfig) -> list[str]:
+        if cfg.params["PATH"]:
+            return self.wgmma_violations(cfg)
         p, out = cfg.params, []
         bm, bn, bk, wm, wn = p["BM"], p["BN"], p["BK"], p["WM"], p["WN"]
         if cfg.arch.cc < (8, 0):
@@ -401,11 +444,86 @@ class Conv2d(Family):
                 )
         return out
 
+    def wgmma_violations(self, cfg: KernelConfig) -> list[str]:
+        """Every static_assert of conv2d_wgmma and what its launch needs, in words (PATH 1)."""
+        p, out = cfg.params, []
+        why = cfg.arch.lacks("wgmma")
+        if why:
+            out.append(f"PATH 1 (conv2d_wgmma) needs wgmma: {why}; use PATH 0 (mma.sync)")
+        if p["BK"] != WG_BK:
+            out.append(f"PATH 1 stages K tiles of BK = 64 (one 128-byte swizzle row), not BK {p['BK']}")
+        wg_m = p["BM"] // p["CONSUMERS"]
+        if p["BM"] % p["CONSUMERS"] or wg_m not in (64, 128):
+            out.append(
+                f"PATH 1: BM / CONSUMERS = {p['BM']} / {p['CONSUMERS']} must be 64 or 128 rows per consumer "
+                "warpgroup"
+            )
+        if p["BN"] not in (64, 128, 256):
+            out.append(f"PATH 1: BN = {p['BN']} must be 64, 128 or 256 (the wgmma n)")
+        elif wg_m in (64, 128) and wg_m // 64 * p["BN"] // 2 > 128:
+            out.append(
+                f"PATH 1: {wg_m // 64 * p['BN'] // 2} fp32 accumulators per thread (BM / CONSUMERS = {wg_m}, "
+                f"BN = {p['BN']}); at most 128 (use CONSUMERS 2 or BN <= {256 // (wg_m // 64)})"
+            )
+        if p["VEC"] == 1:
+            out.append("PATH 1 gathers 16-byte chunks only: VEC 1 (element gathers) is PATH 0's")
+        if not self.aligned_problem(cfg):
+            q = self.problem_ints(cfg.problem)
+            out.append(
+                f"PATH 1 (16-byte cp.async gathers) needs c, ldx and ldf to be multiples of 8 elements; this "
+                f"problem has c={q['c']}, ldx={q['ldx']}, ldf={q['ldf']}: use PATH 0 (its VEC 1 takes any)"
+            )
+        if cfg.problem["pad"] == "same" and cfg.problem["r"] != cfg.problem["s"]:
+            out.append(
+                f"pad: same pads (r - 1) // 2 on every side, which needs a square filter; this one is "
+                f"{cfg.problem['r']}x{cfg.problem['s']}: give pad 0-7"
+            )
+        smem = wg_smem(p)
+        if smem > cfg.arch.smem_optin_per_block:
+            out.append(
+                f"PATH 1: shared memory {smem} bytes per block (1024 alignment slack included) exceeds the "
+                f"{cfg.arch.name} opt-in limit of {cfg.arch.smem_optin_per_block} bytes; reduce STAGES or BN"
+            )
+        for name, lay in cfg.layouts.items():
+            if name in WG_BUFFERS and lay != self._wg_layout():
+                out.append(
+                    f"{name}: PATH 1's wgmma descriptors read 128B-swizzled rows of 128 bytes (the gather writes "
+                    f"that layout); {lay.describe()} is not what it builds"
+                )
+        return out
+
+    @staticmethod
+    def _wg_layout() -> Layout:
+        return Layout.for_tma("128B", 2)
+
+    def name_expression(self, cfg: KernelConfig) -> str:
+        if cfg.params["PATH"]:
+            return f"conv2d_wgmma<{', '.join(self.template_args(cfg))}>"
+        return super().name_expression(cfg)
+
+    def smem_bytes(self, cfg: KernelConfig) -> int:
+        if cfg.params["PATH"]:
+            return wg_smem(cfg.params)
+        return super().smem_bytes(cfg)
+
     def smem_hint(self, cfg: KernelConfig) -> str:
         return "; reduce BK, STAGES or the block tile"
 
     def template_args(self, cfg: KernelConfig) -> list[str]:
         p = cfg.params
+        if p["PATH"]:  # conv2d_wgmma<T, TC, BM, BN, STAGES, CONSUMERS, GROUP_M, BIAS, RELU>
+            vals = [
+                T_CTYPES[cfg.problem["dtype"]],
+                Y_CTYPES[self.y_dtype(cfg)],
+                p["BM"],
+                p["BN"],
+                p["STAGES"],
+                p["CONSUMERS"],
+                p["GROUP_M"],
+                "true" if int(cfg.problem["bias"]) else "false",
+                "true" if int(cfg.problem["relu"]) else "false",
+            ]
+            return [str(v) for v in vals]
         a, b = cfg.layouts["As"].template_args(), cfg.layouts["Bs"].template_args()
         vals = [
             T_CTYPES[cfg.problem["dtype"]],
@@ -429,6 +547,30 @@ class Conv2d(Family):
     # ---- the kernel's shared memory, written once ---------------------------------------------------------
     def buffers(self, cfg: KernelConfig) -> list[dict]:
         dt = cfg.problem["dtype"]
+        if cfg.params["PATH"]:
+            return [
+                {
+                    "name": "As",
+                    "dtype": dt,
+                    "shape": ["BM", WG_BK],
+                    "stages": "STAGES",
+                    "note": "gather tile, 128B-swizzled (TMA SWIZZLE_128B's layout, written by cp.async): As[m][kg] "
+                    "= x at output pixel m0+m, tap and channel kg0+kg (0 in the halo)",
+                },
+                {
+                    "name": "Bs",
+                    "dtype": dt,
+                    "shape": ["BN", WG_BK],
+                    "stages": "STAGES",
+                    "note": "filter tile, 128B-swizzled: Bs[n][kg] = f[(n0+n)*ldf + kg0+kg]",
+                },
+                {
+                    "name": "bars",
+                    "dtype": "u64",
+                    "shape": ["2 * STAGES"],
+                    "note": "mbarriers: full[STAGES] (128 cp.async arrivals), empty[STAGES] (consumer releases)",
+                },
+            ]
         return [
             {
                 "name": "As",
@@ -447,6 +589,8 @@ class Conv2d(Family):
         ]
 
     def accesses(self, cfg: KernelConfig) -> list[dict]:
+        if cfg.params["PATH"]:
+            return self.wgmma_accesses(cfg)
         vec = self.vec(cfg) == 8
         op = "cp.async" if vec else "store"
         how = (
@@ -505,8 +649,72 @@ class Conv2d(Family):
         }
         return [a_gather, b_copy, a_frag, b_frag]
 
+    def wgmma_accesses(self, cfg: KernelConfig) -> list[dict]:
+        """PATH 1's shared-memory accesses (conv2d.cu's conv2d_wgmma header): the producer warpgroup's copies
+        into the 128B-swizzled stages, the wgmma operand reads as ldmatrix.x4 phases (wgmma_gemm's notation)."""
+        producer = [0, 1, 2, 3]
+        consumers = list(range(4, 4 * (cfg.params["CONSUMERS"] + 1)))
+        core = "the tensor cores read 8-row x 16-byte core matrices: described as ldmatrix.x4 phases"
+        a_row, b_row, col = "tid // 8 + 16*i", "tid // 8 + 16*j", "(tid % 8) * 8"
+        return [
+            {
+                "name": "A_gather",
+                "buffer": "As",
+                "op": "cp.async",
+                "width": 16,
+                "role": "copy",
+                "warps": producer,
+                "row": a_row,
+                "col": col,
+                "over": {"i": [0, "BM//16"]},
+                "source": gather_source(a_row, col),
+                "note": "im2col gather: 8 kg of output pixel m0+row, 16-byte cp.async.cg (zero-fill: halo, "
+                "padding, tails) by the producer warpgroup",
+            },
+            {
+                "name": "B_copy",
+                "buffer": "Bs",
+                "op": "cp.async",
+                "width": 16,
+                "role": "copy",
+                "warps": producer,
+                "row": b_row,
+                "col": col,
+                "over": {"j": [0, "BN//16"]},
+                "source": f"min({b_row}, k - 1) * ldf + {col}",
+                "note": "filter rows (K-major B), 16-byte cp.async.cg by the producer warpgroup",
+            },
+            {
+                "name": "A_wgmma",
+                "buffer": "As",
+                "op": "ldmatrix",
+                "matrices": 4,
+                "role": "inner",
+                "warps": consumers,
+                "row": "((warp - 4) // 4) * (BM // CONSUMERS) + mi * 64 + (warp % 4) * 16 + lane % 16",
+                "col": "kk * 16 + (lane // 16) * 8",
+                "over": {"mi": [0, "BM // CONSUMERS // 64"], "kk": [0, 4]},
+                "note": f"wgmma A operand (rows of the warp's consumer warpgroup); {core}",
+            },
+            {
+                "name": "B_wgmma",
+                "buffer": "Bs",
+                "op": "ldmatrix",
+                "matrices": 4,
+                "role": "inner",
+                "warps": consumers[:4],
+                "row": "(warp % 4) * (BN // 4) + nj * 16 + lane % 16",
+                "col": "kk * 16 + (lane // 16) * 8",
+                "over": {"nj": [0, "BN // 64"], "kk": [0, 4]},
+                "note": f"wgmma B operand (all BN rows, per consumer warpgroup); {core}",
+            },
+        ]
+
     def default_layouts(self, cfg: KernelConfig) -> dict[str, Layout]:
-        """The kernel's conflict-free layouts: hgemm's swizzle for rows of BK 2-byte elements (both tiles)."""
+        """The kernel's conflict-free layouts: hgemm's swizzle for rows of BK 2-byte elements (both tiles); PATH 1:
+        the 128B swizzle its wgmma descriptors read."""
+        if cfg.params["PATH"]:
+            return {b: self._wg_layout() for b in WG_BUFFERS}
         sw = swizzle_for(cfg.params["BK"])
         return {"As": Layout(0, sw), "Bs": Layout(0, sw)}
 
@@ -613,6 +821,11 @@ class Conv2d(Family):
 
     def one_block_reason(self, cfg: KernelConfig, occ: dict) -> str | None:
         p = cfg.params
+        if p["PATH"]:
+            return (
+                f"1 block/SM by design: {wg_smem(p)} bytes of shared memory ({p['STAGES']} stages of "
+                f"{p['BM']}x64 + {p['BN']}x64) keep the tensor cores fed; {p['CONSUMERS']} consumer warpgroups"
+            )
         if occ.get("limiter") == "registers":
             return (
                 f"1 block/SM by design: a {p['WM']}x{p['WN']} warp tile keeps {p['WM'] * p['WN'] // 32} fp32 "
@@ -635,6 +848,8 @@ class Conv2d(Family):
     def pipeline_items(self, cfg: KernelConfig, ptx: str | None) -> list[Item]:
         from smemtile.families.hgemm.checks import TEXT, _swizzle_proof
 
+        if cfg.params["PATH"]:
+            return self.wgmma_pipeline_items(cfg, ptx)
         items = []
         if ptx:
             import re
@@ -686,6 +901,47 @@ class Conv2d(Family):
             )
         )
         items.append(_swizzle_proof(self, cfg))
+        return items
+
+    def wgmma_pipeline_items(self, cfg: KernelConfig, ptx: str | None) -> list[Item]:
+        """PATH 1's pipeline, read from the compiled PTX: the gather's cp.async completes on the full mbarrier
+        (.noinc), the consumers fence the async proxy before wgmma, parity waits, wgmma of the tile's n."""
+        import re
+
+        checks = (
+            (
+                "cp_async_gather",
+                "the gather and filter copies are cp.async 16 B",
+                r"cp\.async\.cg\.shared\.global",
+            ),
+            (
+                "cp_async_arrive",
+                "each producer thread's copies complete on the stage's full mbarrier (arrive.noinc)",
+                r"cp\.async\.mbarrier\.arrive\.noinc\.shared::cta\.b64",
+            ),
+            (
+                "proxy_fence",
+                "consumers order the generic-proxy cp.async writes before wgmma's async-proxy reads",
+                r"fence\.proxy\.async\.shared::cta",
+            ),
+            (
+                "parity_wait",
+                "producer and consumers wait by mbarrier phase parity",
+                r"mbarrier\.try_wait\.parity",
+            ),
+            (
+                "wgmma",
+                f"wgmma.mma_async m64n{cfg.params['BN']}k16 from shared-memory descriptors",
+                rf"wgmma\.mma_async\.sync\.aligned\.m64n{cfg.params['BN']}k16",
+            ),
+        )
+        items = []
+        for ident, text, pattern in checks:
+            if ptx is None:
+                items.append(Item(ident, text, NA, "not compiled (no PTX to read)"))
+                continue
+            n = len(re.findall(pattern, ptx))
+            items.append(Item(ident, text, PASS if n else FAIL, f"{n} instruction(s) in the PTX"))
         return items
 
 
