@@ -326,3 +326,131 @@ def test_the_compiled_kernels_shared_addresses_are_the_familys_expressions(tmp_p
     assert all(r.excessive == 0 for r in lines.values()), [
         (r.instr.line, r.excessive) for r in lines.values()
     ]
+
+
+# ---- PATH 1: conv2d_wgmma (sm_90a) ----------------------------------------------------------------------------------
+RESNET_3X3 = {"n": 32, "h": 28, "w": 28, "c": 128, "k": 128, "r": 3, "s": 3, "pad": 1}
+
+
+def _wg(problem: dict, params: dict | None = None, arch: str = "sm_90a"):
+    return _cfg(problem, {"PATH": 1, **(params or {})}, arch)
+
+
+def test_wgmma_path_launch_plan_and_its_refusals():
+    cfg = _wg(RESNET_3X3)  # the path's defaults: 128 x 256 over two consumers, BK 64, 4 stages
+    p = cfg.params
+    assert (p["BM"], p["BN"], p["BK"], p["STAGES"], p["CONSUMERS"]) == (128, 256, 64, 4, 2)
+    assert FAM.name_expression(cfg) == (
+        "conv2d_wgmma<smemtile::bf16, smemtile::bf16, 128, 256, 4, 2, 8, false, false>"
+    )
+    plan = FAM.launch(cfg)
+    assert plan.grid == (32 * 28 * 28 // 128 * 1, 1, 1) and plan.block == (384, 1, 1)
+    assert plan.dynamic_smem_bytes == 1024 + 4 * (128 + 256) * 64 * 2 + 16 * 4 == 197696
+    assert plan.cluster == (1, 1, 1) and not plan.tensor_maps and not plan.workspace
+    # the same arguments as conv2d's (one signature: the generated instantiation and helper are the family's)
+    assert [t for _, t in plan.steps[0].args] == FAM.param_types(cfg, FAM.calls(cfg)[0])
+    one = _wg(RESNET_3X3, {"BN": 128, "CONSUMERS": 1, "STAGES": 5, "GROUP_M": 4})
+    assert FAM.launch(one).block == (256, 1, 1) and FAM.launch(one).grid == (196, 1, 1)
+    assert FAM.name_expression(one).endswith("128, 128, 5, 1, 4, false, false>")
+    # PATH 0 is untouched by the new parameters
+    assert FAM.name_expression(_cfg(RESNET_3X3)).startswith("conv2d<")
+    refused = [
+        ({}, "sm_90", "needs wgmma"),
+        ({}, "sm_80", "needs wgmma"),
+        ({"BK": 32}, "sm_90a", "BK = 64"),
+        ({"BM": 64, "CONSUMERS": 2}, "sm_90a", "must be 64 or 128 rows"),
+        ({"BN": 256, "CONSUMERS": 1}, "sm_90a", "256 fp32 accumulators"),
+        ({"BN": 192}, "sm_90a", "not allowed|must be 64, 128 or 256"),
+        ({"STAGES": 5}, "sm_90a", "exceeds the sm_90a opt-in limit"),
+        ({"VEC": 1}, "sm_90a", "VEC 1"),
+    ]
+    for params, arch, needle in refused:
+        with pytest.raises(ContractViolation, match=needle):
+            _wg(RESNET_3X3, params, arch)
+    with pytest.raises(ContractViolation, match="use PATH 0"):
+        _wg({"c": 13})  # the element gather is PATH 0's
+    assert "PATH 0" in refusal(FAM, cfg, {"x": 1})  # a misaligned pointer: 16-byte gathers only
+    assert refusal(FAM, cfg, {"x": 8, "f": 8, "y": 8}) is None  # 16 bytes in: taken
+
+
+def test_wgmma_path_accesses_are_conflict_free_under_the_128b_swizzle():
+    """The producer's cp.async into the 128B-swizzled stages (chunk j of row r at j ^ r % 8) and the wgmma
+    core-matrix reads are all at their ideal wavefronts; a dense tile conflicts 8-way on the reads."""
+    from smemtile.model.analysis import analyze_spec
+    from smemtile.model.layout import Layout
+
+    for params in ({}, {"BN": 128, "CONSUMERS": 1}):
+        cfg = _wg(RESNET_3X3, params)
+        assert all(lay == Layout.for_tma("128B", 2) for b, lay in cfg.layouts.items() if b != "bars")
+        got = {
+            r.access.name: (int(r.bank.wavefronts.max()), int(r.bank.ideal_wavefronts.max()))
+            for r in analyze_spec(FAM.spec(cfg))
+        }
+        assert got == {"A_gather": (4, 4), "B_copy": (4, 4), "A_wgmma": (4, 4), "B_wgmma": (4, 4)}, got
+    with pytest.raises(ContractViolation, match="128B-swizzled"):
+        configure(FAM, {"PATH": 1, **RESNET_3X3}, {"As": Layout()}, "sm_90a")
+
+
+@pytest.mark.parametrize(
+    ("problem", "params"),
+    [
+        (RESNET_3X3, {}),
+        ({"dtype": "f16", "y_dtype": "f32", "bias": 1, "relu": 1}, {"BN": 128, "CONSUMERS": 1, "STAGES": 5}),
+        ({"y_dtype": "f16", "r": 1, "s": 1}, {"BM": 64, "BN": 64, "CONSUMERS": 1, "STAGES": 3}),
+    ],
+)
+def test_wgmma_path_nvrtc_builds_without_spills_and_its_ptx_holds_the_pipeline(problem, params):
+    import re
+
+    from smemtile.pipeline.build import build
+
+    b = build(_wg(problem, params))
+    if b.compiled is None:
+        pytest.skip(b.compile_note)
+    ptx = b.compiled.ptx
+    bn = b.kernel.config.params["BN"]
+    for needle in (
+        rf"wgmma\.mma_async\.sync\.aligned\.m64n{bn}k16\.f32\.(bf16|f16)",
+        r"cp\.async\.cg\.shared\.global",
+        r"cp\.async\.mbarrier\.arrive\.noinc\.shared::cta\.b64",
+        r"fence\.proxy\.async\.shared::cta",
+        r"mbarrier\.try_wait\.parity",
+    ):
+        assert re.search(needle, ptx), needle
+    assert b.kernel.extra["ptxas"]["spills"] == 0
+    assert all(i.status != "fail" for i in b.checklist), [i for i in b.checklist if i.status == "fail"]
+
+
+@pytest.mark.slow
+def test_wgmma_path_generated_file_builds_with_nvcc_for_sm_90a_and_the_file_for_sm_80(tmp_path):
+    """nvcc standalone: the generated PATH 1 file (kernel + instantiation + launch_conv2d()) for sm_90a, its PTX
+    with wgmma and cp.async; a PATH 0 file for sm_80 (the same conv2d.cu text, conv2d_wgmma not instantiated)."""
+    import re
+    import subprocess
+
+    from conftest import nvcc_path
+
+    from smemtile.codegen.render import render
+
+    nvcc = nvcc_path()
+    if nvcc is None:
+        pytest.skip("nvcc not installed")
+    for name, cfg, arch in (
+        ("wg", _wg(RESNET_3X3), "sm_90a"),
+        ("mma", _cfg(RESNET_3X3, {}, "sm_80"), "sm_80"),
+    ):
+        src = tmp_path / f"{name}.cu"
+        src.write_text(render(cfg).source)
+        for flag, out in (("-c", f"{name}.o"), ("-ptx", f"{name}.ptx")):
+            r = subprocess.run(
+                [nvcc, "-std=c++17", f"-arch={arch}", flag, str(src), "-o", str(tmp_path / out)],
+                capture_output=True,
+                text=True,
+            )
+            assert r.returncode == 0, r.stderr[-2000:]
+        ptx = (tmp_path / f"{name}.ptx").read_text()
+        if name == "wg":
+            assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n256k16\.f32\.bf16\.bf16", ptx)
+            assert "cp.async.mbarrier.arrive.noinc" in ptx and "cp.async.cg.shared.global" in ptx
+        else:
+            assert "wgmma" not in ptx and "mma.sync.aligned.m16n8k16" in ptx
