@@ -454,3 +454,32 @@ def test_wgmma_path_generated_file_builds_with_nvcc_for_sm_90a_and_the_file_for_
             assert "cp.async.mbarrier.arrive.noinc" in ptx and "cp.async.cg.shared.global" in ptx
         else:
             assert "wgmma" not in ptx and "mma.sync.aligned.m16n8k16" in ptx
+
+
+def test_the_tile_model_ranks_the_wgmma_path_only_when_enabled(monkeypatch):
+    """RANK_WGMMA off (until the H200 run): sm_90a ranks the mma.sync tiles only (the tile model's GPU is sm_90's
+    H200). On: PATH 1 candidates rank first on sm_90a where the problem has 16-byte gathers, never on sm_90 or for
+    c % 8 != 0, and the #1 configures to conv2d_wgmma."""
+    import smemtile.families.conv2d as conv2d
+    from smemtile.pipeline.tiles import ranker_for
+
+    def ranked(problem, arch):
+        return ranker_for(FAM, problem, arch, None).ranked
+
+    off = ranked(RESNET_3X3, "sm_90a")
+    assert off and not any(dict(s.params).get("PATH") for s in off)
+    assert [s.label for s in off[:5]] == [s.label for s in ranked(RESNET_3X3, "sm_90")[:5]]
+    monkeypatch.setattr(conv2d, "RANK_WGMMA", True)
+    on = ranked(RESNET_3X3, "sm_90a")
+    paths = [dict(s.params).get("PATH", 0) for s in on]
+    n_wg = sum(paths)
+    assert n_wg >= 4 and paths[:n_wg] == [1] * n_wg  # the tier above the mma.sync tiles
+    assert all(s.label.startswith("wgmma 128x") and s.threads in (256, 384) for s in on[:n_wg])
+    top = dict(on[0].params)
+    cfg = configure(FAM, {**top, **RESNET_3X3}, {}, "sm_90a")
+    assert FAM.name_expression(cfg).startswith("conv2d_wgmma<")
+    # k = 64: a 128 x 64 tile beats BN 128 / 256 (half or three quarters of those would be padding)
+    small_k = ranked({**RESNET_3X3, "h": 56, "w": 56, "c": 64, "k": 64}, "sm_90a")
+    assert dict(small_k[0].params)["BN"] == 64
+    assert not any(dict(s.params).get("PATH") for s in ranked(RESNET_3X3, "sm_90"))
+    assert not any(dict(s.params).get("PATH") for s in ranked({**RESNET_3X3, "c": 13}, "sm_90a"))

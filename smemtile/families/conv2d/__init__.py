@@ -45,6 +45,14 @@ the fix).
 Launch: grid = (ceil(n*p*q / BM) * ceil(k / BN), 1, 1), block = (BM/WM) * (BN/WN) * 32 threads, shared memory
 always dynamic: STAGES * (BM + BN) * BK * 2 bytes (with padding: its rows).
 
+sm_90a (``PATH: 1``, kernel ``conv2d_wgmma``): a producer warpgroup gathers A and copies the filter rows with
+16-byte cp.async into 128B-swizzled stages (TMA SWIZZLE_128B's layout) and signals each stage's mbarrier with
+``cp.async.mbarrier.arrive.noinc``; one or two consumer warpgroups fence the async proxy and run wgmma_gemm's
+wgmma main loop; bias / ReLU in the epilogue. BK 64, BM / CONSUMERS 64 or 128 rows, BN 64 / 128 / 256, 16-byte
+gathers only (c, ldx, ldf multiples of 8: otherwise PATH 0). The same arguments, grid and helper as PATH 0; block
+(CONSUMERS + 1) * 128 threads, 1024 + STAGES * (BM + BN) * 128 + 16 * STAGES bytes of dynamic shared memory.
+:data:`RANK_WGMMA` decides whether the tile model ranks it (off until the H200 run confirms it).
+
 Tolerance: max |y - ref| / max |ref| against the float64 reference of the same fp16 / bf16 inputs. Every product
 of two 16-bit inputs is exact in fp32 and the r*s*c terms are summed in fp32 (mma.sync accumulates in fp32): for
 r*s*c up to 2304 (the test sizes; 4608 at the bench sizes) that error stays near 1e-6 of max |y| (hgemm measured

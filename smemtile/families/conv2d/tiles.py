@@ -19,6 +19,16 @@ bound (the halo rows are re-read from L2, not DRAM). GATHER_INSTR, ELEMENT_INSTR
 from the instruction counts of conv2d.cu's loop, **not calibrated on conv measurements** (no conv run is recorded
 yet: the provenance says so and the ranking prints no expected error; bench/run.py's ``bench`` plan of the
 task file measures the ResNet-50 layers against cuDNN when the reference kind is accepted).
+
+PATH 1 (conv2d_wgmma, sm_90a, problems whose c, ldx, ldf are multiples of 8) adds candidates once
+``smemtile.families.conv2d.RANK_WGMMA`` is True (off until the H200 run confirms the path): BM 128, BN 128 over
+BN 64 or 128 over one or two consumer warpgroups or BN 256 over two, BK 64, 3-5 stages (what the 227 KB opt-in holds), one CTA per
+tile (no clusters: B comes through the producer's cp.async, not a TMA multicast). Their time is the wgmma_gemm
+model's mainloop (its measured consumer efficiencies ``INNER``, the stage-latency term, wave quantisation over one
+CTA per SM; smemtile/families/wgmma_gemm/tiles.py) on the GEMM view, the epilogue's stores from registers, the
+convolution's unique DRAM bytes, and the producer's issue factor (its cp.async and address instructions per stage
+against the stage's MMA time). **Not calibrated on conv** (nor is the mainloop's cp.async feed: wgmma_gemm's
+factors were measured with TMA loads).
 """
 
 from __future__ import annotations
@@ -48,6 +58,41 @@ MMA_CYCLES = (
 SOURCE = "smemtile/families/conv2d/tiles.py"
 
 PARAMS = ("BM", "BN", "BK", "WM", "WN", "STAGES", "GROUP_M", "MIN_BLOCKS")
+
+
+# PATH 1: (BM, BN, consumer warpgroups); BN 64 for the k = 64 layers (BN 128 would be half padding)
+WG_SHAPES = ((128, 64, 1), (128, 64, 2), (128, 128, 1), (128, 128, 2), (128, 256, 2))
+WG_STAGES = (3, 4, 5)
+WG_PARAMS = ("PATH", "BM", "BN", "BK", "CONSUMERS", "STAGES", "GROUP_M")
+
+
+@dataclass(frozen=True)
+class WgConvTile:
+    """A PATH 1 (conv2d_wgmma) candidate."""
+
+    bm: int
+    bn: int
+    consumers: int
+    stages: int
+    group_m: int = 8
+
+    def shape_key(self) -> tuple:
+        return ("wgmma", self.bm, self.bn, self.consumers)
+
+    def params(self) -> dict:
+        return {
+            "PATH": 1,
+            "BM": self.bm,
+            "BN": self.bn,
+            "BK": 64,
+            "CONSUMERS": self.consumers,
+            "STAGES": self.stages,
+            "GROUP_M": self.group_m,
+        }
+
+
+def wg_label(p: dict) -> str:
+    return f"wgmma {p['BM']}x{p['BN']}x{p['BK']} c{p['CONSUMERS']} s{p['STAGES']} g{p['GROUP_M']}"
 
 
 def tile_params(c) -> dict:
@@ -185,6 +230,7 @@ class Conv2dTileModel(SizesModel):
         self.problem: dict = {}
         self.arch = None
         self.p = None
+        self.wg_ranked = False
 
     # ---- the protocol --------------------------------------------------------------------------------------
     def space(self, problem: dict, arch) -> list:
@@ -217,18 +263,34 @@ class Conv2dTileModel(SizesModel):
             g["N"],
             g["K"],
             self.problem["dtype"],
-            a.name,
+            a.base,  # the GPU of the target (sm_90a: sm_90's H200); the rules (Contract) keep the target itself
             "nvidia",
             problem.get("gpu"),
             None,
             contract,
         )
-        return list(candidates(self.p))
+        out = list(candidates(self.p))
+        from smemtile.families import conv2d
+
+        # PATH 1 ranks first (a tier above the mma.sync tiles: the two models' scales are not comparable) where
+        # it applies, once RANK_WGMMA is on
+        self.wg_ranked = conv2d.RANK_WGMMA and a.lacks("wgmma") is None and self._aligned()
+        if self.wg_ranked:
+            out += [WgConvTile(bm, bn, c, st) for bm, bn, c in WG_SHAPES for st in WG_STAGES]
+        return out
 
     def screen(self, cand) -> Rejection | None:
         return None  # the GEMM model applies the rules (Contract) with its own resources
 
     def predict_all(self, cands: list, gpu) -> list:
+        wg = {i: c for i, c in enumerate(cands) if isinstance(c, WgConvTile)}
+        gemm = [c for c in cands if not isinstance(c, WgConvTile)]
+        out = self._predict_gemm(gemm) if gemm else []
+        for i in sorted(wg):  # each PATH 1 candidate back at its place in the list
+            out.insert(i, self._predict_wgmma(wg[i]))
+        return out
+
+    def _predict_gemm(self, cands: list) -> list:
         from smemtile.model.gemm_model import evaluate_problem
         from smemtile.model.gemm_tiles import Scored, tie_key
 
@@ -256,8 +318,77 @@ class Conv2dTileModel(SizesModel):
                 x.time_s * 1e6,
                 bound,
             )
-            out.append(Prediction(t, tie=tie_key(x), terms={"gather": fac, "bound": bound}, result=s))
+            out.append(
+                Prediction(
+                    t,
+                    tier=1 if self.wg_ranked else 0,
+                    tie=tie_key(x),
+                    terms={"gather": fac, "bound": bound},
+                    result=s,
+                )
+            )
         return out
+
+    def _predict_wgmma(self, c: WgConvTile):
+        """PATH 1: the wgmma_gemm model's mainloop on the GEMM view (see the module text), not calibrated on conv."""
+        import math
+
+        from smemtile.families.wgmma_gemm.tiles import INNER, LAUNCH_S, OVERLAP, TMA_LATENCY_S
+
+        params = c.params()
+        try:
+            cfg = configure_tile(self.fam, params, self.problem, self.arch, check=False)
+            bad = self.fam.problems(cfg, accesses=False)
+        except SpecError as e:
+            bad = [str(e)]
+        if bad:
+            why = f"conv2d: {bad[0]}"
+            return Rejection(
+                "contract",
+                why,
+                {"params": params, "label": wg_label(params), "kind": "contract", "reason": why},
+            )
+        g, q, geo = self.p.gpu, self.problem, self.fam.geometry(self.problem)
+        m, n, k = geo["M"], geo["N"], geo["K"]
+        peak_sm = g.peak(q["dtype"]) * 1e12 / g.sms
+        tiles = -(-m // c.bm) * -(-n // c.bn)
+        rounds = math.ceil(tiles / g.sms)  # one CTA per SM (shared memory)
+        kpad = -(-k // 64) * 64
+        inner = INNER[(c.bm // c.consumers, c.bn)] * (1.0 if c.consumers == 2 else 0.8)
+        t_stage = 2 * c.bm * c.bn * 64 / (peak_sm * inner)
+        lat = math.sqrt(min(1.0, (c.stages - 1) * t_stage / TMA_LATENCY_S))
+        clk = g.clock_ghz * 1e9
+        # the producer warpgroup's issue per stage and scheduler (4 warps, one per scheduler): A chunks with their
+        # tap tests, B chunks, the barrier wait and arrive, against the stage's MMA time
+        per_thread = c.bm // 16 * GATHER_INSTR + c.bn // 16 * COPY_INSTR + 8
+        fac = max(1.0, per_thread / clk / t_stage)
+        y_item = 4 if q["y_dtype"] == "f32" else 2
+        epi = c.bm * c.bn * y_item / 64 / clk  # stores from registers: ~64 bytes a clock per SM
+        t_tile = 2 * c.bm * c.bn * kpad / (peak_sm * inner * lat) * fac + epi
+        l2 = tiles * (c.bm + c.bn) * kpad * 2 / (g.l2_gbps * 1e9)
+        nbytes = self._bytes()
+        parts = {"compute": rounds * t_tile, "dram": nbytes / (g.dram_gbps * 1e9), "l2": l2}
+        bound = max(parts, key=parts.get)
+        t = parts[bound] + OVERLAP * (sum(parts.values()) - parts[bound]) + LAUNCH_S
+        smem = self.fam.smem_bytes(cfg)
+        threads = self.fam.threads(params)
+        s = ConvScored(
+            tuple((key, params[key]) for key in WG_PARAMS),
+            wg_label(params),
+            threads,
+            168 if c.consumers == 2 else 255,
+            1,
+            smem,
+            t * 1e6,
+            self.p.flops / t / 1e12,
+            nbytes / t / 1e9,
+            fac,
+            (rounds * (t_tile - epi) / fac) * 1e6,
+            bound,
+        )
+        return Prediction(
+            t, tie=(-inner, c.stages, smem, wg_label(params)), terms={"gather": fac, "bound": bound}, result=s
+        )
 
     def _conv_time(self, x, fac: float) -> tuple[float, str]:
         """The GEMM view's time with the convolution's own DRAM bytes and the gather factor: the model's parts
@@ -297,6 +428,11 @@ class Conv2dTileModel(SizesModel):
     def explain(self, entry: Ranked, top: Ranked, ranked) -> str:
         s, t = entry.pred.result, top.pred.result
         why = f"{s.bound}-bound (the GEMM view through hgemm's calibrated model), gather x{s.gather:.2f}"
+        if dict(s.params).get("PATH"):
+            why = (
+                f"{s.bound}-bound (PATH 1: wgmma_gemm's mainloop model on the GEMM view, not calibrated on conv), "
+                f"producer x{s.gather:.2f}"
+            )
         if s is t:
             return f"best: {s.tflops:.1f} TFLOP/s predicted; {why}"
         rel = s.time_us / t.time_us - 1.0
@@ -372,8 +508,13 @@ class Ranker:
 
     def __call__(self, params: dict, src: str) -> Candidate:
         full = {**self.fam.defaults(), **params}
-        want = {k: full[k] for k in PARAMS}
-        name = label(full)
+        if full.get("PATH"):
+            full.setdefault("BK", 64)
+            want = {k: full[k] for k in WG_PARAMS}
+            name = wg_label(full)
+        else:
+            want = {k: full[k] for k in PARAMS}
+            name = label(full)
         s = next((s for s in self.ranked if s.params_dict() == want), None)
         if s is None:
             return Candidate(name, params, src, None, None, "outside the model's ranking")
