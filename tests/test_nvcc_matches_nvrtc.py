@@ -80,9 +80,10 @@ def nvcc_cubin(source: str, args: list[str]) -> bytes:
     return blob
 
 
-# (label, tiles arguments): sgemm at issue 35's 4096^3 and one bench size of every other family
+# (label, tiles arguments): sgemm at issue 35's 4096^3 (sm_90 and sm_80) and one bench size of every other family
 CASES = [
     ("sgemm 4096^3", dict(sizes=(4096, 4096, 4096))),
+    ("sgemm 4096^3 sm_80", dict(sizes=(4096, 4096, 4096), arch="sm_80")),
     ("hgemm 4096^3 f16", dict(sizes=(4096, 4096, 4096), dtype="f16")),
     ("wgmma_gemm 4096^3 bf16", dict(sizes=(4096, 4096, 4096), dtype="bf16", arch="sm_90a")),
     ("transpose 8192^2 f16", dict(family="transpose", rows=8192, cols=8192, dtype="f16")),
