@@ -6,7 +6,6 @@ One instruction = one warp x one combination of the loop variables in ``over``. 
 
 from __future__ import annotations
 
-import collections
 import functools
 import itertools
 from dataclasses import dataclass, field
@@ -185,8 +184,9 @@ def analyze_access(spec: KernelSpec, access: Access, layout: Layout | None = Non
 
 
 # the layout-independent half of analyze_access (the instructions' coordinates, from the access's expressions),
-# kept per process for the last few accesses: the fix search analyses the same access under many layouts
-_COORDS: collections.OrderedDict = collections.OrderedDict()
+# kept per process for the last few accesses: the fix search analyses the same access under many layouts (a plain
+# dict, emptied when full: safe to share with the tune executor's thread)
+_COORDS: dict[tuple, dict] = {}
 COORDS_KEPT = 32
 
 
@@ -200,7 +200,6 @@ def _coordinates(spec: KernelSpec, access: Access, buf, fail: _Failure) -> dict:
     except TypeError:  # an unhashable part: not cached
         key, c = None, None
     if c is not None:
-        _COORDS.move_to_end(key)
         return c
     env, warp, loops = instruction_env(spec, access)
     n = warp.shape[0]
@@ -267,9 +266,9 @@ def _coordinates(spec: KernelSpec, access: Access, buf, fail: _Failure) -> dict:
         "env": env,
     }
     if key is not None:
+        if len(_COORDS) >= COORDS_KEPT:
+            _COORDS.clear()
         _COORDS[key] = c
-        if len(_COORDS) > COORDS_KEPT:
-            _COORDS.popitem(last=False)
     return c
 
 

@@ -130,10 +130,26 @@ def access_to_dict(ar: AccessResult, *, all_details: bool | int = False) -> dict
     return d
 
 
+_DETAILS: dict[int, tuple[object, dict[int, tuple[PhaseDetail, ...]]]] = {}
+
+
 def instruction_detail(ar: AccessResult, i: int) -> tuple[PhaseDetail, ...]:
     """The bank model's calculation for instruction ``i`` alone (BankResult.detail on a one-instruction slice:
-    the cost does not grow with the number of instructions)."""
+    the cost does not grow with the number of instructions). Worked out once per bank result and instruction
+    (the summary, part 1 and the page each show the worst instruction; the answer is immutable)."""
     b = ar.bank
+    held, done = _DETAILS.get(id(b), (None, None))
+    if held is not b:  # another object (the id of one no longer alive): start over
+        if len(_DETAILS) >= 256:
+            _DETAILS.clear()
+        done = {}
+        _DETAILS[id(b)] = (b, done)  # holding b keeps its id from being reused while cached
+    if i not in done:
+        done[i] = _instruction_detail(b, i)
+    return done[i]
+
+
+def _instruction_detail(b, i: int) -> tuple[PhaseDetail, ...]:
     one = dataclasses.replace(
         b,
         addresses=b.addresses[i : i + 1],
