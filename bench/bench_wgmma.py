@@ -157,7 +157,16 @@ def cmd_helper_build(args) -> None:
         src = HELPER / f"case{i}.cu"
         src.write_text(render(c).source + "\n" + harness_main(c))
         p = subprocess.run(
-            ["nvcc", "-std=c++17", "-arch=sm_90a", "-o", str(HELPER / f"case{i}"), str(src)],
+            [
+                "nvcc",
+                "-std=c++17",
+                "-Xcicc",
+                "--sharedmem32=0",
+                "-arch=sm_90a",
+                "-o",
+                str(HELPER / f"case{i}"),
+                str(src),
+            ],
             capture_output=True,
             text=True,
         )

@@ -131,7 +131,16 @@ def _build(cfg, work: Path) -> Path:
     (work / "k.cu").write_text(render(cfg).source + "\n" + harness_main(cfg))
     exe = work / "k"
     p = subprocess.run(
-        [nvcc_path(), "-std=c++17", f"-arch={cfg.arch.name}", "-o", str(exe), str(work / "k.cu")],
+        [
+            nvcc_path(),
+            "-std=c++17",
+            "-Xcicc",
+            "--sharedmem32=0",
+            f"-arch={cfg.arch.name}",
+            "-o",
+            str(exe),
+            str(work / "k.cu"),
+        ],
         capture_output=True,
         text=True,
         timeout=900,
