@@ -86,6 +86,8 @@ CASES = [
     ),
     # wgmma_gemm (sm_90a): TMA tails in M, N, K and masked stores (N % 8 != 0); fp16 with TMA stores, 128 x 128
     ("wgmma_gemm", {}, {"M": 1000, "N": 1001, "K": 333, "dtype": "bf16"}),
+    # conv2d: a 3x3 with halo and stride 2, odd k (its own test sizes are tests/test_conv2d_gpu.py's)
+    ("conv2d", {}, {"n": 2, "h": 14, "w": 14, "c": 32, "k": 40, "r": 3, "s": 3, "stride": 2, "pad": 1}),
     ("wgmma_gemm", {"BN": 128}, {"M": 520, "N": 1024, "K": 264, "dtype": "f16"}),
 ]
 # shapes for `tiles --top 1`: square, ragged, skinny M, skinny N, deep K, small, mid-size, huge K
