@@ -2,7 +2,9 @@
 C++ helper (`smemtile generate`, nvcc, a user's main() calling launch_conv2d()) against the float64 reference,
 dense, through the dense overload and as a sub-view (every pitch 3 elements past the row, every array 1 element
 into its allocation: the 16-byte gathers refuse it with cudaErrorInvalidValue, the element gather runs it); the
-tile model's picks, other tiles and the epilogue; and the issue's command line, tiles -> verify.
+tile model's picks, other tiles and the epilogue; and the issue's command line, tiles -> verify. PATH 1
+(conv2d_wgmma, sm_90a) on every test size it accepts, four tiles: the generated helper (dense, dense overload, the
+refused odd sub-view) and the Python launcher (dense and a 16-byte-aligned sub-view).
 
     SMEMTILE_FORCE_GPU_TESTS=1 python -m pytest -q -n 0 -p no:cacheprovider tests/test_conv2d_gpu.py
 """
