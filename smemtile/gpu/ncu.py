@@ -117,7 +117,9 @@ def profile(
             "--target-processes",
             "all",
             "-k",
-            fam.kernel,
+            fam.name_expression(cfg).split("<")[
+                0
+            ],  # the configuration's kernel (conv2d's PATH 1: conv2d_wgmma)
             "--launch-count",
             "1",
             "--section",
