@@ -298,6 +298,9 @@ def _family_tiles(
     from smemtile.pipeline import tiles as pt
 
     ints = [pk.name for pk in FAMILIES[family].size_keys()]  # leading dimensions are not sizes
+    spelled = {o.option.lstrip("-"): o.name for o in FAMILIES[family].tile_model.options}
+    keys = {"R": radius}
+    keys |= {spelled[k]: problem.pop(k) for k in list(problem) if k in spelled and k not in ints}
     if problem:
         unknown = [k for k in problem if k not in ints]
         if unknown or sizes:
@@ -321,7 +324,7 @@ def _family_tiles(
         )
     if str(arch).lower() == "auto":
         arch, _ = _this_gpu()
-    rep = pt.family_tiles(family, sizes, dtype=dtype, keys={"R": radius}, arch=arch, gpu=gpu)
+    rep = pt.family_tiles(family, sizes, dtype=dtype, keys=keys, arch=arch, gpu=gpu)
     if not rep.ranked:
         raise OutOfResources(
             f"no {family} configuration fits: {rep.rejected[0]['reason']}"

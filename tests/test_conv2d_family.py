@@ -198,15 +198,15 @@ def test_nvrtc_builds_without_spills(problem, params, arch):
 
 def test_tiles_ranks_and_writes_a_spec_verify_takes(tmp_path):
     out = run_cli(
-        "tiles", "--family", "conv2d", "32", "28", "28", "128", "128", "3", "3", "1",
-        "--dtype", "bf16", "--arch", "sm_80", "--top", "3", "--format", "yaml",
+        "tiles", "--family", "conv2d", "--n", "32", "--h", "28", "--w", "28", "--c", "128", "--k", "128",
+        "--r", "3", "--s", "3", "--pad", "1", "--dtype", "bf16", "--arch", "sm_80", "--top", "3", "--format", "yaml",
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     docs = [d for d in yaml.safe_load_all(out.stdout) if d]
     assert len(docs) == 3
     spec = docs[0]
     assert spec["kernel"] == {
-        "family": "conv2d", "n": 32, "h": 28, "w": 28, "c": 128, "k": 128, "r": 3, "s": 3, "stride": 1,
+        "family": "conv2d", "n": 32, "h": 28, "w": 28, "c": 128, "k": 128, "r": 3, "s": 3, "pad": 1,
         "dtype": "bf16",
     }  # fmt: skip
     path = tmp_path / "pick.yaml"
@@ -217,9 +217,8 @@ def test_tiles_ranks_and_writes_a_spec_verify_takes(tmp_path):
 
     doc = json.loads(v.stdout)
     assert doc["spills"] == 0 and doc["registers"] > 0
-    table = run_cli(
-        "tiles", "--family", "conv2d", "32", "56", "56", "64", "64", "3", "3", "1", "--dtype", "bf16"
-    )
+    one = ["--n", "32", "--h", "56", "--w", "56", "--c", "256", "--k", "64", "--r", "1", "--s", "1", "--pad", "0"]
+    table = run_cli("tiles", "--family", "conv2d", *one, "--dtype", "bf16")
     assert table.returncode == 0 and "TFLOP/s predicted" in table.stdout, table.stderr
 
 

@@ -24,7 +24,7 @@ from smemtile.pipeline.fixes import variants
 from smemtile.pipeline.specs import resolve
 
 FAM = FAMILIES["conv2d"]
-ISSUE = ["32", "28", "28", "128", "128", "3", "3", "1", "--dtype", "bf16"]  # n h w c k r s stride, pad same = 1
+ISSUE = "--n 32 --h 28 --w 28 --c 128 --k 128 --r 3 --s 3 --pad 1 --dtype bf16".split()  # issue 33's problem
 
 # tiles besides the defaults: the model's wide warp tile, BK 64, a small block, 2 blocks/SM
 TILES = [

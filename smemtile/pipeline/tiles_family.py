@@ -100,14 +100,14 @@ class FamilyTileReport:
         }
 
 
-def _size(v, key: str) -> int:
+def _size(v, key: str, lo: int = 1) -> int:
     text = str(v).strip()
     try:
         iv = int(text) if text.lstrip("-").isdigit() else parse_size(text, key=key)
     except (ValueError, SpecError):
         raise SpecError(f"expected a positive integer such as 8192 or 8K, got {v!r}", key=key) from None
-    if not 1 <= iv <= 2**31 - 1:
-        raise SpecError(f"must be between 1 and 2^31-1, got {iv}", key=key)
+    if not lo <= iv <= 2**31 - 1:
+        raise SpecError(f"must be between {lo} and 2^31-1, got {iv}", key=key)
     return iv
 
 
@@ -149,7 +149,7 @@ def family_tiles(
         flag = spell.get(k, k)
         if k not in opts:
             raise SpecError(f"{flag} is not a {family} setting", key=flag)
-        problem[k] = _size(v, flag)
+        problem[k] = _size(v, flag, 0 if 0 in opts[k].choices else 1)
         par = next((q for q in fam.params if q.name == k), None)
         allowed = par.allowed if par is not None and par.allowed is not None else opts[k].choices or None
         if allowed is not None and problem[k] not in allowed:
@@ -157,7 +157,7 @@ def family_tiles(
             raise SpecError(
                 f"{problem[k]} is not allowed; allowed: {', '.join(map(str, allowed))}{doc}", key=flag
             )
-    need = tuple(opts)
+    need = tuple(k for k in opts if k in problem)  # the options given (an optional one may be left out)
     a = get_arch(arch or "sm_90")
     g = get_gpu(gpu, a.base)
     try:

@@ -64,7 +64,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from smemtile.families import task as _task
 from smemtile.families.base import (
     FAIL,
     NA,
@@ -82,11 +81,6 @@ from smemtile.families.base import (
 from smemtile.families.hgemm import _bf16_bits, register_estimate, swizzle_for, to_float64
 from smemtile.model.arch import Arch
 from smemtile.model.layout import Layout
-
-# Interim, until smemtile/families/task.py lists it: the task file's ``reference: {kind: conv2d, dtype: dtype}``
-# (cuDNN through torch.nn.functional.conv2d, bench/run.py). The reader refuses a kind it does not know, so the
-# family declares its keys before its task file is read (delete these lines once task.REFERENCE_KINDS has it).
-_task.REFERENCE_KINDS.setdefault("conv2d", ("kind", "dtype"))
 
 T_CTYPES = {"f16": "smemtile::f16", "bf16": "smemtile::bf16"}
 Y_CTYPES = {"f32": "float", "f16": "smemtile::f16", "bf16": "smemtile::bf16"}
@@ -267,6 +261,15 @@ class Conv2d(Family):
             f"threads = {threads} but (BM/WM) * (BN/WN) warps of the {p['BM']}x{p['BN']} tile with "
             f"{p['WM']}x{p['WN']} warp tiles need {implied}"
         )
+
+    def size_keys(self) -> list[ProblemKey]:
+        """None positional: ``tiles --family conv2d`` takes the convolution's keys by name (the tile model's
+        options, ``--n 32 --h 28 ...``)."""
+        return []
+
+    @property
+    def problem_params(self) -> tuple[str, ...]:
+        return ()  # the tile model's options are problem keys, not template parameters
 
     def problem_ints(self, problem: dict) -> dict[str, int]:
         """The integer keys, with the padding (a choice key: it may be 0) among them: ``same`` is (r - 1) // 2,

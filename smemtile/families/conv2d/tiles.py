@@ -212,11 +212,23 @@ class Conv2dTileModel(SizesModel):
     """conv2d's TileModel: the GEMM view's tensor-core tiles (gemm_tiles.candidates), screened by the family's
     rules (:class:`Contract`), predicted by the GEMM model with hgemm's factors, times the gather factor."""
 
-    # the convolution's keys are the positional sizes (Family.size_keys: n h w c k r s stride); padding is the
-    # family's default (same: (r - 1) // 2), the tile model takes no option of its own
-    options: tuple[ModelOption, ...] = ()
+    # the convolution's keys, by name (``tiles --family conv2d --n 32 --h 28 ...``: Conv2d.size_keys is empty)
+    options = (
+        ModelOption("n", "--n", "conv2d: images (batch) N."),
+        ModelOption("h", "--h", "conv2d: input rows H."),
+        ModelOption("w", "--w", "conv2d: input columns W."),
+        ModelOption("c", "--c", "conv2d: input channels C."),
+        ModelOption("k", "--k", "conv2d: output channels K."),
+        ModelOption("r", "--r", "conv2d: filter rows R."),
+        ModelOption("s", "--s", "conv2d: filter columns S."),
+        ModelOption("stride", "--stride", "conv2d: stride (default 1).", required=False),
+        ModelOption(
+            "pad", "--pad", "conv2d: zero padding per side, 0-7 (default (R-1)/2).", tuple(range(8)), False
+        ),
+    )
     tiles_examples = (
-        "smemtile tiles --family conv2d 32 28 28 128 128 3 3 1 --dtype bf16 --arch sm_80 --top 3",
+        "smemtile tiles --family conv2d --n 32 --h 28 --w 28 --c 128 --k 128 --r 3 --s 3 --pad 1 --dtype bf16 "
+        "--arch sm_80 --top 3",
     )
     tie_rule = TieRule(
         0.005,
