@@ -127,7 +127,14 @@ def complete(*words: str) -> list[str]:
 def test_shell_completion_offers_the_choices():
     assert complete("tiles", "--format", "") == ["table", "json", "yaml", "triton"]
     assert complete("occupancy", "--arch", "sm_9") == ["sm_90", "sm_90a"]
-    assert complete("tiles", "--family", "") == ["sgemm", "transpose", "stencil2d", "hgemm", "wgmma_gemm", "conv2d"]
+    assert complete("tiles", "--family", "") == [
+        "sgemm",
+        "transpose",
+        "stencil2d",
+        "hgemm",
+        "wgmma_gemm",
+        "conv2d",
+    ]
     assert "samples" in complete("sa")
 
 

@@ -217,7 +217,24 @@ def test_tiles_ranks_and_writes_a_spec_verify_takes(tmp_path):
 
     doc = json.loads(v.stdout)
     assert doc["spills"] == 0 and doc["registers"] > 0
-    one = ["--n", "32", "--h", "56", "--w", "56", "--c", "256", "--k", "64", "--r", "1", "--s", "1", "--pad", "0"]
+    one = [
+        "--n",
+        "32",
+        "--h",
+        "56",
+        "--w",
+        "56",
+        "--c",
+        "256",
+        "--k",
+        "64",
+        "--r",
+        "1",
+        "--s",
+        "1",
+        "--pad",
+        "0",
+    ]
     table = run_cli("tiles", "--family", "conv2d", *one, "--dtype", "bf16")
     assert table.returncode == 0 and "TFLOP/s predicted" in table.stdout, table.stderr
 

@@ -36,9 +36,9 @@ TILES = [
 
 
 def _cfg(tile: dict, problem: dict):
-    return variants(resolve({"arch": FAM.default_arch, "tile": tile, "kernel": {"family": "conv2d", **problem}}))[
-        "fixed"
-    ]
+    return variants(
+        resolve({"arch": FAM.default_arch, "tile": tile, "kernel": {"family": "conv2d", **problem}})
+    )["fixed"]
 
 
 def _configs() -> list:

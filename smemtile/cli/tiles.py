@@ -316,7 +316,9 @@ def _family(
     from smemtile import api
 
     sizes = tuple(sizes)
-    options = {MODEL_OPTIONS[k][1].option.lstrip("-"): v for k, v in keys.items() if v is not None}  # radius=R
+    options = {
+        MODEL_OPTIONS[k][1].option.lstrip("-"): v for k, v in keys.items() if v is not None
+    }  # radius=R
     result = api.tiles(
         *sizes, family=family, dtype=dtype, arch=arch, top=top_n, rejected=rej_n, gpu=gpu, **options
     )
