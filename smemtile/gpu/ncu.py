@@ -116,10 +116,8 @@ def profile(
             "none",
             "--target-processes",
             "all",
-            "-k",
-            fam.name_expression(cfg).split("<")[
-                0
-            ],  # the configuration's kernel (conv2d's PATH 1: conv2d_wgmma)
+            "-k",  # the configuration's kernel (a family may have several): its name before the template arguments
+            fam.name_expression(cfg).split("<")[0],
             "--launch-count",
             "1",
             "--section",
