@@ -72,7 +72,8 @@ def command(spec, output, variant, diff, arch, no_compile, name, as_json):
     The .cu holds an analysis header (bank conflicts per access before/after, shared memory per block, ptxas
     registers/spills, occupancy), the kernel template with the chosen shared-memory layout, its explicit
     instantiation (also the NVRTC name expression) and a host launch helper that calls cudaFuncSetAttribute
-    when the dynamic shared memory exceeds 48 KB. It compiles on its own: nvcc -arch=sm_90 -c out.cu.
+    when the dynamic shared memory exceeds 48 KB. It compiles on its own:
+    nvcc -arch=sm_90 -std=c++17 -Xcicc --sharedmem32=0 -c out.cu (the option: the machine code verify measures).
 
     The kernel is compiled with NVRTC for the spec's arch first: ptxas' static shared memory must equal the
     contract's formula. A configuration that breaks the family's contract (e.g. BM*BN != threads*TM*TN,
