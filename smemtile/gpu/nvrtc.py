@@ -20,6 +20,7 @@ is parsed per entry, next to our own disk cache. The output buffers are fresh by
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import json
 import os
@@ -180,9 +181,28 @@ def _cache_key(source, name_expressions, arch, headers, options) -> str:
         "arch": arch,
         "headers": dict(headers or {}),
         "options": [*DEFAULT_OPTIONS, *options],
-        "nvrtc": nvrtc_version(),
+        "nvrtc": _nvrtc_identity(),
     }
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+
+
+@functools.lru_cache(maxsize=1)
+def _nvrtc_identity() -> str:
+    """Which NVRTC compiles, for the cache key, without loading it (importing cuda.bindings.nvrtc costs ~70 ms,
+    most of an analyze whose compile is a cache hit): the nvidia-cuda-nvrtc wheel's libnvrtc (path, size, mtime),
+    the library cuda-pathfinder loads first; without the wheel, ``nvrtcVersion()``."""
+    import importlib.util
+
+    for pkg in ("nvidia.cu13", "nvidia.cuda_nvrtc"):
+        try:
+            spec = importlib.util.find_spec(pkg)
+        except (ImportError, ValueError):
+            continue
+        for root in (spec.submodule_search_locations or []) if spec else []:
+            for lib in sorted(Path(root, "lib").glob("libnvrtc.so.*")):
+                st = lib.stat()
+                return f"{lib}:{st.st_size}:{int(st.st_mtime)}"
+    return nvrtc_version()
 
 
 def _cache_get(key: str) -> CompileResult | None:
