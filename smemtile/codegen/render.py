@@ -584,7 +584,7 @@ def _header(
         f"// Build: nvcc -arch={cfg.arch.name} -std=c++17 -Xcicc --sharedmem32=0 -c <this file>. The option gives nvcc"
         " NVRTC's",
         "// 64-bit shared-memory pointers, so the program runs the machine code `smemtile verify` measured (without it",
-        "// nvcc's differs: the sgemm pick at 4096^3 ran 47.5 against 48.7 TFLOP/s on the H200).",
+        "// nvcc's differs: an fp32 GEMM pick at 4096^3 ran 47.5 against 48.7 TFLOP/s on the H200).",
         "// One translation unit may #include several generated files: the kernels and instantiations are guarded;",
         "// two configurations of one family need two helper names (smemtile generate --name NAME: launch_NAME()).",
     ]
