@@ -210,7 +210,7 @@ def test_description_keeps_its_lines_but_not_bidi(tmp_path):
 
 
 def test_tuned_winner_comment_escapes_a_newline_in_the_spec_file_name(tmp_path):
-    from smemtile.cli.tune import _write_winner
+    from smemtile.api import _write_winner
 
     doc = yaml.safe_load(SGEMM.read_text())
     evil = "s.yaml\nname: injected\n#"

@@ -12,7 +12,7 @@ from pathlib import Path
 import smemtile
 
 ROOT = Path(smemtile.__file__).parent
-SHARED = {"errors", "fileio", "cache", "__init__", "__main__"}  # small modules every layer may use
+SHARED = {"errors", "fileio", "cache", "__init__", "__main__", "__version__"}  # small modules every layer may use
 ALLOWED = {
     "model": {"model"},
     "families": {"model", "families"},
@@ -20,7 +20,7 @@ ALLOWED = {
     "gpu": {"model", "families", "codegen", "gpu"},
     "report": {"model", "families", "codegen", "report"},
     "pipeline": {"model", "families", "codegen", "gpu", "report", "pipeline"},
-    "cli": {"model", "families", "codegen", "gpu", "report", "pipeline", "cli"},
+    "cli": {"model", "families", "codegen", "gpu", "report", "pipeline", "cli", "api", "api_results"},
 }
 
 
@@ -37,6 +37,8 @@ def _imports(path: Path) -> list[tuple[int, str]]:
                 base = pkg.split(".")[: len(pkg.split(".")) - node.level + 1]
                 mod = ".".join([*base, mod]) if mod else ".".join(base)
             out.append((node.lineno, mod))
+            if mod == "smemtile":  # from smemtile import api: the module smemtile.api
+                out += [(node.lineno, f"smemtile.{a.name}") for a in node.names]
     return out
 
 

@@ -348,10 +348,3 @@ class _progress:
 
     def __exit__(self, *exc):
         return None if self.p is None else self.p.__exit__(*exc)
-
-
-def _write_winner(d: dict, doc: dict, target: Path, others=()) -> Path:
-    """The winner's spec file, as ``tune`` writes it (smemtile.api writes it; tests call it here)."""
-    from smemtile import api
-
-    return api._write_winner(d, doc, target, others)
