@@ -2,7 +2,8 @@
 
 The Python API (documented in docs/api.md) is loaded on first use, so ``import smemtile`` stays cheap and loads
 no CUDA: ``smemtile.analyze``, ``fix``, ``occupancy``, ``tiles``, ``generate``, ``verify``, ``tune``,
-``inspect`` and ``load_spec`` (smemtile.api), the ``smemtile.triton`` and ``smemtile.kernel_tuner``
+``inspect``, ``report_page`` and ``load_spec``
+(smemtile.api), the ``smemtile.triton`` and ``smemtile.kernel_tuner``
 integrations, and the exceptions of ``smemtile.errors``.
 """
 
@@ -13,7 +14,18 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-_API = ("analyze", "fix", "occupancy", "tiles", "generate", "verify", "tune", "inspect", "load_spec")
+_API = (
+    "analyze",
+    "fix",
+    "occupancy",
+    "tiles",
+    "generate",
+    "verify",
+    "tune",
+    "inspect",
+    "report_page",
+    "load_spec",
+)
 _ERRORS = ("SmemtileError", "SpecError", "OutOfResources", "VerificationFailed", "CompileError", "NoDevice")
 _MODULES = ("triton", "kernel_tuner", "api", "errors")
 

@@ -33,6 +33,7 @@ from smemtile.api_results import (
     GenerateResult,
     InspectResult,
     OccupancyResult,
+    ReportResult,
     TilesResult,
     TuneResult,
     VerifyResult,
@@ -43,7 +44,18 @@ from smemtile.families.registry import NAMES
 
 SpecLike = str | os.PathLike | dict
 
-__all__ = ["analyze", "fix", "generate", "inspect", "load_spec", "occupancy", "tiles", "tune", "verify"]
+__all__ = [
+    "analyze",
+    "fix",
+    "generate",
+    "inspect",
+    "load_spec",
+    "occupancy",
+    "report_page",
+    "tiles",
+    "tune",
+    "verify",
+]
 
 
 # ---- specs: a path, a YAML string or a dict ----------------------------------------------------------------------
@@ -116,6 +128,28 @@ def analyze(spec: SpecLike, *, regs: int | None = None, compile: bool = True) ->
     res = load_spec(spec)
     rep = run(res, regs=regs, compile=compile)
     return AnalyzeResult(lambda: normalise(rep.to_dict()), report=rep, resolved=res)
+
+
+def report_page(
+    spec: SpecLike, output: str | os.PathLike, *, regs: int | None = None, compile: bool = True
+) -> ReportResult:
+    """The analysis as one self-contained HTML page written to ``output`` (``smemtile report SPEC -o FILE``; not
+    named ``report``: that is the rendering package ``smemtile.report``):
+    bank heatmaps before and after the fix, the layout grid, the occupancy curves, the tile ranking, the
+    declarations and the checklist; inline SVG, nothing fetched. ``output`` must be a ``.html`` file that is not
+    the spec (checked before any work); written atomically. ``regs``/``compile`` as :func:`analyze`."""
+    from smemtile.pipeline.page import check_output, write_page
+
+    output = Path(output)
+    path = (
+        Path(spec)
+        if isinstance(spec, (str, os.PathLike)) and not (isinstance(spec, str) and _is_yaml_text(spec))
+        else Path("-")
+    )
+    check_output(output, path)
+    a = analyze(spec, regs=regs, compile=compile)
+    done = write_page(a.report, a.resolved, output, path)
+    return ReportResult(done, analysis=a)
 
 
 def fix(spec: SpecLike) -> FixResult:

@@ -414,3 +414,20 @@ class InspectResult(Result):
 
     def __repr__(self) -> str:
         return f"InspectResult({self.doc.get('kernel')!r}, mode {self.doc.get('mode')!r})"
+
+
+@dataclass(frozen=True, eq=False)
+class ReportResult(Result):
+    """``smemtile.report(spec, output)``: the page written (``output``, ``bytes``, ``sections``, ``figures``:
+    ``smemtile report --json``) and the analysis it shows (``analysis``, an :class:`AnalyzeResult`)."""
+
+    analysis: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def output(self) -> str:
+        return self.doc["output"]
+
+    def __repr__(self) -> str:
+        return (
+            f"ReportResult({self.doc['output']!r}: {self.doc['bytes']} bytes, {self.doc['figures']} figures)"
+        )

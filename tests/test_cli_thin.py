@@ -338,3 +338,36 @@ def test_tune_on_the_gpu_is_the_api_run(tmp_path):
         "# smemtile tune "
     )
     assert set(t.to_dict()) == set(cli)
+
+
+# ---- report: smemtile.report_page (the name `report` is the rendering package) ---------------------------------
+def test_report_prints_the_api_result_and_exits_1_when_a_block_cannot_launch(monkeypatch, tmp_path):
+    from smemtile.api_results import ReportResult
+
+    rep = SimpleNamespace(occupancy={"baseline": _fits(1), "fixed": _fits(0)})
+    done = {"output": str(tmp_path / "p.html"), "bytes": 7, "sections": ["summary"], "figures": 2}
+    f = fake(monkeypatch, "report_page", ReportResult(done, analysis=AnalyzeResult({}, report=rep)))
+    r = run_cli("report", SAMPLE, "-o", str(tmp_path / "p.html"), "--json", "--no-compile")
+    assert r.returncode == 1 and json.loads(r.stdout) == done
+    assert "the fixed block cannot launch" in r.stderr
+    ((args, kwargs),) = f.calls
+    assert str(args[0]) == SAMPLE and str(args[1]) == str(tmp_path / "p.html")
+    assert kwargs == {"regs": None, "compile": False}
+    used = _uses(ROOT / "smemtile" / "cli" / "report.py")
+    assert "report_page" in used and not ({"smemtile.pipeline.analyze", "smemtile.pipeline.specs"} & used)
+
+
+def test_report_page_writes_the_commands_page(tmp_path):
+    import smemtile
+
+    r = smemtile.report_page(SAMPLE, tmp_path / "api.html", compile=False)
+    cli = run_cli("report", SAMPLE, "-o", str(tmp_path / "cli.html"), "--no-compile", "--json")
+    assert cli.returncode == 0, cli.stderr
+    doc = json.loads(cli.stdout)
+    assert (tmp_path / "api.html").read_bytes() == (tmp_path / "cli.html").read_bytes()
+    assert {k: v for k, v in r.to_dict().items() if k != "output"} == {
+        k: v for k, v in doc.items() if k != "output"
+    }
+    assert r.analysis.worst_conflict_degree == 8.0  # the sample's 8-way column reads
+    with pytest.raises(smemtile.SpecError, match="takes a .html file name"):
+        smemtile.report_page(SAMPLE, tmp_path / "page.txt")

@@ -2,46 +2,27 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import click
 
 from smemtile.cli.common import emit_json, json_option
-from smemtile.errors import OutOfResources, SpecError
+from smemtile.errors import OutOfResources
 from smemtile.fileio import printable
 
 
 def check_output(output: Path, spec: Path, key: str = "-o") -> None:
-    """A page goes to a new or regular ``.html`` file that is not the spec (checked before any work is done)."""
-    if output.suffix.lower() != ".html":
-        raise SpecError(f"takes a .html file name, got {printable(output.name)!r}", key=key)
-    if str(spec) != "-":
-        try:
-            same = os.path.samefile(output, spec)
-        except OSError:
-            same = False
-        if same:
-            raise SpecError(
-                f"{printable(output)} is the input spec; refusing to overwrite it (choose another file name)",
-                key=key,
-            )
+    """smemtile.pipeline.page.check_output (imported when used: the CLI starts without the pipeline)."""
+    from smemtile.pipeline.page import check_output as check
+
+    check(output, spec, key)
 
 
 def write_page(rep, res, output: Path, spec: Path, key: str = "-o") -> dict:
-    """Render the page of ``rep`` and write it atomically (smemtile.fileio); what was written, for ``--json``."""
-    from smemtile.fileio import write_text_atomic
-    from smemtile.pipeline.page import page
-    from smemtile.report.html import SECTIONS
+    """smemtile.pipeline.page.write_page (imported when used)."""
+    from smemtile.pipeline.page import write_page as write
 
-    text = page(res, rep)
-    path = write_text_atomic(output, text, key=key, inputs=[spec] if str(spec) != "-" else ())
-    return {
-        "output": str(path),
-        "bytes": len(text.encode("utf-8", "surrogateescape")),
-        "sections": [k for k, _ in SECTIONS],
-        "figures": text.count("<svg "),
-    }
+    return write(rep, res, output, spec, key)
 
 
 @click.command(
@@ -77,13 +58,10 @@ def command(spec: Path, output: Path, regs: int | None, no_compile: bool, as_jso
     before and after the fix, the padding or swizzle as a grid, the occupancy curves with this kernel marked, the
     tile ranking where a tile model applies, the declarations and the checklist. Inline SVG, no script, nothing
     fetched: the file opens anywhere, offline."""
-    from smemtile.pipeline.analyze import analyze
-    from smemtile.pipeline.specs import load
+    from smemtile import api
 
-    check_output(output, spec)
-    res = load(spec)
-    rep = analyze(res, regs=regs, compile=not no_compile)
-    done = write_page(rep, res, output, spec)
+    result = api.report_page(spec, output, regs=regs, compile=not no_compile)
+    done, rep = result.to_dict(), result.analysis.report
     if as_json:
         emit_json(done)
     else:

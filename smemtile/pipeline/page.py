@@ -9,8 +9,12 @@ otherwise its words are shown and the bars have no band.
 
 from __future__ import annotations
 
-from smemtile.errors import SmemtileError
+import os
+from pathlib import Path
+
+from smemtile.errors import SmemtileError, SpecError
 from smemtile.families import FAMILIES
+from smemtile.fileio import printable
 from smemtile.pipeline.specs import Resolved
 from smemtile.report.analyze import AnalyzeReport
 
@@ -119,3 +123,34 @@ def page(res: Resolved, rep: AnalyzeReport) -> str:
     from smemtile.report.html import report_html
 
     return report_html(rep, ranking=tile_ranking(res, rep))
+
+
+def check_output(output: Path, spec: Path, key: str = "-o") -> None:
+    """A page goes to a new or regular ``.html`` file that is not the spec (checked before any work is done)."""
+    if output.suffix.lower() != ".html":
+        raise SpecError(f"takes a .html file name, got {printable(output.name)!r}", key=key)
+    if str(spec) != "-":
+        try:
+            same = os.path.samefile(output, spec)
+        except OSError:
+            same = False
+        if same:
+            raise SpecError(
+                f"{printable(output)} is the input spec; refusing to overwrite it (choose another file name)",
+                key=key,
+            )
+
+
+def write_page(rep, res, output: Path, spec: Path, key: str = "-o") -> dict:
+    """Render the page of ``rep`` and write it atomically (smemtile.fileio); what was written, for ``--json``."""
+    from smemtile.fileio import write_text_atomic
+    from smemtile.report.html import SECTIONS
+
+    text = page(res, rep)
+    path = write_text_atomic(output, text, key=key, inputs=[spec] if str(spec) != "-" else ())
+    return {
+        "output": str(path),
+        "bytes": len(text.encode("utf-8", "surrogateescape")),
+        "sections": [k for k, _ in SECTIONS],
+        "figures": text.count("<svg "),
+    }
