@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from occupancy_shim import ask, shim
+from occupancy_shim import ask, available
 
 from smemtile.errors import SpecError
 from smemtile.model.arch import ARCHS, FIELD_SOURCES, KB, arch_for_cc, get_arch
 
-needs_header = pytest.mark.skipif(shim() is None, reason="cuda_occupancy.h or g++ not available")
+needs_header = pytest.mark.skipif(not available(), reason="cuda_occupancy.h or g++ not available")
 
 # shared/HARDWARE.md, "Architecture constants": threads/SM, blocks/SM, smem/SM KB, opt-in KB, reserved B, unit B.
 HARDWARE_MD = {

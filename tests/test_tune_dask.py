@@ -5,6 +5,7 @@ SIGKILL mid-timing (its candidate re-queued, the run complete) and the CLI again
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import threading
 
@@ -13,14 +14,17 @@ import yaml
 from click.testing import CliRunner
 from conftest import ROOT
 
-pytest.importorskip("distributed")
+from smemtile.cache import ResultCache
+from smemtile.cli import main
+from smemtile.gpu.tune import SimulatedRunner
+from smemtile.pipeline.executors import DaskExecutor  # imports dask only when a cluster starts
+from smemtile.pipeline.schedule import tune_problems
+from smemtile.pipeline.tune import plan_problems, summarize, sweep
 
-from smemtile.cache import ResultCache  # noqa: E402
-from smemtile.cli import main  # noqa: E402
-from smemtile.gpu.tune import SimulatedRunner  # noqa: E402
-from smemtile.pipeline.executors import DaskExecutor  # noqa: E402
-from smemtile.pipeline.schedule import tune_problems  # noqa: E402
-from smemtile.pipeline.tune import plan_problems, summarize, sweep  # noqa: E402
+# found, not imported: importing distributed costs every xdist worker ~2 s while the tests are collected
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("distributed") is None, reason="distributed is not installed"
+)
 
 SIM = "smemtile.gpu.tune:SimulatedRunner"
 
