@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import xml.etree.ElementTree as ET
+from collections.abc import Mapping
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -61,14 +62,34 @@ def parse(text: str) -> Page:
     return p
 
 
-@pytest.fixture(scope="module")
-def pages() -> dict:
-    out = {}
-    for path in SAMPLES:
-        res = load(path)
-        rep = analyze(res, compile=False)
-        out[path.stem] = (res, rep, page(res, rep))
-    return out
+class _Pages(Mapping):
+    """sample name -> (resolved spec, analysis, page text), each built when a test first asks for it (then kept):
+    a pytest-xdist worker that runs one sample's tests builds that page, not all of them."""
+
+    def __init__(self) -> None:
+        self._paths = {p.stem: p for p in SAMPLES}
+        self._built: dict[str, tuple] = {}
+
+    def __getitem__(self, name: str) -> tuple:
+        if name not in self._built:
+            res = load(self._paths[name])  # KeyError for a name that is no sample
+            rep = analyze(res, compile=False)
+            self._built[name] = (res, rep, page(res, rep))
+        return self._built[name]
+
+    def __iter__(self):
+        return iter(self._paths)
+
+    def __len__(self) -> int:
+        return len(self._paths)
+
+
+_PAGES = _Pages()
+
+
+@pytest.fixture(scope="session")
+def pages() -> Mapping:
+    return _PAGES
 
 
 _PARSED: dict[int, Page] = {}
