@@ -86,10 +86,12 @@ def _nvcc_version() -> str:
     return subprocess.run([nvcc_path(), "--version"], capture_output=True, text=True).stdout
 
 
-def nvcc(source: str, args: list[str], *, suffix: str = ".cu") -> SimpleNamespace:
+def nvcc(source: str, args: list[str], *, suffix: str = ".cu", output: bool = False) -> SimpleNamespace:
     """Compile ``source`` with nvcc (``args`` without -o), cached on disk by source, arguments and nvcc version
-    (the result does not depend on anything else): returncode, stdout and stderr of the real compile."""
-    key = hashlib.sha256(json.dumps([source, args, _nvcc_version()]).encode()).hexdigest()
+    (the result does not depend on anything else): returncode, stdout and stderr of the real compile; with
+    ``output=True`` also ``output``, the text nvcc wrote to -o (e.g. the PTX of ``-ptx``; None if none)."""
+    parts = [source, args, _nvcc_version()] + (["output"] if output else [])
+    key = hashlib.sha256(json.dumps(parts).encode()).hexdigest()
     root = Path(os.environ.get("SMEMTILE_CACHE_DIR") or Path.home() / ".cache" / "smemtile") / "nvcc"
     hit = root / f"{key}.json"
     if hit.exists():
@@ -106,7 +108,10 @@ def nvcc(source: str, args: list[str], *, suffix: str = ".cu") -> SimpleNamespac
             text=True,
             timeout=600,
         )
-    doc = {"returncode": p.returncode, "stdout": p.stdout, "stderr": p.stderr.replace(d, "TMP")}
+        doc = {"returncode": p.returncode, "stdout": p.stdout, "stderr": p.stderr.replace(d, "TMP")}
+        if output:
+            out = Path(d) / "k.o"
+            doc["output"] = out.read_text() if p.returncode == 0 and out.is_file() else None
     try:
         root.mkdir(parents=True, exist_ok=True)
         tmp = hit.with_suffix(".tmp")

@@ -438,33 +438,27 @@ def test_wgmma_path_nvrtc_builds_without_spills_and_its_ptx_holds_the_pipeline(p
 
 
 @pytest.mark.slow
-def test_wgmma_path_generated_file_builds_with_nvcc_for_sm_90a_and_the_file_for_sm_80(tmp_path):
+def test_wgmma_path_generated_file_builds_with_nvcc_for_sm_90a_and_the_file_for_sm_80():
     """nvcc standalone: the generated PATH 1 file (kernel + instantiation + launch_conv2d()) for sm_90a, its PTX
-    with wgmma and cp.async; a PATH 0 file for sm_80 (the same conv2d.cu text, conv2d_wgmma not instantiated)."""
+    with wgmma and cp.async; a PATH 0 file for sm_80 (the same conv2d.cu text, conv2d_wgmma not instantiated).
+    Both compiles go through conftest.nvcc's disk cache (keyed by the generated text, arguments, nvcc version)."""
     import re
-    import subprocess
 
-    from conftest import nvcc_path
+    from conftest import nvcc, nvcc_path
 
     from smemtile.codegen.render import render
 
-    nvcc = nvcc_path()
-    if nvcc is None:
+    if nvcc_path() is None:
         pytest.skip("nvcc not installed")
     for name, cfg, arch in (
         ("wg", _wg(RESNET_3X3), "sm_90a"),
         ("mma", _cfg(RESNET_3X3, {}, "sm_80"), "sm_80"),
     ):
-        src = tmp_path / f"{name}.cu"
-        src.write_text(render(cfg).source)
-        for flag, out in (("-c", f"{name}.o"), ("-ptx", f"{name}.ptx")):
-            r = subprocess.run(
-                [nvcc, "-std=c++17", f"-arch={arch}", flag, str(src), "-o", str(tmp_path / out)],
-                capture_output=True,
-                text=True,
-            )
+        source = render(cfg).source
+        for flag in ("-c", "-ptx"):
+            r = nvcc(source, ["-std=c++17", f"-arch={arch}", flag], output=flag == "-ptx")
             assert r.returncode == 0, r.stderr[-2000:]
-        ptx = (tmp_path / f"{name}.ptx").read_text()
+        ptx = r.output
         if name == "wg":
             assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n256k16\.f32\.bf16\.bf16", ptx)
             assert "cp.async.mbarrier.arrive.noinc" in ptx and "cp.async.cg.shared.global" in ptx
