@@ -12,7 +12,6 @@ alpha/beta, split K, padded and odd leading dimensions.
 from __future__ import annotations
 
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -143,21 +142,16 @@ def test_default_template_arguments_are_the_family_defaults():
     shutil.which("nvcc") is None and not Path("/usr/local/cuda/bin/nvcc").exists(),
     reason="nvcc not installed",
 )
-def test_nvcc_builds_an_explicit_instantiation(tmp_path: Path):
-    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+def test_nvcc_builds_an_explicit_instantiation():
+    from conftest import nvcc
+
     expr = FAM.name_expression(_config(SHIPPED[0], "sm_80", dtype="bf16", c_dtype="bf16"))
-    (tmp_path / "hgemm.cu").write_text(_kernel_text())
-    tu = tmp_path / "k.cu"
-    tu.write_text(
-        '#include "hgemm.cu"\n'
-        f"template __global__ void {expr}(int, int, int, float, const smemtile::bf16*, int,\n"
+    tu = (  # the kernel file's text and an explicit instantiation: one translation unit (cached by its text)
+        _kernel_text()
+        + f"\ntemplate __global__ void {expr}(int, int, int, float, const smemtile::bf16*, int,\n"
         "    const smemtile::bf16*, int, float, smemtile::bf16*, int);\n"
     )
-    out = subprocess.run(
-        [nvcc, "-std=c++17", "-arch=sm_80", "-Xptxas", "-v", "-c", str(tu), "-o", str(tmp_path / "k.o")],
-        capture_output=True,
-        text=True,
-    )
+    out = nvcc(tu, ["-std=c++17", "-arch=sm_80", "-Xptxas", "-v", "-c"])
     assert out.returncode == 0, out.stderr
     assert "0 bytes spill stores, 0 bytes spill loads" in out.stderr
 

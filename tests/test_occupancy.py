@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from occupancy_shim import ask, occ_line, shim
+from occupancy_shim import ask, available, occ_line
 
 from smemtile.errors import SpecError
 from smemtile.model.arch import ARCHS, KB
@@ -19,7 +19,7 @@ from smemtile.model.occupancy import (
     occupancy_batch,
 )
 
-needs_header = pytest.mark.skipif(shim() is None, reason="cuda_occupancy.h or g++ not available")
+needs_header = pytest.mark.skipif(not available(), reason="cuda_occupancy.h or g++ not available")
 CONFIGS_PER_ARCH = 5000
 
 
