@@ -12,7 +12,8 @@ from pathlib import Path
 import smemtile
 
 ROOT = Path(smemtile.__file__).parent
-SHARED = {"errors", "fileio", "cache", "__init__", "__main__", "__version__"}  # small modules every layer may use
+# small modules every layer may use
+SHARED = {"errors", "fileio", "cache", "__init__", "__main__", "__version__"}
 ALLOWED = {
     "model": {"model"},
     "families": {"model", "families"},
