@@ -342,12 +342,15 @@ def check_device(dev) -> None:
     h = ok(d.cuDeviceGet(dev.index), "cuDeviceGet")
     attr = d.CUdevice_attribute
 
-    def get(name):
-        return int(ok(d.cuDeviceGetAttribute(getattr(attr, f"CU_DEVICE_ATTRIBUTE_{name}"), h), name)) or None
+    def exact(name):
+        return int(ok(d.cuDeviceGetAttribute(getattr(attr, f"CU_DEVICE_ATTRIBUTE_{name}"), h), name))
+
+    def get(name):  # the clocks and sizes: 0 (an attribute a driver dropped) reads as unknown
+        return exact(name) or None
 
     raw = ok(d.cuDeviceGetName(256, h), "name")
     row("device name", raw.split(b"\x00")[0].decode(), dev.name)
-    row("device cc", (get("COMPUTE_CAPABILITY_MAJOR"), get("COMPUTE_CAPABILITY_MINOR")), dev.cc)
+    row("device cc", (exact("COMPUTE_CAPABILITY_MAJOR"), exact("COMPUTE_CAPABILITY_MINOR")), dev.cc)
     for name, field in (
         ("MULTIPROCESSOR_COUNT", "sm_count"),
         ("CLOCK_RATE", "clock_khz"),
