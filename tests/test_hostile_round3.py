@@ -421,7 +421,7 @@ def test_a_terminated_tune_ends_its_process_tree_and_keeps_its_results(tmp_path,
     if not Path("/proc/self/stat").exists():
         pytest.skip("needs /proc")
     shapes = tmp_path / "shapes.yaml"
-    # 24 problems (72 candidates: the tune is still running when it is stopped), each quick to plan (large grids:
+    # 24 problems (192 candidates: the tune is still running when it is stopped, also on a fast machine), each quick to plan (large grids:
     # few split-K candidates to rank), so the workers start soon
     shapes.write_text(yaml.safe_dump([{"M": 4096 + 256 * i, "N": 4096, "K": 1024} for i in range(24)]))
     cache = tmp_path / "c.jsonl"
@@ -436,7 +436,7 @@ def test_a_terminated_tune_ends_its_process_tree_and_keeps_its_results(tmp_path,
             str(shapes),
             "--simulate",
             "--top",
-            "3",
+            "8",
             "--compile-workers",
             "2",
             "--cache",
