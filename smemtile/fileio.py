@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import errno
 import os
-import secrets
 import stat
 import sys
 from collections.abc import Iterable, Iterator
@@ -446,6 +445,8 @@ def _create_temp(target: Path, key: str) -> tuple[int, Path]:
     folder = target.parent
     stem = target.name[:80]  # the random suffix keeps the name unique; the length keeps it under NAME_MAX
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC
+    import secrets  # here, not at the top: a few ms of every command that writes no file
+
     for _ in range(64):
         tmp = folder / f".{stem}.{secrets.token_hex(6)}.tmp"
         try:

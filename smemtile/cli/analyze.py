@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import secrets
 import sys
 from pathlib import Path
 from typing import Any
@@ -130,6 +129,8 @@ def stream_json(rep, out=None) -> None:
 
     out = out or sys.stdout
     doc = rep.to_dict()
+    import secrets
+
     token = f"@details-{secrets.token_hex(8)}-"
     left = DETAIL_BUDGET
     plan = []
