@@ -101,10 +101,10 @@ def command(
         render(make_console(), rep, brief=brief, lanes=lanes)
     if export is not None:
         _export(rep, result.resolved, export, spec)
-    _check_launch(rep)
+    check_launch(rep)
 
 
-def _check_launch(rep) -> None:
+def check_launch(rep) -> None:
     """Exit 1 (OutOfResources) when the spec's block, or its fixed variant, fits 0 times on an SM."""
     for name in ("baseline", "fixed"):
         o = rep.occupancy[name]
@@ -156,7 +156,7 @@ def _export(rep, res, path: Path, spec: Path) -> None:
     """``--export``: FILE.html is the report page (``smemtile report``'s), FILE.svg its bank heatmaps before and
     after the fix; written safely (fileio: atomic, never over the spec)."""
     if path.suffix.lower() == ".html":
-        from smemtile.cli.report import check_output, write_page
+        from smemtile.pipeline.page import check_output, write_page
 
         check_output(path, spec, key="--export")
         write_page(rep, res, path, spec, key="--export")

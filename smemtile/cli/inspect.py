@@ -148,7 +148,7 @@ def command(
         raise SpecError("--ncu measures on the GPU; it cannot go with --simulate", key="--ncu")
     mode = "simulate" if simulate else "gpu" if use_gpu or ncu else "auto"
     if export is not None:
-        from smemtile.cli.report import check_output
+        from smemtile.pipeline.page import check_output
 
         for p in (kernel_file, args, emit_spec):
             if p is not None:

@@ -7,22 +7,7 @@ from pathlib import Path
 import click
 
 from smemtile.cli.common import emit_json, json_option
-from smemtile.errors import OutOfResources
 from smemtile.fileio import printable
-
-
-def check_output(output: Path, spec: Path, key: str = "-o") -> None:
-    """smemtile.pipeline.page.check_output (imported when used: the CLI starts without the pipeline)."""
-    from smemtile.pipeline.page import check_output as check
-
-    check(output, spec, key)
-
-
-def write_page(rep, res, output: Path, spec: Path, key: str = "-o") -> dict:
-    """smemtile.pipeline.page.write_page (imported when used)."""
-    from smemtile.pipeline.page import write_page as write
-
-    return write(rep, res, output, spec, key)
 
 
 @click.command(
@@ -66,9 +51,6 @@ def command(spec: Path, output: Path, regs: int | None, no_compile: bool, as_jso
         emit_json(done)
     else:
         click.echo(f"wrote {printable(done['output'])} ({done['bytes']} bytes, {done['figures']} figures)")
-    # as analyze: the page is written, and a block that cannot launch exits 1
-    for name in ("baseline", "fixed"):
-        o = rep.occupancy[name]
-        if o["active_blocks"] == 0:
-            why = f": {o['reason']}" if o.get("reason") else f" (limiter: {o['limiter']})"
-            raise OutOfResources(f"the {name} block cannot launch: 0 blocks fit on an {o['arch']} SM{why}")
+    from smemtile.cli.analyze import check_launch
+
+    check_launch(rep)  # as analyze: the page is written, and a block that cannot launch exits 1

@@ -172,7 +172,7 @@ def command(
     inputs |= {"--space": space, "--shapes": shapes}
     check_outputs({"--cache": cache_path or default_cache_path(), "-o": out}, inputs)
     if export is not None:
-        from smemtile.cli.report import check_output
+        from smemtile.pipeline.page import check_output
 
         for p in (*specs, space, shapes, cache_path, out):
             if p is not None:

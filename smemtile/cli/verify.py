@@ -101,7 +101,7 @@ def command(
     from smemtile import api
 
     if export is not None:
-        from smemtile.cli.report import check_output
+        from smemtile.pipeline.page import check_output
 
         check_output(export, spec, key="--export")
     result = api.verify(

@@ -29,6 +29,7 @@ from smemtile.model.arch import Arch
 from smemtile.model.dtypes import NUMPY_DTYPES, ctype_bytes  # noqa: F401  (NUMPY_DTYPES: re-exported)
 from smemtile.model.expr import parse_expr
 from smemtile.model.layout import Layout
+from smemtile.model.memo import memo
 
 GRID_LIMITS = (2**31 - 1, 65535, 65535)  # CUDA: gridDim.x, .y, .z
 KERNELS = "kernels"  # the CUDA sources' folder inside the package: one .cu per family and the shared header
@@ -808,16 +809,13 @@ _SPECS: dict[tuple, Any] = {}
 def _spec_of(family: Family, cfg: KernelConfig, buffers_only: bool = False):
     from smemtile.model.spec import spec_from_dict
 
-    key = (family.name, cfg.key(), buffers_only)
-    spec = _SPECS.get(key)
-    if spec is None:
-        if len(_SPECS) > 4096:
-            _SPECS.clear()
+    def make():
         doc = family.spec_doc(cfg, accesses=not buffers_only)
         if buffers_only:  # a kernel spec may leave its accesses out
             doc["kernel"] = {"family": family.name}
-        spec = _SPECS[key] = spec_from_dict(doc, f"<{family.name} family>")
-    return spec
+        return spec_from_dict(doc, f"<{family.name} family>")
+
+    return memo(_SPECS, (family.name, cfg.key(), buffers_only), make)
 
 
 def select(cond: str, then: str, other: str) -> str:
@@ -928,17 +926,9 @@ def check_problem(fam: Family, problem: dict) -> dict:
 
     A pure function of the family and the given values (their types included: ``True`` is not ``1``): answered
     once per process for each (the tile models and the fix search configure one problem thousands of times)."""
-    try:
-        key = (fam.name, type(fam), tuple((k, type(v), v) for k, v in problem.items()))
-        hash(key)
-    except TypeError:  # an unhashable value: checked below, where it is refused
-        return _check_problem(fam, problem)
-    out = _PROBLEMS.get(key)
-    if out is None:
-        if len(_PROBLEMS) > 4096:
-            _PROBLEMS.clear()
-        out = _PROBLEMS[key] = _check_problem(fam, problem)
-    return dict(out)
+    key = (fam.name, type(fam), tuple((k, type(v), v) for k, v in problem.items()))
+    # an unhashable value is checked without the memo, and refused there
+    return dict(memo(_PROBLEMS, key, lambda: _check_problem(fam, problem)))
 
 
 def _check_problem(fam: Family, problem: dict) -> dict:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from smemtile.model.arch import Arch
+from smemtile.model.memo import memo
 
 UNLIMITED = 2**31 - 1  # the header's INT_MAX: this resource does not limit the block count
 STATIC_SMEM_MAX = 48 * 1024  # ptxas rejects more statically declared shared memory per kernel
@@ -442,16 +443,8 @@ def occupancy(
     times; analyze asks again for the same kernel); each caller gets its own copy of the mappings inside.
     """
     args = (arch, threads, regs, smem_static, smem_dynamic, carveout, opt_in)
-    try:
-        key = tuple((type(v), v) for v in args)
-        hit = _RESULTS.get(key)
-    except TypeError:  # an unhashable input: validate() names what is wrong with it
-        return _occupancy(*args)
-    if hit is None:
-        hit = _occupancy(*args)
-        if len(_RESULTS) > 4096:
-            _RESULTS.clear()
-        _RESULTS[key] = hit
+    key = tuple((type(v), v) for v in args)  # an unhashable input: validate() names what is wrong with it
+    hit = memo(_RESULTS, key, lambda: _occupancy(*args))
     return replace(
         hit, limits=dict(hit.limits), allocation=dict(hit.allocation), what_if=copy.deepcopy(hit.what_if)
     )

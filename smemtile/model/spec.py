@@ -23,6 +23,7 @@ from smemtile.model.banks import WIDTHS, check_access
 from smemtile.model.dtypes import DTYPE_BYTES, DTYPE_FEATURES, RANKED, get_dtype
 from smemtile.model.expr import Expr, evaluate, parse_expr
 from smemtile.model.layout import Layout, Swizzle
+from smemtile.model.memo import memo
 
 DTYPES = DTYPE_BYTES  # spec dtype -> bytes (smemtile.model.dtypes holds every per-dtype fact)
 TOP_KEYS = (
@@ -702,16 +703,9 @@ def _buffer_once(b: Any, i: int, env: dict, source: str) -> Buffer:
     try:
         used = sorted(set(_NAME.findall(repr([b.get("shape"), b.get("stages"), b.get("layout")]))))
         key = (repr(b), tuple((n, env.get(n, _UNSET)) for n in used))
-        hash(key)
     except TypeError:
         return _buffer(b, i, env, source)
-    out = _BUFFERS.get(key)
-    if out is None:
-        out = _buffer(b, i, env, source)
-        if len(_BUFFERS) > 4096:
-            _BUFFERS.clear()
-        _BUFFERS[key] = out
-    return out
+    return memo(_BUFFERS, key, lambda: _buffer(b, i, env, source))
 
 
 def _buffer(b: Any, i: int, env: dict, source: str) -> Buffer:
@@ -871,18 +865,8 @@ def _access_once(a: Any, i: int, env: dict, buffers: dict, threads: int | None, 
     buf = buffers.get(str(a["buffer"])) if isinstance(a, dict) and "buffer" in a else None
     if buf is None:
         return _access(a, i, env, buffers, threads, source)
-    try:
-        key = (repr(a), i, threads, tuple(env.items()), buf.name, buf.dtype, buf.shape, buf.stages)
-        hash(key)
-    except TypeError:
-        return _access(a, i, env, buffers, threads, source)
-    out = _ACCESSES.get(key)
-    if out is None:
-        out = _access(a, i, env, buffers, threads, source)
-        if len(_ACCESSES) > 4096:
-            _ACCESSES.clear()
-        _ACCESSES[key] = out
-    return out
+    key = (repr(a), i, threads, tuple(env.items()), buf.name, buf.dtype, buf.shape, buf.stages)
+    return memo(_ACCESSES, key, lambda: _access(a, i, env, buffers, threads, source))
 
 
 def _access(a: Any, i: int, env: dict, buffers: dict, threads: int | None, source: str) -> Access:

@@ -65,6 +65,7 @@ from smemtile.families.tile_model import (
     TieRule,
 )
 from smemtile.model.fitting import interp_log_bandwidth
+from smemtile.model.memo import memo
 from smemtile.model.residency import prime, residency
 from smemtile.model.tiling_gpus import get_gpu
 
@@ -206,16 +207,7 @@ _LABELS: dict[tuple, str] = {}
 
 def label(p: dict) -> str:
     """A short name: ``T128x8``, ``T64xY128x8``, then `` P2`` (PACK), `` 2tiles``, `` cs`` (STREAM), `` col`` (GROUP 0)."""
-    try:
-        key = tuple(p.items())
-        out = _LABELS.get(key)
-    except TypeError:  # an unhashable value: named without the memo
-        return _label(p)
-    if out is None:
-        if len(_LABELS) > 1 << 16:
-            _LABELS.clear()
-        out = _LABELS[key] = _label(p)
-    return out
+    return memo(_LABELS, tuple(p.items()), lambda: _label(p), limit=1 << 16)  # unhashable: named without it
 
 
 def _label(p: dict) -> str:
