@@ -449,6 +449,9 @@ def test_a_terminated_tune_ends_its_process_tree_and_keeps_its_results(tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         start_new_session=True,
+        # Ctrl-C's default action in the child even where this test runs with SIGINT ignored (a shell's
+        # background job): Python then turns it into KeyboardInterrupt, as in a user's terminal
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         deadline, seen = time.monotonic() + 150, set()
