@@ -19,6 +19,9 @@ import pytest
 # an oversubscribed machine turn a 1 ms SVD into 200 ms (sgemm's refit: 11 s instead of 1 s). Read by OpenBLAS
 # when numpy first loads, which is after this file (the subprocesses the tests start inherit it).
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+# analyze's answers kept on disk (smemtile/pipeline/disk_memo.py) are off: a test that changes a model in its
+# process must see the change (tests/test_disk_memo.py turns it on in a private folder)
+os.environ["SMEMTILE_ANSWER_CACHE"] = "0"
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = sorted((ROOT / "samples").glob("*.yaml"))

@@ -30,6 +30,7 @@ from smemtile.model.occupancy import occupancy, occupancy_batch
 from smemtile.model.spec import DEFAULT_THREADS, KernelSpec
 from smemtile.model.tma import check as check_tma
 from smemtile.pipeline import review
+from smemtile.pipeline.disk_memo import remembered
 from smemtile.pipeline.fixes import fix_report, variants
 from smemtile.pipeline.specs import Resolved
 from smemtile.report.analyze import AnalyzeReport
@@ -337,22 +338,32 @@ def tiles_part(res: Resolved, facts: dict, built: dict) -> dict:
         d["problem"] = {k: v for k, v in cfg.problem.items()}
         from smemtile.pipeline.tiles import ranker_for
 
-        try:
-            keys = {k: cfg.params[k] for k in fam.problem_params}  # part of the problem (R)
-            ranker = ranker_for(fam, {**cfg.problem, **keys}, spec.arch.base, None)
-        except SmemtileError as e:
-            d["missing"] = f"the {fam.name} tile model cannot rank this problem: {e}"
-            return d
-        if ranker is None:
+        if fam.tile_model is None:
             d["missing"] = (
                 f"the {fam.name} family has no tile model: `smemtile tune SPEC` times its configurations "
                 "on a GPU"
             )
             return d
-        unit = "TFLOP/s" if fam.work(cfg.problem)[0] == "tflops" else "GB/s"
-        d["unit"] = unit
-        d["ranked"] = [ranker(p, "model").to_dict() for p in ranker.top(3)]
-        d["this"] = ranker(dict(cfg.params), "spec").to_dict()
+        keys = {k: cfg.params[k] for k in fam.problem_params}  # part of the problem (R)
+
+        def ranking() -> dict:
+            try:
+                ranker = ranker_for(fam, {**cfg.problem, **keys}, spec.arch.base, None)
+            except SmemtileError as e:
+                return {"missing": f"the {fam.name} tile model cannot rank this problem: {e}"}
+            if ranker is None:
+                return {"missing": f"the {fam.name} family has no tile model for this problem"}
+            return {
+                "unit": "TFLOP/s" if fam.work(cfg.problem)[0] == "tflops" else "GB/s",
+                "ranked": [ranker(p, "model").to_dict() for p in ranker.top(3)],
+                "this": ranker(dict(cfg.params), "spec").to_dict(),
+            }
+
+        # the same problem, tile and package give the same ranking: kept on disk (pipeline.disk_memo)
+        question = [fam.name, cfg.key()[1], cfg.key()[4], keys, spec.arch.base]
+        d.update(remembered("tiles", question, ranking))
+        if "missing" in d:
+            return d
         d["command"] = f"smemtile tune {spec.source} --dry-run"
         return d
     if spec.problem:

@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from smemtile.families import FAMILIES, KernelConfig, reconfigure
 from smemtile.families.base import ContractViolation
-from smemtile.model.analysis import analyze_spec
+from smemtile.model.analysis import analyze_access
 from smemtile.model.fix import FixReport, fix_spec, relayout_only
 from smemtile.model.layout import Layout
 from smemtile.pipeline.specs import Resolved
@@ -25,10 +25,13 @@ def fix_report(res: Resolved) -> FixReport:
     fam = FAMILIES[cfg.family]
 
     def config_with(buffer: str, lay: Layout) -> KernelConfig | None:
+        # a layout changes no grid: the launch plan's limits were checked with the spec, only the layout's rules
+        # (the family's constraints, the buffers' shapes, shared memory) are checked again
         try:
-            return reconfigure(cfg, layouts={buffer: lay})
+            c = reconfigure(cfg, layouts={buffer: lay}, check=False)
         except ContractViolation:
             return None
+        return None if fam.problems(c) else c
 
     if fam.layout_dependent_accesses:
 
@@ -36,7 +39,8 @@ def fix_report(res: Resolved) -> FixReport:
             c = config_with(buffer, lay)
             if c is None:
                 return None
-            return [r for r in analyze_spec(fam.spec(c)) if r.access.buffer == buffer]
+            spec = fam.spec(c)
+            return [analyze_access(spec, a) for a in spec.accesses if a.buffer == buffer]
 
         variant.redo = True  # type: ignore[attr-defined]
     else:
