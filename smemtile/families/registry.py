@@ -10,6 +10,7 @@ REGISTRY: dict[str, str] = {
     "hgemm": "hgemm",
     "wgmma_gemm": "wgmma_gemm",
     "conv2d": "conv2d",
+    "flash_attn": "flash_attn",
 }
 
 NAMES: tuple[str, ...] = tuple(REGISTRY)

@@ -1,0 +1,317 @@
+"""The tile model of flash_attn (``smemtile tiles --family flash_attn --batch 4 --heads 32 --seq 8192 --head-dim 128
+--dtype bf16 [--seq-kv N] [--causal 1]``; ``smemtile tune``, ``generate`` without a tile). **Not calibrated**: no
+flash_attn run is recorded yet; every constant below is an estimate, stated as such (the provenance says so and
+the ranking prints no expected error). ``bench/run.py flash_attn bench`` (task.yaml) measures what a fit needs.
+
+Candidates: BM 64 or 128 (WARPS = BM / 16: each warp owns 16 query rows), BN 32 / 64 / 128, STAGES 1 / 2 / 3 (PATH
+0; PATH 1, the sm_90a kernel, is not ranked until it lands: on sm_90a the ranking is PATH 0's). Screened by the
+family's rules (shared memory against the opt-in limit) and a register estimate (> 255: ptxas would spill).
+
+Per KV tile of BN keys, one warp issues (counted from flash_attn.cu's loop):
+
+    mma.sync      2 * HD * BN / 128          (S = Q K^T and O += P V, m16n8k16 each)
+    ldmatrix.x4   2 * HD * BN / 256
+    ALU           ~SOFTMAX_INSTR per S element a thread holds (BN / 2 of them: scale, max, subtract, sum, pack)
+                  + HD / 2 (the O rescale) + TILE_INSTR (loop, barrier, copies' addresses)
+    ex2 (MUFU)    BN / 2 per thread: a warp instruction occupies the scheduler's MUFU pipe MUFU_CYCLES cycles
+
+A warp scheduler issues one instruction a cycle; one mma.sync.m16n8k16 keeps its tensor pipe busy MMA_CYCLES
+cycles. The tile's tensor fraction is ``mma * MMA_CYCLES / max(mma * MMA_CYCLES, issued, ex2 * MUFU_CYCLES)``
+(1.0 at head_dim 128 and BN >= 64; ~0.75 at head_dim 64: the softmax is a larger share). A block-tile's compute time
+is its 4 * BM * BN * HD flops at the SM's tensor peak x MMA_SYNC_EFF (mma.sync's share of the dense peak the GPU
+table gives) x that fraction x the warp factor ``w / (w + WARP_HIDE)`` (w: resident warps per scheduler: one warp
+stalls on its own softmax chain). The KV copies' latency LOAD_LATENCY_S is hidden by the STAGES - 1 tiles in flight and by
+the other blocks on the SM: per tile ``max(b * t1, t1 + max(0, latency - (STAGES - 1) * b * t1))`` (t1: the
+block-tile with the SM to itself, b blocks per SM). The blocks are list-scheduled onto
+SMs x blocks_per_sm slots: the makespan is max(total tiles / slots, the longest block) (causal blocks run longest
+first). DRAM: q, k, v, o and lse once; L2: every block's K and V tiles. The parts combine by the GEMM model's rule
+(the binding part + OVERLAP x the others + the launch).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, replace
+
+from smemtile.errors import SpecError
+from smemtile.families.base import Candidate, KernelConfig
+from smemtile.families.tile_model import ModelOption, Prediction, Ranked, Ranking, Rejection, SizesModel, TieRule
+from smemtile.model.arch import Arch
+
+SOURCE = "smemtile/families/flash_attn/tiles.py"
+PARAMS = ("BM", "BN", "STAGES", "WARPS", "PATH")
+BMS, BNS, STAGES = (64, 128), (32, 64, 128), (1, 2, 3)
+
+# estimates, not fitted (see the module text)
+MMA_CYCLES = 4  # issue cycles one mma.sync.m16n8k16 occupies a scheduler's tensor pipe (sm_80 / sm_90)
+MMA_SYNC_EFF = 0.62  # mma.sync's attainable share of the dense tensor peak (sm_90's table peak is wgmma's)
+SOFTMAX_INSTR = 6  # ALU instructions per S element per thread
+TILE_INSTR = 24  # per KV tile per warp: loop, barrier, copy addresses, mask test
+MUFU_CYCLES = 8  # a warp's ex2.approx on the MUFU pipe (16 results a clock per SM: 4 per scheduler)
+WARP_HIDE = 0.35  # w / (w + WARP_HIDE): one resident warp per scheduler reaches ~74 % of its issue rate
+LOAD_LATENCY_S = 0.6e-6  # a KV tile's cp.async from L2 / DRAM until wait_group returns
+REG_BASE = 40  # registers besides the fragments and accumulators (addresses, m, l, indices)
+OVERLAP = 0.15  # the GEMM model's share of the non-binding parts that does not overlap
+LAUNCH_S = 4e-6
+
+
+def registers(hd: int, bn: int) -> int:
+    """Registers per thread: Q fragments (HD/4), the O accumulator (HD/2), S (BN/2) and its 16-bit copy P (BN/4),
+    + REG_BASE (ptxas 13.0, sm_90: 174 at HD 128 / BN 64, 246 at HD 128 / BN 128, 127 at HD 64 / BN 64)."""
+    return hd // 4 + hd // 2 + bn // 2 + bn // 4 + REG_BASE
+
+
+def label(p: dict) -> str:
+    return f"{p['BM']}x{p['BN']} s{p['STAGES']} w{p['WARPS']}"
+
+
+@dataclass(frozen=True)
+class FaTile:
+    bm: int
+    bn: int
+    stages: int
+
+    def params(self) -> dict:
+        return {"BM": self.bm, "BN": self.bn, "STAGES": self.stages, "WARPS": self.bm // 16, "PATH": 0}
+
+
+@dataclass(frozen=True)
+class FaScored:
+    """One ranked flash_attn configuration as ``tiles --family`` prints it."""
+
+    params: tuple  # ((name, value), ...) of PARAMS
+    label: str
+    threads: int
+    registers: int
+    blocks_per_sm: int
+    smem_bytes: int
+    time_us: float
+    tflops: float  # visible (query, key) pairs x 4 x head_dim / predicted time
+    gbps: float  # q, k, v, o bytes / predicted time
+    tensor_fraction: float  # the tile's mma share of its issue (module text)
+    bound: str
+    copy_ratio: float | None = None
+    calibrated: bool = False
+    measured: bool = False
+    rank: int = 0
+    reason: str = ""
+
+    def params_dict(self) -> dict:
+        return dict(self.params)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["params"] = self.params_dict()
+        return d
+
+
+def tensor_fraction(hd: int, bn: int) -> float:
+    mma = 2 * hd * bn / 128
+    ldsm = 2 * hd * bn / 256
+    issued = mma + ldsm + SOFTMAX_INSTR * bn / 2 + hd / 2 + TILE_INSTR
+    mufu = bn / 2 * MUFU_CYCLES
+    tensor = mma * MMA_CYCLES
+    return tensor / max(tensor, issued, mufu)
+
+
+class FlashAttnTileModel(SizesModel):
+    """flash_attn's TileModel: (BM, BN, STAGES) of PATH 0, screened by the family's rules and a register
+    estimate, predicted by the issue / latency / wave model of the module text (not calibrated)."""
+
+    options = (
+        ModelOption("batch", "--batch", "flash_attn: batch."),
+        ModelOption("heads", "--heads", "flash_attn: attention heads."),
+        ModelOption("seq_q", "--seq", "flash_attn: query sequence length (and the key length unless --seq-kv)."),
+        ModelOption("seq_kv", "--seq-kv", "flash_attn: key / value sequence length (default --seq).", required=False),
+        ModelOption("head_dim", "--head-dim", "flash_attn: head dimension, 64 or 128.", (64, 128)),
+        ModelOption("causal", "--causal", "flash_attn: 1 for the causal mask (default 0).", (0, 1), False),
+    )
+    tiles_examples = (
+        "smemtile tiles --family flash_attn --batch 4 --heads 32 --seq 8192 --head-dim 128 --dtype bf16 --arch sm_90a "
+        "--top 3",
+    )
+    tie_rule = TieRule(
+        0.01,
+        "bucket",
+        "ties (within 1 % predicted) go to more stages in flight, then less shared memory",
+    )
+
+    def __init__(self, fam=None):
+        self.fam = fam
+        self.problem: dict = {}
+        self.arch = None
+        self.gpu = None
+
+    # ---- the protocol --------------------------------------------------------------------------------------
+    def space(self, problem: dict, arch) -> list:
+        from smemtile.families.base import check_problem
+        from smemtile.model.arch import get_arch
+
+        fam = self.fam
+        a = arch if isinstance(arch, Arch) else get_arch(arch)
+        known = {pk.name for pk in fam.problem_keys}
+        full = {pk.name: pk.default for pk in fam.problem_keys if not pk.dense}
+        full.update({k: v for k, v in problem.items() if k in known})
+        self.problem = check_problem(fam, full)
+        self.arch = a
+        if a.cc < (8, 0):
+            raise SpecError(
+                f"flash_attn needs sm_80 or newer (cp.async, bf16 mma.sync); {a.name} has neither", key="--arch"
+            )
+        hd = fam.problem_ints(self.problem)["head_dim"]
+        if hd not in (64, 128):
+            raise SpecError(f"head_dim {hd} is not supported: the kernel is built for 64 and 128", key="--head-dim")
+        return [FaTile(bm, bn, st) for bm in BMS for bn in BNS for st in STAGES]
+
+    def screen(self, cand) -> Rejection | None:
+        from smemtile.families import configure
+
+        p = cand.params()
+        hd = self.fam.problem_ints(self.problem)["head_dim"]
+        try:
+            cfg = configure(self.fam, {**p, **self.problem}, {}, self.arch, check=False)
+            bad = self.fam.problems(cfg, accesses=False)
+        except SpecError as e:
+            bad = [str(e)]
+        if bad:
+            kind = "shared_memory" if "shared memory" in bad[0] else "rules"
+            return self._reject(p, kind, f"flash_attn: {bad[0]}")
+        regs = registers(hd, cand.bn)
+        if regs > 255:
+            return self._reject(
+                p, "spills", f"flash_attn: ~{regs} registers per thread at head_dim {hd}, BN {cand.bn} (255 cap)"
+            )
+        return None
+
+    @staticmethod
+    def _reject(p: dict, kind: str, reason: str) -> Rejection:
+        return Rejection(kind, reason, {"params": p, "label": label(p), "kind": kind, "reason": reason})
+
+    def predict(self, cand, gpu):
+        from smemtile.families import configure
+        from smemtile.model.occupancy import occupancy
+
+        fam, p = self.fam, cand.params()
+        q = fam.problem_ints(self.problem)
+        hd, bm, bn = q["head_dim"], cand.bm, cand.bn
+        cfg = configure(fam, {**p, **self.problem}, {}, self.arch, check=False)
+        threads, smem = fam.threads(p), fam.smem_bytes(cfg)
+        regs = registers(hd, bn)
+        occ = occupancy(self.arch, threads, regs, 0, smem)
+        bpsm = occ.active_blocks
+        if bpsm < 1:
+            return self._reject(p, "occupancy", f"flash_attn: no block fits an SM ({occ.limiter})")
+        g = gpu
+        peak_sm = g.peak(self.problem["dtype"]) * 1e12 / g.sms
+        frac = tensor_fraction(hd, bn)
+        w = bpsm * threads / 32 / 4  # resident warps per scheduler
+        eff = MMA_SYNC_EFF * frac * w / (w + WARP_HIDE)
+        t1 = 4.0 * bm * bn * hd / (peak_sm * eff)  # one block-tile with the SM to itself
+        # per block while bpsm blocks share the SM: its tensor share, or its own tile and the part of the copy's
+        # latency that its STAGES - 1 tiles in flight (at the shared rate) do not cover
+        t_c = bpsm * t1
+        t_tile = max(t_c, t1 + max(0.0, LOAD_LATENCY_S - (cand.stages - 1) * t_c))
+        rows = -(-q["seq_q"] // bm)
+        per_row = [
+            -(-(min(q["seq_kv"], (i + 1) * bm) if q["causal"] else q["seq_kv"]) // bn) for i in range(rows)
+        ]
+        bh = q["batch"] * q["heads"]
+        total = sum(per_row) * bh
+        slots = g.sms * bpsm
+        makespan_tiles = max(total / slots, max(per_row))
+        if not q["causal"]:
+            makespan_tiles = math.ceil(rows * bh / slots) * per_row[0]
+        compute = makespan_tiles * t_tile
+        item = 2
+        nbytes = (
+            item * hd * q["heads"] * q["batch"] * (2 * q["seq_q"] + 2 * q["seq_kv"]) + 4 * bh * q["seq_q"]
+        )
+        l2 = total * bn * hd * item * 2 / (g.l2_gbps * 1e9)
+        parts = {"compute": compute, "dram": nbytes / (g.dram_gbps * 1e9), "l2": l2}
+        bound = max(parts, key=parts.get)
+        t = parts[bound] + OVERLAP * (sum(parts.values()) - parts[bound]) + LAUNCH_S
+        if bound == "compute" and t_tile > t_c * 1.001:
+            bound = "latency"
+        flops = fam.work(self.problem)[1]
+        s = FaScored(
+            tuple((k, p[k]) for k in PARAMS),
+            label(p),
+            threads,
+            regs,
+            bpsm,
+            smem,
+            t * 1e6,
+            flops / t / 1e12,
+            nbytes / t / 1e9,
+            frac,
+            bound,
+        )
+        return Prediction(t, tie=(-cand.stages, smem, label(p)), terms={"bound": bound, "tensor": frac}, result=s)
+
+    def explain(self, entry: Ranked, top: Ranked, ranked) -> str:
+        s, t = entry.pred.result, top.pred.result
+        why = (
+            f"{s.bound}-bound, tensor share {s.tensor_fraction:.2f}, {s.blocks_per_sm} block(s)/SM "
+            "(uncalibrated issue/latency/wave model)"
+        )
+        if s is t:
+            return f"best: {s.tflops:.1f} TFLOP/s predicted; {why}"
+        return f"{s.time_us / t.time_us - 1.0:+.1%} vs #1: {s.tflops:.1f} TFLOP/s; {why}"
+
+    def provenance(self) -> dict:
+        return {
+            "model": "issue / latency / wave model of flash_attn.cu's PATH 0 loop (mma.sync, ex2, softmax ALU "
+            f"per KV tile); not yet calibrated: every constant is an estimate ({SOURCE})",
+            "source": SOURCE,
+            "gpu": None,
+            "date": None,
+            "runs": "none (no flash_attn run recorded yet)",
+            "commit": None,
+            "calibrated": False,
+            "expected_error": None,
+            "expected_error_of": "none measured: no flash_attn run is recorded yet",
+        }
+
+    # ---- what the commands built on the ranking ask ----------------------------------------------------------
+    @staticmethod
+    def scored(entry: Ranked) -> FaScored:
+        return replace(entry.pred.result, rank=entry.rank, reason=entry.reason)
+
+    def configure(self, entry: Ranked) -> KernelConfig:
+        from smemtile.families import configure
+
+        return configure(self.fam, {**self.scored(entry).params_dict(), **self.problem}, {}, self.arch)
+
+    def ranker(self, ranking: Ranking, rerank=None) -> Ranker:
+        return Ranker(self, ranking)
+
+
+class Ranker:
+    """A flash_attn ranking for one problem as ``tune`` (``top``, calling it with a configuration) and ``tiles
+    --family`` (``ranked``, ``rejections``, ``provenance``) read it; ``generate`` without a tile uses #1."""
+
+    def __init__(self, model: FlashAttnTileModel, ranking: Ranking):
+        self.fam, self.model = model.fam, model
+        self.problem = dict(model.problem)
+        self.ranked = [model.scored(e) for e in ranking.ranked]
+        self._rejected = [r.rejection.result for r in ranking.rejected]
+        self._provenance = dict(ranking.provenance)
+
+    def top(self, k: int) -> list[dict]:
+        return [s.params_dict() for s in self.ranked[:k]]
+
+    def __call__(self, params: dict, src: str) -> Candidate:
+        full = {**self.fam.defaults(), **params}
+        if "BM" in params and "WARPS" not in params:
+            full["WARPS"] = full["BM"] // 16
+        want = {k: full[k] for k in PARAMS}
+        s = next((s for s in self.ranked if s.params_dict() == want), None)
+        if s is None:
+            return Candidate(label(full), params, src, None, None, "outside the model's ranking")
+        return Candidate(label(full), params, src, s.rank, s.tflops, s.reason)
+
+    def rejections(self) -> list[dict]:
+        return list(self._rejected)
+
+    def provenance(self) -> dict:
+        return dict(self._provenance)
