@@ -17,10 +17,11 @@ like q, head_dim contiguous; element (b, i, h, d) of q at ``q[b*q_sb + i*q_ss + 
 elements; k, v, o have their own). lse: float32 [batch, heads, seq_q] contiguous, natural log (FlashAttention's
 softmax_lse). The generated helper and the kernel take any strides that are multiples of 8 (a packed QKV tensor
 [b, s, 3, h, d]: q_ss = 3*h*d and k = q + h*d; a sub-view; a [b, h, s, d] tensor read as [b, s, h, d]: q_ss = d,
-q_sh = s*d; a k_sh of 0 shares one K head between all heads). The problem keys (what smemtile's own launcher lays
-out for verify and the tests) are the token-row view: 2-D arrays of batch*seq rows of heads*head_dim elements,
-``q_ss`` (``k_ss``, ``v_ss``, ``o_ss``) apart (>= heads*head_dim), with q_sh = head_dim and q_sb = seq_q*q_ss
-(derived: :meth:`FlashAttn.problem_ints`); the framework's arrays have one leading dimension each.
+q_sh = s*d; a k_sh of 0 shares one K head between all heads). The problem (what smemtile's own launcher lays out
+for verify and the tests, and what a spec can say) is the token-row view: q, k, v as 2-D arrays of batch*seq rows
+of ``q_ss`` (``k_ss``, ``v_ss``) elements, >= heads*head_dim (the heads first; a packed QKV row holds k and v after
+them), with q_sh = head_dim and q_sb = seq*q_ss; o dense (derived: :meth:`FlashAttn.problem_ints`). The framework's
+arrays are 2-D with at most one leading dimension: the helper has no dense overload (it takes all twelve strides).
 
 PATH 0 (sm_80+, runs on sm_90): the FlashAttention-2 schedule, as kernels/flash_attn.cu's header derives it: each
 of WARPS warps owns 16 query rows (BM = 16 * WARPS); Q is copied once (cp.async) and held in registers as mma
@@ -76,7 +77,7 @@ CHUNK = 8  # elements per 16-byte copy (2-byte elements)
 BUFFERS = ("Qs", "Ks", "Vs")
 ARRAYS = ("q", "k", "v", "o")
 STRIDES = tuple(f"{a}_{s}" for a in ARRAYS for s in ("sb", "ss", "sh"))  # the kernel's order
-SEQ_STRIDES = tuple(f"{a}_ss" for a in ARRAYS)  # the problem keys: each array's leading dimension
+SEQ_STRIDES = ("q_ss", "k_ss", "v_ss")  # problem keys: the token strides of the inputs (o is dense there)
 LSE_TOLERANCE = 1e-3  # absolute, natural-log units (fp32 lse from exact products; GPU tests)
 
 
@@ -159,10 +160,12 @@ class FlashAttn(Family):
         ),
     )
     host_args = (
-        HostArg("q", "const {T}*", "in", ("batch * seq_q", "heads * head_dim"), "dtype", ld="q_ss"),
-        HostArg("k", "const {T}*", "in", ("batch * seq_kv", "heads * head_dim"), "dtype", ld="k_ss"),
-        HostArg("v", "const {T}*", "in", ("batch * seq_kv", "heads * head_dim"), "dtype", ld="v_ss"),
-        HostArg("o", "{T}*", "out", ("batch * seq_q", "heads * head_dim"), "dtype", ld="o_ss"),
+        # the token-row view smemtile's launcher allocates: batch*seq rows of q_ss elements (the heads first,
+        # then whatever the user's rows hold beyond them, e.g. k and v of a packed QKV row); o dense
+        HostArg("q", "const {T}*", "in", ("batch * seq_q", "q_ss"), "dtype"),
+        HostArg("k", "const {T}*", "in", ("batch * seq_kv", "k_ss"), "dtype"),
+        HostArg("v", "const {T}*", "in", ("batch * seq_kv", "v_ss"), "dtype"),
+        HostArg("o", "{T}*", "out", ("batch * seq_q", "heads * head_dim"), "dtype"),
         HostArg("lse", "float*", "out", ("batch * heads", "seq_q"), "f32"),
         HostArg("batch", "int"),
         HostArg("heads", "int"),
@@ -193,8 +196,10 @@ class FlashAttn(Family):
         return ()  # the tile model's options are problem keys, not template parameters
 
     def dense_layout(self, problem: dict) -> dict[str, str]:
-        """The four token strides (the arrays' leading dimensions); seq_kv's default is not a layout."""
-        return {s: "heads * head_dim" for s in SEQ_STRIDES}
+        """None: the arrays have no leading-dimension argument of the framework's 2-D kind (the helper takes all
+        twelve strides; the token strides' defaults and bounds are :meth:`problem_ints` and :meth:`violations`'),
+        and seq_kv's default is not a layout."""
+        return {}
 
     def problem_ints(self, problem: dict) -> dict[str, int]:
         """The integer keys (causal among them), seq_kv (default seq_q), the token strides (default
@@ -206,7 +211,7 @@ class FlashAttn(Family):
         out["causal"] = int(problem.get("causal", 0))
         hd = out["heads"] * out["head_dim"]
         for a in ARRAYS:
-            ss = int(problem[f"{a}_ss"]) if f"{a}_ss" in problem else hd
+            ss = int(problem[f"{a}_ss"]) if f"{a}_ss" in problem else hd  # o: always hd here
             seq = out["seq_q"] if a in ("q", "o") else out["seq_kv"]
             out[f"{a}_sb"], out[f"{a}_ss"], out[f"{a}_sh"] = seq * ss, ss, out["head_dim"]
         return out
@@ -255,6 +260,12 @@ class FlashAttn(Family):
                 f"head_dim {q['head_dim']} is not supported: the kernel is built for head dimensions "
                 f"{' and '.join(map(str, HEAD_DIMS))}"
             )
+        for s in SEQ_STRIDES:
+            if q[s] < q["heads"] * q["head_dim"]:
+                out.append(
+                    f"{s} = {q[s]} is below heads * head_dim = {q['heads'] * q['head_dim']}: a token's row holds "
+                    "its heads (the problem's arrays are rows of tokens; the generated helper takes any strides)"
+                )
         if p["BM"] != 16 * p["WARPS"]:
             out.append(
                 f"BM = {p['BM']} must be 16 * WARPS = {16 * p['WARPS']}: each warp owns 16 query rows (one m16 "
@@ -414,16 +425,15 @@ class FlashAttn(Family):
     def make_inputs(self, cfg: KernelConfig, rng: np.random.Generator) -> dict[str, np.ndarray]:
         q = self.problem_ints(cfg.problem)
         dt = cfg.problem["dtype"]
-        cols = q["heads"] * q["head_dim"]
 
-        def operand(rows):
+        def operand(rows, cols):  # a row's columns past heads*head_dim are data the kernel must not read
             x = rng.standard_normal((rows, cols), dtype=np.float32)
             return _bf16_bits(x) if dt == "bf16" else x.astype(np.float16)
 
         return {
-            "q": operand(q["batch"] * q["seq_q"]),
-            "k": operand(q["batch"] * q["seq_kv"]),
-            "v": operand(q["batch"] * q["seq_kv"]),
+            "q": operand(q["batch"] * q["seq_q"], q["q_ss"]),
+            "k": operand(q["batch"] * q["seq_kv"], q["k_ss"]),
+            "v": operand(q["batch"] * q["seq_kv"], q["v_ss"]),
         }
 
     def _tensors(self, cfg: KernelConfig, inputs: dict[str, np.ndarray]):
@@ -431,7 +441,7 @@ class FlashAttn(Family):
         b, h, d, dt = q["batch"], q["heads"], q["head_dim"], cfg.problem["dtype"]
 
         def t(name, seq):
-            return to_float64(np.asarray(inputs[name]), dt).reshape(b, seq, h, d)
+            return to_float64(np.asarray(inputs[name])[:, : h * d], dt).reshape(b, seq, h, d)
 
         return t("q", q["seq_q"]), t("k", q["seq_kv"]), t("v", q["seq_kv"]), q
 
