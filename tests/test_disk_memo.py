@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -68,15 +66,21 @@ def test_package_identity_changes_with_a_file(tmp_path, monkeypatch):
     assert disk_memo.package_identity() == first
 
 
-def test_analyze_the_same_from_the_cache(cache):
-    """The sample's whole JSON report is the same computed, read back, and with the cache off."""
-    env = {**os.environ}
-    cmd = [sys.executable, "-m", "smemtile", "analyze", str(ROOT / "samples" / "sgemm_default.yaml"), "--json"]
-    first = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
+def test_analyze_the_same_from_the_cache(cache, monkeypatch):
+    """The sample's whole report is the same computed, read back from disk, and with the cache off."""
+    import smemtile
+    from smemtile.pipeline import tiles
+
+    sample = ROOT / "samples" / "sgemm_default.yaml"
+    first = smemtile.analyze(sample, compile=False).to_dict()
     assert len(list(cache.glob("tiles-*.json"))) == 1
-    second = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
-    off = subprocess.run(
-        cmd, env={**env, "SMEMTILE_ANSWER_CACHE": "0"}, capture_output=True, text=True, check=True
-    ).stdout
+    calls = []
+    real = tiles.ranker_for
+    monkeypatch.setattr(tiles, "ranker_for", lambda *a, **k: calls.append(1) or real(*a, **k))
+    second = smemtile.analyze(sample, compile=False).to_dict()
+    assert calls == []  # read back, not ranked again
+    monkeypatch.setenv("SMEMTILE_ANSWER_CACHE", "0")
+    off = smemtile.analyze(sample, compile=False).to_dict()
+    assert calls == [1]
     assert first == second == off
-    assert json.loads(first)["tiles"]["ranked"]
+    assert first["tiles"]["ranked"] and first["tiles"]["this"]
