@@ -404,6 +404,59 @@ class Conv2d:
         del self.x, self.w, self.bias
 
 
+class Sdpa:
+    """Reference ``sdpa``: torch.nn.functional.scaled_dot_product_attention on [batch, heads, seq, head_dim] views
+    (``transpose(1, 2)``, no copy) of [batch, seq, heads, head_dim] tensors of the problem's sizes and dtype (the
+    flash_attn family's layout), ``is_causal`` and ``scale`` as the problem sets them (top-left aligned, as the
+    family's mask). torch picks its fastest backend for the device (FlashAttention-2, cuDNN or memory-efficient);
+    ``backend`` in the reference (flash, cudnn, efficient, math) pins one through torch.nn.attention.sdpa_kernel.
+    ``backend_used`` names what the pinned context allowed (torch does not report its own pick)."""
+
+    BACKENDS = {
+        "flash": "FLASH_ATTENTION",
+        "cudnn": "CUDNN_ATTENTION",
+        "efficient": "EFFICIENT_ATTENTION",
+        "math": "MATH",
+    }
+
+    def __init__(self, torch, reference: dict, problem: dict, ints: dict):
+        from smemtile.model.dtypes import get_dtype
+
+        q = ints
+        dname = str(problem.get(reference["dtype"], reference["dtype"]))
+        dt = getattr(torch, get_dtype(dname).torch)
+        g = torch.Generator(device="cuda").manual_seed(0)
+        b, h, d = q["batch"], q["heads"], q["head_dim"]
+
+        def bshd(seq):
+            return torch.randn(b, seq, h, d, device="cuda", generator=g).to(dt).transpose(1, 2)
+
+        self.q, self.k, self.v = bshd(q["seq_q"]), bshd(q["seq_kv"]), bshd(q["seq_kv"])
+        self.causal = bool(int(q.get("causal", 0)))
+        scale = float(problem.get("scale", 0.0) or 0.0)
+        self.scale = scale if scale != 0.0 else None  # None: torch's default 1/sqrt(head_dim), the family's
+        self.backend = reference.get("backend")
+        self.backend_used = self.backend or "default dispatch (fastest available)"
+        self.torch = torch
+
+    def _call(self):
+        return self.torch.nn.functional.scaled_dot_product_attention(
+            self.q, self.k, self.v, is_causal=self.causal, scale=self.scale
+        )
+
+    def __call__(self) -> None:
+        if self.backend is None:
+            self._call()
+            return
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        with sdpa_kernel(getattr(SDPBackend, self.BACKENDS[self.backend])):
+            self._call()
+
+    def close(self) -> None:
+        del self.q, self.k, self.v
+
+
 def reference_fn(fam, torch, reference: dict, problem: dict, amount: float):
     """The timed reference of ``reference['kind']`` for one problem (the task file's ``reference:``)."""
     kind = reference["kind"]
@@ -411,6 +464,8 @@ def reference_fn(fam, torch, reference: dict, problem: dict, amount: float):
         return Copy(int(amount // 2))
     if kind == "conv2d":
         return Conv2d(torch, reference, problem, fam.problem_ints(problem))
+    if kind == "sdpa":
+        return Sdpa(torch, reference, problem, fam.problem_ints(problem))
     return Matmul(torch, reference, problem)
 
 

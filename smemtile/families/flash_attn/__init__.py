@@ -155,7 +155,9 @@ class FlashAttn(Family):
         ProblemKey("dtype", "bf16", "q, k, v, o element type", "choice", tuple(T_CTYPES)),
         ProblemKey("scale", 0.0, "softmax scale (0: 1/sqrt(head_dim))", "float"),
         *(
-            ProblemKey(s, 0, f"elements between tokens of {s[0]} (default heads*head_dim)", dense="heads * head_dim")
+            ProblemKey(
+                s, 0, f"elements between tokens of {s[0]} (default heads*head_dim)", dense="heads * head_dim"
+            )
             for s in SEQ_STRIDES
         ),
     )
@@ -254,7 +256,9 @@ class FlashAttn(Family):
             )
             return out
         if cfg.arch.cc < (8, 0):
-            out.append(f"flash_attn needs sm_80 or newer (cp.async, bf16 mma.sync); {cfg.arch.name} has neither")
+            out.append(
+                f"flash_attn needs sm_80 or newer (cp.async, bf16 mma.sync); {cfg.arch.name} has neither"
+            )
         if q["head_dim"] not in HEAD_DIMS:
             out.append(
                 f"head_dim {q['head_dim']} is not supported: the kernel is built for head dimensions "

@@ -35,7 +35,15 @@ from dataclasses import asdict, dataclass, replace
 
 from smemtile.errors import SpecError
 from smemtile.families.base import Candidate, KernelConfig
-from smemtile.families.tile_model import ModelOption, Prediction, Ranked, Ranking, Rejection, SizesModel, TieRule
+from smemtile.families.tile_model import (
+    ModelOption,
+    Prediction,
+    Ranked,
+    Ranking,
+    Rejection,
+    SizesModel,
+    TieRule,
+)
 from smemtile.model.arch import Arch
 
 SOURCE = "smemtile/families/flash_attn/tiles.py"
@@ -121,8 +129,12 @@ class FlashAttnTileModel(SizesModel):
     options = (
         ModelOption("batch", "--batch", "flash_attn: batch."),
         ModelOption("heads", "--heads", "flash_attn: attention heads."),
-        ModelOption("seq_q", "--seq", "flash_attn: query sequence length (and the key length unless --seq-kv)."),
-        ModelOption("seq_kv", "--seq-kv", "flash_attn: key / value sequence length (default --seq).", required=False),
+        ModelOption(
+            "seq_q", "--seq", "flash_attn: query sequence length (and the key length unless --seq-kv)."
+        ),
+        ModelOption(
+            "seq_kv", "--seq-kv", "flash_attn: key / value sequence length (default --seq).", required=False
+        ),
         ModelOption("head_dim", "--head-dim", "flash_attn: head dimension, 64 or 128.", (64, 128)),
         ModelOption("causal", "--causal", "flash_attn: 1 for the causal mask (default 0).", (0, 1), False),
     )
@@ -156,11 +168,14 @@ class FlashAttnTileModel(SizesModel):
         self.arch = a
         if a.cc < (8, 0):
             raise SpecError(
-                f"flash_attn needs sm_80 or newer (cp.async, bf16 mma.sync); {a.name} has neither", key="--arch"
+                f"flash_attn needs sm_80 or newer (cp.async, bf16 mma.sync); {a.name} has neither",
+                key="--arch",
             )
         hd = fam.problem_ints(self.problem)["head_dim"]
         if hd not in (64, 128):
-            raise SpecError(f"head_dim {hd} is not supported: the kernel is built for 64 and 128", key="--head-dim")
+            raise SpecError(
+                f"head_dim {hd} is not supported: the kernel is built for 64 and 128", key="--head-dim"
+            )
         return [FaTile(bm, bn, st) for bm in BMS for bn in BNS for st in STAGES]
 
     def screen(self, cand) -> Rejection | None:
@@ -179,7 +194,9 @@ class FlashAttnTileModel(SizesModel):
         regs = registers(hd, cand.bn)
         if regs > 255:
             return self._reject(
-                p, "spills", f"flash_attn: ~{regs} registers per thread at head_dim {hd}, BN {cand.bn} (255 cap)"
+                p,
+                "spills",
+                f"flash_attn: ~{regs} registers per thread at head_dim {hd}, BN {cand.bn} (255 cap)",
             )
         return None
 
@@ -246,7 +263,9 @@ class FlashAttnTileModel(SizesModel):
             frac,
             bound,
         )
-        return Prediction(t, tie=(-cand.stages, smem, label(p)), terms={"bound": bound, "tensor": frac}, result=s)
+        return Prediction(
+            t, tie=(-cand.stages, smem, label(p)), terms={"bound": bound, "tensor": frac}, result=s
+        )
 
     def explain(self, entry: Ranked, top: Ranked, ranked) -> str:
         s, t = entry.pred.result, top.pred.result
