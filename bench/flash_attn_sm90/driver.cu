@@ -177,6 +177,7 @@ struct Strides {
 struct Problem {
     int batch, heads, seq_q, seq_kv, hd, causal;
     Strides q, k, v, o;
+    int overlap = 1;  // the kernel's OVERLAP schedule
 };
 
 // [b, s, h, d] with head stride sh (>= d): the dense layout when sh == d.
@@ -225,9 +226,9 @@ struct Cfg<64, true> {
 };
 
 // Launches the kernel; false (with the reason printed) when a tensor map cannot be encoded.
-template <class T, int HD, int BN, int STAGES, int CAUSAL>
+template <class T, int HD, int BN, int STAGES, int CAUSAL, int OVERLAP>
 bool launch_cfg(const Problem& pb, const T* q, const T* k, const T* v, T* o, float* lse, cudaStream_t st) {
-    auto kern = flash_attn_wgmma<T, HD, BN, STAGES, CAUSAL>;
+    auto kern = flash_attn_wgmma<T, HD, BN, STAGES, CAUSAL, OVERLAP>;
     constexpr int smem = smemtile::fa::smem_bytes<HD, BN, STAGES>();
     static bool attr = false;
     if (!attr) {
@@ -254,16 +255,22 @@ bool launch_cfg(const Problem& pb, const T* q, const T* k, const T* v, T* o, flo
     return true;
 }
 
+template <class T, int HD, int BN, int STAGES, int CAUSAL>
+bool launch_sched(const Problem& pb, const T* q, const T* k, const T* v, T* o, float* lse, cudaStream_t st) {
+    return pb.overlap ? launch_cfg<T, HD, BN, STAGES, CAUSAL, 1>(pb, q, k, v, o, lse, st)
+                      : launch_cfg<T, HD, BN, STAGES, CAUSAL, 0>(pb, q, k, v, o, lse, st);
+}
+
 template <class T, bool ALT>
 bool launch(const Problem& pb, const T* q, const T* k, const T* v, T* o, float* lse, cudaStream_t st = 0) {
     if (pb.hd == 128) {
         using C = Cfg<128, ALT>;
-        return pb.causal ? launch_cfg<T, 128, C::BN, C::STAGES, 1>(pb, q, k, v, o, lse, st)
-                         : launch_cfg<T, 128, C::BN, C::STAGES, 0>(pb, q, k, v, o, lse, st);
+        return pb.causal ? launch_sched<T, 128, C::BN, C::STAGES, 1>(pb, q, k, v, o, lse, st)
+                         : launch_sched<T, 128, C::BN, C::STAGES, 0>(pb, q, k, v, o, lse, st);
     }
     using C = Cfg<64, ALT>;
-    return pb.causal ? launch_cfg<T, 64, C::BN, C::STAGES, 1>(pb, q, k, v, o, lse, st)
-                     : launch_cfg<T, 64, C::BN, C::STAGES, 0>(pb, q, k, v, o, lse, st);
+    return pb.causal ? launch_sched<T, 64, C::BN, C::STAGES, 1>(pb, q, k, v, o, lse, st)
+                     : launch_sched<T, 64, C::BN, C::STAGES, 0>(pb, q, k, v, o, lse, st);
 }
 
 // Waits for the device; a kernel still running after `seconds` is reported as a hang (an mbarrier that never
@@ -321,8 +328,9 @@ enum Layout { DENSE = 0, PACKED_QKV = 1, PADDED = 2 };
 const char* layout_name(int l) { return l == DENSE ? "dense" : l == PACKED_QKV ? "packed-qkv" : "padded"; }
 
 template <class T, bool ALT>
-bool check_case(int batch, int heads, int sq, int skv, int hd, int causal, int layout, uint32_t seed) {
+bool check_case(int overlap, int batch, int heads, int sq, int skv, int hd, int causal, int layout, uint32_t seed) {
     Problem pb{batch, heads, sq, skv, hd, causal, {}, {}, {}, {}};
+    pb.overlap = overlap;
     // inputs: one buffer per tensor (PACKED_QKV: one [b, s, 3, h, d] buffer, sq == skv)
     long long q_off = 0, k_off = 0, v_off = 0, in_elems_q, in_elems_kv;
     if (layout == PACKED_QKV) {
@@ -382,8 +390,9 @@ bool check_case(int batch, int heads, int sq, int skv, int hd, int causal, int l
     const T* pk = reinterpret_cast<const T*>(layout == PACKED_QKV ? dq + k_off : dk);
     const T* pv = reinterpret_cast<const T*>(layout == PACKED_QKV ? dq + v_off : dv);
     char label[160];
-    std::snprintf(label, sizeof(label), "%s b=%d h=%d sq=%d skv=%d d=%d causal=%d layout=%s cfg=%s", Ty<T>::name,
-                  batch, heads, sq, skv, hd, causal, layout_name(layout), ALT ? "alt" : "default");
+    std::snprintf(label, sizeof(label), "overlap=%d %s b=%d h=%d sq=%d skv=%d d=%d causal=%d layout=%s cfg=%s",
+                  overlap, Ty<T>::name, batch, heads, sq, skv, hd, causal, layout_name(layout),
+                  ALT ? "alt" : "default");
     if (!launch<T, ALT>(pb, pq, pk, pv, reinterpret_cast<T*>(dout), dlse)) {
         std::printf("CHECK %s: FAIL (no launch)\n", label);
         return false;
@@ -439,10 +448,9 @@ bool check_case(int batch, int heads, int sq, int skv, int hd, int causal, int l
     for (long long i = lse_elems; i < lse_elems + guard; ++i) lse_clobbered += hl[i] != -12345.0f;
     const bool ok = e.bad == 0 && e.bad_lse == 0 && clobbered == 0 && lse_clobbered == 0;
     std::printf(
-        "CHECK %s b=%d h=%d sq=%d skv=%d d=%d causal=%d layout=%s cfg=%s: O max_abs_err %.3e (max|ref| %.3f, tol %.1e, "
-        "%lld bad) LSE max_abs_err %.3e (tol %.1e, %lld bad) stray writes %lld+%lld %s\n",
-        Ty<T>::name, batch, heads, sq, skv, hd, causal, layout_name(layout), ALT ? "alt(BN64,S4)" : "default",
-        e.max_err, e.max_ref, Ty<T>::tol_o, e.bad, e.max_lse_err, kTolLse, e.bad_lse, clobbered, lse_clobbered,
+        "CHECK %s: O max_abs_err %.3e (max|ref| %.3f, tol %.1e, %lld bad) LSE max_abs_err %.3e (tol %.1e, %lld bad) "
+        "stray writes %lld+%lld %s\n",
+        label, e.max_err, e.max_ref, Ty<T>::tol_o, e.bad, e.max_lse_err, kTolLse, e.bad_lse, clobbered, lse_clobbered,
         ok ? "PASS" : "FAIL");
     if (e.bad) std::printf("  %s\n", e.first);
     if (e.bad_lse) std::printf("  %s\n", e.first_lse);
@@ -457,31 +465,33 @@ bool check_case(int batch, int heads, int sq, int skv, int hd, int causal, int l
 
 int run_check() {
     int fails = 0, n = 0;
-    uint32_t seed = 1;
     const int seqs[] = {1, 17, 100, 129, 300};
     const int pairs[][2] = {{17, 300}, {300, 17}, {129, 100}, {1, 129}, {200, 1}};
-    for (int hd : {64, 128})
-        for (int causal : {0, 1}) {
-            for (int si = 0; si < 5; ++si) {
-                const int s = seqs[si];
-                const int layout = si % 3;  // dense, packed QKV, padded in turn
-                const int batch = si % 2 ? 3 : 1, heads = si % 2 ? 1 : 3;
-                fails += !check_case<smemtile::bf16, false>(batch, heads, s, s, hd, causal, layout, seed++);
-                ++n;
+    for (int ov : {0, 1}) {  // the simple schedule first: if it passes and OVERLAP 1 does not, the overlap is wrong
+        uint32_t seed = 1;
+        for (int hd : {64, 128})
+            for (int causal : {0, 1}) {
+                for (int si = 0; si < 5; ++si) {
+                    const int s = seqs[si];
+                    const int layout = si % 3;  // dense, packed QKV, padded in turn
+                    const int batch = si % 2 ? 3 : 1, heads = si % 2 ? 1 : 3;
+                    fails += !check_case<smemtile::bf16, false>(ov, batch, heads, s, s, hd, causal, layout, seed++);
+                    ++n;
+                }
+                for (int pi = 0; pi < 5; ++pi) {
+                    const int layout = pi % 2 ? PADDED : DENSE;
+                    fails += !check_case<smemtile::bf16, false>(ov, 1, 3, pairs[pi][0], pairs[pi][1], hd, causal,
+                                                                layout, seed++);
+                    ++n;
+                }
+                // fp16 and the alternative tile (BN 64, 4 stages) on a few
+                fails += !check_case<smemtile::f16, false>(ov, 3, 1, 129, 300, hd, causal, DENSE, seed++);
+                fails += !check_case<smemtile::f16, false>(ov, 1, 3, 300, 300, hd, causal, PACKED_QKV, seed++);
+                fails += !check_case<smemtile::bf16, true>(ov, 1, 3, 300, 129, hd, causal, PADDED, seed++);
+                fails += !check_case<smemtile::f16, true>(ov, 3, 1, 257, 257, hd, causal, DENSE, seed++);
+                n += 4;
             }
-            for (int pi = 0; pi < 5; ++pi) {
-                const int layout = pi % 2 ? PADDED : DENSE;
-                fails += !check_case<smemtile::bf16, false>(1, 3, pairs[pi][0], pairs[pi][1], hd, causal, layout,
-                                                            seed++);
-                ++n;
-            }
-            // fp16 and the alternative tile (BN 64, 4 stages) on a few
-            fails += !check_case<smemtile::f16, false>(3, 1, 129, 300, hd, causal, DENSE, seed++);
-            fails += !check_case<smemtile::f16, false>(1, 3, 300, 300, hd, causal, PACKED_QKV, seed++);
-            fails += !check_case<smemtile::bf16, true>(1, 3, 300, 129, hd, causal, PADDED, seed++);
-            fails += !check_case<smemtile::f16, true>(3, 1, 257, 257, hd, causal, DENSE, seed++);
-            n += 4;
-        }
+    }
     std::printf("CHECK SUMMARY %d of %d cases pass\n", n - fails, n);
     return fails ? 1 : 0;
 }
@@ -523,8 +533,10 @@ int run_bench(bool quick) {
         fill_hash<<<1024, 256>>>(k, elems, 12, 1);
         fill_hash<<<1024, 256>>>(v, elems, 13, 1);
         cuda_ok(cudaDeviceSynchronize(), "fill");
-        for (int causal : {0, 1}) {
+        for (int causal : {0, 1})
+        for (int ov : {0, 1}) {
             Problem pb{sh.batch, sh.heads, sh.seq, sh.seq, hd, causal, {}, {}, {}, {}};
+            pb.overlap = ov;
             pb.q = pb.k = pb.v = pb.o = bshd(sh.seq, sh.heads, hd);
             using T = smemtile::bf16;
             auto go = [&]() {
@@ -570,8 +582,8 @@ int run_bench(bool quick) {
                 }
                 const bool ok = max_err <= Ty<T>::tol_o && max_lse <= kTolLse;
                 bad += !ok;
-                std::printf("SAMPLE b=%d h=%d seq=%d causal=%d: 5 rows, O max_abs_err %.3e LSE max_abs_err %.3e %s\n",
-                            sh.batch, sh.heads, sh.seq, causal, max_err, max_lse, ok ? "PASS" : "FAIL");
+                std::printf("SAMPLE overlap=%d b=%d h=%d seq=%d causal=%d: 5 rows, O max_abs_err %.3e LSE max_abs_err %.3e %s\n",
+                            ov, sh.batch, sh.heads, sh.seq, causal, max_err, max_lse, ok ? "PASS" : "FAIL");
             }
             std::vector<float> ms;
             for (int r = 0; r < runs; ++r) {
@@ -588,9 +600,9 @@ int run_bench(bool quick) {
             const double med = (ms[runs / 2 - 1] + ms[runs / 2]) / 2;
             const double flops = 4.0 * sh.batch * sh.heads * hd * causal_pairs(sh.seq, sh.seq, causal);
             std::printf(
-                "TIME bf16 b=%d h=%d seq=%d d=%d causal=%d BN=%d STAGES=%d: median %.3f ms (min %.3f, max %.3f, %d "
+                "TIME overlap=%d bf16 b=%d h=%d seq=%d d=%d causal=%d BN=%d STAGES=%d: median %.3f ms (min %.3f, max %.3f, %d "
                 "runs, L2 flushed) -> %.1f TFLOP/s median (%.1f at min)\n",
-                sh.batch, sh.heads, sh.seq, hd, causal, Cfg<128, false>::BN, Cfg<128, false>::STAGES, med, ms.front(),
+                ov, sh.batch, sh.heads, sh.seq, hd, causal, Cfg<128, false>::BN, Cfg<128, false>::STAGES, med, ms.front(),
                 ms.back(), runs, flops / (med * 1e-3) / 1e12, flops / (ms.front() * 1e-3) / 1e12);
             std::fflush(stdout);
         }

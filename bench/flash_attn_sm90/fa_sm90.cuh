@@ -10,24 +10,30 @@
 //   T        smemtile::f16 or smemtile::bf16 (raw 16-bit patterns from smem_layout.cuh)
 //   HD       head dimension, 64 or 128 (HD / 64 panels of 128 bytes per row)
 //   BN       KV rows per tile, 64 or 128 (the n of the S = Q K^T wgmma, the k of O += P V)
-//   STAGES   depth of the K/V mbarrier ring, 2..4
+//   STAGES   depth of the K ring and of the V ring, 2..4
 //   CAUSAL   0 or 1
+//   OVERLAP  0: the simple schedule (the fallback); 1: FA3's intra-warpgroup pipelining (below)
 // BM is fixed at 128 query rows per CTA: two consumer warpgroups of 64 rows each (one m64 wgmma row block).
 // Block: 384 threads = warpgroup 0 (producer: one thread issues every TMA load; setmaxnreg.dec 40) + warpgroups
 // 1 and 2 (consumers; setmaxnreg.inc 232). Grid: one CTA per (q tile, batch * head): (ceil(seq_q / 128),
 // batch * heads); blockIdx.x is walked backwards so that with CAUSAL the longest q tiles start first.
 //
 // ---- Schedule (one CTA) -------------------------------------------------------------------------------------------
-//   producer:   expect_tx q_full (128 * HD * 2 bytes) -> HD / 64 Q boxes {64, 128, 1, 1}; then for KV tile j (stage
-//               s = j % STAGES): wait empty[s] -> expect_tx k_full[s] -> HD / 64 K boxes {64, BN, 1, 1} ->
-//               expect_tx v_full[s] -> HD / 64 V boxes. K and V have their own barriers so S = Q K^T starts
-//               before V has landed.
-//   consumer c: wait q_full; per KV tile j: wait k_full[s] -> HD / 16 wgmma m64nBNk16 (Q and K from shared memory,
-//               K-major 128B descriptors) -> wait -> mask (tails, causal; only in tiles that need it) -> online
-//               softmax in registers (exp2 with scale * log2 e, row max / sum over the 4 lanes of a quad) ->
-//               P to 16-bit A fragments (no data movement: see below) -> rescale O by exp2(m_old - m_new) ->
-//               wait v_full[s] -> BN / 16 wgmma m64nHDk16 (A = P from registers, B = V from shared memory,
-//               transposed: MN-major 128B descriptor) -> wait -> one thread arrives on empty[s] (count 2).
+//   producer:   expect_tx q_full (128 * HD * 2 bytes) -> HD / 64 Q boxes {64, 128, 1, 1}; then K_0, and for every
+//               KV tile j: K_{j+1}, V_j (K runs one tile ahead: the S of the next tile never waits behind a V).
+//               Each load: wait k_empty / v_empty of its stage (s = j % STAGES) -> expect_tx k_full / v_full
+//               (BN * HD * 2 bytes) -> HD / 64 boxes {64, BN, 1, 1}.
+//   consumer c, OVERLAP 0, per KV tile j: wait k_full[s] -> HD / 16 wgmma m64nBNk16 (Q and K from shared memory,
+//               K-major 128B descriptors) -> wait -> arrive k_empty[s] -> mask (tails, causal; only in tiles that
+//               need it) -> online softmax in registers (exp2 with scale * log2 e, row max over the 4 lanes of a
+//               quad) -> rescale O by exp2(m_old - m_new) -> P to 16-bit A fragments (no data movement: see
+//               below) -> wait v_full[s] -> BN / 16 wgmma m64nHDk16 (A = P from registers, B = V from shared
+//               memory, transposed: MN-major 128B descriptor) -> wait -> arrive v_empty[s].
+//   consumer c, OVERLAP 1: S_0 and its softmax first; then per tile j >= 1: issue S_j = Q K_j^T, issue
+//               O += P_{j-1} V_{j-1}, wait for S_j only (wgmma.wait_group 1), arrive k_empty, softmax of S_j while
+//               the P V wgmmas run, wait for them, arrive v_empty, rescale O, P_j to A fragments; finally
+//               O += P_last V_last. Registers: S (BN / 2) + O (HD / 2) + P (BN / 4) fp32/b32 per thread.
+//   The empty barriers count 2 arrivals (one thread per consumer warpgroup, after its wgmmas completed).
 //   epilogue:   O / l (l summed over the quad) stored straight from registers with the user's strides (4-byte
 //               stores of 2 elements where o and its strides allow, else 2-byte), rows >= seq_q skipped;
 //               LSE = (m + log2 l) * ln 2 by the lane owning column 0 of the row.
@@ -39,8 +45,8 @@
 //   Qs[HD/64][128][64]                 T   TMA SWIZZLE_128B: 16-byte chunk c of row r at r*128 + (c ^ r%8)*16
 //   Ks[STAGES][HD/64][BN][64]          T   the same swizzle; panel p holds head-dim columns [64p, 64p + 64)
 //   Vs[STAGES][HD/64][BN][64]          T   the same
-//   q_full, k_full[STAGES], v_full[STAGES], empty[STAGES]   u64 mbarriers
-//   bytes = 1024 + 128*HD*2 + 2*STAGES*BN*HD*2 + 8*(1 + 3*STAGES)  (fa::smem_bytes<HD, BN, STAGES>())
+//   q_full, k_full[STAGES], v_full[STAGES], k_empty[STAGES], v_empty[STAGES]   u64 mbarriers
+//   bytes = 1024 + 128*HD*2 + 2*STAGES*BN*HD*2 + 8*(1 + 4*STAGES)  (fa::smem_bytes<HD, BN, STAGES>())
 //   Every tile starts on a 1024-byte boundary (128 and BN are multiples of 8 rows of 128 bytes).
 //
 // ---- Tensor maps (encoded by the host, cuTensorMapEncodeTiled; see driver.cu: encode_qkv_map) ---------------------
@@ -104,7 +110,7 @@ constexpr int kConsumerRegs = 232;
 
 template <int HD, int BN, int STAGES>
 __host__ __device__ constexpr int smem_bytes() {
-    return 1024 + kBM * HD * 2 + 2 * STAGES * BN * HD * 2 + 8 * (1 + 3 * STAGES);
+    return 1024 + kBM * HD * 2 + 2 * STAGES * BN * HD * 2 + 8 * (1 + 4 * STAGES);
 }
 
 // ---- wgmma wrappers ----------------------------------------------------------------------------------------------
@@ -250,10 +256,113 @@ __device__ __forceinline__ int kv_tiles(int m0, int seq_q, int seq_kv) {
     return min(all, last_row / BN + 1);
 }
 
+// ---- per-tile pieces of a consumer warpgroup --------------------------------------------------------------------
+// S = Q K^T for one KV tile: HD / 16 wgmmas (no fence / commit here). q_wg: the warpgroup's 64 rows of Qs panel 0;
+// k_stage: the stage's K panel 0.
+template <int HD, int BN, int QPANEL, bool BF16>
+__device__ __forceinline__ void qk(float (&sacc)[BN / 2], unsigned q_wg, unsigned k_stage) {
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; ++kk) {
+        const unsigned long long da = desc_k128(q_wg + (kk / 4) * QPANEL + (kk % 4) * 32);
+        const unsigned long long db = desc_k128(k_stage + (kk / 4) * (BN * 128) + (kk % 4) * 32);
+        Mma<BN, BF16>::ss(sacc, da, db, kk > 0 ? 1 : 0);
+    }
+}
+
+// O += P V for one KV tile: BN / 16 wgmmas, A = P fragments, B = V (MN-major, 16 KV rows = 2048 bytes per k-step).
+template <int HD, int BN, bool BF16>
+__device__ __forceinline__ void pv(float (&oacc)[HD / 2], const unsigned (&pa)[BN / 16][4], unsigned v_stage) {
+#pragma unroll
+    for (int t = 0; t < BN / 16; ++t) Mma<HD, BF16>::rs(oacc, pa[t], desc_mn128(v_stage + t * 2048, BN * 128), 1);
+}
+
+// Mask (KV columns >= seq_kv; with CAUSAL columns > row) where the tile needs it, then the online softmax of both
+// rows of the thread: p = exp2(scale2 * s - m_new) in place, m and this thread's part of l updated, alpha =
+// exp2(m_old - m_new) returned for the rescale of O. n0: the tile's first KV column; row0: the thread's first row
+// (the second is row0 + 8); wg_row0: the warpgroup's first row.
+template <int BN, int CAUSAL>
+__device__ __forceinline__ void softmax_tile(float (&sacc)[BN / 2], float (&m_run)[2], float (&l_run)[2],
+                                             float (&alpha)[2], int n0, int row0, int wg_row0, int seq_kv,
+                                             float scale2, int lane) {
+    const float NEG_INF = -__int_as_float(0x7f800000);
+    const bool tail = n0 + BN > seq_kv;
+    const bool diag = CAUSAL && n0 + BN - 1 > wg_row0;
+    if (tail || diag) {
+#pragma unroll
+        for (int jj = 0; jj < BN / 8; ++jj) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int col = n0 + 8 * jj + 2 * (lane % 4) + e;
+#pragma unroll
+                for (int hh = 0; hh < 2; ++hh) {
+                    if (col >= seq_kv || (CAUSAL && col > row0 + 8 * hh)) sacc[4 * jj + 2 * hh + e] = NEG_INF;
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+        float mx = NEG_INF;
+#pragma unroll
+        for (int jj = 0; jj < BN / 8; ++jj) mx = fmaxf(mx, fmaxf(sacc[4 * jj + 2 * hh], sacc[4 * jj + 2 * hh + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));  // the 4 lanes of a quad share the row
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float m_new = fmaxf(m_run[hh], mx * scale2);
+        const float m_use = m_new == NEG_INF ? 0.f : m_new;  // nothing visible yet: p = 0, no inf - inf
+        alpha[hh] = fast_exp2(m_run[hh] - m_use);
+        m_run[hh] = m_new;
+        float sum = 0.f;
+#pragma unroll
+        for (int jj = 0; jj < BN / 8; ++jj) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const float p = fast_exp2(fmaf(sacc[4 * jj + 2 * hh + e], scale2, -m_use));
+                sacc[4 * jj + 2 * hh + e] = p;
+                sum += p;
+            }
+        }
+        l_run[hh] = l_run[hh] * alpha[hh] + sum;
+    }
+}
+
+template <int HD>
+__device__ __forceinline__ void rescale(float (&oacc)[HD / 2], const float (&alpha)[2]) {
+#pragma unroll
+    for (int jj = 0; jj < HD / 8; ++jj) {
+        oacc[4 * jj + 0] *= alpha[0];
+        oacc[4 * jj + 1] *= alpha[0];
+        oacc[4 * jj + 2] *= alpha[1];
+        oacc[4 * jj + 3] *= alpha[1];
+    }
+}
+
+// P (the S accumulators after softmax_tile) as the A fragments of the BN / 16 k-steps of O += P V.
+template <int BN, bool BF16>
+__device__ __forceinline__ void to_a(const float (&sacc)[BN / 2], unsigned (&pa)[BN / 16][4]) {
+#pragma unroll
+    for (int t = 0; t < BN / 16; ++t) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) pa[t][i] = pack2<BF16>(sacc[8 * t + 2 * i], sacc[8 * t + 2 * i + 1]);
+    }
+}
+
+// Keeps the A fragments live (and unmodified) until the wgmma.wait_group after the wgmmas that read them.
+template <int BN>
+__device__ __forceinline__ void fence_a(unsigned (&pa)[BN / 16][4]) {
+#pragma unroll
+    for (int t = 0; t < BN / 16; ++t) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(pa[t][i])::"memory");
+    }
+}
+
 }  // namespace fa
 }  // namespace smemtile
 
-template <typename T, int HD, int BN, int STAGES, int CAUSAL>
+// OVERLAP 0: per KV tile S, wait, softmax, O += P V, wait (the two consumer warpgroups interleave on their own).
+// OVERLAP 1 (FA3's intra-warpgroup pipelining): S_{j} and O += P_{j-1} V_{j-1} are issued back to back; the
+// softmax of tile j runs while the P V wgmmas of tile j - 1 are in flight; O is rescaled after they complete.
+template <typename T, int HD, int BN, int STAGES, int CAUSAL, int OVERLAP>
 __global__ void __launch_bounds__(smemtile::fa::kThreads, 1)
     flash_attn_wgmma(const T* q, const T* k, const T* v, T* o, float* lse,
                      const __grid_constant__ smemtile::fa::TensorMap tm_q,
@@ -269,19 +378,20 @@ __global__ void __launch_bounds__(smemtile::fa::kThreads, 1)
     namespace fa = smemtile::fa;
     constexpr bool BF16 = fa::same<T, smemtile::bf16>::value;
     constexpr int BM = fa::kBM;
-    constexpr int PANELS = HD / 64;             // 128-byte panels per row
-    constexpr int Q_BYTES = BM * HD * 2;        // the Q tile
-    constexpr int Q_PANEL = BM * 128;           // one 64-column panel of it
-    constexpr int KV_BYTES = BN * HD * 2;       // one stage of K (or V)
-    constexpr int KV_PANEL = BN * 128;          // one 64-column panel of it
-    constexpr int SACC = BN / 2;                // S accumulators per thread
-    constexpr int OACC = HD / 2;                // O accumulators per thread
+    constexpr int PANELS = HD / 64;        // 128-byte panels per row
+    constexpr int Q_BYTES = BM * HD * 2;   // the Q tile
+    constexpr int Q_PANEL = BM * 128;      // one 64-column panel of it
+    constexpr int KV_BYTES = BN * HD * 2;  // one stage of K (or V)
+    constexpr int KV_PANEL = BN * 128;     // one 64-column panel of it
+    constexpr int SACC = BN / 2;           // S accumulators per thread
+    constexpr int OACC = HD / 2;           // O accumulators per thread
     static_assert(fa::same<T, smemtile::f16>::value || fa::same<T, smemtile::bf16>::value,
                   "T must be smemtile::f16 or smemtile::bf16");
     static_assert(HD == 64 || HD == 128, "HD: 64 or 128");
     static_assert(BN == 64 || BN == 128, "BN: 64 or 128 KV rows per tile");
     static_assert(STAGES >= 2 && STAGES <= 4, "STAGES: 2..4");
     static_assert(CAUSAL == 0 || CAUSAL == 1, "CAUSAL: 0 or 1");
+    static_assert(OVERLAP == 0 || OVERLAP == 1, "OVERLAP: 0 (simple) or 1 (softmax under the P V wgmmas)");
     static_assert(fa::smem_bytes<HD, BN, STAGES>() <= 232448, "shared memory: at most 227 KB per block");
     (void)q, (void)k, (void)v, (void)q_sb, (void)q_ss, (void)q_sh, (void)k_sb, (void)k_ss, (void)k_sh, (void)v_sb,
         (void)v_ss, (void)v_sh, (void)batch;
@@ -295,7 +405,8 @@ __global__ void __launch_bounds__(smemtile::fa::kThreads, 1)
     const unsigned q_full = bars;
     auto k_full = [&](int s) { return bars + 8u * (1 + s); };
     auto v_full = [&](int s) { return bars + 8u * (1 + STAGES + s); };
-    auto empty = [&](int s) { return bars + 8u * (1 + 2 * STAGES + s); };
+    auto k_empty = [&](int s) { return bars + 8u * (1 + 2 * STAGES + s); };
+    auto v_empty = [&](int s) { return bars + 8u * (1 + 3 * STAGES + s); };
 
     const int tid = threadIdx.x;
     const int wgi = tid / 128;
@@ -310,7 +421,8 @@ __global__ void __launch_bounds__(smemtile::fa::kThreads, 1)
         for (int s = 0; s < STAGES; ++s) {
             fa::mbar_init(k_full(s), 1);
             fa::mbar_init(v_full(s), 1);
-            fa::mbar_init(empty(s), 2);  // one arrival per consumer warpgroup
+            fa::mbar_init(k_empty(s), 2);  // one arrival per consumer warpgroup
+            fa::mbar_init(v_empty(s), 2);
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
         fa::prefetch_map(&tm_q);
@@ -320,23 +432,32 @@ __global__ void __launch_bounds__(smemtile::fa::kThreads, 1)
     __syncthreads();
 
     if (wgi == 0) {
-        // ---- producer ----
+        // ---- producer: Q, K_0, then K_{j+1} before V_j (S of the next tile never waits behind V) ----
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(fa::kProducerRegs));
         if (tid == 0) {
-            fa::mbar_expect_tx(q_full, Q_BYTES);
-#pragma unroll
-            for (int p = 0; p < PANELS; ++p) fa::tma_load_4d(q_s + p * Q_PANEL, &tm_q, 64 * p, m0, h, b, q_full);
-            for (int j = 0; j < n_kv; ++j) {
+            auto load_k = [&](int j) {
                 const int s = j % STAGES;
-                fa::mbar_wait(empty(s), ((j / STAGES) & 1) ^ 1);  // the first round passes (the phase before counts)
+                fa::mbar_wait(k_empty(s), ((j / STAGES) & 1) ^ 1);  // the first round passes
                 fa::mbar_expect_tx(k_full(s), KV_BYTES);
 #pragma unroll
                 for (int p = 0; p < PANELS; ++p)
                     fa::tma_load_4d(k_s + s * KV_BYTES + p * KV_PANEL, &tm_k, 64 * p, j * BN, h, b, k_full(s));
+            };
+            auto load_v = [&](int j) {
+                const int s = j % STAGES;
+                fa::mbar_wait(v_empty(s), ((j / STAGES) & 1) ^ 1);
                 fa::mbar_expect_tx(v_full(s), KV_BYTES);
 #pragma unroll
                 for (int p = 0; p < PANELS; ++p)
                     fa::tma_load_4d(v_s + s * KV_BYTES + p * KV_PANEL, &tm_v, 64 * p, j * BN, h, b, v_full(s));
+            };
+            fa::mbar_expect_tx(q_full, Q_BYTES);
+#pragma unroll
+            for (int p = 0; p < PANELS; ++p) fa::tma_load_4d(q_s + p * Q_PANEL, &tm_q, 64 * p, m0, h, b, q_full);
+            if (n_kv > 0) load_k(0);
+            for (int j = 0; j < n_kv; ++j) {
+                if (j + 1 < n_kv) load_k(j + 1);
+                load_v(j);
             }
         }
     } else {
@@ -347,6 +468,7 @@ __global__ void __launch_bounds__(smemtile::fa::kThreads, 1)
         const int w = ct / 32, lane = ct % 32;
         const int row0 = m0 + c * 64 + 16 * w + lane / 4;  // this thread's rows: row0 and row0 + 8
         const int wg_row0 = m0 + c * 64;                   // the warpgroup's first row
+        const unsigned q_wg = q_s + c * 64 * 128;          // its 64 rows of Qs (panel 0)
         const float scale2 = scale * 1.4426950408889634f;  // exp(x) = exp2(x * log2 e)
         const float NEG_INF = -__int_as_float(0x7f800000);
 
@@ -355,99 +477,84 @@ __global__ void __launch_bounds__(smemtile::fa::kThreads, 1)
         for (int i = 0; i < OACC; ++i) oacc[i] = 0.f;
         float m_run[2] = {NEG_INF, NEG_INF};  // running row max of scale2 * s
         float l_run[2] = {0.f, 0.f};          // this thread's part of the running row sum
+        float sacc[SACC];
+        unsigned pa[BN / 16][4];
+        float alpha[2];
 
         fa::mbar_wait(q_full, 0);
-        for (int j = 0; j < n_kv; ++j) {
-            const int s = j % STAGES;
-            const unsigned ph = (j / STAGES) & 1;
-            float sacc[SACC];
-            fa::mbar_wait(k_full(s), ph);
-            fa::wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < HD / 16; ++kk) {
-                const unsigned long long da =
-                    fa::desc_k128(q_s + (kk / 4) * Q_PANEL + c * 64 * 128 + (kk % 4) * 32);
-                const unsigned long long db = fa::desc_k128(k_s + s * KV_BYTES + (kk / 4) * KV_PANEL + (kk % 4) * 32);
-                fa::Mma<BN, BF16>::ss(sacc, da, db, kk > 0 ? 1 : 0);
+        if constexpr (OVERLAP == 0) {
+            for (int j = 0; j < n_kv; ++j) {
+                const int s = j % STAGES;
+                const unsigned ph = (j / STAGES) & 1;
+                fa::mbar_wait(k_full(s), ph);
+                fa::wgmma_fence();
+                fa::qk<HD, BN, Q_PANEL, BF16>(sacc, q_wg, k_s + s * KV_BYTES);
+                fa::wgmma_commit();
+                fa::wgmma_wait<0>();
+                fa::fence_acc(sacc);
+                if (ct == 0) fa::mbar_arrive(k_empty(s));
+                fa::softmax_tile<BN, CAUSAL>(sacc, m_run, l_run, alpha, j * BN, row0, wg_row0, seq_kv, scale2, lane);
+                fa::rescale<HD>(oacc, alpha);
+                fa::to_a<BN, BF16>(sacc, pa);
+                fa::mbar_wait(v_full(s), ph);
+                fa::wgmma_fence();
+                fa::pv<HD, BN, BF16>(oacc, pa, v_s + s * KV_BYTES);
+                fa::wgmma_commit();
+                fa::wgmma_wait<0>();
+                fa::fence_acc(oacc);
+                fa::fence_a<BN>(pa);
+                if (ct == 0) fa::mbar_arrive(v_empty(s));
             }
-            fa::wgmma_commit();
-            fa::wgmma_wait<0>();
-            fa::fence_acc(sacc);
-
-            // mask: KV columns >= seq_kv, and (CAUSAL) columns > row; only tiles that cross either
-            const int n0 = j * BN;
-            const bool tail = n0 + BN > seq_kv;
-            const bool diag = CAUSAL && n0 + BN - 1 > wg_row0;
-            if (tail || diag) {
-#pragma unroll
-                for (int jj = 0; jj < BN / 8; ++jj) {
-#pragma unroll
-                    for (int e = 0; e < 2; ++e) {
-                        const int col = n0 + 8 * jj + 2 * (lane % 4) + e;
-#pragma unroll
-                        for (int hh = 0; hh < 2; ++hh) {
-                            const int row = row0 + 8 * hh;
-                            if (col >= seq_kv || (CAUSAL && col > row)) sacc[4 * jj + 2 * hh + e] = NEG_INF;
-                        }
-                    }
-                }
+        } else {
+            if (n_kv > 0) {
+                fa::mbar_wait(k_full(0), 0);
+                fa::wgmma_fence();
+                fa::qk<HD, BN, Q_PANEL, BF16>(sacc, q_wg, k_s);
+                fa::wgmma_commit();
+                fa::wgmma_wait<0>();
+                fa::fence_acc(sacc);
+                if (ct == 0) fa::mbar_arrive(k_empty(0));
+                fa::softmax_tile<BN, CAUSAL>(sacc, m_run, l_run, alpha, 0, row0, wg_row0, seq_kv, scale2, lane);
+                fa::to_a<BN, BF16>(sacc, pa);  // O is still 0: no rescale
             }
-
-            // online softmax, rows hh = 0, 1
-            float alpha[2];
-#pragma unroll
-            for (int hh = 0; hh < 2; ++hh) {
-                float mx = NEG_INF;
-#pragma unroll
-                for (int jj = 0; jj < BN / 8; ++jj)
-                    mx = fmaxf(mx, fmaxf(sacc[4 * jj + 2 * hh], sacc[4 * jj + 2 * hh + 1]));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-                const float m_new = fmaxf(m_run[hh], mx * scale2);
-                const float m_use = m_new == NEG_INF ? 0.f : m_new;  // a row with nothing visible yet: p = 0
-                alpha[hh] = fa::fast_exp2(m_run[hh] - m_use);
-                m_run[hh] = m_new;
-                float sum = 0.f;
-#pragma unroll
-                for (int jj = 0; jj < BN / 8; ++jj) {
-#pragma unroll
-                    for (int e = 0; e < 2; ++e) {
-                        const float p = fa::fast_exp2(fmaf(sacc[4 * jj + 2 * hh + e], scale2, -m_use));
-                        sacc[4 * jj + 2 * hh + e] = p;
-                        sum += p;
-                    }
-                }
-                l_run[hh] = l_run[hh] * alpha[hh] + sum;
+            for (int j = 1; j < n_kv; ++j) {
+                const int s = j % STAGES, sp = (j - 1) % STAGES;
+                // both waits before the fence: a wait loop between the fence and a wgmma makes ptxas insert
+                // another fence (C7519); V_{j-1} was issued right after K_j, so it is there as soon as K_j is
+                fa::mbar_wait(k_full(s), (j / STAGES) & 1);
+                fa::mbar_wait(v_full(sp), ((j - 1) / STAGES) & 1);
+                fa::fence_acc(oacc);  // the rescale and the P conversion happen before the fence, not after
+                fa::fence_a<BN>(pa);
+                fa::wgmma_fence();
+                fa::qk<HD, BN, Q_PANEL, BF16>(sacc, q_wg, k_s + s * KV_BYTES);
+                fa::wgmma_commit();
+                fa::pv<HD, BN, BF16>(oacc, pa, v_s + sp * KV_BYTES);
+                fa::wgmma_commit();
+                fa::wgmma_wait<1>();  // S_j is done; P_{j-1} V_{j-1} may still run
+                fa::fence_acc(sacc);
+                if (ct == 0) fa::mbar_arrive(k_empty(s));
+                fa::softmax_tile<BN, CAUSAL>(sacc, m_run, l_run, alpha, j * BN, row0, wg_row0, seq_kv, scale2, lane);
+                fa::wgmma_wait<0>();
+                fa::fence_acc(oacc);
+                fa::fence_a<BN>(pa);
+                if (ct == 0) fa::mbar_arrive(v_empty(sp));
+                fa::rescale<HD>(oacc, alpha);
+                fa::to_a<BN, BF16>(sacc, pa);
             }
-#pragma unroll
-            for (int jj = 0; jj < HD / 8; ++jj) {
-                oacc[4 * jj + 0] *= alpha[0];
-                oacc[4 * jj + 1] *= alpha[0];
-                oacc[4 * jj + 2] *= alpha[1];
-                oacc[4 * jj + 3] *= alpha[1];
+            if (n_kv > 0) {
+                const int sp = (n_kv - 1) % STAGES;
+                fa::mbar_wait(v_full(sp), ((n_kv - 1) / STAGES) & 1);
+                fa::wgmma_fence();
+                fa::pv<HD, BN, BF16>(oacc, pa, v_s + sp * KV_BYTES);
+                fa::wgmma_commit();
+                fa::wgmma_wait<0>();
+                fa::fence_acc(oacc);
+                fa::fence_a<BN>(pa);
+                if (ct == 0) fa::mbar_arrive(v_empty(sp));
             }
-            // P as the A fragments of the BN / 16 k-steps of O += P V
-            unsigned pa[BN / 16][4];
-#pragma unroll
-            for (int t = 0; t < BN / 16; ++t) {
-#pragma unroll
-                for (int i = 0; i < 4; ++i) pa[t][i] = fa::pack2<BF16>(sacc[8 * t + 2 * i], sacc[8 * t + 2 * i + 1]);
-            }
-
-            fa::mbar_wait(v_full(s), ph);
-            fa::wgmma_fence();
-#pragma unroll
-            for (int t = 0; t < BN / 16; ++t) {
-                const unsigned long long db = fa::desc_mn128(v_s + s * KV_BYTES + t * 16 * 128, KV_PANEL);
-                fa::Mma<HD, BF16>::rs(oacc, pa[t], db, 1);
-            }
-            fa::wgmma_commit();
-            fa::wgmma_wait<0>();
-            fa::fence_acc(oacc);
-            if (ct == 0) fa::mbar_arrive(empty(s));
         }
 
-        // ---- epilogue ----
+        // ---- epilogue: O / l with the user's strides, LSE ----
         const bool vec = (reinterpret_cast<unsigned long long>(o) & 3) == 0 && (o_ss % 2) == 0 &&
                          (o_sh % 2) == 0 && (o_sb % 2) == 0;
 #pragma unroll
