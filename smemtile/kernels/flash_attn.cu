@@ -30,7 +30,7 @@
 //     (ex2.approx); l = l * 2^(m_old - m) + rowsum p (per thread; the quad sums it once, at the end); O *= 2^(m_old - m)
 //   P to 16-bit A fragments in registers: the m16n8 accumulator of keys 16kk..16kk+15 is the m16k16 A fragment
 //   O += P V: ldmatrix.x4.trans of Vs (rows = keys, V is the row-major B operand), mma.sync
-//   epilogue: O / l stored as 2-element pairs (rows past seq_q are not stored); lse = (m * ln 2) + log(l)
+//   epilogue: O / l stored as 2-element pairs (rows past seq_q are not stored); lse = (m + log2(l)) * ln 2
 //
 // ---- Masks and tails ----------------------------------------------------------------------------------------------
 //   keys j >= seq_kv get -inf (only the last tile can hold them; their K and V rows are zero-filled, so P * V
@@ -166,6 +166,18 @@ __device__ __forceinline__ unsigned pack2(float lo, float hi) {
 __device__ __forceinline__ float ex2(float x) {  // 2^x; ex2.approx(-inf) = +0
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+// log2(x) and 1/x, approximate (a few ulps): the epilogue's l is >= 1 (the row max contributes 2^0), so no
+// denormal or zero reaches them; IEEE logf and division would branch on the value
+__device__ __forceinline__ float lg2(float x) {
+    float y;
+    asm("lg2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+__device__ __forceinline__ float rcp(float x) {
+    float y;
+    asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
     return y;
 }
 
@@ -423,13 +435,13 @@ flash_attn(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict
         l += __shfl_xor_sync(0xffffffffu, l, 1);
         l += __shfl_xor_sync(0xffffffffu, l, 2);
         const int row = row0 + 8 * r;
-        const float inv = 1.f / l;
+        const float inv = fa::rcp(l);
         if (row < seq_q) {
             unsigned short* orow = os + row * o_ss + 2 * t4;
 #pragma unroll
             for (int j = 0; j < NO; ++j)
                 *reinterpret_cast<unsigned*>(orow + j * 8) = fa::pack2<T>(acc_o[j][2 * r] * inv, acc_o[j][2 * r + 1] * inv);
-            if (t4 == 0) lse[(long long)bh * seq_q + row] = m_run[r] * 0.6931471805599453f + logf(l);
+            if (t4 == 0) lse[(long long)bh * seq_q + row] = (m_run[r] + fa::lg2(l)) * 0.6931471805599453f;
         }
     }
 }

@@ -44,10 +44,11 @@ Launch: grid = (ceil(seq_q / BM), batch * heads, 1), block = 32 * WARPS threads,
 Tolerance (max |o - ref| / max |ref| against the float64 reference of the same 16-bit inputs): the products in
 S are exact in fp32 and summed in fp32 (head_dim 128: ~1e-6 relative); ex2.approx is within 2^-22. What counts
 is 16-bit rounding, twice: P is rounded to the input type before P V (each weight within half an ulp: 2^-9 bf16,
-2^-11 f16, relative) and o is rounded on the store (the same half ulp of o). The P error is a weighted sum of v
-over the softmax, bounded by half an ulp x max |v| / l; with standard-normal v that is a few times max |o| at the
-test sizes (max |v| ~ 4 against max |o| ~ 1 for short rows, less for long ones, where the errors average):
-bf16 2e-2 (10 half-ulps), f16 4e-3 (8 half-ulps). lse is fp32 from exact products: 1e-3 absolute (GPU test).
+2^-11 f16, relative) and o is rounded on the store (half an ulp of o). A numpy model of exactly that schedule and
+rounding (tests/test_flash_attn_family.py) gives 1.7e-3 to 2.7e-3 (bf16) and 2.5e-4 (f16) at the test sizes, about
+one half-ulp of max |o| plus the averaged P errors; the tolerances leave ~4x for what the model leaves out (the
+mma's fp32 summation order, ex2.approx): bf16 1e-2, f16 2e-3. lse is fp32 from exact products: 1e-3 absolute in
+natural-log units (GPU tests: LSE_TOLERANCE).
 """
 
 from __future__ import annotations
@@ -178,8 +179,8 @@ class FlashAttn(Family):
     )
     output = "o"
     smem_kind = "dynamic"
-    tolerance = 4e-3  # f16 (module text)
-    TOLERANCE_BF16 = 2e-2
+    tolerance = 2e-3  # f16 (module text)
+    TOLERANCE_BF16 = 1e-2
 
     # ---- shape --------------------------------------------------------------------------------------------
     def threads(self, p: dict[str, int]) -> int:
