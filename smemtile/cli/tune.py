@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
@@ -275,7 +276,18 @@ class _terminated:
             )
         except Exception:
             pass
-        sys.exit(130 if issubclass(kind, KeyboardInterrupt) else 143)
+        code = 130 if issubclass(kind, KeyboardInterrupt) else 143
+        if self.old is None:
+            sys.exit(code)
+        # the command's own process, stopped by a signal: every result is already fsynced and the executor's
+        # processes are ended, so leave now. A normal exit would run concurrent.futures' atexit hook, which
+        # can write to the wakeup pipe of the executor the signal tore down (a Traceback after the one line)
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        os._exit(code)
 
 
 def _export(doc: dict, path: Path | None, inputs) -> None:
