@@ -191,7 +191,7 @@ def launch_helper(cfg: KernelConfig, *, name: str | None = None) -> str:
     used = in_works | _names(
         [e for e, _ in reqs]
         + [x for c in calls for x in (c.when, *c.grid, *c.block, *c.cluster, *c.args)]
-        + [x for t in maps for x in (t.when, t.row_stride, *t.dims, *t.box)],
+        + [x for t in maps for x in (t.when, *t.stride_exprs, *t.dims, *t.box)],
         plain,
     )
     aligns = {arr: n for arr, n in fam.align_names().items() if n in used}
@@ -428,19 +428,23 @@ def _tensor_map_lines(fam: Family, cfg: KernelConfig, maps, consts: dict) -> lis
             else f"({t.array} ? (void*){t.array} : (void*){fallback[t.array]})"
         )
         dims = ", ".join(f"(cuuint64_t)({parse_expr(d).cpp(consts)})" for d in t.dims)
-        stride = parse_expr(t.row_stride).cpp(consts, "(long long){}")
+        rank = len(t.dims)
+        strides = ", ".join(
+            f"(cuuint64_t)({parse_expr(x).cpp(consts, '(long long){}')})" for x in t.stride_exprs
+        )
         box = ", ".join(f"(cuuint32_t)({parse_expr(b).cpp(consts)})" for b in t.box)
+        unit = ", ".join(["1"] * rank)
         when = parse_expr(t.when).cpp(consts)
         if t.doc:
             out.append(f"{ind}// {t.name}: {_clean(t.doc)}")
         out += [
             f"{ind}smemtile::TensorMap {t.name} = {{}};",
             f"{ind}if ({when}) {{",
-            f"{ind}    const cuuint64_t dims[2] = {{{dims}}};",
-            f"{ind}    const cuuint64_t strides[1] = {{(cuuint64_t)({stride})}};",
-            f"{ind}    const cuuint32_t box[2] = {{{box}}};",
-            f"{ind}    const cuuint32_t unit[2] = {{1, 1}};",
-            f"{ind}    if (encode(reinterpret_cast<CUtensorMap*>(&{t.name}), CU_TENSOR_MAP_DATA_TYPE_{dtype}, 2, "
+            f"{ind}    const cuuint64_t dims[{rank}] = {{{dims}}};",
+            f"{ind}    const cuuint64_t strides[{rank - 1}] = {{{strides}}};",
+            f"{ind}    const cuuint32_t box[{rank}] = {{{box}}};",
+            f"{ind}    const cuuint32_t unit[{rank}] = {{{unit}}};",
+            f"{ind}    if (encode(reinterpret_cast<CUtensorMap*>(&{t.name}), CU_TENSOR_MAP_DATA_TYPE_{dtype}, {rank}, "
             f"{ptr}, dims, strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, "
             f"CU_TENSOR_MAP_SWIZZLE_{t.swizzle.upper()}, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, "
             "CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)",
@@ -452,7 +456,7 @@ def _tensor_map_lines(fam: Family, cfg: KernelConfig, maps, consts: dict) -> lis
 
 def instantiation(cfg: KernelConfig) -> str:
     fam = FAMILIES[cfg.family]
-    types = ", ".join(_c_type(fam, cfg, d.rsplit(" ", 1)[0].strip()) for d in fam.signature)
+    types = ", ".join(_c_type(fam, cfg, d.rsplit(" ", 1)[0].strip()) for d in fam.kernel_signature(cfg))
     return f"template __global__ void {fam.name_expression(cfg)}({types});"
 
 
@@ -601,7 +605,9 @@ def _header(
             )
     for t in plan.tensor_maps:
         out.append(
-            f"// TMA map {t.name}: {t.array} dims {list(t.dims)}, row stride {t.strides[0]} B, box "
+            f"// TMA map {t.name}: {t.array} dims {list(t.dims)}, "
+            + (f"row stride {t.strides[0]} B" if len(t.strides) == 1 else f"strides {list(t.strides)} B")
+            + ", box "
             f"{list(t.box)}, SWIZZLE_{t.swizzle.upper()}" + ("" if t.active else " (not used: zero-filled)")
         )
     return "\n".join(out)

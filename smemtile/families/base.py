@@ -162,17 +162,24 @@ class TensorMapArg:
     ``cuTensorMapEncodeTiled`` over host array ``array``. The Python launcher (smemtile.gpu.run) and the generated
     C++ helper make the same call from the same expressions; the kernel takes it by value as
     ``const __grid_constant__ smemtile::TensorMap NAME``. Dimensions are innermost first (a row-major
-    ``rows x cols`` array is ``dims = (cols, rows)``); ``row_stride`` is in bytes. When ``when`` is 0 a zero-filled
-    map is passed (the kernel must not use it)."""
+    ``rows x cols`` array is ``dims = (cols, rows)``); ``row_stride`` is in bytes (a 2-D map), ``strides`` the
+    byte strides of dims 1.. of a map of any rank up to 5 (e.g. attention's [batch, seq, heads, head_dim]:
+    ``dims = (head_dim, seq, heads, batch)``). When ``when`` is 0 a zero-filled map is passed (the kernel must not
+    use it)."""
 
     name: str
     array: str
-    dims: tuple[str, str]
+    dims: tuple[str, ...]
     row_stride: str
-    box: tuple[str, str]
+    box: tuple[str, ...]
     swizzle: str = "128B"  # none | 32B | 64B | 128B (CU_TENSOR_MAP_SWIZZLE_*)
     when: str = "1"
     doc: str = ""
+    strides: tuple[str, ...] = ()  # bytes, dims 1..; empty: (row_stride,)
+
+    @property
+    def stride_exprs(self) -> tuple[str, ...]:
+        return self.strides or (self.row_stride,)
 
 
 @dataclass(frozen=True)
@@ -490,6 +497,11 @@ class Family:
     def stages(self, p: dict[str, int]) -> int:
         return 1
 
+    def kernel_signature(self, cfg: KernelConfig) -> tuple[str, ...]:
+        """The main kernel's parameters for this configuration (``signature`` unless a path of the family
+        takes others, e.g. an sm_90a kernel's tensor maps)."""
+        return self.signature
+
     def tensor_maps(self, cfg: KernelConfig) -> list[TensorMapArg]:
         """TMA descriptors the launch plan encodes before the kernel (none by default)."""
         return []
@@ -698,7 +710,7 @@ class Family:
                     t.array,
                     self.array_dtype(cfg, src),
                     tuple(_eval(x, env, what) for x in t.dims),
-                    (_eval(t.row_stride, env, what),),
+                    tuple(_eval(x, env, what) for x in t.stride_exprs),
                     tuple(_eval(x, env, what) for x in t.box),
                     t.swizzle,
                     bool(_eval(t.when, env, what)),
@@ -708,7 +720,7 @@ class Family:
 
     def param_types(self, cfg: KernelConfig, call: KernelCall) -> list[str]:
         """The C++ types of ``call``'s parameters (the main kernel's signature, or the call's own)."""
-        decls = self.signature if call.main else call.params
+        decls = self.kernel_signature(cfg) if call.main else call.params
         ctypes = self.ctypes(cfg)
         return [_decl_type(d).format(**ctypes) for d in decls]
 
