@@ -257,8 +257,9 @@ bool launch_cfg(const Problem& pb, const T* q, const T* k, const T* v, T* o, flo
 
 template <class T, int HD, int BN, int STAGES, int CAUSAL>
 bool launch_sched(const Problem& pb, const T* q, const T* k, const T* v, T* o, float* lse, cudaStream_t st) {
-    return pb.overlap ? launch_cfg<T, HD, BN, STAGES, CAUSAL, 1>(pb, q, k, v, o, lse, st)
-                      : launch_cfg<T, HD, BN, STAGES, CAUSAL, 0>(pb, q, k, v, o, lse, st);
+    if (pb.overlap == 2) return launch_cfg<T, HD, BN, STAGES, CAUSAL, 2>(pb, q, k, v, o, lse, st);
+    if (pb.overlap == 1) return launch_cfg<T, HD, BN, STAGES, CAUSAL, 1>(pb, q, k, v, o, lse, st);
+    return launch_cfg<T, HD, BN, STAGES, CAUSAL, 0>(pb, q, k, v, o, lse, st);
 }
 
 template <class T, bool ALT>
@@ -467,7 +468,7 @@ int run_check() {
     int fails = 0, n = 0;
     const int seqs[] = {1, 17, 100, 129, 300};
     const int pairs[][2] = {{17, 300}, {300, 17}, {129, 100}, {1, 129}, {200, 1}};
-    for (int ov : {0, 1}) {  // the simple schedule first: if it passes and OVERLAP 1 does not, the overlap is wrong
+    for (int ov : {0, 1, 2}) {  // the simple schedule first: if it passes and a later one fails, that one is wrong
         uint32_t seed = 1;
         for (int hd : {64, 128})
             for (int causal : {0, 1}) {
@@ -534,7 +535,7 @@ int run_bench(bool quick) {
         fill_hash<<<1024, 256>>>(v, elems, 13, 1);
         cuda_ok(cudaDeviceSynchronize(), "fill");
         for (int causal : {0, 1})
-        for (int ov : {0, 1}) {
+        for (int ov : {0, 1, 2}) {
             Problem pb{sh.batch, sh.heads, sh.seq, sh.seq, hd, causal, {}, {}, {}, {}};
             pb.overlap = ov;
             pb.q = pb.k = pb.v = pb.o = bshd(sh.seq, sh.heads, hd);

@@ -12,7 +12,8 @@
 //   BN       KV rows per tile, 64 or 128 (the n of the S = Q K^T wgmma, the k of O += P V)
 //   STAGES   depth of the K ring and of the V ring, 2..4
 //   CAUSAL   0 or 1
-//   OVERLAP  0: the simple schedule (the fallback); 1: FA3's intra-warpgroup pipelining (below)
+//   OVERLAP  0: the simple schedule (the fallback); 1: FA3's intra-warpgroup pipelining (below); 2: 1 plus FA3's
+//            ping-pong of the two consumer warpgroups (named barriers order their GEMM issues)
 // BM is fixed at 128 query rows per CTA: two consumer warpgroups of 64 rows each (one m64 wgmma row block).
 // Block: 384 threads = warpgroup 0 (producer: one thread issues every TMA load; setmaxnreg.dec 40) + warpgroups
 // 1 and 2 (consumers; setmaxnreg.inc 232). Grid: one CTA per (q tile, batch * head): (ceil(seq_q / 128),
@@ -33,6 +34,11 @@
 //               O += P_{j-1} V_{j-1}, wait for S_j only (wgmma.wait_group 1), arrive k_empty, softmax of S_j while
 //               the P V wgmmas run, wait for them, arrive v_empty, rescale O, P_j to A fragments; finally
 //               O += P_last V_last. Registers: S (BN / 2) + O (HD / 2) + P (BN / 4) fp32/b32 per thread.
+//   consumer c, OVERLAP 2: as 1, and each block of GEMM issues (S_0; then S_j with P_{j-1} V_{j-1}; then the last
+//               P V) is a turn: bar.sync on named barrier 1 + c (256 threads) before it, bar.arrive on the other
+//               consumer's barrier after it. Consumer 1 arrives on barrier 1 once at the start, so consumer 0 goes
+//               first, and skips its arrive after its last turn, so every arrival meets a sync (n_kv + 1 turns
+//               each). One warpgroup's softmax then runs while the other's GEMMs use the tensor cores.
 //   The empty barriers count 2 arrivals (one thread per consumer warpgroup, after its wgmmas completed).
 //   epilogue:   O / l (l summed over the quad) stored straight from registers with the user's strides (4-byte
 //               stores of 2 elements where o and its strides allow, else 2-byte), rows >= seq_q skipped;
@@ -225,6 +231,14 @@ __device__ __forceinline__ void tma_load_4d(unsigned dst, const TensorMap* map, 
         : "memory");
 }
 
+// Named barriers (bar.sync / bar.arrive with a thread count: the arriving warps do not wait).
+__device__ __forceinline__ void bar_sync(int id, int threads) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void bar_arrive(int id, int threads) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 __device__ __forceinline__ void prefetch_map(const TensorMap* map) {
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<unsigned long long>(map)) : "memory");
 }
@@ -362,6 +376,7 @@ __device__ __forceinline__ void fence_a(unsigned (&pa)[BN / 16][4]) {
 // OVERLAP 0: per KV tile S, wait, softmax, O += P V, wait (the two consumer warpgroups interleave on their own).
 // OVERLAP 1 (FA3's intra-warpgroup pipelining): S_{j} and O += P_{j-1} V_{j-1} are issued back to back; the
 // softmax of tile j runs while the P V wgmmas of tile j - 1 are in flight; O is rescaled after they complete.
+// OVERLAP 2: OVERLAP 1 with the two consumer warpgroups taking turns to issue their GEMMs (FA3's ping-pong).
 template <typename T, int HD, int BN, int STAGES, int CAUSAL, int OVERLAP>
 __global__ void __launch_bounds__(smemtile::fa::kThreads, 1)
     flash_attn_wgmma(const T* q, const T* k, const T* v, T* o, float* lse,
@@ -391,7 +406,8 @@ __global__ void __launch_bounds__(smemtile::fa::kThreads, 1)
     static_assert(BN == 64 || BN == 128, "BN: 64 or 128 KV rows per tile");
     static_assert(STAGES >= 2 && STAGES <= 4, "STAGES: 2..4");
     static_assert(CAUSAL == 0 || CAUSAL == 1, "CAUSAL: 0 or 1");
-    static_assert(OVERLAP == 0 || OVERLAP == 1, "OVERLAP: 0 (simple) or 1 (softmax under the P V wgmmas)");
+    static_assert(OVERLAP >= 0 && OVERLAP <= 2,
+                  "OVERLAP: 0 (simple), 1 (softmax under the P V wgmmas) or 2 (1 with ping-pong consumers)");
     static_assert(fa::smem_bytes<HD, BN, STAGES>() <= 232448, "shared memory: at most 227 KB per block");
     (void)q, (void)k, (void)v, (void)q_sb, (void)q_ss, (void)q_sh, (void)k_sb, (void)k_ss, (void)k_sh, (void)v_sb,
         (void)v_ss, (void)v_sh, (void)batch;
@@ -506,11 +522,23 @@ __global__ void __launch_bounds__(smemtile::fa::kThreads, 1)
                 if (ct == 0) fa::mbar_arrive(v_empty(s));
             }
         } else {
+            // OVERLAP 2: turn t of this consumer = the t-th block of GEMM issues (n_kv + 1 in all)
+            auto turn_begin = [&]() {
+                if constexpr (OVERLAP == 2) fa::bar_sync(1 + c, 256);
+            };
+            auto turn_end = [&](bool last) {
+                if constexpr (OVERLAP == 2) {
+                    if (!(last && c == 1)) fa::bar_arrive(2 - c, 256);  // the other consumer's barrier
+                }
+            };
+            if (OVERLAP == 2 && c == 1 && n_kv > 0) fa::bar_arrive(1, 256);  // consumer 0 takes the first turn
             if (n_kv > 0) {
                 fa::mbar_wait(k_full(0), 0);
+                turn_begin();
                 fa::wgmma_fence();
                 fa::qk<HD, BN, Q_PANEL, BF16>(sacc, q_wg, k_s);
                 fa::wgmma_commit();
+                turn_end(false);
                 fa::wgmma_wait<0>();
                 fa::fence_acc(sacc);
                 if (ct == 0) fa::mbar_arrive(k_empty(0));
@@ -525,11 +553,13 @@ __global__ void __launch_bounds__(smemtile::fa::kThreads, 1)
                 fa::mbar_wait(v_full(sp), ((j - 1) / STAGES) & 1);
                 fa::fence_acc(oacc);  // the rescale and the P conversion happen before the fence, not after
                 fa::fence_a<BN>(pa);
+                turn_begin();
                 fa::wgmma_fence();
                 fa::qk<HD, BN, Q_PANEL, BF16>(sacc, q_wg, k_s + s * KV_BYTES);
                 fa::wgmma_commit();
                 fa::pv<HD, BN, BF16>(oacc, pa, v_s + sp * KV_BYTES);
                 fa::wgmma_commit();
+                turn_end(false);
                 fa::wgmma_wait<1>();  // S_j is done; P_{j-1} V_{j-1} may still run
                 fa::fence_acc(sacc);
                 if (ct == 0) fa::mbar_arrive(k_empty(s));
@@ -544,9 +574,13 @@ __global__ void __launch_bounds__(smemtile::fa::kThreads, 1)
             if (n_kv > 0) {
                 const int sp = (n_kv - 1) % STAGES;
                 fa::mbar_wait(v_full(sp), ((n_kv - 1) / STAGES) & 1);
+                fa::fence_acc(oacc);
+                fa::fence_a<BN>(pa);
+                turn_begin();
                 fa::wgmma_fence();
                 fa::pv<HD, BN, BF16>(oacc, pa, v_s + sp * KV_BYTES);
                 fa::wgmma_commit();
+                turn_end(true);
                 fa::wgmma_wait<0>();
                 fa::fence_acc(oacc);
                 fa::fence_a<BN>(pa);
