@@ -20,7 +20,9 @@ cycles. The tile's tensor fraction is ``mma * MMA_CYCLES / max(mma * MMA_CYCLES,
 (1.0 at head_dim 128 and BN >= 64; ~0.75 at head_dim 64: the softmax is a larger share). A block-tile's compute time
 is its 4 * BM * BN * HD flops at the SM's tensor peak x MMA_SYNC_EFF (mma.sync's share of the dense peak the GPU
 table gives) x that fraction x the warp factor ``w / (w + WARP_HIDE)`` (w: resident warps per scheduler: one warp
-stalls on its own softmax chain). The KV copies' latency LOAD_LATENCY_S is hidden by the STAGES - 1 tiles in flight and by
+stalls on its own softmax chain), or, when longer, its shared-memory traffic at SMEM_BYTES_PER_CLK: every warp
+reads the whole K and V tile by ldmatrix (16 query rows per warp: 16 flops per byte read, so the reads alone take
+half the dense tensor peak's time) and the copies write them once. The KV copies' latency LOAD_LATENCY_S is hidden by the STAGES - 1 tiles in flight and by
 the other blocks on the SM: per tile ``max(b * t1, t1 + max(0, latency - (STAGES - 1) * b * t1))`` (t1: the
 block-tile with the SM to itself, b blocks per SM). The blocks are list-scheduled onto
 SMs x blocks_per_sm slots: the makespan is max(total tiles / slots, the longest block) (causal blocks run longest
@@ -57,6 +59,7 @@ SOFTMAX_INSTR = 6  # ALU instructions per S element per thread
 TILE_INSTR = 24  # per KV tile per warp: loop, barrier, copy addresses, mask test
 MUFU_CYCLES = 8  # a warp's ex2.approx on the MUFU pipe (16 results a clock per SM: 4 per scheduler)
 WARP_HIDE = 0.35  # w / (w + WARP_HIDE): one resident warp per scheduler reaches ~74 % of its issue rate
+SMEM_BYTES_PER_CLK = 128  # shared-memory bandwidth of an SM (one 128-byte wavefront a clock)
 LOAD_LATENCY_S = 0.6e-6  # a KV tile's cp.async from L2 / DRAM until wait_group returns
 REG_BASE = 40  # registers besides the fragments and accumulators (addresses, m, l, indices)
 OVERLAP = 0.15  # the GEMM model's share of the non-binding parts that does not overlap
@@ -223,7 +226,12 @@ class FlashAttnTileModel(SizesModel):
         frac = tensor_fraction(hd, bn)
         w = bpsm * threads / 32 / 4  # resident warps per scheduler
         eff = MMA_SYNC_EFF * frac * w / (w + WARP_HIDE)
-        t1 = 4.0 * bm * bn * hd / (peak_sm * eff)  # one block-tile with the SM to itself
+        # one block-tile with the SM to itself: its mma time, or its shared-memory traffic (every warp ldmatrix's
+        # the whole K and V tile; the copies write them once) at SMEM_BYTES_PER_CLK, whichever is longer
+        t_mma = 4.0 * bm * bn * hd / (peak_sm * eff)
+        smem_tile = (threads // 32 + 1) * 2 * bn * hd * 2
+        t_smem = smem_tile / (SMEM_BYTES_PER_CLK * g.clock_ghz * 1e9)
+        t1 = max(t_mma, t_smem)
         # per block while bpsm blocks share the SM: its tensor share, or its own tile and the part of the copy's
         # latency that its STAGES - 1 tiles in flight (at the shared rate) do not cover
         t_c = bpsm * t1
@@ -249,6 +257,8 @@ class FlashAttnTileModel(SizesModel):
         t = parts[bound] + OVERLAP * (sum(parts.values()) - parts[bound]) + LAUNCH_S
         if bound == "compute" and t_tile > t_c * 1.001:
             bound = "latency"
+        elif bound == "compute" and t_smem > t_mma:
+            bound = "shared-memory"
         flops = fam.work(self.problem)[1]
         s = FaScored(
             tuple((k, p[k]) for k in PARAMS),
