@@ -178,8 +178,11 @@ struct Strides {
 struct Problem {
     int batch, heads, seq_q, seq_kv, hd, causal;
     Strides q, k, v, o;
-    int overlap = 1;  // the kernel's OVERLAP schedule
+    int overlap = 1;     // the kernel's OVERLAP schedule
+    int persistent = 0;  // > 0: min(items, persistent) CTAs that loop over the work items; 0: one CTA per item
 };
+
+int g_sms = 132;  // multiprocessors of the device (main sets it)
 
 // [b, s, h, d] with head stride sh (>= d): the dense layout when sh == d.
 Strides bshd(int seq, int heads, long long sh) { return Strides{seq * heads * sh, heads * sh, sh}; }
@@ -256,7 +259,9 @@ bool launch_cfg(const Problem& pb, const T* q, const T* k, const T* v, T* o, flo
         last[0] = q, last[1] = k, last[2] = v;
         last_pb = pb;
     }
-    const dim3 grid((pb.seq_q + smemtile::fa::kBM - 1) / smemtile::fa::kBM, pb.batch * pb.heads);
+    const long long items =
+        static_cast<long long>((pb.seq_q + smemtile::fa::kBM - 1) / smemtile::fa::kBM) * pb.batch * pb.heads;
+    const dim3 grid(static_cast<unsigned>(pb.persistent > 0 ? std::min<long long>(items, pb.persistent) : items));
     const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
     kern<<<grid, smemtile::fa::kThreads, smem, st>>>(q, k, v, o, lse, to_param(mq), to_param(mk), to_param(mv),
                                                       pb.batch, pb.heads, pb.seq_q, pb.seq_kv, pb.q.sb, pb.q.ss,
@@ -339,10 +344,13 @@ struct Err {
 enum Layout { DENSE = 0, PACKED_QKV = 1, PADDED = 2 };
 const char* layout_name(int l) { return l == DENSE ? "dense" : l == PACKED_QKV ? "packed-qkv" : "padded"; }
 
+// ctas > 0: a persistent grid of that many CTAs (each then runs several work items); 0: one CTA per item.
 template <class T, bool ALT>
-bool check_case(int overlap, int batch, int heads, int sq, int skv, int hd, int causal, int layout, uint32_t seed) {
+bool check_case1(int ctas, int overlap, int batch, int heads, int sq, int skv, int hd, int causal, int layout,
+                 uint32_t seed) {
     Problem pb{batch, heads, sq, skv, hd, causal, {}, {}, {}, {}};
     pb.overlap = overlap;
+    pb.persistent = ctas;
     // inputs: one buffer per tensor (PACKED_QKV: one [b, s, 3, h, d] buffer, sq == skv)
     long long q_off = 0, k_off = 0, v_off = 0, in_elems_q, in_elems_kv;
     if (layout == PACKED_QKV) {
@@ -402,9 +410,10 @@ bool check_case(int overlap, int batch, int heads, int sq, int skv, int hd, int 
     const T* pk = reinterpret_cast<const T*>(layout == PACKED_QKV ? dq + k_off : dk);
     const T* pv = reinterpret_cast<const T*>(layout == PACKED_QKV ? dq + v_off : dv);
     char label[160];
-    std::snprintf(label, sizeof(label), "overlap=%d %s b=%d h=%d sq=%d skv=%d d=%d causal=%d layout=%s cfg=%s",
-                  overlap, Ty<T>::name, batch, heads, sq, skv, hd, causal, layout_name(layout),
-                  ALT ? "alt" : "default");
+    std::snprintf(label, sizeof(label),
+                  "overlap=%d grid=%s %s b=%d h=%d sq=%d skv=%d d=%d causal=%d layout=%s cfg=%s", overlap,
+                  ctas ? "2-persistent" : "per-item", Ty<T>::name, batch, heads, sq, skv, hd, causal,
+                  layout_name(layout), ALT ? "alt" : "default");
     if (!launch<T, ALT>(pb, pq, pk, pv, reinterpret_cast<T*>(dout), dlse)) {
         std::printf("CHECK %s: FAIL (no launch)\n", label);
         return false;
@@ -475,6 +484,15 @@ bool check_case(int overlap, int batch, int heads, int sq, int skv, int hd, int 
     return ok;
 }
 
+// Each case twice: one CTA per work item, then a persistent grid of 2 CTAs (ring and barrier phases carried
+// across items and heads).
+template <class T, bool ALT>
+bool check_case(int overlap, int batch, int heads, int sq, int skv, int hd, int causal, int layout, uint32_t seed) {
+    const bool a = check_case1<T, ALT>(0, overlap, batch, heads, sq, skv, hd, causal, layout, seed);
+    const bool b = check_case1<T, ALT>(2, overlap, batch, heads, sq, skv, hd, causal, layout, seed);
+    return a && b;
+}
+
 // quick: 3 cases per (schedule, head dim, causal), for compute-sanitizer; only_ov >= 0: that schedule alone.
 int run_check(bool quick, int only_ov) {
     int fails = 0, n = 0;
@@ -513,7 +531,9 @@ int run_check(bool quick, int only_ov) {
                 n += 4;
             }
     }
-    std::printf("CHECK SUMMARY %d of %d cases pass\n", n - fails, n);
+    std::printf("CHECK SUMMARY %d of %d cases pass (each run with one CTA per work item and with a 2-CTA persistent "
+                "grid)\n",
+                n - fails, n);
     return fails ? 1 : 0;
 }
 
@@ -555,10 +575,13 @@ int run_bench(bool quick, int only_ov) {
         fill_hash<<<1024, 256>>>(v, elems, 13, 1);
         cuda_ok(cudaDeviceSynchronize(), "fill");
         for (int causal : {0, 1})
-        for (int ov : {0, 1, 2}) {
+        for (int ov : {0, 1, 2})
+        for (int pers : {0, 1}) {
             if (only_ov >= 0 && ov != only_ov) continue;
             Problem pb{sh.batch, sh.heads, sh.seq, sh.seq, hd, causal, {}, {}, {}, {}};
             pb.overlap = ov;
+            pb.persistent = pers ? g_sms : 0;  // persistent: one CTA per SM (one fits: 160 KB shared memory)
+            const char* grid_name = pers ? "persistent" : "per-item";
             pb.q = pb.k = pb.v = pb.o = bshd(sh.seq, sh.heads, hd);
             using T = smemtile::bf16;
             auto go = [&]() {
@@ -604,8 +627,9 @@ int run_bench(bool quick, int only_ov) {
                 }
                 const bool ok = max_err <= Ty<T>::tol_o && max_lse <= kTolLse;
                 bad += !ok;
-                std::printf("SAMPLE overlap=%d b=%d h=%d seq=%d causal=%d: 5 rows, O max_abs_err %.3e LSE max_abs_err %.3e %s\n",
-                            ov, sh.batch, sh.heads, sh.seq, causal, max_err, max_lse, ok ? "PASS" : "FAIL");
+                std::printf("SAMPLE overlap=%d grid=%s b=%d h=%d seq=%d causal=%d: 5 rows, O max_abs_err %.3e LSE "
+                            "max_abs_err %.3e %s\n",
+                            ov, grid_name, sh.batch, sh.heads, sh.seq, causal, max_err, max_lse, ok ? "PASS" : "FAIL");
             }
             std::vector<float> ms;
             for (int r = 0; r < runs; ++r) {
@@ -622,9 +646,9 @@ int run_bench(bool quick, int only_ov) {
             const double med = (ms[runs / 2 - 1] + ms[runs / 2]) / 2;
             const double flops = 4.0 * sh.batch * sh.heads * hd * causal_pairs(sh.seq, sh.seq, causal);
             std::printf(
-                "TIME overlap=%d bf16 b=%d h=%d seq=%d d=%d causal=%d BN=%d STAGES=%d: median %.3f ms (min %.3f, max %.3f, %d "
-                "runs, L2 flushed) -> %.1f TFLOP/s median (%.1f at min)\n",
-                ov, sh.batch, sh.heads, sh.seq, hd, causal, Cfg<128, false>::BN, Cfg<128, false>::STAGES, med, ms.front(),
+                "TIME overlap=%d grid=%s bf16 b=%d h=%d seq=%d d=%d causal=%d BN=%d STAGES=%d: median %.3f ms (min %.3f, "
+                "max %.3f, %d runs, L2 flushed) -> %.1f TFLOP/s median (%.1f at min)\n",
+                ov, grid_name, sh.batch, sh.heads, sh.seq, hd, causal, Cfg<128, false>::BN, Cfg<128, false>::STAGES, med, ms.front(),
                 ms.back(), runs, flops / (med * 1e-3) / 1e12, flops / (ms.front() * 1e-3) / 1e12);
             std::fflush(stdout);
         }
@@ -677,6 +701,7 @@ int main(int argc, char** argv) {
         return 3;
     }
     std::printf("DEVICE %s, %d SMs, sm_%d%d\n", prop.name, prop.multiProcessorCount, prop.major, prop.minor);
+    g_sms = prop.multiProcessorCount;
     load_driver_api();
     return mode == "check" ? run_check(quick, only_ov) : run_bench(quick, only_ov);
 }

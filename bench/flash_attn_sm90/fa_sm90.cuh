@@ -16,11 +16,15 @@
 //            ping-pong of the two consumer warpgroups (named barriers order their GEMM issues)
 // BM is fixed at 128 query rows per CTA: two consumer warpgroups of 64 rows each (one m64 wgmma row block).
 // Block: 384 threads = warpgroup 0 (producer: one thread issues every TMA load; setmaxnreg.dec 40) + warpgroups
-// 1 and 2 (consumers; setmaxnreg.inc 232). Grid: one CTA per (q tile, batch * head): (ceil(seq_q / 128),
-// batch * heads); blockIdx.x is walked backwards so that with CAUSAL the longest q tiles start first.
+// 1 and 2 (consumers; setmaxnreg.inc 232). Work items: (q tile, batch * head), items = ceil(seq_q / 128) *
+// batch * heads; item t is head t / m_tiles (consecutive items share a head, whose K and V then stay in L2) and
+// q tile m_tiles - 1 - t % m_tiles (with CAUSAL the longest first). Grid (1-D, chosen by the launch): `items`
+// CTAs, one item each, or fewer (persistent: CTA x runs items x, x + gridDim.x, ...; the next item's Q and first
+// K/V load while this item's epilogue stores O). The same code serves both.
 //
 // ---- Schedule (one CTA) -------------------------------------------------------------------------------------------
-//   producer:   expect_tx q_full (128 * HD * 2 bytes) -> HD / 64 Q boxes {64, 128, 1, 1}; then K_0, and for every
+//   producer:   per item: wait q_empty (both consumers' last S of the previous item completed; not for the first)
+//               -> expect_tx q_full (128 * HD * 2 bytes) -> HD / 64 Q boxes {64, 128, 1, 1}; then K_0, and for every
 //               KV tile j: K_{j+1}, V_j (K runs one tile ahead: the S of the next tile never waits behind a V).
 //               Each load: wait k_empty / v_empty of its stage (s = j % STAGES) -> expect_tx k_full / v_full
 //               (BN * HD * 2 bytes) -> HD / 64 boxes {64, BN, 1, 1}.
@@ -39,7 +43,9 @@
 //               consumer's barrier after it. Consumer 1 arrives on barrier 1 once at the start, so consumer 0 goes
 //               first, and skips its arrive after its last turn, so every arrival meets a sync (n_kv + 1 turns
 //               each). One warpgroup's softmax then runs while the other's GEMMs use the tensor cores.
-//   The empty barriers count 2 arrivals (one thread per consumer warpgroup, after its wgmmas completed).
+//   The empty barriers count 2 arrivals (one thread per consumer warpgroup, after its wgmmas completed); the
+//   release of an item's last K tile also arrives on q_empty. Ring positions (g = tiles before this item + j)
+//   and the parity of q_full (items so far & 1) carry over from item to item.
 //   epilogue:   O / l (l summed over the quad) stored straight from registers with the user's strides (4-byte
 //               stores of 2 elements where o and its strides allow, else 2-byte), rows >= seq_q skipped;
 //               LSE = (m + log2 l) * ln 2 by the lane owning column 0 of the row.
@@ -51,8 +57,8 @@
 //   Qs[HD/64][128][64]                 T   TMA SWIZZLE_128B: 16-byte chunk c of row r at r*128 + (c ^ r%8)*16
 //   Ks[STAGES][HD/64][BN][64]          T   the same swizzle; panel p holds head-dim columns [64p, 64p + 64)
 //   Vs[STAGES][HD/64][BN][64]          T   the same
-//   q_full, k_full[STAGES], v_full[STAGES], k_empty[STAGES], v_empty[STAGES]   u64 mbarriers
-//   bytes = 1024 + 128*HD*2 + 2*STAGES*BN*HD*2 + 8*(1 + 4*STAGES)  (fa::smem_bytes<HD, BN, STAGES>())
+//   q_full, q_empty, k_full[STAGES], v_full[STAGES], k_empty[STAGES], v_empty[STAGES]   u64 mbarriers
+//   bytes = 1024 + 128*HD*2 + 2*STAGES*BN*HD*2 + 8*(2 + 4*STAGES)  (fa::smem_bytes<HD, BN, STAGES>())
 //   Every tile starts on a 1024-byte boundary (128 and BN are multiples of 8 rows of 128 bytes).
 //
 // ---- Tensor maps (encoded by the host, cuTensorMapEncodeTiled; see driver.cu: encode_qkv_map) ---------------------
@@ -116,7 +122,7 @@ constexpr int kConsumerRegs = 232;
 
 template <int HD, int BN, int STAGES>
 __host__ __device__ constexpr int smem_bytes() {
-    return 1024 + kBM * HD * 2 + 2 * STAGES * BN * HD * 2 + 8 * (1 + 4 * STAGES);
+    return 1024 + kBM * HD * 2 + 2 * STAGES * BN * HD * 2 + 8 * (2 + 4 * STAGES);
 }
 
 // ---- wgmma wrappers ----------------------------------------------------------------------------------------------
@@ -410,7 +416,7 @@ __global__ void __launch_bounds__(smemtile::fa::kThreads, 1)
                   "OVERLAP: 0 (simple), 1 (softmax under the P V wgmmas) or 2 (1 with ping-pong consumers)");
     static_assert(fa::smem_bytes<HD, BN, STAGES>() <= 232448, "shared memory: at most 227 KB per block");
     (void)q, (void)k, (void)v, (void)q_sb, (void)q_ss, (void)q_sh, (void)k_sb, (void)k_ss, (void)k_sh, (void)v_sb,
-        (void)v_ss, (void)v_sh, (void)batch;
+        (void)v_ss, (void)v_sh;
 
     extern __shared__ unsigned char smem_raw[];
     const unsigned base = (fa::smem_addr(smem_raw) + 1023u) & ~1023u;
@@ -418,22 +424,30 @@ __global__ void __launch_bounds__(smemtile::fa::kThreads, 1)
     const unsigned k_s = q_s + Q_BYTES;
     const unsigned v_s = k_s + STAGES * KV_BYTES;
     const unsigned bars = v_s + STAGES * KV_BYTES;
-    const unsigned q_full = bars;
-    auto k_full = [&](int s) { return bars + 8u * (1 + s); };
-    auto v_full = [&](int s) { return bars + 8u * (1 + STAGES + s); };
-    auto k_empty = [&](int s) { return bars + 8u * (1 + 2 * STAGES + s); };
-    auto v_empty = [&](int s) { return bars + 8u * (1 + 3 * STAGES + s); };
+    const unsigned q_full = bars, q_empty = bars + 8u;
+    auto k_full = [&](int s) { return bars + 8u * (2 + s); };
+    auto v_full = [&](int s) { return bars + 8u * (2 + STAGES + s); };
+    auto k_empty = [&](int s) { return bars + 8u * (2 + 2 * STAGES + s); };
+    auto v_empty = [&](int s) { return bars + 8u * (2 + 3 * STAGES + s); };
 
     const int tid = threadIdx.x;
     const int wgi = tid / 128;
-    const int m_tile = gridDim.x - 1 - blockIdx.x;  // longest causal tiles first
-    const int bh = blockIdx.y;
-    const int b = bh / heads, h = bh % heads;
-    const int m0 = m_tile * BM;
-    const int n_kv = fa::kv_tiles<BN, CAUSAL>(m0, seq_q, seq_kv);
+    const int m_tiles = (seq_q + BM - 1) / BM;
+    const int items = m_tiles * batch * heads;  // work items (q tile, batch * head)
+    // Item t: head bh = t / m_tiles (consecutive items share a head: its K and V stay in L2), q tile counted from
+    // the last (with CAUSAL the longest first). The grid is items CTAs (one each) or fewer (persistent: CTA x
+    // takes items x, x + gridDim.x, ...); the ring positions and barrier phases carry over from item to item.
+    auto decode = [&](int t, int& b, int& h, int& m0, int& n_kv) {
+        const int bh = t / m_tiles;
+        b = bh / heads;
+        h = bh % heads;
+        m0 = (m_tiles - 1 - t % m_tiles) * BM;
+        n_kv = fa::kv_tiles<BN, CAUSAL>(m0, seq_q, seq_kv);
+    };
 
     if (tid == 0) {
         fa::mbar_init(q_full, 1);
+        fa::mbar_init(q_empty, 2);  // both consumers are done with the Q tile (their last S = Q K^T completed)
         for (int s = 0; s < STAGES; ++s) {
             fa::mbar_init(k_full(s), 1);
             fa::mbar_init(v_full(s), 1);
@@ -448,32 +462,41 @@ __global__ void __launch_bounds__(smemtile::fa::kThreads, 1)
     __syncthreads();
 
     if (wgi == 0) {
-        // ---- producer: Q, K_0, then K_{j+1} before V_j (S of the next tile never waits behind V) ----
+        // ---- producer: per item Q (after q_empty), K_0, then K_{j+1} before V_j ----
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(fa::kProducerRegs));
         if (tid == 0) {
-            auto load_k = [&](int j) {
-                const int s = j % STAGES;
-                fa::mbar_wait(k_empty(s), ((j / STAGES) & 1) ^ 1);  // the first round passes
-                fa::mbar_expect_tx(k_full(s), KV_BYTES);
+            int g0 = 0;  // ring position of the item's first KV tile
+            int it = 0;  // items of this CTA so far
+            for (int t = blockIdx.x; t < items; t += gridDim.x, ++it) {
+                int b, h, m0, n_kv;
+                decode(t, b, h, m0, n_kv);
+                auto load_k = [&](int j) {
+                    const int g = g0 + j, s = g % STAGES;
+                    fa::mbar_wait(k_empty(s), ((g / STAGES) & 1) ^ 1);  // the first round passes
+                    fa::mbar_expect_tx(k_full(s), KV_BYTES);
+#pragma unroll
+                    for (int p = 0; p < PANELS; ++p)
+                        fa::tma_load_4d(k_s + s * KV_BYTES + p * KV_PANEL, &tm_k, 64 * p, j * BN, h, b, k_full(s));
+                };
+                auto load_v = [&](int j) {
+                    const int g = g0 + j, s = g % STAGES;
+                    fa::mbar_wait(v_empty(s), ((g / STAGES) & 1) ^ 1);
+                    fa::mbar_expect_tx(v_full(s), KV_BYTES);
+#pragma unroll
+                    for (int p = 0; p < PANELS; ++p)
+                        fa::tma_load_4d(v_s + s * KV_BYTES + p * KV_PANEL, &tm_v, 64 * p, j * BN, h, b, v_full(s));
+                };
+                if (it > 0) fa::mbar_wait(q_empty, (it - 1) & 1);  // the previous item's Q is no longer read
+                fa::mbar_expect_tx(q_full, Q_BYTES);
 #pragma unroll
                 for (int p = 0; p < PANELS; ++p)
-                    fa::tma_load_4d(k_s + s * KV_BYTES + p * KV_PANEL, &tm_k, 64 * p, j * BN, h, b, k_full(s));
-            };
-            auto load_v = [&](int j) {
-                const int s = j % STAGES;
-                fa::mbar_wait(v_empty(s), ((j / STAGES) & 1) ^ 1);
-                fa::mbar_expect_tx(v_full(s), KV_BYTES);
-#pragma unroll
-                for (int p = 0; p < PANELS; ++p)
-                    fa::tma_load_4d(v_s + s * KV_BYTES + p * KV_PANEL, &tm_v, 64 * p, j * BN, h, b, v_full(s));
-            };
-            fa::mbar_expect_tx(q_full, Q_BYTES);
-#pragma unroll
-            for (int p = 0; p < PANELS; ++p) fa::tma_load_4d(q_s + p * Q_PANEL, &tm_q, 64 * p, m0, h, b, q_full);
-            if (n_kv > 0) load_k(0);
-            for (int j = 0; j < n_kv; ++j) {
-                if (j + 1 < n_kv) load_k(j + 1);
-                load_v(j);
+                    fa::tma_load_4d(q_s + p * Q_PANEL, &tm_q, 64 * p, m0, h, b, q_full);
+                if (n_kv > 0) load_k(0);
+                for (int j = 0; j < n_kv; ++j) {
+                    if (j + 1 < n_kv) load_k(j + 1);
+                    load_v(j);
+                }
+                g0 += n_kv;
             }
         }
     } else {
@@ -482,140 +505,159 @@ __global__ void __launch_bounds__(smemtile::fa::kThreads, 1)
         const int c = wgi - 1;
         const int ct = tid - wgi * 128;
         const int w = ct / 32, lane = ct % 32;
-        const int row0 = m0 + c * 64 + 16 * w + lane / 4;  // this thread's rows: row0 and row0 + 8
-        const int wg_row0 = m0 + c * 64;                   // the warpgroup's first row
         const unsigned q_wg = q_s + c * 64 * 128;          // its 64 rows of Qs (panel 0)
         const float scale2 = scale * 1.4426950408889634f;  // exp(x) = exp2(x * log2 e)
         const float NEG_INF = -__int_as_float(0x7f800000);
-
-        float oacc[OACC];
-#pragma unroll
-        for (int i = 0; i < OACC; ++i) oacc[i] = 0.f;
-        float m_run[2] = {NEG_INF, NEG_INF};  // running row max of scale2 * s
-        float l_run[2] = {0.f, 0.f};          // this thread's part of the running row sum
-        float sacc[SACC];
-        unsigned pa[BN / 16][4];
-        float alpha[2];
-
-        fa::mbar_wait(q_full, 0);
-        if constexpr (OVERLAP == 0) {
-            for (int j = 0; j < n_kv; ++j) {
-                const int s = j % STAGES;
-                const unsigned ph = (j / STAGES) & 1;
-                fa::mbar_wait(k_full(s), ph);
-                fa::wgmma_fence();
-                fa::qk<HD, BN, Q_PANEL, BF16>(sacc, q_wg, k_s + s * KV_BYTES);
-                fa::wgmma_commit();
-                fa::wgmma_wait<0>();
-                fa::fence_acc(sacc);
-                if (ct == 0) fa::mbar_arrive(k_empty(s));
-                fa::softmax_tile<BN, CAUSAL>(sacc, m_run, l_run, alpha, j * BN, row0, wg_row0, seq_kv, scale2, lane);
-                fa::rescale<HD>(oacc, alpha);
-                fa::to_a<BN, BF16>(sacc, pa);
-                fa::mbar_wait(v_full(s), ph);
-                fa::wgmma_fence();
-                fa::pv<HD, BN, BF16>(oacc, pa, v_s + s * KV_BYTES);
-                fa::wgmma_commit();
-                fa::wgmma_wait<0>();
-                fa::fence_acc(oacc);
-                fa::fence_a<BN>(pa);
-                if (ct == 0) fa::mbar_arrive(v_empty(s));
-            }
-        } else {
-            // OVERLAP 2: turn t of this consumer = the t-th block of GEMM issues (n_kv + 1 in all)
-            auto turn_begin = [&]() {
-                if constexpr (OVERLAP == 2) fa::bar_sync(1 + c, 256);
-            };
-            auto turn_end = [&](bool last) {
-                if constexpr (OVERLAP == 2) {
-                    if (!(last && c == 1)) fa::bar_arrive(2 - c, 256);  // the other consumer's barrier
-                }
-            };
-            if (OVERLAP == 2 && c == 1 && n_kv > 0) fa::bar_arrive(1, 256);  // consumer 0 takes the first turn
-            if (n_kv > 0) {
-                fa::mbar_wait(k_full(0), 0);
-                turn_begin();
-                fa::wgmma_fence();
-                fa::qk<HD, BN, Q_PANEL, BF16>(sacc, q_wg, k_s);
-                fa::wgmma_commit();
-                turn_end(false);
-                fa::wgmma_wait<0>();
-                fa::fence_acc(sacc);
-                if (ct == 0) fa::mbar_arrive(k_empty(0));
-                fa::softmax_tile<BN, CAUSAL>(sacc, m_run, l_run, alpha, 0, row0, wg_row0, seq_kv, scale2, lane);
-                fa::to_a<BN, BF16>(sacc, pa);  // O is still 0: no rescale
-            }
-            for (int j = 1; j < n_kv; ++j) {
-                const int s = j % STAGES, sp = (j - 1) % STAGES;
-                // both waits before the fence: a wait loop between the fence and a wgmma makes ptxas insert
-                // another fence (C7519); V_{j-1} was issued right after K_j, so it is there as soon as K_j is
-                fa::mbar_wait(k_full(s), (j / STAGES) & 1);
-                fa::mbar_wait(v_full(sp), ((j - 1) / STAGES) & 1);
-                fa::fence_acc(oacc);  // the rescale and the P conversion happen before the fence, not after
-                fa::fence_a<BN>(pa);
-                turn_begin();
-                fa::wgmma_fence();
-                fa::qk<HD, BN, Q_PANEL, BF16>(sacc, q_wg, k_s + s * KV_BYTES);
-                fa::wgmma_commit();
-                fa::pv<HD, BN, BF16>(oacc, pa, v_s + sp * KV_BYTES);
-                fa::wgmma_commit();
-                turn_end(false);
-                fa::wgmma_wait<1>();  // S_j is done; P_{j-1} V_{j-1} may still run
-                fa::fence_acc(sacc);
-                if (ct == 0) fa::mbar_arrive(k_empty(s));
-                fa::softmax_tile<BN, CAUSAL>(sacc, m_run, l_run, alpha, j * BN, row0, wg_row0, seq_kv, scale2, lane);
-                fa::wgmma_wait<0>();
-                fa::fence_acc(oacc);
-                fa::fence_a<BN>(pa);
-                if (ct == 0) fa::mbar_arrive(v_empty(sp));
-                fa::rescale<HD>(oacc, alpha);
-                fa::to_a<BN, BF16>(sacc, pa);
-            }
-            if (n_kv > 0) {
-                const int sp = (n_kv - 1) % STAGES;
-                fa::mbar_wait(v_full(sp), ((n_kv - 1) / STAGES) & 1);
-                fa::fence_acc(oacc);
-                fa::fence_a<BN>(pa);
-                turn_begin();
-                fa::wgmma_fence();
-                fa::pv<HD, BN, BF16>(oacc, pa, v_s + sp * KV_BYTES);
-                fa::wgmma_commit();
-                turn_end(true);
-                fa::wgmma_wait<0>();
-                fa::fence_acc(oacc);
-                fa::fence_a<BN>(pa);
-                if (ct == 0) fa::mbar_arrive(v_empty(sp));
-            }
-        }
-
-        // ---- epilogue: O / l with the user's strides, LSE ----
         const bool vec = (reinterpret_cast<unsigned long long>(o) & 3) == 0 && (o_ss % 2) == 0 &&
                          (o_sh % 2) == 0 && (o_sb % 2) == 0;
+        int g0 = 0;  // ring position of the item's first KV tile (the producer's count)
+        int it = 0;
+        for (int t = blockIdx.x; t < items; t += gridDim.x, ++it) {
+            int b, h, m0, n_kv;
+            decode(t, b, h, m0, n_kv);
+            const int row0 = m0 + c * 64 + 16 * w + lane / 4;  // this thread's rows: row0 and row0 + 8
+            const int wg_row0 = m0 + c * 64;                   // the warpgroup's first row
+            auto stage = [&](int j) { return (g0 + j) % STAGES; };
+            auto parity = [&](int j) { return static_cast<unsigned>(((g0 + j) / STAGES) & 1); };
+            // after the item's last S completed (and K released): the Q tile may be reloaded
+            auto release_k = [&](int j) {
+                if (ct == 0) {
+                    fa::mbar_arrive(k_empty(stage(j)));
+                    if (j == n_kv - 1) fa::mbar_arrive(q_empty);
+                }
+            };
+
+            float oacc[OACC];
 #pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-            float l = l_run[hh];
-            l += __shfl_xor_sync(0xffffffffu, l, 1);
-            l += __shfl_xor_sync(0xffffffffu, l, 2);
-            const int row = row0 + 8 * hh;
-            if (row >= seq_q) continue;
-            const float inv = l > 0.f ? 1.f / l : 0.f;
-            T* dst = o + static_cast<long long>(b) * o_sb + static_cast<long long>(row) * o_ss +
-                     static_cast<long long>(h) * o_sh;
-#pragma unroll
-            for (int jj = 0; jj < HD / 8; ++jj) {
-                const int col = 8 * jj + 2 * (lane % 4);
-                const unsigned packed = fa::pack2<BF16>(oacc[4 * jj + 2 * hh] * inv, oacc[4 * jj + 2 * hh + 1] * inv);
-                if (vec) {
-                    *reinterpret_cast<unsigned*>(dst + col) = packed;
-                } else {
-                    dst[col].bits = static_cast<unsigned short>(packed & 0xFFFFu);
-                    dst[col + 1].bits = static_cast<unsigned short>(packed >> 16);
+            for (int i = 0; i < OACC; ++i) oacc[i] = 0.f;
+            float m_run[2] = {NEG_INF, NEG_INF};  // running row max of scale2 * s
+            float l_run[2] = {0.f, 0.f};          // this thread's part of the running row sum
+            float sacc[SACC];
+            unsigned pa[BN / 16][4];
+            float alpha[2];
+
+            fa::mbar_wait(q_full, it & 1);
+            if (n_kv == 0 && ct == 0) fa::mbar_arrive(q_empty);  // seq_kv 0: nothing reads Q
+            if constexpr (OVERLAP == 0) {
+                for (int j = 0; j < n_kv; ++j) {
+                    const int s = stage(j);
+                    fa::mbar_wait(k_full(s), parity(j));
+                    fa::wgmma_fence();
+                    fa::qk<HD, BN, Q_PANEL, BF16>(sacc, q_wg, k_s + s * KV_BYTES);
+                    fa::wgmma_commit();
+                    fa::wgmma_wait<0>();
+                    fa::fence_acc(sacc);
+                    release_k(j);
+                    fa::softmax_tile<BN, CAUSAL>(sacc, m_run, l_run, alpha, j * BN, row0, wg_row0, seq_kv, scale2,
+                                                 lane);
+                    fa::rescale<HD>(oacc, alpha);
+                    fa::to_a<BN, BF16>(sacc, pa);
+                    fa::mbar_wait(v_full(s), parity(j));
+                    fa::wgmma_fence();
+                    fa::pv<HD, BN, BF16>(oacc, pa, v_s + s * KV_BYTES);
+                    fa::wgmma_commit();
+                    fa::wgmma_wait<0>();
+                    fa::fence_acc(oacc);
+                    fa::fence_a<BN>(pa);
+                    if (ct == 0) fa::mbar_arrive(v_empty(s));
+                }
+            } else {
+                // OVERLAP 2: turn t of this consumer = the t-th block of GEMM issues (n_kv + 1 per item)
+                auto turn_begin = [&]() {
+                    if constexpr (OVERLAP == 2) fa::bar_sync(1 + c, 256);
+                };
+                auto turn_end = [&](bool last) {
+                    if constexpr (OVERLAP == 2) {
+                        if (!(last && c == 1)) fa::bar_arrive(2 - c, 256);  // the other consumer's barrier
+                    }
+                };
+                if (OVERLAP == 2 && c == 1 && n_kv > 0) fa::bar_arrive(1, 256);  // consumer 0 takes the first turn
+                if (n_kv > 0) {
+                    fa::mbar_wait(k_full(stage(0)), parity(0));
+                    turn_begin();
+                    fa::wgmma_fence();
+                    fa::qk<HD, BN, Q_PANEL, BF16>(sacc, q_wg, k_s + stage(0) * KV_BYTES);
+                    fa::wgmma_commit();
+                    turn_end(false);
+                    fa::wgmma_wait<0>();
+                    fa::fence_acc(sacc);
+                    release_k(0);
+                    fa::softmax_tile<BN, CAUSAL>(sacc, m_run, l_run, alpha, 0, row0, wg_row0, seq_kv, scale2, lane);
+                    fa::to_a<BN, BF16>(sacc, pa);  // O is still 0: no rescale
+                }
+                for (int j = 1; j < n_kv; ++j) {
+                    const int s = stage(j), sp = stage(j - 1);
+                    // both waits before the fence: a wait loop between the fence and a wgmma makes ptxas insert
+                    // another fence (C7519); V_{j-1} was issued right after K_j, so it is there as soon as K_j is
+                    fa::mbar_wait(k_full(s), parity(j));
+                    fa::mbar_wait(v_full(sp), parity(j - 1));
+                    fa::fence_acc(oacc);  // the rescale and the P conversion happen before the fence, not after
+                    fa::fence_a<BN>(pa);
+                    turn_begin();
+                    fa::wgmma_fence();
+                    fa::qk<HD, BN, Q_PANEL, BF16>(sacc, q_wg, k_s + s * KV_BYTES);
+                    fa::wgmma_commit();
+                    fa::pv<HD, BN, BF16>(oacc, pa, v_s + sp * KV_BYTES);
+                    fa::wgmma_commit();
+                    turn_end(false);
+                    fa::wgmma_wait<1>();  // S_j is done; P_{j-1} V_{j-1} may still run
+                    fa::fence_acc(sacc);
+                    release_k(j);
+                    fa::softmax_tile<BN, CAUSAL>(sacc, m_run, l_run, alpha, j * BN, row0, wg_row0, seq_kv, scale2,
+                                                 lane);
+                    fa::wgmma_wait<0>();
+                    fa::fence_acc(oacc);
+                    fa::fence_a<BN>(pa);
+                    if (ct == 0) fa::mbar_arrive(v_empty(sp));
+                    fa::rescale<HD>(oacc, alpha);
+                    fa::to_a<BN, BF16>(sacc, pa);
+                }
+                if (n_kv > 0) {
+                    const int sp = stage(n_kv - 1);
+                    fa::mbar_wait(v_full(sp), parity(n_kv - 1));
+                    fa::fence_acc(oacc);
+                    fa::fence_a<BN>(pa);
+                    turn_begin();
+                    fa::wgmma_fence();
+                    fa::pv<HD, BN, BF16>(oacc, pa, v_s + sp * KV_BYTES);
+                    fa::wgmma_commit();
+                    turn_end(true);
+                    fa::wgmma_wait<0>();
+                    fa::fence_acc(oacc);
+                    fa::fence_a<BN>(pa);
+                    if (ct == 0) fa::mbar_arrive(v_empty(sp));
                 }
             }
-            if (lane % 4 == 0) {
-                // natural log: (m + log2 l) * ln 2, m in units of log2 (scale2 * s)
-                const float lv = l > 0.f ? (m_run[hh] + __log2f(l)) * 0.6931471805599453f : NEG_INF;
-                lse[(static_cast<long long>(b) * heads + h) * seq_q + row] = lv;
+            g0 += n_kv;
+
+            // ---- epilogue: O / l with the user's strides, LSE ----
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh) {
+                float l = l_run[hh];
+                l += __shfl_xor_sync(0xffffffffu, l, 1);
+                l += __shfl_xor_sync(0xffffffffu, l, 2);
+                const int row = row0 + 8 * hh;
+                if (row >= seq_q) continue;
+                const float inv = l > 0.f ? 1.f / l : 0.f;
+                T* dst = o + static_cast<long long>(b) * o_sb + static_cast<long long>(row) * o_ss +
+                         static_cast<long long>(h) * o_sh;
+#pragma unroll
+                for (int jj = 0; jj < HD / 8; ++jj) {
+                    const int col = 8 * jj + 2 * (lane % 4);
+                    const unsigned packed =
+                        fa::pack2<BF16>(oacc[4 * jj + 2 * hh] * inv, oacc[4 * jj + 2 * hh + 1] * inv);
+                    if (vec) {
+                        *reinterpret_cast<unsigned*>(dst + col) = packed;
+                    } else {
+                        dst[col].bits = static_cast<unsigned short>(packed & 0xFFFFu);
+                        dst[col + 1].bits = static_cast<unsigned short>(packed >> 16);
+                    }
+                }
+                if (lane % 4 == 0) {
+                    // natural log: (m + log2 l) * ln 2, m in units of log2 (scale2 * s)
+                    const float lv = l > 0.f ? (m_run[hh] + __log2f(l)) * 0.6931471805599453f : NEG_INF;
+                    lse[(static_cast<long long>(b) * heads + h) * seq_q + row] = lv;
+                }
             }
         }
     }
