@@ -42,7 +42,26 @@ def gpu_available() -> bool:
         return False
 
 
+# The files whose tests take longest (seconds each, the warm suite's --durations on the 2-core machine), run
+# first: pytest-xdist hands out tests in this order, so the long ones start while the short ones still fill both
+# workers, and the suite does not end waiting on one long test (the order changes no result).
+FIRST = (
+    "test_report_browser.py",  # one test: a headless browser over every page (~14 s)
+    "test_generate_one_tu.py",
+    "test_hostile_round3.py",
+    "test_conv2d_family.py",
+    "test_hgemm_kernel.py",
+    "test_hgemm_family.py",
+    "test_family_contract.py",
+    "test_hostile_cli.py",
+    "test_report_page.py",
+    "test_fuzz_spec.py",
+)
+
+
 def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(FIRST)))  # stable: the rest keep their order
     if os.environ.get("SMEMTILE_FORCE_GPU_TESTS") == "1" or gpu_available():
         return
     skip = pytest.mark.skip(reason="no CUDA GPU on this machine")
