@@ -26,7 +26,7 @@
 //   producer:   per item: wait q_empty (both consumers' last S of the previous item completed; not for the first)
 //               -> expect_tx q_full (128 * HD * 2 bytes) -> HD / 64 Q boxes {64, 128, 1, 1}; then K_0, and for every
 //               KV tile j: K_{j+1}, V_j (K runs one tile ahead: the S of the next tile never waits behind a V).
-//               Each load: wait k_empty / v_empty of its stage (s = j % STAGES) -> expect_tx k_full / v_full
+//               Each load: wait k_empty / v_empty of its stage (s = g % STAGES) -> expect_tx k_full / v_full
 //               (BN * HD * 2 bytes) -> HD / 64 boxes {64, BN, 1, 1}.
 //   consumer c, OVERLAP 0, per KV tile j: wait k_full[s] -> HD / 16 wgmma m64nBNk16 (Q and K from shared memory,
 //               K-major 128B descriptors) -> wait -> arrive k_empty[s] -> mask (tails, causal; only in tiles that
