@@ -97,7 +97,7 @@ def test_help_lists_the_choices():
     for opt, values in (
         ("--format", "[table|json|yaml|triton]"),
         ("--vendor", "[nvidia|amd]"),
-        ("--family", "[sgemm|transpose|stencil2d|hgemm|wgmma_gemm|conv2d]"),
+        ("--family", "[sgemm|transpose|stencil2d|hgemm|wgmma_gemm|conv2d|flash_attn]"),
         ("--dtype", "[f32|tf32|f16|bf16|f8e4m3|f8e5m2|i8]"),
         ("--radius", "INTEGER RANGE"),
     ):
@@ -134,6 +134,7 @@ def test_shell_completion_offers_the_choices():
         "hgemm",
         "wgmma_gemm",
         "conv2d",
+        "flash_attn",
     ]
     assert "samples" in complete("sa")
 

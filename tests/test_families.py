@@ -20,7 +20,7 @@ SG128 = {"BM": 128, "TM": 8, "MIN_BLOCKS": 2}
 
 
 def test_families_registered_and_complete():
-    assert set(FAMILIES) == {"sgemm", "transpose", "stencil2d", "hgemm", "wgmma_gemm", "conv2d"}
+    assert set(FAMILIES) == {"sgemm", "transpose", "stencil2d", "hgemm", "wgmma_gemm", "conv2d", "flash_attn"}
     for fam in FAMILIES.values():
         assert fam.test_sizes and fam.bench_sizes and fam.params and fam.host_args and fam.summary
         cfg = configure(fam, {}, {}, fam.default_arch)

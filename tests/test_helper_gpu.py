@@ -89,6 +89,9 @@ CASES = [
     # conv2d: a 3x3 with halo and stride 2, odd k (its own test sizes are tests/test_conv2d_gpu.py's)
     ("conv2d", {}, {"n": 2, "h": 14, "w": 14, "c": 32, "k": 40, "r": 3, "s": 3, "stride": 2, "pad": 1}),
     ("wgmma_gemm", {"BN": 128}, {"M": 520, "N": 1024, "K": 264, "dtype": "f16"}),
+    # flash_attn: causal with seq_q != seq_kv (both tails), and head_dim 64 in fp16 non-causal
+    ("flash_attn", {}, {"batch": 2, "heads": 3, "seq_q": 100, "seq_kv": 129, "head_dim": 128, "causal": 1}),
+    ("flash_attn", {}, {"batch": 1, "heads": 2, "seq_q": 257, "head_dim": 64, "dtype": "f16"}),
 ]
 # shapes for `tiles --top 1`: square, ragged, skinny M, skinny N, deep K, small, mid-size, huge K
 TILE_SHAPES = [

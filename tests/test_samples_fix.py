@@ -64,6 +64,13 @@ EXPECTED = {  # sample -> {access: worst wavefronts before}, {buffer: recommende
         {"As": "Swizzle<2,3,3>", "Bs": "Swizzle<2,3,3>"},
         True,
     ),
+    # the flash_attn family's hd128 tile under its Swizzle<3,3,4> layouts (128-element rows of 16-byte chunks):
+    # the cp.async copies of Q, K, V and the ldmatrix loads (V through .trans) at their ideal 4 wavefronts
+    "flash_attn_hd128.yaml": (
+        {"Q_copy": 4, "K_copy": 4, "V_copy": 4, "Q_frag": 4, "K_frag": 4, "V_frag": 4},
+        {b: "Swizzle<3,3,4>" for b in ("Qs", "Ks", "Vs")},
+        True,
+    ),
     # dense hgemm tiles: ldmatrix 4-way (A, 64-byte rows) and 8-way (B, .trans down 256-byte rows)
     "hgemm_bf16.yaml": (
         {"A_copy": 8, "B_copy": 4, "A_frag": 16, "B_frag": 32},

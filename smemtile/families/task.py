@@ -46,7 +46,12 @@ PLAN_KEYS = ("about", "shapes", "configs", "groups", "arch", "rounds")
 GROUP_KEYS = ("shapes", "configs")
 CONFIG_KEYS = ("label", "params", "layouts", "ranked", "problem")
 RANKED_KEYS = ("top", "spread")
-REFERENCE_KINDS = {"matmul": ("kind", "sizes", "dtype"), "copy": ("kind",), "conv2d": ("kind", "dtype")}
+REFERENCE_KINDS = {
+    "matmul": ("kind", "sizes", "dtype"),
+    "copy": ("kind",),
+    "conv2d": ("kind", "dtype"),
+    "sdpa": ("kind", "dtype", "backend"),  # torch scaled_dot_product_attention; backend pins one (bench/run.py)
+}
 _SCALARS = (int, float, str)
 
 
