@@ -456,8 +456,8 @@ bool check_case1(int ctas, int overlap, int batch, int heads, int sq, int skv, i
                 const double le = std::isnan(lg) ? INFINITY : std::fabs(lg - lse_ref);
                 e.max_lse_err = std::max(e.max_lse_err, le);
                 if (!(le <= kTolLse) && e.bad_lse++ == 0)
-                    std::snprintf(e.first_lse, sizeof(e.first_lse), "first LSE mismatch b=%d h=%d row=%d got=%.6f ref=%.6f",
-                                  b, h, i, lg, lse_ref);
+                    std::snprintf(e.first_lse, sizeof(e.first_lse),
+                                  "first LSE mismatch b=%d h=%d row=%d got=%.6f ref=%.6f", b, h, i, lg, lse_ref);
             }
     long long clobbered = 0, first_clobber = -1;
     for (long long i = 0; i < o_elems + guard; ++i)
@@ -648,8 +648,8 @@ int run_bench(bool quick, int only_ov) {
             std::printf(
                 "TIME overlap=%d grid=%s bf16 b=%d h=%d seq=%d d=%d causal=%d BN=%d STAGES=%d: median %.3f ms (min %.3f, "
                 "max %.3f, %d runs, L2 flushed) -> %.1f TFLOP/s median (%.1f at min)\n",
-                ov, grid_name, sh.batch, sh.heads, sh.seq, hd, causal, Cfg<128, false>::BN, Cfg<128, false>::STAGES, med, ms.front(),
-                ms.back(), runs, flops / (med * 1e-3) / 1e12, flops / (ms.front() * 1e-3) / 1e12);
+                ov, grid_name, sh.batch, sh.heads, sh.seq, hd, causal, Cfg<128, false>::BN, Cfg<128, false>::STAGES,
+                med, ms.front(), ms.back(), runs, flops / (med * 1e-3) / 1e12, flops / (ms.front() * 1e-3) / 1e12);
             std::fflush(stdout);
         }
         cudaFree(q);
