@@ -30,6 +30,13 @@ struct alignas(2) bf16 {
     unsigned short bits;
 };
 
+// CUtensorMap: 128 opaque bytes, 64-byte aligned; filled on the host by cuTensorMapEncodeTiled and passed by value
+// as a __grid_constant__ kernel parameter (the TMA unit reads it from the parameter space). One type for every
+// family's TMA kernels (the generated helpers declare their maps as smemtile::TensorMap).
+struct alignas(64) TensorMap {
+    unsigned long long opaque[16];
+};
+
 // The shared-state-space address of a generic pointer to shared memory (the operand of ldmatrix, cp.async, ...).
 __device__ __forceinline__ unsigned smem_u32(const void* p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));

@@ -68,11 +68,7 @@
 namespace smemtile {
 
 // smemtile::f16 / smemtile::bf16 (the raw bits) come from smem_layout.cuh.
-// CUtensorMap: 128 opaque bytes, 64-byte aligned; filled on the host by cuTensorMapEncodeTiled and passed by value
-// as a __grid_constant__ kernel parameter (the TMA unit reads it from the parameter space).
-struct alignas(64) TensorMap {
-    unsigned long long opaque[16];
-};
+// smemtile::TensorMap (a CUtensorMap's 128 bytes) comes from smem_layout.cuh too.
 
 namespace wg {
 
