@@ -271,6 +271,200 @@ def test_the_compiled_kernels_shared_addresses_are_the_familys_expressions(tmp_p
     assert all(r.excessive == 0 for r in res.reports), [(r.instr.line, r.excessive) for r in res.reports]
 
 
+# ---- the kernel's numbers on the CPU: the PTX emulator with the data of the tensor-core instructions ---------------
+# smemtile's emulator (inspect --simulate) evaluates addresses, integer and float arithmetic, cp.async's copies into
+# shared memory and shuffles; ldmatrix's registers, mma.sync and the 16-bit pair conversions it leaves as poison,
+# and it drops global stores. _tensor_data adds them as the PTX ISA defines them (lane l = 4g + t: ldmatrix gives
+# lane l row g, columns 2t, 2t+1 of matrix m in register m, .trans the transpose; m16n8k16's A registers a0..a3 hold
+# (row g | g+8, k 2t.. | 8+2t..) in that order, B's b0, b1 (k 2t.. | 8+2t.., column g), C's c0..c3 (row g | g+8,
+# column 2t, 2t+1)) and records the global stores. The same extension runs the hgemm kernel, measured correct on
+# the H200, to numpy's product: a check of the extension against the hardware, by way of that kernel.
+
+
+def _tensor_data(monkeypatch, dtype: str) -> dict:
+    import smemtile.model.ptx_ops as po
+    from smemtile.model.ptx_emu import Poison
+
+    _bfi_fixed(monkeypatch)
+    stores: dict[int, int] = {}
+    orig = po.execute
+    lanes = np.arange(32)
+    g, t = lanes // 4, lanes % 4
+
+    def half(h):  # 16-bit patterns -> values
+        h = np.asarray(h, np.int64) & 0xFFFF
+        if dtype == "bf16":
+            return to_float64(h.astype(np.uint16), "bf16")
+        return h.astype(np.uint16).view(np.float16).astype(np.float64)
+
+    def pack(x):  # fp32 values -> 16-bit patterns, round to nearest even
+        x = np.asarray(x, np.float32)
+        bits = _bf16_bits(x) if dtype == "bf16" else x.astype(np.float16).view(np.uint16)
+        return bits.astype(np.int64)
+
+    def u32(v):
+        v = np.asarray(v)
+        if v.dtype.kind == "f":
+            return v.astype(np.float32).view(np.uint32).astype(np.int64)
+        return v.astype(np.int64) & 0xFFFFFFFF
+
+    def f32(v):
+        v = np.asarray(v)
+        return (
+            v.astype(np.float64) if v.dtype.kind == "f" else u32(v).astype(np.uint32).view(np.float32) * 1.0
+        )
+
+    def regs(w, op, st):
+        out = [w.read(d, st) for d in po._dsts(op)]
+        assert not any(isinstance(x, Poison) for x in out), st.text
+        return [np.asarray(x) for x in out]
+
+    c_at = [(g, 2 * t), (g, 2 * t + 1), (g + 8, 2 * t), (g + 8, 2 * t + 1)]
+
+    def execute(emu, w, st, mask, sink):
+        parts = po._parts(st.opcode)
+        ops = st.operands
+        if parts[0] == "mma":
+            a, b, c = (regs(w, op, st) for op in ops[1:])
+            am, bm, cm = np.zeros((16, 16)), np.zeros((16, 8)), np.zeros((16, 8))
+            for r, (row, col) in enumerate([(g, 2 * t), (g + 8, 2 * t), (g, 2 * t + 8), (g + 8, 2 * t + 8)]):
+                am[row, col], am[row, col + 1] = half(u32(a[r])), half(u32(a[r]) >> 16)
+            for r, k0 in enumerate([2 * t, 2 * t + 8]):
+                bm[k0, g], bm[k0 + 1, g] = half(u32(b[r])), half(u32(b[r]) >> 16)
+            for r, (row, col) in enumerate(c_at):
+                cm[row, col] = f32(c[r])
+            d = (am @ bm + cm).astype(np.float32).astype(np.float64)
+            for r, dst in enumerate(po._dsts(ops[0])):
+                w.write(dst, d[c_at[r]], mask)
+            return None
+        if parts[0] == "cvt" and ("bf16x2" in parts or "f16x2" in parts):  # d = {hi: a, lo: b}
+            hi, lo = f32(w.read(ops[1], st)), f32(w.read(ops[2], st))
+            return w.write(ops[0], (pack(hi) << 16) | pack(lo), mask)
+        if parts[0] == "ldmatrix":
+            orig(emu, w, st, mask, sink)  # the addresses, recorded as before
+            off, on = po._shared_offsets(emu, st, po._addr(w, ops[1], st), mask, "shared", 16)
+            # words[k, l]: 4-byte word k of the row lane l addresses
+            words = np.array([po._smem_read(w, off + 4 * k, on, 4) for k in range(4)])
+
+            def h16(m, r, c):  # element (r, c) of matrix m, per lane (r, c: lane arrays)
+                return (words[c // 2, 8 * m + r] >> (16 * (c % 2))) & 0xFFFF
+
+            for m, dst in enumerate(po._dsts(ops[0])):
+                v = (
+                    h16(m, 2 * t, g) | (h16(m, 2 * t + 1, g) << 16)
+                    if "trans" in parts
+                    else words[t, 8 * m + g]
+                )
+                w.write(dst, v, mask)
+            return None
+        if parts[0] == "st" and "global" in parts:
+            at = [i for i, o in enumerate(ops) if o.startswith("[")][0]
+            a = po._addr(w, ops[at], st)
+            size = max(po._bits(po._typ(st.opcode)) // 8, 1)
+            for k, src in enumerate(po._dsts(ops[at + 1])):
+                v = np.asarray(w.read(src, st))
+                bits = u32(v) if v.dtype.kind == "f" else v.astype(np.int64)
+                for lane in np.flatnonzero(mask):
+                    for byte in range(size):
+                        stores[int(a[lane]) + k * size + byte] = int(bits[lane] >> (8 * byte)) & 0xFF
+            return None
+        return orig(emu, w, st, mask, sink)
+
+    monkeypatch.setattr(po, "execute", execute)
+    return stores
+
+
+def _emulate(fam, cfg, inputs: dict, outputs: dict, tmp_path, monkeypatch) -> dict:
+    """Every block of ``cfg``'s launch emulated on the CPU; ``outputs``: array name -> (numpy dtype, elements).
+    Returns each output as the kernel left it (0xFF where it stored nothing)."""
+    from smemtile.codegen.render import render
+    from smemtile.model.ptx_emu import GLOBAL_BASE, GLOBAL_STRIDE
+    from smemtile.pipeline.inspect import Sample, inspect
+
+    stores = _tensor_data(monkeypatch, cfg.problem["dtype"])
+    q = fam.problem_ints(cfg.problem)
+    names = [d.rsplit(" ", 1)[1] for d in fam.signature]
+    args = []
+    for name in names:
+        if name in inputs:
+            args.append(np.ascontiguousarray(inputs[name]).view(np.uint16).ravel())
+        elif name in outputs:
+            args.append(np.zeros(outputs[name][1], outputs[name][0]))
+        else:
+            args.append(float(cfg.problem[name]) if name in ("scale", "alpha", "beta") else int(q[name]))
+    (tmp_path / "k.cu").write_text(render(cfg).source)
+    plan = fam.launch(cfg)
+    res = inspect(
+        tmp_path / "k.cu",
+        kernel=fam.kernel,
+        grid=plan.grid,
+        block=plan.block,
+        smem=plan.dynamic_smem_bytes,
+        args=args,
+        arch="sm_90",
+        mode="simulate",
+        sample=Sample(
+            blocks=plan.grid[0] * plan.grid[1] * plan.grid[2], warps=plan.block[0] // 32, executions=1
+        ),
+        max_steps=10**8,
+    )
+    assert not res.meta.get("notes"), res.meta["notes"]
+    out = {}
+    for name, (dt, n) in outputs.items():
+        base = GLOBAL_BASE + names.index(name) * GLOBAL_STRIDE
+        raw = np.full(n * np.dtype(dt).itemsize, 0xFF, np.uint8)
+        for a, v in stores.items():
+            if base <= a < base + raw.size:
+                raw[a - base] = v
+        out[name] = raw.view(dt)
+    assert sum(a.nbytes for a in out.values()) >= len(stores)  # no store outside the outputs
+    return out
+
+
+def test_the_emulated_tensor_core_data_reproduce_hgemm(tmp_path, monkeypatch):
+    """hgemm (row-major B: ldmatrix.trans; bf16 C: cvt.rn.bf16x2) emulated with _tensor_data: numpy's product."""
+    fam = FAMILIES["hgemm"]
+    prob = {"M": 64, "N": 64, "K": 64, "dtype": "bf16", "c_dtype": "bf16", "beta": 0.0}
+    cfg = configure(fam, {"BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32, "STAGES": 2, **prob}, {}, "sm_90")
+    x = fam.make_inputs(cfg, np.random.default_rng(1))
+    got = _emulate(fam, cfg, {"A": x["A"], "B": x["B"]}, {"C": (np.uint16, 64 * 64)}, tmp_path, monkeypatch)
+    ref = fam.reference(cfg, x)
+    err = np.abs(to_float64(got["C"], "bf16").reshape(ref.shape) - ref).max() / np.abs(ref).max()
+    assert err < fam.tolerance_for(cfg), err
+
+
+@pytest.mark.parametrize(
+    "problem, params",
+    [
+        ({"batch": 1, "heads": 1, "seq_q": 50, "seq_kv": 100, "head_dim": 64, "causal": 1}, {"BN": 32}),
+        (
+            {"batch": 1, "heads": 1, "seq_q": 40, "seq_kv": 77, "head_dim": 128, "dtype": "f16"},
+            {"BN": 32, "STAGES": 3},
+        ),
+    ],
+)
+def test_the_emulated_kernel_computes_o_and_lse(problem, params, tmp_path, monkeypatch):
+    """The compiled flash_attn, every warp of every block emulated with _tensor_data: o within the tolerance (as
+    the numpy schedule), every element stored, lse within LSE_TOLERANCE; a causal diagonal with the seq_kv tail,
+    and a 3-stage ring that wraps (3 KV tiles) at head_dim 128."""
+    from smemtile.families.flash_attn import LSE_TOLERANCE
+
+    cfg = _cfg(problem, params)
+    q = FAM.problem_ints(cfg.problem)
+    x = FAM.make_inputs(cfg, np.random.default_rng(5))
+    n = q["batch"] * q["seq_q"] * q["heads"] * q["head_dim"]
+    outs = {"o": (np.uint16, n), "lse": (np.float32, q["batch"] * q["heads"] * q["seq_q"])}
+    got = _emulate(FAM, cfg, x, outs, tmp_path, monkeypatch)
+    ref = FAM.reference(cfg, x)
+    o = got["o"].view(np.float16) if cfg.problem["dtype"] == "f16" else got["o"]
+    o = FAM.decode_output(cfg, o.reshape(ref.shape)).astype(np.float64)
+    assert np.isfinite(o).all()  # every element written (unwritten bytes are 0xFF: NaN)
+    err = np.abs(o - ref).max() / np.abs(ref).max()
+    assert err < FAM.tolerance_for(cfg) / 2, err
+    lse = got["lse"].reshape(q["batch"] * q["heads"], q["seq_q"]).astype(np.float64)
+    assert np.abs(lse - FAM.reference_lse(cfg, x)).max() < LSE_TOLERANCE
+
+
 @pytest.mark.parametrize(
     "problem, params, arch",
     [
