@@ -292,7 +292,7 @@ class FlashAttnTileModel(SizesModel):
             "model": "issue / latency / wave model of flash_attn.cu's PATH 0 loop (mma.sync, ex2, softmax ALU "
             f"per KV tile); not yet calibrated: every constant is an estimate ({SOURCE})",
             "source": SOURCE,
-            "gpu": "none, uncalibrated estimates",
+            "gpu": "none (uncalibrated estimates)",
             "date": None,
             "runs": "none (no flash_attn run recorded yet)",
             "commit": None,
