@@ -36,7 +36,8 @@ K B-fragments (ldmatrix.x4: K^T is a column-major B) and the V B-fragments (ldma
 of 128 or 256 bytes every ldmatrix phase is 8-way (8 rows at one column land on one bank quad);
 ``Swizzle<3,3,log2(HD)-3>`` (16-byte chunk c of row r at c ^ r % 8 in its 128-byte group) makes every copy and
 fragment load conflict-free at no memory cost: the family's default layouts. ``smemtile analyze
-samples/flash_attn_hd128.yaml`` shows both (the sample lists its buffers without layouts).
+samples/flash_attn_hd128.yaml`` shows them conflict-free (without the sample's ``layout:`` entries: the 8-way
+conflicts and the fix search's options).
 
 Launch: grid = (ceil(seq_q / BM), batch * heads, 1), block = 32 * WARPS threads, dynamic shared memory
 (BM*HD + 2*STAGES*BN*HD) * 2 bytes (with padding: its rows).
@@ -46,7 +47,7 @@ S are exact in fp32 and summed in fp32 (head_dim 128: ~1e-6 relative); ex2.appro
 is 16-bit rounding, twice: P is rounded to the input type before P V (each weight within half an ulp: 2^-9 bf16,
 2^-11 f16, relative) and o is rounded on the store (half an ulp of o). A numpy model of exactly that schedule and
 rounding (tests/test_flash_attn_family.py) gives 1.7e-3 to 2.7e-3 (bf16) and 2.5e-4 (f16) at the test sizes, about
-one half-ulp of max |o| plus the averaged P errors; the tolerances leave ~4x for what the model leaves out (the
+one half-ulp of max |o| plus the averaged P errors (the compiled kernel, emulated on the CPU there, gives the same); the tolerances leave ~4x for what the model leaves out (the
 mma's fp32 summation order, ex2.approx): bf16 1e-2, f16 2e-3. lse is fp32 from exact products: 1e-3 absolute in
 natural-log units (GPU tests: LSE_TOLERANCE).
 """
