@@ -28,6 +28,10 @@ block-tile with the SM to itself, b blocks per SM). The blocks are list-schedule
 SMs x blocks_per_sm slots: the makespan is max(total tiles / slots, the longest block) (causal blocks run longest
 first). DRAM: q, k, v, o and lse once; L2: every block's K and V tiles. The parts combine by the GEMM model's rule
 (the binding part + OVERLAP x the others + the launch).
+
+For scale only (not a calibration: another kernel): torch's FlashAttention-2 backend, the same mma.sync schedule,
+ran 324-354 TFLOP/s at the bench shapes on this H200 (bf16, head_dim 128;
+bench/results/session10/sdpa_backends_h200_run1.jsonl); the model's #1 predicts 310-321 there.
 """
 
 from __future__ import annotations
