@@ -428,7 +428,7 @@ flash_attn(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict
     }
     fa::cp_async_wait<0>();  // nothing in flight when the block exits (the last groups are empty)
 
-    // ---- epilogue: O / l, lse = m ln 2 + ln l --------------------------------------------------------------------------
+    // ---- epilogue: O / l, lse = (m + log2 l) ln 2 ------------------------------------------------------------------------
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         float l = l_run[r];
