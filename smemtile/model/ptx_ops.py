@@ -342,7 +342,7 @@ def _int_op(head: str, parts: list[str], t: str, x: list[np.ndarray], st: Statem
             r = np.where(top == 1, r - (np.int64(1) << np.minimum(ln, 63)), r)
         return r
     if head == "bfi":
-        pos, ln = x[3] & 0xFF, x[4] & 0xFF
+        pos, ln = x[2] & 0xFF, x[3] & 0xFF  # bfi d, a, b, pos, len: insert a into b
         m = ((np.int64(1) << np.minimum(ln, 63)) - 1) << np.minimum(pos, 63)
         return (_as_int(x[1], bits, False) & ~m) | ((_as_int(a, bits, False) << np.minimum(pos, 63)) & m)
     if head == "lop3":
