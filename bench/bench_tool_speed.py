@@ -9,7 +9,10 @@
 
 Each figure is the median of ``--runs`` runs (one warm-up first) of ``python -m smemtile ...`` with Python's
 bytecode cache on (PYTHONDONTWRITEBYTECODE removed from the environment: this machine sets it, and then every run
-compiles every module again; the warm-up writes the .pyc files). The machine's load average is recorded at the
+compiles every module again; the warm-up writes the .pyc files) and the user's caches as a second run finds them:
+the warm-up also fills the compile cache and analyze's answer cache (smemtile/pipeline/disk_memo.py: the tile
+ranking of a kernel spec's problem), so the analyze figures are those of a user re-running a spec, not of its
+very first run (``analyze_cold`` records that one: a fresh answer cache, the compile cache still warm). The machine's load average is recorded at the
 start and at the end: the other work on a shared machine slows every figure alike, the ratios less."""
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ TILES = {
     "wgmma_gemm": "4096 4096 4096 --dtype bf16 --arch sm_90a",
     "transpose": "--family transpose 8192 8192 --dtype f16",
     "stencil2d": "--family stencil2d 8192 8192 --radius 2",
+    "conv2d": "--family conv2d --n 32 --h 56 --w 56 --c 64 --k 64 --r 3 --s 3 --dtype bf16",
+    "flash_attn": "--family flash_attn --batch 4 --heads 32 --seq 8192 --head-dim 128 --dtype bf16 --arch sm_90a",
 }
 GENERATE = ("samples/sgemm_float4.yaml", "samples/transpose_32x32.yaml", "samples/hgemm_bf16.yaml")
 NVRTC_PROBE = """
@@ -108,6 +113,14 @@ def main() -> int:
         r["x_deps"] = round(r["median_s"] / deps["median_s"], 2)
         doc["analyze"][s.name] = r
         print(f"analyze {s.name:28} {r['median_s']:.3f} s  {r['x_deps']:.2f}x the imports", flush=True)
+    doc["analyze_cold"] = {}  # every run computes its answers (SMEMTILE_ANSWER_CACHE=0): a spec's first run
+    for s in sorted((ROOT / "samples").glob("*.yaml")):
+        r = timed(
+            [*py, "-m", "smemtile", "analyze", f"samples/{s.name}"], a.runs, {"SMEMTILE_ANSWER_CACHE": "0"}
+        )
+        r["x_deps"] = round(r["median_s"] / deps["median_s"], 2)
+        doc["analyze_cold"][s.name] = r
+        print(f"analyze (no answer cache) {s.name:28} {r['median_s']:.3f} s  {r['x_deps']:.2f}x", flush=True)
     doc["tiles"] = {}
     for fam, args in TILES.items():
         r = timed([*py, "-m", "smemtile", "tiles", *args.split()], a.runs)
