@@ -147,14 +147,27 @@ class FlashAttn(Family):
     params = (
         Param("BM", 64, "query rows per block (16 per warp: BM = 16 * WARPS)", (64, 128)),
         Param("BN", 64, "keys per KV tile", (32, 64, 128)),
-        Param("STAGES", 2, "cp.async ring depth of KV tiles (K and V of a tile per stage)", (1, 2, 3)),
+        Param(
+            "STAGES",
+            2,
+            "ring depth of KV tiles: PATH 0 cp.async (K and V of a tile per stage) 1-3; PATH 1 TMA (a K and a V "
+            "ring) 2-4",
+            (1, 2, 3, 4),
+        ),
         Param("WARPS", 4, "warps per block (each owns 16 query rows)", (4, 8)),
         Param(
             "PATH",
             0,
-            "0 = mma.sync + cp.async (FlashAttention-2 schedule, sm_80+); 1 = reserved for the sm_90a wgmma/TMA "
-            "kernel (not built yet)",
+            "0 = mma.sync + cp.async (FlashAttention-2 schedule, sm_80+); 1 = TMA + wgmma (FlashAttention-3 "
+            "schedule, sm_90a; BM 128, 384 threads; the default on sm_90a)",
             (0, 1),
+        ),
+        Param(
+            "OVERLAP",
+            1,
+            "PATH 1's schedule: 0 simple, 1 softmax under the previous tile's P V wgmmas, 2 that with the two "
+            "consumer warpgroups' ping-pong",
+            (0, 1, 2),
         ),
     )
     problem_keys = (
@@ -196,6 +209,8 @@ class FlashAttn(Family):
 
     # ---- shape --------------------------------------------------------------------------------------------
     def threads(self, p: dict[str, int]) -> int:
+        if p.get("PATH") == 1:
+            return hopper.THREADS
         return 32 * p["WARPS"]
 
     def threads_message(self, p: dict[str, int], threads: int, implied: int) -> str:
@@ -243,6 +258,21 @@ class FlashAttn(Family):
     def stages(self, p: dict[str, int]) -> int:
         return p["STAGES"]
 
+    def smem_bytes(self, cfg: KernelConfig) -> int:
+        if cfg.params["PATH"] == 1:
+            return hopper.smem_bytes(self, cfg)
+        return super().smem_bytes(cfg)
+
+    def kernel_signature(self, cfg: KernelConfig) -> tuple[str, ...]:
+        if cfg.params["PATH"] == 1:
+            return hopper.signature(self)
+        return self.signature
+
+    def tensor_maps(self, cfg: KernelConfig):
+        if cfg.params["PATH"] == 1:
+            return hopper.tensor_maps(self, cfg)
+        return []
+
     def smem_split(self, cfg: KernelConfig) -> tuple[int, int]:
         return 0, self.smem_bytes(cfg)  # extern __shared__: dynamic at any size
 
@@ -250,8 +280,23 @@ class FlashAttn(Family):
         return "; reduce STAGES, BN or BM"
 
     def derive(self, params: dict[str, int], user: set[str], arch: Arch) -> dict[str, int]:
-        """BM and WARPS go together (16 query rows per warp): the one the user set decides the other."""
+        """BM and WARPS go together (16 query rows per warp): the one the user set decides the other. On sm_90a
+        PATH 1 unless the user set PATH or a value only PATH 0 takes (WARPS, BM != 128, BN 32, STAGES 1); PATH 1
+        fixes BM at 128 and defaults to BN 128, 2 stages."""
         p = dict(params)
+        if "PATH" not in user and arch.lacks("wgmma") is None:
+            p0_only = (
+                "WARPS" in user
+                or ("BM" in user and p["BM"] != hopper.BM)
+                or ("BN" in user and p["BN"] not in hopper.BNS)
+                or ("STAGES" in user and p["STAGES"] not in hopper.STAGES)
+            )
+            p["PATH"] = 0 if p0_only else 1
+        if p["PATH"] == 1:
+            p["BM"] = p["BM"] if "BM" in user else hopper.BM
+            p["WARPS"] = p["WARPS"] if "WARPS" in user else hopper.BM // 16
+            p["BN"] = p["BN"] if "BN" in user else 128
+            return p
         if "BM" in user and "WARPS" not in user:
             p["WARPS"] = max(1, p["BM"] // 16)
         elif "WARPS" in user and "BM" not in user:
@@ -263,11 +308,11 @@ class FlashAttn(Family):
         p, out = cfg.params, []
         q = self.problem_ints(cfg.problem)
         if p["PATH"] == 1:
-            out.append(
-                "PATH 1 (the sm_90a wgmma/TMA kernel) is reserved and not built yet; use PATH 0 (mma.sync, "
-                "sm_80+, runs on sm_90)"
-            )
-            return out
+            return hopper.violations(self, cfg)
+        if p["STAGES"] > 3:
+            out.append(f"STAGES = {p['STAGES']}: PATH 0's cp.async ring takes 1 to 3 stages (4 is PATH 1's)")
+        if p["OVERLAP"] != 1:
+            out.append(f"OVERLAP = {p['OVERLAP']} is PATH 1's schedule; PATH 0 has none (leave it at 1)")
         if cfg.arch.cc < (8, 0):
             out.append(
                 f"flash_attn needs sm_80 or newer (cp.async, bf16 mma.sync); {cfg.arch.name} has neither"
@@ -306,7 +351,9 @@ class FlashAttn(Family):
     def requires(self, cfg: KernelConfig) -> list[tuple[str, str]]:
         """The helper's preconditions: 16-byte aligned q, k, v, o and strides that are multiples of 8 elements
         (cp.async copies 16-byte chunks of a row). No lower bound on the strides: any layout the user's tensors
-        have (a [b, h, s, d] view, a head shared through stride 0) is taken."""
+        have (a [b, h, s, d] view, a head shared through stride 0) is taken. PATH 1: TMA's (hopper.requires)."""
+        if cfg.params["PATH"] == 1:
+            return hopper.requires(self, cfg)
         aligned = " & ".join(f"({a}_align >= 16)" for a in ARRAYS)
         mult = " & ".join(f"(({s} % 8) == 0)" for s in STRIDES)
         return [
@@ -323,10 +370,14 @@ class FlashAttn(Family):
         ]
 
     def name_expression(self, cfg: KernelConfig) -> str:
+        if cfg.params["PATH"] == 1:
+            return hopper.name_expression(self, cfg)
         return f"{self.kernel}<{', '.join(self.template_args(cfg))}>"
 
     def template_args(self, cfg: KernelConfig) -> list[str]:
         p, q = cfg.params, self.problem_ints(cfg.problem)
+        if p["PATH"] == 1:
+            return hopper.template_args(self, cfg)
         vals = [
             T_CTYPES[cfg.problem["dtype"]],
             q["head_dim"],
@@ -342,6 +393,8 @@ class FlashAttn(Family):
 
     # ---- the kernel's shared memory, written once ---------------------------------------------------------
     def buffers(self, cfg: KernelConfig) -> list[dict]:
+        if cfg.params["PATH"] == 1:
+            return hopper.buffers(self, cfg)
         dt = cfg.problem["dtype"]
         return [
             {
@@ -367,6 +420,9 @@ class FlashAttn(Family):
         ]
 
     def accesses(self, cfg: KernelConfig) -> list[dict]:
+        if cfg.params["PATH"] == 1:
+            return hopper.accesses(self, cfg)
+
         def copy(name, buf, var, rows, ld, what):
             c = f"(tid + {var}*THREADS)"
             row, col = f"{c} // (HD//8)", f"({c} % (HD//8)) * 8"
@@ -425,11 +481,15 @@ class FlashAttn(Family):
 
     def default_layouts(self, cfg: KernelConfig) -> dict[str, Layout]:
         """The kernel's conflict-free layouts: Swizzle<3,3,log2(HD)-3> on every tile (hgemm's swizzle_for)."""
+        if cfg.params["PATH"] == 1:
+            return hopper.default_layouts(self, cfg)
         sw = swizzle_for(self.problem_ints(cfg.problem)["head_dim"])
         return {b: Layout(0, sw) for b in BUFFERS}
 
     # ---- launch -------------------------------------------------------------------------------------------
     def calls(self, cfg: KernelConfig) -> list[KernelCall]:
+        if cfg.params["PATH"] == 1:
+            return hopper.calls(self, cfg)
         return [
             KernelCall(
                 ("q", "k", "v", "o", "lse", "batch", "heads", "seq_q", "seq_kv", *STRIDES, "scale"),
@@ -512,10 +572,14 @@ class FlashAttn(Family):
         return max(1, round(self.kv_tiles(cfg)))
 
     def access_repeats(self, cfg: KernelConfig) -> dict[str, float]:
+        if cfg.params["PATH"] == 1:
+            return hopper.access_repeats(self, cfg)
         t = self.kv_tiles(cfg)
         return {"Q_copy": 1.0, "Q_frag": 1.0, "K_copy": t, "V_copy": t, "K_frag": t, "V_frag": t}
 
     def one_block_reason(self, cfg: KernelConfig, occ: dict) -> str | None:
+        if cfg.params["PATH"] == 1:
+            return hopper.one_block_reason(self, cfg, occ)
         p = cfg.params
         if occ.get("limiter") == "registers":
             return (
@@ -535,6 +599,8 @@ class FlashAttn(Family):
 
         from smemtile.families.hgemm.checks import TEXT, _swizzle_proof
 
+        if cfg.params["PATH"] == 1:
+            return hopper.pipeline_items(self, cfg, ptx)
         stages = cfg.params["STAGES"]
         items = []
         if ptx:
@@ -587,6 +653,7 @@ class FlashAttn(Family):
         return items
 
 
+from smemtile.families.flash_attn import hopper  # noqa: E402  (PATH 1; it imports this package's names lazily)
 from smemtile.families.flash_attn.tiles import FlashAttnTileModel  # noqa: E402  (it imports this package first)
 
 FlashAttn.tile_model = FlashAttnTileModel

@@ -1,0 +1,297 @@
+"""PATH 1 of flash_attn: the sm_90a kernel ``flash_attn_wgmma`` (kernels/flash_attn.cu's last block; measured
+standalone as bench/flash_attn_sm90), the FlashAttention-3 schedule: TMA + mbarrier rings, wgmma, a producer
+warpgroup and two consumer warpgroups (setmaxnreg), the softmax of tile j under the P V wgmmas of tile j - 1
+(OVERLAP 1) or with the consumers' ping-pong (OVERLAP 2).
+
+Everything here is PATH 1's half of the family (FlashAttn dispatches to it when ``PATH`` is 1): the signature
+with the three tensor maps after lse, the template arguments, the tensor maps (4-D, 128B swizzle: the table of
+bench/flash_attn_sm90/README.md), the launch (one CTA per work item (q tile, batch * head), 384 threads, dynamic
+shared memory ``fa::smem_bytes``), the shared-memory buffers as TMA writes them and the wgmma reads as
+ldmatrix-phase expressions (as wgmma_gemm describes its own), the rules, the checklist and the tile model's part.
+
+BM is fixed at 128 (two consumer warpgroups of 64 rows), BN 64 or 128, STAGES 2..4 (the depth of the K ring and of
+the V ring), OVERLAP 0 / 1 / 2. The kernel reads q, k, v only through the tensor maps: TMA needs them 16-byte
+aligned with strides that are multiples of 8 elements; o takes any strides (4-byte stores where o and its strides
+allow, else 2-byte).
+"""
+
+from __future__ import annotations
+
+import re
+
+from smemtile.families.base import FAIL, NA, PASS, Item, KernelCall, KernelConfig, TensorMapArg
+from smemtile.model.layout import Layout
+
+KERNEL = "flash_attn_wgmma"
+BM = 128  # query rows per CTA: 2 consumer warpgroups x 64
+THREADS = 384  # producer warpgroup + 2 consumer warpgroups
+SLACK = 1024  # the kernel aligns its tiles to 1024 bytes at run time
+BNS, STAGES, OVERLAPS = (64, 128), (2, 3, 4), (0, 1, 2)
+BUFFERS = ("Qs", "Ks", "Vs")
+ARRAYS = ("q", "k", "v", "o")
+STRIDES = tuple(f"{a}_{s}" for a in ARRAYS for s in ("sb", "ss", "sh"))
+CONSUMER_WARPS = list(range(4, 12))
+
+
+def smem_formula(hd: int, bn: int, stages: int) -> int:
+    """``fa::smem_bytes<HD, BN, STAGES>()``: slack + the Q tile + K and V rings + 2 + 4 * STAGES mbarriers."""
+    return SLACK + BM * hd * 2 + 2 * stages * bn * hd * 2 + 8 * (2 + 4 * stages)
+
+
+def signature(fam) -> tuple[str, ...]:
+    sig = list(fam.signature)
+    at = sig.index("float* lse") + 1
+    maps = [f"const __grid_constant__ smemtile::TensorMap tm_{a}" for a in "qkv"]
+    return tuple(sig[:at] + maps + sig[at:])
+
+
+def template_args(fam, cfg: KernelConfig) -> list[str]:
+    from smemtile.families.flash_attn import T_CTYPES
+
+    p, q = cfg.params, fam.problem_ints(cfg.problem)
+    vals = [T_CTYPES[cfg.problem["dtype"]], q["head_dim"], p["BN"], p["STAGES"], q["causal"], p["OVERLAP"]]
+    return [str(v) for v in vals]
+
+
+def name_expression(fam, cfg: KernelConfig) -> str:
+    return f"{KERNEL}<{', '.join(template_args(fam, cfg))}>"
+
+
+def tensor_maps(fam, cfg: KernelConfig) -> list[TensorMapArg]:
+    out = []
+    for a, seq, rows in (("q", "seq_q", "BM"), ("k", "seq_kv", "BN"), ("v", "seq_kv", "BN")):
+        out.append(
+            TensorMapArg(
+                f"tm_{a}",
+                a,
+                ("head_dim", seq, "heads", "batch"),
+                "",
+                ("64", rows, "1", "1"),
+                strides=(f"{a}_ss * 2", f"{a}_sh * 2", f"{a}_sb * 2"),
+                doc=f"{a} [batch, {seq}, heads, head_dim]: box {{64, {rows}, 1, 1}} per 64-column panel",
+            )
+        )
+    return out
+
+
+def calls(fam, cfg: KernelConfig) -> list[KernelCall]:
+    return [
+        KernelCall(
+            (
+                "q",
+                "k",
+                "v",
+                "o",
+                "lse",
+                "tm_q",
+                "tm_k",
+                "tm_v",
+                "batch",
+                "heads",
+                "seq_q",
+                "seq_kv",
+                *STRIDES,
+                "scale",
+            ),
+            ("cdiv(seq_q, BM) * batch * heads", "1", "1"),
+            ("THREADS", "1", "1"),
+            doc="one CTA per work item (q tile, batch * head); the kernel also runs a persistent grid",
+        )
+    ]
+
+
+def smem_bytes(fam, cfg: KernelConfig) -> int:
+    p = cfg.params
+    return smem_formula(fam.problem_ints(cfg.problem)["head_dim"], p["BN"], p["STAGES"])
+
+
+def tma_layout() -> Layout:
+    return Layout.for_tma("128B", 2)
+
+
+def default_layouts(fam, cfg: KernelConfig) -> dict[str, Layout]:
+    return {b: tma_layout() for b in BUFFERS}
+
+
+def violations(fam, cfg: KernelConfig) -> list[str]:
+    from smemtile.families.flash_attn import HEAD_DIMS, SEQ_STRIDES
+
+    p, out = cfg.params, []
+    q = fam.problem_ints(cfg.problem)
+    why = cfg.arch.lacks("wgmma")
+    if why:
+        out.append(
+            f"PATH 1 (wgmma, TMA, setmaxnreg) needs sm_90a, not {cfg.arch.name}: {why}; PATH 0 (mma.sync) runs there"
+        )
+    if q["head_dim"] not in HEAD_DIMS:
+        out.append(
+            f"head_dim {q['head_dim']} is not supported: PATH 1 is built for head dimensions 64 and 128"
+        )
+    if p["BM"] != BM:
+        out.append(f"BM = {p['BM']}: PATH 1 fixes BM at 128 (two consumer warpgroups of 64 query rows)")
+    if p["BN"] not in BNS:
+        out.append(f"BN = {p['BN']}: PATH 1 takes 64 or 128 keys per KV tile (the wgmma n of S = Q K^T)")
+    if p["STAGES"] not in STAGES:
+        out.append(f"STAGES = {p['STAGES']}: PATH 1's K and V rings take 2 to 4 stages")
+    if p["OVERLAP"] not in OVERLAPS:
+        out.append(f"OVERLAP = {p['OVERLAP']}: 0 (simple), 1 (softmax under P V) or 2 (1 with ping-pong)")
+    for s in SEQ_STRIDES:
+        if q[s] < q["heads"] * q["head_dim"]:
+            out.append(
+                f"{s} = {q[s]} is below heads * head_dim = {q['heads'] * q['head_dim']}: a token's row holds "
+                "its heads (the problem's arrays are rows of tokens; the generated helper takes any strides)"
+            )
+    smem = smem_formula(q["head_dim"], p["BN"], p["STAGES"])
+    if smem > cfg.arch.smem_optin_per_block:
+        out.append(
+            f"shared memory {smem} bytes per block (1024 alignment slack included) exceeds the {cfg.arch.name} "
+            f"opt-in limit of {cfg.arch.smem_optin_per_block} bytes; reduce STAGES or BN"
+        )
+    for name in BUFFERS:
+        lay = cfg.layouts.get(name)
+        if lay is not None and lay != tma_layout():
+            out.append(
+                f"{name}: PATH 1's tensor maps and wgmma descriptors use TMA 128B (rows of 128 bytes); "
+                f"{lay.describe()} is not what it builds"
+            )
+    return out
+
+
+def requires(fam, cfg: KernelConfig) -> list[tuple[str, str]]:
+    """TMA: q, k, v 16-byte aligned and their strides multiples of 8 elements (16-byte global strides); o takes
+    any strides and 2-byte alignment."""
+    aligned = " & ".join(f"({a}_align >= 16)" for a in "qkv")
+    mult = " & ".join(f"(({s} % 8) == 0)" for s in STRIDES if s[0] != "o")
+    return [
+        (aligned, "q, k and v 16-byte aligned (TMA reads them through tensor maps)"),
+        (
+            mult,
+            "the q, k and v strides multiples of 8 elements (TMA's global strides are multiples of 16 bytes)",
+        ),
+    ]
+
+
+def buffers(fam, cfg: KernelConfig) -> list[dict]:
+    dt = cfg.problem["dtype"]
+    return [
+        {
+            "name": "Qs",
+            "dtype": dt,
+            "shape": ["HD // 64 * BM", 64],
+            "note": "query tile as HD/64 TMA boxes {64, 128}: row p*BM + r holds q[b, m0 + r, h, 64p ..]",
+        },
+        {
+            "name": "Ks",
+            "dtype": dt,
+            "shape": ["HD // 64 * BN", 64],
+            "stages": "STAGES",
+            "note": "key tile as HD/64 TMA boxes {64, BN}: row p*BN + j holds k[b, kv0 + j, h, 64p ..]",
+        },
+        {
+            "name": "Vs",
+            "dtype": dt,
+            "shape": ["HD // 64 * BN", 64],
+            "stages": "STAGES",
+            "note": "value tile, the same boxes (read MN-major by the P V wgmma)",
+        },
+        {
+            "name": "bars",
+            "dtype": "u64",
+            "shape": ["2 + 4 * STAGES"],
+            "note": "mbarriers: q_full, q_empty, k_full / v_full / k_empty / v_empty [STAGES]",
+        },
+    ]
+
+
+def accesses(fam, cfg: KernelConfig) -> list[dict]:
+    core = "the tensor cores read 8-row x 16-byte core matrices: described as ldmatrix.x4 phases"
+    return [
+        {
+            "name": "Q_wgmma",
+            "buffer": "Qs",
+            "op": "ldmatrix",
+            "matrices": 4,
+            "role": "inner",
+            "warps": CONSUMER_WARPS,
+            "row": "(kk // 4) * BM + ((warp - 4) // 4) * 64 + (warp % 4) * 16 + lane % 16",
+            "col": "(kk % 4) * 16 + (lane // 16) * 8",
+            "over": {"kk": [0, "HD // 16"]},
+            "note": f"S = Q K^T, A operand (K-major 128B descriptor, the consumer's 64 rows), k16 step kk; {core}",
+        },
+        {
+            "name": "K_wgmma",
+            "buffer": "Ks",
+            "op": "ldmatrix",
+            "matrices": 4,
+            "role": "inner",
+            "warps": CONSUMER_WARPS,
+            "row": "(kk // 4) * BN + (warp % 4) * (BN // 4) + nj * 16 + lane % 16",
+            "col": "(kk % 4) * 16 + (lane // 16) * 8",
+            "over": {"nj": [0, "BN // 64"], "kk": [0, "HD // 16"]},
+            "note": f"S = Q K^T, B operand (K-major; every consumer warpgroup reads all BN rows); {core}",
+        },
+        {
+            "name": "V_wgmma",
+            "buffer": "Vs",
+            "op": "ldmatrix",
+            "matrices": 4,
+            "trans": True,
+            "role": "inner",
+            "warps": CONSUMER_WARPS,
+            "row": "(nj // 4) * BN + (warp % 4) * (BN // 4) + kk * 16 + lane % 16",
+            "col": "(nj % 4) * 16 + (lane // 16) * 8",
+            "over": {"kk": [0, "BN // 64"], "nj": [0, "HD // 16"]},
+            "note": f"O += P V, B operand (MN-major: V is [kv][hd], read transposed), A = P from registers; {core}",
+        },
+    ]
+
+
+def access_repeats(fam, cfg: KernelConfig) -> dict[str, float]:
+    t = fam.kv_tiles(cfg)
+    return {"Q_wgmma": t, "K_wgmma": t, "V_wgmma": t}
+
+
+def one_block_reason(fam, cfg: KernelConfig, occ: dict) -> str:
+    p = cfg.params
+    return (
+        f"1 block/SM by design: {smem_bytes(fam, cfg)} bytes of shared memory (the Q tile and {p['STAGES']} stages "
+        f"of K and V tiles of {p['BN']} keys), 384 threads at 168 registers (setmaxnreg: 40 producer, 232 consumer)"
+    )
+
+
+def pipeline_items(fam, cfg: KernelConfig, ptx: str | None) -> list[Item]:
+    """The Hopper pipeline, read from the compiled PTX."""
+    hd = fam.problem_ints(cfg.problem)["head_dim"]
+    bn = cfg.params["BN"]
+    checks = (
+        (
+            "tma_load",
+            "TMA loads (cp.async.bulk.tensor.4d) complete on an mbarrier",
+            r"cp\.async\.bulk\.tensor\.4d\.shared::cluster\.global\.mbarrier::complete_tx::bytes",
+        ),
+        (
+            "wgmma_qk",
+            f"S = Q K^T: wgmma.mma_async m64n{bn}k16",
+            rf"wgmma\.mma_async\.sync\.aligned\.m64n{bn}k16",
+        ),
+        (
+            "wgmma_pv",
+            f"O += P V: wgmma.mma_async m64n{hd}k16",
+            rf"wgmma\.mma_async\.sync\.aligned\.m64n{hd}k16",
+        ),
+        (
+            "parity_wait",
+            "consumers and producer wait by mbarrier phase parity",
+            r"mbarrier\.try_wait\.parity",
+        ),
+        ("expect_tx", "each full barrier is armed with its byte count", r"mbarrier\.arrive\.expect_tx"),
+        ("setmaxnreg", "registers move from the producer to the consumers", r"setmaxnreg\.inc"),
+    )
+    items = []
+    for ident, text, pattern in checks:
+        if ptx is None:
+            items.append(Item(ident, text, NA, "not compiled (no PTX to read)"))
+            continue
+        n = len(re.findall(pattern, ptx))
+        items.append(Item(ident, text, PASS if n else FAIL, f"{n} instruction(s) in the PTX"))
+    return items
