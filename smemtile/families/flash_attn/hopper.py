@@ -295,3 +295,44 @@ def pipeline_items(fam, cfg: KernelConfig, ptx: str | None) -> list[Item]:
         n = len(re.findall(pattern, ptx))
         items.append(Item(ident, text, PASS if n else FAIL, f"{n} instruction(s) in the PTX"))
     return items
+
+
+# ---- the tile model's part (tiles.py ranks these on sm_90a) ---------------------------------------------------------
+# Not calibrated: the scale is set from the standalone kernel's H200 timings (bench/results/session10/
+# fa_sm90_standalone_h200_run1.txt, bf16 hd 128, BN 128, 2 stages, one CTA per item): OVERLAP 0 599-621 TFLOP/s
+# non-causal, OVERLAP 1 674-706, i.e. about 0.95 and 1.07 x the GPU table's bf16 rate (638 TFLOP/s on the H200: cuBLAS
+# measured, not the 989 datasheet peak; EFF is relative to that table rate). Everything else is an
+# estimate: OVERLAP 2 (not timed in that run), BN 64 (TILE_OVERHEAD per KV tile), STAGES 3/4 (no modelled gain:
+# the producer already runs a tile ahead), the per-item cost (Q load, first K tile, epilogue).
+EFF = {0: 0.94, 1: 1.07, 2: 1.10}  # KV-loop rate / the GPU table's bf16 rate, at BN 128
+TILE_OVERHEAD = 20.0  # key columns' worth of time per KV tile (barriers, masks, waits): BN / (BN + this)
+ITEM_S = 1.5e-6  # per work item: Q load, K_0 latency, epilogue (one CTA per SM: not overlapped)
+MEASURED = {(128, 128, 2, 0), (128, 128, 2, 1)}  # (HD, BN, STAGES, OVERLAP) timed on the H200
+UNMEASURED_PENALTY = 0.10  # ranks a configuration never timed as if 10 % slower
+
+
+def predict_time(q: dict, bn: int, overlap: int, peak_tflops: float, sms: int) -> float:
+    """Seconds for the problem: per item n_kv tiles at the path's rate plus ITEM_S, items list-scheduled onto one
+    CTA per SM in the kernel's order (head-major, within a head the longest causal tile first)."""
+    import heapq
+
+    hd = q["head_dim"]
+    eff = EFF[overlap] * (bn / (bn + TILE_OVERHEAD)) / (128 / (128 + TILE_OVERHEAD))
+    t_tile = 4.0 * BM * bn * hd / (peak_tflops * 1e12 / sms * eff)
+    m_tiles = -(-q["seq_q"] // BM)
+    all_kv = -(-q["seq_kv"] // bn)
+    per = [
+        min(all_kv, (min(m0 + BM, q["seq_q"]) - 1) // bn + 1) if q["causal"] else all_kv
+        for m0 in ((m_tiles - 1 - i) * BM for i in range(m_tiles))
+    ]
+    bh = q["batch"] * q["heads"]
+    items = m_tiles * bh
+    if not q["causal"] or items <= sms:
+        waves = -(-items // sms)
+        return waves * (max(per) * t_tile + ITEM_S)
+    slots = [0.0] * sms
+    for _ in range(bh):
+        for n in per:
+            t = heapq.heappop(slots)
+            heapq.heappush(slots, t + n * t_tile + ITEM_S)
+    return max(slots)

@@ -53,7 +53,7 @@ from smemtile.families.tile_model import (
 from smemtile.model.arch import Arch
 
 SOURCE = "smemtile/families/flash_attn/tiles.py"
-PARAMS = ("BM", "BN", "STAGES", "WARPS", "PATH")
+PARAMS = ("BM", "BN", "STAGES", "WARPS", "PATH", "OVERLAP")
 BMS, BNS, STAGES = (64, 128), (32, 64, 128), (1, 2, 3)
 
 # estimates, not fitted (see the module text)
@@ -77,6 +77,8 @@ def registers(hd: int, bn: int) -> int:
 
 
 def label(p: dict) -> str:
+    if p.get("PATH") == 1:
+        return f"p1 {p['BM']}x{p['BN']} s{p['STAGES']} o{p['OVERLAP']}"
     return f"{p['BM']}x{p['BN']} s{p['STAGES']} w{p['WARPS']}"
 
 
@@ -85,9 +87,18 @@ class FaTile:
     bm: int
     bn: int
     stages: int
+    path: int = 0
+    overlap: int = 1
 
     def params(self) -> dict:
-        return {"BM": self.bm, "BN": self.bn, "STAGES": self.stages, "WARPS": self.bm // 16, "PATH": 0}
+        return {
+            "BM": self.bm,
+            "BN": self.bn,
+            "STAGES": self.stages,
+            "WARPS": self.bm // 16,
+            "PATH": self.path,
+            "OVERLAP": self.overlap,
+        }
 
 
 @dataclass(frozen=True)
@@ -183,6 +194,15 @@ class FlashAttnTileModel(SizesModel):
             raise SpecError(
                 f"head_dim {hd} is not supported: the kernel is built for 64 and 128", key="--head-dim"
             )
+        if a.lacks("wgmma") is None:  # sm_90a: PATH 1 (flash_attn_wgmma; hopper.py's part of the model)
+            from smemtile.families.flash_attn import hopper
+
+            return [
+                FaTile(hopper.BM, bn, st, 1, ov)
+                for bn in hopper.BNS
+                for st in hopper.STAGES
+                for ov in hopper.OVERLAPS
+            ]
         return [FaTile(bm, bn, st) for bm in BMS for bn in BNS for st in STAGES]
 
     def screen(self, cand) -> Rejection | None:
@@ -199,7 +219,7 @@ class FlashAttnTileModel(SizesModel):
             kind = "shared_memory" if "shared memory" in bad[0] else "rules"
             return self._reject(p, kind, f"flash_attn: {bad[0]}")
         regs = registers(hd, cand.bn)
-        if regs > 255:
+        if cand.path == 0 and regs > 255:
             return self._reject(
                 p,
                 "spills",
@@ -217,6 +237,8 @@ class FlashAttnTileModel(SizesModel):
 
         fam, p = self.fam, cand.params()
         q = fam.problem_ints(self.problem)
+        if cand.path == 1:
+            return self._predict_path1(cand, gpu, q)
         hd, bm, bn = q["head_dim"], cand.bm, cand.bn
         cfg = configure(fam, {**p, **self.problem}, {}, self.arch, check=False)
         threads, smem = fam.threads(p), fam.smem_bytes(cfg)
@@ -281,12 +303,53 @@ class FlashAttnTileModel(SizesModel):
             t, tie=(-cand.stages, smem, label(p)), terms={"bound": bound, "tensor": frac}, result=s
         )
 
+    def _predict_path1(self, cand, gpu, q):
+        """PATH 1 (sm_90a): hopper.predict_time, the KV loop at a share of the tensor peak set from the standalone
+        kernel's H200 timings (not a fit), items list-scheduled one CTA per SM; never-timed configurations carry
+        hopper.UNMEASURED_PENALTY."""
+        from smemtile.families import configure
+        from smemtile.families.flash_attn import hopper
+
+        fam, p = self.fam, cand.params()
+        cfg = configure(fam, {**p, **self.problem}, {}, self.arch, check=False)
+        t = hopper.predict_time(q, cand.bn, cand.overlap, gpu.peak(self.problem["dtype"]), gpu.sms) + LAUNCH_S
+        flops = fam.work(self.problem)[1]
+        item = 2
+        nbytes = item * q["head_dim"] * q["heads"] * q["batch"] * (2 * q["seq_q"] + 2 * q["seq_kv"])
+        measured = (q["head_dim"], cand.bn, cand.stages, cand.overlap) in hopper.MEASURED
+        s = FaScored(
+            tuple((k, p[k]) for k in PARAMS),
+            label(p),
+            hopper.THREADS,
+            168,
+            1,
+            fam.smem_bytes(cfg),
+            t * 1e6,
+            flops / t / 1e12,
+            nbytes / t / 1e9,
+            1.0,
+            "compute",
+            measured=measured,
+        )
+        return Prediction(
+            t,
+            penalty=0.0 if measured else hopper.UNMEASURED_PENALTY,
+            tie=(cand.stages, label(p)),
+            terms={"bound": "compute", "tensor": 1.0},
+            result=s,
+        )
+
     def explain(self, entry: Ranked, top: Ranked, ranked) -> str:
         s, t = entry.pred.result, top.pred.result
         why = (
             f"{s.bound}-bound, tensor share {s.tensor_fraction:.2f}, {s.blocks_per_sm} block(s)/SM "
             "(uncalibrated issue/latency/wave model)"
         )
+        if dict(s.params).get("PATH") == 1:
+            why = (
+                "PATH 1 (TMA + wgmma, sm_90a): KV loop at a tensor share set from the standalone kernel's H200 "
+                f"timings, {'timed there' if s.measured else 'never timed (ranked 10 % slower)'}; uncalibrated"
+            )
         if s is t:
             return f"best: {s.tflops:.1f} TFLOP/s predicted; {why}"
         return f"{s.time_us / t.time_us - 1.0:+.1%} vs #1: {s.tflops:.1f} TFLOP/s; {why}"
@@ -335,7 +398,9 @@ class Ranker:
 
     def __call__(self, params: dict, src: str) -> Candidate:
         full = {**self.fam.defaults(), **params}
-        if "BM" in params and "WARPS" not in params:
+        if full.get("PATH") == 1:
+            full["BM"], full["WARPS"] = 128, 8
+        elif "BM" in params and "WARPS" not in params:
             full["WARPS"] = full["BM"] // 16
         want = {k: full[k] for k in PARAMS}
         s = next((s for s in self.ranked if s.params_dict() == want), None)
