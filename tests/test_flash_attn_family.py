@@ -141,7 +141,7 @@ def test_launch_plan_and_its_refusals():
     assert _cfg({"head_dim": 64}, {"WARPS": 8}).params["BM"] == 128
     refused = {
         "head_dim": ({"head_dim": 96}, {}, "head_dim 96 is not supported"),
-        "path 1": ({}, {"PATH": 1}, "PATH 1 (the sm_90a wgmma/TMA kernel) is reserved"),
+        "path 1": ({}, {"PATH": 1}, "PATH 1 (wgmma, TMA, setmaxnreg) needs sm_90a"),
         "warps": ({}, {"BM": 128, "WARPS": 4}, "BM = 128 must be 16 * WARPS"),
         "token rows": ({"heads": 2, "head_dim": 64, "q_ss": 64}, {}, "q_ss = 64 is below heads * head_dim"),
         "sm_75": ({}, {}, "needs sm_80 or newer"),
@@ -481,16 +481,16 @@ def test_nvrtc_builds_without_spills(problem, params, arch):
     assert 0 < r.registers <= 255 and not r.spills, r
 
 
-def test_tiles_ranks_path_0_on_sm_90a_and_the_spec_generates_a_file_nvcc_builds():
+def test_tiles_ranks_path_1_on_sm_90a_and_the_spec_generates_a_file_nvcc_builds():
     t = run_cli(
         "tiles", "--family", "flash_attn", *ISSUE, "--arch", "sm_90a", "--top", "1", "--format", "yaml"
     )
     assert t.returncode == 0, t.stderr
-    assert "PATH: 0" in t.stdout and "seq_q: 8192" in t.stdout
+    assert "PATH: 1" in t.stdout and "seq_q: 8192" in t.stdout
     g = run_cli("generate", "-", "--json", input=t.stdout)
     assert g.returncode == 0, g.stderr
     doc = json.loads(g.stdout)
-    assert doc["kernel"] == "flash_attn" and doc["grid"][1] == 4 * 32
+    assert doc["kernel"] == "flash_attn" and doc["grid"] == [64 * 4 * 32, 1, 1]  # PATH 1: one CTA per item
     j = run_cli("tiles", "--family", "flash_attn", *ISSUE, "--arch", "sm_90a", "--format", "json")
     cal = json.loads(j.stdout)["calibration"]
     assert cal["calibrated"] is False and "not yet calibrated" in cal["model"]
@@ -502,5 +502,5 @@ def test_tiles_ranks_path_0_on_sm_90a_and_the_spec_generates_a_file_nvcc_builds(
 
     cfg = variants(resolve(yaml.safe_load(t.stdout)))["fixed"]
     src = render(cfg).source
-    r = nvcc(src, ["-arch=sm_90", "-std=c++17", "-c"])
+    r = nvcc(src, ["-arch=sm_90a", "-std=c++17", "-Xcicc", "--sharedmem32=0", "-c"])
     assert r.returncode == 0, r.stderr[-2000:]
