@@ -27,8 +27,8 @@ PATH 0 (sm_80+, runs on sm_90): the FlashAttention-2 schedule, as kernels/flash_
 of WARPS warps owns 16 query rows (BM = 16 * WARPS); Q is copied once (cp.async) and held in registers as mma
 A-fragments; K and V tiles of BN keys stream through a STAGES-deep cp.async ring; S = Q K^T and O += P V by
 mma.sync.m16n8k16 (P converted to 16-bit A-fragments in registers); masks for the seq_kv tail and the causal
-diagonal; fully masked causal tiles are skipped. PATH 1 is reserved for the sm_90a kernel (wgmma, TMA): refused
-until it lands.
+diagonal; fully masked causal tiles are skipped. PATH 1 (sm_90a, the default there): the FlashAttention-3 kernel
+flash_attn_wgmma (TMA, wgmma, setmaxnreg; BM 128, 384 threads), whose half of the family is hopper.py.
 
 Accesses (below, written once as spec expressions; flash_attn.cu's header comment derives them): the Q, K and V
 copies (cp.async 16 B, one row of HD elements per CPR = HD/8 lanes), the Q A-fragments (ldmatrix.x4, once), the
