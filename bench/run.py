@@ -679,9 +679,12 @@ def _load(a):
         raise SpecError(
             f"{a.plan!r} is not a plan of {fam.name}; known: {', '.join(task['plans'])}", key="plan"
         )
+    plan = task["plans"][a.plan]
+    if plan.get("reference") is not None:  # the plan's own reference replaces the task's
+        task = {**task, "reference": plan["reference"]}
     if task["reference"] is None:
         raise SpecError(f"{fam.name}'s task.yaml names no reference to time against", key="reference")
-    return fam, task, task["plans"][a.plan]
+    return fam, task, plan
 
 
 def _main(a) -> int:

@@ -275,3 +275,21 @@ def test_without_a_task_file_the_sizes_are_empty():
 
     assert Local().test_sizes == () and Local.bench_sizes == () and Family.test_sizes == ()
     assert Own().test_sizes == ({"n": 1},) and Own().bench_sizes == ()
+
+
+def test_a_plan_may_name_its_own_reference(tmp_path):
+    """flash_attn's ``fastest`` plan times against torch's default SDPA dispatch, the task's other plans against
+    FlashAttention-2; a bad plan reference is refused like the task's."""
+    from smemtile.families.flash_attn import FlashAttn
+    from smemtile.families.task import load, parse
+
+    task = load(FlashAttn.__module__)
+    assert task["reference"] == {"kind": "sdpa", "dtype": "dtype", "backend": "flash"}
+    assert task["plans"]["fastest"]["reference"] == {"kind": "sdpa", "dtype": "dtype"}
+    assert task["plans"]["bench"]["reference"] is None
+    import yaml
+
+    doc = yaml.safe_load((Path(sys.modules[FlashAttn.__module__].__file__).parent / "task.yaml").read_text())
+    doc["plans"]["fastest"]["reference"] = {"kind": "nope"}
+    with pytest.raises(SpecError, match="'nope' is not known"):
+        parse(doc, tmp_path / "task.yaml")

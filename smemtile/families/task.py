@@ -42,7 +42,15 @@ from smemtile.errors import SpecError
 FILE = "task.yaml"
 TOP_KEYS = ("about", "test_sizes", "bench_sizes", "heldout", "reference", "case_name", "plans")
 SIZE_LISTS = ("test_sizes", "bench_sizes", "heldout")
-PLAN_KEYS = ("about", "shapes", "configs", "groups", "arch", "rounds")
+PLAN_KEYS = (
+    "about",
+    "shapes",
+    "configs",
+    "groups",
+    "arch",
+    "rounds",
+    "reference",
+)  # reference: the plan's own
 GROUP_KEYS = ("shapes", "configs")
 CONFIG_KEYS = ("label", "params", "layouts", "ranked", "problem")
 RANKED_KEYS = ("top", "spread")
@@ -50,7 +58,11 @@ REFERENCE_KINDS = {
     "matmul": ("kind", "sizes", "dtype"),
     "copy": ("kind",),
     "conv2d": ("kind", "dtype"),
-    "sdpa": ("kind", "dtype", "backend"),  # torch scaled_dot_product_attention; backend pins one (bench/run.py)
+    "sdpa": (
+        "kind",
+        "dtype",
+        "backend",
+    ),  # torch scaled_dot_product_attention; backend pins one (bench/run.py)
 }
 _SCALARS = (int, float, str)
 
@@ -157,6 +169,9 @@ def _plan(path: Path, key: str, value: Any, lists: dict[str, list[dict]]) -> dic
         "arch": value.get("arch"),
         "rounds": value.get("rounds"),
         "groups": groups,
+        # what this plan times against instead of the task's reference (one family, two goals: attention's sm_80
+        # path against FlashAttention-2, its sm_90a path against torch's fastest backend)
+        "reference": _reference(path, value["reference"]) if "reference" in value else None,
     }
 
 

@@ -108,19 +108,30 @@ def attention(
     skv = k.shape[1]
     o = np.empty(q.shape[:3] + (v.shape[3],))
     lse = np.empty((b, h, sq))
-    for bi in range(b):
-        for hi in range(h):
-            kh, vh = k[bi, :, hi], v[bi, :, hi]
-            for r0 in range(0, sq, rows):
-                s = (q[bi, r0 : r0 + rows, hi] @ kh.T) * scale
-                if causal:
-                    i = np.arange(r0, r0 + s.shape[0])[:, None]
-                    s = np.where(np.arange(skv)[None, :] <= i, s, -np.inf)
-                m = s.max(axis=1, keepdims=True)
-                p = np.exp(s - m)
-                l_ = p.sum(axis=1, keepdims=True)
-                o[bi, r0 : r0 + rows, hi] = (p @ vh) / l_
-                lse[bi, hi, r0 : r0 + rows] = (m + np.log(l_))[:, 0]
+
+    def head(bi: int, hi: int) -> None:  # writes only its own head's rows of o and lse
+        kh, vh = k[bi, :, hi], v[bi, :, hi]
+        for r0 in range(0, sq, rows):
+            s = (q[bi, r0 : r0 + rows, hi] @ kh.T) * scale
+            if causal:
+                i = np.arange(r0, r0 + s.shape[0])[:, None]
+                s = np.where(np.arange(skv)[None, :] <= i, s, -np.inf)
+            m = s.max(axis=1, keepdims=True)
+            p = np.exp(s - m)
+            l_ = p.sum(axis=1, keepdims=True)
+            o[bi, r0 : r0 + rows, hi] = (p @ vh) / l_
+            lse[bi, hi, r0 : r0 + rows] = (m + np.log(l_))[:, 0]
+
+    heads = [(bi, hi) for bi in range(b) for hi in range(h)]
+    if len(heads) > 1 and b * h * sq * skv > 1 << 24:  # large: the heads in threads (numpy releases the GIL)
+        import os
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(min(len(heads), os.cpu_count() or 1)) as pool:
+            list(pool.map(lambda bh: head(*bh), heads))
+    else:
+        for bh in heads:
+            head(*bh)
     return o, lse
 
 
