@@ -1,4 +1,4 @@
-// Standalone driver of the sm_90a FlashAttention forward kernel (fa_sm90.cuh): correctness against a CPU
+// Standalone driver of the sm_90a FlashAttention forward kernel (smemtile/kernels/flash_attn.cu (PATH 1)): correctness against a CPU
 // reference on small odd problems, then timing of issue 32's shapes.
 //
 //   nvcc -arch=sm_90a -std=c++17 -O3 -lcuda -o fa bench/flash_attn_sm90/driver.cu   (-lcuda optional: the driver
@@ -8,7 +8,7 @@
 //   ./fa bench --quick   the same for seq 8192 only
 //   --overlap N          (check or bench) only the schedule OVERLAP N; check --quick: 36 cases (for compute-sanitizer)
 //
-// The tensor maps are encoded exactly as fa_sm90.cuh's header says (encode_qkv_map below); the lead ports that
+// The tensor maps are encoded exactly as smemtile/kernels/flash_attn.cu (PATH 1)'s header says (encode_qkv_map below); the lead ports that
 // to the flash_attn family's TensorMapArg.
 
 #include <cuda.h>
@@ -25,7 +25,7 @@
 #include <thread>
 #include <vector>
 
-#include "fa_sm90.cuh"
+#include "../../smemtile/kernels/flash_attn.cu"  // the family's kernel file (PATH 1: flash_attn_wgmma)
 
 namespace {
 
@@ -188,7 +188,7 @@ int g_sms = 132;  // multiprocessors of the device (main sets it)
 Strides bshd(int seq, int heads, long long sh) { return Strides{seq * heads * sh, heads * sh, sh}; }
 
 // The tensor map of one of q, k, v: 4-D {HD, seq, heads, batch}, strides in bytes, box {64, rows, 1, 1}, 128B
-// swizzle, zero fill out of bounds (fa_sm90.cuh's header).
+// swizzle, zero fill out of bounds (smemtile/kernels/flash_attn.cu (PATH 1)'s header).
 CUresult encode_qkv_map(CUtensorMap* map, CUtensorMapDataType dtype, const void* base, int hd, int seq, int heads,
                         int batch, const Strides& s, int box_rows) {
     const cuuint64_t dims[4] = {static_cast<cuuint64_t>(hd), static_cast<cuuint64_t>(seq),
@@ -202,9 +202,9 @@ CUresult encode_qkv_map(CUtensorMap* map, CUtensorMapDataType dtype, const void*
                                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 }
 
-smemtile::fa::TensorMap to_param(const CUtensorMap& m) {
-    static_assert(sizeof(CUtensorMap) == sizeof(smemtile::fa::TensorMap), "CUtensorMap is 128 bytes");
-    smemtile::fa::TensorMap t;
+smemtile::TensorMap to_param(const CUtensorMap& m) {
+    static_assert(sizeof(CUtensorMap) == sizeof(smemtile::TensorMap), "CUtensorMap is 128 bytes");
+    smemtile::TensorMap t;
     std::memcpy(&t, &m, sizeof(t));
     return t;
 }
