@@ -167,6 +167,12 @@ def test_refusals_through_the_cli_are_one_line_exit_2():
         assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
     r = run_cli("tiles", "--family", "flash_attn", *ISSUE[:6], "--head-dim", "96")
     assert r.returncode == 2 and "96" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    # no --dtype: the family's default (bf16), not the SIMT GEMM's f32
+    r = run_cli("tiles", "--family", "flash_attn", *ISSUE[:8], "--format", "json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["problem"]["dtype"] == "bf16"
+    r = run_cli("tiles", "--family", "flash_attn", *ISSUE[:8], "--dtype", "f32")
+    assert r.returncode == 2 and "flash_attn moves f16, bf16, not 'f32'" in r.stderr, r.stderr
 
 
 def test_the_tiles_are_conflict_free_under_the_swizzle_and_8_way_dense():

@@ -129,8 +129,9 @@ def family_tiles(
     if len(sizes) != len(ints):
         raise SpecError(f"--family {family} takes {len(ints)} sizes ({names}), got {len(sizes)}", key="sizes")
     problem: dict = {pk.name: _size(v, pk.name.upper()) for pk, v in zip(ints, sizes, strict=True)}
-    dt = str(dtype or "f32").lower()
     choice = next((pk for pk in fam.problem_keys if pk.name == "dtype"), None)
+    # no --dtype: the family's own default (flash_attn's bf16), f32 for a family without the key
+    dt = str(dtype or (choice.default if choice is not None else "f32")).lower()
     if choice is not None:
         if dt not in choice.choices:
             raise SpecError(f"{family} moves {', '.join(choice.choices)}, not {dt!r}", key="--dtype")
