@@ -22,12 +22,16 @@ from smemtile.pipeline.specs import resolve
 
 FAM = FAMILIES["flash_attn"]
 ISSUE = "--batch 4 --heads 32 --seq 8192 --head-dim 128 --dtype bf16".split()
-# PATH 1 tiles besides the sm_90a default (BN 128, 2 stages, OVERLAP 1): each schedule, BN 64, deeper rings
+# PATH 1 tiles besides the sm_90a default (BN 128, 2 stages, OVERLAP 1): each schedule, BN 64, deeper rings,
+# the persistent grid
 TILES = [
     {"PATH": 1, "OVERLAP": 0},
     {"PATH": 1, "OVERLAP": 2},
     {"PATH": 1, "BN": 64, "STAGES": 4},
     {"PATH": 1, "BN": 128, "STAGES": 3, "OVERLAP": 2},
+    # a persistent grid of 2 CTAs: each runs several items (ring positions and barrier phases carried over)
+    {"PATH": 1, "PERSISTENT": 1, "SMS": 2},
+    {"PATH": 1, "PERSISTENT": 1, "SMS": 2, "OVERLAP": 2, "BN": 64, "STAGES": 3},
 ]
 
 

@@ -262,7 +262,9 @@ bool launch_cfg(const Problem& pb, const T* q, const T* k, const T* v, T* o, flo
     const long long items =
         static_cast<long long>((pb.seq_q + smemtile::fa::kBM - 1) / smemtile::fa::kBM) * pb.batch * pb.heads;
     const dim3 grid(static_cast<unsigned>(pb.persistent > 0 ? std::min<long long>(items, pb.persistent) : items));
-    const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
+    // scale 0 means 1/sqrt(HD) in the kernel (the family passes the problem's scale, 0 by default): the persistent
+    // launches pass 0, the others the value, so both conventions are checked
+    const float scale = pb.persistent > 0 ? 0.0f : 1.0f / std::sqrt(static_cast<float>(HD));
     kern<<<grid, smemtile::fa::kThreads, smem, st>>>(q, k, v, o, lse, to_param(mq), to_param(mk), to_param(mv),
                                                       pb.batch, pb.heads, pb.seq_q, pb.seq_kv, pb.q.sb, pb.q.ss,
                                                       pb.q.sh, pb.k.sb, pb.k.ss, pb.k.sh, pb.v.sb, pb.v.ss, pb.v.sh,

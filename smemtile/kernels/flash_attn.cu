@@ -962,7 +962,8 @@ __global__ void __launch_bounds__(smemtile::fa::kThreads, 1)
         const int ct = tid - wgi * 128;
         const int w = ct / 32, lane = ct % 32;
         const unsigned q_wg = q_s + c * 64 * 128;          // its 64 rows of Qs (panel 0)
-        const float scale2 = scale * 1.4426950408889634f;  // exp(x) = exp2(x * log2 e)
+        // exp(x) = exp2(x * log2 e); scale 0 means 1/sqrt(HD), as in PATH 0 (the family passes the problem's scale)
+        const float scale2 = (scale == 0.f ? rsqrtf((float)HD) : scale) * 1.4426950408889634f;
         const float NEG_INF = -__int_as_float(0x7f800000);
         const bool vec = (reinterpret_cast<unsigned long long>(o) & 3) == 0 && (o_ss % 2) == 0 &&
                          (o_sh % 2) == 0 && (o_sb % 2) == 0;

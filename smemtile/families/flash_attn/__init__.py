@@ -180,6 +180,20 @@ class FlashAttn(Family):
             "consumer warpgroups' ping-pong",
             (0, 1, 2),
         ),
+        Param(
+            "PERSISTENT",
+            0,
+            "PATH 1's grid: 0 = one CTA per work item (q tile, batch * head); 1 = at most SMS CTAs, each looping over "
+            "items (the next item's Q and first K/V load under this item's epilogue). PATH 0: 0",
+            (0, 1),
+        ),
+        Param(
+            "SMS",
+            132,  # the H200 (hopper.H200_SMS: bench/results/occupancy_driver_h200.json)
+            "CTAs a persistent grid keeps resident (one per SM: the SM count, 132 on the H200)",
+            lo=1,
+            hi=4096,
+        ),
     )
     problem_keys = (
         ProblemKey("batch", 4, "batch"),
@@ -324,6 +338,8 @@ class FlashAttn(Family):
             out.append(f"STAGES = {p['STAGES']}: PATH 0's cp.async ring takes 1 to 3 stages (4 is PATH 1's)")
         if p["OVERLAP"] != 1:
             out.append(f"OVERLAP = {p['OVERLAP']} is PATH 1's schedule; PATH 0 has none (leave it at 1)")
+        if p["PERSISTENT"] != 0:
+            out.append("PERSISTENT = 1 is PATH 1's grid; PATH 0 runs one block per (q tile, batch * head)")
         if cfg.arch.cc < (8, 0):
             out.append(
                 f"flash_attn needs sm_80 or newer (cp.async, bf16 mma.sync); {cfg.arch.name} has neither"

@@ -31,6 +31,7 @@ BUFFERS = ("Qs", "Ks", "Vs")
 ARRAYS = ("q", "k", "v", "o")
 STRIDES = tuple(f"{a}_{s}" for a in ARRAYS for s in ("sb", "ss", "sh"))
 CONSUMER_WARPS = list(range(4, 12))
+H200_SMS = 132  # cuDeviceGetAttribute(MULTIPROCESSOR_COUNT) on the H200 (bench/results/occupancy_driver_h200.json)
 
 
 def smem_formula(hd: int, bn: int, stages: int) -> int:
@@ -93,9 +94,14 @@ def calls(fam, cfg: KernelConfig) -> list[KernelCall]:
                 *STRIDES,
                 "scale",
             ),
-            ("cdiv(seq_q, BM) * batch * heads", "1", "1"),
+            (
+                "PERSISTENT * min(cdiv(seq_q, BM) * batch * heads, SMS)"
+                " + (1 - PERSISTENT) * cdiv(seq_q, BM) * batch * heads",
+                "1",
+                "1",
+            ),
             ("THREADS", "1", "1"),
-            doc="one CTA per work item (q tile, batch * head); the kernel also runs a persistent grid",
+            doc="one CTA per work item (q tile, batch * head), or with PERSISTENT at most SMS CTAs looping over them",
         )
     ]
 

@@ -78,7 +78,8 @@ def registers(hd: int, bn: int) -> int:
 
 def label(p: dict) -> str:
     if p.get("PATH") == 1:
-        return f"p1 {p['BM']}x{p['BN']} s{p['STAGES']} o{p['OVERLAP']}"
+        pers = " persistent" if p.get("PERSISTENT") else ""
+        return f"p1 {p['BM']}x{p['BN']} s{p['STAGES']} o{p['OVERLAP']}{pers}"
     return f"{p['BM']}x{p['BN']} s{p['STAGES']} w{p['WARPS']}"
 
 
