@@ -499,6 +499,10 @@ def test_tiles_ranks_path_1_on_sm_90a_and_the_spec_generates_a_file_nvcc_builds(
     assert doc["kernel"] == "flash_attn" and doc["grid"] == [64 * 4 * 32, 1, 1]  # PATH 1: one CTA per item
     j = run_cli("tiles", "--family", "flash_attn", *ISSUE, "--arch", "sm_90a", "--format", "json")
     cal = json.loads(j.stdout)["calibration"]
+    assert cal["calibrated"] is True and cal["gpu"] == "NVIDIA H200" and "fitted" in cal["model"]
+    # sm_80 (no PATH 1, no calibration of PATH 0): stated as uncalibrated
+    j = run_cli("tiles", "--family", "flash_attn", *ISSUE, "--arch", "sm_80", "--format", "json")
+    cal = json.loads(j.stdout)["calibration"]
     assert cal["calibrated"] is False and "not yet calibrated" in cal["model"]
     if nvcc_path() is None:
         pytest.skip("nvcc not installed")

@@ -5,6 +5,7 @@ wgmma and cp.async.bulk.tensor, sm_80 still builds PATH 0 from the same file, th
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from conftest import nvcc, nvcc_path, run_cli
@@ -13,6 +14,7 @@ from smemtile.families import FAMILIES, configure
 from smemtile.families.base import ContractViolation, refusal
 from smemtile.families.flash_attn import hopper
 
+ROOT = Path(__file__).resolve().parents[1]
 FAM = FAMILIES["flash_attn"]
 ISSUE = ("--batch", "4", "--heads", "32", "--seq", "8192", "--head-dim", "128", "--dtype", "bf16")
 
@@ -126,12 +128,49 @@ def test_tiles_top_1_on_sm_90a_is_path_1_and_its_generated_file_builds_with_nvcc
     assert r.returncode == 0, r.stderr[-2000:]
 
 
-def test_the_model_is_near_the_standalone_timings_it_was_set_from():
-    from smemtile.families.flash_attn import visible_pairs
+def test_the_schedule_by_hand():
+    # one head, seq 384 causal: items of 3, 2, 1 KV tiles (BM = BN = 128), 2 SMs, a tile 1 s, no item cost
+    q = {"batch": 1, "heads": 1, "seq_q": 384, "seq_kv": 384, "causal": 1, "head_dim": 128}
+    assert hopper.item_lengths(q, 128) == [3, 2, 1]
+    assert hopper.schedule_time(q, 128, 1.0, 0.0, 2, False) == 3.0  # list: SM0 3; SM1 2 then 1
+    assert hopper.schedule_time(q, 128, 1.0, 0.0, 2, True) == 4.0  # round-robin: CTA 0 runs items 0 and 2
+    assert hopper.schedule_time(q, 128, 1.0, 0.5, 2, False) == 4.0  # SM1: 2.5 then 1.5
+    nc = {**q, "causal": 0, "heads": 5}  # 15 items of 3 tiles on 2 SMs: 8 waves
+    assert hopper.schedule_time(nc, 128, 1.0, 0.25, 2, False) == 8 * 3.25
 
-    # (batch, heads, seq, causal, TFLOP/s measured with OVERLAP 1: bench/results/session10/fa_sm90_standalone_h200_run1.txt)
-    for b, h, s, c, meas in ((16, 16, 4096, 0, 674), (4, 32, 8192, 0, 706), (4, 32, 8192, 1, 644)):
-        q = {"batch": b, "heads": h, "seq_q": s, "seq_kv": s, "causal": c, "head_dim": 128}
-        t = hopper.predict_time(q, 128, 1, 638.0, 132)
-        got = 4 * b * h * 128 * visible_pairs(s, s, c) / t / 1e12
-        assert abs(got / meas - 1) < 0.12, (b, h, s, c, got, meas)
+
+def test_the_fit_recovers_known_constants():
+    from smemtile.families.flash_attn import fit
+
+    def row(seq, causal, key_rate, item_s, pers=0):
+        q = {"batch": 2, "heads": 3, "seq_q": seq, "seq_kv": seq, "causal": causal, "head_dim": 128}
+        r = {"case": f"s{seq}c{causal}", "q": q, "bn": 128, "persistent": pers, "key": f"k{key_rate}p{pers}"}
+        return {**r, "seconds": fit._time(r, key_rate, item_s)}
+
+    rows = [row(s, c, 500.0, 2e-6) for s in (1024, 4096) for c in (0, 1)] + [row(2048, 0, 300.0, 2e-6)]
+    rows += [row(s, 0, 450.0, 0.5e-6, 1) for s in (1024, 8192)]
+    got = fit.fit(rows)
+    assert got["item_s"] == {"0": 2e-6, "1": 0.5e-6}
+    assert got["rates"]["k500.0p0"] == pytest.approx(500.0, rel=1e-4)
+    assert got["rates"]["k300.0p0"] == pytest.approx(300.0, rel=1e-4)
+    assert got["rates"]["k450.0p1"] == pytest.approx(450.0, rel=1e-4)
+    assert fit.score(got, rows)["median_abs_error"] < 1e-4
+
+
+def test_the_shipped_calibration_reproduces_its_fit_rows_and_ranks_the_measured_best():
+    from smemtile.families.flash_attn import fit
+
+    cal = hopper.load_calibration()
+    runs = [r.split(" (")[0] for r in cal["run"].split(", ")]
+    rows = [r for p in runs for r in fit.rows_of(ROOT / p)]
+    assert len(rows) == cal["fit"]["rows"] == 82
+    sc = fit.score(cal, rows)
+    assert sc["median_abs_error"] == pytest.approx(cal["fit"]["median_abs_error"], abs=1e-4)
+    assert sc["median_abs_error"] < 0.01
+    for case, s in sc["shapes"].items():
+        assert s["top1_regret"] < 0.02 and s["spearman"] > 0.95, (case, s)
+    # every configuration tiles ranks on sm_90a at head_dim 64 and 128 has a fitted rate
+    keys = {hopper.cal_key(hd, bn, st, ov, 0) for hd in (64, 128) for bn in hopper.BNS for st in hopper.STAGES
+            for ov in hopper.OVERLAPS if hopper.smem_formula(hd, bn, st) <= 232448}
+    keys |= {hopper.cal_key(hd, bn, st, ov, 1) for hd in (64, 128) for bn, st, ov in hopper.PERSISTENT_KEYS}
+    assert keys == set(cal["rates"]), keys ^ set(cal["rates"])

@@ -304,41 +304,82 @@ def pipeline_items(fam, cfg: KernelConfig, ptx: str | None) -> list[Item]:
 
 
 # ---- the tile model's part (tiles.py ranks these on sm_90a) ---------------------------------------------------------
-# Not calibrated: the scale is set from the standalone kernel's H200 timings (bench/results/session10/
-# fa_sm90_standalone_h200_run1.txt, bf16 hd 128, BN 128, 2 stages, one CTA per item): OVERLAP 0 599-621 TFLOP/s
-# non-causal, OVERLAP 1 674-706, i.e. about 0.95 and 1.07 x the GPU table's bf16 rate (638 TFLOP/s on the H200: cuBLAS
-# measured, not the 989 datasheet peak; EFF is relative to that table rate). Everything else is an
-# estimate: OVERLAP 2 (not timed in that run), BN 64 (TILE_OVERHEAD per KV tile), STAGES 3/4 (no modelled gain:
-# the producer already runs a tile ahead), the per-item cost (Q load, first K tile, epilogue).
-EFF = {0: 0.94, 1: 1.07, 2: 1.10}  # KV-loop rate / the GPU table's bf16 rate, at BN 128
-TILE_OVERHEAD = 20.0  # key columns' worth of time per KV tile (barriers, masks, waits): BN / (BN + this)
-ITEM_S = 1.5e-6  # per work item: Q load, K_0 latency, epilogue (one CTA per SM: not overlapped)
-MEASURED = {(128, 128, 2, 0), (128, 128, 2, 1)}  # (HD, BN, STAGES, OVERLAP) timed on the H200
-UNMEASURED_PENALTY = 0.10  # ranks a configuration never timed as if 10 % slower
+# Calibrated on the H200 (flash_attn_h200.json, fitted by flash_attn/fit.py on bench/results/session11/
+# flash_attn_sweep_h200_run3.json): per configuration (head_dim, BN, STAGES, OVERLAP, PERSISTENT) the KV loop's rate
+# (TFLOP/s of the S and P V wgmmas while an SM runs one CTA) and per grid kind the cost of a work item outside its
+# KV loop (Q load, first K tile, epilogue), both fitted to the measured times through :func:`schedule_time`.
+# Without the calibration (another GPU): the rate below, scaled by the GPU table's bf16 peak.
+DATA_FILE = "flash_attn_h200.json"
+RATE_GUESS = 0.95  # KV-loop rate / the GPU table's bf16 rate (the standalone kernel's OVERLAP 1, session 10)
+ITEM_GUESS_S = 1.5e-6
+PERSISTENT_KEYS = ((128, 2, 1), (128, 2, 2))  # (BN, STAGES, OVERLAP) the persistent grid is ranked with
 
 
-def predict_time(q: dict, bn: int, overlap: int, peak_tflops: float, sms: int) -> float:
-    """Seconds for the problem: per item n_kv tiles at the path's rate plus ITEM_S, items list-scheduled onto one
-    CTA per SM in the kernel's order (head-major, within a head the longest causal tile first)."""
-    import heapq
-
-    hd = q["head_dim"]
-    eff = EFF[overlap] * (bn / (bn + TILE_OVERHEAD)) / (128 / (128 + TILE_OVERHEAD))
-    t_tile = 4.0 * BM * bn * hd / (peak_tflops * 1e12 / sms * eff)
+def item_lengths(q: dict, bn: int) -> list[int]:
+    """KV tiles of each work item in the kernel's order (item t: head t // m_tiles, q tile m_tiles - 1 - t % m_tiles)
+    for one head: with causal the longest first."""
     m_tiles = -(-q["seq_q"] // BM)
     all_kv = -(-q["seq_kv"] // bn)
-    per = [
-        min(all_kv, (min(m0 + BM, q["seq_q"]) - 1) // bn + 1) if q["causal"] else all_kv
+    if not q["causal"]:
+        return [all_kv] * m_tiles
+    return [
+        max(1, min(all_kv, (min(m0 + BM, q["seq_q"]) - 1) // bn + 1))
         for m0 in ((m_tiles - 1 - i) * BM for i in range(m_tiles))
     ]
+
+
+def schedule_time(q: dict, bn: int, t_tile: float, item_s: float, sms: int, persistent: bool) -> float:
+    """Seconds for the problem: item t costs ``n_kv(t) * t_tile + item_s``; one CTA per SM. One CTA per item: the
+    hardware hands the next item to the first free SM (list scheduling in the kernel's order); persistent: CTA x
+    runs items x, x + G, ... (G = min(items, sms)), the time is the busiest CTA's."""
+    import heapq
+
+    import numpy as np
+
+    per = item_lengths(q, bn)
     bh = q["batch"] * q["heads"]
-    items = m_tiles * bh
+    items = len(per) * bh
+    if persistent:
+        g = min(items, sms)
+        cost = np.tile(np.asarray(per, float) * t_tile + item_s, bh)
+        return float(np.bincount(np.arange(items) % g, weights=cost, minlength=g).max())
     if not q["causal"] or items <= sms:
-        waves = -(-items // sms)
-        return waves * (max(per) * t_tile + ITEM_S)
+        return -(-items // sms) * (max(per) * t_tile + item_s)
     slots = [0.0] * sms
     for _ in range(bh):
         for n in per:
-            t = heapq.heappop(slots)
-            heapq.heappush(slots, t + n * t_tile + ITEM_S)
+            heapq.heappush(slots, heapq.heappop(slots) + n * t_tile + item_s)
     return max(slots)
+
+
+def tile_flops(hd: int, bn: int) -> float:
+    return 4.0 * BM * bn * hd  # S = Q K^T and O += P V of one KV tile
+
+
+def load_calibration(name: str = DATA_FILE) -> dict | None:
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).with_name(name)
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def cal_key(hd: int, bn: int, stages: int, overlap: int, persistent: int) -> str:
+    return f"hd{hd} bn{bn} s{stages} o{overlap} p{persistent}"
+
+
+def predict_time(q: dict, cand, gpu, cal: dict | None) -> tuple[float, bool]:
+    """(seconds, calibrated): :func:`schedule_time` at the calibration's rate and item cost for the configuration
+    when ``cal`` applies (the H200), else at RATE_GUESS x the GPU table's peak."""
+    hd = q["head_dim"]
+    key = cal_key(hd, cand.bn, cand.stages, cand.overlap, cand.persistent)
+    if cal is not None and key in cal["rates"]:
+        rate = cal["rates"][key] * 1e12
+        item_s = cal["item_s"][str(cand.persistent)]
+        measured = True
+    else:
+        rate = RATE_GUESS * gpu.peak(q.get("dtype", "bf16")) * 1e12 / gpu.sms * gpu.sms
+        item_s, measured = ITEM_GUESS_S, False
+    # the rate is the whole GPU's when every SM runs one CTA: one SM's share
+    t_tile = tile_flops(hd, cand.bn) / (rate / gpu.sms)
+    return schedule_time(q, cand.bn, t_tile, item_s, gpu.sms, bool(cand.persistent)), measured

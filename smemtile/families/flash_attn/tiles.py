@@ -53,7 +53,7 @@ from smemtile.families.tile_model import (
 from smemtile.model.arch import Arch
 
 SOURCE = "smemtile/families/flash_attn/tiles.py"
-PARAMS = ("BM", "BN", "STAGES", "WARPS", "PATH", "OVERLAP")
+PARAMS = ("BM", "BN", "STAGES", "WARPS", "PATH", "OVERLAP", "PERSISTENT")
 BMS, BNS, STAGES = (64, 128), (32, 64, 128), (1, 2, 3)
 
 # estimates, not fitted (see the module text)
@@ -68,6 +68,12 @@ LOAD_LATENCY_S = 0.6e-6  # a KV tile's cp.async from L2 / DRAM until wait_group 
 REG_BASE = 40  # registers besides the fragments and accumulators (addresses, m, l, indices)
 OVERLAP = 0.15  # the GEMM model's share of the non-binding parts that does not overlap
 LAUNCH_S = 4e-6
+
+
+def hopper_data_file() -> str:
+    from smemtile.families.flash_attn import hopper
+
+    return hopper.DATA_FILE
 
 
 def registers(hd: int, bn: int) -> int:
@@ -90,6 +96,7 @@ class FaTile:
     stages: int
     path: int = 0
     overlap: int = 1
+    persistent: int = 0
 
     def params(self) -> dict:
         return {
@@ -99,6 +106,7 @@ class FaTile:
             "WARPS": self.bm // 16,
             "PATH": self.path,
             "OVERLAP": self.overlap,
+            "PERSISTENT": self.persistent,
         }
 
 
@@ -172,6 +180,7 @@ class FlashAttnTileModel(SizesModel):
         self.problem: dict = {}
         self.arch = None
         self.gpu = None
+        self._path1_used = False
 
     # ---- the protocol --------------------------------------------------------------------------------------
     def space(self, problem: dict, arch) -> list:
@@ -203,7 +212,7 @@ class FlashAttnTileModel(SizesModel):
                 for bn in hopper.BNS
                 for st in hopper.STAGES
                 for ov in hopper.OVERLAPS
-            ]
+            ] + [FaTile(hopper.BM, bn, st, 1, ov, 1) for bn, st, ov in hopper.PERSISTENT_KEYS]
         return [FaTile(bm, bn, st) for bm in BMS for bn in BNS for st in STAGES]
 
     def screen(self, cand) -> Rejection | None:
@@ -305,19 +314,20 @@ class FlashAttnTileModel(SizesModel):
         )
 
     def _predict_path1(self, cand, gpu, q):
-        """PATH 1 (sm_90a): hopper.predict_time, the KV loop at a share of the tensor peak set from the standalone
-        kernel's H200 timings (not a fit), items list-scheduled one CTA per SM; never-timed configurations carry
-        hopper.UNMEASURED_PENALTY."""
+        """PATH 1 (sm_90a): hopper.predict_time at the H200 calibration's rate and item cost for the configuration
+        (flash_attn_h200.json) on the H200, else an estimate from the GPU table's peak."""
         from smemtile.families import configure
         from smemtile.families.flash_attn import hopper
 
         fam, p = self.fam, cand.params()
         cfg = configure(fam, {**p, **self.problem}, {}, self.arch, check=False)
-        t = hopper.predict_time(q, cand.bn, cand.overlap, gpu.peak(self.problem["dtype"]), gpu.sms) + LAUNCH_S
+        cal = self.path1_cal if gpu.key == (self.path1_cal or {}).get("gpu_key") else None
+        self._path1_used = cal is not None
+        t, measured = hopper.predict_time({**q, "dtype": self.problem["dtype"]}, cand, gpu, cal)
+        t += LAUNCH_S
         flops = fam.work(self.problem)[1]
         item = 2
         nbytes = item * q["head_dim"] * q["heads"] * q["batch"] * (2 * q["seq_q"] + 2 * q["seq_kv"])
-        measured = (q["head_dim"], cand.bn, cand.stages, cand.overlap) in hopper.MEASURED
         s = FaScored(
             tuple((k, p[k]) for k in PARAMS),
             label(p),
@@ -330,15 +340,23 @@ class FlashAttnTileModel(SizesModel):
             nbytes / t / 1e9,
             1.0,
             "compute",
+            calibrated=measured,
             measured=measured,
         )
         return Prediction(
             t,
-            penalty=0.0 if measured else hopper.UNMEASURED_PENALTY,
-            tie=(cand.stages, label(p)),
+            tie=(cand.stages, cand.persistent, label(p)),
             terms={"bound": "compute", "tensor": 1.0},
             result=s,
         )
+
+    @property
+    def path1_cal(self) -> dict | None:
+        from smemtile.families.flash_attn import hopper
+
+        if not hasattr(self, "_path1_cal"):
+            self._path1_cal = hopper.load_calibration()
+        return self._path1_cal
 
     def explain(self, entry: Ranked, top: Ranked, ranked) -> str:
         s, t = entry.pred.result, top.pred.result
@@ -348,14 +366,38 @@ class FlashAttnTileModel(SizesModel):
         )
         if dict(s.params).get("PATH") == 1:
             why = (
-                "PATH 1 (TMA + wgmma, sm_90a): KV loop at a tensor share set from the standalone kernel's H200 "
-                f"timings, {'timed there' if s.measured else 'never timed (ranked 10 % slower)'}; uncalibrated"
+                "PATH 1 (TMA + wgmma, sm_90a): KV loop rate and item cost fitted on the H200 (flash_attn_h200.json)"
+                if s.calibrated
+                else "PATH 1 (TMA + wgmma, sm_90a): KV loop at an estimated share of this GPU's table peak "
+                "(the calibration is the H200's); uncalibrated"
             )
         if s is t:
             return f"best: {s.tflops:.1f} TFLOP/s predicted; {why}"
         return f"{s.time_us / t.time_us - 1.0:+.1%} vs #1: {s.tflops:.1f} TFLOP/s; {why}"
 
     def provenance(self) -> dict:
+        cal = self.path1_cal
+        if self.arch is not None and self.arch.lacks("wgmma") is None and cal and self._path1_used:
+            held = cal.get("held_out_median_error")
+            return {
+                "model": "PATH 1: items (q tile, batch * head) list-scheduled one CTA per SM (or round-robin on a "
+                "persistent grid), each n_kv tiles x 4 BM BN HD flops at the configuration's fitted KV-loop rate + "
+                "a fitted per-item cost (flash_attn/hopper.py schedule_time)",
+                "source": "smemtile/families/flash_attn/hopper.py",
+                "file": f"smemtile/families/flash_attn/{hopper_data_file()}",
+                "gpu": cal.get("gpu"),
+                "date": cal.get("date"),
+                "runs": cal.get("run"),
+                "commit": cal.get("commit"),
+                "calibrated": True,
+                "expected_error": held,
+                "expected_error_of": (
+                    "median |time error|, held out: " + ", ".join(cal.get("held_out_shapes", []))
+                    if held is not None
+                    else "none yet: the held-out shapes are not scored (median |time error| on the fit rows: "
+                    f"{cal['fit']['median_abs_error']:.2%})"
+                ),
+            }
         return {
             "model": "issue / latency / wave model of flash_attn.cu's PATH 0 loop (mma.sync, ex2, softmax ALU "
             f"per KV tile); not yet calibrated: every constant is an estimate ({SOURCE})",

@@ -1,0 +1,162 @@
+"""The flash_attn PATH 1 tile model's fitting: the constants of ``flash_attn_h200.json`` from H200 measurements.
+
+``python -m smemtile.families.flash_attn.fit fit RUN.json [RUN.json ...]`` fits, per configuration (head_dim, BN,
+STAGES, OVERLAP, PERSISTENT), the KV loop's rate and, per grid kind (one CTA per item / persistent), the cost of a
+work item outside its loop, minimising the squared log time error of :func:`hopper.schedule_time` over the runs'
+rows (a grid over the item cost, a golden-section search of each rate: separable, deterministic), and writes the
+JSON. ``score CAL.json RUN.json ...`` prints the error of the shipped constants on other runs (held-out shapes)
+and the ranking quality per shape (Spearman). Pure numpy, no CUDA.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from smemtile.families.flash_attn import hopper
+
+SMS = 132  # the H200's SMs: every run was measured on it
+
+
+def rows_of(path: str | Path) -> list[dict]:
+    """The PATH 1 rows of a bench.run results file: problem, key, measured seconds, the case's reference."""
+    doc = json.loads(Path(path).read_text())
+    out = []
+    for case in doc["cases"]:
+        for c in case["configs"]:
+            p = c["params"]
+            if p.get("PATH") != 1 or not c.get("correct", True) or c.get("median_ms") is None:
+                continue
+            prob = {**case["problem"], **c.get("problem", {})}
+            q = {
+                "batch": prob["batch"],
+                "heads": prob["heads"],
+                "seq_q": prob["seq_q"],
+                "seq_kv": prob.get("seq_kv") or prob["seq_q"],
+                "head_dim": prob["head_dim"],
+                "causal": prob.get("causal", 0),
+            }
+            out.append(
+                {
+                    "case": case["case"],
+                    "q": q,
+                    "bn": p["BN"],
+                    "key": hopper.cal_key(q["head_dim"], p["BN"], p["STAGES"], p["OVERLAP"], p.get("PERSISTENT", 0)),
+                    "persistent": p.get("PERSISTENT", 0),
+                    "seconds": c["median_ms"] * 1e-3,
+                    "source": str(path),
+                }
+            )
+    return out
+
+
+def _time(row: dict, rate_tflops: float, item_s: float) -> float:
+    t_tile = hopper.tile_flops(row["q"]["head_dim"], row["bn"]) / (rate_tflops * 1e12 / SMS)
+    return hopper.schedule_time(row["q"], row["bn"], t_tile, item_s, SMS, bool(row["persistent"]))
+
+
+def _sq_err(rows: list[dict], rate: float, item_s: float) -> float:
+    return sum(math.log(_time(r, rate, item_s) / r["seconds"]) ** 2 for r in rows)
+
+
+def _best_rate(rows: list[dict], item_s: float) -> tuple[float, float]:
+    """Golden-section search of log(rate) in [100, 2000] TFLOP/s: (rate, squared log error)."""
+    lo, hi = math.log(100.0), math.log(2000.0)
+    g = (math.sqrt(5) - 1) / 2
+    a, b = hi - g * (hi - lo), lo + g * (hi - lo)
+    fa, fb = _sq_err(rows, math.exp(a), item_s), _sq_err(rows, math.exp(b), item_s)
+    for _ in range(40):
+        if fa < fb:
+            hi, b, fb = b, a, fa
+            a = hi - g * (hi - lo)
+            fa = _sq_err(rows, math.exp(a), item_s)
+        else:
+            lo, a, fa = a, b, fb
+            b = lo + g * (hi - lo)
+            fb = _sq_err(rows, math.exp(b), item_s)
+    x = (lo + hi) / 2
+    return math.exp(x), _sq_err(rows, math.exp(x), item_s)
+
+
+ITEM_GRID_S = tuple(i * 0.25e-6 for i in range(0, 41))  # 0 .. 10 us
+
+
+def fit(rows: list[dict]) -> dict:
+    """{"rates": {key: TFLOP/s}, "item_s": {"0": s, "1": s}, "errors": [...]} minimising the squared log error."""
+    by_key: dict[str, list[dict]] = {}
+    for r in rows:
+        by_key.setdefault(r["key"], []).append(r)
+    rates, item = {}, {}
+    for pers in (0, 1):
+        keys = [k for k, rs in by_key.items() if rs[0]["persistent"] == pers]
+        if not keys:
+            continue
+        best = None
+        for item_s in ITEM_GRID_S:
+            got = {k: _best_rate(by_key[k], item_s) for k in keys}
+            total = sum(e for _, e in got.values())
+            if best is None or total < best[0]:
+                best = (total, item_s, {k: r for k, (r, _) in got.items()})
+        _, item[str(pers)], fitted = best
+        rates.update(fitted)
+    return {"rates": dict(sorted(rates.items())), "item_s": item}
+
+
+def errors(cal: dict, rows: list[dict]) -> list[dict]:
+    """Per row: predicted / measured - 1 with ``cal``'s constants (rows whose key it lacks are skipped)."""
+    out = []
+    for r in rows:
+        if r["key"] not in cal["rates"]:
+            continue
+        t = _time(r, cal["rates"][r["key"]], cal["item_s"][str(r["persistent"])])
+        out.append({"case": r["case"], "key": r["key"], "error": t / r["seconds"] - 1.0})
+    return out
+
+
+def spearman(xs: list[float], ys: list[float]) -> float:
+    rx, ry = np.argsort(np.argsort(xs)), np.argsort(np.argsort(ys))
+    return float(np.corrcoef(rx, ry)[0, 1]) if len(xs) > 2 else float("nan")
+
+
+def score(cal: dict, rows: list[dict]) -> dict:
+    """Median |time error|, and per shape the Spearman of predicted against measured time and the measured time
+    of the model's #1 against the best measured (the ranking's regret)."""
+    errs = errors(cal, rows)
+    shapes: dict[str, list] = {}
+    for r, e in zip([r for r in rows if r["key"] in cal["rates"]], errs, strict=True):
+        shapes.setdefault(r["case"], []).append((r["seconds"] * (1 + e["error"]), r["seconds"], r["key"]))
+    per = {}
+    for case, pts in shapes.items():
+        pred, meas = [p for p, _, _ in pts], [m for _, m, _ in pts]
+        top = min(pts)
+        per[case] = {
+            "configs": len(pts),
+            "spearman": round(spearman(pred, meas), 3),
+            "top1_regret": round(top[1] / min(meas) - 1.0, 4),
+        }
+    med = float(np.median([abs(e["error"]) for e in errs])) if errs else float("nan")
+    return {"rows": len(errs), "median_abs_error": round(med, 4), "shapes": per}
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 2 or argv[0] not in ("fit", "score"):
+        print("usage: python -m smemtile.families.flash_attn.fit fit RUN.json ... | score CAL.json RUN.json ...")
+        return 2
+    if argv[0] == "fit":
+        rows = [r for p in argv[1:] for r in rows_of(p)]
+        cal = fit(rows)
+        cal["fit"] = score(cal, rows)
+        print(json.dumps(cal, indent=1))
+        return 0
+    cal = json.loads(Path(argv[1]).read_text())
+    rows = [r for p in argv[2:] for r in rows_of(p)]
+    print(json.dumps(score(cal, rows), indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
