@@ -514,3 +514,8 @@ def test_tiles_ranks_path_1_on_sm_90a_and_the_spec_generates_a_file_nvcc_builds(
     src = render(cfg).source
     r = nvcc(src, ["-arch=sm_90a", "-std=c++17", "-Xcicc", "--sharedmem32=0", "-c"])
     assert r.returncode == 0, r.stderr[-2000:]
+    # the check on the artefact: nvcc's own PTX of the generated file holds the wgmma and the TMA loads
+    p = nvcc(src, ["-arch=sm_90a", "-std=c++17", "-ptx"], output=True)
+    assert p.returncode == 0 and p.output, p.stderr[-2000:]
+    assert "wgmma.mma_async.sync.aligned.m64n128k16" in p.output
+    assert "cp.async.bulk.tensor.4d.shared::cluster.global" in p.output and "setmaxnreg.inc" in p.output

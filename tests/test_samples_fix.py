@@ -71,6 +71,12 @@ EXPECTED = {  # sample -> {access: worst wavefronts before}, {buffer: recommende
         {b: "Swizzle<3,3,4>" for b in ("Qs", "Ks", "Vs")},
         True,
     ),
+    # flash_attn PATH 1 (sm_90a): TMA tiles with the 128-byte swizzle, the wgmma reads of Q, K and V (.trans) ideal
+    "flash_attn_sm90a.yaml": (
+        {"Q_wgmma": 4, "K_wgmma": 4, "V_wgmma": 4},
+        {b: "TMA 128B swizzle (Swizzle<3,4,3> on bytes)" for b in ("Qs", "Ks", "Vs")},
+        True,
+    ),
     # dense hgemm tiles: ldmatrix 4-way (A, 64-byte rows) and 8-way (B, .trans down 256-byte rows)
     "hgemm_bf16.yaml": (
         {"A_copy": 8, "B_copy": 4, "A_frag": 16, "B_frag": 32},

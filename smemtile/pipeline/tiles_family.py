@@ -181,22 +181,26 @@ def family_tiles(
 
 def family_command_line(rep: FamilyTileReport) -> str:
     fam = FAMILIES[rep.family]
-    sizes = " ".join(str(rep.problem[pk.name]) for pk in fam.size_keys())
+    sizes = "".join(f" {rep.problem[pk.name]}" for pk in fam.size_keys())
     extra = f" --dtype {rep.problem['dtype']}" if "dtype" in rep.problem else ""
     opts = {o.name: o.option for o in fam.tile_model.options}
     extra += "".join(f" {opts.get(k, k)} {rep.problem[k]}" for k in rep.tile_keys)
-    return f"smemtile tiles --family {rep.family} {sizes}{extra} --arch {rep.arch}"
+    return f"smemtile tiles --family {rep.family}{sizes}{extra} --arch {rep.arch}"
 
 
 def family_spec_doc(rep: FamilyTileReport, s) -> dict:
     """A kernel spec (the YAML contract) for one candidate: ``generate`` and ``verify`` take it unchanged."""
     fam = FAMILIES[rep.family]
     size = "x".join(str(rep.problem[pk.name]) for pk in fam.size_keys())
+    if not size:  # problem keys by name (flash_attn): the ones the ranking was asked for
+        size = " ".join(f"{k} {rep.problem[k]}" for k in rep.tile_keys)
     dt = f" {rep.problem['dtype']}" if "dtype" in rep.problem else ""
     ratio = f", {s.copy_ratio:.3f}x a device copy" if s.copy_ratio else ""
+    # a compute-bound family's scored row carries TFLOP/s: its rate; the memory-bound ones' GB/s
+    rate = f"{s.tflops:.0f} TFLOP/s" if getattr(s, "tflops", None) else f"{s.gbps:.0f} GB/s"
     return {
         "name": f"{rep.family}{dt} {size}, {s.label}: smemtile tiles #{s.rank} of {len(rep.ranked)} "
-        f"({s.gbps:.0f} GB/s predicted on the {rep.gpu['name']}{ratio})",
+        f"({rate} predicted on the {rep.gpu['name']}{ratio})",
         "arch": rep.arch,
         "tile": rep.tile(s),
         "kernel": {

@@ -5,7 +5,7 @@ warpgroup and two consumer warpgroups (setmaxnreg), the softmax of tile j under 
 
 Everything here is PATH 1's half of the family (FlashAttn dispatches to it when ``PATH`` is 1): the signature
 with the three tensor maps after lse, the template arguments, the tensor maps (4-D, 128B swizzle: the table of
-bench/flash_attn_sm90/README.md), the launch (one CTA per work item (q tile, batch * head), 384 threads, dynamic
+bench/flash_attn_sm90/README.md), the launch (one CTA per work item (q tile, batch * head), or PERSISTENT's grid of SMS CTAs, 384 threads, dynamic
 shared memory ``fa::smem_bytes``), the shared-memory buffers as TMA writes them and the wgmma reads as
 ldmatrix-phase expressions (as wgmma_gemm describes its own), the rules, the checklist and the tile model's part.
 
@@ -378,7 +378,7 @@ def predict_time(q: dict, cand, gpu, cal: dict | None) -> tuple[float, bool]:
         item_s = cal["item_s"][str(cand.persistent)]
         measured = True
     else:
-        rate = RATE_GUESS * gpu.peak(q.get("dtype", "bf16")) * 1e12 / gpu.sms * gpu.sms
+        rate = RATE_GUESS * gpu.peak(q.get("dtype", "bf16")) * 1e12
         item_s, measured = ITEM_GUESS_S, False
     # the rate is the whole GPU's when every SM runs one CTA: one SM's share
     t_tile = tile_flops(hd, cand.bn) / (rate / gpu.sms)

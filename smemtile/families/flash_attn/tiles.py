@@ -1,11 +1,16 @@
 """The tile model of flash_attn (``smemtile tiles --family flash_attn --batch 4 --heads 32 --seq 8192 --head-dim 128
---dtype bf16 [--seq-kv N] [--causal 1]``; ``smemtile tune``, ``generate`` without a tile). **Not calibrated**: no
-flash_attn run is recorded yet; every constant below is an estimate, stated as such (the provenance says so and
-the ranking prints no expected error). ``bench/run.py flash_attn bench`` (task.yaml) measures what a fit needs.
+--dtype bf16 [--seq-kv N] [--causal 1]``; ``smemtile tune``, ``generate`` without a tile).
 
-Candidates: BM 64 or 128 (WARPS = BM / 16: each warp owns 16 query rows), BN 32 / 64 / 128, STAGES 1 / 2 / 3 (PATH
-0; PATH 1, the sm_90a kernel, is not ranked until it lands: on sm_90a the ranking is PATH 0's). Screened by the
-family's rules (shared memory against the opt-in limit) and a register estimate (> 255: ptxas would spill).
+On sm_90a the candidates are PATH 1's (the sm_90a kernel): BN 64 / 128 x STAGES 2-4 x OVERLAP 0-2 with one CTA per
+work item, and the persistent grid at BN 128, 2 stages, OVERLAP 1 / 2; they are timed by ``hopper.predict_time``,
+**calibrated on the H200** (``flash_attn_h200.json``, fitted by ``flash_attn/fit.py``; its provenance and held-out
+error are what ``tiles --explain`` prints). Elsewhere (sm_80, sm_86, sm_89, sm_90 without the ``a``) PATH 0's: BM 64
+or 128 (WARPS = BM / 16: each warp owns 16 query rows), BN 32 / 64 / 128, STAGES 1 / 2 / 3, ranked by the issue /
+latency model below, **not calibrated**: every constant there is an estimate, stated as such (the provenance says so
+and the ranking prints no expected error; on the H200 its #1 at head dim 128, 128x64 s3, measured 0.78-0.82x
+FlashAttention-2 where 128x128 s2 measured 0.94-0.985x: bench/results/session10/flash_attn_path0_bench_h200_run2.txt).
+Screened by the family's rules (shared memory against the opt-in limit) and a register estimate (> 255: ptxas would
+spill).
 
 Per KV tile of BN keys, one warp issues (counted from flash_attn.cu's loop):
 
