@@ -161,8 +161,8 @@ def test_the_shipped_calibration_reproduces_its_fit_rows_and_ranks_the_measured_
     from smemtile.families.flash_attn import fit
 
     cal = hopper.load_calibration()
-    runs = [r.split(" (")[0] for r in cal["run"].split(", ")]
-    rows = [r for p in runs for r in fit.rows_of(ROOT / p)]
+    rows = [r for p in fit.run_paths(cal) for r in fit.rows_of(p)]
+    assert all(p.is_relative_to(ROOT) for p in fit.run_paths(cal))
     assert len(rows) == cal["fit"]["rows"] == 82
     sc = fit.score(cal, rows)
     assert sc["median_abs_error"] == pytest.approx(cal["fit"]["median_abs_error"], abs=1e-4)

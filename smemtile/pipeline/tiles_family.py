@@ -130,7 +130,7 @@ def family_tiles(
         raise SpecError(f"--family {family} takes {len(ints)} sizes ({names}), got {len(sizes)}", key="sizes")
     problem: dict = {pk.name: _size(v, pk.name.upper()) for pk, v in zip(ints, sizes, strict=True)}
     choice = next((pk for pk in fam.problem_keys if pk.name == "dtype"), None)
-    # no --dtype: the family's own default (flash_attn's bf16), f32 for a family without the key
+    # no --dtype: the family's own default dtype, f32 for a family without the key
     dt = str(dtype or (choice.default if choice is not None else "f32")).lower()
     if choice is not None:
         if dt not in choice.choices:
@@ -192,7 +192,7 @@ def family_spec_doc(rep: FamilyTileReport, s) -> dict:
     """A kernel spec (the YAML contract) for one candidate: ``generate`` and ``verify`` take it unchanged."""
     fam = FAMILIES[rep.family]
     size = "x".join(str(rep.problem[pk.name]) for pk in fam.size_keys())
-    if not size:  # problem keys by name (flash_attn): the ones the ranking was asked for
+    if not size:  # a family ranked by named problem keys: the ones the ranking was asked for
         size = " ".join(f"{k} {rep.problem[k]}" for k in rep.tile_keys)
     dt = f" {rep.problem['dtype']}" if "dtype" in rep.problem else ""
     ratio = f", {s.copy_ratio:.3f}x a device copy" if s.copy_ratio else ""

@@ -85,8 +85,9 @@ def _best_rate(rows: list[dict], item_s: float) -> tuple[float, float]:
 ITEM_GRID_S = tuple(i * 0.25e-6 for i in range(0, 41))  # 0 .. 10 us
 
 
-def fit(rows: list[dict]) -> dict:
-    """{"rates": {key: TFLOP/s}, "item_s": {"0": s, "1": s}, "errors": [...]} minimising the squared log error."""
+def fit(rows: list[dict], item_grid: dict | None = None) -> dict:
+    """{"rates": {key: TFLOP/s}, "item_s": {"0": s, "1": s}} minimising the squared log error; ``item_grid``: the
+    item costs tried per grid kind ("0", "1"; default :data:`ITEM_GRID_S` for both)."""
     by_key: dict[str, list[dict]] = {}
     for r in rows:
         by_key.setdefault(r["key"], []).append(r)
@@ -96,7 +97,7 @@ def fit(rows: list[dict]) -> dict:
         if not keys:
             continue
         best = None
-        for item_s in ITEM_GRID_S:
+        for item_s in (item_grid or {}).get(str(pers), ITEM_GRID_S):
             got = {k: _best_rate(by_key[k], item_s) for k in keys}
             total = sum(e for _, e in got.values())
             if best is None or total < best[0]:
@@ -104,6 +105,23 @@ def fit(rows: list[dict]) -> dict:
         _, item[str(pers)], fitted = best
         rates.update(fitted)
     return {"rates": dict(sorted(rates.items())), "item_s": item}
+
+
+def run_paths(cal: dict) -> list[Path]:
+    """The results files the calibration names (its ``run`` field), from the repository root."""
+    root = Path(__file__).resolve().parents[3]
+    return [root / r.split(" (")[0] for r in cal["run"].split(", ")]
+
+
+def reproduce(*, full: bool = False) -> tuple[dict, dict]:
+    """(stored, refit): the shipped constants and the same fit again on the rows of the runs it names. Without
+    ``full`` the item costs stay at the stored values and only the rates are searched again (seconds); ``full``
+    repeats the grid over the item costs too (about a minute)."""
+    cal = hopper.load_calibration()
+    rows = [r for p in run_paths(cal) for r in rows_of(p)]
+    grid = None if full else {k: (v,) for k, v in cal["item_s"].items()}
+    got = fit(rows, grid)
+    return {"rates": cal["rates"], "item_s": cal["item_s"]}, got
 
 
 def errors(cal: dict, rows: list[dict]) -> list[dict]:
