@@ -167,7 +167,9 @@ def test_the_calibration_reproduces_from_its_sweeps():
         assert table.keys() == refit["factors"][kind].keys()
         for key, v in table.items():
             assert v == pytest.approx(refit["factors"][kind][key], abs=1e-9), (kind, key)
-    assert json.dumps(stored["triton_terms"]) == json.dumps(refit["triton_terms"])
+    # the terms agree to rounding: a least-squares refit differs in the last digits between numpy / BLAS builds
+    # (numpy 2.4's last digits here against the stored file's), so they are compared as numbers, not as text
+    _close_nested(stored["triton_terms"], refit["triton_terms"], "triton_terms")
     assert stored["criterion_in_sample"] == refit["criterion_in_sample"]
     assert sum(v["within_5pct"] for v in stored["criterion_in_sample"].values()) == 9
     shipped = load_calibration("triton_h200.json")
@@ -299,3 +301,18 @@ def test_prune_inside_triton_autotune():
     ref = a.float() @ w.float()
     assert float((c.float() - ref).abs().max()) / float(ref.abs().max()) < 2e-2
     assert len(tuned.cache) == 1
+
+
+def _close_nested(a, b, where: str) -> None:
+    if isinstance(a, dict):
+        assert isinstance(b, dict) and a.keys() == b.keys(), where
+        for k in a:
+            _close_nested(a[k], b[k], f"{where}.{k}")
+    elif isinstance(a, (list, tuple)):
+        assert isinstance(b, (list, tuple)) and len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            _close_nested(x, y, f"{where}[{i}]")
+    elif isinstance(a, float):
+        assert a == pytest.approx(b, rel=1e-9, abs=1e-12), (where, a, b)
+    else:
+        assert a == b, (where, a, b)
