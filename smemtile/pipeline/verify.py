@@ -282,7 +282,9 @@ def with_ncu(spec: Path, cfgs: dict[str, KernelConfig], doc: dict, device: int, 
         "variants": {},
     }
     for variant, c in cfgs.items():
-        small = ncu_config(c, arch)
+        # the spec's architecture-specific target (sm_90a) where the device is of its base (an H100/H200): the
+        # device reports sm_90, whose build has no wgmma or setmaxnreg (PATH 1 kernels refuse it)
+        small = ncu_config(c, c.arch if c.arch.suffix and c.arch.base == arch.base else arch)
         try:
             res = N.profile(Path(spec).stem, variant, small, device=device, ncu=exe, save_dir=save)
         except (N.NcuError, ValueError, OSError) as e:
