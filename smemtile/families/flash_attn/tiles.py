@@ -177,7 +177,8 @@ class FlashAttnTileModel(SizesModel):
     tie_rule = TieRule(
         0.01,
         "bucket",
-        "ties (within 1 % predicted) go to more stages in flight, then less shared memory",
+        "ties (within 1 % predicted) go, on PATH 0, to more stages in flight, then less shared memory; on PATH 1 "
+        "to fewer stages (less shared memory: 2 stages measured as fast as 3 or 4 on the H200), then one CTA per item",
     )
 
     def __init__(self, fam=None):
