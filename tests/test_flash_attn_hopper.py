@@ -170,7 +170,13 @@ def test_the_shipped_calibration_reproduces_its_fit_rows_and_ranks_the_measured_
     for case, s in sc["shapes"].items():
         assert s["top1_regret"] < 0.02 and s["spearman"] > 0.95, (case, s)
     # every configuration tiles ranks on sm_90a at head_dim 64 and 128 has a fitted rate
-    keys = {hopper.cal_key(hd, bn, st, ov, 0) for hd in (64, 128) for bn in hopper.BNS for st in hopper.STAGES
-            for ov in hopper.OVERLAPS if hopper.smem_formula(hd, bn, st) <= 232448}
+    keys = {
+        hopper.cal_key(hd, bn, st, ov, 0)
+        for hd in (64, 128)
+        for bn in hopper.BNS
+        for st in hopper.STAGES
+        for ov in hopper.OVERLAPS
+        if hopper.smem_formula(hd, bn, st) <= 232448
+    }
     keys |= {hopper.cal_key(hd, bn, st, ov, 1) for hd in (64, 128) for bn, st, ov in hopper.PERSISTENT_KEYS}
     assert keys == set(cal["rates"]), keys ^ set(cal["rates"])

@@ -793,6 +793,58 @@ def barrier_follows_each_wait(ptx: str) -> bool:
     return ok
 
 
+def cp_async_ring_items(ptx: str | None, want: set[int], commits_note: str, waits_note: str) -> list[Item]:
+    """The four PIPELINE_ITEMS of a cp.async ring, read from the PTX: at least two commit groups (``commits_note``
+    says which), every ``cp.async.wait_group`` value in ``want`` (``waits_note`` says why those), a barrier after
+    every wait before the next shared load, and the ring index (n/a: it lives in registers). Without PTX the
+    first three are n/a."""
+    import re
+
+    text = dict(PIPELINE_ITEMS)
+    items = []
+    if ptx:
+        waits = {int(v) for v in re.findall(r"cp\.async\.wait_group\s+(\d+)", ptx)}
+        commits = len(re.findall(r"cp\.async\.commit_group", ptx))
+        ok = barrier_follows_each_wait(ptx)
+        items += [
+            Item(
+                "commit_group",
+                text["commit_group"],
+                PASS if commits >= 2 else FAIL,
+                f"the PTX commits {commits} groups ({commits_note})",
+            ),
+            Item(
+                "wait_group",
+                text["wait_group"],
+                PASS if waits and waits <= want else FAIL,
+                f"PTX wait_group values {sorted(waits)}; {waits_note}",
+            ),
+            Item(
+                "barrier_after_wait",
+                text["barrier_after_wait"],
+                PASS if ok else FAIL,
+                "every cp.async.wait_group is followed by bar.sync before the next shared load"
+                if ok
+                else "a shared load follows a wait_group before any bar.sync",
+            ),
+        ]
+    else:
+        items += [
+            Item(i, text[i], NA, "not compiled (no PTX to read): run without --no-compile")
+            for i in ("commit_group", "wait_group", "barrier_after_wait")
+        ]
+    items.append(
+        Item(
+            "ring_index",
+            text["ring_index"],
+            NA,
+            "the slot offsets live in registers and are not visible in PTX; a stale slot gives wrong "
+            "results, which `smemtile verify` checks on the GPU",
+        )
+    )
+    return items
+
+
 @functools.lru_cache(maxsize=64)
 def _by_name(host_args: tuple[HostArg, ...]) -> dict[str, HostArg]:
     """A family's host arguments by name (read only: shared by every launch of the family)."""

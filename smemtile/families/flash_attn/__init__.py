@@ -57,9 +57,6 @@ from __future__ import annotations
 import numpy as np
 
 from smemtile.families.base import (
-    FAIL,
-    NA,
-    PASS,
     Family,
     HostArg,
     Item,
@@ -67,7 +64,7 @@ from smemtile.families.base import (
     KernelConfig,
     Param,
     ProblemKey,
-    barrier_follows_each_wait,
+    cp_async_ring_items,
 )
 from smemtile.families.hgemm import _bf16_bits, swizzle_for, to_float64
 from smemtile.model.arch import Arch
@@ -622,59 +619,16 @@ class FlashAttn(Family):
 
     # ---- checklist from the PTX ------------------------------------------------------------------------------
     def pipeline_items(self, cfg: KernelConfig, ptx: str | None) -> list[Item]:
-        import re
-
-        from smemtile.families.hgemm.checks import TEXT, _swizzle_proof
+        from smemtile.families.hgemm.checks import _swizzle_proof
 
         if cfg.params["PATH"] == 1:
             return hopper.pipeline_items(self, cfg, ptx)
         stages = cfg.params["STAGES"]
-        items = []
-        if ptx:
-            waits = {int(v) for v in re.findall(r"cp\.async\.wait_group\s+(\d+)", ptx)}
-            commits = len(re.findall(r"cp\.async\.commit_group", ptx))
-            want = {max(0, stages - 2), stages - 1, 0}
-            items.append(
-                Item(
-                    "commit_group",
-                    TEXT["commit_group"],
-                    PASS if commits >= 2 else FAIL,
-                    f"the PTX commits {commits} groups (Q, the prologue's KV tiles, the loop's)",
-                )
-            )
-            items.append(
-                Item(
-                    "wait_group",
-                    TEXT["wait_group"],
-                    PASS if waits and waits <= want else FAIL,
-                    f"PTX wait_group values {sorted(waits)}; {stages} stages need {stages - 1} for Q, "
-                    f"{max(0, stages - 2)} in the KV loop and 0 for the drain",
-                )
-            )
-            ok = barrier_follows_each_wait(ptx)
-            items.append(
-                Item(
-                    "barrier_after_wait",
-                    TEXT["barrier_after_wait"],
-                    PASS if ok else FAIL,
-                    "every cp.async.wait_group is followed by bar.sync before the next shared load"
-                    if ok
-                    else "a shared load follows a wait_group before any bar.sync",
-                )
-            )
-        else:
-            items += [
-                Item(i, TEXT[i], NA, "not compiled (no PTX to read): run without --no-compile")
-                for i in ("commit_group", "wait_group", "barrier_after_wait")
-            ]
-        items.append(
-            Item(
-                "ring_index",
-                TEXT["ring_index"],
-                NA,
-                "the slot offsets live in registers and are not visible in PTX; a stale slot gives wrong "
-                "results, which `smemtile verify` checks on the GPU",
-            )
+        items = cp_async_ring_items(
+            ptx,
+            {max(0, stages - 2), stages - 1, 0},
+            "Q, the prologue's KV tiles, the loop's",
+            f"{stages} stages need {stages - 1} for Q, {max(0, stages - 2)} in the KV loop and 0 for the drain",
         )
         items.append(_swizzle_proof(self, cfg))
         return items

@@ -45,7 +45,9 @@ def rows_of(path: str | Path) -> list[dict]:
                     "case": case["case"],
                     "q": q,
                     "bn": p["BN"],
-                    "key": hopper.cal_key(q["head_dim"], p["BN"], p["STAGES"], p["OVERLAP"], p.get("PERSISTENT", 0)),
+                    "key": hopper.cal_key(
+                        q["head_dim"], p["BN"], p["STAGES"], p["OVERLAP"], p.get("PERSISTENT", 0)
+                    ),
                     "persistent": p.get("PERSISTENT", 0),
                     "seconds": c["median_ms"] * 1e-3,
                     "source": str(path),
@@ -162,7 +164,9 @@ def score(cal: dict, rows: list[dict]) -> dict:
 
 def main(argv: list[str]) -> int:
     if len(argv) < 2 or argv[0] not in ("fit", "score"):
-        print("usage: python -m smemtile.families.flash_attn.fit fit RUN.json ... | score CAL.json RUN.json ...")
+        print(
+            "usage: python -m smemtile.families.flash_attn.fit fit RUN.json ... | score CAL.json RUN.json ..."
+        )
         return 2
     if argv[0] == "fit":
         rows = [r for p in argv[1:] for r in rows_of(p)]

@@ -31,7 +31,9 @@ BUFFERS = ("Qs", "Ks", "Vs")
 ARRAYS = ("q", "k", "v", "o")
 STRIDES = tuple(f"{a}_{s}" for a in ARRAYS for s in ("sb", "ss", "sh"))
 CONSUMER_WARPS = list(range(4, 12))
-H200_SMS = 132  # cuDeviceGetAttribute(MULTIPROCESSOR_COUNT) on the H200 (bench/results/occupancy_driver_h200.json)
+H200_SMS = (
+    132  # cuDeviceGetAttribute(MULTIPROCESSOR_COUNT) on the H200 (bench/results/occupancy_driver_h200.json)
+)
 
 
 def smem_formula(hd: int, bn: int, stages: int) -> int:
