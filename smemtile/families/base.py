@@ -985,6 +985,15 @@ def with_params(cfg: KernelConfig, **changes: Any) -> KernelConfig:
 _PROBLEMS: dict[tuple, dict] = {}
 
 
+def ranked_problem(fam: Family, problem: dict) -> dict:
+    """What a tile model ranks for: every problem key at its default (a dense one, whose default is another key's
+    value, left to :func:`check_problem`), the given keys of the family over them (others ignored), checked."""
+    known = {pk.name for pk in fam.problem_keys}
+    full = {pk.name: pk.default for pk in fam.problem_keys if not pk.dense}
+    full.update({k: v for k, v in problem.items() if k in known})
+    return check_problem(fam, full)
+
+
 def check_problem(fam: Family, problem: dict) -> dict:
     """The problem with defaults filled in, each value of the right kind and in range (ContractViolation).
 

@@ -251,12 +251,9 @@ class Conv2dTileModel(SizesModel):
 
         fam = self.fam
         a = arch if isinstance(arch, Arch) else get_arch(arch)
-        known = {pk.name for pk in fam.problem_keys}
-        full = {pk.name: pk.default for pk in fam.problem_keys if not pk.dense}
-        full.update({k: v for k, v in problem.items() if k in known})
-        from smemtile.families.base import check_problem
+        from smemtile.families.base import ranked_problem
 
-        self.problem = check_problem(fam, full)
+        self.problem = ranked_problem(fam, problem)
         self.arch = a
         if a.cc < (8, 0):
             raise SpecError(

@@ -190,15 +190,13 @@ class FlashAttnTileModel(SizesModel):
 
     # ---- the protocol --------------------------------------------------------------------------------------
     def space(self, problem: dict, arch) -> list:
-        from smemtile.families.base import check_problem
         from smemtile.model.arch import get_arch
 
         fam = self.fam
         a = arch if isinstance(arch, Arch) else get_arch(arch)
-        known = {pk.name for pk in fam.problem_keys}
-        full = {pk.name: pk.default for pk in fam.problem_keys if not pk.dense}
-        full.update({k: v for k, v in problem.items() if k in known})
-        self.problem = check_problem(fam, full)
+        from smemtile.families.base import ranked_problem
+
+        self.problem = ranked_problem(fam, problem)
         self.arch = a
         if a.cc < (8, 0):
             raise SpecError(
