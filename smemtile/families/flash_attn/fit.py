@@ -162,10 +162,76 @@ def score(cal: dict, rows: list[dict]) -> dict:
     return {"rows": len(errs), "median_abs_error": round(med, 4), "shapes": per}
 
 
+# ---- PATH 0 (mma.sync): two constants of tiles.py's issue model ----------------------------------------------
+PATH0_RUN = "bench/results/session10/flash_attn_path0_bench_h200_run2.json"
+
+
+def path0_rows(path: str | Path | None = None) -> list[tuple[dict, tuple[int, int, int, int], float]]:
+    """(problem, (BM, BN, STAGES, WARPS), measured seconds) of a PATH 0 bench run, each configuration once per
+    case."""
+    root = Path(__file__).resolve().parents[3]
+    doc = json.loads(Path(path or root / PATH0_RUN).read_text())
+    rows = []
+    for case in doc["cases"]:
+        seen = set()
+        for c in case["configs"]:
+            p = c["params"]
+            key = (p["BM"], p["BN"], p["STAGES"], p["WARPS"])
+            if p.get("PATH", 0) == 0 and key not in seen and c.get("median_ms"):
+                seen.add(key)
+                rows.append((case["problem"], key, c["median_ms"] * 1e-3))
+    return rows
+
+
+def fit_path0(rows=None, sync_keys=range(0, 81, 2)) -> dict:
+    """tiles.py's TILE_SYNC_KEYS (a grid) and MMA_SYNC_EFF (for each, the geometric-mean scale that centres the
+    log errors) minimising the squared log time error of PATH 0's predictions on the H200 rows; the module's
+    constants are restored afterwards. Returns the pair and the rms log error."""
+    from smemtile.families import FAMILIES
+    from smemtile.families.flash_attn import tiles as T
+    from smemtile.model.arch import get_arch
+    from smemtile.model.tiling_gpus import get_gpu
+
+    rows = rows or path0_rows()
+    fam, gpu, arch = FAMILIES["flash_attn"], get_gpu(None, "sm_90"), get_arch("sm_90")
+    saved = (T.TILE_SYNC_KEYS, T.MMA_SYNC_EFF)
+
+    def times() -> list[float]:
+        out = []
+        for prob, (bm, bn, st, _w), _ in rows:
+            m = T.FlashAttnTileModel(fam)
+            m.space(prob, arch)
+            out.append(m.predict(T.FaTile(bm, bn, st), gpu).time_s)
+        return out
+
+    best = None
+    try:
+        for k in sync_keys:
+            T.TILE_SYNC_KEYS, T.MMA_SYNC_EFF = k, 0.62
+            shift = float(np.mean([math.log(t / r[2]) for t, r in zip(times(), rows, strict=True)]))
+            T.MMA_SYNC_EFF = 0.62 * math.exp(shift)
+            err = sum(math.log(t / r[2]) ** 2 for t, r in zip(times(), rows, strict=True))
+            if best is None or err < best[0]:
+                best = (err, k, T.MMA_SYNC_EFF)
+    finally:
+        T.TILE_SYNC_KEYS, T.MMA_SYNC_EFF = saved
+    err, k, eff = best
+    return {
+        "TILE_SYNC_KEYS": k,
+        "MMA_SYNC_EFF": eff,
+        "rms_log_error": math.sqrt(err / len(rows)),
+        "rows": len(rows),
+    }
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["path0"]:
+        print(json.dumps(fit_path0(path0_rows(argv[1]) if len(argv) > 1 else None), indent=1))
+        return 0
     if len(argv) < 2 or argv[0] not in ("fit", "score"):
         print(
-            "usage: python -m smemtile.families.flash_attn.fit fit RUN.json ... | score CAL.json RUN.json ..."
+            "usage: python -m smemtile.families.flash_attn.fit fit RUN.json ... | score CAL.json RUN.json ... | "
+            "path0 [RUN.json]"
         )
         return 2
     if argv[0] == "fit":
