@@ -332,7 +332,10 @@ def _family_tiles(
     from smemtile.pipeline import tiles as pt
 
     ints = [pk.name for pk in FAMILIES[family].size_keys()]  # leading dimensions are not sizes
-    spelled = {o.option.lstrip("-"): o.name for o in FAMILIES[family].tile_model.options}
+    # a model option by its CLI spelling as a Python name (--head-dim: head_dim, --seq: seq) or by its own name
+    # (seq_q)
+    opts = FAMILIES[family].tile_model.options
+    spelled = {o.option.lstrip("-").replace("-", "_"): o.name for o in opts} | {o.name: o.name for o in opts}
     keys = {"R": radius}
     keys |= {spelled[k]: problem.pop(k) for k in list(problem) if k in spelled and k not in ints}
     if problem:

@@ -536,3 +536,18 @@ def test_path0_constants_refit_from_the_h200_rows_and_rank_the_measured_best_fir
         ranker = FAM.ranker(p, "sm_90", None)
         top = ranker.top(1)[0]
         assert (top["BM"], top["BN"], top["STAGES"], top["WARPS"]) == best == (128, 128, 2, 8), (p, top)
+
+
+def test_the_python_api_takes_the_problem_keys_by_their_python_names():
+    from smemtile import api
+    from smemtile.errors import SpecError
+
+    # the CLI's --head-dim / --seq / --seq-kv as head_dim, seq (or seq_q), seq_kv; the dtype defaults to bf16
+    r = api.tiles(family="flash_attn", batch=4, heads=32, seq=8192, head_dim=128, arch="sm_90a", top=1)
+    d = r.to_dict()
+    assert d["problem"] == {"dtype": "bf16", "batch": 4, "heads": 32, "seq_q": 8192, "head_dim": 128}
+    assert d["calibration"]["calibrated"] is True
+    d = api.tiles(family="flash_attn", batch=1, heads=2, seq_q=100, seq_kv=300, head_dim=64, causal=1, top=1)
+    assert d.to_dict()["problem"]["seq_kv"] == 300 and d.to_dict()["problem"]["causal"] == 1
+    with pytest.raises(SpecError, match="head_size"):
+        api.tiles(family="flash_attn", batch=1, heads=2, seq=64, head_size=64)
