@@ -335,7 +335,8 @@ def _family_tiles(
     # a model option by its CLI spelling as a Python name (--head-dim: head_dim, --seq: seq) or by its own name
     # (seq_q)
     opts = FAMILIES[family].tile_model.options
-    spelled = {o.option.lstrip("-").replace("-", "_"): o.name for o in opts} | {o.name: o.name for o in opts}
+    spelled = {o.option.lstrip("-"): o.name for o in opts}  # the CLI's own (head-dim)
+    spelled |= {o.option.lstrip("-").replace("-", "_"): o.name for o in opts} | {o.name: o.name for o in opts}
     keys = {"R": radius}
     keys |= {spelled[k]: problem.pop(k) for k in list(problem) if k in spelled and k not in ints}
     if problem:

@@ -180,3 +180,12 @@ def test_the_shipped_calibration_reproduces_its_fit_rows_and_ranks_the_measured_
     }
     keys |= {hopper.cal_key(hd, bn, st, ov, 1) for hd in (64, 128) for bn, st, ov in hopper.PERSISTENT_KEYS}
     assert keys == set(cal["rates"]), keys ^ set(cal["rates"])
+
+
+def test_another_sm_90a_gpu_orders_by_the_h200_rates_without_claiming_them():
+    h200 = FAM.ranker({"batch": 4, "heads": 32, "seq_q": 8192, "head_dim": 128}, "sm_90a", None)
+    h100 = FAM.ranker({"batch": 4, "heads": 32, "seq_q": 8192, "head_dim": 128}, "sm_90a", "h100")
+    assert h100.top(3) == h200.top(3)  # the same SM count and per-SM rates: the same order
+    assert h200.provenance()["calibrated"] is True and h100.provenance()["calibrated"] is False
+    assert "not measured on this GPU" in h100.provenance()["model"]
+    assert not any(s.measured for s in h100.ranked) and all(s.transferred for s in h100.ranked)

@@ -371,17 +371,17 @@ def cal_key(hd: int, bn: int, stages: int, overlap: int, persistent: int) -> str
 
 
 def predict_time(q: dict, cand, gpu, cal: dict | None) -> tuple[float, bool]:
-    """(seconds, calibrated): :func:`schedule_time` at the calibration's rate and item cost for the configuration
-    when ``cal`` applies (the H200), else at RATE_GUESS x the GPU table's peak."""
+    """(seconds, fitted): :func:`schedule_time` at the calibration's per-SM rate and item cost for the
+    configuration (the calibration's own GPU, or another GPU of the same SM, sm_90a: its own SM count, the H200's
+    per-SM rates), else at RATE_GUESS x the GPU table's peak."""
     hd = q["head_dim"]
     key = cal_key(hd, cand.bn, cand.stages, cand.overlap, cand.persistent)
     if cal is not None and key in cal["rates"]:
-        rate = cal["rates"][key] * 1e12
+        per_sm = cal["rates"][key] * 1e12 / cal["sms"]  # the whole GPU's rate with one CTA on every SM
         item_s = cal["item_s"][str(cand.persistent)]
-        measured = True
+        fitted = True
     else:
-        rate = RATE_GUESS * gpu.peak(q.get("dtype", "bf16")) * 1e12
-        item_s, measured = ITEM_GUESS_S, False
-    # the rate is the whole GPU's when every SM runs one CTA: one SM's share
-    t_tile = tile_flops(hd, cand.bn) / (rate / gpu.sms)
-    return schedule_time(q, cand.bn, t_tile, item_s, gpu.sms, bool(cand.persistent)), measured
+        per_sm = RATE_GUESS * gpu.peak(q.get("dtype", "bf16")) * 1e12 / gpu.sms
+        item_s, fitted = ITEM_GUESS_S, False
+    t_tile = tile_flops(hd, cand.bn) / per_sm
+    return schedule_time(q, cand.bn, t_tile, item_s, gpu.sms, bool(cand.persistent)), fitted

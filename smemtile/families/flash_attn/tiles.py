@@ -140,6 +140,7 @@ class FaScored:
     bound: str
     copy_ratio: float | None = None
     calibrated: bool = False
+    transferred: bool = False  # PATH 1 on another sm_90a GPU: the H200's per-SM rates
     measured: bool = False
     rank: int = 0
     reason: str = ""
@@ -331,9 +332,12 @@ class FlashAttnTileModel(SizesModel):
 
         fam, p = self.fam, cand.params()
         cfg = configure(fam, {**p, **self.problem}, {}, self.arch, check=False)
-        cal = self.path1_cal if gpu.key == (self.path1_cal or {}).get("gpu_key") else None
-        self._path1_used = cal is not None
-        t, measured = hopper.predict_time({**q, "dtype": self.problem["dtype"]}, cand, gpu, cal)
+        # the H200's rates: measured there; on another sm_90a GPU (the same SM: H100) they order the candidates
+        cal = self.path1_cal
+        own = cal is not None and gpu.key == cal.get("gpu_key")
+        self._path1_used = own
+        t, fitted = hopper.predict_time({**q, "dtype": self.problem["dtype"]}, cand, gpu, cal)
+        measured = fitted and own
         t += LAUNCH_S
         flops = fam.work(self.problem)[1]
         item = 2
@@ -352,6 +356,7 @@ class FlashAttnTileModel(SizesModel):
             "compute",
             calibrated=measured,
             measured=measured,
+            transferred=fitted and not own,
         )
         return Prediction(
             t,
@@ -378,8 +383,11 @@ class FlashAttnTileModel(SizesModel):
             why = (
                 "PATH 1 (TMA + wgmma, sm_90a): KV loop rate and item cost fitted on the H200 (flash_attn_h200.json)"
                 if s.calibrated
-                else "PATH 1 (TMA + wgmma, sm_90a): KV loop at an estimated share of this GPU's table peak "
-                "(the calibration is the H200's); uncalibrated"
+                else "PATH 1 (TMA + wgmma, sm_90a): the H200's fitted per-SM KV-loop rates and item costs (the same "
+                "SM), not measured on this GPU: they order the candidates; the times are not a promise"
+                if s.transferred
+                else "PATH 1 (TMA + wgmma, sm_90a): KV loop at an estimated share of this GPU's table peak; "
+                "uncalibrated"
             )
         if s is t:
             return f"best: {s.tflops:.1f} TFLOP/s predicted; {why}"
@@ -387,6 +395,21 @@ class FlashAttnTileModel(SizesModel):
 
     def provenance(self) -> dict:
         cal = self.path1_cal
+        if self.arch is not None and self.arch.lacks("wgmma") is None and cal and not self._path1_used:
+            return {
+                "model": "PATH 1 (flash_attn/hopper.py schedule_time) at the H200 calibration's per-SM KV-loop "
+                "rates and item costs, applied to this GPU's SM count (the same SM); not measured on this GPU",
+                "source": "smemtile/families/flash_attn/hopper.py",
+                "file": f"smemtile/families/flash_attn/{hopper_data_file()}",
+                "gpu": f"none measured here ({cal.get('gpu')}'s rates)",
+                "date": cal.get("date"),
+                "runs": cal.get("run"),
+                "commit": cal.get("commit"),
+                "calibrated": False,
+                "expected_error": None,
+                "expected_error_of": "none on this GPU (the H200's held-out median: "
+                f"{cal.get('held_out_median_error')})",
+            }
         if self.arch is not None and self.arch.lacks("wgmma") is None and cal and self._path1_used:
             held = cal.get("held_out_median_error")
             return {
