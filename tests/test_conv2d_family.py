@@ -13,7 +13,7 @@ from conftest import run_cli
 from smemtile.families import FAMILIES, configure
 from smemtile.families.base import ContractViolation, refusal
 from smemtile.families.conv2d import out_size
-from smemtile.families.hgemm import to_float64
+from smemtile.model.bf16 import to_float64
 
 FAM = FAMILIES["conv2d"]
 

@@ -17,7 +17,8 @@ from conftest import nvcc, nvcc_path, run_cli
 from smemtile.families import FAMILIES, configure
 from smemtile.families.base import ContractViolation, refusal
 from smemtile.families.flash_attn import attention, default_scale, visible_pairs
-from smemtile.families.hgemm import _bf16_bits, to_float64
+from smemtile.model.bf16 import bf16_bits as _bf16_bits
+from smemtile.model.bf16 import to_float64
 
 FAM = FAMILIES["flash_attn"]
 ISSUE = "--batch 4 --heads 32 --seq 8192 --head-dim 128 --dtype bf16".split()

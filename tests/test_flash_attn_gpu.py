@@ -22,7 +22,7 @@ from test_helper_gpu import run_helpers
 
 from smemtile.families import FAMILIES
 from smemtile.families.flash_attn import LSE_TOLERANCE, FlashAttn, attention, default_scale
-from smemtile.families.hgemm import to_float64
+from smemtile.model.bf16 import to_float64
 from smemtile.pipeline.fixes import variants
 from smemtile.pipeline.specs import resolve
 
@@ -116,7 +116,7 @@ def _run_layout(dev, cfg, layout: dict, rng) -> tuple[float, float, bool]:
 
     q = FAM.problem_ints(cfg.problem)
     b, h, d, dt = q["batch"], q["heads"], q["head_dim"], cfg.problem["dtype"]
-    from smemtile.families.hgemm import _bf16_bits
+    from smemtile.model.bf16 import bf16_bits as _bf16_bits
 
     bits = np.uint16
     logical = {

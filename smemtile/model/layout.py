@@ -203,3 +203,13 @@ class Layout:
                 swz = None
             return cls(int(value.get("pad", 0) or 0), swz)
         raise TypeError(f"not a layout: {value!r}")
+
+
+def swizzle_for(cols: int) -> Swizzle:
+    """The ldmatrix tiles' swizzle (the kernels' ``hgemm_swizzle_b/_s``): Swizzle<B, 3, S> on a tile whose rows
+    hold ``cols`` 2-byte elements.
+    M = 3 keeps 16-byte granules whole; the B row bits just above one 128-byte line pick the XOR:
+    cols 32 -> <2,3,3> (2 rows per line), 64 -> <3,3,3>, 2^c >= 64 -> <3,3,c-3>."""
+    if cols >= 64:
+        return Swizzle(3, 3, cols.bit_length() - 1 - 3)
+    return Swizzle(max(0, (cols // 8).bit_length() - 1), 3, 3)

@@ -76,11 +76,14 @@ from smemtile.families.base import (
     Param,
     ProblemKey,
     cp_async_ring_items,
+    swizzle_proof_item,
     with_params,
 )
-from smemtile.families.hgemm import _bf16_bits, register_estimate, swizzle_for, to_float64
+from smemtile.families.hgemm import register_estimate
 from smemtile.model.arch import Arch
-from smemtile.model.layout import Layout
+from smemtile.model.bf16 import bf16_bits as _bf16_bits
+from smemtile.model.bf16 import to_float64
+from smemtile.model.layout import Layout, swizzle_for
 
 T_CTYPES = {"f16": "smemtile::f16", "bf16": "smemtile::bf16"}
 Y_CTYPES = {"f32": "float", "f16": "smemtile::f16", "bf16": "smemtile::bf16"}
@@ -857,7 +860,6 @@ class Conv2d(Family):
 
     # ---- checklist from the PTX ------------------------------------------------------------------------------
     def pipeline_items(self, cfg: KernelConfig, ptx: str | None) -> list[Item]:
-        from smemtile.families.hgemm.checks import _swizzle_proof
 
         if cfg.params["PATH"]:
             return self.wgmma_pipeline_items(cfg, ptx)
@@ -868,7 +870,7 @@ class Conv2d(Family):
             "prologue + K loop",
             f"{stages} stages need {stages - 2} in the K loop and 0 for the drain",
         )
-        items.append(_swizzle_proof(self, cfg))
+        items.append(swizzle_proof_item(self, cfg))
         return items
 
     def wgmma_pipeline_items(self, cfg: KernelConfig, ptx: str | None) -> list[Item]:

@@ -65,10 +65,12 @@ from smemtile.families.base import (
     Param,
     ProblemKey,
     cp_async_ring_items,
+    swizzle_proof_item,
 )
-from smemtile.families.hgemm import _bf16_bits, swizzle_for, to_float64
 from smemtile.model.arch import Arch
-from smemtile.model.layout import Layout
+from smemtile.model.bf16 import bf16_bits as _bf16_bits
+from smemtile.model.bf16 import to_float64
+from smemtile.model.layout import Layout, swizzle_for
 
 T_CTYPES = {"f16": "smemtile::f16", "bf16": "smemtile::bf16"}
 HEAD_DIMS = (64, 128)
@@ -619,7 +621,6 @@ class FlashAttn(Family):
 
     # ---- checklist from the PTX ------------------------------------------------------------------------------
     def pipeline_items(self, cfg: KernelConfig, ptx: str | None) -> list[Item]:
-        from smemtile.families.hgemm.checks import _swizzle_proof
 
         if cfg.params["PATH"] == 1:
             return hopper.pipeline_items(self, cfg, ptx)
@@ -630,7 +631,7 @@ class FlashAttn(Family):
             "Q, the prologue's KV tiles, the loop's",
             f"{stages} stages need {stages - 1} for Q, {max(0, stages - 2)} in the KV loop and 0 for the drain",
         )
-        items.append(_swizzle_proof(self, cfg))
+        items.append(swizzle_proof_item(self, cfg))
         return items
 
 

@@ -65,39 +65,19 @@ from smemtile.families.base import (
 )
 from smemtile.families.gemm import GemmFamily, gemm_reference
 from smemtile.model.arch import Arch
-from smemtile.model.layout import Layout, Swizzle
+from smemtile.model.bf16 import bf16_bits as _bf16_bits
+from smemtile.model.bf16 import to_float64
+from smemtile.model.layout import Layout, swizzle_for
 
 T_CTYPES = {"f16": "smemtile::f16", "bf16": "smemtile::bf16"}
 C_CTYPES = {"f32": "float", "f16": "smemtile::f16", "bf16": "smemtile::bf16"}
 CHUNK = 8  # elements per 16-byte copy (2-byte elements)
 
 
-def swizzle_for(cols: int) -> Swizzle:
-    """hgemm.cu's ``hgemm_swizzle_b/_s``: Swizzle<B, 3, S> on a tile whose rows hold ``cols`` 2-byte elements.
-    M = 3 keeps 16-byte granules whole; the B row bits just above one 128-byte line pick the XOR:
-    cols 32 -> <2,3,3> (2 rows per line), 64 -> <3,3,3>, 2^c >= 64 -> <3,3,c-3>."""
-    if cols >= 64:
-        return Swizzle(3, 3, cols.bit_length() - 1 - 3)
-    return Swizzle(max(0, (cols // 8).bit_length() - 1), 3, 3)
-
-
 def register_estimate(wm: int, wn: int) -> int:
     """Registers per thread of a WM x WN warp tile: fp32 accumulators + double-buffered fragments + ~40 (the tile
     model's estimate, smemtile.model.gemm_model; ptxas 13.0 used 226-255 for 64 x 64, bench/NOTES.md)."""
     return wm * wn // 32 + (wm + wn) // 2 + 40
-
-
-def _bf16_bits(x: np.ndarray) -> np.ndarray:
-    """float32 -> bfloat16 bit patterns, round to nearest even (finite inputs)."""
-    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
-    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
-
-
-def to_float64(a: np.ndarray, dtype: str) -> np.ndarray:
-    """Host array of spec dtype ``dtype`` (bf16 as raw bits) as float64."""
-    if dtype == "bf16":
-        return (a.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
-    return a.astype(np.float64)
 
 
 class Hgemm(GemmFamily):

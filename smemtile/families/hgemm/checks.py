@@ -13,8 +13,16 @@ from __future__ import annotations
 
 import re
 
-from smemtile.families.base import FAIL, NA, PASS, Item, KernelConfig, barrier_follows_each_wait
-from smemtile.model.layout import Layout
+from smemtile.families.base import (
+    FAIL,
+    NA,
+    PASS,
+    SWIZZLE_PROOF_TEXT,
+    Item,
+    KernelConfig,
+    barrier_follows_each_wait,
+    swizzle_proof_item,
+)
 
 TEXT = {
     "commit_group": "cp.async.commit_group after all copies of a tile",
@@ -23,7 +31,7 @@ TEXT = {
     "ring_index": "the ring-buffer index advances every iteration",
     "copy_alignment": "16-byte copies only where sources and leading dimensions are 16-byte aligned",
     "mma_fragments": "ldmatrix.x4 fragments and mma.sync.m16n8k16 of the input type",
-    "swizzle_proof": "the swizzle keeps every copy and fragment load conflict-free",
+    "swizzle_proof": SWIZZLE_PROOF_TEXT,
 }
 
 
@@ -137,51 +145,4 @@ def _from_ptx(fam, cfg: KernelConfig, ptx: str) -> list[Item]:
     return items
 
 
-def _swizzle_proof(fam, cfg: KernelConfig) -> Item:
-    """Pass when every buffer given a layout (swizzle or padding) is conflict-free on every access of it; a
-    buffer left dense is reported, not failed (nothing to prove: `analyze` shows its conflicts and the fix)."""
-    from smemtile.model.analysis import analyze_spec
-    from smemtile.model.banks import analyze_addresses
-
-    per: dict[str, list] = {}
-    sources = []  # copies whose excess wavefronts come from their global sources, not from the layout
-    for r in analyze_spec(fam.spec(cfg)):
-        ratio = r.bank.wavefronts / r.bank.ideal_wavefronts
-        k = int(ratio.argmax())
-        d = float(ratio[k])
-        if d > 1 and r.bank.sources is not None:
-            # the same shared addresses written from a coalesced source (lane * 16 bytes): what the layout alone
-            # gives; rows of A or B that are not 128-byte multiples apart split the copy's groups over lines
-            alone = analyze_addresses(r.bank.addresses, r.access.op, r.access.width, active=r.bank.active)
-            if (alone.wavefronts == alone.ideal_wavefronts).all():
-                sources.append(
-                    f"{r.access.name} {int(r.bank.wavefronts[k])}/{int(r.bank.ideal_wavefronts[k])}"
-                )
-                d = 1.0
-        per.setdefault(r.access.buffer, []).append(
-            (r.access.name, int(r.bank.wavefronts[k]), int(r.bank.ideal_wavefronts[k]), d)
-        )
-    laid = [b for b in per if cfg.layouts[b] != Layout()]
-    parts, bad = [], []
-    for b, rows in per.items():
-        worst = ", ".join(f"{n} {w}/{i}" for n, w, i, _ in rows)
-        parts.append(f"{b} ({cfg.layouts[b].describe()}): {worst}")
-        bad += [
-            f"{n} {d:g}-way under {cfg.layouts[b].describe()}" for n, _, _, d in rows if d > 1 and b in laid
-        ]
-    text = "; ".join(parts) + " (worst instruction: wavefronts/ideal, bank model)"
-    if sources:
-        text += (
-            f"; {', '.join(sources)} above ideal only because the global rows are not 128-byte multiples "
-            "apart (conflict-free from a coalesced source: no shared layout changes that)"
-        )
-    if bad:
-        return Item("swizzle_proof", TEXT["swizzle_proof"], FAIL, f"{', '.join(bad)}; {text}")
-    if not laid:
-        return Item(
-            "swizzle_proof",
-            TEXT["swizzle_proof"],
-            NA,
-            f"no buffer has a swizzle or padding: {text}; `smemtile analyze` shows the fix",
-        )
-    return Item("swizzle_proof", TEXT["swizzle_proof"], PASS, f"every access at its ideal wavefronts: {text}")
+_swizzle_proof = swizzle_proof_item  # the checklist's swizzle item (base.swizzle_proof_item)

@@ -58,6 +58,7 @@ from smemtile.families.base import (
 )
 from smemtile.families.gemm import GemmFamily
 from smemtile.model.arch import Arch
+from smemtile.model.bf16 import bf16_bits, bf16_value
 from smemtile.model.layout import Layout
 
 T_CTYPES = {"f16": "smemtile::f16", "bf16": "smemtile::bf16"}
@@ -91,16 +92,6 @@ def max_stages(p: dict, limit: int) -> int:
     while s < 8 and smem_formula({**p, "STAGES": s + 1}) <= limit:
         s += 1
     return s
-
-
-def bf16_bits(x: np.ndarray) -> np.ndarray:
-    """float32 -> bf16 bit patterns, round to nearest even (finite inputs)."""
-    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
-    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
-
-
-def bf16_value(bits: np.ndarray) -> np.ndarray:
-    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 
 class WgmmaGemm(GemmFamily):
