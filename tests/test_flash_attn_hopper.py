@@ -189,3 +189,16 @@ def test_another_sm_90a_gpu_orders_by_the_h200_rates_without_claiming_them():
     assert h200.provenance()["calibrated"] is True and h100.provenance()["calibrated"] is False
     assert "not measured on this GPU" in h100.provenance()["model"]
     assert not any(s.measured for s in h100.ranked) and all(s.transferred for s in h100.ranked)
+
+
+def test_a_persistent_tile_carries_the_gpu_s_sm_count():
+    from smemtile.families.flash_attn.tiles import FaTile, FlashAttnTileModel
+    from smemtile.model.arch import get_arch
+    from smemtile.model.tiling_gpus import get_gpu
+
+    m = FlashAttnTileModel(FAM)
+    m.space({"batch": 4, "heads": 32, "seq_q": 8192, "head_dim": 128}, get_arch("sm_90a"))
+    gpu = get_gpu("h100", "sm_90", sms=114)  # an H100 PCIe's 114 SMs
+    pers = dict(m.predict(FaTile(128, 128, 2, 1, 1, 1), gpu).result.params)
+    assert pers["PERSISTENT"] == 1 and pers["SMS"] == 114
+    assert "SMS" not in dict(m.predict(FaTile(128, 128, 2, 1, 1, 0), gpu).result.params)

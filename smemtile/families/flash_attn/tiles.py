@@ -331,6 +331,8 @@ class FlashAttnTileModel(SizesModel):
         from smemtile.families.flash_attn import hopper
 
         fam, p = self.fam, cand.params()
+        if cand.persistent:  # the persistent grid keeps one CTA on each of this GPU's SMs
+            p["SMS"] = gpu.sms
         cfg = configure(fam, {**p, **self.problem}, {}, self.arch, check=False)
         # the H200's rates: measured there; on another sm_90a GPU (the same SM: H100) they order the candidates
         cal = self.path1_cal
@@ -343,7 +345,7 @@ class FlashAttnTileModel(SizesModel):
         item = 2
         nbytes = item * q["head_dim"] * q["heads"] * q["batch"] * (2 * q["seq_q"] + 2 * q["seq_kv"])
         s = FaScored(
-            tuple((k, p[k]) for k in PARAMS),
+            tuple((k, p[k]) for k in PARAMS) + ((("SMS", p["SMS"]),) if cand.persistent else ()),
             label(p),
             hopper.THREADS,
             168,
@@ -480,8 +482,10 @@ class Ranker:
             full["BM"], full["WARPS"] = 128, 8
         elif "BM" in params and "WARPS" not in params:
             full["WARPS"] = full["BM"] // 16
-        want = {k: full[k] for k in PARAMS}
-        s = next((s for s in self.ranked if s.params_dict() == want), None)
+        want = {
+            k: full[k] for k in PARAMS
+        }  # SMS (the GPU's SM count on a persistent tile) is not the tile's shape
+        s = next((s for s in self.ranked if {k: v for k, v in s.params if k != "SMS"} == want), None)
         if s is None:
             return Candidate(label(full), params, src, None, None, "outside the model's ranking")
         return Candidate(label(full), params, src, s.rank, s.tflops, s.reason)
