@@ -552,3 +552,10 @@ def test_the_python_api_takes_the_problem_keys_by_their_python_names():
     assert d.to_dict()["problem"]["seq_kv"] == 300 and d.to_dict()["problem"]["causal"] == 1
     with pytest.raises(SpecError, match="head_size"):
         api.tiles(family="flash_attn", batch=1, heads=2, seq=64, head_size=64)
+
+
+def test_the_tiles_table_shows_tflops_for_attention_and_no_copy_ratio():
+    r = run_cli("tiles", "--family", "flash_attn", *ISSUE, "--arch", "sm_90a", "--top", "2")
+    assert r.returncode == 0, r.stderr
+    head = next(ln for ln in r.stdout.splitlines() if ln.split()[:2] == ["#", "configuration"])
+    assert "TFLOP/s" in head and "GB/s" not in head and "x copy" not in head, head

@@ -90,7 +90,13 @@ def render_family_tiles(rep, top: int, rejected: int, width: int = 200, explain:
             )
     wide = width >= 160
     t = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
-    cols = ["#", "configuration", "thr", "regs", "blk", "smem", "GB/s", "x copy", "meas"]
+    # a compute-bound family's rows carry TFLOP/s (its rate; no device copy to compare with): that column instead
+    rate = "TFLOP/s" if rep.ranked and getattr(rep.ranked[0], "tflops", None) else "GB/s"
+    cols = (
+        ["#", "configuration", "thr", "regs", "blk", "smem", rate]
+        + (["x copy"] if rate == "GB/s" else [])
+        + ["meas"]
+    )
     if wide:
         cols.append("why this rank")
     for col in cols:
@@ -110,8 +116,8 @@ def render_family_tiles(rep, top: int, rejected: int, width: int = 200, explain:
             "-" if regs is None else str(regs),
             str(s.blocks_per_sm),
             _kib(s.smem_bytes),
-            f"{s.gbps:.0f}",
-            "-" if s.copy_ratio is None else f"{s.copy_ratio:.3f}",
+            f"{s.tflops:.0f}" if rate == "TFLOP/s" else f"{s.gbps:.0f}",
+            *(["-" if s.copy_ratio is None else f"{s.copy_ratio:.3f}"] if rate == "GB/s" else []),
             _measured(s),
         ]
         if wide:
