@@ -42,15 +42,8 @@ from smemtile.errors import SpecError
 FILE = "task.yaml"
 TOP_KEYS = ("about", "test_sizes", "bench_sizes", "heldout", "reference", "case_name", "plans")
 SIZE_LISTS = ("test_sizes", "bench_sizes", "heldout")
-PLAN_KEYS = (
-    "about",
-    "shapes",
-    "configs",
-    "groups",
-    "arch",
-    "rounds",
-    "reference",
-)  # reference: the plan's own
+# a plan's reference: its own, replacing the task's
+PLAN_KEYS = ("about", "shapes", "configs", "groups", "arch", "rounds", "reference")
 GROUP_KEYS = ("shapes", "configs")
 CONFIG_KEYS = ("label", "params", "layouts", "ranked", "problem")
 RANKED_KEYS = ("top", "spread")
@@ -58,11 +51,8 @@ REFERENCE_KINDS = {
     "matmul": ("kind", "sizes", "dtype"),
     "copy": ("kind",),
     "conv2d": ("kind", "dtype"),
-    "sdpa": (
-        "kind",
-        "dtype",
-        "backend",
-    ),  # torch scaled_dot_product_attention; backend pins one (bench/run.py)
+    # torch scaled_dot_product_attention; backend pins one (bench/run.py)
+    "sdpa": ("kind", "dtype", "backend"),
 }
 _SCALARS = (int, float, str)
 

@@ -69,6 +69,12 @@ class FamilyTileReport:
     tie_rule: str = ""  # the model's tie rule in words (TieRule.text)
 
     @property
+    def rate_unit(self) -> str:
+        """What the candidates' rate is quoted in: TFLOP/s for a compute-bound family (its scored rows carry
+        tflops), GB/s for the memory families (also set against a device copy)."""
+        return "TFLOP/s" if self.ranked and getattr(self.ranked[0], "tflops", None) else "GB/s"
+
+    @property
     def counts(self) -> dict:
         out = {
             "candidates": len(self.ranked) + len(self.rejected),
@@ -196,8 +202,7 @@ def family_spec_doc(rep: FamilyTileReport, s) -> dict:
         size = " ".join(f"{k} {rep.problem[k]}" for k in rep.tile_keys)
     dt = f" {rep.problem['dtype']}" if "dtype" in rep.problem else ""
     ratio = f", {s.copy_ratio:.3f}x a device copy" if s.copy_ratio else ""
-    # a compute-bound family's scored row carries TFLOP/s: its rate; the memory-bound ones' GB/s
-    rate = f"{s.tflops:.0f} TFLOP/s" if getattr(s, "tflops", None) else f"{s.gbps:.0f} GB/s"
+    rate = f"{s.tflops:.0f} TFLOP/s" if rep.rate_unit == "TFLOP/s" else f"{s.gbps:.0f} GB/s"
     return {
         "name": f"{rep.family}{dt} {size}, {s.label}: smemtile tiles #{s.rank} of {len(rep.ranked)} "
         f"({rate} predicted on the {rep.gpu['name']}{ratio})",

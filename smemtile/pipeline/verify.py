@@ -131,6 +131,12 @@ def compile_only(spec: Path, cfgs: dict[str, KernelConfig]) -> dict:
 # ---- on the GPU ---------------------------------------------------------------------------------------------
 
 
+def device_target(spec_arch, device_arch):
+    """What a variant is built for on the device: the spec's target when it is the device's compute capability
+    (sm_90a code runs on a 9.0 device, which reports sm_90), else the device's own."""
+    return spec_arch if spec_arch.cc == device_arch.cc else device_arch
+
+
 def on_gpu(spec: Path, cfgs: dict[str, KernelConfig], device: int, seed: int) -> dict:
     import numpy as np
 
@@ -139,8 +145,7 @@ def on_gpu(spec: Path, cfgs: dict[str, KernelConfig], device: int, seed: int) ->
 
     dev = open_device(device)  # NoDevice -> exit 3, one line
     arch = get_arch(dev.arch_name)
-    # the spec's target when it is this device's compute capability (sm_90a code runs on a 9.0 device)
-    dcfgs = {v: reconfigure(c, arch=c.arch if c.arch.cc == arch.cc else arch) for v, c in cfgs.items()}
+    dcfgs = {v: reconfigure(c, arch=device_target(c.arch, arch)) for v, c in cfgs.items()}
     first = next(iter(dcfgs.values()))
     fam = FAMILIES[first.family]
     inputs = fam.make_inputs(first, np.random.default_rng(seed))
@@ -282,9 +287,7 @@ def with_ncu(spec: Path, cfgs: dict[str, KernelConfig], doc: dict, device: int, 
         "variants": {},
     }
     for variant, c in cfgs.items():
-        # the spec's architecture-specific target (sm_90a) where the device is of its base (an H100/H200): the
-        # device reports sm_90, whose build has no wgmma or setmaxnreg (PATH 1 kernels refuse it)
-        small = ncu_config(c, c.arch if c.arch.suffix and c.arch.base == arch.base else arch)
+        small = ncu_config(c, device_target(c.arch, arch))  # as on_gpu builds it (sm_90a on an H200)
         try:
             res = N.profile(Path(spec).stem, variant, small, device=device, ncu=exe, save_dir=save)
         except (N.NcuError, ValueError, OSError) as e:

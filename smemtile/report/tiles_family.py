@@ -90,8 +90,7 @@ def render_family_tiles(rep, top: int, rejected: int, width: int = 200, explain:
             )
     wide = width >= 160
     t = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
-    # a compute-bound family's rows carry TFLOP/s (its rate; no device copy to compare with): that column instead
-    rate = "TFLOP/s" if rep.ranked and getattr(rep.ranked[0], "tflops", None) else "GB/s"
+    rate = rep.rate_unit
     cols = (
         ["#", "configuration", "thr", "regs", "blk", "smem", rate]
         + (["x copy"] if rate == "GB/s" else [])

@@ -188,7 +188,7 @@ class FlashAttn(Family):
         ),
         Param(
             "SMS",
-            132,  # the H200 (hopper.H200_SMS: bench/results/occupancy_driver_h200.json)
+            132,  # the H200's cuDeviceGetAttribute(MULTIPROCESSOR_COUNT) (bench/results/occupancy_driver_h200.json)
             "CTAs a persistent grid keeps resident (one per SM: the SM count, 132 on the H200)",
             lo=1,
             hi=4096,
@@ -621,7 +621,6 @@ class FlashAttn(Family):
 
     # ---- checklist from the PTX ------------------------------------------------------------------------------
     def pipeline_items(self, cfg: KernelConfig, ptx: str | None) -> list[Item]:
-
         if cfg.params["PATH"] == 1:
             return hopper.pipeline_items(self, cfg, ptx)
         stages = cfg.params["STAGES"]

@@ -20,6 +20,7 @@ import numpy as np
 from smemtile.families.flash_attn import hopper
 
 SMS = 132  # the H200's SMs: every run was measured on it
+ROOT = Path(__file__).resolve().parents[3]  # the repository (bench/results)
 
 
 def rows_of(path: str | Path) -> list[dict]:
@@ -111,8 +112,7 @@ def fit(rows: list[dict], item_grid: dict | None = None) -> dict:
 
 def run_paths(cal: dict) -> list[Path]:
     """The results files the calibration names (its ``run`` field), from the repository root."""
-    root = Path(__file__).resolve().parents[3]
-    return [root / r.split(" (")[0] for r in cal["run"].split(", ")]
+    return [ROOT / r.split(" (")[0] for r in cal["run"].split(", ")]
 
 
 def reproduce(*, full: bool = False) -> tuple[dict, dict]:
@@ -169,8 +169,7 @@ PATH0_RUN = "bench/results/session10/flash_attn_path0_bench_h200_run2.json"
 def path0_rows(path: str | Path | None = None) -> list[tuple[dict, tuple[int, int, int, int], float]]:
     """(problem, (BM, BN, STAGES, WARPS), measured seconds) of a PATH 0 bench run, each configuration once per
     case."""
-    root = Path(__file__).resolve().parents[3]
-    doc = json.loads(Path(path or root / PATH0_RUN).read_text())
+    doc = json.loads(Path(path or ROOT / PATH0_RUN).read_text())
     rows = []
     for case in doc["cases"]:
         seen = set()

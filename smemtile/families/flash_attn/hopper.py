@@ -17,6 +17,7 @@ allow, else 2-byte).
 
 from __future__ import annotations
 
+import functools
 import re
 
 from smemtile.families.base import FAIL, NA, PASS, Item, KernelCall, KernelConfig, TensorMapArg
@@ -31,9 +32,6 @@ BUFFERS = ("Qs", "Ks", "Vs")
 ARRAYS = ("q", "k", "v", "o")
 STRIDES = tuple(f"{a}_{s}" for a in ARRAYS for s in ("sb", "ss", "sh"))
 CONSUMER_WARPS = list(range(4, 12))
-H200_SMS = (
-    132  # cuDeviceGetAttribute(MULTIPROCESSOR_COUNT) on the H200 (bench/results/occupancy_driver_h200.json)
-)
 
 
 def smem_formula(hd: int, bn: int, stages: int) -> int:
@@ -358,7 +356,9 @@ def tile_flops(hd: int, bn: int) -> float:
     return 4.0 * BM * bn * hd  # S = Q K^T and O += P V of one KV tile
 
 
+@functools.lru_cache(maxsize=4)
 def load_calibration(name: str = DATA_FILE) -> dict | None:
+    """The calibration's JSON (read once; callers do not modify it), None when the file is absent."""
     import json
     from pathlib import Path
 

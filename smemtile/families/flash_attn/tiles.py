@@ -83,12 +83,6 @@ OVERLAP = 0.15  # the GEMM model's share of the non-binding parts that does not 
 LAUNCH_S = 4e-6
 
 
-def hopper_data_file() -> str:
-    from smemtile.families.flash_attn import hopper
-
-    return hopper.DATA_FILE
-
-
 def registers(hd: int, bn: int) -> int:
     """Registers per thread: Q fragments (HD/4), the O accumulator (HD/2), S (BN/2) and its 16-bit copy P (BN/4),
     + REG_BASE (ptxas 13.0, sm_90: 174 at HD 128 / BN 64, 246 at HD 128 / BN 128, 127 at HD 64 / BN 64)."""
@@ -371,9 +365,7 @@ class FlashAttnTileModel(SizesModel):
     def path1_cal(self) -> dict | None:
         from smemtile.families.flash_attn import hopper
 
-        if not hasattr(self, "_path1_cal"):
-            self._path1_cal = hopper.load_calibration()
-        return self._path1_cal
+        return hopper.load_calibration()  # read once per process
 
     def explain(self, entry: Ranked, top: Ranked, ranked) -> str:
         s, t = entry.pred.result, top.pred.result
@@ -397,33 +389,33 @@ class FlashAttnTileModel(SizesModel):
 
     def provenance(self) -> dict:
         cal = self.path1_cal
-        if self.arch is not None and self.arch.lacks("wgmma") is None and cal and not self._path1_used:
-            return {
-                "model": "PATH 1 (flash_attn/hopper.py schedule_time) at the H200 calibration's per-SM KV-loop "
-                "rates and item costs, applied to this GPU's SM count (the same SM); not measured on this GPU",
+        if self.arch is not None and self.arch.lacks("wgmma") is None and cal:
+            from smemtile.families.flash_attn import hopper
+
+            sources = {
                 "source": "smemtile/families/flash_attn/hopper.py",
-                "file": f"smemtile/families/flash_attn/{hopper_data_file()}",
-                "gpu": f"none measured here ({cal.get('gpu')}'s rates)",
+                "file": f"smemtile/families/flash_attn/{hopper.DATA_FILE}",
                 "date": cal.get("date"),
                 "runs": cal.get("run"),
                 "commit": cal.get("commit"),
-                "calibrated": False,
-                "expected_error": None,
-                "expected_error_of": "none on this GPU (the H200's held-out median: "
-                f"{cal.get('held_out_median_error')})",
             }
-        if self.arch is not None and self.arch.lacks("wgmma") is None and cal and self._path1_used:
             held = cal.get("held_out_median_error")
+            if not self._path1_used:  # another sm_90a GPU: the H200's per-SM rates order the candidates
+                return {
+                    "model": "PATH 1 (flash_attn/hopper.py schedule_time) at the H200 calibration's per-SM KV-loop "
+                    "rates and item costs, applied to this GPU's SM count (the same SM); not measured on this GPU",
+                    **sources,
+                    "gpu": f"none measured here ({cal.get('gpu')}'s rates)",
+                    "calibrated": False,
+                    "expected_error": None,
+                    "expected_error_of": f"none on this GPU (the H200's held-out median: {held})",
+                }
             return {
                 "model": "PATH 1: items (q tile, batch * head) list-scheduled one CTA per SM (or round-robin on a "
                 "persistent grid), each n_kv tiles x 4 BM BN HD flops at the configuration's fitted KV-loop rate + "
                 "a fitted per-item cost (flash_attn/hopper.py schedule_time)",
-                "source": "smemtile/families/flash_attn/hopper.py",
-                "file": f"smemtile/families/flash_attn/{hopper_data_file()}",
+                **sources,
                 "gpu": cal.get("gpu"),
-                "date": cal.get("date"),
-                "runs": cal.get("run"),
-                "commit": cal.get("commit"),
                 "calibrated": True,
                 "expected_error": held,
                 "expected_error_of": (

@@ -17,6 +17,7 @@ from smemtile.families.base import (
     FAIL,
     NA,
     PASS,
+    PIPELINE_ITEMS,
     SWIZZLE_PROOF_TEXT,
     Item,
     KernelConfig,
@@ -25,10 +26,7 @@ from smemtile.families.base import (
 )
 
 TEXT = {
-    "commit_group": "cp.async.commit_group after all copies of a tile",
-    "wait_group": "cp.async.wait_group(N) with the right N for the stage count",
-    "barrier_after_wait": "a barrier after the wait and before reading the newly filled buffer",
-    "ring_index": "the ring-buffer index advances every iteration",
+    **dict(PIPELINE_ITEMS),  # commit_group, wait_group, barrier_after_wait, ring_index
     "copy_alignment": "16-byte copies only where sources and leading dimensions are 16-byte aligned",
     "mma_fragments": "ldmatrix.x4 fragments and mma.sync.m16n8k16 of the input type",
     "swizzle_proof": SWIZZLE_PROOF_TEXT,
@@ -54,7 +52,7 @@ def pipeline_items(fam, cfg: KernelConfig, ptx: str | None) -> list[Item]:
             "results, which `smemtile verify` checks on the GPU",
         ),
     )
-    items.append(_swizzle_proof(fam, cfg))
+    items.append(swizzle_proof_item(fam, cfg))
     return items
 
 
@@ -143,6 +141,3 @@ def _from_ptx(fam, cfg: KernelConfig, ptx: str) -> list[Item]:
         )
     )
     return items
-
-
-_swizzle_proof = swizzle_proof_item  # the checklist's swizzle item (base.swizzle_proof_item)
