@@ -182,26 +182,54 @@ def path0_rows(path: str | Path | None = None) -> list[tuple[dict, tuple[int, in
     return rows
 
 
-def fit_path0(rows=None, sync_keys=range(0, 81, 2)) -> dict:
-    """tiles.py's TILE_SYNC_KEYS (a grid) and MMA_SYNC_EFF (for each, the geometric-mean scale that centres the
-    log errors) minimising the squared log time error of PATH 0's predictions on the H200 rows; the module's
-    constants are restored afterwards. Returns the pair and the rms log error."""
+def path0_times(rows) -> list[float]:
+    """tiles.py's predicted seconds of each PATH 0 row on the H200 (the module's constants as they are now)."""
     from smemtile.families import FAMILIES
     from smemtile.families.flash_attn import tiles as T
     from smemtile.model.arch import get_arch
     from smemtile.model.tiling_gpus import get_gpu
 
-    rows = rows or path0_rows()
     fam, gpu, arch = FAMILIES["flash_attn"], get_gpu(None, "sm_90"), get_arch("sm_90")
+    out = []
+    for prob, (bm, bn, st, _w), _ in rows:
+        m = T.FlashAttnTileModel(fam)
+        m.space(prob, arch)
+        out.append(m.predict(T.FaTile(bm, bn, st), gpu).time_s)
+    return out
+
+
+def score_path0(rows) -> dict:
+    """PATH 0's model against a run it was not fitted on: median |time error|, and per shape the Spearman of
+    predicted against measured time and the measured time of the model's #1 against the best measured."""
+    pred = path0_times(rows)
+    shapes: dict[str, list] = {}
+    for (prob, key, meas), t in zip(rows, pred, strict=True):
+        shapes.setdefault(json.dumps(prob, sort_keys=True), []).append((t, meas, key))
+    per = {}
+    for case, pts in shapes.items():
+        top = min(pts)
+        per[case] = {
+            "configs": len(pts),
+            "spearman": round(spearman([p for p, _, _ in pts], [m for _, m, _ in pts]), 3),
+            "top1": list(top[2]),
+            "top1_regret": round(top[1] / min(m for _, m, _ in pts) - 1.0, 4),
+        }
+    errs = [t / r[2] - 1.0 for t, r in zip(pred, rows, strict=True)]
+    med = float(np.median([abs(e) for e in errs])) if errs else float("nan")
+    return {"rows": len(errs), "median_abs_error": round(med, 4), "shapes": per}
+
+
+def fit_path0(rows=None, sync_keys=range(0, 81, 2)) -> dict:
+    """tiles.py's TILE_SYNC_KEYS (a grid) and MMA_SYNC_EFF (for each, the geometric-mean scale that centres the
+    log errors) minimising the squared log time error of PATH 0's predictions on the H200 rows; the module's
+    constants are restored afterwards. Returns the pair and the rms log error."""
+    from smemtile.families.flash_attn import tiles as T
+
+    rows = rows or path0_rows()
     saved = (T.TILE_SYNC_KEYS, T.MMA_SYNC_EFF)
 
     def times() -> list[float]:
-        out = []
-        for prob, (bm, bn, st, _w), _ in rows:
-            m = T.FlashAttnTileModel(fam)
-            m.space(prob, arch)
-            out.append(m.predict(T.FaTile(bm, bn, st), gpu).time_s)
-        return out
+        return path0_times(rows)
 
     best = None
     try:
@@ -227,10 +255,13 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["path0"]:
         print(json.dumps(fit_path0(path0_rows(argv[1]) if len(argv) > 1 else None), indent=1))
         return 0
+    if argv[:1] == ["path0-score"] and len(argv) == 2:
+        print(json.dumps(score_path0(path0_rows(argv[1])), indent=1))
+        return 0
     if len(argv) < 2 or argv[0] not in ("fit", "score"):
         print(
             "usage: python -m smemtile.families.flash_attn.fit fit RUN.json ... | score CAL.json RUN.json ... | "
-            "path0 [RUN.json]"
+            "path0 [RUN.json] | path0-score RUN.json"
         )
         return 2
     if argv[0] == "fit":
