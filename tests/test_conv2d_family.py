@@ -237,6 +237,9 @@ def test_tiles_ranks_and_writes_a_spec_verify_takes(tmp_path):
     ]
     table = run_cli("tiles", "--family", "conv2d", *one, "--dtype", "bf16")
     assert table.returncode == 0 and "TFLOP/s predicted" in table.stdout, table.stderr
+    # the JSON names the same unit as the table (a compute-bound family: TFLOP/s, no device-copy GB/s)
+    j = json.loads(run_cli("tiles", "--family", "conv2d", *one, "--dtype", "bf16", "--json").stdout)
+    assert j["unit"] == "TFLOP/s" and j["candidates"][0]["tflops"] > 0
 
 
 def test_tile_model_states_it_is_not_calibrated_on_conv():

@@ -97,7 +97,7 @@ class FamilyTileReport:
             "problem": dict(self.problem),
             "arch": self.arch,
             "gpu": dict(self.gpu),
-            "unit": "GB/s",
+            "unit": self.rate_unit,
             "model": self.provenance.get("model"),
             "calibration": dict(self.provenance),
             "counts": self.counts,
