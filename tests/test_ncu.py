@@ -343,3 +343,24 @@ def test_sgemm_baseline_a_copy_matches_the_source_aware_model():
     assert all(i["model_wavefronts_per_instruction"] == 11 for i in a)
     assert d["totals"]["cp.async"]["wavefronts_per_instruction"]["measured"] == pytest.approx(11.6, abs=0.1)
     assert d["totals"]["load"]["match"] is True
+
+
+@pytest.mark.parametrize(
+    "family, params",
+    [
+        ("flash_attn", {"PATH": 1, "batch": 1, "heads": 4, "seq_q": 1024, "head_dim": 128, "dtype": "bf16"}),
+        ("flash_attn", {"PATH": 1, "batch": 1, "heads": 2, "seq_q": 300, "head_dim": 64, "dtype": "f16"}),
+        ("wgmma_gemm", {"M": 256, "N": 256, "K": 256}),
+    ],
+)
+def test_the_profiled_runner_rebuilds_a_tma_configuration(family, params):
+    """verify --ncu hands the configuration to a profiled subprocess as JSON: a TMA layout's spec form has no
+    element size (the buffer's dtype gives it), so the JSON carries it (the H200 run of a PATH 1 flash_attn spec
+    failed there with 'a tma_swizzle layout mapping needs elem_bytes')."""
+    from smemtile.families import configure
+    from smemtile.gpu.ncu import config_from_json, config_json
+
+    cfg = configure(family, params, None, "sm_90a")
+    back = config_from_json(config_json(cfg))
+    assert back.layouts == cfg.layouts and back.params == cfg.params and back.problem == cfg.problem
+    assert family != "flash_attn" or back.layouts["Qs"].tma == "128B"

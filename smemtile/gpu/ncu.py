@@ -56,14 +56,26 @@ def _run(cmd: list[str], *, timeout: float, env: dict | None = None) -> subproce
 
 
 def config_json(cfg) -> str:
-    """A configuration as JSON (what the profiled runner rebuilds it from)."""
+    """A configuration as JSON (what the profiled runner rebuilds it from). A TMA layout's spec form leaves its
+    element size to the buffer's dtype: it is written beside it here, since ``configure`` reads bare layouts."""
+    from smemtile.families import FAMILIES
+    from smemtile.model.dtypes import get_dtype
+
+    dtypes = {b["name"]: b.get("dtype") for b in FAMILIES[cfg.family].buffers(cfg)}
+
+    def lay(name: str, layout) -> dict:
+        d = layout.to_dict()
+        if "tma_swizzle" in d:
+            d["elem_bytes"] = get_dtype(dtypes[name]).bytes
+        return d
+
     return json.dumps(
         {
             "family": cfg.family,
             "params": cfg.params,
             "problem": cfg.problem,
             "arch": cfg.arch.name,
-            "layouts": {k: v.to_dict() for k, v in cfg.layouts.items()},
+            "layouts": {k: lay(k, v) for k, v in cfg.layouts.items()},
         }
     )
 
