@@ -531,6 +531,8 @@ conv2d(int Nb, int H, int W, int C, int K, int R, int S, int stride, int pad, in
 //   CONSUMERS    consumer warpgroups, 1 or 2 (threads = (CONSUMERS + 1) * 128: warpgroup 0 is the producer)
 //   GROUP_M      block rows per L2 group (the block order of conv2d)
 //   BIAS, RELU   epilogue
+//   MIN_BLOCKS   __launch_bounds__ minimum blocks per SM (1 to 3): two or three resident blocks overlap one block's
+//                epilogue and prologue with another's main loop (registers capped at 64K / (MIN_BLOCKS * threads))
 // Needs c, ldx, ldf multiples of 8 and x, f 16-byte aligned (16-byte gathers; else the kernel writes NaN to its y
 // tile, as conv2d's VEC 8); the family refuses such problems for this path and builds conv2d (VEC 1) instead.
 //
@@ -702,8 +704,8 @@ struct WgmmaShape {
 
 // Defaults: a 128 x 256 block tile, two consumer warpgroups of 64 x 256, 4 stages.
 template <typename T = smemtile::bf16, typename TC = smemtile::bf16, int BM = 128, int BN = 256, int STAGES = 4,
-          int CONSUMERS = 2, int GROUP_M = 8, bool BIAS = false, bool RELU = false>
-__global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
+          int CONSUMERS = 2, int GROUP_M = 8, bool BIAS = false, bool RELU = false, int MIN_BLOCKS = 1>
+__global__ void __launch_bounds__((CONSUMERS + 1) * 128, MIN_BLOCKS)
 conv2d_wgmma(int Nb, int H, int W, int C, int K, int R, int S, int stride, int pad, int P, int Q,
              const T* __restrict__ x, int ldx, const T* __restrict__ f, int ldf, const float* __restrict__ bias,
              TC* __restrict__ y, int ldy) {
@@ -732,6 +734,7 @@ conv2d_wgmma(int Nb, int H, int W, int C, int K, int R, int S, int stride, int p
     static_assert(MI * ACC <= 128, "at most 128 fp32 accumulators per thread (BM / CONSUMERS / 64 * BN / 2)");
     static_assert(STAGES >= 2 && STAGES <= 6, "STAGES (mbarrier ring depth) must be 2 to 6");
     static_assert(GROUP_M >= 1, "GROUP_M (block rows per L2 group) must be at least 1");
+    static_assert(MIN_BLOCKS >= 1 && MIN_BLOCKS <= 3, "MIN_BLOCKS (resident blocks per SM) must be 1 to 3");
 
     extern __shared__ unsigned char conv2d_wgmma_smem[];
     const unsigned base = (smemtile::smem_u32(conv2d_wgmma_smem) + 1023u) & ~1023u;  // the launch adds 1024

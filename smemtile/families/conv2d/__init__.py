@@ -90,6 +90,9 @@ Y_CTYPES = {"f32": "float", "f16": "smemtile::f16", "bf16": "smemtile::bf16"}
 CHUNK = 8  # elements per 16-byte copy (2-byte elements)
 PADS = ("same", *range(8))
 WG_BK = 64  # the wgmma path's K tile: one 128-byte swizzle row of 16-bit elements
+# Registers a consumer thread needs beyond its accumulators (descriptors, addresses, loop state, the epilogue):
+# ptxas 13.0 for sm_90a spills 128 x 64 x 1 consumer (64 accumulators) at an 80-register cap, not at 96 (session 12)
+WG_REG_OVERHEAD = 32
 WG_SLACK = 1024  # dynamic shared memory the wgmma path adds to align its tiles to 1024 bytes
 # the wgmma path's 128B-swizzled tiles (TMA SWIZZLE_128B's layout, written by cp.async)
 WG_BUFFERS = ("As", "Bs")
@@ -379,7 +382,10 @@ class Conv2d(Family):
                 p["BK"] = WG_BK
             if "BN" not in user:
                 p["BN"] = 256 if p["CONSUMERS"] == 2 else 128
-            p["MIN_BLOCKS"] = 1  # __launch_bounds__(threads, 1): not a parameter of that kernel
+            if "MIN_BLOCKS" not in user:
+                p["MIN_BLOCKS"] = (
+                    1  # one block per SM unless asked (the wgmma accumulators fill the registers)
+                )
             return p
         if "MIN_BLOCKS" not in user:
             p["MIN_BLOCKS"] = self.blocks_estimate(p, arch)
@@ -498,6 +504,23 @@ class Conv2d(Family):
                 f"PATH 1: shared memory {smem} bytes per block (1024 alignment slack included) exceeds the "
                 f"{cfg.arch.name} opt-in limit of {cfg.arch.smem_optin_per_block} bytes; reduce STAGES or BN"
             )
+        mb = p["MIN_BLOCKS"]
+        if mb > 3:
+            out.append(f"PATH 1: MIN_BLOCKS {mb}: conv2d_wgmma keeps 1 to 3 blocks per SM")
+        elif mb > 1 and mb * (smem + cfg.arch.smem_reserved_per_block) > cfg.arch.smem_per_sm:
+            out.append(
+                f"PATH 1: MIN_BLOCKS {mb} blocks of {smem} bytes of shared memory do not fit the "
+                f"{cfg.arch.smem_per_sm} bytes of an SM; reduce STAGES or the tile, or MIN_BLOCKS"
+            )
+        elif mb > 1 and wg_m in (64, 128):
+            cap = min(255, cfg.arch.regs_per_sm // (mb * self.threads(p))) // 8 * 8
+            need = wg_m // 64 * p["BN"] // 2 + WG_REG_OVERHEAD
+            if cap < need:
+                out.append(
+                    f"PATH 1: MIN_BLOCKS {mb} caps registers at {cap} per thread; the consumers' "
+                    f"{need - WG_REG_OVERHEAD} fp32 accumulators need about {need} (ptxas would spill or fail): "
+                    "use MIN_BLOCKS 1, or a smaller BM / CONSUMERS or BN"
+                )
         for name, lay in cfg.layouts.items():
             if name in WG_BUFFERS and lay != self._wg_layout():
                 out.append(
@@ -525,7 +548,7 @@ class Conv2d(Family):
 
     def template_args(self, cfg: KernelConfig) -> list[str]:
         p = cfg.params
-        if p["PATH"]:  # conv2d_wgmma<T, TC, BM, BN, STAGES, CONSUMERS, GROUP_M, BIAS, RELU>
+        if p["PATH"]:  # conv2d_wgmma<T, TC, BM, BN, STAGES, CONSUMERS, GROUP_M, BIAS, RELU[, MIN_BLOCKS]>
             vals = [
                 T_CTYPES[cfg.problem["dtype"]],
                 Y_CTYPES[self.y_dtype(cfg)],
@@ -537,6 +560,8 @@ class Conv2d(Family):
                 "true" if int(cfg.problem["bias"]) else "false",
                 "true" if int(cfg.problem["relu"]) else "false",
             ]
+            if p["MIN_BLOCKS"] != 1:  # the template's default otherwise (names, and so caches, unchanged)
+                vals.append(p["MIN_BLOCKS"])
             return [str(v) for v in vals]
         a, b = cfg.layouts["As"].template_args(), cfg.layouts["Bs"].template_args()
         vals = [
