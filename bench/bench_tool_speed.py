@@ -5,9 +5,7 @@
 * ``analyze`` of every shipped sample against importing its own dependencies (numpy, yaml, click, rich): the
   target is within 2x;
 * ``tiles`` of every family (``tiles M N K`` per GEMM family, ``tiles --family`` for the others): under 1 s;
-* ``generate`` of a sample with the compile cache off and an empty ``XDG_CACHE_HOME`` (nothing cached helps it),
-  against the NVRTC time inside it (loading libnvrtc and compiling, ``smemtile.gpu.nvrtc._compile``): NVRTC
-  should dominate; ``other_s`` is the rest (Python, the imports, the spec and the fix search, the output).
+* ``generate`` of a sample with the compile cache off, against the NVRTC time inside it: NVRTC should dominate.
 
 Each figure is the median of ``--runs`` runs (one warm-up first) of ``python -m smemtile ...`` with Python's
 bytecode cache on (PYTHONDONTWRITEBYTECODE removed from the environment: this machine sets it, and then every run
@@ -75,16 +73,16 @@ def timed(cmd: list[str], runs: int, extra: dict | None = None) -> dict:
 
 
 def generate_once(py: list[str], spec: str, out: Path) -> tuple[float, float]:
-    """(wall seconds, NVRTC seconds inside it) of one ``generate SPEC -o OUT`` with the compile cache off and a
-    fresh, empty cache folder."""
-    with tempfile.TemporaryDirectory() as cache:
-        e = {**env(), "SMEMTILE_COMPILE_CACHE": "0", "XDG_CACHE_HOME": cache}
-        e.pop("SMEMTILE_CACHE_DIR", None)
-        t = time.perf_counter()
-        p = subprocess.run(
-            [*py, "-c", NVRTC_PROBE, spec, str(out)], cwd=ROOT, env=e, capture_output=True, text=True
-        )
-        total = time.perf_counter() - t
+    """(wall seconds, NVRTC seconds inside it) of one ``generate SPEC -o OUT`` with the compile cache off."""
+    t = time.perf_counter()
+    p = subprocess.run(
+        [*py, "-c", NVRTC_PROBE, spec, str(out)],
+        cwd=ROOT,
+        env={**env(), "SMEMTILE_COMPILE_CACHE": "0"},
+        capture_output=True,
+        text=True,
+    )
+    total = time.perf_counter() - t
     line = next((ln for ln in p.stderr.splitlines() if ln.startswith("NVRTC_S")), None)
     if line is None:
         raise SystemExit(f"generate {spec} failed:\n{p.stderr[-2000:]}")
@@ -95,12 +93,6 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--record", type=Path)
-    ap.add_argument(
-        "--only",
-        choices=("analyze", "tiles", "generate"),
-        help="measure this part only; --record then replaces that part of the file (it keeps the others) and "
-        "notes its own commit, date and load average in it",
-    )
     a = ap.parse_args()
     py = [sys.executable]
     doc: dict = {
@@ -113,60 +105,32 @@ def main() -> int:
             ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
         ).stdout.strip(),
     }
-    part = a.only
-    if part in (None, "analyze"):
-        analyze(doc, py, a.runs)
-    if part in (None, "tiles"):
-        tiles(doc, py, a.runs)
-    if part in (None, "generate"):
-        generate(doc, py, a.runs)
-    doc["load_average"]["end"] = [round(x, 2) for x in os.getloadavg()]
-    if a.record:
-        if part is not None:
-            old = json.loads(a.record.read_text()) if a.record.exists() else {}
-            for key in {"analyze": ("import_deps", "analyze", "analyze_cold")}.get(part) or (part,):
-                old[key] = doc[key]
-            old[f"{part}_measured"] = {
-                k: doc[k] for k in ("machine", "load_average", "python", "date", "commit")
-            }
-            doc = old
-        a.record.write_text(json.dumps(doc, indent=1) + "\n")
-    return 0
-
-
-def analyze(doc: dict, py: list[str], runs: int) -> None:
-    deps = timed([*py, "-c", DEPS], runs)
+    deps = timed([*py, "-c", DEPS], a.runs)
     doc["import_deps"] = {"command": f"python -c '{DEPS}'", **deps}
     doc["analyze"] = {}
     for s in sorted((ROOT / "samples").glob("*.yaml")):
-        r = timed([*py, "-m", "smemtile", "analyze", f"samples/{s.name}"], runs)
+        r = timed([*py, "-m", "smemtile", "analyze", f"samples/{s.name}"], a.runs)
         r["x_deps"] = round(r["median_s"] / deps["median_s"], 2)
         doc["analyze"][s.name] = r
         print(f"analyze {s.name:28} {r['median_s']:.3f} s  {r['x_deps']:.2f}x the imports", flush=True)
     doc["analyze_cold"] = {}  # every run computes its answers (SMEMTILE_ANSWER_CACHE=0): a spec's first run
     for s in sorted((ROOT / "samples").glob("*.yaml")):
         r = timed(
-            [*py, "-m", "smemtile", "analyze", f"samples/{s.name}"], runs, {"SMEMTILE_ANSWER_CACHE": "0"}
+            [*py, "-m", "smemtile", "analyze", f"samples/{s.name}"], a.runs, {"SMEMTILE_ANSWER_CACHE": "0"}
         )
         r["x_deps"] = round(r["median_s"] / deps["median_s"], 2)
         doc["analyze_cold"][s.name] = r
         print(f"analyze (no answer cache) {s.name:28} {r['median_s']:.3f} s  {r['x_deps']:.2f}x", flush=True)
-
-
-def tiles(doc: dict, py: list[str], runs: int) -> None:
     doc["tiles"] = {}
     for fam, args in TILES.items():
-        r = timed([*py, "-m", "smemtile", "tiles", *args.split()], runs)
+        r = timed([*py, "-m", "smemtile", "tiles", *args.split()], a.runs)
         doc["tiles"][fam] = {"command": f"smemtile tiles {args}", **r}
         print(f"tiles {fam:12} {r['median_s']:.3f} s", flush=True)
-
-
-def generate(doc: dict, py: list[str], runs: int) -> None:
     doc["generate"] = {}
     out = Path(tempfile.gettempdir()) / "smemtile_tool_speed.cu"
     for s in GENERATE:
         totals, nvrtcs = [], []
-        for i in range(runs + 1):  # the first run warms the bytecode and file caches
+        for i in range(a.runs + 1):  # the first run warms the bytecode and file caches
             total, nvrtc = generate_once(py, s, out)
             if i:
                 totals.append(total)
@@ -177,11 +141,14 @@ def generate(doc: dict, py: list[str], runs: int) -> None:
             "total_s": round(total, 3),
             "nvrtc_s": round(nvrtc, 3),
             "nvrtc_share": round(share, 2),
-            "other_s": round(statistics.median(t - n for n, t in zip(nvrtcs, totals, strict=True)), 3),
             "runs_total_s": [round(x, 3) for x in totals],
             "runs_nvrtc_s": [round(x, 3) for x in nvrtcs],
         }
         print(f"generate {s:32} {total:.2f} s, NVRTC {nvrtc:.2f} s ({share:.0%})", flush=True)
+    doc["load_average"]["end"] = [round(x, 2) for x in os.getloadavg()]
+    if a.record:
+        a.record.write_text(json.dumps(doc, indent=1) + "\n")
+    return 0
 
 
 if __name__ == "__main__":
