@@ -205,14 +205,11 @@ def _with_no_gpu_hint(e: BaseException, command: str | None) -> BaseException:
     return e
 
 
-# smemtile.report.text.MAX_WIDTH, the widest console (tests/test_generate_imports.py checks that they agree): not
-# imported from there, which would load rich at the start of every command (generate loads it beside NVRTC)
-MAX_WIDTH = 512
-
-
 def _clamp_columns() -> None:
     """``COLUMNS`` beyond what a table can use (``COLUMNS=100000000``) would make every console that reads it,
     ours or not, pad lines of that width: clamp it once for the whole process."""
+    from smemtile.report.text import MAX_WIDTH
+
     cols = os.environ.get("COLUMNS", "").strip()
     if cols.isdigit() and int(cols) > MAX_WIDTH:
         os.environ["COLUMNS"] = str(MAX_WIDTH)

@@ -102,15 +102,9 @@ def command(spec, output, variant, diff, arch, no_compile, name, as_json):
             f"and its problem keys}}; families: {', '.join(NAMES)}; smemtile samples lists kernel specs)",
             source=str(spec),
         )
-    # the summary's rich modules are imported on the second core while NVRTC compiles (it holds no GIL)
-    warm = None if no_compile or as_json else _meanwhile(_summary_imports)
-    try:
-        result = api.generate(
-            res, variant=variant, compile=not no_compile, diff=diff, name=name, origin=Path(spec).name
-        )
-    finally:
-        if warm is not None:
-            warm.wait()
+    result = api.generate(
+        res, variant=variant, compile=not no_compile, diff=diff, name=name, origin=Path(spec).name
+    )
     if output:
         _write_atomic(Path(output), result.source, spec)
     if as_json:
@@ -130,21 +124,6 @@ def command(spec, output, variant, diff, arch, no_compile, name, as_json):
 
 
 command.help = (command.help or "").replace("{families}", ", ".join(NAMES))  # the registry's
-
-
-def _meanwhile(work):
-    from smemtile.gpu.nvrtc import meanwhile
-
-    return meanwhile(work)
-
-
-def _summary_imports() -> None:
-    """What the summary (and --diff's table) print with: rich's console, table, text and markup."""
-    import rich.markup  # noqa: F401
-    import rich.table  # noqa: F401
-    import rich.text  # noqa: F401
-
-    import smemtile.report.text  # noqa: F401  (the console commands print through: rich.console)
 
 
 def _side_by_side(con, base: str, fixed: str) -> None:

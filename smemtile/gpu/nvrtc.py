@@ -1,5 +1,4 @@
-"""Compile CUDA C++ to cubin with NVRTC (the wheel's libnvrtc through ctypes, :mod:`smemtile.gpu.nvrtc_ctypes`, or
-``cuda.bindings.nvrtc``; loaded lazily); no GPU needed.
+"""Compile CUDA C++ to cubin with NVRTC (``cuda.bindings.nvrtc``, imported lazily); no GPU needed.
 
 One function, :func:`compile_cubin`: source + name expressions + arch in, cubin + PTX + lowered names + the
 ptxas report out. ptxas runs with ``-v`` so registers, spills, stack frame and static shared memory are read from
@@ -16,9 +15,6 @@ compiles), takes our option strings as they are (``--ptxas-options=-v``, ``-arch
 nonce's ``-D``; ``ProgramOptions`` has a field per option and no pass-through), takes headers from memory (the
 ``headers`` argument; ``ProgramOptions`` has include paths only) and returns the whole log, whose ptxas report
 is parsed per entry, next to our own disk cache. The output buffers are fresh bytearrays (:func:`out_buffer`).
-
-``nvrtcCompileProgram`` runs without the GIL: :func:`meanwhile` lets a caller put Python work that does not need
-the compile's result (``smemtile generate``: importing the summary's rich modules) on a second core while it runs.
 """
 
 from __future__ import annotations
@@ -29,9 +25,7 @@ import hashlib
 import json
 import os
 import re
-import threading
 import uuid
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -84,63 +78,7 @@ class CompileResult:
         }
 
 
-class Meanwhile:
-    """Work to run in a background thread while the next NVRTC compile runs (:func:`meanwhile`)."""
-
-    def __init__(self, work: Callable[[], object]) -> None:
-        self.work = work
-        self.thread: threading.Thread | None = None
-
-    def _start(self) -> None:
-        def run() -> None:
-            try:
-                self.work()
-            except Exception:  # only a head start: whoever needs the work does it again and sees the error
-                pass
-
-        self.thread = threading.Thread(target=run, name="smemtile-nvrtc-meanwhile", daemon=True)
-        self.thread.start()
-
-    def wait(self) -> None:
-        """Until the work is done if a compile started it; otherwise it is withdrawn (it never runs)."""
-        with _MEANWHILE_LOCK:
-            if self in _MEANWHILE:
-                _MEANWHILE.remove(self)
-        if self.thread is not None:
-            self.thread.join()
-
-
-_MEANWHILE: list[Meanwhile] = []
-_MEANWHILE_LOCK = threading.Lock()
-
-
-def meanwhile(work: Callable[[], object]) -> Meanwhile:
-    """Run ``work`` in a background thread once the next NVRTC compile of this process starts (the compile holds
-    no GIL, so on a machine with two cores both proceed). Call ``.wait()`` on the answer before using what the
-    work prepares; without a compile (a cache hit, ``--no-compile``, no NVRTC) ``wait`` withdraws it. ``work``
-    must be safe to run beside the caller (importing modules is); its exceptions are dropped."""
-    m = Meanwhile(work)
-    with _MEANWHILE_LOCK:
-        _MEANWHILE.append(m)
-    return m
-
-
-def _start_meanwhile() -> None:
-    with _MEANWHILE_LOCK:
-        todo = _MEANWHILE[:]
-        _MEANWHILE.clear()
-    for m in todo:
-        m._start()
-
-
 def _nvrtc():
-    """NVRTC with cuda.bindings.nvrtc's calling convention: the wheel's libnvrtc through ctypes
-    (smemtile.gpu.nvrtc_ctypes: ~80 ms less to load), else cuda-python's bindings."""
-    from smemtile.gpu import nvrtc_ctypes
-
-    lib = nvrtc_ctypes.load()
-    if lib is not None:
-        return lib
     try:
         from cuda.bindings import nvrtc
     except ImportError as e:  # pragma: no cover - depends on the environment
@@ -253,12 +191,17 @@ def _nvrtc_identity() -> str:
     """Which NVRTC compiles, for the cache key, without loading it (importing cuda.bindings.nvrtc costs ~70 ms,
     most of an analyze whose compile is a cache hit): the nvidia-cuda-nvrtc wheel's libnvrtc (path, size, mtime),
     the library cuda-pathfinder loads first; without the wheel, ``nvrtcVersion()``."""
-    from smemtile.gpu.nvrtc_ctypes import wheel_library
+    import importlib.util
 
-    lib = wheel_library()
-    if lib is not None:
-        st = lib.stat()
-        return f"{lib}:{st.st_size}:{int(st.st_mtime)}"
+    for pkg in ("nvidia.cu13", "nvidia.cuda_nvrtc"):
+        try:
+            spec = importlib.util.find_spec(pkg)
+        except (ImportError, ValueError):
+            continue
+        for root in (spec.submodule_search_locations or []) if spec else []:
+            for lib in sorted(Path(root, "lib").glob("libnvrtc.so.*")):
+                st = lib.stat()
+                return f"{lib}:{st.st_size}:{int(st.st_mtime)}"
     return nvrtc_version()
 
 
@@ -349,7 +292,6 @@ def _compile(
             _check(nvrtc, err, f"name expression {expr!r}")
         arch_flag = arch if arch.startswith("sm_") else f"sm_{arch}"
         opts = [o.encode() for o in (*DEFAULT_OPTIONS, f"-arch={arch_flag}", *options)]
-        _start_meanwhile()  # the compile below releases the GIL: work queued by meanwhile() runs beside it
         (status,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
         log = _program_log(nvrtc, prog)
         if int(status) != 0:
