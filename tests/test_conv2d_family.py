@@ -496,3 +496,19 @@ def test_the_tile_model_ranks_the_wgmma_path_only_when_enabled(monkeypatch):
     assert dict(small_k[0].params)["BN"] == 64
     assert not any(dict(s.params).get("PATH") for s in ranked(RESNET_3X3, "sm_90"))
     assert not any(dict(s.params).get("PATH") for s in ranked({**RESNET_3X3, "c": 13}, "sm_90a"))
+
+
+def test_wgmma_min_blocks_is_refused_where_the_blocks_cannot_reside():
+    """PATH 1's MIN_BLOCKS caps the registers at __launch_bounds__: 128x64 over one consumer (64 accumulators)
+    fits two blocks (ptxas 13.0: 96 registers, no spills) and is named with it; three spill (80-register cap) and
+    128x128 over two consumers at two made ptxas fail: both are refused with the reason."""
+    prob = {"n": 32, "h": 28, "w": 28, "c": 128, "k": 128, "r": 3, "s": 3, "pad": 1, "dtype": "bf16"}
+    tile = {"PATH": 1, "BM": 128, "BN": 64, "CONSUMERS": 1, "STAGES": 4}
+    ok = configure("conv2d", {**tile, "MIN_BLOCKS": 2, **prob}, None, "sm_90a")
+    assert FAM.name_expression(ok).endswith(", false, false, 2>")
+    assert FAM.name_expression(configure("conv2d", {**tile, **prob}, None, "sm_90a")).endswith(
+        ", false, false>"
+    )
+    for bad in ({**tile, "STAGES": 3, "MIN_BLOCKS": 3}, {**tile, "BN": 128, "CONSUMERS": 2, "MIN_BLOCKS": 2}):
+        with pytest.raises(ContractViolation, match="MIN_BLOCKS .* resident blocks do not fit"):
+            configure("conv2d", {**bad, **prob}, None, "sm_90a")

@@ -382,11 +382,9 @@ class Conv2d(Family):
                 p["BK"] = WG_BK
             if "BN" not in user:
                 p["BN"] = 256 if p["CONSUMERS"] == 2 else 128
-            if "MIN_BLOCKS" not in user:
-                p["MIN_BLOCKS"] = (
-                    1  # one block per SM unless asked (the wgmma accumulators fill the registers)
-                )
-            return p
+            return (
+                p  # MIN_BLOCKS: the parameter's default (1) unless asked; the accumulators fill the registers
+            )
         if "MIN_BLOCKS" not in user:
             p["MIN_BLOCKS"] = self.blocks_estimate(p, arch)
         return p
@@ -507,19 +505,17 @@ class Conv2d(Family):
         mb = p["MIN_BLOCKS"]
         if mb > 3:
             out.append(f"PATH 1: MIN_BLOCKS {mb}: conv2d_wgmma keeps 1 to 3 blocks per SM")
-        elif mb > 1 and mb * (smem + cfg.arch.smem_reserved_per_block) > cfg.arch.smem_per_sm:
-            out.append(
-                f"PATH 1: MIN_BLOCKS {mb} blocks of {smem} bytes of shared memory do not fit the "
-                f"{cfg.arch.smem_per_sm} bytes of an SM; reduce STAGES or the tile, or MIN_BLOCKS"
-            )
         elif mb > 1 and wg_m in (64, 128):
-            cap = min(255, cfg.arch.regs_per_sm // (mb * self.threads(p))) // 8 * 8
+            from smemtile.model.occupancy import occupancy
+
             need = wg_m // 64 * p["BN"] // 2 + WG_REG_OVERHEAD
-            if cap < need:
+            got = occupancy(cfg.arch, self.threads(p), need, 0, smem).active_blocks
+            if got < mb:
                 out.append(
-                    f"PATH 1: MIN_BLOCKS {mb} caps registers at {cap} per thread; the consumers' "
-                    f"{need - WG_REG_OVERHEAD} fp32 accumulators need about {need} (ptxas would spill or fail): "
-                    "use MIN_BLOCKS 1, or a smaller BM / CONSUMERS or BN"
+                    f"PATH 1: MIN_BLOCKS {mb} resident blocks do not fit: {self.threads(p)} threads of about {need} "
+                    f"registers (the consumers' {need - WG_REG_OVERHEAD} fp32 accumulators + {WG_REG_OVERHEAD}) and "
+                    f"{smem} bytes of shared memory per block allow {got} (ptxas would spill or fail): use "
+                    "MIN_BLOCKS 1, fewer STAGES, or a smaller BM / CONSUMERS or BN"
                 )
         for name, lay in cfg.layouts.items():
             if name in WG_BUFFERS and lay != self._wg_layout():

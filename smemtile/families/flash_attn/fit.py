@@ -149,16 +149,21 @@ def score(cal: dict, rows: list[dict]) -> dict:
     shapes: dict[str, list] = {}
     for r, e in zip([r for r in rows if r["key"] in cal["rates"]], errs, strict=True):
         shapes.setdefault(r["case"], []).append((r["seconds"] * (1 + e["error"]), r["seconds"], r["key"]))
-    per = {}
-    for case, pts in shapes.items():
-        pred, meas = [p for p, _, _ in pts], [m for _, m, _ in pts]
-        top = min(pts)
-        per[case] = {
-            "configs": len(pts),
-            "spearman": round(spearman(pred, meas), 3),
-            "top1_regret": round(top[1] / min(meas) - 1.0, 4),
-        }
-    med = float(np.median([abs(e["error"]) for e in errs])) if errs else float("nan")
+    return _summary([e["error"] for e in errs], {case: _shape_score(pts) for case, pts in shapes.items()})
+
+
+def _shape_score(pts: list[tuple]) -> dict:
+    """One shape's (predicted, measured, key) points: their Spearman and the model's #1's regret."""
+    pred, meas = [p for p, _, _ in pts], [m for _, m, _ in pts]
+    return {
+        "configs": len(pts),
+        "spearman": round(spearman(pred, meas), 3),
+        "top1_regret": round(min(pts)[1] / min(meas) - 1.0, 4),
+    }
+
+
+def _summary(errs: list[float], per: dict) -> dict:
+    med = float(np.median([abs(e) for e in errs])) if errs else float("nan")
     return {"rows": len(errs), "median_abs_error": round(med, 4), "shapes": per}
 
 
@@ -205,18 +210,8 @@ def score_path0(rows) -> dict:
     shapes: dict[str, list] = {}
     for (prob, key, meas), t in zip(rows, pred, strict=True):
         shapes.setdefault(json.dumps(prob, sort_keys=True), []).append((t, meas, key))
-    per = {}
-    for case, pts in shapes.items():
-        top = min(pts)
-        per[case] = {
-            "configs": len(pts),
-            "spearman": round(spearman([p for p, _, _ in pts], [m for _, m, _ in pts]), 3),
-            "top1": list(top[2]),
-            "top1_regret": round(top[1] / min(m for _, m, _ in pts) - 1.0, 4),
-        }
-    errs = [t / r[2] - 1.0 for t, r in zip(pred, rows, strict=True)]
-    med = float(np.median([abs(e) for e in errs])) if errs else float("nan")
-    return {"rows": len(errs), "median_abs_error": round(med, 4), "shapes": per}
+    per = {case: {**_shape_score(pts), "top1": list(min(pts)[2])} for case, pts in shapes.items()}
+    return _summary([t / r[2] - 1.0 for t, r in zip(pred, rows, strict=True)], per)
 
 
 def fit_path0(rows=None, sync_keys=range(0, 81, 2)) -> dict:
@@ -228,16 +223,13 @@ def fit_path0(rows=None, sync_keys=range(0, 81, 2)) -> dict:
     rows = rows or path0_rows()
     saved = (T.TILE_SYNC_KEYS, T.MMA_SYNC_EFF)
 
-    def times() -> list[float]:
-        return path0_times(rows)
-
     best = None
     try:
         for k in sync_keys:
             T.TILE_SYNC_KEYS, T.MMA_SYNC_EFF = k, 0.62
-            shift = float(np.mean([math.log(t / r[2]) for t, r in zip(times(), rows, strict=True)]))
+            shift = float(np.mean([math.log(t / r[2]) for t, r in zip(path0_times(rows), rows, strict=True)]))
             T.MMA_SYNC_EFF = 0.62 * math.exp(shift)
-            err = sum(math.log(t / r[2]) ** 2 for t, r in zip(times(), rows, strict=True))
+            err = sum(math.log(t / r[2]) ** 2 for t, r in zip(path0_times(rows), rows, strict=True))
             if best is None or err < best[0]:
                 best = (err, k, T.MMA_SYNC_EFF)
     finally:
